@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs every test of tmpi: formatting and lints, the unit, property and
+# multi-process integration tests of every crate, under tmpirun and Hydra.
+# This is the README's test command; .ci/run calls it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash ci/install-deps.sh
+
+# Tests that need an outside launcher (Hydra) fail instead of skipping here.
+export TMPI_TEST_REQUIRE_HYDRA=1
+export CARGO_TERM_COLOR=never
+
+echo "== rustfmt"
+cargo fmt --all -- --check
+echo "== clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== build"
+cargo build --workspace --all-targets --quiet
+echo "== tests"
+cargo test --workspace --no-fail-fast
