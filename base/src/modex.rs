@@ -17,7 +17,11 @@ pub enum ModexError {
     InvalidKey { key: String, reason: String },
     /// A stored value could not be decoded (corrupt or foreign data).
     #[error("modex: value of key {key:?} from rank {rank} is malformed: {reason}")]
-    Malformed { rank: u32, key: String, reason: String },
+    Malformed {
+        rank: u32,
+        key: String,
+        reason: String,
+    },
     /// The transport underneath (PMI) failed.
     #[error("modex: {0}")]
     Transport(String),
