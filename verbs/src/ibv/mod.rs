@@ -1,0 +1,1 @@
+//! The libibverbs provider (part B; placeholder).

@@ -1,0 +1,2 @@
+//! The soft NIC (in progress).
+pub mod tm;

@@ -1,0 +1,1 @@
+//! TM core (in progress).
