@@ -1,13 +1,24 @@
 //! PMI client (PMI-1 "simple" and PMI-2 wire protocols) and the modex on it.
 //!
-//! See `reference/pmi.md` for the protocols; [`wire`] holds the codecs shared
-//! with the server in `tmpi-run`, [`mapping`] the `PMI_process_mapping`
-//! decoder.
+//! * [`PmiClient`]: connects to the launcher named by the environment
+//!   (`PMI_FD`), or runs as a singleton job of one; put/fence/get, job
+//!   attributes, abort, finalize, and [`PmiClient::process_info`].
+//! * [`PmiModex`]: the [`crate::modex::Modex`] over a client (binary values
+//!   of any length, encoded and split).
+//! * [`wire`]: the PMI-1/PMI-2 codecs, shared with the server in `tmpi-run`.
+//! * [`mapping`]: the `PMI_process_mapping` decoder and encoder.
+//!
+//! `reference/pmi.md` describes the protocols and the peers' quirks.
 
+mod client;
+mod fd;
 pub mod mapping;
+mod modex;
 pub mod wire;
 
+pub use client::{hostname, ConnectOptions, PmiClient, PmiError, PmiVersion, ENV_VARS};
 pub use mapping::{encode_process_mapping, parse_process_mapping, MappingError};
+pub use modex::{PmiModex, MODEX_KEY_MAX};
 pub use wire::{
     format_v1_line, format_v2_frame, parse_v1_line, parse_v2_frame, Message, WireError,
 };

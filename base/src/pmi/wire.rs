@@ -426,7 +426,7 @@ mod tests {
         }
         // rc first, cmd later, value with '=' and spaces, missing final ';'.
         let (m, _) = parse_v2_frame(
-            b"44    rc=0;cmd=kvs-get-response;value=a= b c;found=TRUE",
+            b"49    rc=0;cmd=kvs-get-response;value=a= b c;found=TRUE",
             1000,
         )
         .unwrap()

@@ -1,0 +1,972 @@
+//! The PMI client: PMI-1 and PMI-2 over the launcher's socket, or a
+//! singleton job of one when there is no launcher.
+//!
+//! The client is strictly lockstep (one request in flight, every method takes
+//! `&mut self`), writes each message with one `write`, keeps PMI-1 lines
+//! within 1024 bytes and sends the `init` line alone and exactly as Slurm
+//! expects (`reference/pmi.md` §6).
+
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::net::UnixStream;
+
+use base64::Engine as _;
+
+use super::fd::adopt_pmi_fd;
+use super::mapping::parse_process_mapping;
+use super::wire::{
+    format_v1_line, format_v2_frame, parse_v1_line, parse_v2_frame, Message, WireError, KEYLEN_MAX,
+    KVSNAME_MAX, V1_MAX_LINE, V2_MAX_BODY, VALLEN_MAX,
+};
+use crate::identity::{sanitize_job_id, ProcessInfo};
+
+/// Longest PMI-1 response line the client buffers.
+const MAX_V1_RESPONSE: usize = 64 * 1024;
+
+/// Errors of the PMI client.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PmiError {
+    /// An environment variable has an unusable value or is missing.
+    #[error("PMI environment: {var}={value:?}: {reason}")]
+    Env {
+        /// The variable.
+        var: &'static str,
+        /// Its value (empty when missing).
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The PMI descriptor could not be adopted.
+    #[error("PMI_FD: {0}")]
+    Fd(String),
+    /// The transport mode exists but is not implemented.
+    #[error("PMI: {0} is not supported")]
+    Unsupported(String),
+    /// Reading or writing the PMI socket failed.
+    #[error("PMI I/O during {during}: {source}")]
+    Io {
+        /// The command being exchanged.
+        during: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server closed the connection.
+    #[error("PMI server closed the connection during {during}")]
+    Closed {
+        /// The command being exchanged.
+        during: String,
+    },
+    /// A message could not be encoded or decoded.
+    #[error("PMI message during {during}: {source}")]
+    Wire {
+        /// The command being exchanged.
+        during: String,
+        /// The codec error.
+        #[source]
+        source: WireError,
+    },
+    /// The server answered something unexpected.
+    #[error("PMI protocol error during {during}: {detail}")]
+    Protocol {
+        /// The command being exchanged.
+        during: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The server reported failure (`rc != 0`).
+    #[error("PMI {cmd} failed with rc={rc}{}", msg.as_ref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Rc {
+        /// The command.
+        cmd: String,
+        /// The server's return code.
+        rc: i32,
+        /// The server's `msg`/`errmsg`.
+        msg: Option<String>,
+    },
+    /// A key the PMI servers cannot store.
+    #[error("PMI key {key:?}: {reason}")]
+    InvalidKey {
+        /// The key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+    /// A value the PMI servers cannot store (forbidden character or too long).
+    #[error("PMI value for key {key:?}: {reason}")]
+    InvalidValue {
+        /// The key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+    /// The client was used after `finalize`.
+    #[error("PMI client used after finalize")]
+    Finalized,
+}
+
+/// Which protocol a client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PmiVersion {
+    /// PMI-1.1 "simple" line protocol.
+    V1,
+    /// PMI-2.0 length-prefixed protocol.
+    V2,
+    /// No launcher: a job of one, with a KVS inside the process.
+    Singleton,
+}
+
+/// How to connect, normally derived from the environment by
+/// [`PmiClient::connect_from_env`]; tests fill it themselves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// `PMI_RANK`: required by PMI-1 (the protocol cannot tell the rank),
+    /// sent as `pmirank` by PMI-2 when `pmi_id` is unset.
+    pub rank: Option<u32>,
+    /// `PMI_SIZE`: required by PMI-1.
+    pub size: Option<u32>,
+    /// `PMI_JOBID` (Slurm): sent as `pmijobid` in the PMI-2 `fullinit`.
+    pub jobid: Option<String>,
+    /// `PMI_ID`: sent as `pmirank` by PMI-2 in preference to `rank`.
+    pub pmi_id: Option<u32>,
+}
+
+/// The environment variables [`PmiClient::connect_from_env`] reads.
+pub const ENV_VARS: &[&str] = &[
+    "PMI_FD",
+    "PMI_PORT",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMI_JOBID",
+    "PMI_ID",
+    "TMPI_PMI_VERSION",
+];
+
+struct Conn {
+    stream: UnixStream,
+    /// Received bytes not yet consumed (the server never sends unsolicited
+    /// data, but a read may return more than one reply's bytes after init).
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    fn io_err(during: &str, source: std::io::Error) -> PmiError {
+        PmiError::Io {
+            during: during.to_string(),
+            source,
+        }
+    }
+
+    fn write_msg(&mut self, bytes: &[u8], during: &str) -> Result<(), PmiError> {
+        tracing::trace!(target: "pmi", "client -> {:?}", String::from_utf8_lossy(bytes));
+        // One write per message: a Unix stream socket takes a message of this
+        // size whole; write_all only loops on a (never seen) short write.
+        self.stream
+            .write_all(bytes)
+            .map_err(|e| Self::io_err(during, e))
+    }
+
+    fn fill(&mut self, during: &str) -> Result<(), PmiError> {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    return Err(PmiError::Closed {
+                        during: during.to_string(),
+                    })
+                }
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    return Ok(());
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Self::io_err(during, e)),
+            }
+        }
+    }
+
+    fn read_v1(&mut self, during: &str) -> Result<Message, PmiError> {
+        loop {
+            if let Some(nl) = self.buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=nl).collect();
+                tracing::trace!(target: "pmi", "client <- {:?}", String::from_utf8_lossy(&line));
+                return parse_v1_line(&line).map_err(|source| PmiError::Wire {
+                    during: during.to_string(),
+                    source,
+                });
+            }
+            if self.buf.len() > MAX_V1_RESPONSE {
+                return Err(PmiError::Protocol {
+                    during: during.to_string(),
+                    detail: "response line too long".into(),
+                });
+            }
+            self.fill(during)?;
+        }
+    }
+
+    fn read_v2(&mut self, during: &str) -> Result<Message, PmiError> {
+        loop {
+            match parse_v2_frame(&self.buf, V2_MAX_BODY) {
+                Ok(Some((msg, used))) => {
+                    tracing::trace!(target: "pmi", "client <- {:?}", String::from_utf8_lossy(&self.buf[..used]));
+                    self.buf.drain(..used);
+                    return Ok(msg);
+                }
+                Ok(None) => self.fill(during)?,
+                Err(source) => {
+                    return Err(PmiError::Wire {
+                        during: during.to_string(),
+                        source,
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// A connection to the job's PMI server (or a singleton stand-in).
+pub struct PmiClient {
+    conn: Option<Conn>,
+    version: PmiVersion,
+    rank: u32,
+    size: u32,
+    appnum: i32,
+    kvsname: String,
+    keylen_max: usize,
+    vallen_max: usize,
+    /// The singleton's KVS.
+    local: HashMap<String, String>,
+    finalized: bool,
+    info: Option<ProcessInfo>,
+}
+
+impl std::fmt::Debug for PmiClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PmiClient")
+            .field("version", &self.version)
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("kvsname", &self.kvsname)
+            .finish_non_exhaustive()
+    }
+}
+
+fn env_u32(var: &'static str, value: Option<String>) -> Result<Option<u32>, PmiError> {
+    match value {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse::<u32>()
+            .map(Some)
+            .map_err(|_| PmiError::Env {
+                var,
+                value: v,
+                reason: "not a non-negative integer".into(),
+            }),
+    }
+}
+
+fn check_rc(msg: &Message, during: &str) -> Result<(), PmiError> {
+    match msg.rc() {
+        Ok(0) => Ok(()),
+        Ok(rc) => Err(PmiError::Rc {
+            cmd: during.to_string(),
+            rc,
+            msg: msg
+                .get("msg")
+                .or_else(|| msg.get("errmsg"))
+                .map(str::to_string),
+        }),
+        Err(raw) => Err(PmiError::Protocol {
+            during: during.to_string(),
+            detail: format!("rc={raw:?} is not a number"),
+        }),
+    }
+}
+
+fn expect_cmd(msg: &Message, cmd: &str, during: &str) -> Result<(), PmiError> {
+    if msg.cmd == cmd {
+        Ok(())
+    } else {
+        Err(PmiError::Protocol {
+            during: during.to_string(),
+            detail: format!("expected {cmd}, got {msg:?}"),
+        })
+    }
+}
+
+fn field<'m>(msg: &'m Message, key: &str, during: &str) -> Result<&'m str, PmiError> {
+    msg.get(key).ok_or_else(|| PmiError::Protocol {
+        during: during.to_string(),
+        detail: format!("no {key} in {msg:?}"),
+    })
+}
+
+fn field_num<T: std::str::FromStr>(msg: &Message, key: &str, during: &str) -> Result<T, PmiError> {
+    let v = field(msg, key, during)?;
+    v.trim().parse::<T>().map_err(|_| PmiError::Protocol {
+        during: during.to_string(),
+        detail: format!("{key}={v:?} is not a number"),
+    })
+}
+
+/// This host's name (from the kernel's UTS namespace), `localhost` if unknown.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+impl PmiClient {
+    /// Connects to the launcher named by the environment.
+    ///
+    /// * `PMI_FD` set: adopt that socket (made close-on-exec). The protocol
+    ///   is PMI-2 when `TMPI_PMI_VERSION=2`, PMI-1 when `TMPI_PMI_VERSION=1`;
+    ///   otherwise PMI-2 when `PMI_JOBID` is set (Slurm `--mpi=pmi2` sets it,
+    ///   and a Slurm node fixes one version for all its tasks) and PMI-1
+    ///   everywhere else (Hydra, tmpirun).
+    /// * `PMI_PORT` set without `PMI_FD` (Hydra `-pmi-port`): not supported,
+    ///   an error rather than a silent singleton.
+    /// * neither: a singleton job of one (rank 0, size 1).
+    ///
+    /// The descriptor can be adopted once per process; a second call errs.
+    pub fn connect_from_env() -> Result<PmiClient, PmiError> {
+        Self::connect_with_env(|k| std::env::var(k).ok())
+    }
+
+    /// [`PmiClient::connect_from_env`] with the variables looked up through
+    /// `env` (for tests and embedding).
+    pub fn connect_with_env(env: impl Fn(&str) -> Option<String>) -> Result<PmiClient, PmiError> {
+        let forced = match env("TMPI_PMI_VERSION").as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some("1") => Some(PmiVersion::V1),
+            Some("2") => Some(PmiVersion::V2),
+            Some(other) => {
+                return Err(PmiError::Env {
+                    var: "TMPI_PMI_VERSION",
+                    value: other.to_string(),
+                    reason: "must be 1 or 2".into(),
+                })
+            }
+        };
+        let opts = ConnectOptions {
+            rank: env_u32("PMI_RANK", env("PMI_RANK"))?,
+            size: env_u32("PMI_SIZE", env("PMI_SIZE"))?,
+            jobid: env("PMI_JOBID").filter(|j| !j.is_empty()),
+            pmi_id: env_u32("PMI_ID", env("PMI_ID"))?,
+        };
+        let Some(fd) = env("PMI_FD") else {
+            if let Some(port) = env("PMI_PORT") {
+                return Err(PmiError::Unsupported(format!(
+                    "PMI_PORT={port} (TCP PMI, Hydra -pmi-port)"
+                )));
+            }
+            tracing::debug!(target: "pmi", "no PMI_FD: running as a singleton");
+            return Ok(Self::singleton());
+        };
+        let fd_num = fd.trim().parse::<i32>().map_err(|_| PmiError::Env {
+            var: "PMI_FD",
+            value: fd.clone(),
+            reason: "not a descriptor number".into(),
+        })?;
+        let version = forced.unwrap_or(if opts.jobid.is_some() {
+            PmiVersion::V2
+        } else {
+            PmiVersion::V1
+        });
+        let stream = adopt_pmi_fd(fd_num).map_err(|e| PmiError::Fd(e.to_string()))?;
+        Self::connect(stream, version, &opts)
+    }
+
+    /// A client for a process started without a launcher: rank 0 of 1, a
+    /// KVS inside the process, job id `singleton-<pid>-<nanoseconds>`.
+    pub fn singleton() -> PmiClient {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        PmiClient {
+            conn: None,
+            version: PmiVersion::Singleton,
+            rank: 0,
+            size: 1,
+            appnum: 0,
+            kvsname: format!("singleton-{}-{nanos}", std::process::id()),
+            keylen_max: KEYLEN_MAX,
+            vallen_max: VALLEN_MAX,
+            local: HashMap::new(),
+            finalized: false,
+            info: None,
+        }
+    }
+
+    /// Performs the PMI handshake over `stream` with protocol `version`
+    /// (`V1` or `V2`; `Singleton` ignores the stream).
+    pub fn connect(
+        stream: UnixStream,
+        version: PmiVersion,
+        opts: &ConnectOptions,
+    ) -> Result<PmiClient, PmiError> {
+        let mut c = Self::singleton();
+        c.version = version;
+        c.kvsname.clear();
+        match version {
+            PmiVersion::Singleton => return Ok(Self::singleton()),
+            PmiVersion::V1 => {
+                let rank = opts.rank.ok_or_else(|| PmiError::Env {
+                    var: "PMI_RANK",
+                    value: String::new(),
+                    reason: "required with PMI_FD (PMI-1)".into(),
+                })?;
+                let size = opts.size.ok_or_else(|| PmiError::Env {
+                    var: "PMI_SIZE",
+                    value: String::new(),
+                    reason: "required with PMI_FD (PMI-1)".into(),
+                })?;
+                if size == 0 || rank >= size {
+                    return Err(PmiError::Env {
+                        var: "PMI_RANK",
+                        value: rank.to_string(),
+                        reason: format!("not below PMI_SIZE={size}"),
+                    });
+                }
+                c.rank = rank;
+                c.size = size;
+                c.conn = Some(Conn {
+                    stream,
+                    buf: Vec::new(),
+                });
+                c.init_line(1, 1)?;
+                c.handshake_v1()?;
+            }
+            PmiVersion::V2 => {
+                c.conn = Some(Conn {
+                    stream,
+                    buf: Vec::new(),
+                });
+                c.init_line(2, 0)?;
+                c.handshake_v2(opts)?;
+            }
+        }
+        tracing::debug!(target: "pmi", "connected: {:?} rank {} of {} in {}", c.version, c.rank, c.size, c.kvsname);
+        Ok(c)
+    }
+
+    fn conn(&mut self) -> Result<&mut Conn, PmiError> {
+        if self.finalized {
+            return Err(PmiError::Finalized);
+        }
+        self.conn.as_mut().ok_or(PmiError::Finalized)
+    }
+
+    /// The exact init line, alone in its write (Slurm `sscanf`s one read).
+    fn init_line(&mut self, v: u32, sub: u32) -> Result<(), PmiError> {
+        let during = "init";
+        let line = format!("cmd=init pmi_version={v} pmi_subversion={sub}\n");
+        let conn = self.conn()?;
+        conn.write_msg(line.as_bytes(), during)?;
+        let resp = conn.read_v1(during)?;
+        check_rc(&resp, during)?;
+        expect_cmd(&resp, "response_to_init", during)?;
+        if let Some(got) = resp.get("pmi_version") {
+            if got.trim() != v.to_string() {
+                return Err(PmiError::Protocol {
+                    during: during.into(),
+                    detail: format!("asked for PMI version {v}, server answered {got}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn v1(&mut self, req: Message, expect: &str) -> Result<Message, PmiError> {
+        let during = req.cmd.clone();
+        let line = format_v1_line(&req).map_err(|source| PmiError::Wire {
+            during: during.clone(),
+            source,
+        })?;
+        if line.len() > V1_MAX_LINE {
+            return Err(PmiError::Protocol {
+                during,
+                detail: format!("line of {} bytes exceeds {V1_MAX_LINE}", line.len()),
+            });
+        }
+        let conn = self.conn()?;
+        conn.write_msg(&line, &during)?;
+        let resp = conn.read_v1(&during)?;
+        check_rc(&resp, &during)?;
+        expect_cmd(&resp, expect, &during)?;
+        Ok(resp)
+    }
+
+    /// Sends a PMI-1 request and returns the response without checking `rc`.
+    fn v1_raw(&mut self, req: Message, expect: &str) -> Result<Message, PmiError> {
+        let during = req.cmd.clone();
+        let line = format_v1_line(&req).map_err(|source| PmiError::Wire {
+            during: during.clone(),
+            source,
+        })?;
+        if line.len() > V1_MAX_LINE {
+            return Err(PmiError::Protocol {
+                during,
+                detail: format!("line of {} bytes exceeds {V1_MAX_LINE}", line.len()),
+            });
+        }
+        let conn = self.conn()?;
+        conn.write_msg(&line, &during)?;
+        let resp = conn.read_v1(&during)?;
+        if resp.cmd != expect {
+            check_rc(&resp, &during)?;
+            expect_cmd(&resp, expect, &during)?;
+        }
+        Ok(resp)
+    }
+
+    fn v2(&mut self, req: Message) -> Result<Message, PmiError> {
+        let during = req.cmd.clone();
+        let expect = format!("{}-response", req.cmd);
+        let frame = format_v2_frame(&req).map_err(|source| PmiError::Wire {
+            during: during.clone(),
+            source,
+        })?;
+        let conn = self.conn()?;
+        conn.write_msg(&frame, &during)?;
+        let resp = conn.read_v2(&during)?;
+        check_rc(&resp, &during)?;
+        expect_cmd(&resp, &expect, &during)?;
+        Ok(resp)
+    }
+
+    fn handshake_v1(&mut self) -> Result<(), PmiError> {
+        let m = self.v1(Message::new("get_maxes"), "maxes")?;
+        let kvsname_max: usize = field_num(&m, "kvsname_max", "get_maxes")?;
+        self.keylen_max = field_num(&m, "keylen_max", "get_maxes")?;
+        self.vallen_max = field_num(&m, "vallen_max", "get_maxes")?;
+        if self.keylen_max < 16 || self.vallen_max < 64 || kvsname_max < 2 {
+            return Err(PmiError::Protocol {
+                during: "get_maxes".into(),
+                detail: format!(
+                    "limits too small: keylen_max={} vallen_max={}",
+                    self.keylen_max, self.vallen_max
+                ),
+            });
+        }
+        let m = self.v1(Message::new("get_appnum"), "appnum")?;
+        self.appnum = field_num(&m, "appnum", "get_appnum")?;
+        let m = self.v1(Message::new("get_my_kvsname"), "my_kvsname")?;
+        self.kvsname = field(&m, "kvsname", "get_my_kvsname")?.to_string();
+        if self.kvsname.is_empty() || self.kvsname.len() >= kvsname_max.max(KVSNAME_MAX) {
+            return Err(PmiError::Protocol {
+                during: "get_my_kvsname".into(),
+                detail: "unusable kvsname".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn handshake_v2(&mut self, opts: &ConnectOptions) -> Result<(), PmiError> {
+        let mut req = Message::new("fullinit");
+        if let Some(j) = &opts.jobid {
+            req.push("pmijobid", j);
+        }
+        let pmirank = opts.pmi_id.or(opts.rank).ok_or_else(|| PmiError::Env {
+            var: "PMI_RANK",
+            value: String::new(),
+            reason: "PMI-2 needs PMI_ID or PMI_RANK for fullinit".into(),
+        })?;
+        req.push("pmirank", pmirank);
+        req.push("threaded", "FALSE");
+        let m = self.v2(req)?;
+        self.rank = field_num(&m, "rank", "fullinit")?;
+        self.size = field_num(&m, "size", "fullinit")?;
+        if self.size == 0 || self.rank >= self.size {
+            return Err(PmiError::Protocol {
+                during: "fullinit".into(),
+                detail: format!("rank {} of size {}", self.rank, self.size),
+            });
+        }
+        self.appnum = m
+            .get("appnum")
+            .and_then(|a| a.trim().parse().ok())
+            .unwrap_or(-1);
+        let m = self.v2(Message::new("job-getid"))?;
+        self.kvsname = field(&m, "jobid", "job-getid")?.to_string();
+        if self.kvsname.is_empty() {
+            return Err(PmiError::Protocol {
+                during: "job-getid".into(),
+                detail: "empty jobid".into(),
+            });
+        }
+        // PMI-2 has no get_maxes; PMI2_MAX_VALLEN / PMI2_MAX_KEYLEN are 1024 / 64.
+        self.vallen_max = VALLEN_MAX;
+        self.keylen_max = KEYLEN_MAX;
+        Ok(())
+    }
+
+    /// The protocol in use.
+    pub fn version(&self) -> PmiVersion {
+        self.version
+    }
+    /// This process's rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+    /// Number of processes in the job.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+    /// Application number (0 under Hydra and tmpirun, −1 under Slurm).
+    pub fn appnum(&self) -> i32 {
+        self.appnum
+    }
+    /// The job's KVS name (PMI-2: the job id), opaque.
+    pub fn kvsname(&self) -> &str {
+        &self.kvsname
+    }
+    /// The server's `keylen_max` (counts a NUL: keys have at most one less).
+    pub fn keylen_max(&self) -> usize {
+        self.keylen_max
+    }
+    /// The server's `vallen_max` (counts a NUL: values have at most one less).
+    pub fn vallen_max(&self) -> usize {
+        self.vallen_max
+    }
+
+    /// Checks that `key` can be stored: 1..keylen_max bytes of printable
+    /// ASCII other than space, `=`, `;`, `\`, and not starting with `PMI_`.
+    pub fn check_key(&self, key: &str) -> Result<(), PmiError> {
+        let bad = |reason: &str| {
+            Err(PmiError::InvalidKey {
+                key: key.to_string(),
+                reason: reason.to_string(),
+            })
+        };
+        if key.is_empty() {
+            return bad("empty");
+        }
+        if key.len() >= self.keylen_max {
+            return bad(&format!("longer than {} bytes", self.keylen_max - 1));
+        }
+        if key.starts_with("PMI_") {
+            return bad("the PMI_ prefix is reserved");
+        }
+        if let Some(c) = key
+            .chars()
+            .find(|&c| !c.is_ascii_graphic() || matches!(c, '=' | ';' | '\\'))
+        {
+            return bad(&format!("contains {c:?}"));
+        }
+        Ok(())
+    }
+
+    /// The longest value [`PmiClient::put`] accepts under `key`: `vallen_max
+    /// − 1`, and for PMI-1 also what keeps the whole `put` line within 1024
+    /// bytes (Slurm reads one command per 1024-byte read).
+    pub fn value_budget(&self, key: &str) -> usize {
+        let by_server = self.vallen_max.saturating_sub(1);
+        match self.version {
+            PmiVersion::V1 => {
+                let overhead =
+                    "cmd=put kvsname= key= value=\n".len() + self.kvsname.len() + key.len();
+                by_server.min(V1_MAX_LINE.saturating_sub(overhead))
+            }
+            _ => by_server,
+        }
+    }
+
+    /// Stores `value` under `key` in the job's KVS; peers see it after the
+    /// next [`PmiClient::fence`].
+    ///
+    /// Values are text: no control characters, no space (PMI-1) and no `;`
+    /// (PMI-2), and not longer than [`PmiClient::value_budget`]. Encode
+    /// binary data first (the [`super::PmiModex`] does).
+    pub fn put(&mut self, key: &str, value: &str) -> Result<(), PmiError> {
+        self.check_key(key)?;
+        let bad = |reason: String| {
+            Err(PmiError::InvalidValue {
+                key: key.to_string(),
+                reason,
+            })
+        };
+        if let Some(c) = value
+            .chars()
+            .find(|&c| c.is_control() || c == ' ' || c == ';')
+        {
+            return bad(format!("contains {c:?}"));
+        }
+        let budget = self.value_budget(key);
+        if value.len() > budget {
+            return bad(format!(
+                "{} bytes exceed the limit of {budget}",
+                value.len()
+            ));
+        }
+        match self.version {
+            PmiVersion::Singleton => {
+                if self.finalized {
+                    return Err(PmiError::Finalized);
+                }
+                self.local.insert(key.to_string(), value.to_string());
+                Ok(())
+            }
+            PmiVersion::V1 => {
+                let req = Message::new("put")
+                    .with("kvsname", &self.kvsname)
+                    .with("key", key)
+                    .with("value", value);
+                self.v1(req, "put_result").map(drop)
+            }
+            PmiVersion::V2 => self
+                .v2(Message::new("kvs-put")
+                    .with("key", key)
+                    .with("value", value))
+                .map(drop),
+        }
+    }
+
+    /// Collective over the whole job (PMI-1 `barrier_in`, PMI-2
+    /// `kvs-fence`): returns once every rank has fenced; afterwards all
+    /// values put before the fence are readable.
+    pub fn fence(&mut self) -> Result<(), PmiError> {
+        match self.version {
+            PmiVersion::Singleton => {
+                if self.finalized {
+                    return Err(PmiError::Finalized);
+                }
+                Ok(())
+            }
+            PmiVersion::V1 => self.v1(Message::new("barrier_in"), "barrier_out").map(drop),
+            PmiVersion::V2 => self.v2(Message::new("kvs-fence")).map(drop),
+        }
+    }
+
+    /// Reads `key` from the job's KVS; `rank_hint` is the rank that put it,
+    /// if known (PMI-2 `srcid`). `Ok(None)` when not found.
+    ///
+    /// PMI-1 servers spell "not found" as a non-zero `rc` (Hydra −1, Slurm 1)
+    /// or `found=FALSE`; both give `None`, so a PMI-1 server error on `get`
+    /// is indistinguishable from not-found.
+    pub fn get(&mut self, rank_hint: Option<u32>, key: &str) -> Result<Option<String>, PmiError> {
+        self.check_key(key)?;
+        match self.version {
+            PmiVersion::Singleton => {
+                if self.finalized {
+                    return Err(PmiError::Finalized);
+                }
+                Ok(self.local.get(key).cloned())
+            }
+            PmiVersion::V1 => self.get_v1(key),
+            PmiVersion::V2 => {
+                let srcid = rank_hint.map(i64::from).unwrap_or(-1);
+                let req = Message::new("kvs-get")
+                    .with("jobid", &self.kvsname)
+                    .with("srcid", srcid)
+                    .with("key", key);
+                let m = self.v2(req)?;
+                Self::found_value(&m, "kvs-get")
+            }
+        }
+    }
+
+    fn get_v1(&mut self, key: &str) -> Result<Option<String>, PmiError> {
+        let req = Message::new("get")
+            .with("kvsname", &self.kvsname)
+            .with("key", key);
+        let m = self.v1_raw(req, "get_result")?;
+        let rc = m.rc().map_err(|raw| PmiError::Protocol {
+            during: "get".into(),
+            detail: format!("rc={raw:?}"),
+        })?;
+        if rc != 0 || m.get_bool("found") == Some(false) {
+            tracing::trace!(target: "pmi", "get {key}: not found (rc={rc})");
+            return Ok(None);
+        }
+        Ok(Some(field(&m, "value", "get")?.to_string()))
+    }
+
+    fn found_value(m: &Message, during: &str) -> Result<Option<String>, PmiError> {
+        match m.get_bool("found") {
+            Some(false) => Ok(None),
+            Some(true) => Ok(Some(field(m, "value", during)?.to_string())),
+            None => match m.get("value") {
+                // Lenient: a server that omits `found` but sends a value.
+                Some(v) => Ok(Some(v.to_string())),
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// Reads a job attribute (`PMI_process_mapping`, `universeSize`, ...):
+    /// PMI-2 `info-getjobattr`, PMI-1 `get` (Hydra and Slurm answer job
+    /// attributes there). `Ok(None)` when the server does not have it; the
+    /// singleton has none.
+    pub fn job_attr(&mut self, key: &str) -> Result<Option<String>, PmiError> {
+        match self.version {
+            PmiVersion::Singleton => {
+                if self.finalized {
+                    return Err(PmiError::Finalized);
+                }
+                Ok(None)
+            }
+            PmiVersion::V1 => self.get_v1(key),
+            PmiVersion::V2 => {
+                let m = self.v2(Message::new("info-getjobattr").with("key", key))?;
+                Self::found_value(&m, "info-getjobattr")
+            }
+        }
+    }
+
+    /// Sends `abort` to the server (it ends the whole job) and exits this
+    /// process with `code` without waiting for a reply; `msg` is printed on
+    /// standard error and passed to the server with spaces, `;` and control
+    /// characters replaced by `_`.
+    pub fn abort(&mut self, code: i32, msg: &str) -> ! {
+        eprintln!(
+            "tmpi: rank {} aborting the job with exit code {code}: {msg}",
+            self.rank
+        );
+        tracing::error!(target: "pmi", "rank {} aborts with code {code}: {msg}", self.rank);
+        let clean: String = msg
+            .chars()
+            .map(|c| {
+                if c.is_control() || c == ' ' || c == ';' {
+                    '_'
+                } else {
+                    c
+                }
+            })
+            .take(512)
+            .collect();
+        let version = self.version;
+        if let Ok(conn) = self.conn() {
+            let bytes = match version {
+                // Hydra 4.0.2 reads only exitcode; newer servers also message.
+                PmiVersion::V1 => format_v1_line(
+                    &Message::new("abort")
+                        .with("exitcode", code)
+                        .with("message", &clean),
+                ),
+                // Slurm needs isworld/msg; Hydra HEAD reads exitcode/message.
+                _ => format_v2_frame(
+                    &Message::new("abort")
+                        .with("isworld", "TRUE")
+                        .with("exitcode", code)
+                        .with("msg", &clean),
+                ),
+            };
+            if let Ok(bytes) = bytes {
+                let _ = conn.write_msg(&bytes, "abort");
+            }
+        }
+        std::process::exit(code)
+    }
+
+    /// Ends the PMI session: sends `finalize` and waits for the
+    /// acknowledgement, after which the launcher treats this process's exit
+    /// as normal. Later calls on this client return [`PmiError::Finalized`];
+    /// a second `finalize` is a no-op.
+    pub fn finalize(&mut self) -> Result<(), PmiError> {
+        if self.finalized {
+            return Ok(());
+        }
+        let r = match self.version {
+            PmiVersion::Singleton => Ok(()),
+            PmiVersion::V1 => self.v1(Message::new("finalize"), "finalize_ack").map(drop),
+            PmiVersion::V2 => self.v2(Message::new("finalize")).map(drop),
+        };
+        self.finalized = true;
+        // Slurm closes the socket after the ack; close ours too.
+        self.conn = None;
+        r
+    }
+
+    /// Where this process sits in the job, computed once and cached.
+    ///
+    /// Node ids come from the `PMI_process_mapping` job attribute (with the
+    /// cyclic wrap-around). When it is missing, empty or undecodable, every
+    /// rank publishes its host name and fences, and equal names share a node
+    /// (ids numbered in order of first appearance): then this call is
+    /// **collective** (all ranks see the same attribute, so all take the
+    /// same path). `job_id` is the sanitized kvsname.
+    pub fn process_info(&mut self) -> Result<ProcessInfo, PmiError> {
+        if let Some(info) = &self.info {
+            return Ok(info.clone());
+        }
+        let host = hostname();
+        let job_id = sanitize_job_id(&self.kvsname);
+        let info = if self.version == PmiVersion::Singleton {
+            ProcessInfo::singleton(job_id, host)
+        } else {
+            let node_of = match self.mapping()? {
+                Some(n) => n,
+                None => self.exchange_hostnames(&host)?,
+            };
+            let node_id = node_of[self.rank as usize];
+            let local_rank = node_of[..self.rank as usize]
+                .iter()
+                .filter(|&&n| n == node_id)
+                .count() as u32;
+            let local_size = node_of.iter().filter(|&&n| n == node_id).count() as u32;
+            ProcessInfo {
+                rank: self.rank,
+                size: self.size,
+                local_rank,
+                local_size,
+                node_id,
+                node_of,
+                job_id,
+                hostname: host,
+            }
+        };
+        self.info = Some(info.clone());
+        Ok(info)
+    }
+
+    fn mapping(&mut self) -> Result<Option<Vec<u32>>, PmiError> {
+        let Some(m) = self.job_attr("PMI_process_mapping")? else {
+            tracing::debug!(target: "pmi", "no PMI_process_mapping; exchanging host names");
+            return Ok(None);
+        };
+        match parse_process_mapping(&m, self.size) {
+            Ok(n) => Ok(Some(n)),
+            Err(e) => {
+                if !m.trim().is_empty() {
+                    tracing::warn!(target: "pmi", "ignoring PMI_process_mapping {m:?}: {e}; exchanging host names");
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    fn exchange_hostnames(&mut self, host: &str) -> Result<Vec<u32>, PmiError> {
+        let enc = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let mut value = enc.encode(host.as_bytes());
+        let key = format!("tmpi-host-{}", self.rank);
+        value.truncate(self.value_budget(&key));
+        self.put(&key, &value)?;
+        self.fence()?;
+        let mut names: Vec<String> = Vec::with_capacity(self.size as usize);
+        let mut node_of = Vec::with_capacity(self.size as usize);
+        for r in 0..self.size {
+            let key = format!("tmpi-host-{r}");
+            let v = self.get(Some(r), &key)?.ok_or_else(|| PmiError::Protocol {
+                during: "process_info".into(),
+                detail: format!("rank {r} published no host name"),
+            })?;
+            let id = match names.iter().position(|n| *n == v) {
+                Some(i) => i,
+                None => {
+                    names.push(v);
+                    names.len() - 1
+                }
+            };
+            node_of.push(id as u32);
+        }
+        Ok(node_of)
+    }
+}
