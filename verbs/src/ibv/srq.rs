@@ -1,0 +1,364 @@
+//! Shared receive queues: basic SRQs and tag-matching SRQs
+//! (`ibv_create_srq_ex` with `IBV_SRQT_TM`, `ibv_post_srq_ops`).
+
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+
+use super::cq::CompletionQueue;
+use super::error::{IbvError, Result};
+use super::inline;
+use super::pd::{ProtectionDomain, Sge};
+use super::sys::*;
+
+/// A receive work request: the buffers one incoming message may fill.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvRequest<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Scatter list (registered memory, `LOCAL_WRITE`).
+    pub sges: &'a [Sge],
+}
+
+/// Operation on the NIC's tag list (`ibv_ops_wr` opcodes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TmOpKind {
+    /// `IBV_WR_TAG_ADD`: append a tagged buffer. A message matches when
+    /// `msg_tag & mask == tag` (store `tag` already masked).
+    Add {
+        /// wr_id of the receive completion(s) this buffer produces.
+        recv_wr_id: u64,
+        /// The buffer (providers take one SGE per tagged buffer).
+        sge: Sge,
+        /// Tag to match (already masked).
+        tag: u64,
+        /// Mask of significant tag bits.
+        mask: u64,
+    },
+    /// `IBV_WR_TAG_DEL`: remove the entry `handle`. Completes with
+    /// `WcStatus::TmError` if the NIC consumed it meanwhile.
+    Del {
+        /// Handle returned by the ADD.
+        handle: u32,
+    },
+    /// `IBV_WR_TAG_SYNC`: report the software unexpected count only.
+    Sync,
+}
+
+/// One tag-list operation for [`SharedReceiveQueue::post_ops`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TmOp {
+    /// wr_id of the operation's own completion (`TmAdd`/`TmDel`/`TmSync`).
+    pub wr_id: u64,
+    /// What to do.
+    pub kind: TmOpKind,
+    /// `IBV_OPS_SIGNALED`: ask for a completion of this operation.
+    pub signaled: bool,
+    /// `Some(n)` sets `IBV_OPS_TM_SYNC` and reports software's count of
+    /// processed unexpected messages. Mandatory for `Sync`.
+    pub unexpected_cnt: Option<u32>,
+    /// Output: the entry handle the provider assigned (valid after a successful `Add`).
+    pub handle: u32,
+}
+
+/// A shared receive queue. Keeps its PD (and, for TM, its CQ) alive.
+pub struct SharedReceiveQueue {
+    pd: Arc<ProtectionDomain>,
+    cq: Option<Arc<CompletionQueue>>,
+    pub(crate) srq: NonNull<ibv_srq>,
+    tm: Option<(u32, u32)>,
+}
+
+// SAFETY: libibverbs SRQs are thread-safe (posting takes the provider's lock).
+unsafe impl Send for SharedReceiveQueue {}
+// SAFETY: as above.
+unsafe impl Sync for SharedReceiveQueue {}
+
+impl std::fmt::Debug for SharedReceiveQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedReceiveQueue")
+            .field("tm", &self.tm)
+            .finish()
+    }
+}
+
+impl ProtectionDomain {
+    /// A basic SRQ (`ibv_create_srq_ex` with only a PD, i.e. `ibv_create_srq`).
+    pub fn create_srq(
+        self: &Arc<Self>,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<Arc<SharedReceiveQueue>> {
+        let mut attr = ibv_srq_init_attr_ex {
+            attr: ibv_srq_attr {
+                max_wr,
+                max_sge,
+                srq_limit: 0,
+            },
+            comp_mask: IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE,
+            srq_type: IBV_SRQT_BASIC,
+            pd: self.pd.as_ptr(),
+            ..Default::default()
+        };
+        // SAFETY: live context and PD; attr is a local.
+        let srq =
+            unsafe { inline::create_srq_ex(self.ctx.lib(), self.ctx.ctx.as_ptr(), &mut attr) };
+        let srq = NonNull::new(srq).ok_or_else(|| IbvError::errno("ibv_create_srq_ex"))?;
+        Ok(Arc::new(SharedReceiveQueue {
+            pd: self.clone(),
+            cq: None,
+            srq,
+            tm: None,
+        }))
+    }
+
+    /// A tag-matching SRQ (`IBV_SRQT_TM`) whose list holds up to
+    /// `max_num_tags` entries with at most `max_ops` outstanding operations;
+    /// tag-list completions go to `cq` (create it with `tm_info`). Fails with
+    /// an unsupported error (see [`IbvError::is_unsupported`]) on devices
+    /// without TM; never falls back to a basic SRQ.
+    pub fn create_tm_srq(
+        self: &Arc<Self>,
+        cq: &Arc<CompletionQueue>,
+        max_wr: u32,
+        max_sge: u32,
+        max_num_tags: u32,
+        max_ops: u32,
+    ) -> Result<Arc<SharedReceiveQueue>> {
+        if max_num_tags == 0 || max_ops == 0 {
+            return Err(IbvError::InvalidArgument(
+                "a TM SRQ needs max_num_tags > 0 and max_ops > 0".into(),
+            ));
+        }
+        if !Arc::ptr_eq(cq.context(), &self.ctx) {
+            return Err(IbvError::InvalidArgument(
+                "CQ and PD belong to different devices".into(),
+            ));
+        }
+        let mut attr = ibv_srq_init_attr_ex {
+            attr: ibv_srq_attr {
+                max_wr,
+                max_sge,
+                srq_limit: 0,
+            },
+            comp_mask: IBV_SRQ_INIT_ATTR_TYPE
+                | IBV_SRQ_INIT_ATTR_PD
+                | IBV_SRQ_INIT_ATTR_CQ
+                | IBV_SRQ_INIT_ATTR_TM,
+            srq_type: IBV_SRQT_TM,
+            pd: self.pd.as_ptr(),
+            cq: cq.as_cq(),
+            tm_cap: ibv_tm_cap {
+                max_num_tags,
+                max_ops,
+            },
+            ..Default::default()
+        };
+        // SAFETY: live context, PD and CQ; attr is a local.
+        let srq =
+            unsafe { inline::create_srq_ex(self.ctx.lib(), self.ctx.ctx.as_ptr(), &mut attr) };
+        let srq =
+            NonNull::new(srq).ok_or_else(|| IbvError::errno("ibv_create_srq_ex(IBV_SRQT_TM)"))?;
+        tracing::debug!(target: "verbs", max_num_tags, max_ops, "created TM SRQ");
+        Ok(Arc::new(SharedReceiveQueue {
+            pd: self.clone(),
+            cq: Some(cq.clone()),
+            srq,
+            tm: Some((max_num_tags, max_ops)),
+        }))
+    }
+}
+
+impl SharedReceiveQueue {
+    /// True for a tag-matching SRQ.
+    pub fn is_tm(&self) -> bool {
+        self.tm.is_some()
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &Arc<ProtectionDomain> {
+        &self.pd
+    }
+
+    /// The CQ of a TM SRQ.
+    pub fn cq(&self) -> Option<&Arc<CompletionQueue>> {
+        self.cq.as_ref()
+    }
+
+    /// `ibv_query_srq`: (max_wr, max_sge, srq_limit) as the provider set them.
+    pub fn query(&self) -> Result<(u32, u32, u32)> {
+        let mut a = ibv_srq_attr::default();
+        // SAFETY: live SRQ; a is a local.
+        let rc = unsafe { (self.pd.ctx.lib().fns.query_srq)(self.srq.as_ptr(), &mut a) };
+        if rc != 0 {
+            return Err(IbvError::code("ibv_query_srq", rc));
+        }
+        Ok((a.max_wr, a.max_sge, a.srq_limit))
+    }
+
+    /// `ibv_post_srq_recv`: posts untagged receive buffers (on a TM SRQ they
+    /// take unexpected and NO_TAG messages).
+    ///
+    /// # Safety
+    /// Every SGE must lie in a registered region with `LOCAL_WRITE` that
+    /// stays registered, and whose memory nobody else reads or writes, until
+    /// the receive's completion has been polled (or the SRQ is destroyed).
+    pub unsafe fn post_recv(&self, reqs: &[RecvRequest<'_>]) -> Result<()> {
+        if reqs.is_empty() {
+            return Ok(());
+        }
+        let mut wrs = build_recv_chain(reqs)?;
+        let mut bad: *mut ibv_recv_wr = ptr::null_mut();
+        // SAFETY: live SRQ; the chain and its SGE arrays live until return
+        // (providers copy them into WQEs); buffer validity is the caller's contract.
+        let rc = unsafe { inline::post_srq_recv(self.srq.as_ptr(), wrs.as_mut_ptr(), &mut bad) };
+        if rc != 0 {
+            return Err(post_error("ibv_post_srq_recv", rc, &wrs, bad));
+        }
+        Ok(())
+    }
+
+    /// `ibv_post_srq_ops`: posts a chain of tag-list operations; on success
+    /// each `Add` gets its `handle`.
+    ///
+    /// # Safety
+    /// For every `Add`, the SGE must lie in a registered region with
+    /// `LOCAL_WRITE` that stays registered and untouched until the entry is
+    /// settled (its receive completion, or a successful `Del`).
+    pub unsafe fn post_ops(&self, ops: &mut [TmOp]) -> Result<()> {
+        if self.tm.is_none() {
+            return Err(IbvError::InvalidArgument("post_ops on a non-TM SRQ".into()));
+        }
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let mut sges: Vec<ibv_sge> = Vec::with_capacity(ops.len());
+        for op in ops.iter() {
+            if matches!(op.kind, TmOpKind::Sync) && op.unexpected_cnt.is_none() {
+                return Err(IbvError::InvalidArgument(
+                    "TAG_SYNC needs unexpected_cnt".into(),
+                ));
+            }
+            if let TmOpKind::Add { sge, .. } = op.kind {
+                sges.push(sge.into());
+            }
+        }
+        let mut wrs: Vec<ibv_ops_wr> = Vec::with_capacity(ops.len());
+        let mut s = 0;
+        for op in ops.iter() {
+            let mut w = ibv_ops_wr {
+                wr_id: op.wr_id,
+                ..Default::default()
+            };
+            let mut flags = 0;
+            if op.signaled {
+                flags |= IBV_OPS_SIGNALED;
+            }
+            if let Some(n) = op.unexpected_cnt {
+                flags |= IBV_OPS_TM_SYNC;
+                w.tm.unexpected_cnt = n;
+            }
+            w.flags = flags as i32;
+            match op.kind {
+                TmOpKind::Add {
+                    recv_wr_id,
+                    tag,
+                    mask,
+                    ..
+                } => {
+                    w.opcode = IBV_WR_TAG_ADD;
+                    w.tm.add.recv_wr_id = recv_wr_id;
+                    // Element s of `sges`, which is not resized any more.
+                    w.tm.add.sg_list = sges.as_mut_ptr().wrapping_add(s);
+                    w.tm.add.num_sge = 1;
+                    w.tm.add.tag = tag;
+                    w.tm.add.mask = mask;
+                    s += 1;
+                }
+                TmOpKind::Del { handle } => {
+                    w.opcode = IBV_WR_TAG_DEL;
+                    w.tm.handle = handle;
+                }
+                TmOpKind::Sync => w.opcode = IBV_WR_TAG_SYNC,
+            }
+            wrs.push(w);
+        }
+        link(&mut wrs, |w, n| w.next = n);
+        let mut bad: *mut ibv_ops_wr = ptr::null_mut();
+        // SAFETY: live TM SRQ; the chain and SGEs live until return; buffer
+        // validity is the caller's contract.
+        let rc = unsafe { inline::post_srq_ops(self.srq.as_ptr(), wrs.as_mut_ptr(), &mut bad) };
+        let done = if rc == 0 {
+            wrs.len()
+        } else {
+            index_of(&wrs, bad)
+        };
+        for (op, w) in ops.iter_mut().zip(&wrs).take(done) {
+            if matches!(op.kind, TmOpKind::Add { .. }) {
+                op.handle = w.tm.handle;
+            }
+        }
+        if rc != 0 {
+            return Err(post_error("ibv_post_srq_ops", rc, &wrs, bad));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SharedReceiveQueue {
+    fn drop(&mut self) {
+        // SAFETY: live SRQ; QPs attached to it hold Arcs to it and are gone.
+        let rc = unsafe { (self.pd.ctx.lib().fns.destroy_srq)(self.srq.as_ptr()) };
+        if rc != 0 {
+            tracing::warn!(target: "verbs", rc, "ibv_destroy_srq failed");
+        }
+    }
+}
+
+/// Links `v[i].next = &v[i+1]`, last one NULL.
+pub(crate) fn link<T>(v: &mut [T], mut set: impl FnMut(&mut T, *mut T)) {
+    let base = v.as_mut_ptr();
+    let n = v.len();
+    for (i, w) in v.iter_mut().enumerate() {
+        let next = if i + 1 < n {
+            base.wrapping_add(i + 1)
+        } else {
+            ptr::null_mut()
+        };
+        set(w, next);
+    }
+}
+
+/// Index of `bad` within `v` (v.len() if it is not an element).
+pub(crate) fn index_of<T>(v: &[T], bad: *mut T) -> usize {
+    v.iter().position(|w| ptr::eq(w, bad)).unwrap_or(v.len())
+}
+
+pub(crate) fn post_error<T>(verb: &'static str, rc: i32, v: &[T], bad: *mut T) -> IbvError {
+    let source = if rc < 0 {
+        std::io::Error::from_raw_os_error(-rc)
+    } else {
+        std::io::Error::from_raw_os_error(rc)
+    };
+    IbvError::Post {
+        verb,
+        index: index_of(v, bad).min(v.len().saturating_sub(1)),
+        source,
+    }
+}
+
+pub(crate) fn build_recv_chain(reqs: &[RecvRequest<'_>]) -> Result<Vec<ibv_recv_wr>> {
+    let mut wrs = Vec::with_capacity(reqs.len());
+    for r in reqs {
+        wrs.push(ibv_recv_wr {
+            wr_id: r.wr_id,
+            next: ptr::null_mut(),
+            // Sge is #[repr(C)] with ibv_sge's layout (checked in pd.rs); the
+            // provider reads the list during the call only.
+            sg_list: r.sges.as_ptr().cast::<ibv_sge>().cast_mut(),
+            num_sge: i32::try_from(r.sges.len())
+                .map_err(|_| IbvError::InvalidArgument("too many SGEs".into()))?,
+        });
+    }
+    link(&mut wrs, |w, n| w.next = n);
+    Ok(wrs)
+}
