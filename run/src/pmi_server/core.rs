@@ -106,18 +106,19 @@ impl Core {
         let size = cfg.size;
         let mut job_attrs = HashMap::new();
         let mapping = cfg.process_mapping.trim();
-        let node_of = match parse_process_mapping(mapping, size) {
-            Ok(n) => n,
+        let (node_of, valid) = match parse_process_mapping(mapping, size) {
+            Ok(n) => (n, true),
             Err(e) => {
                 if !mapping.is_empty() {
                     tracing::warn!(target: "pmi", "server: ignoring process mapping {mapping:?}: {e}");
                 }
-                vec![0; size as usize]
+                (vec![0; size as usize], false)
             }
         };
         // Like Hydra, drop a mapping that does not fit a value (clients then
-        // fall back to exchanging host names).
-        if !mapping.is_empty() && mapping.len() < VALLEN_MAX {
+        // fall back to exchanging host names); never serve one that does not
+        // parse.
+        if valid && mapping.len() < VALLEN_MAX {
             job_attrs.insert("PMI_process_mapping".to_string(), mapping.to_string());
         }
         job_attrs.insert("universeSize".to_string(), size.to_string());
