@@ -15,6 +15,8 @@
 //! * `--exit-without-finalize`: every rank exits with status 0 right after
 //!   the checks, without PMI finalize (the launcher must see a failure).
 //! * `--long-len N`: length of the long value (default 3000 bytes).
+//! * `--pid-dir DIR`: write this process's pid to `DIR/rank-R.pid` before
+//!   the first fence (lets tests check that no rank survives an abort).
 //! * `--quiet`: print only errors.
 
 use std::process::ExitCode;
@@ -29,11 +31,12 @@ struct Opts {
     no_finalize: bool,
     long_len: usize,
     quiet: bool,
+    pid_dir: Option<std::path::PathBuf>,
 }
 
 fn usage(msg: &str) -> ExitCode {
     eprintln!("tmpi-pmicheck: {msg}");
-    eprintln!("usage: tmpi-pmicheck [--abort CODE [--abort-rank R]] [--exit-without-finalize] [--long-len N] [--quiet]");
+    eprintln!("usage: tmpi-pmicheck [--abort CODE [--abort-rank R]] [--exit-without-finalize] [--long-len N] [--pid-dir DIR] [--quiet]");
     ExitCode::from(2)
 }
 
@@ -65,6 +68,7 @@ fn parse_args() -> Result<Opts, String> {
                     .parse()
                     .map_err(|_| format!("--long-len {v:?}: not a length"))?;
             }
+            "--pid-dir" => o.pid_dir = Some(value("--pid-dir")?.into()),
             "--exit-without-finalize" => o.no_finalize = true,
             "--quiet" => o.quiet = true,
             "-h" | "--help" => return Err("help".into()),
@@ -117,6 +121,11 @@ fn run(o: &Opts) -> Result<(), String> {
         );
     }
     let size = info.size;
+    if let Some(dir) = &o.pid_dir {
+        let path = dir.join(format!("rank-{rank}.pid"));
+        std::fs::write(&path, std::process::id().to_string())
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
     let mut modex = PmiModex::new(client);
     modex
         .put("check.short", &short_value(rank))
