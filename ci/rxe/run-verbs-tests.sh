@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# run-verbs-tests.sh - runs tmpi-verbs against REAL libibverbs on a soft-RoCE
+# device (rdma_rxe, rxe0) inside a throw-away qemu VM (the host kernel has no RDMA).
+#
+# What it does (idempotent, fresh Debian 12 machine with Rust, gcc, python3):
+#   1. builds, on the host, the ibv_smoke example and every test binary of the
+#      tmpi-verbs package (lib unit tests + tests/*.rs integration tests);
+#   2. boots Debian's stock kernel under qemu via ci/rxe/rxe-run.sh, which installs
+#      what it needs from Debian packages on first use (qemu-system-x86,
+#      busybox-static, libibverbs1, ibverbs-providers, ibverbs-utils, the kernel
+#      package into a cache dir) and creates rxe0;
+#   3. in the guest, with TMPI_VERBS_TEST_DEVICE=rxe0: ibv_devinfo, ibv_smoke,
+#      the lib's `ibv::` unit tests, and each integration test binary;
+#   4. exits non-zero if anything failed (124 timeout, 125 VM failure).
+#
+# env: TMPI_RXE_TEST_FILTER  regex on integration-test binary names (default: all)
+#      TMPI_RXE_SKIP=1       skip the whole run (prints why; exit 0)
+#      RXE_TIMEOUT           whole-VM bound in seconds (default here: 900)
+#      RXE_CACHE, RXE_ACCEL, RXE_VERBOSE: see rxe-run.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+log() { echo "run-verbs-tests: $*" >&2; }
+
+if [ "${TMPI_RXE_SKIP:-0}" = 1 ]; then
+    log "skipped (TMPI_RXE_SKIP=1)"
+    exit 0
+fi
+[ "$(uname -m)" = x86_64 ] || { log "only x86_64 hosts can run the rxe VM"; exit 1; }
+[ "$(id -u)" = 0 ] || { log "must run as root (apt-get, VM image staging)"; exit 1; }
+
+export CARGO_TERM_COLOR=never
+log "building tmpi-verbs test binaries"
+cargo build -p tmpi-verbs --example ibv_smoke --quiet
+cargo test -p tmpi-verbs --no-run --quiet --message-format=json > "$ROOT/target/rxe-build.json"
+
+PAY=$(mktemp -d /var/tmp/tmpi-rxe-payload.XXXXXX)
+trap 'rm -rf "$PAY"' EXIT
+mkdir -p "$PAY/tests"
+
+# debug info stripped: the payload travels in the initramfs (guest RAM)
+strip_copy() { objcopy --strip-debug "$1" "$2" 2>/dev/null || cp "$1" "$2"; }
+strip_copy target/debug/examples/ibv_smoke "$PAY/ibv_smoke"
+
+python3 - "$ROOT/target/rxe-build.json" "${TMPI_RXE_TEST_FILTER:-}" > "$PAY/list" <<'EOF'
+import json, re, sys
+flt = re.compile(sys.argv[2]) if sys.argv[2] else None
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    pid = m["package_id"]
+    if "tmpi-verbs" not in pid and not pid.split("#")[0].endswith("/verbs"):
+        continue
+    kinds = m["target"]["kind"]
+    name = m["target"]["name"]
+    if "lib" in kinds:
+        print("lib", m["executable"])
+    elif "test" in kinds and (flt is None or flt.search(name)):
+        print("test", m["executable"], name)
+EOF
+while read -r kind exe name; do
+    case $kind in
+        lib) strip_copy "$exe" "$PAY/lib-tests" ;;
+        test) strip_copy "$exe" "$PAY/tests/$name" ;;
+    esac
+done < "$PAY/list"
+[ -f "$PAY/lib-tests" ] || { log "lib test binary not found in cargo output"; exit 1; }
+log "payload: ibv_smoke, lib-tests, $(ls "$PAY/tests" | wc -l) integration test binaries ($(du -sh "$PAY" | cut -f1))"
+
+cat > "$PAY/guest.sh" <<'EOF'
+# runs inside the VM (cwd /payload)
+export TMPI_VERBS_TEST_DEVICE=${RXE_DEV:-rxe0} RUST_BACKTRACE=1 RUST_TEST_THREADS=1
+pass=0 fail=0 failed=""
+run() {
+    local name=$1; shift
+    echo "=== $name"
+    if "$@"; then pass=$((pass + 1)); echo "=== $name: PASS"
+    else fail=$((fail + 1)); failed="$failed $name"; echo "=== $name: FAIL"; fi
+}
+ibv_devinfo -v -d "$TMPI_VERBS_TEST_DEVICE" 2>&1 | grep -E 'hca_id|transport:|fw_ver|state:|link_layer|max_qp:|tag matching|max_num_tags' || true
+run ibv_smoke ./ibv_smoke "$TMPI_VERBS_TEST_DEVICE"
+run "lib ibv:: unit tests" ./lib-tests ibv::
+for t in tests/*; do
+    [ -x "$t" ] || continue
+    run "$(basename "$t")" "./$t"
+done
+echo "rxe summary:${failed:+ failed:$failed}"
+echo "rxe: $pass passed, $fail failed"
+[ "$fail" = 0 ]
+EOF
+
+export RXE_TIMEOUT=${RXE_TIMEOUT:-900}
+log "booting the rxe VM"
+bash ci/rxe/rxe-run.sh "$PAY" -- bash guest.sh
