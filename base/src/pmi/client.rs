@@ -682,9 +682,11 @@ impl PmiClient {
     /// Stores `value` under `key` in the job's KVS; peers see it after the
     /// next [`PmiClient::fence`].
     ///
-    /// Values are text: no control characters, no space (PMI-1) and no `;`
-    /// (PMI-2), and not longer than [`PmiClient::value_budget`]. Encode
-    /// binary data first (the [`super::PmiModex`] does).
+    /// Values are text without control characters, spaces and `;`, whatever
+    /// the protocol (PMI-1 cannot carry spaces, PMI-2 cannot carry `;`;
+    /// refusing both everywhere keeps code portable between launchers), and
+    /// not longer than [`PmiClient::value_budget`]. Encode binary data first
+    /// (the [`super::PmiModex`] does).
     pub fn put(&mut self, key: &str, value: &str) -> Result<(), PmiError> {
         self.check_key(key)?;
         let bad = |reason: String| {
