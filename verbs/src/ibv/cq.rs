@@ -262,6 +262,13 @@ impl CompletionQueue {
         &self.ctx
     }
 
+    /// Number of entries the provider allocated (≥ the requested `cqe`).
+    pub fn capacity(&self) -> u32 {
+        // SAFETY: live CQ; `cqe` is set at creation (or resize, which tmpi never does).
+        let cqe = unsafe { (*self.as_cq()).cqe };
+        cqe.max(0) as u32
+    }
+
     pub(crate) fn as_cq(&self) -> *mut ibv_cq {
         match self.kind {
             Kind::Ex(c) => inline::cq_ex_to_cq(c.as_ptr()),

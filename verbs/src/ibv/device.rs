@@ -59,6 +59,8 @@ pub struct DeviceAttr {
     pub max_cqe: i32,
     /// Maximum MRs.
     pub max_mr: i32,
+    /// Maximum PDs.
+    pub max_pd: i32,
     /// Maximum outstanding RDMA reads/atomics a QP can be the target of.
     pub max_qp_rd_atom: i32,
     /// Maximum outstanding RDMA reads/atomics a QP can initiate.
@@ -118,6 +120,8 @@ pub struct PortAttr {
     pub sm_lid: u16,
     /// Link layer.
     pub link_layer: LinkLayer,
+    /// Largest message.
+    pub max_msg_sz: u32,
 }
 
 impl PortAttr {
@@ -388,6 +392,7 @@ impl Context {
             max_cq: o.max_cq,
             max_cqe: o.max_cqe,
             max_mr: o.max_mr,
+            max_pd: o.max_pd,
             max_qp_rd_atom: o.max_qp_rd_atom,
             max_qp_init_rd_atom: o.max_qp_init_rd_atom,
             max_srq: o.max_srq,
@@ -428,6 +433,7 @@ impl Context {
             gid_tbl_len: a.gid_tbl_len,
             lid: a.lid,
             sm_lid: a.sm_lid,
+            max_msg_sz: a.max_msg_sz,
             link_layer: match u32::from(a.link_layer) {
                 IBV_LINK_LAYER_INFINIBAND => LinkLayer::InfiniBand,
                 IBV_LINK_LAYER_ETHERNET => LinkLayer::Ethernet,

@@ -178,6 +178,20 @@ pub(crate) unsafe fn post_srq_ops(
     }
 }
 
+/// `ibv_get_srq_num()`.
+///
+/// # Safety
+/// `srq` live, `num` valid for writes.
+pub(crate) unsafe fn get_srq_num(srq: *mut ibv_srq, num: *mut u32) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*srq).context, get_srq_num) {
+            None => libc::EOPNOTSUPP,
+            Some(f) => f(srq, num),
+        }
+    }
+}
+
 /// `ibv_post_srq_recv()`: through `context->ops.post_srq_recv`.
 ///
 /// # Safety

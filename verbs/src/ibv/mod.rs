@@ -33,8 +33,11 @@ mod error;
 mod inline;
 mod loader;
 mod pd;
+mod provider;
 mod qp;
 mod srq;
+#[cfg(test)]
+mod tests;
 
 pub use cq::{Completion, CompletionQueue, TmInfo, WcOp, WcStatus};
 pub use device::{
@@ -44,5 +47,6 @@ pub use device::{
 pub use error::{IbvError, Result};
 pub use loader::{Library, DEFAULT_LIBRARY, LIBRARY_ENV};
 pub use pd::{Access, MemoryRegion, ProtectionDomain, RawMemoryRegion, Sge};
+pub use provider::{IbvContext, IbvCq, IbvMr, IbvPd, IbvProvider, IbvQp, IbvSrq};
 pub use qp::{ConnectParams, QpCaps, QpEndpoint, QpState, QueuePair, SendOp, SendRequest};
 pub use srq::{RecvRequest, SharedReceiveQueue, TmOp, TmOpKind};

@@ -195,7 +195,7 @@ pub struct QueuePair {
     _send_cq: Arc<CompletionQueue>,
     _recv_cq: Arc<CompletionQueue>,
     srq: Option<Arc<SharedReceiveQueue>>,
-    qp: NonNull<ibv_qp>,
+    pub(crate) qp: NonNull<ibv_qp>,
     qpn: u32,
     caps: QpCaps,
     /// Serialises state transitions and records the current state.
@@ -227,6 +227,18 @@ impl ProtectionDomain {
         srq: Option<&Arc<SharedReceiveQueue>>,
         caps: QpCaps,
     ) -> Result<QueuePair> {
+        self.create_rc_qp_with(send_cq, recv_cq, srq, caps, false)
+    }
+
+    /// [`ProtectionDomain::create_rc_qp`] with `sq_sig_all` (every send signaled).
+    pub fn create_rc_qp_with(
+        self: &Arc<Self>,
+        send_cq: &Arc<CompletionQueue>,
+        recv_cq: &Arc<CompletionQueue>,
+        srq: Option<&Arc<SharedReceiveQueue>>,
+        caps: QpCaps,
+        sq_sig_all: bool,
+    ) -> Result<QueuePair> {
         for cq in [send_cq, recv_cq] {
             if !Arc::ptr_eq(cq.context(), &self.ctx) {
                 return Err(IbvError::InvalidArgument(
@@ -246,7 +258,7 @@ impl ProtectionDomain {
                 max_inline_data: caps.max_inline_data,
             },
             qp_type: IBV_QPT_RC,
-            sq_sig_all: 0,
+            sq_sig_all: i32::from(sq_sig_all),
             ..Default::default()
         };
         // SAFETY: live PD and CQs/SRQ; attr is a local the provider updates with granted caps.
@@ -307,7 +319,7 @@ impl QueuePair {
         })
     }
 
-    fn modify(
+    pub(crate) fn modify(
         &self,
         from: Option<QpState>,
         attr: &mut ibv_qp_attr,

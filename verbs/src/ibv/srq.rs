@@ -174,6 +174,22 @@ impl SharedReceiveQueue {
         self.tm.is_some()
     }
 
+    /// `(max_num_tags, max_ops)` of a TM SRQ as requested at creation.
+    pub fn tm_caps(&self) -> Option<(u32, u32)> {
+        self.tm
+    }
+
+    /// `ibv_get_srq_num` (XRC/TM SRQs; `EOPNOTSUPP` on providers without it).
+    pub fn srq_num(&self) -> Result<u32> {
+        let mut n = 0u32;
+        // SAFETY: live SRQ; n is a local.
+        let rc = unsafe { inline::get_srq_num(self.srq.as_ptr(), &mut n) };
+        if rc != 0 {
+            return Err(IbvError::code("ibv_get_srq_num", rc));
+        }
+        Ok(n)
+    }
+
     /// The protection domain.
     pub fn pd(&self) -> &Arc<ProtectionDomain> {
         &self.pd
