@@ -29,7 +29,7 @@ fn start_job(size: u32, args: &[&str], env: &[(&str, &str)]) -> Job {
         appnum: 0,
         job_attrs: Vec::new(),
     };
-    let (server, fds) = PmiServer::new(cfg).expect("server");
+    let (server, fds) = PmiServer::new(cfg.clone()).expect("server");
     let (handle, events) = server.spawn().expect("spawn server");
     let mut children = Vec::new();
     for (rank, fd) in fds.into_iter().enumerate() {
@@ -39,9 +39,7 @@ fn start_job(size: u32, args: &[&str], env: &[(&str, &str)]) -> Job {
             .env_remove("PMI_PORT")
             .env_remove("PMI_ID")
             .env_remove("TMPI_PMI_VERSION")
-            .env("PMI_FD", CHILD_PMI_FD.to_string())
-            .env("PMI_RANK", rank.to_string())
-            .env("PMI_SIZE", size.to_string())
+            .envs(cfg.rank_env(rank as u32, CHILD_PMI_FD))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         for (k, v) in env {

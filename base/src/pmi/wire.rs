@@ -485,4 +485,47 @@ mod tests {
         assert!(format_v2_frame(&Message::new("kvs-put").with("value", "a;b")).is_err());
         assert!(format_v2_frame(&Message::new("kvs-put").with("", "a")).is_err());
     }
+
+    /// Random bytes never panic the parsers; random valid messages survive
+    /// a format/parse round trip in both framings.
+    #[test]
+    fn random_inputs_and_roundtrips() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        const ALPHA: &[u8] = b"abcXYZ019-_.:=()[],/ ;";
+        for _ in 0..20_000 {
+            let n = (next() % 48) as usize;
+            let junk: Vec<u8> = (0..n).map(|_| next() as u8).collect();
+            let _ = parse_v1_line(&junk);
+            let _ = parse_v2_frame(&junk, 40);
+            let _ = parse_v2_body(&junk);
+            let text: Vec<u8> = (0..n)
+                .map(|_| ALPHA[(next() % ALPHA.len() as u64) as usize])
+                .collect();
+            let _ = parse_v1_line(&text);
+            let _ = parse_v2_body(&text);
+            // Round trip of a message built from the text.
+            let s = String::from_utf8(text).unwrap();
+            let mut m = Message::new("c");
+            for (i, part) in s.split('|').enumerate() {
+                m.push(format!("k{i}"), part);
+            }
+            if let Ok(line) = format_v1_line(&m) {
+                assert_eq!(parse_v1_line(&line).unwrap(), m);
+            } else {
+                assert!(s.contains(' '));
+            }
+            if let Ok(frame) = format_v2_frame(&m) {
+                let (back, used) = parse_v2_frame(&frame, V2_MAX_BODY).unwrap().unwrap();
+                assert_eq!((back, used), (m, frame.len()));
+            } else {
+                assert!(s.contains(';'));
+            }
+        }
+    }
 }

@@ -147,7 +147,8 @@ impl Core {
         let Some(c) = self.conns.get_mut(rank as usize) else {
             return;
         };
-        if c.closed {
+        if c.closed || c.aborted {
+            // After abort nothing is served; drop input instead of buffering it.
             return;
         }
         c.inbuf.extend_from_slice(data);
@@ -743,5 +744,109 @@ impl Core {
                 self.send(r as u32, h.framing, m);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(size: u32) -> ServerConfig {
+        ServerConfig {
+            size,
+            kvsname: "kvs".into(),
+            process_mapping: "(vector,(0,1,2))".into(),
+            appnum: 0,
+            job_attrs: Vec::new(),
+        }
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    const SEEDS: &[&[u8]] = &[
+        b"cmd=init pmi_version=1 pmi_subversion=1\n",
+        b"cmd=put kvsname=kvs key=a value=b\n",
+        b"cmd=get kvsname=kvs key=a\n",
+        b"cmd=barrier_in\n",
+        b"mcmd=spawn\nnprocs=1\ntotspawns=2\nspawnssofar=1\nendcmd\n",
+        b"14    cmd=kvs-fence;",
+        b"41    cmd=info-getnodeattr;key=k;wait=TRUE;",
+        b"38    cmd=info-putnodeattr;key=k;value=v;",
+        b"26    cmd=kvs-put;key=a;value=b;",
+        b"000013cmd=finalize;",
+        b"cmd=abort exitcode=3\n",
+    ];
+
+    /// Random and mutated input never panics, buffers stay bounded, and
+    /// every connection either keeps being served or is closed.
+    #[test]
+    fn random_input_never_panics() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        for _round in 0..300 {
+            let mut core = Core::new(&cfg(3));
+            for _ in 0..60 {
+                let rank = rng.below(4) as u32; // includes an invalid rank
+                let mut msg: Vec<u8> = SEEDS[rng.below(SEEDS.len())].to_vec();
+                match rng.below(4) {
+                    0 => {
+                        let n = rng.below(64);
+                        msg = (0..n).map(|_| rng.next() as u8).collect();
+                    }
+                    1 if !msg.is_empty() => {
+                        let i = rng.below(msg.len());
+                        msg[i] = rng.next() as u8;
+                    }
+                    2 if !msg.is_empty() => {
+                        let i = rng.below(msg.len());
+                        msg.truncate(i);
+                    }
+                    _ => {}
+                }
+                core.on_data(rank, &msg);
+                if rng.below(40) == 0 {
+                    core.on_eof(rank);
+                }
+                for c in &mut core.conns {
+                    assert!(c.inbuf.len() <= MAX_MCMD + 64, "unbounded input buffer");
+                    c.outbuf.clear();
+                }
+            }
+            core.events.clear();
+        }
+    }
+
+    #[test]
+    fn reply_framing_follows_the_request() {
+        let mut core = Core::new(&cfg(1));
+        core.on_data(0, b"cmd=get_appnum\n");
+        assert_eq!(core.conns[0].outbuf, b"cmd=appnum rc=0 appnum=0\n");
+        core.conns[0].outbuf.clear();
+        core.on_data(0, b"14    cmd=job-getid;");
+        assert_eq!(
+            core.conns[0].outbuf,
+            b"38    cmd=job-getid-response;rc=0;jobid=kvs;"
+        );
+        core.conns[0].outbuf.clear();
+        // Byte-by-byte delivery of two pipelined requests.
+        for b in b"cmd=get_appnum\n22    cmd=job-getid;thrid=x;".iter() {
+            core.on_data(0, std::slice::from_ref(b));
+        }
+        let out = String::from_utf8(core.conns[0].outbuf.clone()).unwrap();
+        assert!(out.starts_with("cmd=appnum rc=0 appnum=0\n"), "{out}");
+        assert!(
+            out.ends_with("cmd=job-getid-response;rc=0;thrid=x;jobid=kvs;"),
+            "{out}"
+        );
     }
 }

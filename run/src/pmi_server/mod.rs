@@ -65,6 +65,22 @@ pub struct ServerConfig {
     pub job_attrs: Vec<(String, String)>,
 }
 
+impl ServerConfig {
+    /// The PMI environment of `rank` whose end of the socketpair is
+    /// descriptor `child_fd` in the child: `PMI_FD`, `PMI_RANK`, `PMI_SIZE`.
+    ///
+    /// `PMI_JOBID` is deliberately not set: tmpi clients take it as the sign
+    /// of Slurm and then speak PMI-2 (either protocol works with this
+    /// server; `TMPI_PMI_VERSION` forces one).
+    pub fn rank_env(&self, rank: u32, child_fd: i32) -> Vec<(&'static str, String)> {
+        vec![
+            ("PMI_FD", child_fd.to_string()),
+            ("PMI_RANK", rank.to_string()),
+            ("PMI_SIZE", self.size.to_string()),
+        ]
+    }
+}
+
 /// Something the launcher may need to act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PmiEvent {
