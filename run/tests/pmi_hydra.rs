@@ -174,12 +174,8 @@ fn hydra_abort_ends_the_job_with_the_code() {
         r.stdout,
         r.stderr
     );
-    assert!(
-        r.stderr
-            .contains("rank 1 aborting the job with exit code 7"),
-        "{}",
-        r.stderr
-    );
+    // (The aborting rank's stderr line is not checked: Hydra may exit before
+    // its proxy forwards it.)
     assert!(
         !r.stdout.contains(": ok"),
         "a rank finished despite the abort:\n{}",
