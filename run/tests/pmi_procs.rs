@@ -257,3 +257,69 @@ fn rank_without_pmi_use_is_an_idle_disconnect() {
     );
     job.handle.shutdown();
 }
+
+fn run_alone(env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tmpi-pmicheck"));
+    for v in [
+        "PMI_FD",
+        "PMI_PORT",
+        "PMI_RANK",
+        "PMI_SIZE",
+        "PMI_JOBID",
+        "PMI_ID",
+        "TMPI_PMI_VERSION",
+    ] {
+        cmd.env_remove(v);
+    }
+    cmd.envs(env.iter().copied()).stdin(Stdio::null());
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + DEADLINE;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("tmpi-pmicheck did not finish");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn singleton_start_without_launcher() {
+    let out = run_alone(&[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("rank 0/1: "), "{stdout}");
+    assert!(stdout.contains("version=Singleton"), "{stdout}");
+    assert!(stdout.contains("rank 0: ok (1 peers verified)"), "{stdout}");
+}
+
+#[test]
+fn bad_pmi_environment_fails_with_a_message() {
+    for env in [
+        &[
+            ("PMI_FD", "not-a-number"),
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "1"),
+        ][..],
+        &[("PMI_FD", "987"), ("PMI_RANK", "0"), ("PMI_SIZE", "1")],
+        &[("PMI_PORT", "localhost:1"), ("PMI_ID", "0")],
+        &[("TMPI_PMI_VERSION", "7")],
+    ] {
+        let out = run_alone(env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{env:?}: {stderr}");
+        assert!(
+            stderr.contains("tmpi-pmicheck: connect: "),
+            "{env:?}: {stderr}"
+        );
+    }
+}
