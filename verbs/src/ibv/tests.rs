@@ -266,7 +266,7 @@ fn provider_traits_on_real_device() {
         .unwrap();
     }
     let c = poll_n(1);
-    assert_eq!(c[0].kind(), api::Completion::RdmaRead);
+    assert_eq!(c[0].kind(), api::Completion::RdmaRead, "{c:?}");
     // SAFETY: as above.
     assert_eq!(
         unsafe { std::slice::from_raw_parts(base.add(6000), 24) },
