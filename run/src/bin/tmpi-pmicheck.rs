@@ -18,6 +18,8 @@
 //! * `--pid-dir DIR`: write this process's pid to `DIR/rank-R.pid` before
 //!   the first fence (lets tests check that no rank survives an abort).
 //! * `--quiet`: print only errors.
+//!
+//! `TMPI_MCA_pmi_base_verbose=100` shows every PMI message on stderr.
 
 use std::process::ExitCode;
 
@@ -102,6 +104,10 @@ fn short_value(rank: u32) -> Vec<u8> {
 
 fn run(o: &Opts) -> Result<(), String> {
     let mut client = PmiClient::connect_from_env().map_err(|e| format!("connect: {e}"))?;
+    // PMI traffic is logged at TRACE with TMPI_MCA_pmi_base_verbose=100.
+    if let Err(e) = tmpi_base::log::init_logging(client.rank()) {
+        eprintln!("tmpi-pmicheck: logging not set up: {e}");
+    }
     let info = client
         .process_info()
         .map_err(|e| format!("process_info: {e}"))?;
