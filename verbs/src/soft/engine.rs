@@ -1,0 +1,946 @@
+//! The soft NIC's engine: the state of one opened device and the code that
+//! moves data. It runs inside the owning process's verbs calls: posting
+//! pushes records into the peer's ring, and every CQ poll calls
+//! [`Engine::progress`], which drains this device's rings, serves RDMA
+//! requests, runs the TM-SRQ models and flushes queued records.
+//!
+//! # RDMA validation (at the target)
+//! An RDMA read or write travels as a request record to the target QP; the
+//! *target's* engine checks the rkey (exists, same PD as the QP, access flag
+//! granted on the region and on the QP, range inside the region) and only
+//! then moves the bytes with `process_vm_readv`/`process_vm_writev` against
+//! the requester's pid (whose local buffers the requester validated against
+//! its lkeys at post time). A failed check answers `RemAccessErr` and touches
+//! no memory. The requester's completion arrives with the response. Both
+//! sides must therefore be polling, as with any progress-driven soft device.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::config::SoftConfig;
+use super::shm::{self, kind, RecHdr, Segment, FLAG_IMM};
+use super::tm::{Arrival, TmAction, TmConfig, TmListModel, TmRef};
+use crate::api::{
+    AccessFlags, QpState, Sge, SrqAttr, VerbsError, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+};
+
+pub(crate) type Model = TmListModel<Vec<Sge>, Vec<u8>>;
+
+#[derive(Debug)]
+pub(crate) struct MrEntry {
+    pub pd: u32,
+    pub addr: u64,
+    pub len: u64,
+    pub access: AccessFlags,
+}
+
+#[derive(Debug)]
+pub(crate) struct CqState {
+    pub cap: u32,
+    pub q: VecDeque<(WorkCompletion, Option<(u32, TmRef)>)>,
+    pub overrun: bool,
+}
+
+#[derive(Debug)]
+enum Outstanding {
+    Rdma {
+        wr_id: u64,
+        opcode: WcOpcode,
+        signaled: bool,
+        len: u32,
+    },
+    TmRndv {
+        srq: u32,
+        id: u64,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct QpEntry {
+    pub pd: u32,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub srq: Option<u32>,
+    pub state: QpState,
+    pub access: AccessFlags,
+    pub sq_sig_all: bool,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub inbound: Segment,
+    pub outbound: Option<Segment>,
+    /// Peer (pid, instance, qpn) once connected.
+    pub remote: Option<(u32, u32, u32)>,
+    pub rq: VecDeque<(u64, Vec<Sge>)>,
+    /// Records waiting for room in the peer's ring, with the send completion
+    /// to report once pushed.
+    pending: VecDeque<(RecHdr, Vec<u8>, Option<WorkCompletion>)>,
+    outstanding: HashMap<u64, Outstanding>,
+    next_req: u64,
+}
+
+impl QpEntry {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        pd: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        srq: Option<u32>,
+        sq_sig_all: bool,
+        max_send_wr: u32,
+        max_recv_wr: u32,
+        inbound: Segment,
+    ) -> Self {
+        QpEntry {
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+            state: QpState::Reset,
+            access: AccessFlags::empty(),
+            sq_sig_all,
+            max_send_wr,
+            max_recv_wr,
+            inbound,
+            outbound: None,
+            remote: None,
+            rq: VecDeque::new(),
+            pending: VecDeque::new(),
+            outstanding: HashMap::new(),
+            next_req: 1,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) enum SrqKind {
+    Basic {
+        q: VecDeque<(u64, Vec<Sge>)>,
+        max_wr: u32,
+    },
+    Tm {
+        model: Box<Model>,
+        cq: u32,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct SrqEntry {
+    pub pd: u32,
+    pub kind: SrqKind,
+}
+
+/// The device state, behind the context's mutex.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub pid: u32,
+    pub instance: u32,
+    pub cfg: SoftConfig,
+    next_id: u32,
+    key_salt: u32,
+    pub mrs: HashMap<u32, MrEntry>,
+    pub cqs: HashMap<u32, CqState>,
+    pub qps: HashMap<u32, QpEntry>,
+    pub srqs: HashMap<u32, SrqEntry>,
+    /// A failed scatter of a TM-SRQ, reported on the completion that follows.
+    scatter_errors: HashMap<u32, WcStatus>,
+}
+
+fn sum_len(sges: &[Sge]) -> u64 {
+    sges.iter().map(|s| u64::from(s.length)).sum()
+}
+
+impl Engine {
+    pub(crate) fn new(pid: u32, instance: u32, cfg: SoftConfig) -> Self {
+        Engine {
+            pid,
+            instance,
+            cfg,
+            next_id: 1,
+            key_salt: (pid.wrapping_mul(2_654_435_761) ^ instance) & 0xff,
+            mrs: HashMap::new(),
+            cqs: HashMap::new(),
+            qps: HashMap::new(),
+            srqs: HashMap::new(),
+            scatter_errors: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn alloc_id(&mut self) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// A fresh memory key: counter in the high bits, a per-device salt in the
+    /// low byte, so keys of different devices rarely collide.
+    pub(crate) fn alloc_key(&mut self) -> u32 {
+        (self.alloc_id() << 8) | self.key_salt
+    }
+
+    // ---- local memory checks -------------------------------------------------
+
+    /// Checks that every SGE lies in a region of `pd` with `need` access.
+    fn check_local(&self, pd: u32, sges: &[Sge], need: AccessFlags) -> Result<(), WcStatus> {
+        for s in sges {
+            let mr = self.mrs.get(&s.lkey).ok_or(WcStatus::LocProtErr)?;
+            let end = s
+                .addr
+                .checked_add(u64::from(s.length))
+                .ok_or(WcStatus::LocProtErr)?;
+            if mr.pd != pd
+                || !mr.access.contains(need)
+                || s.addr < mr.addr
+                || end > mr.addr + mr.len
+            {
+                return Err(WcStatus::LocProtErr);
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies `data` into `sges` (validated: LOCAL_WRITE in `pd`).
+    fn scatter(&self, pd: u32, sges: &[Sge], data: &[u8]) -> Result<(), WcStatus> {
+        self.check_local(pd, sges, AccessFlags::LOCAL_WRITE)?;
+        if (data.len() as u64) > sum_len(sges) {
+            return Err(WcStatus::LocLenErr);
+        }
+        let mut at = 0usize;
+        for s in sges {
+            if at >= data.len() {
+                break;
+            }
+            let n = (s.length as usize).min(data.len() - at);
+            // SAFETY: the SGE lies inside a live region with LOCAL_WRITE
+            // (checked above); the region's registration contract keeps the
+            // memory valid and the posting contract makes it ours to write.
+            unsafe { shm::copy_to_local(s.addr, &data[at..at + n]) };
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// Gathers `sges` (validated in `pd` unless `inline`).
+    fn gather(&self, pd: u32, sges: &[Sge], inline: bool) -> Result<Vec<u8>, WcStatus> {
+        if !inline {
+            self.check_local(pd, sges, AccessFlags::empty())?;
+        }
+        let mut v = Vec::with_capacity(sum_len(sges) as usize);
+        for s in sges {
+            // SAFETY: registered memory (checked) or, for inline sends, memory
+            // the caller promised readable by the posting contract.
+            v.extend_from_slice(&unsafe { shm::read_local(s.addr, s.length as usize) });
+        }
+        Ok(v)
+    }
+
+    // ---- completions -----------------------------------------------------------
+
+    pub(crate) fn push_cq(&mut self, cq: u32, wc: WorkCompletion, tm: Option<(u32, TmRef)>) {
+        let Some(c) = self.cqs.get_mut(&cq) else {
+            tracing::warn!(target: "verbs", cq, "soft: completion for a destroyed CQ dropped");
+            return;
+        };
+        if c.q.len() >= c.cap as usize {
+            if !c.overrun {
+                tracing::error!(target: "verbs", cq, cap = c.cap, "soft: CQ overrun");
+            }
+            c.overrun = true;
+            return;
+        }
+        c.q.push_back((wc, tm));
+    }
+
+    /// Pops completions of `cq` into `out`, after running the device.
+    pub(crate) fn poll_cq(
+        &mut self,
+        cq: u32,
+        out: &mut [WorkCompletion],
+    ) -> Result<usize, VerbsError> {
+        self.progress();
+        let c = self
+            .cqs
+            .get_mut(&cq)
+            .ok_or_else(|| VerbsError::verb("ibv_poll_cq", libc::EINVAL))?;
+        if c.overrun {
+            return Err(VerbsError::CqOverrun { capacity: c.cap });
+        }
+        let mut n = 0;
+        let mut refs = Vec::new();
+        while n < out.len() {
+            let Some((wc, tm)) = c.q.pop_front() else {
+                break;
+            };
+            out[n] = wc;
+            n += 1;
+            if let Some(r) = tm {
+                refs.push(r);
+            }
+        }
+        for (srq, r) in refs {
+            if let Some(SrqEntry {
+                kind: SrqKind::Tm { model, .. },
+                ..
+            }) = self.srqs.get_mut(&srq)
+            {
+                model.completion_polled(r);
+            }
+        }
+        Ok(n)
+    }
+
+    // ---- sending ---------------------------------------------------------------
+
+    /// Queues a record towards the peer of `qpn`, reporting `wc` on the send
+    /// CQ once it is in the peer's ring.
+    fn send_record(&mut self, qpn: u32, hdr: RecHdr, payload: Vec<u8>, wc: Option<WorkCompletion>) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        qp.pending.push_back((hdr, payload, wc));
+        self.flush(qpn);
+    }
+
+    /// Pushes queued records into the peer's ring while there is room.
+    fn flush(&mut self, qpn: u32) -> bool {
+        let mut done = Vec::new();
+        let mut did = false;
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            let Some(out) = &qp.outbound else {
+                return false;
+            };
+            while let Some((hdr, payload, _)) = qp.pending.front() {
+                if !out.push(*hdr, &[payload]) {
+                    break;
+                }
+                let (_, _, wc) = qp.pending.pop_front().expect("front exists");
+                did = true;
+                if let Some(wc) = wc {
+                    done.push((qp.send_cq, wc));
+                }
+            }
+        }
+        for (cq, wc) in done {
+            self.push_cq(cq, wc, None);
+        }
+        did
+    }
+
+    /// `ibv_post_send` of a SEND or SEND_WITH_IMM.
+    pub(crate) fn post_send_msg(
+        &mut self,
+        qpn: u32,
+        wr_id: u64,
+        sges: &[Sge],
+        imm: Option<u32>,
+        signaled: bool,
+        inline: bool,
+    ) -> Result<(), VerbsError> {
+        let qp = self.qp_for_send(qpn)?;
+        let (pd, cq, sig_all) = (qp.pd, qp.send_cq, qp.sq_sig_all);
+        let max = qp.outbound.as_ref().map(|o| o.max_payload()).unwrap_or(0);
+        let wc = WorkCompletion {
+            wr_id,
+            opcode: WcOpcode::Send,
+            qp_num: qpn,
+            ..Default::default()
+        };
+        let data = match self.gather(pd, sges, inline) {
+            Ok(d) => d,
+            Err(status) => {
+                self.push_cq(cq, WorkCompletion { status, ..wc }, None);
+                return Ok(());
+            }
+        };
+        if data.len() > max {
+            return Err(VerbsError::InvalidArgument(format!(
+                "message of {} bytes exceeds the soft NIC's max_msg_sz {max}",
+                data.len()
+            )));
+        }
+        let hdr = RecHdr {
+            kind: kind::SEND,
+            len: data.len() as u64,
+            imm: imm.unwrap_or(0),
+            flags: if imm.is_some() { FLAG_IMM } else { 0 },
+            ..Default::default()
+        };
+        let report = (signaled || sig_all).then_some(wc);
+        self.send_record(qpn, hdr, data, report);
+        Ok(())
+    }
+
+    /// `ibv_post_send` of an RDMA read or write.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn post_rdma(
+        &mut self,
+        qpn: u32,
+        wr_id: u64,
+        sges: &[Sge],
+        remote_addr: u64,
+        rkey: u32,
+        read: bool,
+        signaled: bool,
+    ) -> Result<(), VerbsError> {
+        let qp = self.qp_for_send(qpn)?;
+        let (pd, cq, sig_all) = (qp.pd, qp.send_cq, qp.sq_sig_all);
+        let opcode = if read {
+            WcOpcode::RdmaRead
+        } else {
+            WcOpcode::RdmaWrite
+        };
+        let need = if read {
+            AccessFlags::LOCAL_WRITE
+        } else {
+            AccessFlags::empty()
+        };
+        if let Err(status) = self.check_local(pd, sges, need) {
+            let wc = WorkCompletion {
+                wr_id,
+                status,
+                opcode,
+                qp_num: qpn,
+                ..Default::default()
+            };
+            self.push_cq(cq, wc, None);
+            return Ok(());
+        }
+        let len = sum_len(sges);
+        let out = Outstanding::Rdma {
+            wr_id,
+            opcode,
+            signaled: signaled || sig_all,
+            len: len as u32,
+        };
+        self.rdma_request(qpn, sges, remote_addr, rkey, len, read, out);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rdma_request(
+        &mut self,
+        qpn: u32,
+        sges: &[Sge],
+        remote_addr: u64,
+        rkey: u32,
+        len: u64,
+        read: bool,
+        out: Outstanding,
+    ) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let req_id = qp.next_req;
+        qp.next_req += 1;
+        qp.outstanding.insert(req_id, out);
+        let mut payload = Vec::with_capacity(sges.len() * 16);
+        for s in sges {
+            payload.extend_from_slice(&s.addr.to_ne_bytes());
+            payload.extend_from_slice(&u64::from(s.length).to_ne_bytes());
+        }
+        let hdr = RecHdr {
+            kind: if read {
+                kind::READ_REQ
+            } else {
+                kind::WRITE_REQ
+            },
+            req_id,
+            addr: remote_addr,
+            len,
+            rkey,
+            ..Default::default()
+        };
+        self.send_record(qpn, hdr, payload, None);
+    }
+
+    fn qp_for_send(&self, qpn: u32) -> Result<&QpEntry, VerbsError> {
+        let qp = self
+            .qps
+            .get(&qpn)
+            .ok_or_else(|| VerbsError::post("ibv_post_send", 0, libc::EINVAL))?;
+        if qp.state != QpState::Rts {
+            return Err(VerbsError::post("ibv_post_send", 0, libc::EINVAL));
+        }
+        if (qp.pending.len() + qp.outstanding.len()) as u32 >= qp.max_send_wr {
+            return Err(VerbsError::post("ibv_post_send", 0, libc::ENOMEM));
+        }
+        Ok(qp)
+    }
+
+    pub(crate) fn post_recv(
+        &mut self,
+        qpn: u32,
+        wr_id: u64,
+        sges: &[Sge],
+    ) -> Result<(), VerbsError> {
+        let qp = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or_else(|| VerbsError::post("ibv_post_recv", 0, libc::EINVAL))?;
+        if qp.srq.is_some() || qp.state == QpState::Reset {
+            return Err(VerbsError::post("ibv_post_recv", 0, libc::EINVAL));
+        }
+        if qp.rq.len() as u32 >= qp.max_recv_wr {
+            return Err(VerbsError::post("ibv_post_recv", 0, libc::ENOMEM));
+        }
+        qp.rq.push_back((wr_id, sges.to_vec()));
+        if qp.state == QpState::Error {
+            self.flush_errors(qpn);
+        }
+        Ok(())
+    }
+
+    /// Completes every queued receive and send of an errored QP with
+    /// `WrFlushErr`.
+    pub(crate) fn flush_errors(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let mut out = Vec::new();
+        for (wr_id, _) in qp.rq.drain(..) {
+            out.push((
+                qp.recv_cq,
+                WorkCompletion {
+                    wr_id,
+                    status: WcStatus::WrFlushErr,
+                    opcode: WcOpcode::Recv,
+                    qp_num: qpn,
+                    ..Default::default()
+                },
+            ));
+        }
+        for (_, _, wc) in qp.pending.drain(..) {
+            if let Some(wc) = wc {
+                out.push((
+                    qp.send_cq,
+                    WorkCompletion {
+                        status: WcStatus::WrFlushErr,
+                        ..wc
+                    },
+                ));
+            }
+        }
+        for (_, o) in qp.outstanding.drain() {
+            if let Outstanding::Rdma { wr_id, opcode, .. } = o {
+                out.push((
+                    qp.send_cq,
+                    WorkCompletion {
+                        wr_id,
+                        status: WcStatus::WrFlushErr,
+                        opcode,
+                        qp_num: qpn,
+                        ..Default::default()
+                    },
+                ));
+            }
+        }
+        for (cq, wc) in out {
+            self.push_cq(cq, wc, None);
+        }
+    }
+
+    // ---- receiving ---------------------------------------------------------------
+
+    /// Runs the device until nothing moves (bounded).
+    pub(crate) fn progress(&mut self) {
+        for _ in 0..64 {
+            let mut did = false;
+            let qpns: Vec<u32> = self.qps.keys().copied().collect();
+            for qpn in &qpns {
+                did |= self.flush(*qpn);
+                did |= self.drain(*qpn);
+            }
+            let srqs: Vec<u32> = self.srqs.keys().copied().collect();
+            for s in srqs {
+                did |= self.run_tm(s);
+            }
+            for qpn in &qpns {
+                if let Some(qp) = self.qps.get_mut(qpn) {
+                    if qp.inbound.attached_peer().is_some() {
+                        qp.inbound.unlink();
+                    }
+                }
+            }
+            if !did {
+                break;
+            }
+        }
+    }
+
+    fn drain(&mut self, qpn: u32) -> bool {
+        let mut did = false;
+        loop {
+            let Some(qp) = self.qps.get(&qpn) else {
+                return did;
+            };
+            if !matches!(qp.state, QpState::Rtr | QpState::Rts) {
+                return did;
+            }
+            let Some((rec, payload)) = qp.inbound.peek() else {
+                return did;
+            };
+            let consumed = match rec.kind {
+                kind::SEND => self.on_send(qpn, &rec, payload),
+                kind::WRITE_REQ | kind::READ_REQ => {
+                    self.on_rdma_req(qpn, &rec, &payload);
+                    true
+                }
+                kind::RESP => {
+                    self.on_resp(qpn, &rec);
+                    true
+                }
+                other => {
+                    tracing::error!(target: "verbs", kind = other, "soft: unknown record dropped");
+                    true
+                }
+            };
+            if !consumed {
+                return did; // RNR: no receive buffer yet
+            }
+            if let Some(qp) = self.qps.get(&qpn) {
+                qp.inbound.advance(&rec);
+            }
+            did = true;
+        }
+    }
+
+    /// Delivers a SEND; false when no receive buffer is available (RNR).
+    fn on_send(&mut self, qpn: u32, rec: &RecHdr, payload: Vec<u8>) -> bool {
+        let qp = &self.qps[&qpn];
+        let (pd, recv_cq, srq) = (qp.pd, qp.recv_cq, qp.srq);
+        let src_qp = qp.remote.map(|r| r.2).unwrap_or(0);
+        let imm = (rec.flags & FLAG_IMM != 0).then_some(rec.imm);
+        let buf = match srq {
+            Some(s) => match self.srqs.get_mut(&s).map(|e| &mut e.kind) {
+                Some(SrqKind::Tm { model, .. }) => {
+                    model.message_arrived(Arrival {
+                        qp_num: qpn,
+                        src_qp,
+                        message: payload,
+                    });
+                    return true;
+                }
+                Some(SrqKind::Basic { q, .. }) => q.pop_front(),
+                None => None,
+            },
+            None => self.qps.get_mut(&qpn).and_then(|q| q.rq.pop_front()),
+        };
+        let Some((wr_id, sges)) = buf else {
+            return false;
+        };
+        let status = match self.scatter(pd, &sges, &payload) {
+            Ok(()) => WcStatus::Success,
+            Err(s) => s,
+        };
+        let wc = WorkCompletion {
+            wr_id,
+            status,
+            opcode: WcOpcode::Recv,
+            flags: if imm.is_some() {
+                WcFlags::WITH_IMM
+            } else {
+                WcFlags::empty()
+            },
+            byte_len: payload.len() as u32,
+            qp_num: qpn,
+            src_qp,
+            imm_data: imm,
+            ..Default::default()
+        };
+        self.push_cq(recv_cq, wc, None);
+        true
+    }
+
+    /// Serves an RDMA request as the target: validate, then move the bytes.
+    fn on_rdma_req(&mut self, qpn: u32, rec: &RecHdr, payload: &[u8]) {
+        let read = rec.kind == kind::READ_REQ;
+        let qp = &self.qps[&qpn];
+        let peer_pid = qp.remote.map(|r| r.0);
+        let need = if read {
+            AccessFlags::REMOTE_READ
+        } else {
+            AccessFlags::REMOTE_WRITE
+        };
+        let iov: Vec<(u64, u64)> = payload
+            .chunks_exact(16)
+            .map(|c| {
+                let mut a = [0u8; 8];
+                let mut l = [0u8; 8];
+                a.copy_from_slice(&c[..8]);
+                l.copy_from_slice(&c[8..]);
+                (u64::from_ne_bytes(a), u64::from_ne_bytes(l))
+            })
+            .collect();
+        let iov_len: u64 = iov.iter().map(|x| x.1).sum();
+        let status = match self.mrs.get(&rec.rkey) {
+            Some(mr)
+                if mr.pd == qp.pd
+                    && mr.access.contains(need)
+                    && qp.access.contains(need)
+                    && rec.addr >= mr.addr
+                    && rec
+                        .addr
+                        .checked_add(rec.len)
+                        .is_some_and(|e| e <= mr.addr + mr.len)
+                    && iov_len == rec.len =>
+            {
+                let local = [(rec.addr, rec.len)];
+                let r = match peer_pid {
+                    None => Err(std::io::Error::from_raw_os_error(libc::ENOTCONN)),
+                    // SAFETY: `local` lies inside a live registered region of
+                    // this process (checked above) granting this access.
+                    Some(pid) if read => unsafe { shm::vm_write(pid, &local, &iov) },
+                    // SAFETY: as above; REMOTE_WRITE granted on the region.
+                    Some(pid) => unsafe { shm::vm_read(pid, &local, &iov) },
+                };
+                match r {
+                    Ok(()) => WcStatus::Success,
+                    Err(e) => {
+                        tracing::warn!(target: "verbs", error = %e, "soft: process_vm transfer failed");
+                        WcStatus::RemOpErr
+                    }
+                }
+            }
+            _ => {
+                tracing::debug!(target: "verbs", rkey = rec.rkey, addr = rec.addr, len = rec.len, "soft: remote access violation");
+                WcStatus::RemAccessErr
+            }
+        };
+        let resp = RecHdr {
+            kind: kind::RESP,
+            req_id: rec.req_id,
+            status: status_code(status),
+            ..Default::default()
+        };
+        self.send_record(qpn, resp, Vec::new(), None);
+    }
+
+    fn on_resp(&mut self, qpn: u32, rec: &RecHdr) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let send_cq = qp.send_cq;
+        let status = status_from_code(rec.status);
+        match qp.outstanding.remove(&rec.req_id) {
+            Some(Outstanding::Rdma {
+                wr_id,
+                opcode,
+                signaled,
+                len,
+            }) => {
+                if signaled || status != WcStatus::Success {
+                    let wc = WorkCompletion {
+                        wr_id,
+                        status,
+                        opcode,
+                        byte_len: if opcode == WcOpcode::RdmaRead { len } else { 0 },
+                        qp_num: qpn,
+                        ..Default::default()
+                    };
+                    self.push_cq(send_cq, wc, None);
+                }
+            }
+            Some(Outstanding::TmRndv { srq, id }) => {
+                if let Some(SrqEntry {
+                    kind: SrqKind::Tm { model, .. },
+                    ..
+                }) = self.srqs.get_mut(&srq)
+                {
+                    model.rndv_finished(id, status);
+                }
+            }
+            None => {
+                tracing::warn!(target: "verbs", req = rec.req_id, "soft: response to unknown request")
+            }
+        }
+    }
+
+    /// Executes the actions of a TM-SRQ's model.
+    fn run_tm(&mut self, srq: u32) -> bool {
+        let mut did = false;
+        loop {
+            let Some(SrqEntry {
+                pd,
+                kind: SrqKind::Tm { model, cq },
+            }) = self.srqs.get_mut(&srq)
+            else {
+                return did;
+            };
+            let (pd, cq) = (*pd, *cq);
+            let Some(action) = model.poll_action() else {
+                return did;
+            };
+            did = true;
+            match action {
+                TmAction::Scatter {
+                    buffer,
+                    message,
+                    offset,
+                    len,
+                } => {
+                    if let Err(status) = self.scatter(pd, &buffer, &message[offset..offset + len]) {
+                        // The completion that follows reports the failure.
+                        self.pending_scatter_error(srq, status);
+                    }
+                }
+                TmAction::Complete { mut wc, tm_ref } => {
+                    if let Some(s) = self.take_scatter_error(srq) {
+                        wc.status = s;
+                    }
+                    self.push_cq(cq, wc, Some((srq, tm_ref)));
+                }
+                TmAction::RdmaRead {
+                    id,
+                    qp_num,
+                    buffer,
+                    rvh,
+                } => {
+                    let ok = self.qps.get(&qp_num).is_some_and(|q| q.outbound.is_some())
+                        && self
+                            .check_local(pd, &buffer, AccessFlags::LOCAL_WRITE)
+                            .is_ok();
+                    if !ok {
+                        if let Some(SrqEntry {
+                            kind: SrqKind::Tm { model, .. },
+                            ..
+                        }) = self.srqs.get_mut(&srq)
+                        {
+                            model.rndv_finished(id, WcStatus::LocProtErr);
+                        }
+                        continue;
+                    }
+                    // Read exactly rvh.len bytes into the front of the buffer.
+                    let mut left = u64::from(rvh.len);
+                    let mut sges = Vec::new();
+                    for s in &buffer {
+                        if left == 0 {
+                            break;
+                        }
+                        let n = left.min(u64::from(s.length));
+                        sges.push(Sge {
+                            length: n as u32,
+                            ..*s
+                        });
+                        left -= n;
+                    }
+                    self.rdma_request(
+                        qp_num,
+                        &sges,
+                        rvh.va,
+                        rvh.rkey,
+                        u64::from(rvh.len),
+                        true,
+                        Outstanding::TmRndv { srq, id },
+                    );
+                }
+                TmAction::SendFin { qp_num, header } => {
+                    let mut b = vec![0u8; header.header_len()];
+                    if header.emit(&mut b).is_ok() {
+                        let hdr = RecHdr {
+                            kind: kind::SEND,
+                            len: b.len() as u64,
+                            ..Default::default()
+                        };
+                        self.send_record(qp_num, hdr, b, None);
+                    }
+                }
+            }
+        }
+    }
+
+    fn pending_scatter_error(&mut self, srq: u32, status: WcStatus) {
+        self.scatter_errors.insert(srq, status);
+    }
+
+    fn take_scatter_error(&mut self, srq: u32) -> Option<WcStatus> {
+        self.scatter_errors.remove(&srq)
+    }
+
+    // ---- SRQ ---------------------------------------------------------------------
+
+    pub(crate) fn create_srq(
+        &mut self,
+        pd: u32,
+        attr: &SrqAttr,
+        cq: Option<u32>,
+    ) -> Result<u32, VerbsError> {
+        let kind = match attr.tm {
+            None => SrqKind::Basic {
+                q: VecDeque::new(),
+                max_wr: attr.max_wr,
+            },
+            Some(tm) => {
+                let cq = cq.ok_or_else(|| {
+                    VerbsError::InvalidArgument("a TM-SRQ needs a completion queue".into())
+                })?;
+                if self.cfg.max_num_tags == 0 {
+                    return Err(VerbsError::verb("ibv_create_srq_ex", libc::EOPNOTSUPP));
+                }
+                if tm.max_num_tags == 0
+                    || tm.max_num_tags > self.cfg.max_num_tags
+                    || tm.max_ops == 0
+                    || tm.max_ops > self.cfg.max_ops
+                {
+                    return Err(VerbsError::verb("ibv_create_srq_ex", libc::EINVAL));
+                }
+                SrqKind::Tm {
+                    model: Box::new(TmListModel::new(TmConfig {
+                        max_num_tags: tm.max_num_tags,
+                        max_ops: tm.max_ops,
+                        max_rndv_hdr_size: self.cfg.max_rndv_hdr_size,
+                        max_untagged: attr.max_wr,
+                        sync_mode: self.cfg.sync_mode,
+                    })),
+                    cq,
+                }
+            }
+        };
+        let id = self.alloc_id();
+        self.srqs.insert(id, SrqEntry { pd, kind });
+        Ok(id)
+    }
+
+    pub(crate) fn post_srq_recv(
+        &mut self,
+        srq: u32,
+        wr_id: u64,
+        sges: &[Sge],
+    ) -> Result<(), VerbsError> {
+        let e = self
+            .srqs
+            .get_mut(&srq)
+            .ok_or_else(|| VerbsError::post("ibv_post_srq_recv", 0, libc::EINVAL))?;
+        match &mut e.kind {
+            SrqKind::Basic { q, max_wr } => {
+                if q.len() as u32 >= *max_wr {
+                    return Err(VerbsError::post("ibv_post_srq_recv", 0, libc::ENOMEM));
+                }
+                q.push_back((wr_id, sges.to_vec()));
+            }
+            SrqKind::Tm { model, .. } => {
+                let len = sum_len(sges).min(u64::from(u32::MAX)) as u32;
+                model
+                    .post_untagged(wr_id, sges.to_vec(), len)
+                    .map_err(|e| VerbsError::post("ibv_post_srq_recv", 0, e.errno()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Wire code of a completion status in a RESP record.
+fn status_code(s: WcStatus) -> u32 {
+    match s {
+        WcStatus::Success => 0,
+        WcStatus::RemAccessErr => 1,
+        WcStatus::RemOpErr => 2,
+        _ => 3,
+    }
+}
+
+fn status_from_code(c: u32) -> WcStatus {
+    match c {
+        0 => WcStatus::Success,
+        1 => WcStatus::RemAccessErr,
+        2 => WcStatus::RemOpErr,
+        _ => WcStatus::GeneralErr,
+    }
+}

@@ -1,0 +1,807 @@
+//! The conformance suite of the verbs interface. Every test is written once,
+//! generic over [`Provider`], and runs against the device named by
+//! `TMPI_VERBS_TEST_DEVICE` (default: the soft NIC `tmsoft0`; e.g. `rxe0`
+//! inside the rxe VM). Tag-matching tests are skipped (with a message) when
+//! the device reports no TM caps; on the soft NIC they always run.
+//!
+//! All tests use two QPs of one process connected to each other (loopback),
+//! which works on every provider; cross-process behaviour of the soft NIC is
+//! in `soft_multiproc.rs`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tmpi_verbs::wire::{Rvh, TagHeader, Tmh, TmhOpcode, TMH_LEN};
+use tmpi_verbs::*;
+
+struct Loop<P: Provider> {
+    ctx: P::Context,
+    pd: P::Pd,
+    cq: P::Cq,
+    a: P::Qp,
+    b: P::Qp,
+}
+
+/// Makes the SRQ that `b` attaches to.
+type MakeSrq<'a, P> =
+    &'a dyn Fn(&<P as Provider>::Pd, &<P as Provider>::Cq) -> <P as Provider>::Srq;
+
+/// Two connected QPs on one CQ; `srq` attaches `b` to it.
+fn setup<P: Provider>(
+    p: &P,
+    dev: &str,
+    srq_of_b: Option<MakeSrq<'_, P>>,
+) -> (Loop<P>, Option<P::Srq>) {
+    let ctx = p.open(dev).expect("open");
+    let pd = ctx.alloc_pd().expect("alloc_pd");
+    let cq = ctx
+        .create_cq_ex(&CqInitAttr {
+            cqe: 256,
+            with_tm_info: false,
+        })
+        .expect("create_cq_ex");
+    let srq = srq_of_b.map(|f| f(&pd, &cq));
+    let mk = |srq: Option<&P::Srq>| {
+        pd.create_qp(&QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        })
+        .expect("create_qp")
+    };
+    let a = mk(None);
+    let b = mk(srq.as_ref());
+    let la = local_addr::<P>(&ctx, &a);
+    let lb = local_addr::<P>(&ctx, &b);
+    connect::<P>(&a, &la, &lb);
+    connect::<P>(&b, &lb, &la);
+    (Loop { ctx, pd, cq, a, b }, srq)
+}
+
+mod suite {
+    use super::*;
+
+    pub fn device_and_port<P: Provider>(p: &P, dev: &str) {
+        let devs = p.devices().expect("devices");
+        assert!(devs.iter().any(|d| d.name == dev), "{dev} not in {devs:?}");
+        let ctx = p.open(dev).expect("open");
+        assert_eq!(ctx.device_name(), dev);
+        let attr = ctx.query_device_ex().expect("query_device_ex");
+        assert!(attr.phys_port_cnt >= 1);
+        assert!(attr.max_qp > 0 && attr.max_cqe > 0);
+        let port = ctx.query_port(1).expect("query_port");
+        assert_eq!(port.state, PortState::Active);
+        let gids = ctx.query_gid_table().expect("gid table");
+        assert!(!gids.is_empty(), "no GID");
+        assert!(gids.iter().all(|g| !g.gid.is_zero()));
+        if dev.starts_with("rxe") || dev.starts_with("siw") {
+            assert!(!attr.tm_caps.supported(), "{dev} must report no TM caps");
+            assert_eq!(attr.tm_caps.max_num_tags, 0);
+        }
+        if dev == tmpi_verbs::soft::DEVICE_NAME {
+            assert!(attr.tm_caps.supported());
+            assert!(devs.iter().all(|d| d.explicit_only), "soft NIC is opt-in");
+        }
+        assert!(matches!(
+            p.open("no-such-dev0"),
+            Err(VerbsError::NoSuchDevice(_))
+        ));
+    }
+
+    pub fn rc_send_recv<P: Provider>(p: &P, dev: &str) {
+        let (l, _) = setup::<P>(p, dev, None);
+        let src = Buf::<P>::rw(&l.pd, 8192);
+        let dst = Buf::<P>::rw(&l.pd, 8192);
+        let sizes = [1usize, 100, 4096, 8000];
+        for (i, n) in sizes.iter().enumerate() {
+            recv::<P>(&l.b, 100 + i as u64, dst.sge(0, 8192));
+            src.write(0, &pattern(i as u8, *n));
+            send::<P>(&l.a, i as u64, src.sge(0, *n));
+            let wcs = wait::<P>(&l.cq, 2, &[]);
+            let s = wcs
+                .iter()
+                .find(|w| w.opcode == WcOpcode::Send)
+                .expect("send wc");
+            let r = wcs
+                .iter()
+                .find(|w| w.opcode == WcOpcode::Recv)
+                .expect("recv wc");
+            assert_eq!((s.wr_id, s.status), (i as u64, WcStatus::Success));
+            assert_eq!(r.wr_id, 100 + i as u64);
+            assert_eq!(r.status, WcStatus::Success);
+            assert_eq!(r.byte_len as usize, *n);
+            assert_eq!(r.qp_num, l.b.qp_num());
+            assert_eq!(&dst.read()[..*n], &pattern(i as u8, *n)[..]);
+        }
+        // Order is kept and send-with-immediate carries its value.
+        for i in 0..4u64 {
+            recv::<P>(&l.b, 200 + i, dst.sge(i as usize * 16, 16));
+        }
+        for i in 0..4u64 {
+            src.write(i as usize * 16, &[i as u8; 16]);
+            // SAFETY: buffers live until the completions below.
+            unsafe {
+                l.a.post_send(&SendWr {
+                    wr_id: i,
+                    sg_list: &[src.sge(i as usize * 16, 16)],
+                    opcode: SendOpcode::SendWithImm(0xabc0 + i as u32),
+                    flags: SendFlags::SIGNALED,
+                })
+            }
+            .expect("post_send");
+        }
+        let wcs = wait::<P>(&l.cq, 8, &[]);
+        let recvs: Vec<_> = wcs.iter().filter(|w| w.opcode == WcOpcode::Recv).collect();
+        assert_eq!(
+            recvs.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+            vec![200, 201, 202, 203]
+        );
+        for (i, w) in recvs.iter().enumerate() {
+            assert_eq!(w.imm_data, Some(0xabc0 + i as u32));
+            assert!(w.flags.contains(WcFlags::WITH_IMM));
+            assert_eq!(&dst.read()[i * 16..i * 16 + 16], &[i as u8; 16]);
+        }
+    }
+
+    pub fn rdma_write_and_read<P: Provider>(p: &P, dev: &str) {
+        let (l, _) = setup::<P>(p, dev, None);
+        let local = Buf::<P>::rw(&l.pd, 65536);
+        let remote = Buf::<P>::rw(&l.pd, 65536);
+        let data = pattern(7, 40_000);
+        local.write(0, &data);
+        // SAFETY: buffers live until the completions.
+        unsafe {
+            l.a.post_send(&SendWr {
+                wr_id: 1,
+                sg_list: &[local.sge(0, data.len())],
+                opcode: SendOpcode::RdmaWrite {
+                    remote_addr: remote.addr() + 100,
+                    rkey: remote.mr.rkey(),
+                },
+                flags: SendFlags::SIGNALED,
+            })
+        }
+        .expect("post write");
+        let w = wait::<P>(&l.cq, 1, &[]);
+        assert_eq!(
+            (w[0].wr_id, w[0].opcode, w[0].status),
+            (1, WcOpcode::RdmaWrite, WcStatus::Success)
+        );
+        assert_eq!(&remote.read()[100..100 + data.len()], &data[..]);
+        assert_eq!(remote.read()[99], 0);
+        // Read back another region of the remote buffer.
+        remote.write(50_000, &pattern(9, 10_000));
+        // SAFETY: as above.
+        unsafe {
+            l.a.post_send(&SendWr {
+                wr_id: 2,
+                sg_list: &[local.sge(40_000, 10_000)],
+                opcode: SendOpcode::RdmaRead {
+                    remote_addr: remote.addr() + 50_000,
+                    rkey: remote.mr.rkey(),
+                },
+                flags: SendFlags::SIGNALED,
+            })
+        }
+        .expect("post read");
+        let w = wait::<P>(&l.cq, 1, &[]);
+        assert_eq!(
+            (w[0].wr_id, w[0].opcode, w[0].status),
+            (2, WcOpcode::RdmaRead, WcStatus::Success)
+        );
+        assert_eq!(&local.read()[40_000..50_000], &pattern(9, 10_000)[..]);
+    }
+
+    /// Bad rkey, out of bounds, missing access flag -> remote access error;
+    /// the target's memory is untouched. Each violation gets its own QP pair
+    /// because real hardware moves the QP to the error state.
+    pub fn bad_rkey_remote_access_error<P: Provider>(p: &P, dev: &str) {
+        let cases: [(&str, u32); 3] = [
+            ("bad rkey", 0),
+            ("out of bounds", 1),
+            ("read-only region", 2),
+        ];
+        for (what, case) in cases {
+            let (l, _) = setup::<P>(p, dev, None);
+            let local = Buf::<P>::rw(&l.pd, 4096);
+            local.write(0, &[0xee; 4096]);
+            let target = Buf::<P>::rw(&l.pd, 4096);
+            let ro = Buf::<P>::new(
+                &l.pd,
+                4096,
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+            );
+            let (addr, rkey) = match case {
+                0 => (target.addr(), target.mr.rkey() ^ 0x5a5a_0000),
+                1 => (target.addr() + 4000, target.mr.rkey()),
+                _ => (ro.addr(), ro.mr.rkey()),
+            };
+            // SAFETY: buffers live until the completion.
+            unsafe {
+                l.a.post_send(&SendWr {
+                    wr_id: 9,
+                    sg_list: &[local.sge(0, 512)],
+                    opcode: SendOpcode::RdmaWrite {
+                        remote_addr: addr,
+                        rkey,
+                    },
+                    flags: SendFlags::SIGNALED,
+                })
+            }
+            .expect("post");
+            let w = wait::<P>(&l.cq, 1, &[]);
+            assert_eq!(w[0].wr_id, 9, "{what}");
+            assert_eq!(w[0].status, WcStatus::RemAccessErr, "{what}");
+            assert!(
+                target.read().iter().all(|b| *b == 0),
+                "{what}: target touched"
+            );
+            assert!(
+                ro.read().iter().all(|b| *b == 0),
+                "{what}: read-only region touched"
+            );
+        }
+    }
+
+    pub fn srq_basic<P: Provider>(p: &P, dev: &str) {
+        let mk = |pd: &P::Pd, _cq: &P::Cq| {
+            pd.create_srq_ex(
+                &SrqAttr {
+                    max_wr: 64,
+                    max_sge: 1,
+                    tm: None,
+                },
+                None,
+            )
+            .expect("create_srq_ex")
+        };
+        let (l, srq) = setup::<P>(p, dev, Some(&mk));
+        let srq = srq.unwrap();
+        assert!(srq.tm().is_none());
+        let bufs = Buf::<P>::rw(&l.pd, 4 * 1024);
+        for i in 0..4 {
+            // SAFETY: buffer lives until completions.
+            unsafe {
+                srq.post_srq_recv(&RecvWr {
+                    wr_id: 500 + i,
+                    sg_list: &[bufs.sge(i as usize * 1024, 1024)],
+                })
+            }
+            .expect("post_srq_recv");
+        }
+        let src = Buf::<P>::rw(&l.pd, 1024);
+        for i in 0..3u64 {
+            src.write(0, &pattern(i as u8, 1000));
+            send::<P>(&l.a, i, src.sge(0, 1000));
+            let wcs = wait::<P>(&l.cq, 2, &[]);
+            let r = wcs.iter().find(|w| w.opcode == WcOpcode::Recv).unwrap();
+            assert_eq!(r.wr_id, 500 + i, "SRQ buffers are used in posting order");
+            assert_eq!(r.byte_len, 1000);
+            assert_eq!(
+                &bufs.read()[i as usize * 1024..i as usize * 1024 + 1000],
+                &pattern(i as u8, 1000)[..]
+            );
+        }
+    }
+
+    pub fn tm_caps_and_srq<P: Provider>(p: &P, dev: &str) {
+        let ctx = p.open(dev).expect("open");
+        let caps = ctx.query_device_ex().expect("query").tm_caps;
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx
+            .create_cq_ex(&CqInitAttr {
+                cqe: 64,
+                with_tm_info: caps.supported(),
+            })
+            .unwrap();
+        let r = pd.create_srq_ex(
+            &SrqAttr {
+                max_wr: 16,
+                max_sge: 1,
+                tm: Some(SrqTmAttr {
+                    max_num_tags: caps.max_num_tags.clamp(1, 16),
+                    max_ops: caps.max_ops.clamp(1, 8),
+                }),
+            },
+            Some(&cq),
+        );
+        if caps.supported() {
+            let srq = r.expect("TM-SRQ");
+            assert!(srq.tm().is_some());
+        } else {
+            let e = r.err().expect("a TM-SRQ on a device without TM must fail");
+            eprintln!("{dev}: no TM caps, create_srq_ex(TM) -> {e}");
+        }
+    }
+
+    pub struct Tm<P: Provider> {
+        pub l: Loop<P>,
+        pub srq: P::Srq,
+        pub caps: TmCaps,
+    }
+
+    /// A loop whose `b` side sits on a TM-SRQ; `None` (skip) without TM caps.
+    pub fn tm_setup<P: Provider>(p: &P, dev: &str, tags: u32) -> Option<Tm<P>> {
+        let caps = p.open(dev).ok()?.query_device_ex().ok()?.tm_caps;
+        if !caps.supported() {
+            eprintln!("SKIP: {dev} reports no tag-matching caps");
+            return None;
+        }
+        let mk = move |pd: &P::Pd, cq: &P::Cq| {
+            pd.create_srq_ex(
+                &SrqAttr {
+                    max_wr: 64,
+                    max_sge: 1,
+                    tm: Some(SrqTmAttr {
+                        max_num_tags: tags.min(caps.max_num_tags),
+                        max_ops: caps.max_ops.min(16),
+                    }),
+                },
+                Some(cq),
+            )
+            .expect("TM-SRQ")
+        };
+        let (l, srq) = setup::<P>(p, dev, Some(&mk));
+        Some(Tm {
+            l,
+            srq: srq.unwrap(),
+            caps,
+        })
+    }
+
+    pub fn tagged(tag: u64, app: u32, payload: &[u8]) -> Vec<u8> {
+        let mut v = Tmh {
+            opcode: TmhOpcode::Eager,
+            app_ctx: app,
+            tag,
+        }
+        .to_bytes()
+        .to_vec();
+        v.extend_from_slice(payload);
+        v
+    }
+
+    pub fn ops<P: Provider>(srq: &P::Srq, ops: &mut [OpsWr<'_>]) {
+        // SAFETY: tagged buffers live until their completions (tests wait).
+        unsafe { srq.post_srq_ops(ops) }.expect("post_srq_ops");
+    }
+
+    pub fn tm_eager_match_and_unexpected<P: Provider>(p: &P, dev: &str) {
+        let Some(t) = tm_setup(p, dev, 16) else {
+            return;
+        };
+        let l = &t.l;
+        let tagbuf = Buf::<P>::rw(&l.pd, 4096);
+        let untagged = Buf::<P>::rw(&l.pd, 4096);
+        // SAFETY: buffers outlive the test's completions.
+        unsafe {
+            t.srq
+                .post_srq_recv(&RecvWr {
+                    wr_id: 77,
+                    sg_list: &[untagged.sge(0, 4096)],
+                })
+                .unwrap();
+        }
+        let sge = [tagbuf.sge(0, 4096)];
+        let mut add = [OpsWr::add(1, 11, &sge, 0x1234_0000, 0xffff_0000).with_sync(0)];
+        ops::<P>(&t.srq, &mut add);
+        let w = wait::<P>(&l.cq, 1, &[]);
+        assert_eq!(w[0].kind(), Completion::TagAdded { sync_req: false });
+        assert_eq!(w[0].wr_id, 1);
+        let src = Buf::<P>::rw(&l.pd, 4096);
+        let msg = tagged(0x1234_5678, 42, &pattern(3, 2000));
+        src.write(0, &msg);
+        send::<P>(&l.a, 5, src.sge(0, msg.len()));
+        let wcs = wait::<P>(&l.cq, 2, &[]);
+        let m = wcs.iter().find(|w| w.opcode == WcOpcode::TmRecv).unwrap();
+        assert_eq!(m.wr_id, 11);
+        assert_eq!(
+            m.kind(),
+            Completion::TagMatched {
+                info: TmInfo {
+                    tag: 0x1234_5678,
+                    priv_: 42
+                },
+                data_valid: true,
+                byte_len: 2000
+            }
+        );
+        assert_eq!(&tagbuf.read()[..2000], &pattern(3, 2000)[..]);
+        // No entry left: the next tagged message is unexpected, headers included.
+        let msg2 = tagged(0x1234_9999, 1, b"late");
+        src.write(0, &msg2);
+        send::<P>(&l.a, 6, src.sge(0, msg2.len()));
+        let wcs = wait::<P>(&l.cq, 2, &[]);
+        let u = wcs.iter().find(|w| w.opcode == WcOpcode::TmRecv).unwrap();
+        assert_eq!(u.wr_id, 77);
+        assert_eq!(
+            u.kind(),
+            Completion::Unexpected {
+                byte_len: msg2.len() as u32
+            }
+        );
+        assert_eq!(&untagged.read()[..msg2.len()], &msg2[..]);
+        // An ADD now carries a stale count: SYNC_REQ; a SYNC with 1 clears it.
+        let mut add = [OpsWr::add(2, 12, &sge, 1, !0).with_sync(0)];
+        ops::<P>(&t.srq, &mut add);
+        let w = wait::<P>(&l.cq, 1, &[]);
+        assert_eq!(w[0].kind(), Completion::TagAdded { sync_req: true });
+        let mut s = [OpsWr::sync(3, 1)];
+        ops::<P>(&t.srq, &mut s);
+        let w = wait::<P>(&l.cq, 1, &[]);
+        assert_eq!(w[0].kind(), Completion::TagSynced);
+        assert!(!w[0].flags.contains(WcFlags::TM_SYNC_REQ));
+    }
+
+    pub fn tm_no_tag_and_del<P: Provider>(p: &P, dev: &str) {
+        let Some(t) = tm_setup(p, dev, 16) else {
+            return;
+        };
+        let l = &t.l;
+        let tagbuf = Buf::<P>::rw(&l.pd, 4096);
+        let untagged = Buf::<P>::rw(&l.pd, 4096);
+        // SAFETY: buffers outlive the completions.
+        unsafe {
+            t.srq
+                .post_srq_recv(&RecvWr {
+                    wr_id: 70,
+                    sg_list: &[untagged.sge(0, 4096)],
+                })
+                .unwrap();
+        }
+        let sge = [tagbuf.sge(0, 4096)];
+        let mut add = [OpsWr::add(1, 11, &sge, 5, !0).with_sync(0)];
+        ops::<P>(&t.srq, &mut add);
+        wait::<P>(&l.cq, 1, &[]);
+        let h = add[0].handle;
+        let mut d = [OpsWr::del(2, h).with_sync(0)];
+        ops::<P>(&t.srq, &mut d);
+        let w = wait::<P>(&l.cq, 1, &[]);
+        assert_eq!(w[0].kind(), Completion::TagDeleted);
+        // NO_TAG lands in the untagged buffer, not counted.
+        let src = Buf::<P>::rw(&l.pd, 64);
+        let mut nt = Tmh {
+            opcode: TmhOpcode::NoTag,
+            app_ctx: 0,
+            tag: 5,
+        }
+        .to_bytes()
+        .to_vec();
+        nt.extend_from_slice(b"plain");
+        src.write(0, &nt);
+        send::<P>(&l.a, 1, src.sge(0, nt.len()));
+        let wcs = wait::<P>(&l.cq, 2, &[]);
+        let r = wcs
+            .iter()
+            .find(|w| w.opcode == WcOpcode::TmNoTag)
+            .expect("NO_TAG");
+        assert_eq!(r.wr_id, 70);
+        // Counts still agree: an ADD is not flagged.
+        let mut add = [OpsWr::add(3, 13, &sge, 6, !0).with_sync(0)];
+        ops::<P>(&t.srq, &mut add);
+        let w = wait::<P>(&l.cq, 1, &[]);
+        assert_eq!(w[0].kind(), Completion::TagAdded { sync_req: false });
+    }
+
+    pub fn tm_list_full_enomem<P: Provider>(p: &P, dev: &str) {
+        let Some(t) = tm_setup(p, dev, 4) else { return };
+        let l = &t.l;
+        let n = 4u32.min(t.caps.max_num_tags);
+        let tagbuf = Buf::<P>::rw(&l.pd, 4096);
+        let sge = [tagbuf.sge(0, 64)];
+        for i in 0..n {
+            let mut a = [OpsWr::add(u64::from(i), 0, &sge, u64::from(i), !0)];
+            ops::<P>(&t.srq, &mut a);
+            wait::<P>(&l.cq, 1, &[]);
+        }
+        let mut a = [OpsWr::add(99, 0, &sge, 99, !0)];
+        // SAFETY: never posted (refused).
+        let e = unsafe { t.srq.post_srq_ops(&mut a) }.expect_err("list full");
+        assert!(e.is_full(), "{e}");
+        assert!(matches!(e, VerbsError::Post { index: 0, .. }));
+    }
+
+    pub fn tm_rndv_offload<P: Provider>(p: &P, dev: &str) {
+        let Some(t) = tm_setup(p, dev, 16) else {
+            return;
+        };
+        let l = &t.l;
+        let data = pattern(5, 100_000);
+        let sendbuf = Buf::<P>::new(
+            &l.pd,
+            data.len(),
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+        );
+        sendbuf.write(0, &data);
+        let tagbuf = Buf::<P>::rw(&l.pd, 128 * 1024);
+        let small = Buf::<P>::rw(&l.pd, 1024);
+        // The sender (QP a, a plain RC QP) receives the FIN in a normal receive.
+        let finbuf = Buf::<P>::rw(&l.pd, 64);
+        recv::<P>(&l.a, 900, finbuf.sge(0, 64));
+        let sge = [tagbuf.sge(0, 128 * 1024)];
+        let mut add = [OpsWr::add(1, 21, &sge, 0xaa, !0).with_sync(0)];
+        ops::<P>(&t.srq, &mut add);
+        wait::<P>(&l.cq, 1, &[]);
+        let req = TagHeader {
+            tmh: Tmh {
+                opcode: TmhOpcode::Rndv,
+                app_ctx: 3,
+                tag: 0xaa,
+            },
+            rvh: Some(Rvh {
+                va: sendbuf.addr(),
+                rkey: sendbuf.mr.rkey(),
+                len: data.len() as u32,
+            }),
+        };
+        let hbuf = Buf::<P>::rw(&l.pd, 64);
+        let mut h = [0u8; 32];
+        req.emit(&mut h).unwrap();
+        hbuf.write(0, &h);
+        send::<P>(&l.a, 7, hbuf.sge(0, 32));
+        let wcs = wait::<P>(&l.cq, 4, &[]);
+        let kinds: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.kind())).collect();
+        let pos = |f: &dyn Fn(&Completion) -> bool| {
+            kinds
+                .iter()
+                .position(|(_, k)| f(k))
+                .unwrap_or_else(|| panic!("{kinds:?}"))
+        };
+        let m = pos(&|k| {
+            matches!(
+                k,
+                Completion::TagMatched {
+                    data_valid: false,
+                    ..
+                }
+            )
+        });
+        let d = pos(&|k| matches!(k, Completion::TagData { byte_len: 100_000 }));
+        let fin = pos(&|k| matches!(k, Completion::Recv { byte_len: 32 }));
+        assert!(m < d, "MATCH before DATA_VALID: {kinds:?}");
+        assert_eq!(kinds[m].0, 21);
+        assert_eq!(kinds[d].0, 21);
+        assert_eq!(kinds[fin].0, 900);
+        assert_eq!(&tagbuf.read()[..data.len()], &data[..]);
+        let f = TagHeader::parse(&finbuf.read()).unwrap();
+        assert_eq!(f.tmh.opcode, TmhOpcode::Fin);
+        assert_eq!(f.tmh.tag, 0xaa);
+        assert_eq!(f.rvh.unwrap().va, sendbuf.addr());
+
+        // Too small a tagged buffer: RNDV_INCOMPLETE with TMH+RVH in it.
+        let sge = [small.sge(0, 1024)];
+        let mut add = [OpsWr::add(2, 22, &sge, 0xbb, !0).with_sync(0)];
+        ops::<P>(&t.srq, &mut add);
+        wait::<P>(&l.cq, 1, &[]);
+        let req2 = TagHeader {
+            tmh: Tmh {
+                tag: 0xbb,
+                ..req.tmh
+            },
+            ..req
+        };
+        req2.emit(&mut h).unwrap();
+        hbuf.write(0, &h);
+        send::<P>(&l.a, 8, hbuf.sge(0, 32));
+        let wcs = wait::<P>(&l.cq, 2, &[]);
+        let inc = wcs.iter().find(|w| w.opcode == WcOpcode::TmRecv).unwrap();
+        assert_eq!(inc.status, WcStatus::TmRndvIncomplete);
+        assert_eq!(inc.wr_id, 22);
+        assert_eq!(TagHeader::parse(&small.read()).unwrap(), req2);
+        let _ = TMH_LEN;
+    }
+}
+
+/// Runs one suite function against the selected provider.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            let dev = device_name();
+            if is_soft() {
+                suite::$name(&soft(), &dev);
+            } else {
+                run_other(&dev, stringify!($name), |p| suite::$name(p, &dev));
+            }
+        }
+    )*};
+}
+
+/// Non-soft devices: the libibverbs provider.
+fn run_other(dev: &str, name: &str, _f: impl FnOnce(&tmpi_verbs::soft::SoftProvider)) {
+    panic!("{name}: device {dev}: the libibverbs provider is not wired into the suite yet");
+}
+
+conformance!(
+    device_and_port,
+    rc_send_recv,
+    rdma_write_and_read,
+    bad_rkey_remote_access_error,
+    srq_basic,
+    tm_caps_and_srq,
+    tm_eager_match_and_unexpected,
+    tm_no_tag_and_del,
+    tm_list_full_enomem,
+    tm_rndv_offload,
+);
+
+// ---- soft NIC only ------------------------------------------------------------
+
+#[test]
+fn soft_cq_overrun_is_reported() {
+    let p = soft();
+    let ctx = p.open("tmsoft0").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx
+        .create_cq_ex(&CqInitAttr {
+            cqe: 2,
+            with_tm_info: false,
+        })
+        .unwrap();
+    let qa = pd
+        .create_qp(&QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap: QpCap::default(),
+            sq_sig_all: true,
+        })
+        .unwrap();
+    let la = local_addr::<tmpi_verbs::soft::SoftProvider>(&ctx, &qa);
+    connect::<tmpi_verbs::soft::SoftProvider>(&qa, &la, &la);
+    let b = Buf::<tmpi_verbs::soft::SoftProvider>::rw(&pd, 64);
+    for i in 0..3 {
+        recv::<tmpi_verbs::soft::SoftProvider>(&qa, 10 + i, b.sge(0, 64));
+    }
+    for i in 0..3 {
+        send::<tmpi_verbs::soft::SoftProvider>(&qa, i, b.sge(0, 8));
+    }
+    let mut out = [WorkCompletion::default(); 8];
+    let e = cq.poll(&mut out).expect_err("overrun must be reported");
+    assert!(matches!(e, VerbsError::CqOverrun { capacity: 2 }), "{e}");
+    assert!(cq.poll(&mut out).is_err(), "and stays reported");
+}
+
+#[test]
+fn soft_recv_errors_loc_len_and_loc_prot() {
+    type S = tmpi_verbs::soft::SoftProvider;
+    let (l, _) = setup::<S>(&soft(), "tmsoft0", None);
+    let src = Buf::<S>::rw(&l.pd, 256);
+    let dst = Buf::<S>::rw(&l.pd, 256);
+    recv::<S>(&l.b, 1, dst.sge(0, 16));
+    send::<S>(&l.a, 2, src.sge(0, 100));
+    let w = wait::<S>(&l.cq, 2, &[]);
+    let r = w.iter().find(|w| w.wr_id == 1).unwrap();
+    assert_eq!(r.status, WcStatus::LocLenErr);
+    // A send from a bad lkey fails locally.
+    let bad = Sge {
+        lkey: 0xdead_beef,
+        ..src.sge(0, 8)
+    };
+    send::<S>(&l.a, 3, bad);
+    let w = wait::<S>(&l.cq, 1, &[]);
+    assert_eq!((w[0].wr_id, w[0].status), (3, WcStatus::LocProtErr));
+    // Send on a QP not in RTS is refused with EINVAL.
+    let qp =
+        l.pd.create_qp(&QpInitAttr {
+            send_cq: &l.cq,
+            recv_cq: &l.cq,
+            srq: None,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        })
+        .unwrap();
+    // SAFETY: refused before touching memory.
+    let e = unsafe {
+        qp.post_send(&SendWr {
+            wr_id: 1,
+            sg_list: &[src.sge(0, 8)],
+            opcode: SendOpcode::Send,
+            flags: SendFlags::SIGNALED,
+        })
+    }
+    .unwrap_err();
+    assert_eq!(e.os_error(), Some(libc::EINVAL));
+    let _ = &l.ctx;
+}
+
+#[test]
+fn soft_rnr_waits_for_a_buffer() {
+    type S = tmpi_verbs::soft::SoftProvider;
+    let (l, _) = setup::<S>(&soft(), "tmsoft0", None);
+    let src = Buf::<S>::rw(&l.pd, 64);
+    let dst = Buf::<S>::rw(&l.pd, 64);
+    src.write(0, b"early");
+    send::<S>(&l.a, 1, src.sge(0, 5));
+    let w = wait::<S>(&l.cq, 1, &[]);
+    assert_eq!(w[0].opcode, WcOpcode::Send);
+    expect_none::<S>(&l.cq, Duration::from_millis(20));
+    recv::<S>(&l.b, 2, dst.sge(0, 64));
+    let w = wait::<S>(&l.cq, 1, &[]);
+    assert_eq!((w[0].wr_id, w[0].byte_len), (2, 5));
+    assert_eq!(&dst.read()[..5], b"early");
+}
+
+/// §4 on the device: DEL held in the NIC while a message consumes the entry.
+#[test]
+fn soft_device_race_del_vs_match_tm_err() {
+    type S = tmpi_verbs::soft::SoftProvider;
+    let t = suite::tm_setup::<S>(&soft(), "tmsoft0", 16).unwrap();
+    let l = &t.l;
+    let tagbuf = Buf::<S>::rw(&l.pd, 256);
+    let sge = [tagbuf.sge(0, 256)];
+    let mut add = [OpsWr::add(1, 31, &sge, 9, !0).with_sync(0)];
+    suite::ops::<S>(&t.srq, &mut add);
+    wait::<S>(&l.cq, 1, &[]);
+    t.srq.hold_ops(true);
+    let mut del = [OpsWr::del(2, add[0].handle).with_sync(0)];
+    suite::ops::<S>(&t.srq, &mut del);
+    let src = Buf::<S>::rw(&l.pd, 64);
+    let m = suite::tagged(9, 0, b"hit");
+    src.write(0, &m);
+    send::<S>(&l.a, 3, src.sge(0, m.len()));
+    let w = wait::<S>(&l.cq, 2, &[]);
+    assert!(w
+        .iter()
+        .any(|w| w.wr_id == 31 && w.flags.contains(WcFlags::TM_MATCH)));
+    assert_eq!(t.srq.tm_snapshot().unwrap().queued_ops, 1);
+    assert!(t.srq.release_op());
+    let w = wait::<S>(&l.cq, 1, &[]);
+    assert_eq!(w[0].kind(), Completion::TagDelConsumed);
+    assert_eq!(&tagbuf.read()[..3], b"hit");
+}
+
+/// §4 on the device: an unexpected message sits in the CQ; an ADD with the
+/// old count is flagged and a second message does not overtake the first.
+#[test]
+fn soft_device_race_unexpected_before_add_sync_req() {
+    type S = tmpi_verbs::soft::SoftProvider;
+    let t = suite::tm_setup::<S>(&soft(), "tmsoft0", 16).unwrap();
+    let l = &t.l;
+    let ub = Buf::<S>::rw(&l.pd, 1024);
+    for i in 0..4 {
+        // SAFETY: buffer outlives completions.
+        unsafe {
+            t.srq.post_srq_recv(&RecvWr {
+                wr_id: 60 + i,
+                sg_list: &[ub.sge(i as usize * 256, 256)],
+            })
+        }
+        .unwrap();
+    }
+    let src = Buf::<S>::rw(&l.pd, 256);
+    t.srq.hold_arrivals(true);
+    let m1 = suite::tagged(4, 1, b"m1");
+    src.write(0, &m1);
+    send::<S>(&l.a, 1, src.sge(0, m1.len()));
+    wait::<S>(&l.cq, 1, &[]); // send completion; m1 held in the NIC
+    assert!(t.srq.release_arrival()); // m1 -> unexpected (not yet polled)
+    let tagbuf = Buf::<S>::rw(&l.pd, 256);
+    let sge = [tagbuf.sge(0, 256)];
+    let mut add = [OpsWr::add(2, 41, &sge, 4, !0).with_sync(0)];
+    suite::ops::<S>(&t.srq, &mut add);
+    let m2 = suite::tagged(4, 2, b"m2");
+    src.write(0, &m2);
+    send::<S>(&l.a, 3, src.sge(0, m2.len()));
+    t.srq.hold_arrivals(false);
+    let w = wait::<S>(&l.cq, 4, &[]);
+    let k: Vec<_> = w
+        .iter()
+        .filter(|w| w.opcode != WcOpcode::Send)
+        .map(|w| (w.wr_id, w.kind()))
+        .collect();
+    assert_eq!(
+        k,
+        vec![
+            (60, Completion::Unexpected { byte_len: 18 }),
+            (2, Completion::TagAdded { sync_req: true }),
+            (61, Completion::Unexpected { byte_len: 18 }),
+        ]
+    );
+    let s = t.srq.tm_snapshot().unwrap();
+    assert_eq!((s.hw_cnt, s.sw_cnt), (2, 0));
+}
