@@ -83,6 +83,21 @@ pub struct ComponentDescriptor {
     pub probe: fn() -> Availability,
 }
 
+/// What every crate with components or parameters exports (conventionally
+/// as `pub fn register`): adds its component descriptors to `comps` and
+/// registers its framework-level parameters in `reg`. `tmpi_info` and MPI
+/// initialisation call each provider, then
+/// [`ComponentRegistry::register_params`].
+pub type Provider = fn(&Registry, &mut ComponentRegistry) -> Result<(), Error>;
+
+/// The provider of tmpi-base: registers base's own parameters
+/// (`mpi_yield_when_idle`, `mca_base_verbose`); base has no components.
+pub fn register_base(reg: &Registry, _comps: &mut ComponentRegistry) -> Result<(), Error> {
+    crate::mca::yield_when_idle(reg)?;
+    reg.register_verbose("mca", "base")?;
+    Ok(())
+}
+
 /// For components without parameters: registers nothing.
 pub fn no_params(_: &Registry) -> Result<(), McaError> {
     Ok(())

@@ -288,6 +288,8 @@ pub struct Sources {
     system_file: Option<ConfigFile>,
     oversubscribed: bool,
     errors: Vec<McaError>,
+    user_path: Option<PathBuf>,
+    system_path: Option<PathBuf>,
 }
 
 impl Sources {
@@ -340,12 +342,14 @@ impl Sources {
     {
         let mut s = Sources::default().with_env(vars);
         if let Some(home) = home {
+            s.user_path = Some(home.join(USER_FILE));
             match ConfigFile::load(&home.join(USER_FILE)) {
                 Ok(f) => s.user_file = f,
                 Err(e) => s.errors.push(e),
             }
         }
         if let Some(prefix) = prefix {
+            s.system_path = Some(prefix.join(SYSTEM_FILE));
             match ConfigFile::load(&prefix.join(SYSTEM_FILE)) {
                 Ok(f) => s.system_file = f,
                 Err(e) => s.errors.push(e),
@@ -396,12 +400,14 @@ impl Sources {
 
     /// Sets the user file (`$HOME/.tmpi/mca-params.conf`).
     pub fn with_user_file(mut self, file: ConfigFile) -> Self {
+        self.user_path = Some(file.path.clone());
         self.user_file = Some(file);
         self
     }
 
     /// Sets the system file (`<prefix>/etc/tmpi-mca-params.conf`).
     pub fn with_system_file(mut self, file: ConfigFile) -> Self {
+        self.system_path = Some(file.path.clone());
         self.system_file = Some(file);
         self
     }
@@ -416,6 +422,22 @@ impl Sources {
     /// files, a corrupt [`CMDLINE_ENV`], non-UTF-8 variables).
     pub fn errors(&self) -> &[McaError] {
         &self.errors
+    }
+
+    /// The user file's path (`$HOME/.tmpi/mca-params.conf`) and whether it
+    /// was read; `None` without a home directory.
+    pub fn user_file_path(&self) -> Option<(&Path, bool)> {
+        self.user_path
+            .as_deref()
+            .map(|p| (p, self.user_file.is_some()))
+    }
+
+    /// The system file's path (`<prefix>/etc/tmpi-mca-params.conf`) and
+    /// whether it was read; `None` when no prefix is known.
+    pub fn system_file_path(&self) -> Option<(&Path, bool)> {
+        self.system_path
+            .as_deref()
+            .map(|p| (p, self.system_file.is_some()))
     }
 
     /// Whether the launcher reported an oversubscribed node.

@@ -1,0 +1,273 @@
+//! Runs the `tmpi_info` binary with controlled environments and checks its
+//! output: sources and their precedence end to end, bad input, options.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tmpi_base::mca::{encode_cmdline, CMDLINE_ENV};
+
+struct Env {
+    home: PathBuf,
+    prefix: PathBuf,
+}
+
+impl Env {
+    fn new(tag: &str) -> Env {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let root = std::env::temp_dir().join(format!(
+            "tmpi-info-test-{}-{}-{tag}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+        let e = Env {
+            home: root.join("home"),
+            prefix: root.join("prefix"),
+        };
+        std::fs::create_dir_all(&e.home).unwrap();
+        std::fs::create_dir_all(&e.prefix).unwrap();
+        e
+    }
+
+    fn user_file(&self, contents: &str) {
+        write(&self.home.join(".tmpi/mca-params.conf"), contents);
+    }
+
+    fn system_file(&self, contents: &str) {
+        write(&self.prefix.join("etc/tmpi-mca-params.conf"), contents);
+    }
+
+    fn run(&self, args: &[&str], vars: &[(&str, &str)]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_tmpi_info"))
+            .args(args)
+            .env_clear()
+            .env("HOME", &self.home)
+            .env("TMPI_PREFIX", &self.prefix)
+            .envs(vars.iter().copied())
+            .output()
+            .expect("tmpi_info runs")
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(root) = self.home.parent() {
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
+}
+
+fn write(path: &Path, contents: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, contents).unwrap();
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+/// The parsable record `mca:...:<name>:<field>:` value for a parameter.
+fn field(out: &str, name: &str, field: &str) -> Option<String> {
+    let needle = format!(":param:{name}:{field}:");
+    out.lines()
+        .find_map(|l| l.split_once(&needle).map(|(_, v)| v.to_owned()))
+}
+
+#[test]
+fn version_and_help() {
+    let e = Env::new("version");
+    let o = e.run(&["--version"], &[]);
+    assert!(o.status.success());
+    assert_eq!(
+        stdout(&o).trim(),
+        format!("tmpi {}", env!("CARGO_PKG_VERSION"))
+    );
+    let o = e.run(&["--help"], &[]);
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("--param FRAMEWORK COMPONENT"));
+}
+
+#[test]
+fn default_listing_names_files_and_components() {
+    let e = Env::new("default");
+    e.user_file("# nothing\n");
+    let o = e.run(&[], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.starts_with(&format!("tmpi {}", env!("CARGO_PKG_VERSION"))),
+        "{out}"
+    );
+    assert!(out.contains("Components:"), "{out}");
+    let user = e.home.join(".tmpi/mca-params.conf");
+    assert!(
+        out.contains(&format!("user parameter file: {}\n", user.display())),
+        "{out}"
+    );
+    let system = e.prefix.join("etc/tmpi-mca-params.conf");
+    assert!(
+        out.contains(&format!(
+            "system parameter file: {} (not present)",
+            system.display()
+        )),
+        "{out}"
+    );
+    assert!(out.contains("tmpi_info --all"), "{out}");
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+}
+
+/// Each of the four sources shows up as the source of the value, and the
+/// higher one wins, in the real binary reading the real process environment.
+#[test]
+fn all_parsable_shows_value_default_and_source_by_precedence() {
+    let e = Env::new("prec");
+    let all = ["--all", "--parsable"];
+
+    let o = e.run(&all, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert_eq!(
+        field(&out, "mpi_yield_when_idle", "value").as_deref(),
+        Some("auto")
+    );
+    assert_eq!(
+        field(&out, "mpi_yield_when_idle", "default").as_deref(),
+        Some("auto")
+    );
+    assert_eq!(
+        field(&out, "mpi_yield_when_idle", "source").as_deref(),
+        Some("default")
+    );
+    assert_eq!(
+        field(&out, "mpi_yield_when_idle", "type").as_deref(),
+        Some("tristate")
+    );
+    assert!(out
+        .lines()
+        .any(|l| l == format!("version:tmpi:{}", env!("CARGO_PKG_VERSION"))));
+
+    e.system_file("mpi_yield_when_idle = 0\nmca_base_verbose = 5\n");
+    let out = stdout(&e.run(&all, &[]));
+    assert_eq!(
+        field(&out, "mpi_yield_when_idle", "value").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        field(&out, "mpi_yield_when_idle", "source").as_deref(),
+        Some("system-file")
+    );
+    let detail = field(&out, "mpi_yield_when_idle", "source_detail").unwrap();
+    assert!(detail.ends_with("etc/tmpi-mca-params.conf:1"), "{detail}");
+
+    e.user_file("mpi_yield_when_idle = 1\n");
+    let out = stdout(&e.run(&all, &[]));
+    assert_eq!(
+        field(&out, "mpi_yield_when_idle", "value").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        field(&out, "mpi_yield_when_idle", "source").as_deref(),
+        Some("user-file")
+    );
+    // The system file still provides what the user file does not set.
+    assert_eq!(
+        field(&out, "mca_base_verbose", "value").as_deref(),
+        Some("5")
+    );
+
+    let out = stdout(&e.run(&all, &[("TMPI_MCA_mpi_yield_when_idle", "0")]));
+    assert_eq!(
+        field(&out, "mpi_yield_when_idle", "value").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        field(&out, "mpi_yield_when_idle", "source").as_deref(),
+        Some("env")
+    );
+
+    let cmdline = encode_cmdline(&[("mpi_yield_when_idle".into(), "auto".into())]);
+    let out = stdout(&e.run(
+        &all,
+        &[
+            ("TMPI_MCA_mpi_yield_when_idle", "0"),
+            (CMDLINE_ENV, &cmdline),
+        ],
+    ));
+    assert_eq!(
+        field(&out, "mpi_yield_when_idle", "value").as_deref(),
+        Some("auto")
+    );
+    assert_eq!(
+        field(&out, "mpi_yield_when_idle", "source").as_deref(),
+        Some("cmdline")
+    );
+}
+
+#[test]
+fn param_filter() {
+    let e = Env::new("filter");
+    let o = e.run(&["--param", "mca", "all", "--parsable"], &[]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    assert!(field(&out, "mca_base_verbose", "value").is_some(), "{out}");
+    assert!(
+        field(&out, "mpi_yield_when_idle", "value").is_none(),
+        "{out}"
+    );
+    assert!(!out.contains("component:"), "{out}");
+    let out = stdout(&e.run(&["--param", "nosuch", "all"], &[]));
+    assert!(out.contains("(none match)"), "{out}");
+}
+
+#[test]
+fn unknown_env_name_warns_with_suggestion() {
+    let e = Env::new("unknown");
+    let o = e.run(&["--all"], &[("TMPI_MCA_mpi_yeld_when_idle", "1")]);
+    assert!(o.status.success(), "unknown names are warnings");
+    let err = stderr(&o);
+    assert!(err.contains("warning"), "{err}");
+    assert!(err.contains("mpi_yeld_when_idle"), "{err}");
+    assert!(err.contains("TMPI_MCA_mpi_yeld_when_idle"), "{err}");
+    assert!(err.contains("did you mean mpi_yield_when_idle"), "{err}");
+}
+
+#[test]
+fn invalid_value_is_an_error() {
+    let e = Env::new("invalid");
+    let o = e.run(&["--all"], &[("TMPI_MCA_mpi_yield_when_idle", "sometimes")]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("mpi_yield_when_idle")
+            && err.contains("\"sometimes\"")
+            && err.contains("auto|1|0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn malformed_file_is_an_error_naming_file_and_line() {
+    let e = Env::new("malformed");
+    e.user_file("mpi_yield_when_idle = 1\n\nthis line is wrong\n");
+    let o = e.run(&[], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    let path = e.home.join(".tmpi/mca-params.conf");
+    assert!(err.contains(&format!("{}:3:", path.display())), "{err}");
+    assert!(err.contains("this line is wrong"), "{err}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let e = Env::new("usage");
+    for args in [&["--bogus"][..], &["--param", "btl"], &["--level", "0"]] {
+        let o = e.run(args, &[]);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&o).contains("usage: tmpi_info"), "{args:?}");
+    }
+}
