@@ -97,10 +97,8 @@ fn run() -> R<()> {
     // Device list with TM caps (what tmpi_info prints).
     let devs = ibv::list_devices_with_caps()?;
     for d in &devs {
-        println!("device {} guid {:016x} attr {:?}", d.name, d.guid, d.attr);
-        for (p, a) in &d.ports {
-            println!("  port {p}: {a:?}");
-        }
+        println!("{d}");
+        println!("  {:?}", d.attr);
     }
     check(!devs.is_empty(), "at least one RDMA device listed")?;
 

@@ -213,6 +213,44 @@ impl DeviceSummary {
     }
 }
 
+impl std::fmt::Display for DeviceSummary {
+    /// One line per device and port, as `tmpi_info` prints them, e.g.
+    /// `rxe0: guid 954b72feff114be8, fw 0.0.0, tag matching: no (max_num_tags 0)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: guid {:016x}", self.name, u64::from_be(self.guid))?;
+        match &self.attr {
+            Err(e) => return write!(f, ", cannot query: {e}"),
+            Ok(a) => {
+                let t = &a.tm_caps;
+                write!(f, ", fw {}", a.fw_ver)?;
+                if t.supported() {
+                    write!(
+                        f,
+                        ", tag matching: yes (max_num_tags {}, max_ops {}, max_sge {}, max_rndv_hdr_size {})",
+                        t.max_num_tags, t.max_ops, t.max_sge, t.max_rndv_hdr_size
+                    )?;
+                } else {
+                    write!(f, ", tag matching: no (max_num_tags {})", t.max_num_tags)?;
+                }
+            }
+        }
+        for (p, a) in &self.ports {
+            match a {
+                Ok(a) => write!(
+                    f,
+                    "\n  port {p}: {:?}, {:?}, active MTU {}, LID {}",
+                    a.state,
+                    a.link_layer,
+                    a.active_mtu_bytes(),
+                    a.lid
+                )?,
+                Err(e) => write!(f, "\n  port {p}: cannot query: {e}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Names (and node GUIDs) of the RDMA devices visible to libibverbs. An
 /// empty list when the kernel has no RDMA support.
 pub fn device_names(lib: &Library) -> Result<Vec<(String, u64)>> {
