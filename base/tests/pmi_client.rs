@@ -557,10 +557,14 @@ fn environment_selects_the_transport() {
     c.fence().unwrap();
     assert_eq!(c.get(Some(0), "k").unwrap().as_deref(), Some("v"));
     c.finalize().unwrap();
-    // Hydra -pmi-port is refused explicitly.
+    // PMI_PORT needs PMI_ID; a port nobody listens on is an I/O error.
     assert!(matches!(
-        PmiClient::connect_with_env(env(&[("PMI_PORT", "host:1234"), ("PMI_ID", "0")])),
-        Err(PmiError::Unsupported(_))
+        PmiClient::connect_with_env(env(&[("PMI_PORT", "127.0.0.1:1")])),
+        Err(PmiError::Env { var: "PMI_ID", .. })
+    ));
+    assert!(matches!(
+        PmiClient::connect_with_env(env(&[("PMI_PORT", "127.0.0.1:1"), ("PMI_ID", "0")])),
+        Err(PmiError::Io { .. })
     ));
     assert!(matches!(
         PmiClient::connect_with_env(env(&[("TMPI_PMI_VERSION", "3")])),
@@ -658,4 +662,46 @@ fn environment_selects_the_transport() {
         PmiClient::connect_with_env(lookup),
         Err(PmiError::Fd(_))
     ));
+}
+
+/// Hydra's `-pmi-port` mode over real TCP: `initack` first, rank and size
+/// from the `cmd=set` lines, then the usual PMI-1 session.
+#[test]
+fn pmi_port_mode_over_tcp() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().to_string();
+    let server = thread::spawn(move || -> Result<(), String> {
+        let (s, _) = listener.accept().map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        let mut sock = s;
+        let mut script = vec![step(
+            "cmd=initack pmiid=1\n",
+            "cmd=initack\ncmd=set size=2\ncmd=set rank=1\ncmd=set debug=0\n",
+        )];
+        script.extend(hydra_v1_handshake());
+        script.push(step("cmd=finalize\n", "cmd=finalize_ack\n"));
+        for (i, st) in script.into_iter().enumerate() {
+            let mut buf = vec![0u8; 4096];
+            let n = sock.read(&mut buf).map_err(|e| format!("step {i}: {e}"))?;
+            let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if got != st.expect {
+                return Err(format!("step {i}: expected {:?}, got {got:?}", st.expect));
+            }
+            sock.write_all(st.reply.as_bytes())
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    });
+    let lookup = move |k: &str| match k {
+        "PMI_PORT" => Some(port.clone()),
+        "PMI_ID" => Some("1".into()),
+        _ => None,
+    };
+    let mut c = PmiClient::connect_with_env(lookup).unwrap();
+    assert_eq!(
+        (c.version(), c.rank(), c.size(), c.kvsname()),
+        (PmiVersion::V1, 1, 2, KVS)
+    );
+    c.finalize().unwrap();
+    server.join().unwrap().unwrap();
 }

@@ -38,9 +38,16 @@ struct Run {
 
 /// Runs `mpiexec.hydra -n 4 [genv] tmpi-pmicheck args`, in its own process
 /// group so that a hang can be cleaned up completely.
+/// Hydra option selecting its TCP transport (`PMI_PORT`/`PMI_ID`).
+const PMI_PORT: (&str, &str) = ("-pmi-port", "");
+
 fn run_hydra(hydra: &PathBuf, genv: &[(&str, &str)], args: &[&str]) -> Run {
     let mut cmd = Command::new(hydra);
     for (k, v) in genv {
+        if (*k, *v) == PMI_PORT {
+            cmd.arg(k);
+            continue;
+        }
         cmd.args(["-genv", k, v]);
     }
     cmd.args(["-n", "4"])
@@ -154,6 +161,16 @@ fn hydra_pmi1_four_ranks() {
 #[test]
 fn hydra_pmi2_four_ranks() {
     check_success(&[("TMPI_PMI_VERSION", "2")], "V2");
+}
+
+#[test]
+fn hydra_pmi_port_mode_pmi1() {
+    check_success(&[PMI_PORT], "V1");
+}
+
+#[test]
+fn hydra_pmi_port_mode_pmi2() {
+    check_success(&[PMI_PORT, ("TMPI_PMI_VERSION", "2")], "V2");
 }
 
 #[test]

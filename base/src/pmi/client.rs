@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 
 use base64::Engine as _;
@@ -40,9 +41,6 @@ pub enum PmiError {
     /// The PMI descriptor could not be adopted.
     #[error("PMI_FD: {0}")]
     Fd(String),
-    /// The transport mode exists but is not implemented.
-    #[error("PMI: {0} is not supported")]
-    Unsupported(String),
     /// Reading or writing the PMI socket failed.
     #[error("PMI I/O during {during}: {source}")]
     Io {
@@ -143,8 +141,35 @@ pub const ENV_VARS: &[&str] = &[
     "TMPI_PMI_VERSION",
 ];
 
+/// The transport: the inherited socketpair end, or TCP for `PMI_PORT`.
+enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(buf),
+            Stream::Tcp(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 struct Conn {
-    stream: UnixStream,
+    stream: Stream,
     /// Received bytes not yet consumed (the server never sends unsolicited
     /// data, but a read may return more than one reply's bytes after init).
     buf: Vec<u8>,
@@ -330,8 +355,8 @@ impl PmiClient {
     ///   otherwise PMI-2 when `PMI_JOBID` is set (Slurm `--mpi=pmi2` sets it,
     ///   and a Slurm node fixes one version for all its tasks) and PMI-1
     ///   everywhere else (Hydra, tmpirun).
-    /// * `PMI_PORT` set without `PMI_FD` (Hydra `-pmi-port`): not supported,
-    ///   an error rather than a silent singleton.
+    /// * `PMI_PORT` set without `PMI_FD` (Hydra `-pmi-port`): TCP to that
+    ///   `host:port`, identified by `PMI_ID` (required), same protocol choice.
     /// * neither: a singleton job of one (rank 0, size 1).
     ///
     /// The descriptor can be adopted once per process; a second call errs.
@@ -360,11 +385,14 @@ impl PmiClient {
             jobid: env("PMI_JOBID").filter(|j| !j.is_empty()),
             pmi_id: env_u32("PMI_ID", env("PMI_ID"))?,
         };
+        let default_version = if opts.jobid.is_some() {
+            PmiVersion::V2
+        } else {
+            PmiVersion::V1
+        };
         let Some(fd) = env("PMI_FD") else {
             if let Some(port) = env("PMI_PORT") {
-                return Err(PmiError::Unsupported(format!(
-                    "PMI_PORT={port} (TCP PMI, Hydra -pmi-port)"
-                )));
+                return Self::connect_port(&port, forced.unwrap_or(default_version), opts);
             }
             tracing::debug!(target: "pmi", "no PMI_FD: running as a singleton");
             return Ok(Self::singleton());
@@ -374,13 +402,56 @@ impl PmiClient {
             value: fd.clone(),
             reason: "not a descriptor number".into(),
         })?;
-        let version = forced.unwrap_or(if opts.jobid.is_some() {
-            PmiVersion::V2
-        } else {
-            PmiVersion::V1
-        });
+        let version = forced.unwrap_or(default_version);
         let stream = adopt_pmi_fd(fd_num).map_err(|e| PmiError::Fd(e.to_string()))?;
         Self::connect(stream, version, &opts)
+    }
+
+    /// Hydra's `-pmi-port` mode: TCP to `host:port`, identified by `PMI_ID`.
+    /// PMI-1 first sends `cmd=initack pmiid=<id>` and learns size and rank
+    /// from the three `cmd=set` lines of the answer (MPICH simple PMI);
+    /// PMI-2 sends `fullinit pmirank=<id>` after its init line.
+    fn connect_port(
+        port: &str,
+        version: PmiVersion,
+        mut opts: ConnectOptions,
+    ) -> Result<PmiClient, PmiError> {
+        let id = opts.pmi_id.ok_or_else(|| PmiError::Env {
+            var: "PMI_ID",
+            value: String::new(),
+            reason: "required with PMI_PORT".into(),
+        })?;
+        let during = format!("connect to PMI_PORT={port}");
+        let tcp = TcpStream::connect(port.trim()).map_err(|source| PmiError::Io {
+            during: during.clone(),
+            source,
+        })?;
+        // Lockstep small messages: no Nagle delay.
+        tcp.set_nodelay(true)
+            .map_err(|source| PmiError::Io { during, source })?;
+        let mut conn = Conn {
+            stream: Stream::Tcp(tcp),
+            buf: Vec::new(),
+        };
+        if version == PmiVersion::V1 {
+            let during = "initack";
+            conn.write_msg(format!("cmd=initack pmiid={id}\n").as_bytes(), during)?;
+            let ack = conn.read_v1(during)?;
+            check_rc(&ack, during)?;
+            expect_cmd(&ack, "initack", during)?;
+            for _ in 0..3 {
+                let set = conn.read_v1(during)?;
+                expect_cmd(&set, "set", during)?;
+                if let Some(v) = set.get("size") {
+                    opts.size = Some(field_num(&set, "size", during)?);
+                    tracing::trace!(target: "pmi", "initack: size={v}");
+                }
+                if set.get("rank").is_some() {
+                    opts.rank = Some(field_num(&set, "rank", during)?);
+                }
+            }
+        }
+        Self::connect_conn(conn, version, &opts)
     }
 
     /// A client for a process started without a launcher: rank 0 of 1, a
@@ -412,6 +483,19 @@ impl PmiClient {
         version: PmiVersion,
         opts: &ConnectOptions,
     ) -> Result<PmiClient, PmiError> {
+        let conn = Conn {
+            stream: Stream::Unix(stream),
+            buf: Vec::new(),
+        };
+        Self::connect_conn(conn, version, opts)
+    }
+
+    fn connect_conn(
+        conn: Conn,
+        version: PmiVersion,
+        opts: &ConnectOptions,
+    ) -> Result<PmiClient, PmiError> {
+        let mut conn = Some(conn);
         let mut c = Self::singleton();
         c.version = version;
         c.kvsname.clear();
@@ -437,18 +521,12 @@ impl PmiClient {
                 }
                 c.rank = rank;
                 c.size = size;
-                c.conn = Some(Conn {
-                    stream,
-                    buf: Vec::new(),
-                });
+                c.conn = conn.take();
                 c.init_line(1, 1)?;
                 c.handshake_v1()?;
             }
             PmiVersion::V2 => {
-                c.conn = Some(Conn {
-                    stream,
-                    buf: Vec::new(),
-                });
+                c.conn = conn.take();
                 c.init_line(2, 0)?;
                 c.handshake_v2(opts)?;
             }
@@ -832,7 +910,7 @@ impl PmiClient {
             "tmpi: rank {} aborting the job with exit code {code}: {msg}",
             self.rank
         );
-        tracing::error!(target: "pmi", "rank {} aborts with code {code}: {msg}", self.rank);
+        tracing::debug!(target: "pmi", "rank {} sends abort with code {code}", self.rank);
         let clean: String = msg
             .chars()
             .map(|c| {
