@@ -271,3 +271,25 @@ fn usage_errors_exit_2() {
         assert!(stderr(&o).contains("usage: tmpi_info"), "{args:?}");
     }
 }
+
+/// An invalid setting hidden by a higher source is not an error, but it is
+/// not silently ignored either.
+#[test]
+fn overridden_invalid_value_warns() {
+    let e = Env::new("shadow");
+    e.user_file("mpi_yield_when_idle = bogus\n");
+    let o = e.run(
+        &["--all", "--parsable"],
+        &[("TMPI_MCA_mpi_yield_when_idle", "1")],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        field(&stdout(&o), "mpi_yield_when_idle", "value").as_deref(),
+        Some("1")
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains("warning") && err.contains("\"bogus\"") && err.contains("overridden by"),
+        "{err}"
+    );
+}

@@ -55,8 +55,8 @@ use std::sync::OnceLock;
 pub use registry::{nearest, Level, Param, ParamInfo, ParamSpec, Registry, UnknownParam};
 pub use selection::{SelectionError, SelectionList};
 pub use source::{
-    decode_cmdline, encode_cmdline, ConfigFile, FileEntry, Source, Sources, CMDLINE_ENV,
-    ENV_PREFIX, OVERSUBSCRIBED_ENV, PREFIX_ENV, SYSTEM_FILE, USER_FILE,
+    decode_cmdline, encode_cmdline, prefix_of_exe, ConfigFile, FileEntry, Source, Sources,
+    CMDLINE_ENV, ENV_PREFIX, OVERSUBSCRIBED_ENV, PREFIX_ENV, SYSTEM_FILE, USER_FILE,
 };
 pub use value::{
     parse_bool, parse_int, parse_list, parse_size, parse_tristate, ParamType, ParamValue, Tristate,
@@ -187,13 +187,19 @@ pub fn check_unknown() -> Vec<UnknownParam> {
 
 /// Emits the warnings of [`check_unknown`] for `unknown`.
 pub fn report_unknown(unknown: &[UnknownParam]) {
-    let has_subscriber = tracing::dispatcher::has_been_set();
     for u in unknown {
-        if has_subscriber {
-            tracing::warn!(target: "mca_base", "{u}");
-        } else {
-            eprintln!("tmpi: warning: {u}");
-        }
+        warn(&u.to_string());
+    }
+}
+
+/// A configuration warning: through `tracing` (target `mca_base`) when a
+/// global subscriber is installed, otherwise on stderr, so that it is never
+/// lost before logging is set up.
+pub(crate) fn warn(msg: &str) {
+    if tracing::dispatcher::has_been_set() {
+        tracing::warn!(target: "mca_base", "{msg}");
+    } else {
+        eprintln!("tmpi: warning: {msg}");
     }
 }
 

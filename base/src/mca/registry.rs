@@ -322,6 +322,7 @@ impl Registry {
                 expected: ty.expected(),
             });
         }
+        let mut shadowed = Vec::new();
         let mut params = self.lock();
         let info = if let Some(existing) = params.get(&name) {
             if existing.ty != ty || existing.default != default {
@@ -338,22 +339,30 @@ impl Registry {
             }
             existing.clone()
         } else {
-            let (value, source) = match self.sources.lookup(&name) {
+            let settings = self.sources.lookup_all(&name);
+            let (value, source) = match settings.first() {
                 None => (default.clone(), Source::Default),
                 Some((text, source)) => match ty.parse(text) {
-                    Ok(v) => (v, source),
+                    Ok(v) => (v, source.clone()),
                     Err(reason) => {
                         return Err(McaError::InvalidValue {
                             name,
-                            value: text.to_owned(),
+                            value: (*text).to_owned(),
                             expected: format!("{} ({reason})", ty.expected()),
-                            origin: source,
+                            origin: source.clone(),
                         })
                     }
                 },
             };
-            if source != Source::Default {
-                tracing::debug!(target: "mca_base", "{name} = {value} (from {source})");
+            // Overridden settings are not used, but a broken one is still
+            // worth a warning: it would bite as soon as the override goes.
+            for (text, lower) in settings.iter().skip(1) {
+                if let Err(reason) = ty.parse(text) {
+                    shadowed.push(format!(
+                        "MCA parameter {name}: invalid value {text:?} from {lower} is \
+                         overridden by {source}, but would be an error on its own ({reason})"
+                    ));
+                }
             }
             let info = Arc::new(ParamInfo {
                 name: name.clone(),
@@ -369,6 +378,13 @@ impl Registry {
             params.insert(name.clone(), info.clone());
             info
         };
+        drop(params);
+        if info.source != Source::Default {
+            tracing::debug!(target: "mca_base", "{} = {} (from {})", info.name, info.value, info.source);
+        }
+        for w in &shadowed {
+            super::warn(w);
+        }
         let value = T::from_value(&info.value).ok_or_else(|| McaError::Conflict {
             name,
             reason: "registered with a different Rust type".into(),

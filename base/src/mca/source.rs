@@ -447,12 +447,19 @@ impl Sources {
 
     /// The highest-precedence raw setting of `name`, if any source sets it.
     pub fn lookup(&self, name: &str) -> Option<(&str, Source)> {
+        self.lookup_all(name).into_iter().next()
+    }
+
+    /// Every source's setting of `name`, highest precedence first (within the
+    /// command line and within a file only the last occurrence counts).
+    pub fn lookup_all(&self, name: &str) -> Vec<(&str, Source)> {
+        let mut out = Vec::new();
         if let Some((_, v)) = self.cmdline.iter().rev().find(|(k, _)| k == name) {
-            return Some((v, Source::CommandLine));
+            out.push((v.as_str(), Source::CommandLine));
         }
         if let Some(v) = self.env.get(name) {
-            return Some((
-                v,
+            out.push((
+                v.as_str(),
                 Source::Environment {
                     var: format!("{ENV_PREFIX}{name}"),
                 },
@@ -460,8 +467,8 @@ impl Sources {
         }
         if let Some(f) = &self.user_file {
             if let Some(e) = f.get(name) {
-                return Some((
-                    &e.value,
+                out.push((
+                    e.value.as_str(),
                     Source::UserFile {
                         path: f.path.clone(),
                         line: e.line,
@@ -471,8 +478,8 @@ impl Sources {
         }
         if let Some(f) = &self.system_file {
             if let Some(e) = f.get(name) {
-                return Some((
-                    &e.value,
+                out.push((
+                    e.value.as_str(),
                     Source::SystemFile {
                         path: f.path.clone(),
                         line: e.line,
@@ -480,7 +487,7 @@ impl Sources {
                 ));
             }
         }
-        None
+        out
     }
 
     /// Every name set by some source, each with the source that wins for it,
@@ -503,11 +510,49 @@ impl Sources {
 
 /// `<dir>/..` when the running executable lives in a directory named `bin`.
 fn prefix_from_exe() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
+    prefix_of_exe(&std::env::current_exe().ok()?)
+}
+
+/// The installation prefix implied by an executable's path: the parent of
+/// its directory when that directory is named `bin`.
+pub fn prefix_of_exe(exe: &Path) -> Option<PathBuf> {
     let dir = exe.parent()?;
     if dir.file_name()? == "bin" {
         dir.parent().map(Path::to_path_buf)
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_from_exe_path() {
+        assert_eq!(
+            prefix_of_exe(Path::new("/opt/tmpi/bin/tmpirun")),
+            Some(PathBuf::from("/opt/tmpi"))
+        );
+        assert_eq!(prefix_of_exe(Path::new("/work/target/debug/tmpirun")), None);
+        assert_eq!(prefix_of_exe(Path::new("tmpirun")), None);
+    }
+
+    #[test]
+    fn lookup_all_orders_by_precedence() {
+        let s = Sources::default()
+            .with_env([("TMPI_MCA_x", "env")])
+            .with_system_file(ConfigFile::parse("/s", "x = sys\n").unwrap())
+            .with_cmdline([("x".to_owned(), "cmd".to_owned())]);
+        let got: Vec<(&str, &str)> = s
+            .lookup_all("x")
+            .into_iter()
+            .map(|(v, src)| (v, src.kind()))
+            .collect();
+        assert_eq!(
+            got,
+            [("cmd", "cmdline"), ("env", "env"), ("sys", "system-file")]
+        );
+        assert!(s.lookup_all("y").is_empty());
     }
 }
