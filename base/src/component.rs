@@ -29,6 +29,25 @@
 //! };
 //! ```
 //! and frameworks (and `tmpi_info`) collect them in a [`ComponentRegistry`].
+//! A framework then selects its components like this:
+//! ```
+//! use tmpi_base::component::ComponentRegistry;
+//! use tmpi_base::mca::{Registry, Sources};
+//!
+//! # fn main() -> Result<(), tmpi_base::error::Error> {
+//! let reg = Registry::new(Sources::default()); // mca::registry() in a real process
+//! let comps = ComponentRegistry::new();        // filled by the crates' providers
+//! comps.register_params(&reg)?;
+//! let btl = reg.register_selection("btl", "BTL components to use (`self,sm` or `^tcp`)")?;
+//! for cand in comps.candidates("btl", btl.get())? {
+//!     if cand.availability.is_available() {
+//!         // open cand.component ...
+//!     } else {
+//!         tracing::info!(target: "btl_base", "{} not used: {}", cand.component.name, cand.availability);
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
 //!
 //! Semantics chosen here: `priority` is the static default used to order
 //! candidates (higher wins, as in Open MPI); a component may still expose a

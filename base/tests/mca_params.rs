@@ -544,3 +544,41 @@ fn oversubscription_resolves_auto() {
     let bad = Sources::default().with_env([("TMPI_LAUNCH_OVERSUBSCRIBED", "many")]);
     assert_eq!(bad.errors().len(), 1);
 }
+
+/// Components open on several threads: registrations of the same name
+/// agree, and none is lost.
+#[test]
+fn concurrent_registration() {
+    let reg = std::sync::Arc::new(Registry::new(
+        Sources::default().with_env([("TMPI_MCA_btl_sm_fifo_size", "1M")]),
+    ));
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let reg = reg.clone();
+            std::thread::spawn(move || {
+                let shared = reg
+                    .register_size(ParamSpec::new("btl", "sm", "fifo_size"), 4096)
+                    .unwrap()
+                    .value();
+                for i in 0..50 {
+                    reg.register_int(ParamSpec::new("t", &format!("c{t}"), &format!("p{i}")), i)
+                        .unwrap();
+                }
+                shared
+            })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), 1 << 20);
+    }
+    assert_eq!(reg.params().len(), 1 + 8 * 50);
+}
+
+#[test]
+fn name_syntax() {
+    assert!(tmpi_base::mca::is_param_name("btl_sm_fifo_size"));
+    assert!(tmpi_base::mca::is_param_name("BTL"));
+    for bad in ["", "a b", "a-b", "a=b", "ä"] {
+        assert!(!tmpi_base::mca::is_param_name(bad), "{bad:?}");
+    }
+}

@@ -55,8 +55,8 @@ use std::sync::OnceLock;
 pub use registry::{nearest, Level, Param, ParamInfo, ParamSpec, Registry, UnknownParam};
 pub use selection::{SelectionError, SelectionList};
 pub use source::{
-    decode_cmdline, encode_cmdline, prefix_of_exe, ConfigFile, FileEntry, Source, Sources,
-    CMDLINE_ENV, ENV_PREFIX, OVERSUBSCRIBED_ENV, PREFIX_ENV, SYSTEM_FILE, USER_FILE,
+    decode_cmdline, encode_cmdline, is_param_name, prefix_of_exe, ConfigFile, FileEntry, Source,
+    Sources, CMDLINE_ENV, ENV_PREFIX, OVERSUBSCRIBED_ENV, PREFIX_ENV, SYSTEM_FILE, USER_FILE,
 };
 pub use value::{
     parse_bool, parse_int, parse_list, parse_size, parse_tristate, ParamType, ParamValue, Tristate,

@@ -192,8 +192,10 @@ impl ConfigFile {
     }
 }
 
-/// Whether `s` is a syntactically valid parameter name (`[A-Za-z0-9_]+`).
-pub(crate) fn is_param_name(s: &str) -> bool {
+/// Whether `s` is a syntactically valid parameter name (`[A-Za-z0-9_]+`),
+/// as accepted in files and by [`decode_cmdline`]. `tmpirun` should check
+/// `--mca` names with it before encoding them for the ranks.
+pub fn is_param_name(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
