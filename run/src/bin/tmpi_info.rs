@@ -31,6 +31,7 @@
 //! mca:<fw>:<comp|base>:param:<name>:source_detail:<where exactly>
 //! mca:<fw>:<comp|base>:param:<name>:type:<type>
 //! mca:<fw>:<comp|base>:param:<name>:enumerator:<choice>      (enum only, one per choice)
+//! mca:<fw>:<comp|base>:param:<name>:range:<min>..=<max>      (bounded int only)
 //! mca:<fw>:<comp|base>:param:<name>:level:<1..9>
 //! mca:<fw>:<comp|base>:param:<name>:help:<text>
 //! ```
@@ -177,10 +178,16 @@ fn render(
                 one_line(&p.source.to_string())
             );
             let _ = writeln!(out, "{head}:type:{}", p.ty.name());
-            if let ParamType::Enum { choices } = &p.ty {
-                for c in choices {
-                    let _ = writeln!(out, "{head}:enumerator:{c}");
+            match &p.ty {
+                ParamType::Enum { choices } => {
+                    for c in choices {
+                        let _ = writeln!(out, "{head}:enumerator:{c}");
+                    }
                 }
+                ParamType::Int { min, max } if (*min, *max) != (i64::MIN, i64::MAX) => {
+                    let _ = writeln!(out, "{head}:range:{min}..={max}");
+                }
+                _ => {}
             }
             let _ = writeln!(out, "{head}:level:{}", p.level.as_u8());
             let _ = writeln!(out, "{head}:help:{}", one_line(&p.help));
@@ -196,7 +203,10 @@ fn render(
                 let _ = writeln!(out, "  {kind} parameter file: {}{state}", path.display());
             }
             None => {
-                let _ = writeln!(out, "  {kind} parameter file: none (location unknown)");
+                let _ = writeln!(
+                    out,
+                    "  {kind} parameter file: none (no prefix: set TMPI_PREFIX)"
+                );
             }
         }
     }
@@ -226,8 +236,14 @@ fn render(
                 p.source,
                 p.ty.name()
             );
-            if let ParamType::Enum { choices } = &p.ty {
-                let _ = write!(line, " ({})", choices.join("|"));
+            match &p.ty {
+                ParamType::Enum { choices } => {
+                    let _ = write!(line, " ({})", choices.join("|"));
+                }
+                ParamType::Int { min, max } if (*min, *max) != (i64::MIN, i64::MAX) => {
+                    let _ = write!(line, " ({min}..={max})");
+                }
+                _ => {}
             }
             let _ = write!(line, ", level {}", p.level);
             let _ = writeln!(out, "{line}");
@@ -383,6 +399,7 @@ mod tests {
             "mca:btl:sm:param:btl_sm_single_copy:enumerator:cma",
             "mca:btl:sm:param:btl_sm_single_copy:enumerator:none",
             "mca:mpi:base:param:mpi_yield_when_idle:value:auto",
+            "mca:mca:base:param:mca_base_verbose:range:0..=100",
         ] {
             assert!(lines.contains(&want), "missing {want:?} in\n{out}");
         }
