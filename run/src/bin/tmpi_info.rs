@@ -203,10 +203,12 @@ fn render(
                 let _ = writeln!(out, "  {kind} parameter file: {}{state}", path.display());
             }
             None => {
-                let _ = writeln!(
-                    out,
-                    "  {kind} parameter file: none (no prefix: set TMPI_PREFIX)"
-                );
+                let why = if kind == "user" {
+                    "HOME is not set"
+                } else {
+                    "no prefix: set TMPI_PREFIX"
+                };
+                let _ = writeln!(out, "  {kind} parameter file: none ({why})");
             }
         }
     }
