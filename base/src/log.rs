@@ -135,6 +135,24 @@ where
     }
 }
 
+/// The formatting and filtering layer for `rank` with levels from `reg`,
+/// writing to `writer`, for callers that compose their own subscriber.
+pub fn layer<S, W>(
+    rank: u32,
+    reg: &Registry,
+    writer: W,
+) -> Result<impl Layer<S> + Send + Sync + 'static, Error>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let filter = filter_for(reg)?;
+    Ok(tracing_subscriber::fmt::layer()
+        .event_format(RankFormat::new(rank))
+        .with_writer(writer)
+        .with_filter(filter))
+}
+
 /// A subscriber for `rank` whose levels come from `reg`, writing to
 /// `writer`. Tests install it with `tracing::subscriber::with_default`.
 pub fn subscriber<W>(
@@ -145,12 +163,7 @@ pub fn subscriber<W>(
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
-    let filter = filter_for(reg)?;
-    let layer = tracing_subscriber::fmt::layer()
-        .event_format(RankFormat::new(rank))
-        .with_writer(writer)
-        .with_filter(filter);
-    Ok(tracing_subscriber::registry().with(layer))
+    Ok(tracing_subscriber::registry().with(layer(rank, reg, writer)?))
 }
 
 /// Installs the process-wide subscriber: stderr, levels from the global

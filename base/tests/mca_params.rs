@@ -582,3 +582,50 @@ fn name_syntax() {
         assert!(!tmpi_base::mca::is_param_name(bad), "{bad:?}");
     }
 }
+
+/// All 16 combinations of the four sources: the value always comes from the
+/// highest source present, whatever the lower ones say.
+#[test]
+fn precedence_exhaustive() {
+    // (source kind, value it sets), lowest first.
+    let levels = ["system-file", "user-file", "env", "cmdline"];
+    for mask in 0u32..16 {
+        let set = |i: usize| mask & (1 << i) != 0;
+        let mut sources = Sources::default();
+        if set(0) {
+            sources = sources.with_system_file(file("/s.conf", "test_x_p = 10\n"));
+        }
+        if set(1) {
+            sources = sources.with_user_file(file("/u.conf", "test_x_p = 20\n"));
+        }
+        if set(2) {
+            sources = sources.with_env([("TMPI_MCA_test_x_p", "30")]);
+        }
+        if set(3) {
+            sources = sources.with_cmdline(pairs(&[("test_x_p", "40")]));
+        }
+        let reg = Registry::new(sources);
+        let p = reg
+            .register_int(ParamSpec::new("test", "x", "p"), 0)
+            .unwrap();
+        match (0..4).rev().find(|&i| set(i)) {
+            Some(top) => {
+                assert_eq!(p.value(), 10 * (top as i64 + 1), "mask {mask:04b}");
+                assert_eq!(p.source().kind(), levels[top], "mask {mask:04b}");
+            }
+            None => {
+                assert_eq!(p.value(), 0);
+                assert_eq!(p.source(), &Source::Default);
+            }
+        }
+    }
+}
+
+#[test]
+fn priority_helper() {
+    let reg = Registry::new(Sources::default().with_env([("TMPI_MCA_btl_tcp_priority", "7")]));
+    assert_eq!(reg.register_priority("btl", "tcp", 20).unwrap().value(), 7);
+    assert_eq!(reg.register_priority("btl", "sm", 50).unwrap().value(), 50);
+    let reg = Registry::new(Sources::default().with_env([("TMPI_MCA_btl_tcp_priority", "101")]));
+    assert!(reg.register_priority("btl", "tcp", 20).is_err());
+}

@@ -510,6 +510,23 @@ impl Registry {
         self.register_int_range(spec, 0, 0..=100)
     }
 
+    /// Registers `<framework>_<component>_priority` (integer 0..=100): the
+    /// selection priority of a component, defaulting to `default` (normally
+    /// the descriptor's static priority). Higher is preferred.
+    pub fn register_priority(
+        &self,
+        framework: &str,
+        component: &str,
+        default: i64,
+    ) -> Result<Param<i64>, McaError> {
+        let spec = ParamSpec::new(framework, component, "priority")
+            .help(&format!(
+                "Selection priority of the {framework} {component} component (higher wins)"
+            ))
+            .level(Level::TunerDetail);
+        self.register_int_range(spec, default, 0..=100)
+    }
+
     /// A registered parameter by full name.
     pub fn get(&self, name: &str) -> Option<ParamInfo> {
         self.lock().get(name).map(|i| (**i).clone())
