@@ -10,10 +10,11 @@
 #      busybox-static, libibverbs1, ibverbs-providers, ibverbs-utils, the kernel
 #      package into a cache dir) and creates rxe0;
 #   3. in the guest, with TMPI_VERBS_TEST_DEVICE=rxe0: ibv_devinfo, ibv_smoke,
-#      the lib's `ibv::` unit tests, and each integration test binary;
+#      the lib's `ibv::` unit tests, and the conformance suite (tests/conformance.rs);
 #   4. exits non-zero if anything failed (124 timeout, 125 VM failure).
 #
-# env: TMPI_RXE_TEST_FILTER  regex on integration-test binary names (default: all)
+# env: TMPI_RXE_TEST_FILTER  regex on integration-test binary names (default ^conformance$:
+#                             the soft-NIC-only tests run on the host, not here)
 #      TMPI_RXE_SKIP=1       skip the whole run (prints why; exit 0)
 #      RXE_TIMEOUT           whole-VM bound in seconds (default here: 900)
 #      RXE_CACHE, RXE_ACCEL, RXE_VERBOSE: see rxe-run.sh
@@ -42,7 +43,7 @@ mkdir -p "$PAY/tests"
 strip_copy() { objcopy --strip-debug "$1" "$2" 2>/dev/null || cp "$1" "$2"; }
 strip_copy target/debug/examples/ibv_smoke "$PAY/ibv_smoke"
 
-python3 - "$ROOT/target/rxe-build.json" "${TMPI_RXE_TEST_FILTER:-}" > "$PAY/list" <<'EOF'
+python3 - "$ROOT/target/rxe-build.json" "${TMPI_RXE_TEST_FILTER-^conformance$}" > "$PAY/list" <<'EOF'
 import json, re, sys
 flt = re.compile(sys.argv[2]) if sys.argv[2] else None
 for line in open(sys.argv[1]):

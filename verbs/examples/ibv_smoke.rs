@@ -70,6 +70,8 @@ fn connect_pair(
     let caps = QpCaps {
         max_send_wr: 16,
         max_recv_wr: 16,
+        max_send_sge: 2,
+        max_inline_data: 64,
         ..Default::default()
     };
     let a = pd.create_rc_qp(cq, cq, None, caps)?;
@@ -222,6 +224,48 @@ fn run() -> R<()> {
                 imm: Some(0xdead_beef),
             }),
         "send-with-immediate delivers the immediate",
+    )?;
+
+    // --- send with a TMH, inline (safe API: bytes copied at post time)
+    let tmh = tmpi_verbs::wire::Tmh {
+        opcode: tmpi_verbs::wire::TmhOpcode::Eager,
+        app_ctx: 0x0102_0304,
+        tag: 0x1122_3344_5566_7788,
+    };
+    let tmh_bytes = tmh.to_bytes();
+    check(pair.a.caps().max_inline_data >= 32, "QP grants inline data")?;
+    // SAFETY: dst stays registered and untouched until the completion below.
+    unsafe {
+        pair.b.post_recv(&[RecvRequest {
+            wr_id: 14,
+            sges: &[dst.sge(0, 4096)?],
+        }])?;
+    }
+    pair.a.send_inline(15, &[&tmh_bytes, b"eager!"], true)?;
+    let c = wait(&cq, 2)?;
+    let recv = c
+        .iter()
+        .find(|c| c.wr_id == 14)
+        .ok_or("no recv completion")?;
+    check(
+        recv.op
+            == Some(WcOp::Recv {
+                byte_len: 22,
+                imm: None,
+            }),
+        "inline TMH send arrives whole (16 + 6 bytes)",
+    )?;
+    check(
+        tmpi_verbs::wire::Tmh::parse(dst.as_slice())? == tmh
+            && &dst.as_slice()[16..22] == b"eager!",
+        "TMH and payload intact on the wire",
+    )?;
+    check(
+        matches!(
+            pair.a.send_inline(16, &[&[0u8; 65]], true),
+            Err(IbvError::InvalidArgument(_))
+        ),
+        "inline send above max_inline_data is refused",
     )?;
 
     // --- RDMA write: a writes src[0..4096] pattern into b's dst
