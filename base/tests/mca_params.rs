@@ -259,8 +259,10 @@ fn bad_values_are_typed_errors() {
         .unwrap_err()
         .to_string();
     assert!(msg.contains("12x") && msg.contains("integer"), "{msg}");
-    // The failed registrations did not leave half-registered entries.
+    // The failed registrations did not leave half-registered entries, and
+    // their names are not reported again as unknown.
     assert!(reg.get("btl_sm_fifo_size").is_none());
+    assert!(reg.unknown().is_empty(), "{:?}", reg.unknown());
 }
 
 #[test]

@@ -248,6 +248,10 @@ fn invalid_value_is_an_error() {
             && err.contains("auto|1|0"),
         "{err}"
     );
+    assert!(
+        !err.contains("unknown"),
+        "an invalid value is not also unknown: {err}"
+    );
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The parameter registry: registration, resolution and typed handles.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::RangeInclusive;
@@ -259,6 +259,9 @@ impl fmt::Display for UnknownParam {
 pub struct Registry {
     sources: Sources,
     params: Mutex<BTreeMap<String, Arc<ParamInfo>>>,
+    /// Names whose registration failed on an invalid value: known, but
+    /// unusable (so not "unknown").
+    rejected: Mutex<BTreeSet<String>>,
 }
 
 impl Registry {
@@ -267,6 +270,7 @@ impl Registry {
         Registry {
             sources,
             params: Mutex::new(BTreeMap::new()),
+            rejected: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -345,12 +349,17 @@ impl Registry {
                 Some((text, source)) => match ty.parse(text) {
                     Ok(v) => (v, source.clone()),
                     Err(reason) => {
+                        drop(params);
+                        self.rejected
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(name.clone());
                         return Err(McaError::InvalidValue {
                             name,
                             value: (*text).to_owned(),
                             expected: format!("{} ({reason})", ty.expected()),
                             origin: source.clone(),
-                        })
+                        });
                     }
                 },
             };
@@ -538,15 +547,18 @@ impl Registry {
     }
 
     /// Names set by some source (command line, environment, files) that no
-    /// component registered, with the nearest registered names. Call after
-    /// every component has registered its parameters.
+    /// component registered, with the nearest registered names. Names whose
+    /// registration failed on an invalid value are not included (that
+    /// failure was already an error). Call after every component has
+    /// registered its parameters.
     pub fn unknown(&self) -> Vec<UnknownParam> {
         let params = self.lock();
+        let rejected = self.rejected.lock().unwrap_or_else(|p| p.into_inner());
         let known: Vec<&str> = params.keys().map(String::as_str).collect();
         self.sources
             .set_names()
             .into_iter()
-            .filter(|(n, _)| !params.contains_key(n))
+            .filter(|(n, _)| !params.contains_key(n) && !rejected.contains(n))
             .map(|(name, source)| UnknownParam {
                 suggestions: nearest(&name, &known, 3),
                 name,
