@@ -495,6 +495,12 @@ impl MpiErrorClass {
     }
 }
 
+impl From<MpiErrorClass> for i32 {
+    fn from(c: MpiErrorClass) -> i32 {
+        c.as_raw()
+    }
+}
+
 impl fmt::Display for MpiErrorClass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.name(), self.message())

@@ -239,6 +239,7 @@ pub fn decode_cmdline(s: &str) -> Result<Vec<(String, String)>, McaError> {
             if bytes[i] == b'%' {
                 let hex = bytes
                     .get(i + 1..i + 3)
+                    .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
                     .and_then(|h| std::str::from_utf8(h).ok())
                     .and_then(|h| u8::from_str_radix(h, 16).ok())
                     .ok_or_else(|| McaError::Cmdline {
