@@ -521,7 +521,9 @@ fn cmdline_codec_roundtrip() {
     assert_eq!(decode_cmdline(&enc).unwrap(), p);
     assert_eq!(encode_cmdline(&[]), "");
     assert_eq!(decode_cmdline("").unwrap(), vec![]);
-    for bad in ["novalue", "a=1;b", "a=%zz", "a=%4", "=1", "a b=1", "a=%FF"] {
+    for bad in [
+        "novalue", "a=1;b", "a=%zz", "a=%4", "a=%+1", "=1", "a b=1", "a=%FF",
+    ] {
         assert!(
             matches!(decode_cmdline(bad), Err(McaError::Cmdline { .. })),
             "{bad:?}"
