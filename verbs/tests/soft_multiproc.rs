@@ -1,0 +1,427 @@
+//! The soft NIC across real processes: the test re-executes its own binary
+//! as a child (`child_entry` with `TMPI_VERBS_TEST_CHILD=<role>`; without the
+//! variable that entry point does nothing), exchanges QP addresses over the
+//! child's stdin/stdout, and bounds every wait with a timeout.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use tmpi_verbs::soft::SoftProvider;
+use tmpi_verbs::wire::{Rvh, TagHeader, Tmh, TmhOpcode};
+use tmpi_verbs::*;
+
+type S = SoftProvider;
+
+const ROLE_ENV: &str = "TMPI_VERBS_TEST_CHILD";
+const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
+
+struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Peer {
+    fn spawn(role: &str) -> Peer {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+            .env(ROLE_ENV, role)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn child");
+        let stdin = child.stdin.take().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Peer {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// The next protocol line from the child (`MSG ...`), skipping harness output.
+    fn recv(&mut self) -> String {
+        let deadline = Instant::now() + CHILD_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                // The harness may print "test child_entry ... " on the same line.
+                Ok(l) => {
+                    if let Some(i) = l.find("MSG ") {
+                        return l[i + 4..].to_string();
+                    }
+                }
+                Err(_) => {
+                    let _ = self.child.kill();
+                    panic!("child sent nothing within {CHILD_TIMEOUT:?}");
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, m: &str) {
+        writeln!(self.stdin, "MSG {m}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Waits for the child to exit successfully (kills it on timeout).
+    fn finish(mut self) {
+        let deadline = Instant::now() + CHILD_TIMEOUT;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                assert!(st.success(), "child failed: {st}");
+                return;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("child did not exit within {CHILD_TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Child side of the protocol: lines on stdin/stdout.
+fn child_send(m: &str) {
+    println!("\nMSG {m}");
+    std::io::stdout().flush().unwrap();
+}
+
+fn child_recv() -> String {
+    let mut l = String::new();
+    std::io::stdin().read_line(&mut l).unwrap();
+    l.trim_end()
+        .strip_prefix("MSG ")
+        .expect("protocol line")
+        .to_string()
+}
+
+struct Node {
+    ctx: <S as Provider>::Context,
+    pd: <S as Provider>::Pd,
+    cq: <S as Provider>::Cq,
+    qp: <S as Provider>::Qp,
+    srq: Option<<S as Provider>::Srq>,
+}
+
+fn node(tm: bool) -> Node {
+    let p = soft();
+    let ctx = p.open("tmsoft0").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx
+        .create_cq_ex(&CqInitAttr {
+            cqe: 1024,
+            with_tm_info: tm,
+        })
+        .unwrap();
+    let srq = tm.then(|| {
+        pd.create_srq_ex(
+            &SrqAttr {
+                max_wr: 64,
+                max_sge: 1,
+                tm: Some(SrqTmAttr {
+                    max_num_tags: 64,
+                    max_ops: 16,
+                }),
+            },
+            Some(&cq),
+        )
+        .unwrap()
+    });
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: srq.as_ref(),
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        })
+        .unwrap();
+    Node {
+        ctx,
+        pd,
+        cq,
+        qp,
+        srq,
+    }
+}
+
+fn shm_names_of(pid: u32) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&format!("tmpi-soft.{pid}.")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn child_entry() {
+    let Ok(role) = std::env::var(ROLE_ENV) else {
+        return; // only a child process does anything here
+    };
+    match role.as_str() {
+        "rc" => child_rc(),
+        "rndv" => child_rndv(),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// Parent: RC send/recv, and serves the child's RDMA read/write (and rejects
+/// its bad-rkey write) on its own memory.
+#[test]
+fn multiproc_rc_send_recv_and_rdma() {
+    let n = node(false);
+    let me = local_addr::<S>(&n.ctx, &n.qp);
+    let mem = Buf::<S>::rw(&n.pd, 65536);
+    mem.write(32768, &pattern(2, 32768));
+    let inbox = Buf::<S>::rw(&n.pd, 256);
+    let mut peer = Peer::spawn("rc");
+    peer.send(&format!("{}|{}|{}", me.encode(), mem.addr(), mem.mr.rkey()));
+    let child = Addr::decode(&peer.recv());
+    connect::<S>(&n.qp, &me, &child);
+    recv::<S>(&n.qp, 1, inbox.sge(0, 256));
+    peer.send("connected");
+    assert_eq!(peer.recv(), "ready");
+    let out = Buf::<S>::rw(&n.pd, 256);
+    out.write(0, b"hello from parent");
+    send::<S>(&n.qp, 2, out.sge(0, 17));
+    // Poll (serving the child's RDMA) until the child's final message lands.
+    let wcs = wait::<S>(&n.cq, 2, &[]);
+    let r = wcs
+        .iter()
+        .find(|w| w.opcode == WcOpcode::Recv)
+        .expect("recv");
+    assert_eq!(r.status, WcStatus::Success);
+    assert_eq!(&inbox.read()[..r.byte_len as usize], b"done");
+    let m = mem.read();
+    assert_eq!(
+        &m[..30000],
+        &pattern(1, 30000)[..],
+        "child's RDMA write landed"
+    );
+    assert!(
+        m[30000..32768].iter().all(|b| *b == 0),
+        "bad-rkey write touched nothing"
+    );
+    assert_eq!(&m[32768..], &pattern(2, 32768)[..]);
+    assert!(
+        shm_names_of(std::process::id()).is_empty(),
+        "ring segments are unlinked once connected"
+    );
+    peer.finish();
+}
+
+fn child_rc() {
+    let n = node(false);
+    let me = local_addr::<S>(&n.ctx, &n.qp);
+    let line = child_recv();
+    let f: Vec<&str> = line.split('|').collect();
+    let parent = Addr::decode(f[0]);
+    let (va, rkey): (u64, u32) = (f[1].parse().unwrap(), f[2].parse().unwrap());
+    let inbox = Buf::<S>::rw(&n.pd, 256);
+    child_send(&me.encode());
+    connect::<S>(&n.qp, &me, &parent);
+    recv::<S>(&n.qp, 10, inbox.sge(0, 256));
+    assert_eq!(child_recv(), "connected");
+    child_send("ready");
+    let w = wait::<S>(&n.cq, 1, &[]);
+    assert_eq!((w[0].wr_id, w[0].status), (10, WcStatus::Success));
+    assert_eq!(&inbox.read()[..17], b"hello from parent");
+    let buf = Buf::<S>::rw(&n.pd, 65536);
+    buf.write(0, &pattern(1, 30000));
+    let post = |wr_id, sge: Sge, op| {
+        // SAFETY: `buf` outlives the completion waited for below.
+        unsafe {
+            n.qp.post_send(&SendWr {
+                wr_id,
+                sg_list: &[sge],
+                opcode: op,
+                flags: SendFlags::SIGNALED,
+            })
+        }
+        .unwrap()
+    };
+    post(
+        20,
+        buf.sge(0, 30000),
+        SendOpcode::RdmaWrite {
+            remote_addr: va,
+            rkey,
+        },
+    );
+    let w = wait::<S>(&n.cq, 1, &[]);
+    assert_eq!((w[0].wr_id, w[0].status), (20, WcStatus::Success));
+    post(
+        21,
+        buf.sge(32768, 32768),
+        SendOpcode::RdmaRead {
+            remote_addr: va + 32768,
+            rkey,
+        },
+    );
+    let w = wait::<S>(&n.cq, 1, &[]);
+    assert_eq!(
+        (w[0].wr_id, w[0].status, w[0].byte_len),
+        (21, WcStatus::Success, 32768)
+    );
+    assert_eq!(&buf.read()[32768..], &pattern(2, 32768)[..]);
+    post(
+        22,
+        buf.sge(0, 100),
+        SendOpcode::RdmaWrite {
+            remote_addr: va + 30000,
+            rkey: rkey ^ 0x100,
+        },
+    );
+    let w = wait::<S>(&n.cq, 1, &[]);
+    assert_eq!((w[0].wr_id, w[0].status), (22, WcStatus::RemAccessErr));
+    post(
+        23,
+        buf.sge(0, 100),
+        SendOpcode::RdmaRead {
+            remote_addr: va + 65500,
+            rkey,
+        },
+    );
+    let w = wait::<S>(&n.cq, 1, &[]);
+    assert_eq!(
+        (w[0].wr_id, w[0].status),
+        (23, WcStatus::RemAccessErr),
+        "out of bounds"
+    );
+    buf.write(0, b"done");
+    send::<S>(&n.qp, 24, buf.sge(0, 4));
+    wait::<S>(&n.cq, 1, &[]);
+    assert!(shm_names_of(std::process::id()).is_empty());
+}
+
+/// Parent: receiver with a TM-SRQ. The child's rendezvous request is matched
+/// by the NIC, which reads the data from the child with the RVH's rkey, sends
+/// the FIN and reports DATA_VALID; a later eager message is unexpected.
+#[test]
+fn multiproc_tm_rndv_offload() {
+    let n = node(true);
+    let srq = n.srq.as_ref().unwrap();
+    let me = local_addr::<S>(&n.ctx, &n.qp);
+    let tagbuf = Buf::<S>::rw(&n.pd, 256 * 1024);
+    let ub = Buf::<S>::rw(&n.pd, 4096);
+    // SAFETY: the buffers outlive the completions waited for below.
+    unsafe {
+        srq.post_srq_recv(&RecvWr {
+            wr_id: 5,
+            sg_list: &[ub.sge(0, 4096)],
+        })
+        .unwrap();
+        let sge = [tagbuf.sge(0, 256 * 1024)];
+        let mut add = [OpsWr::add(1, 100, &sge, 0x77, !0).with_sync(0)];
+        srq.post_srq_ops(&mut add).unwrap();
+    }
+    let w = wait::<S>(&n.cq, 1, &[]);
+    assert_eq!(w[0].kind(), Completion::TagAdded { sync_req: false });
+    let mut peer = Peer::spawn("rndv");
+    peer.send(&me.encode());
+    let child = Addr::decode(&peer.recv());
+    connect::<S>(&n.qp, &me, &child);
+    peer.send("go");
+    let wcs = wait::<S>(&n.cq, 3, &[]);
+    let k: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.kind())).collect();
+    assert!(
+        matches!(
+            k[0],
+            (
+                100,
+                Completion::TagMatched {
+                    data_valid: false,
+                    info: TmInfo {
+                        tag: 0x77,
+                        priv_: 9
+                    },
+                    ..
+                }
+            )
+        ),
+        "{k:?}"
+    );
+    assert!(
+        k.contains(&(5, Completion::Unexpected { byte_len: 20 })),
+        "{k:?}"
+    );
+    let dv = k
+        .iter()
+        .position(|x| x == &(100, Completion::TagData { byte_len: 150_000 }));
+    assert!(dv.is_some_and(|i| i > 0), "{k:?}");
+    assert_eq!(&tagbuf.read()[..150_000], &pattern(4, 150_000)[..]);
+    assert_eq!(&ub.read()[16..20], b"late");
+    assert_eq!(srq.tm_snapshot().unwrap().hw_cnt, 1);
+    peer.finish();
+}
+
+fn child_rndv() {
+    let n = node(false);
+    let me = local_addr::<S>(&n.ctx, &n.qp);
+    let parent = Addr::decode(&child_recv());
+    connect::<S>(&n.qp, &me, &parent);
+    let data = Buf::<S>::new(
+        &n.pd,
+        150_000,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+    );
+    data.write(0, &pattern(4, 150_000));
+    let fin = Buf::<S>::rw(&n.pd, 64);
+    recv::<S>(&n.qp, 50, fin.sge(0, 64));
+    child_send(&me.encode());
+    assert_eq!(child_recv(), "go");
+    let hdr = Buf::<S>::rw(&n.pd, 64);
+    let req = TagHeader {
+        tmh: Tmh {
+            opcode: TmhOpcode::Rndv,
+            app_ctx: 9,
+            tag: 0x77,
+        },
+        rvh: Some(Rvh {
+            va: data.addr(),
+            rkey: data.mr.rkey(),
+            len: 150_000,
+        }),
+    };
+    let mut b = [0u8; 32];
+    req.emit(&mut b).unwrap();
+    hdr.write(0, &b);
+    send::<S>(&n.qp, 51, hdr.sge(0, 32));
+    let eager = Buf::<S>::rw(&n.pd, 64);
+    let mut e = Tmh {
+        opcode: TmhOpcode::Eager,
+        app_ctx: 1,
+        tag: 0x78,
+    }
+    .to_bytes()
+    .to_vec();
+    e.extend_from_slice(b"late");
+    eager.write(0, &e);
+    send::<S>(&n.qp, 52, eager.sge(0, e.len()));
+    // Polling serves the receiver NIC's RDMA read; then the FIN arrives.
+    let wcs = wait::<S>(&n.cq, 3, &[]);
+    let f = wcs.iter().find(|w| w.wr_id == 50).expect("FIN received");
+    assert_eq!(f.byte_len, 32);
+    let h = TagHeader::parse(&fin.read()).unwrap();
+    assert_eq!(h.tmh.opcode, TmhOpcode::Fin);
+    assert_eq!(h.tmh.tag, 0x77);
+    assert_eq!(h.rvh.unwrap().va, data.addr());
+}
