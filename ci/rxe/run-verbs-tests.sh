@@ -32,18 +32,16 @@ fi
 
 export CARGO_TERM_COLOR=never
 log "building tmpi-verbs test binaries"
-cargo build -p tmpi-verbs --example ibv_smoke --quiet
-cargo test -p tmpi-verbs --no-run --quiet --message-format=json > "$ROOT/target/rxe-build.json"
-
 PAY=$(mktemp -d /var/tmp/tmpi-rxe-payload.XXXXXX)
 trap 'rm -rf "$PAY"' EXIT
 mkdir -p "$PAY/tests"
+# executables are taken from cargo's JSON messages (works with any CARGO_TARGET_DIR)
+cargo build -p tmpi-verbs --example ibv_smoke --quiet --message-format=json > "$PAY/build.json"
+cargo test -p tmpi-verbs --no-run --quiet --message-format=json >> "$PAY/build.json"
 
 # debug info stripped: the payload travels in the initramfs (guest RAM)
 strip_copy() { objcopy --strip-debug "$1" "$2" 2>/dev/null || cp "$1" "$2"; }
-strip_copy target/debug/examples/ibv_smoke "$PAY/ibv_smoke"
-
-python3 - "$ROOT/target/rxe-build.json" "${TMPI_RXE_TEST_FILTER-^conformance$}" > "$PAY/list" <<'EOF'
+python3 - "$PAY/build.json" "${TMPI_RXE_TEST_FILTER-^conformance$}" > "$PAY/list" <<'EOF'
 import json, re, sys
 flt = re.compile(sys.argv[2]) if sys.argv[2] else None
 for line in open(sys.argv[1]):
@@ -58,18 +56,22 @@ for line in open(sys.argv[1]):
         continue
     kinds = m["target"]["kind"]
     name = m["target"]["name"]
-    if "lib" in kinds:
+    if "example" in kinds and name == "ibv_smoke":
+        print("example", m["executable"])
+    elif "lib" in kinds:
         print("lib", m["executable"])
     elif "test" in kinds and (flt is None or flt.search(name)):
         print("test", m["executable"], name)
 EOF
 while read -r kind exe name; do
     case $kind in
+        example) strip_copy "$exe" "$PAY/ibv_smoke" ;;
         lib) strip_copy "$exe" "$PAY/lib-tests" ;;
         test) strip_copy "$exe" "$PAY/tests/$name" ;;
     esac
 done < "$PAY/list"
-[ -f "$PAY/lib-tests" ] || { log "lib test binary not found in cargo output"; exit 1; }
+[ -f "$PAY/lib-tests" ] && [ -f "$PAY/ibv_smoke" ] || { log "test binaries not found in cargo output"; exit 1; }
+rm -f "$PAY/build.json" "$PAY/list"
 log "payload: ibv_smoke, lib-tests, $(ls "$PAY/tests" | wc -l) integration test binaries ($(du -sh "$PAY" | cut -f1))"
 
 cat > "$PAY/guest.sh" <<'EOF'
