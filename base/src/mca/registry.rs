@@ -568,16 +568,25 @@ impl Registry {
     }
 }
 
-/// Up to `max` names from `known` close to `name` (case-insensitive edit
-/// distance at most max(2, len/3)), nearest first, ties by name.
+/// Up to `max` names from `known` close to `name`, nearest first (by
+/// case-insensitive edit distance, ties by name). Close means an edit
+/// distance of at most max(2, len/3), or one name being a prefix of the
+/// other when both have at least 4 characters (a truncated `btl_sm_prio`
+/// still finds `btl_sm_priority`).
 pub fn nearest(name: &str, known: &[&str], max: usize) -> Vec<String> {
     let lname = name.to_ascii_lowercase();
     let limit = (lname.len() / 3).max(2);
     let mut scored: Vec<(usize, &str)> = known
         .iter()
         .filter(|k| is_param_name(k))
-        .map(|k| (edit_distance(&lname, &k.to_ascii_lowercase()), *k))
-        .filter(|(d, _)| *d <= limit)
+        .filter_map(|k| {
+            let lk = k.to_ascii_lowercase();
+            let d = edit_distance(&lname, &lk);
+            let prefix = lname.len() >= 4
+                && lk.len() >= 4
+                && (lk.starts_with(&lname) || lname.starts_with(&lk));
+            (d <= limit || prefix).then_some((d, *k))
+        })
         .collect();
     scored.sort();
     scored
@@ -626,6 +635,12 @@ mod tests {
             vec!["btl_sm_fifo_size"]
         );
         assert!(nearest("zzz", &known, 3).is_empty());
+        assert_eq!(nearest("btl_sm_prio", &known, 3), vec!["btl_sm_priority"]);
+        assert_eq!(
+            nearest("btl_sm", &known, 1),
+            vec!["btl_sm_priority"],
+            "nearest of the prefix matches first"
+        );
     }
 
     #[test]
