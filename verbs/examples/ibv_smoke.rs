@@ -148,6 +148,10 @@ fn run() -> R<()> {
         pair.a.state() == ibv::QpState::Rts && pair.b.state() == ibv::QpState::Rts,
         "both QPs reach RTS",
     )?;
+    check(
+        pair.a.query_state()? == ibv::QpState::Rts,
+        "the device reports RTS too (ibv_query_qp)",
+    )?;
 
     let mut src = pd.alloc_mr(4096, Access::ALL_RDMA)?;
     let dst = pd.alloc_mr(4096, Access::ALL_RDMA)?;
@@ -431,6 +435,10 @@ fn run() -> R<()> {
     check(
         c[0].wr_id == 40 && c[0].status == WcStatus::RemoteAccess && c[0].op.is_none(),
         "RDMA read with a bad rkey completes with IBV_WC_REM_ACCESS_ERR",
+    )?;
+    check(
+        pair.a.query_state()? == ibv::QpState::Error,
+        "the device moved the requester QP to the error state (ibv_query_qp)",
     )?;
     // The requester QP is now in error: further work flushes.
     // SAFETY: as above.

@@ -80,6 +80,7 @@ symbols! {
         query_srq = "ibv_query_srq": fn(*mut ibv_srq, *mut ibv_srq_attr) -> c_int;
         create_qp = "ibv_create_qp": fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp;
         modify_qp = "ibv_modify_qp": fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int;
+        query_qp = "ibv_query_qp": fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int;
         destroy_qp = "ibv_destroy_qp": fn(*mut ibv_qp) -> c_int;
     }
     optional {

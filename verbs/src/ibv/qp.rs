@@ -302,6 +302,35 @@ impl QueuePair {
         *self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The state the device reports (`ibv_query_qp`): unlike [`QueuePair::state`]
+    /// it shows transitions the NIC made on its own, e.g. to `Error` after a
+    /// failed work request. `SQD` (never used by tmpi) reads as `Rts`; `SQE`
+    /// and unknown values read as `Error`.
+    pub fn query_state(&self) -> Result<QpState> {
+        let mut a = ibv_qp_attr::default();
+        let mut init = ibv_qp_init_attr::default();
+        // SAFETY: live QP; a and init are locals.
+        let rc = unsafe {
+            (self.pd.ctx.lib().fns.query_qp)(
+                self.qp.as_ptr(),
+                &mut a,
+                IBV_QP_STATE as i32,
+                &mut init,
+            )
+        };
+        if rc != 0 {
+            return Err(IbvError::code("ibv_query_qp", rc));
+        }
+        let s = match a.qp_state {
+            IBV_QPS_RESET => QpState::Reset,
+            IBV_QPS_INIT => QpState::Init,
+            IBV_QPS_RTR => QpState::Rtr,
+            IBV_QPS_RTS | IBV_QPS_SQD => QpState::Rts,
+            _ => QpState::Error,
+        };
+        Ok(s)
+    }
+
     /// Our address for the peer: QPN, PSN, port LID and the GID at
     /// `params.gid_index` (zero GID for LID routing).
     pub fn local_endpoint(&self, params: &ConnectParams) -> Result<QpEndpoint> {
