@@ -72,6 +72,11 @@ while read -r kind exe name; do
 done < "$PAY/list"
 [ -f "$PAY/lib-tests" ] && [ -f "$PAY/ibv_smoke" ] || { log "test binaries not found in cargo output"; exit 1; }
 rm -f "$PAY/build.json" "$PAY/list"
+# libibverbs must be dlopen()ed, never a link-time dependency (binaries start without rdma-core)
+if readelf -d "$PAY/ibv_smoke" "$PAY/lib-tests" 2>/dev/null | grep -q 'NEEDED.*libibverbs'; then
+    log "a tmpi-verbs binary links libibverbs at build time (must be dlopen()ed)"
+    exit 1
+fi
 log "payload: ibv_smoke, lib-tests, $(ls "$PAY/tests" | wc -l) integration test binaries ($(du -sh "$PAY" | cut -f1))"
 
 cat > "$PAY/guest.sh" <<'EOF'
