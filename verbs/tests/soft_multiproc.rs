@@ -179,6 +179,7 @@ fn child_entry() {
     match role.as_str() {
         "rc" => child_rc(),
         "rndv" => child_rndv(),
+        "die" => child_die(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -221,8 +222,11 @@ fn multiproc_rc_send_recv_and_rdma() {
         "bad-rkey write touched nothing"
     );
     assert_eq!(&m[32768..], &pattern(2, 32768)[..]);
+    let (pid, instance) = tmpi_verbs::soft::decode_soft_gid(&me.gid).unwrap();
     assert!(
-        shm_names_of(std::process::id()).is_empty(),
+        shm_names_of(pid)
+            .iter()
+            .all(|n| !n.starts_with(&format!("tmpi-soft.{pid}.{instance}."))),
         "ring segments are unlinked once connected"
     );
     peer.finish();
@@ -424,4 +428,64 @@ fn child_rndv() {
     assert_eq!(h.tmh.opcode, TmhOpcode::Fin);
     assert_eq!(h.tmh.tag, 0x77);
     assert_eq!(h.rvh.unwrap().va, data.addr());
+}
+
+/// A peer that vanishes: outstanding RDMA completes with `RetryExcErr`
+/// instead of hanging, and its leftover ring segment is swept by the next
+/// device opened on the host.
+#[test]
+fn multiproc_peer_death_is_an_error_not_a_hang() {
+    let n = node(false);
+    let me = local_addr::<S>(&n.ctx, &n.qp);
+    let mut peer = Peer::spawn("die");
+    peer.send(&me.encode());
+    let line = peer.recv();
+    let f: Vec<&str> = line.split('|').collect();
+    let child = Addr::decode(f[0]);
+    let (va, rkey): (u64, u32) = (f[1].parse().unwrap(), f[2].parse().unwrap());
+    let child_pid: u32 = f[3].parse().unwrap();
+    connect::<S>(&n.qp, &me, &child);
+    peer.send("die");
+    peer.finish();
+    assert!(
+        !shm_names_of(child_pid).is_empty(),
+        "the dead child left its ring behind"
+    );
+    let buf = Buf::<S>::rw(&n.pd, 4096);
+    // SAFETY: `buf` outlives the completion.
+    unsafe {
+        n.qp.post_send(&SendWr {
+            wr_id: 1,
+            sg_list: &[buf.sge(0, 4096)],
+            opcode: SendOpcode::RdmaRead {
+                remote_addr: va,
+                rkey,
+            },
+            flags: SendFlags::SIGNALED,
+        })
+    }
+    .unwrap();
+    let w = wait::<S>(&n.cq, 1, &[]);
+    assert_eq!((w[0].wr_id, w[0].status), (1, WcStatus::RetryExcErr));
+    assert_eq!(n.qp.state(), QpState::Error);
+    let _other = soft().open("tmsoft0").unwrap();
+    assert!(shm_names_of(child_pid).is_empty(), "stale segment swept");
+}
+
+fn child_die() {
+    let n = node(false);
+    let me = local_addr::<S>(&n.ctx, &n.qp);
+    let parent = Addr::decode(&child_recv());
+    connect::<S>(&n.qp, &me, &parent);
+    let mem = Buf::<S>::rw(&n.pd, 4096);
+    child_send(&format!(
+        "{}|{}|{}|{}",
+        me.encode(),
+        mem.addr(),
+        mem.mr.rkey(),
+        std::process::id()
+    ));
+    assert_eq!(child_recv(), "die");
+    // Vanish without cleaning up, like a crashed process.
+    std::process::exit(0);
 }

@@ -1,29 +1,19 @@
-//! Configuration of the soft NIC: its TM capabilities and transport sizes.
-//!
-//! The values come from MCA parameters (DESIGN.md §4). Until the registry in
-//! `tmpi_base::mca` is wired in, [`SoftConfig::from_env`] reads the MCA
-//! environment form `TMPI_MCA_<name>` of:
-//! - `btl_openib_tmsoft_max_num_tags` (default 1024): `tm_caps.max_num_tags`;
+//! Configuration of the soft NIC: its TM capabilities and transport sizes,
+//! as MCA parameters (DESIGN.md §4) registered in [`tmpi_base::mca`]:
+//! - `btl_openib_tmsoft_max_num_tags` (default 1024): `tm_caps.max_num_tags`
+//!   (0 = advertise no tag matching);
 //! - `btl_openib_tmsoft_max_ops` (default 64): `tm_caps.max_ops`;
-//! - `btl_openib_tmsoft_max_rndv_hdr_size` (default 64): `tm_caps.max_rndv_hdr_size`;
+//! - `btl_openib_tmsoft_max_rndv_hdr_size` (default 64):
+//!   `tm_caps.max_rndv_hdr_size` (at least 32: TMH + RVH);
 //! - `btl_openib_tmsoft_sync_mode` (`global` default | `stale`): see
 //!   [`crate::soft::tm::SyncMode`];
-//! - `btl_openib_tmsoft_ring_size` (default 1 MiB): bytes of each QP's
-//!   receive ring; the largest message is half of it minus a header.
+//! - `btl_openib_tmsoft_ring_size` (default 1M): bytes of each QP's receive
+//!   ring; the largest message is half of it minus a 56-byte header.
+
+use tmpi_base::mca::{Level, ParamSpec, Registry};
 
 use super::tm::SyncMode;
 use crate::api::VerbsError;
-
-/// MCA parameter names (without the `TMPI_MCA_` prefix).
-pub const PARAM_MAX_NUM_TAGS: &str = "btl_openib_tmsoft_max_num_tags";
-/// See [`PARAM_MAX_NUM_TAGS`].
-pub const PARAM_MAX_OPS: &str = "btl_openib_tmsoft_max_ops";
-/// See [`PARAM_MAX_NUM_TAGS`].
-pub const PARAM_MAX_RNDV_HDR_SIZE: &str = "btl_openib_tmsoft_max_rndv_hdr_size";
-/// See [`PARAM_MAX_NUM_TAGS`].
-pub const PARAM_SYNC_MODE: &str = "btl_openib_tmsoft_sync_mode";
-/// See [`PARAM_MAX_NUM_TAGS`].
-pub const PARAM_RING_SIZE: &str = "btl_openib_tmsoft_ring_size";
 
 /// Soft NIC configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,59 +42,147 @@ impl Default for SoftConfig {
     }
 }
 
-fn env_param(name: &str) -> Option<String> {
-    std::env::var(format!("TMPI_MCA_{name}")).ok()
+fn mca(e: tmpi_base::mca::McaError) -> VerbsError {
+    VerbsError::InvalidArgument(e.to_string())
 }
 
-fn parse_u32(name: &str, v: &str) -> Result<u32, VerbsError> {
-    v.trim()
-        .parse()
-        .map_err(|_| VerbsError::InvalidArgument(format!("{name}={v:?}: not an unsigned integer")))
+fn spec(name: &str, help: &str) -> ParamSpec {
+    ParamSpec::new("btl", "openib", name)
+        .help(help)
+        .level(Level::DevDetail)
 }
 
 impl SoftConfig {
-    /// Defaults overridden by `TMPI_MCA_btl_openib_tmsoft_*` variables.
-    /// A malformed value is an error, not silently ignored.
-    pub fn from_env() -> Result<Self, VerbsError> {
-        let mut c = SoftConfig::default();
-        if let Some(v) = env_param(PARAM_MAX_NUM_TAGS) {
-            c.max_num_tags = parse_u32(PARAM_MAX_NUM_TAGS, &v)?;
-        }
-        if let Some(v) = env_param(PARAM_MAX_OPS) {
-            c.max_ops = parse_u32(PARAM_MAX_OPS, &v)?;
-        }
-        if let Some(v) = env_param(PARAM_MAX_RNDV_HDR_SIZE) {
-            c.max_rndv_hdr_size = parse_u32(PARAM_MAX_RNDV_HDR_SIZE, &v)?;
-        }
-        if let Some(v) = env_param(PARAM_SYNC_MODE) {
-            c.sync_mode = v.trim().parse().map_err(|e: String| {
-                VerbsError::InvalidArgument(format!("{PARAM_SYNC_MODE}: {e}"))
-            })?;
-        }
-        if let Some(v) = env_param(PARAM_RING_SIZE) {
-            c.ring_size = parse_u32(PARAM_RING_SIZE, &v)? as usize;
-        }
+    /// Registers the soft NIC's parameters in `reg` and returns their
+    /// values. A malformed or out-of-range value is an error, never silently
+    /// replaced by the default.
+    pub fn register(reg: &Registry) -> Result<Self, VerbsError> {
+        let d = SoftConfig::default();
+        let tags = reg
+            .register_int_range(
+                spec("tmsoft_max_num_tags", "Soft NIC tmsoft0: tag list capacity it advertises (tm_caps.max_num_tags; 0 = no tag matching)"),
+                i64::from(d.max_num_tags),
+                0..=65_535,
+            )
+            .map_err(mca)?;
+        let ops = reg
+            .register_int_range(
+                spec(
+                    "tmsoft_max_ops",
+                    "Soft NIC tmsoft0: outstanding tag-list operations (tm_caps.max_ops)",
+                ),
+                i64::from(d.max_ops),
+                1..=65_535,
+            )
+            .map_err(mca)?;
+        let rndv = reg
+            .register_int_range(
+                spec("tmsoft_max_rndv_hdr_size", "Soft NIC tmsoft0: largest rendezvous request it matches (tm_caps.max_rndv_hdr_size)"),
+                i64::from(d.max_rndv_hdr_size),
+                32..=65_536,
+            )
+            .map_err(mca)?;
+        let mode = reg
+            .register_enum(
+                spec("tmsoft_sync_mode", "Soft NIC tmsoft0: while the unexpected counts differ, suspend all matching (global) or skip only entries added with a stale count (stale)"),
+                &["global", "stale"],
+                "global",
+            )
+            .map_err(mca)?;
+        let ring = reg
+            .register_size(
+                spec("tmsoft_ring_size", "Soft NIC tmsoft0: bytes of each QP's receive ring (largest message: half of it)"),
+                d.ring_size as u64,
+            )
+            .map_err(mca)?;
+        let c = SoftConfig {
+            max_num_tags: tags.value() as u32,
+            max_ops: ops.value() as u32,
+            max_rndv_hdr_size: rndv.value() as u32,
+            sync_mode: mode.value().parse().map_err(VerbsError::InvalidArgument)?,
+            ring_size: usize::try_from(ring.value()).unwrap_or(usize::MAX),
+        };
         c.validate()?;
         Ok(c)
+    }
+
+    /// [`SoftConfig::register`] on the process-wide registry
+    /// (`tmpi_base::mca::registry()`: command line, `TMPI_MCA_*`, files).
+    pub fn from_mca() -> Result<Self, VerbsError> {
+        Self::register(tmpi_base::mca::registry())
     }
 
     /// Checks the values are usable.
     pub fn validate(&self) -> Result<(), VerbsError> {
         if self.max_num_tags > 0 && self.max_ops == 0 {
-            return Err(VerbsError::InvalidArgument(format!(
-                "{PARAM_MAX_OPS} must be > 0 when tag matching is on"
-            )));
+            return Err(VerbsError::InvalidArgument(
+                "btl_openib_tmsoft_max_ops must be > 0 when tag matching is on".into(),
+            ));
         }
         if self.max_num_tags > 0 && self.max_rndv_hdr_size < 32 {
-            return Err(VerbsError::InvalidArgument(format!(
-                "{PARAM_MAX_RNDV_HDR_SIZE} must be >= 32 (TMH + RVH)"
-            )));
+            return Err(VerbsError::InvalidArgument(
+                "btl_openib_tmsoft_max_rndv_hdr_size must be >= 32 (TMH + RVH)".into(),
+            ));
         }
         if self.ring_size < 8192 || self.ring_size > (1 << 30) {
-            return Err(VerbsError::InvalidArgument(format!(
-                "{PARAM_RING_SIZE} must be in 8 KiB..1 GiB"
-            )));
+            return Err(VerbsError::InvalidArgument(
+                "btl_openib_tmsoft_ring_size must be in 8K..1G".into(),
+            ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tmpi_base::mca::Sources;
+
+    fn reg(vars: &[(&str, &str)]) -> Registry {
+        Registry::new(Sources::default().with_env(vars.iter().map(|(k, v)| (*k, *v))))
+    }
+
+    #[test]
+    fn defaults_without_settings() {
+        assert_eq!(
+            SoftConfig::register(&reg(&[])).unwrap(),
+            SoftConfig::default()
+        );
+    }
+
+    #[test]
+    fn values_from_the_environment_form() {
+        let c = SoftConfig::register(&reg(&[
+            ("TMPI_MCA_btl_openib_tmsoft_max_num_tags", "16"),
+            ("TMPI_MCA_btl_openib_tmsoft_max_ops", "4"),
+            ("TMPI_MCA_btl_openib_tmsoft_max_rndv_hdr_size", "128"),
+            ("TMPI_MCA_btl_openib_tmsoft_sync_mode", "stale"),
+            ("TMPI_MCA_btl_openib_tmsoft_ring_size", "64K"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c,
+            SoftConfig {
+                max_num_tags: 16,
+                max_ops: 4,
+                max_rndv_hdr_size: 128,
+                sync_mode: SyncMode::StaleEntries,
+                ring_size: 65536,
+            }
+        );
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        for (k, v) in [
+            ("TMPI_MCA_btl_openib_tmsoft_max_num_tags", "many"),
+            ("TMPI_MCA_btl_openib_tmsoft_max_ops", "0"),
+            ("TMPI_MCA_btl_openib_tmsoft_max_rndv_hdr_size", "16"),
+            ("TMPI_MCA_btl_openib_tmsoft_sync_mode", "sometimes"),
+            ("TMPI_MCA_btl_openib_tmsoft_ring_size", "1K"),
+        ] {
+            let e = SoftConfig::register(&reg(&[(k, v)])).unwrap_err();
+            assert!(matches!(e, VerbsError::InvalidArgument(_)), "{k}={v}: {e}");
+        }
     }
 }

@@ -15,6 +15,7 @@
 //! sides must therefore be polling, as with any progress-driven soft device.
 
 use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
 
 use super::config::SoftConfig;
 use super::shm::{self, kind, RecHdr, Segment, FLAG_IMM};
@@ -24,6 +25,9 @@ use crate::api::{
 };
 
 pub(crate) type Model = TmListModel<Vec<Sge>, Vec<u8>>;
+
+/// How often a waiting QP checks that its peer process still exists.
+const LIVENESS_PERIOD: Duration = Duration::from_millis(50);
 
 #[derive(Debug)]
 pub(crate) struct MrEntry {
@@ -75,6 +79,8 @@ pub(crate) struct QpEntry {
     pending: VecDeque<(RecHdr, Vec<u8>, Option<WorkCompletion>)>,
     outstanding: HashMap<u64, Outstanding>,
     next_req: u64,
+    /// When the peer's liveness was last checked.
+    last_liveness: Option<Instant>,
 }
 
 impl QpEntry {
@@ -106,6 +112,7 @@ impl QpEntry {
             pending: VecDeque::new(),
             outstanding: HashMap::new(),
             next_req: 1,
+            last_liveness: None,
         }
     }
 }
@@ -558,11 +565,74 @@ impl Engine {
                         qp.inbound.unlink();
                     }
                 }
+                self.check_peer(*qpn);
             }
             if !did {
                 break;
             }
         }
+    }
+
+    /// A QP waiting on its peer (queued records, outstanding RDMA) checks
+    /// every [`LIVENESS_PERIOD`] that the peer process still exists; if not,
+    /// its work completes with `RetryExcErr` (what an RC transport reports
+    /// after exhausting retries) and the QP moves to the error state.
+    fn check_peer(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let Some((pid, _, _)) = qp.remote else {
+            return;
+        };
+        if qp.state == QpState::Error || (qp.pending.is_empty() && qp.outstanding.is_empty()) {
+            return;
+        }
+        let now = Instant::now();
+        if qp.last_liveness.is_some_and(|t| now - t < LIVENESS_PERIOD) {
+            return;
+        }
+        qp.last_liveness = Some(now);
+        if shm::process_alive(pid) {
+            return;
+        }
+        tracing::warn!(target: "verbs", qpn, pid, "soft: peer process is gone; QP to error");
+        qp.state = QpState::Error;
+        let send_cq = qp.send_cq;
+        let mut out = Vec::new();
+        let mut rndv = Vec::new();
+        for (_, _, wc) in qp.pending.drain(..) {
+            if let Some(wc) = wc {
+                out.push(WorkCompletion {
+                    status: WcStatus::RetryExcErr,
+                    ..wc
+                });
+            }
+        }
+        for (_, o) in qp.outstanding.drain() {
+            match o {
+                Outstanding::Rdma { wr_id, opcode, .. } => out.push(WorkCompletion {
+                    wr_id,
+                    status: WcStatus::RetryExcErr,
+                    opcode,
+                    qp_num: qpn,
+                    ..Default::default()
+                }),
+                Outstanding::TmRndv { srq, id } => rndv.push((srq, id)),
+            }
+        }
+        for wc in out {
+            self.push_cq(send_cq, wc, None);
+        }
+        for (srq, id) in rndv {
+            if let Some(SrqEntry {
+                kind: SrqKind::Tm { model, .. },
+                ..
+            }) = self.srqs.get_mut(&srq)
+            {
+                model.rndv_finished(id, WcStatus::RetryExcErr);
+            }
+        }
+        self.flush_errors(qpn);
     }
 
     fn drain(&mut self, qpn: u32) -> bool {

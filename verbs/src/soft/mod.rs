@@ -75,10 +75,10 @@ impl SoftProvider {
         cfg.validate()?;
         Ok(SoftProvider { cfg })
     }
-    /// A provider configured from the MCA environment
-    /// ([`SoftConfig::from_env`]).
-    pub fn from_env() -> Result<Self> {
-        Self::new(SoftConfig::from_env()?)
+    /// A provider configured from the MCA parameters of the process
+    /// ([`SoftConfig::from_mca`]).
+    pub fn from_mca() -> Result<Self> {
+        Self::new(SoftConfig::from_mca()?)
     }
     /// The configuration.
     pub fn config(&self) -> &SoftConfig {
@@ -134,6 +134,7 @@ impl Provider for SoftProvider {
             return Err(VerbsError::NoSuchDevice(device.into()));
         }
         shm::allow_peers();
+        shm::sweep_stale();
         let pid = std::process::id();
         let instance = NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed) & 0xffff;
         tracing::debug!(target: "verbs", pid, instance, "soft: device opened");

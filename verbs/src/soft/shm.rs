@@ -502,3 +502,39 @@ pub(crate) fn allow_peers() {
     // SAFETY: prctl with integer arguments has no memory effects.
     let _ = unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
 }
+
+/// True when process `pid` exists (or exists but belongs to someone else).
+pub(crate) fn process_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks existence and permission.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Unlinks ring segments left in `/dev/shm` by processes that no longer
+/// exist (a crashed job never cleans up). Returns how many were removed.
+pub(crate) fn sweep_stale() -> usize {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let Some(rest) = name.strip_prefix("tmpi-soft.") else {
+            continue;
+        };
+        let Some(pid) = rest.split('.').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !process_alive(pid) {
+            if let Ok(c) = CString::new(format!("/{name}")) {
+                // SAFETY: valid C string.
+                if unsafe { libc::shm_unlink(c.as_ptr()) } == 0 {
+                    tracing::info!(target: "verbs", segment = %name, "soft: removed stale segment of a dead process");
+                    n += 1;
+                }
+            }
+        }
+    }
+    n
+}
