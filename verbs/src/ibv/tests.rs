@@ -26,6 +26,19 @@ fn missing_library_is_a_clear_error() {
     }
 }
 
+/// A library that is not libibverbs (too old, or the wrong file) is refused
+/// with the symbol it lacks, not called blindly.
+#[test]
+fn wrong_library_reports_the_missing_symbol() {
+    match Library::open("libc.so.6") {
+        Err(IbvError::MissingSymbol { symbol, name, .. }) => {
+            assert_eq!(symbol, "ibv_get_device_list");
+            assert_eq!(name, "libc.so.6");
+        }
+        other => panic!("expected MissingSymbol, got {other:?}"),
+    }
+}
+
 /// The process-wide loader honours `TMPI_VERBS_LIBIBVERBS`; run in a child
 /// process so the setting cannot leak into other tests (the load is cached).
 #[test]
