@@ -719,6 +719,11 @@ impl<B, M: AsRef<[u8]>> TmListModel<B, M> {
             let (_, a) = self.arrivals.pop_front().expect("front checked");
             self.hw_cnt = self.hw_cnt.wrapping_add(1);
             self.unexpected += 1;
+            if self.hw_cnt.wrapping_sub(self.sw_cnt) == 1 << 14 {
+                // Software must TAG_SYNC at least every 2^14 unexpected
+                // messages (§4); past 2^15 the comparison becomes ambiguous.
+                tracing::warn!(target: "verbs", hw_cnt = self.hw_cnt, sw_cnt = self.sw_cnt, "tm: 2^14 unexpected messages without a sync");
+            }
             tracing::trace!(target: "verbs", hw_cnt = self.hw_cnt, tag = h.tmh.tag, "tm: unexpected");
             self.deliver_untagged(a, WcOpcode::TmRecv);
             true
