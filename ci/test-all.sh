@@ -19,3 +19,6 @@ echo "== build"
 cargo build --workspace --all-targets --quiet
 echo "== tests"
 cargo test --workspace --no-fail-fast
+
+echo "== real verbs over soft-RoCE (qemu VM with rdma_rxe)"
+bash ci/rxe/run-verbs-tests.sh
