@@ -865,3 +865,37 @@ fn soft_gid_encodes_pid_and_instance() {
         Some(std::process::id())
     );
 }
+
+/// RNR stalls only the peer's request stream: while `a`'s send waits for a
+/// receive buffer on `b`, `b`'s own RDMA read from `a` still completes.
+#[test]
+fn soft_rnr_does_not_block_responses() {
+    type S = tmpi_verbs::soft::SoftProvider;
+    let (l, _) = setup::<S>(&soft(), "tmsoft0", None);
+    let abuf = Buf::<S>::rw(&l.pd, 4096);
+    let bbuf = Buf::<S>::rw(&l.pd, 4096);
+    abuf.write(0, b"waiting");
+    abuf.write(1000, &pattern(3, 500));
+    send::<S>(&l.a, 1, abuf.sge(0, 7));
+    wait::<S>(&l.cq, 1, &[]);
+    // SAFETY: `bbuf` outlives the completion.
+    unsafe {
+        l.b.post_send(&SendWr {
+            wr_id: 2,
+            sg_list: &[bbuf.sge(2000, 500)],
+            opcode: SendOpcode::RdmaRead {
+                remote_addr: abuf.addr() + 1000,
+                rkey: abuf.mr.rkey(),
+            },
+            flags: SendFlags::SIGNALED,
+        })
+    }
+    .unwrap();
+    let w = wait::<S>(&l.cq, 1, &[]);
+    assert_eq!((w[0].wr_id, w[0].status), (2, WcStatus::Success));
+    assert_eq!(&bbuf.read()[2000..2500], &pattern(3, 500)[..]);
+    recv::<S>(&l.b, 3, bbuf.sge(0, 64));
+    let w = wait::<S>(&l.cq, 1, &[]);
+    assert_eq!((w[0].wr_id, w[0].byte_len), (3, 7));
+    assert_eq!(&bbuf.read()[..7], b"waiting");
+}

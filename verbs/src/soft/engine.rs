@@ -26,6 +26,9 @@ use crate::api::{
 
 pub(crate) type Model = TmListModel<Vec<Sge>, Vec<u8>>;
 
+/// Most records of a peer's stalled request stream held outside the ring.
+const STASH_MAX: usize = 1024;
+
 /// How often a waiting QP checks that its peer process still exists.
 const LIVENESS_PERIOD: Duration = Duration::from_millis(50);
 
@@ -81,6 +84,8 @@ pub(crate) struct QpEntry {
     next_req: u64,
     /// When the peer's liveness was last checked.
     last_liveness: Option<Instant>,
+    /// The peer's request stream stalled by RNR (see [`Engine::drain`]).
+    stash: VecDeque<(RecHdr, Vec<u8>)>,
 }
 
 impl QpEntry {
@@ -113,6 +118,7 @@ impl QpEntry {
             outstanding: HashMap::new(),
             next_req: 1,
             last_liveness: None,
+            stash: VecDeque::new(),
         }
     }
 }
@@ -635,8 +641,17 @@ impl Engine {
         self.flush_errors(qpn);
     }
 
+    /// Handles the records of `qpn`'s ring.
+    ///
+    /// The ring carries two streams of the peer, as an RC QP does: its
+    /// requests (SEND, RDMA requests), executed in order, and its responses
+    /// to our requests. A SEND without a receive buffer (RNR) stalls the
+    /// request stream only: it and later requests move to the QP's stash
+    /// (at most [`STASH_MAX`], then the ring itself backs up), while
+    /// responses keep flowing, so our RDMA reads finish even while the peer's
+    /// sends wait for buffers.
     fn drain(&mut self, qpn: u32) -> bool {
-        let mut did = false;
+        let mut did = self.drain_stash(qpn);
         loop {
             let Some(qp) = self.qps.get(&qpn) else {
                 return did;
@@ -644,36 +659,67 @@ impl Engine {
             if !matches!(qp.state, QpState::Rtr | QpState::Rts) {
                 return did;
             }
+            let stalled = !qp.stash.is_empty();
+            if stalled && qp.stash.len() >= STASH_MAX {
+                return did;
+            }
             let Some((rec, payload)) = qp.inbound.peek() else {
                 return did;
             };
-            let consumed = match rec.kind {
-                kind::SEND => self.on_send(qpn, &rec, payload),
-                kind::WRITE_REQ | kind::READ_REQ => {
-                    self.on_rdma_req(qpn, &rec, &payload);
-                    true
+            qp.inbound.advance(&rec);
+            did = true;
+            match rec.kind {
+                kind::RESP => self.on_resp(qpn, &rec),
+                kind::SEND | kind::WRITE_REQ | kind::READ_REQ if stalled => {
+                    if let Some(qp) = self.qps.get_mut(&qpn) {
+                        qp.stash.push_back((rec, payload));
+                    }
                 }
-                kind::RESP => {
-                    self.on_resp(qpn, &rec);
-                    true
+                kind::SEND => {
+                    if let Err(payload) = self.on_send(qpn, &rec, payload) {
+                        if let Some(qp) = self.qps.get_mut(&qpn) {
+                            qp.stash.push_back((rec, payload));
+                        }
+                    }
                 }
+                kind::WRITE_REQ | kind::READ_REQ => self.on_rdma_req(qpn, &rec, &payload),
                 other => {
                     tracing::error!(target: "verbs", kind = other, "soft: unknown record dropped");
-                    true
                 }
-            };
-            if !consumed {
-                return did; // RNR: no receive buffer yet
             }
-            if let Some(qp) = self.qps.get(&qpn) {
-                qp.inbound.advance(&rec);
+        }
+    }
+
+    /// Retries the stalled request stream of `qpn` in order.
+    fn drain_stash(&mut self, qpn: u32) -> bool {
+        let mut did = false;
+        loop {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                return did;
+            };
+            if !matches!(qp.state, QpState::Rtr | QpState::Rts) {
+                return did;
+            }
+            let Some((rec, payload)) = qp.stash.pop_front() else {
+                return did;
+            };
+            if rec.kind == kind::SEND {
+                if let Err(payload) = self.on_send(qpn, &rec, payload) {
+                    if let Some(qp) = self.qps.get_mut(&qpn) {
+                        qp.stash.push_front((rec, payload));
+                    }
+                    return did;
+                }
+            } else {
+                self.on_rdma_req(qpn, &rec, &payload);
             }
             did = true;
         }
     }
 
-    /// Delivers a SEND; false when no receive buffer is available (RNR).
-    fn on_send(&mut self, qpn: u32, rec: &RecHdr, payload: Vec<u8>) -> bool {
+    /// Delivers a SEND; gives the payload back when no receive buffer is
+    /// available (RNR).
+    fn on_send(&mut self, qpn: u32, rec: &RecHdr, payload: Vec<u8>) -> Result<(), Vec<u8>> {
         let qp = &self.qps[&qpn];
         let (pd, recv_cq, srq) = (qp.pd, qp.recv_cq, qp.srq);
         let src_qp = qp.remote.map(|r| r.2).unwrap_or(0);
@@ -686,7 +732,7 @@ impl Engine {
                         src_qp,
                         message: payload,
                     });
-                    return true;
+                    return Ok(());
                 }
                 Some(SrqKind::Basic { q, .. }) => q.pop_front(),
                 None => None,
@@ -694,7 +740,7 @@ impl Engine {
             None => self.qps.get_mut(&qpn).and_then(|q| q.rq.pop_front()),
         };
         let Some((wr_id, sges)) = buf else {
-            return false;
+            return Err(payload);
         };
         let status = match self.scatter(pd, &sges, &payload) {
             Ok(()) => WcStatus::Success,
@@ -716,7 +762,7 @@ impl Engine {
             ..Default::default()
         };
         self.push_cq(recv_cq, wc, None);
-        true
+        Ok(())
     }
 
     /// Serves an RDMA request as the target: validate, then move the bytes.
