@@ -1,1 +1,81 @@
-//! (in progress)
+//! # tmpi-tm-engine: MPI tag matching in software
+//!
+//! A deterministic matching engine with no I/O and no threads: the pml (and later the split
+//! software/hardware matcher) calls it under its matching lock. It keeps two queues, the
+//! *posted receives* and the *unexpected messages*, and answers four questions:
+//! [`Engine::post_recv`], [`Engine::arrive`], [`Engine::probe`] / [`Engine::mprobe`], and
+//! [`Engine::cancel`].
+//!
+//! ## Matching rules (MPI 4.0 §3.5, "Semantics of point-to-point communication")
+//! 1. A receive spec `(context, source | ANY_SOURCE, tag | ANY_TAG)` matches an envelope
+//!    `(context, source, tag)` when the contexts are equal, the source is equal or the spec says
+//!    any, and the tag is equal or the spec says any **and the message's tag is >= 0**. Negative
+//!    tags are internal (collectives): only a receive naming the exact tag gets them.
+//! 2. **Receives match in posting order**: an arriving message takes the earliest-posted queued
+//!    receive that matches it.
+//! 3. **Messages from one source match in arrival order**: the caller delivers envelopes of one
+//!    (context, source) in send order (the pml's per-peer sequence numbers), and a receive takes
+//!    the earliest-arrived queued message that matches it.
+//! 4. **ANY_SOURCE takes the earliest arrival across sources**: a wildcard-source receive takes
+//!    the queued message that arrived first among all sources (arrival order at this engine is
+//!    the fairness order; MPI leaves it open, this is what Open MPI's ob1 does as well).
+//! 5. A posted receive that finds a matching unexpected message is never queued. A queued
+//!    receive is removed by exactly one of: a matching arrival, [`Engine::cancel`].
+//! 6. [`Engine::probe`] never removes anything; [`Engine::mprobe`] removes the message the same
+//!    receive would have matched, without taking a posting sequence number.
+//!
+//! ## Costs
+//! * Every receive gets a posting sequence number ([`PostSeq`]). Queued receives sit in one of
+//!   four indexes by class ([`WildClass`]: exact, any-tag, any-source, any-both), each a hash map
+//!   from (context, source?, tag?) to a FIFO list in posting order. An arrival looks at the head
+//!   of at most four lists (one per non-empty class; wildcard-tag classes are skipped for
+//!   negative tags) and takes the smallest sequence number. **O(1) expected for every arrival**,
+//!   whatever the depth and the mix of wildcards: 1 hash look-up when no wildcard receive is
+//!   queued, at most 4 otherwise.
+//! * Every unexpected message is linked into the lists of every class that could match it
+//!   (exact; any-source; and, when its tag is >= 0, any-tag and any-both), in arrival order. So
+//!   **posting a receive of any class, probing and matched probing are O(1) expected** (one
+//!   hash look-up). The price is paid by unexpected messages: queueing one costs 2 or 4 hash
+//!   insertions, removing one up to 4 look-ups.
+//! * Cancel is O(1) (the key names the slab slot; a generation count detects stale keys).
+//! * No allocation per operation in steady state: receives and messages live in slabs with free
+//!   lists; hash bins are removed when their list empties and the tables keep their capacity.
+//!   Slabs grow to the highest depth seen and are not shrunk.
+//! * Memory per queued entry with `R = M = u64` (see [`Engine::footprint`]): 48 bytes per
+//!   receive slot, 56 bytes per unexpected slot, plus one 20-byte hash bin (+1 control byte,
+//!   table load factor <= 7/8) per distinct list, shared by all entries on the same list.
+//!
+//! ## Handles
+//! `R` (receive) and `M` (message payload) are the caller's opaque `Copy` handles, typically a
+//! request index and a fragment index. [`RecvKey`] names a queued receive for [`Engine::cancel`].
+//!
+//! ## For the split matcher
+//! [`Engine::peek_posted`] answers "which queued receive (and which posting sequence) would this
+//! envelope match?", [`Engine::cancel`] removes a specific receive, and the posting sequence of
+//! each receive is returned by [`Engine::post_recv`].
+//!
+//! ## Test support
+//! With the cargo feature `reference`, [`reference`] exposes a plain reference matcher (lists
+//! scanned in order, written as the MPI rules read), the program/step vocabulary of the
+//! differential tests and proptest strategies that generate programs, for other crates' tests.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod bins;
+mod engine;
+mod posted;
+mod types;
+mod unexpected;
+
+#[cfg(any(test, feature = "reference"))]
+pub mod reference;
+
+#[cfg(test)]
+mod tests;
+
+pub use engine::{Engine, EngineConfig, Footprint, Stats};
+pub use types::{
+    ArriveOutcome, CancelOutcome, ContextId, EngineError, Envelope, PostOutcome, PostSeq, Rank,
+    RecvKey, RecvSpec, SourceSpec, Tag, TagSpec, WildClass, MPI_ANY_SOURCE, MPI_ANY_TAG,
+};
