@@ -178,7 +178,9 @@ pub fn wait<P: Provider>(cq: &P::Cq, n: usize, also: &[&P::Cq]) -> Vec<WorkCompl
     let mut out = Vec::new();
     let mut buf = [WorkCompletion::default(); 16];
     while out.len() < n {
-        let k = cq.poll(&mut buf).expect("poll");
+        // Never take more than asked: the rest stays in the CQ for the next wait.
+        let want = (n - out.len()).min(buf.len());
+        let k = cq.poll(&mut buf[..want]).expect("poll");
         out.extend_from_slice(&buf[..k]);
         for c in also {
             let mut none = [];
