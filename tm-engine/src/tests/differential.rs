@@ -40,3 +40,35 @@ fn run_shape(shape: Shape, cases: u32) {
 fn differential_default_shape() {
     run_shape(Shape::default(), cases());
 }
+
+/// Longer programs over more sources and contexts: deeper queues, more wildcard interplay.
+#[test]
+fn differential_deep_shape() {
+    run_shape(
+        Shape {
+            contexts: 3,
+            sources: 5,
+            tags: 4,
+            max_len: 400,
+            any_source_pct: 15,
+            any_tag_pct: 15,
+        },
+        (cases() / 10).max(1),
+    );
+}
+
+/// Only wildcards and internal tags in a tiny space: every receive competes with every other.
+#[test]
+fn differential_wildcard_heavy_shape() {
+    run_shape(
+        Shape {
+            contexts: 1,
+            sources: 2,
+            tags: 2,
+            max_len: 64,
+            any_source_pct: 60,
+            any_tag_pct: 60,
+        },
+        (cases() / 4).max(1),
+    );
+}
