@@ -709,3 +709,224 @@ fn unsignaled_del_of_consumed_entry_still_reports_tm_err() {
     assert_eq!(v[0].status, WcStatus::TmErr);
     let _ = TmRef::default();
 }
+
+/// Random programs of ADD/DEL/SYNC, arrivals (eager and rendezvous), holds
+/// and releases, with completions polled at random times. Invariants: every
+/// message completes exactly once (matched, unexpected or no-tag); every
+/// tagged buffer is settled exactly once (matched xor deleted); a handle is
+/// never handed out while software may still hear of it (in the list, DEL
+/// pending, or a completion naming it not yet polled); handles in the list
+/// are unique and bounded by the capacity.
+#[test]
+fn randomized_invariants() {
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+    #[derive(Default)]
+    struct Sw {
+        in_nic: Vec<u32>,                             // handles believed in the list
+        dels: Vec<u32>,                               // DELs posted, not completed
+        unpolled: Vec<TmRef>,                         // completions not yet polled
+        settled: std::collections::HashMap<u64, u32>, // recv_wr_id -> settlements
+        by_handle: std::collections::HashMap<u32, u64>,
+        msgs_done: u64,
+        unexpected_seen: u32,
+        reads: Vec<u64>,
+        tm_errs: u64,
+    }
+    impl Sw {
+        fn absorb(&mut self, a: TmAction<u32, Vec<u8>>) {
+            match a {
+                TmAction::Complete { wc, tm_ref } => {
+                    self.unpolled.push(tm_ref);
+                    let f = wc.flags;
+                    match wc.opcode {
+                        WcOpcode::TmRecv if f.contains(WcFlags::TM_MATCH) => {
+                            *self.settled.entry(wc.wr_id).or_default() += 1;
+                            self.msgs_done += 1;
+                            let h = tm_ref.handle.unwrap();
+                            self.in_nic.retain(|x| *x != h);
+                        }
+                        WcOpcode::TmRecv if f.contains(WcFlags::TM_DATA_VALID) => {}
+                        WcOpcode::TmRecv => {
+                            self.msgs_done += 1;
+                            self.unexpected_seen += 1;
+                        }
+                        WcOpcode::TmNoTag => self.msgs_done += 1,
+                        WcOpcode::TmDel => {
+                            let h = tm_ref.handle.unwrap();
+                            if let Some(p) = self.dels.iter().position(|x| *x == h) {
+                                self.dels.swap_remove(p);
+                            }
+                            if wc.status == WcStatus::TmErr {
+                                self.tm_errs += 1;
+                            }
+                            if wc.status == WcStatus::Success {
+                                let wr = self.by_handle[&h];
+                                *self.settled.entry(wr).or_default() += 1;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                TmAction::RdmaRead { id, .. } => self.reads.push(id),
+                _ => {}
+            }
+        }
+        fn busy(&self, h: u32) -> bool {
+            self.in_nic.contains(&h)
+                || self.dels.contains(&h)
+                || self.unpolled.iter().any(|r| r.handle == Some(h))
+        }
+    }
+    let (mut matched, mut unexpected, mut tm_errs) = (0u64, 0u64, 0u64);
+    for seed in 1..=300u64 {
+        let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mode = if seed % 2 == 0 {
+            SyncMode::Global
+        } else {
+            SyncMode::StaleEntries
+        };
+        let mut m = model(TmConfig {
+            max_num_tags: 8,
+            max_ops: 6,
+            max_rndv_hdr_size: 64,
+            max_untagged: 1000,
+            sync_mode: mode,
+        });
+        untagged(&mut m, 1000);
+        let mut sw = Sw::default();
+        let mut sent = 0u64;
+        let mut next_wr = 1u64;
+        let mut adds = 0u64;
+        for _ in 0..300 {
+            match r.below(10) {
+                0 | 1 => {
+                    let wr = next_wr;
+                    next_wr += 1;
+                    let sync = (r.below(2) == 0).then_some(sw.unexpected_seen);
+                    let op = TmOp::Add {
+                        recv_wr_id: wr,
+                        buffer: wr as u32,
+                        len: 64,
+                        tag: r.below(4),
+                        mask: if r.below(4) == 0 { 0 } else { !0 },
+                    };
+                    match m.post_op(wr, op, r.below(3) != 0, sync) {
+                        Ok(h) => {
+                            assert!(!sw.busy(h), "seed {seed}: handle {h} reused too early");
+                            sw.in_nic.push(h);
+                            sw.by_handle.insert(h, wr);
+                            adds += 1;
+                        }
+                        Err(TmPostError::ListFull) => assert_eq!(m.live_handles(), 8),
+                        Err(TmPostError::TooManyOps) => assert!(m.outstanding_ops() >= 6),
+                        Err(e) => panic!("seed {seed}: {e}"),
+                    }
+                }
+                2 if !sw.in_nic.is_empty() => {
+                    let i = r.below(sw.in_nic.len() as u64) as usize;
+                    let h = sw.in_nic[i];
+                    // DELs are signaled: an unsignaled successful DEL is never
+                    // reported, so software could not settle its buffer.
+                    if m.post_op(7, TmOp::Del { handle: h }, true, Some(sw.unexpected_seen))
+                        .is_ok()
+                    {
+                        sw.in_nic.swap_remove(i);
+                        sw.dels.push(h);
+                    }
+                }
+                3 => {
+                    let _ = m.post_op(8, TmOp::Sync, r.below(2) == 0, Some(sw.unexpected_seen));
+                }
+                4..=6 => {
+                    let tag = r.below(4);
+                    let msg = match r.below(6) {
+                        0 => rndv(tag, 0x1000, 32),
+                        1 => {
+                            let mut v = rndv(tag, 0, 0);
+                            v[0] = TmhOpcode::NoTag as u8;
+                            v
+                        }
+                        _ => eager(tag, sent as u32, b"p"),
+                    };
+                    arrive(&mut m, msg);
+                    sent += 1;
+                }
+                7 => m.hold_ops(r.below(3) == 0),
+                8 => m.hold_arrivals(r.below(3) == 0),
+                _ => {
+                    if r.below(2) == 0 {
+                        m.release_op();
+                    } else {
+                        m.release_arrival();
+                    }
+                }
+            }
+            if r.below(3) == 0 {
+                for t in sw.unpolled.drain(..) {
+                    m.completion_polled(t);
+                }
+                if let Some(id) = sw.reads.pop() {
+                    m.rndv_finished(id, WcStatus::Success);
+                }
+            }
+            while let Some(a) = m.poll_action() {
+                sw.absorb(a);
+            }
+            assert!(m.live_handles() <= 8, "seed {seed}");
+            let mut hs: Vec<u32> = m.entries().iter().map(|e| e.0).collect();
+            let n = hs.len();
+            hs.sort_unstable();
+            hs.dedup();
+            assert_eq!(hs.len(), n, "seed {seed}: duplicate handle in the list");
+        }
+        // Quiesce: release everything, finish reads, poll everything.
+        m.hold_ops(false);
+        m.hold_arrivals(false);
+        for _ in 0..20 {
+            for id in std::mem::take(&mut sw.reads) {
+                m.rndv_finished(id, WcStatus::Success);
+            }
+            while let Some(a) = m.poll_action() {
+                sw.absorb(a);
+            }
+            for t in sw.unpolled.drain(..) {
+                m.completion_polled(t);
+            }
+        }
+        assert_eq!(
+            sw.msgs_done, sent,
+            "seed {seed}: every message completes exactly once"
+        );
+        assert!(
+            sw.settled.values().all(|n| *n == 1),
+            "seed {seed}: a buffer settled twice"
+        );
+        let settled = sw.settled.len() as u64;
+        assert_eq!(
+            settled + sw.in_nic.len() as u64,
+            adds,
+            "seed {seed}: a buffer lost"
+        );
+        assert_eq!(m.entries().len(), sw.in_nic.len(), "seed {seed}");
+        assert_eq!(m.queued_arrivals() + m.queued_ops() + m.rndv_in_flight(), 0);
+        matched += m.matched_total();
+        unexpected += m.unexpected_total();
+        tm_errs += sw.tm_errs;
+    }
+    // The programs do exercise every path.
+    assert!(
+        matched > 1000 && unexpected > 1000 && tm_errs > 10,
+        "{matched} {unexpected} {tm_errs}"
+    );
+}
