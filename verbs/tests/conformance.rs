@@ -899,3 +899,32 @@ fn soft_rnr_does_not_block_responses() {
     assert_eq!((w[0].wr_id, w[0].byte_len), (3, 7));
     assert_eq!(&bbuf.read()[..7], b"waiting");
 }
+
+/// Inline sends read unregistered memory at post time (lkey ignored).
+#[test]
+fn soft_inline_send_from_unregistered_memory() {
+    type S = tmpi_verbs::soft::SoftProvider;
+    let (l, _) = setup::<S>(&soft(), "tmsoft0", None);
+    let dst = Buf::<S>::rw(&l.pd, 64);
+    recv::<S>(&l.b, 1, dst.sge(0, 64));
+    let mut stack = *b"inline bytes";
+    let sge = Sge {
+        addr: stack.as_mut_ptr() as u64,
+        length: stack.len() as u32,
+        lkey: 0,
+    };
+    // SAFETY: inline data is copied during the call; `stack` outlives it.
+    unsafe {
+        l.a.post_send(&SendWr {
+            wr_id: 2,
+            sg_list: &[sge],
+            opcode: SendOpcode::Send,
+            flags: SendFlags::SIGNALED | SendFlags::INLINE,
+        })
+    }
+    .unwrap();
+    stack.fill(0); // the NIC already has the bytes
+    let w = wait::<S>(&l.cq, 2, &[]);
+    assert!(w.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(&dst.read()[..12], b"inline bytes");
+}

@@ -18,6 +18,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::config::SoftConfig;
+use super::mem::MrTable;
 use super::shm::{self, kind, RecHdr, Segment, FLAG_IMM};
 use super::tm::{Arrival, TmAction, TmConfig, TmListModel, TmRef};
 use crate::api::{
@@ -31,14 +32,6 @@ const STASH_MAX: usize = 1024;
 
 /// How often a waiting QP checks that its peer process still exists.
 const LIVENESS_PERIOD: Duration = Duration::from_millis(50);
-
-#[derive(Debug)]
-pub(crate) struct MrEntry {
-    pub pd: u32,
-    pub addr: u64,
-    pub len: u64,
-    pub access: AccessFlags,
-}
 
 #[derive(Debug)]
 pub(crate) struct CqState {
@@ -149,7 +142,7 @@ pub(crate) struct Engine {
     pub cfg: SoftConfig,
     next_id: u32,
     key_salt: u32,
-    pub mrs: HashMap<u32, MrEntry>,
+    pub mrs: MrTable,
     pub cqs: HashMap<u32, CqState>,
     pub qps: HashMap<u32, QpEntry>,
     pub srqs: HashMap<u32, SrqEntry>,
@@ -169,7 +162,7 @@ impl Engine {
             cfg,
             next_id: 1,
             key_salt: (pid.wrapping_mul(2_654_435_761) ^ instance) & 0xff,
-            mrs: HashMap::new(),
+            mrs: MrTable::default(),
             cqs: HashMap::new(),
             qps: HashMap::new(),
             srqs: HashMap::new(),
@@ -187,62 +180,6 @@ impl Engine {
     /// low byte, so keys of different devices rarely collide.
     pub(crate) fn alloc_key(&mut self) -> u32 {
         (self.alloc_id() << 8) | self.key_salt
-    }
-
-    // ---- local memory checks -------------------------------------------------
-
-    /// Checks that every SGE lies in a region of `pd` with `need` access.
-    fn check_local(&self, pd: u32, sges: &[Sge], need: AccessFlags) -> Result<(), WcStatus> {
-        for s in sges {
-            let mr = self.mrs.get(&s.lkey).ok_or(WcStatus::LocProtErr)?;
-            let end = s
-                .addr
-                .checked_add(u64::from(s.length))
-                .ok_or(WcStatus::LocProtErr)?;
-            if mr.pd != pd
-                || !mr.access.contains(need)
-                || s.addr < mr.addr
-                || end > mr.addr + mr.len
-            {
-                return Err(WcStatus::LocProtErr);
-            }
-        }
-        Ok(())
-    }
-
-    /// Copies `data` into `sges` (validated: LOCAL_WRITE in `pd`).
-    fn scatter(&self, pd: u32, sges: &[Sge], data: &[u8]) -> Result<(), WcStatus> {
-        self.check_local(pd, sges, AccessFlags::LOCAL_WRITE)?;
-        if (data.len() as u64) > sum_len(sges) {
-            return Err(WcStatus::LocLenErr);
-        }
-        let mut at = 0usize;
-        for s in sges {
-            if at >= data.len() {
-                break;
-            }
-            let n = (s.length as usize).min(data.len() - at);
-            // SAFETY: the SGE lies inside a live region with LOCAL_WRITE
-            // (checked above); the region's registration contract keeps the
-            // memory valid and the posting contract makes it ours to write.
-            unsafe { shm::copy_to_local(s.addr, &data[at..at + n]) };
-            at += n;
-        }
-        Ok(())
-    }
-
-    /// Gathers `sges` (validated in `pd` unless `inline`).
-    fn gather(&self, pd: u32, sges: &[Sge], inline: bool) -> Result<Vec<u8>, WcStatus> {
-        if !inline {
-            self.check_local(pd, sges, AccessFlags::empty())?;
-        }
-        let mut v = Vec::with_capacity(sum_len(sges) as usize);
-        for s in sges {
-            // SAFETY: registered memory (checked) or, for inline sends, memory
-            // the caller promised readable by the posting contract.
-            v.extend_from_slice(&unsafe { shm::read_local(s.addr, s.length as usize) });
-        }
-        Ok(v)
     }
 
     // ---- completions -----------------------------------------------------------
@@ -345,7 +282,7 @@ impl Engine {
         sges: &[Sge],
         imm: Option<u32>,
         signaled: bool,
-        inline: bool,
+        inline: Option<Vec<u8>>,
     ) -> Result<(), VerbsError> {
         let qp = self.qp_for_send(qpn)?;
         let (pd, cq, sig_all) = (qp.pd, qp.send_cq, qp.sq_sig_all);
@@ -356,7 +293,11 @@ impl Engine {
             qp_num: qpn,
             ..Default::default()
         };
-        let data = match self.gather(pd, sges, inline) {
+        let gathered = match inline {
+            Some(d) => Ok(d),
+            None => self.mrs.gather(pd, sges),
+        };
+        let data = match gathered {
             Ok(d) => d,
             Err(status) => {
                 self.push_cq(cq, WorkCompletion { status, ..wc }, None);
@@ -405,7 +346,7 @@ impl Engine {
         } else {
             AccessFlags::empty()
         };
-        if let Err(status) = self.check_local(pd, sges, need) {
+        if let Err(status) = self.mrs.check(pd, sges, need) {
             let wc = WorkCompletion {
                 wr_id,
                 status,
@@ -742,7 +683,7 @@ impl Engine {
         let Some((wr_id, sges)) = buf else {
             return Err(payload);
         };
-        let status = match self.scatter(pd, &sges, &payload) {
+        let status = match self.mrs.scatter(pd, &sges, &payload) {
             Ok(()) => WcStatus::Success,
             Err(s) => s,
         };
@@ -770,11 +711,6 @@ impl Engine {
         let read = rec.kind == kind::READ_REQ;
         let qp = &self.qps[&qpn];
         let peer_pid = qp.remote.map(|r| r.0);
-        let need = if read {
-            AccessFlags::REMOTE_READ
-        } else {
-            AccessFlags::REMOTE_WRITE
-        };
         let iov: Vec<(u64, u64)> = payload
             .chunks_exact(16)
             .map(|c| {
@@ -785,41 +721,9 @@ impl Engine {
                 (u64::from_ne_bytes(a), u64::from_ne_bytes(l))
             })
             .collect();
-        let iov_len: u64 = iov.iter().map(|x| x.1).sum();
-        let status = match self.mrs.get(&rec.rkey) {
-            Some(mr)
-                if mr.pd == qp.pd
-                    && mr.access.contains(need)
-                    && qp.access.contains(need)
-                    && rec.addr >= mr.addr
-                    && rec
-                        .addr
-                        .checked_add(rec.len)
-                        .is_some_and(|e| e <= mr.addr + mr.len)
-                    && iov_len == rec.len =>
-            {
-                let local = [(rec.addr, rec.len)];
-                let r = match peer_pid {
-                    None => Err(std::io::Error::from_raw_os_error(libc::ENOTCONN)),
-                    // SAFETY: `local` lies inside a live registered region of
-                    // this process (checked above) granting this access.
-                    Some(pid) if read => unsafe { shm::vm_write(pid, &local, &iov) },
-                    // SAFETY: as above; REMOTE_WRITE granted on the region.
-                    Some(pid) => unsafe { shm::vm_read(pid, &local, &iov) },
-                };
-                match r {
-                    Ok(()) => WcStatus::Success,
-                    Err(e) => {
-                        tracing::warn!(target: "verbs", error = %e, "soft: process_vm transfer failed");
-                        WcStatus::RemOpErr
-                    }
-                }
-            }
-            _ => {
-                tracing::debug!(target: "verbs", rkey = rec.rkey, addr = rec.addr, len = rec.len, "soft: remote access violation");
-                WcStatus::RemAccessErr
-            }
-        };
+        let status = self.mrs.serve_rdma(
+            qp.pd, qp.access, rec.rkey, rec.addr, rec.len, read, peer_pid, &iov,
+        );
         let resp = RecHdr {
             kind: kind::RESP,
             req_id: rec.req_id,
@@ -892,7 +796,10 @@ impl Engine {
                     offset,
                     len,
                 } => {
-                    if let Err(status) = self.scatter(pd, &buffer, &message[offset..offset + len]) {
+                    if let Err(status) =
+                        self.mrs
+                            .scatter(pd, &buffer, &message[offset..offset + len])
+                    {
                         // The completion that follows reports the failure.
                         self.pending_scatter_error(srq, status);
                     }
@@ -911,7 +818,8 @@ impl Engine {
                 } => {
                     let ok = self.qps.get(&qp_num).is_some_and(|q| q.outbound.is_some())
                         && self
-                            .check_local(pd, &buffer, AccessFlags::LOCAL_WRITE)
+                            .mrs
+                            .check(pd, &buffer, AccessFlags::LOCAL_WRITE)
                             .is_ok();
                     if !ok {
                         if let Some(SrqEntry {

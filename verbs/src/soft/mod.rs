@@ -44,6 +44,7 @@
 
 pub mod config;
 mod engine;
+mod mem;
 mod shm;
 pub mod tm;
 
@@ -52,7 +53,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::api::*;
 pub use config::SoftConfig;
-use engine::{CqState, Engine, MrEntry, QpEntry, SrqKind};
+use engine::{CqState, Engine, QpEntry, SrqKind};
+use mem::MrEntry;
 use tm::{Handle, TmOp};
 
 /// The soft device's name.
@@ -420,7 +422,7 @@ impl MemoryRegion for SoftMr {
 
 impl Drop for SoftMr {
     fn drop(&mut self) {
-        self.pd.ctx.lock().mrs.remove(&self.key);
+        self.pd.ctx.lock().mrs.remove(self.key);
     }
 }
 
@@ -690,24 +692,24 @@ impl QueuePair for SoftQp {
 
     unsafe fn post_send(&self, wr: &SendWr<'_>) -> Result<()> {
         let signaled = wr.flags.contains(SendFlags::SIGNALED);
+        let inline = match wr.opcode {
+            SendOpcode::Send | SendOpcode::SendWithImm(_)
+                if wr.flags.contains(SendFlags::INLINE) =>
+            {
+                // SAFETY: this function's contract: the SGEs describe
+                // readable memory; inline data need not be registered.
+                Some(unsafe { mem::gather_unregistered(wr.sg_list) })
+            }
+            _ => None,
+        };
         let mut e = self.pd.ctx.lock();
         match wr.opcode {
-            SendOpcode::Send => e.post_send_msg(
-                self.qpn,
-                wr.wr_id,
-                wr.sg_list,
-                None,
-                signaled,
-                wr.flags.contains(SendFlags::INLINE),
-            ),
-            SendOpcode::SendWithImm(imm) => e.post_send_msg(
-                self.qpn,
-                wr.wr_id,
-                wr.sg_list,
-                Some(imm),
-                signaled,
-                wr.flags.contains(SendFlags::INLINE),
-            ),
+            SendOpcode::Send => {
+                e.post_send_msg(self.qpn, wr.wr_id, wr.sg_list, None, signaled, inline)
+            }
+            SendOpcode::SendWithImm(imm) => {
+                e.post_send_msg(self.qpn, wr.wr_id, wr.sg_list, Some(imm), signaled, inline)
+            }
             SendOpcode::RdmaWrite { remote_addr, rkey } => e.post_rdma(
                 self.qpn,
                 wr.wr_id,
