@@ -442,6 +442,26 @@ impl Engine {
         Ok(())
     }
 
+    /// Destroys a QP: its ring segments are unmapped (ours unlinked), and
+    /// rendezvous reads the TM-SRQ issued through it fail with `WrFlushErr`
+    /// so their tagged buffers are settled.
+    pub(crate) fn destroy_qp(&mut self, qpn: u32) {
+        let Some(mut qp) = self.qps.remove(&qpn) else {
+            return;
+        };
+        for (_, o) in qp.outstanding.drain() {
+            if let Outstanding::TmRndv { srq, id } = o {
+                if let Some(SrqEntry {
+                    kind: SrqKind::Tm { model, .. },
+                    ..
+                }) = self.srqs.get_mut(&srq)
+                {
+                    model.rndv_finished(id, WcStatus::WrFlushErr);
+                }
+            }
+        }
+    }
+
     /// Completes every queued receive and send of an errored QP with
     /// `WrFlushErr`.
     pub(crate) fn flush_errors(&mut self, qpn: u32) {

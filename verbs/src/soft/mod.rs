@@ -602,7 +602,7 @@ pub struct SoftQp {
 impl Drop for SoftQp {
     fn drop(&mut self) {
         // Dropping the entry unmaps both rings and unlinks ours.
-        self.pd.ctx.lock().qps.remove(&self.qpn);
+        self.pd.ctx.lock().destroy_qp(self.qpn);
     }
 }
 
