@@ -1,1 +1,89 @@
-//! placeholder
+//! tmpi-pml: MPI point-to-point (the ob1 design of Open MPI) over the BTLs.
+//!
+//! * [`hdr`]: wire headers (parsed forms + checked decoder, fuzzable).
+//! * [`matching`]: the single matching call site ([`matching::MatchPoint`])
+//!   over `tmpi-tm-engine`.
+//! * [`core`]: the protocol state machine, I/O-free: requests, per-peer
+//!   ordering, eager / rendezvous (get) / pipelined protocols.
+//! * [`comm`]: communicator records (context id + rank table).
+//! * [`Pml`] (module `pml`): the driver: BTL selection per peer, progress,
+//!   waiting, the lock, init and finalize.
+//!
+//! `docs/pml.md` describes the protocols and the measured performance.
+
+pub mod comm;
+pub mod core;
+pub mod hdr;
+mod init;
+pub mod matching;
+mod net;
+mod pml;
+pub mod raw;
+pub mod request;
+pub mod transport;
+
+pub use comm::{CommRecord, CTX_FIRST_FREE, CTX_SELF, CTX_WORLD};
+pub use init::{params, PmlParams};
+pub use pml::{status_error, InitOptions, Pml};
+pub use request::{
+    MessageId, ReqId, SendMode, Status, ANY_SOURCE, ANY_TAG, BSEND_OVERHEAD, PROC_NULL, TAG_UB,
+};
+pub use tmpi_base::error::MpiErrorClass;
+
+/// Errors of the pml; each maps to an MPI error class ([`PmlError::class`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PmlError {
+    /// No communicator with this context id.
+    #[error("invalid communicator (context id {0})")]
+    Comm(u32),
+    /// Rank outside the communicator.
+    #[error("invalid rank {0}")]
+    Rank(i32),
+    /// Tag outside `0..=TAG_UB` (or a wildcard where none is allowed).
+    #[error("invalid tag {0}")]
+    Tag(i32),
+    /// Unknown, stale or already released request.
+    #[error("invalid request")]
+    Request,
+    /// Bad buffered-send buffer state.
+    #[error("buffer: {0}")]
+    Buffer(String),
+    /// Bad argument.
+    #[error("invalid argument: {0}")]
+    Arg(String),
+    /// Out of resources.
+    #[error("out of resources: {0}")]
+    NoMem(String),
+    /// A received message was longer than the buffer.
+    #[error("message truncated: {0} bytes written")]
+    Truncate(usize),
+    /// Transport failure.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// Start-up or shut-down failure in the layers below.
+    #[error(transparent)]
+    Base(#[from] tmpi_base::error::Error),
+    /// The operation is not supported by this implementation.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+}
+
+impl PmlError {
+    /// The MPI error class.
+    pub fn class(&self) -> MpiErrorClass {
+        match self {
+            PmlError::Comm(_) => MpiErrorClass::Comm,
+            PmlError::Rank(_) => MpiErrorClass::Rank,
+            PmlError::Tag(_) => MpiErrorClass::Tag,
+            PmlError::Request => MpiErrorClass::Request,
+            PmlError::Buffer(_) => MpiErrorClass::Buffer,
+            PmlError::Arg(_) => MpiErrorClass::Arg,
+            PmlError::NoMem(_) => MpiErrorClass::NoMem,
+            PmlError::Truncate(_) => MpiErrorClass::Truncate,
+            PmlError::Transport(_) => MpiErrorClass::Other,
+            PmlError::Base(e) => e.class(),
+            PmlError::Unsupported(_) => MpiErrorClass::UnsupportedOperation,
+        }
+    }
+}

@@ -1,0 +1,1077 @@
+//! The protocol core of the pml: requests, per-peer ordering, matching and
+//! the eager / rendezvous state machines. No I/O: inputs are method calls
+//! (a user operation, a fragment that arrived, a get that finished, an
+//! action that was carried out) and outputs are [`Action`]s the driver
+//! (`crate::pml`) hands to the BTLs. The few synchronous questions the core
+//! asks a transport (limits, memory registration) go through [`Wire`].
+//!
+//! # Protocols (see `hdr` for the wire format)
+//! * **eager**: payload ≤ the peer BTL's eager payload limit and not a
+//!   synchronous send: one MATCH fragment; the send completes when the BTL
+//!   took the data.
+//! * **rendezvous**: RNDV with the envelope, length, sender request id and,
+//!   when the BTL can `get`, the registered region. The receiver matches,
+//!   pulls `min(len, buffer)` bytes with `get` and answers FIN; the send
+//!   completes at FIN. Without `get` (or when the get fails) the receiver
+//!   answers ACK(want) and the sender pipelines FRAGs of at most the BTL's
+//!   max send size; the send completes when the last FRAG was handed over.
+//! * **synchronous** sends always use the rendezvous: FIN or ACK can only
+//!   come after the match.
+//! * Per (peer, context) sequence numbers: MATCH and RNDV fragments are
+//!   matched strictly in sequence; one ahead of its turn is stored until its
+//!   predecessors have been matched.
+//!
+//! # Memory
+//! Requests refer to user buffers by raw pointer. The *public* pml entry
+//! points that take buffers are `unsafe` with the contract "valid and not
+//! otherwise accessed until the request completes"; this module only
+//! dereferences them through `crate::raw`.
+
+use std::collections::HashMap;
+
+use tmpi_base::error::MpiErrorClass;
+
+use crate::comm::CommRecord;
+use crate::hdr::{
+    AckHdr, FinHdr, FragHdr, Header, HdrError, MatchHdr, RndvHdr, FLAG_REGION, FLAG_SYNC,
+};
+use crate::matching::{Envelope, MatchPoint, MsgId, Pattern, Posted};
+use crate::raw::{RawBuf, RawBufMut};
+use crate::request::{ReqId, SendMode, Status, BSEND_OVERHEAD, PROC_NULL};
+use crate::PmlError;
+
+/// What a BTL can do for one peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest payload sent eagerly (after the pml header).
+    pub eager: usize,
+    /// Largest data payload of one FRAG.
+    pub max_send: usize,
+    /// Whether the BTL can `get` from a registered region of the peer.
+    pub get: bool,
+}
+
+/// Synchronous services the core needs from the transport.
+pub trait Wire {
+    /// Limits of the BTL that reaches `peer`.
+    fn limits(&self, peer: u32) -> Limits;
+    /// Registers `buf` (this process's memory) so that `peer` can get from
+    /// it; returns the region description to put into the RNDV, or `None`
+    /// when registration is not possible (the pipelined path is used).
+    fn register(&mut self, peer: u32, buf: RawBuf) -> Option<Vec<u8>>;
+    /// Releases a registration made by [`Wire::register`].
+    fn deregister(&mut self, peer: u32, region: &[u8]);
+}
+
+/// Output of the core, carried out by the driver in order.
+#[derive(Debug)]
+pub enum Action {
+    /// Send `hdr` followed by `data` to `peer`; then, if `done` is set, call
+    /// [`Core::send_done`] with it.
+    Send {
+        /// World rank of the destination.
+        peer: u32,
+        /// Encoded pml header.
+        hdr: Vec<u8>,
+        /// Payload following the header (may be empty).
+        data: RawBuf,
+        /// Request to advance once the BTL has taken the data.
+        done: Option<ReqId>,
+    },
+    /// Pull `dst.len()` bytes described by `region` from `peer` into `dst`,
+    /// then call [`Core::get_done`] with `rreq`.
+    Get {
+        /// World rank owning the region.
+        peer: u32,
+        /// Region description from the RNDV.
+        region: Vec<u8>,
+        /// Destination (the receive buffer's prefix).
+        dst: RawBufMut,
+        /// The receive request.
+        rreq: ReqId,
+    },
+}
+
+/// Counters reported when `pml_stats` is on.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stats {
+    /// Eager messages sent.
+    pub eager_sent: u64,
+    /// Rendezvous messages sent.
+    pub rndv_sent: u64,
+    /// Rendezvous completed with a get.
+    pub rndv_get: u64,
+    /// Rendezvous completed with pipelined fragments.
+    pub rndv_pipelined: u64,
+    /// Messages that arrived before their receive was posted.
+    pub unexpected: u64,
+    /// Fragments that arrived ahead of their sequence turn.
+    pub out_of_order: u64,
+    /// Fragments dropped as malformed or unknown.
+    pub dropped: u64,
+}
+
+#[derive(Debug)]
+enum Unexp {
+    Eager {
+        data: Vec<u8>,
+    },
+    Rndv {
+        peer: u32,
+        flags: u8,
+        len: u64,
+        sreq: u64,
+        region: Vec<u8>,
+    },
+}
+
+impl Unexp {
+    fn len(&self) -> usize {
+        match self {
+            Unexp::Eager { data, .. } => data.len(),
+            Unexp::Rndv { len, .. } => *len as usize,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum RecvPhase {
+    /// Posted in the matcher under `token` (`None`: handed a message by
+    /// mrecv, never queued).
+    Posted { token: Option<u64> },
+    /// Pulling with a get; FIN goes to `sreq` at `peer` afterwards.
+    Pulling { peer: u32, sreq: u64 },
+    /// Waiting for `want` bytes of FRAGs.
+    Frags { want: usize, got: usize },
+}
+
+#[derive(Debug)]
+enum SendPhase {
+    /// An eager fragment or the last FRAG is queued.
+    Queued,
+    /// RNDV sent; waiting for FIN or ACK.
+    Rndv {
+        peer: u32,
+        region: Option<Vec<u8>>,
+        sync: bool,
+    },
+}
+
+#[derive(Debug)]
+enum ReqState {
+    Free,
+    Send {
+        buf: RawBuf,
+        phase: SendPhase,
+        /// Owned copy of the data for a buffered send (kept alive until
+        /// done; `buf` points into it).
+        _owned: Option<Vec<u8>>,
+    },
+    Recv {
+        buf: RawBufMut,
+        phase: RecvPhase,
+    },
+    Done,
+}
+
+#[derive(Debug)]
+struct Slot {
+    gen: u32,
+    state: ReqState,
+    status: Status,
+    /// Freed by the user (MPI_Request_free) or internal (bsend): release on
+    /// completion instead of waiting for a test.
+    detached: bool,
+    /// Bytes charged against the bsend buffer.
+    bsend_bytes: usize,
+}
+
+#[derive(Debug, Default)]
+struct PeerState {
+    /// Next sequence number to send, per context id.
+    send_seq: Vec<u32>,
+    /// Next sequence number expected, per context id.
+    recv_seq: Vec<u32>,
+    /// Fragments ahead of their turn: (ctx, seq) -> bytes.
+    ahead: HashMap<(u32, u32), Vec<u8>>,
+}
+
+fn seq_slot(v: &mut Vec<u32>, ctx: u32) -> &mut u32 {
+    let i = ctx as usize;
+    if v.len() <= i {
+        v.resize(i + 1, 0);
+    }
+    &mut v[i]
+}
+
+/// The protocol state of one process.
+pub struct Core {
+    me: u32,
+    comms: Vec<Option<CommRecord>>,
+    peers: Vec<PeerState>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    live: usize,
+    unexp: HashMap<MsgId, Unexp>,
+    next_msg: MsgId,
+    matcher: Box<dyn MatchPoint + Send>,
+    actions: Vec<Action>,
+    bsend_cap: Option<usize>,
+    bsend_used: usize,
+    stats: Stats,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("me", &self.me)
+            .field("live_requests", &self.live)
+            .field("unexpected", &self.unexp.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Core {
+    /// A core for world rank `me` of `size` processes, matching with
+    /// `matcher`.
+    pub fn new(me: u32, size: u32, matcher: Box<dyn MatchPoint + Send>) -> Self {
+        Core {
+            me,
+            comms: Vec::new(),
+            peers: (0..size).map(|_| PeerState::default()).collect(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            unexp: HashMap::new(),
+            next_msg: 1,
+            matcher,
+            actions: Vec::new(),
+            bsend_cap: None,
+            bsend_used: 0,
+            stats: Stats::default(),
+        }
+    }
+
+    /// This process's world rank.
+    pub fn me(&self) -> u32 {
+        self.me
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Requests not yet released.
+    pub fn live_requests(&self) -> usize {
+        self.live
+    }
+
+    /// Adds a communicator record; its context id must be unused.
+    pub fn add_comm(&mut self, c: CommRecord) -> Result<(), PmlError> {
+        let i = c.ctx as usize;
+        if self.comms.len() <= i {
+            self.comms.resize_with(i + 1, || None);
+        }
+        if self.comms[i].is_some() {
+            return Err(PmlError::Arg(format!("context id {} already in use", c.ctx)));
+        }
+        if c.world.iter().any(|&w| w as usize >= self.peers.len()) {
+            return Err(PmlError::Arg("communicator names a rank outside the job".into()));
+        }
+        self.comms[i] = Some(c);
+        Ok(())
+    }
+
+    /// The communicator with context id `ctx`.
+    pub fn comm(&self, ctx: u32) -> Result<&CommRecord, PmlError> {
+        self.comms
+            .get(ctx as usize)
+            .and_then(|c| c.as_ref())
+            .ok_or(PmlError::Comm(ctx))
+    }
+
+    /// Takes the actions produced so far.
+    pub fn take_actions(&mut self, out: &mut Vec<Action>) {
+        out.append(&mut self.actions);
+    }
+
+    /// Whether actions are waiting.
+    pub fn has_actions(&self) -> bool {
+        !self.actions.is_empty()
+    }
+
+    // ----- request slots -------------------------------------------------
+
+    fn alloc(&mut self, state: ReqState) -> ReqId {
+        self.live += 1;
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot {
+                    gen: 0,
+                    state: ReqState::Free,
+                    status: Status::empty(),
+                    detached: false,
+                    bsend_bytes: 0,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let s = &mut self.slots[idx as usize];
+        s.state = state;
+        s.status = Status::empty();
+        s.detached = false;
+        s.bsend_bytes = 0;
+        ReqId::new(idx, s.gen)
+    }
+
+    fn slot(&mut self, id: ReqId) -> Option<&mut Slot> {
+        let s = self.slots.get_mut(id.index())?;
+        if s.gen != id.gen() || matches!(s.state, ReqState::Free) {
+            return None;
+        }
+        Some(s)
+    }
+
+    fn release(&mut self, id: ReqId) {
+        let bs;
+        {
+            let s = &mut self.slots[id.index()];
+            s.state = ReqState::Free;
+            s.gen = s.gen.wrapping_add(1);
+            bs = s.bsend_bytes;
+            s.bsend_bytes = 0;
+        }
+        self.bsend_used -= bs;
+        self.free.push(id.index() as u32);
+        self.live -= 1;
+    }
+
+    fn complete(&mut self, id: ReqId, status: Status) {
+        let detached = {
+            let s = &mut self.slots[id.index()];
+            s.state = ReqState::Done;
+            s.status = status;
+            s.detached
+        };
+        if detached {
+            self.release(id);
+        }
+    }
+
+    /// A completed request's status, releasing the request; `Ok(None)` while
+    /// it is still in progress.
+    pub fn test(&mut self, id: ReqId) -> Result<Option<Status>, PmlError> {
+        let s = self.slot(id).ok_or(PmlError::Request)?;
+        if s.detached {
+            return Err(PmlError::Request);
+        }
+        if let ReqState::Done = s.state {
+            let st = s.status;
+            self.release(id);
+            Ok(Some(st))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Whether `id` has completed, without releasing it.
+    pub fn is_done(&mut self, id: ReqId) -> Result<bool, PmlError> {
+        let s = self.slot(id).ok_or(PmlError::Request)?;
+        Ok(matches!(s.state, ReqState::Done))
+    }
+
+    /// `MPI_Request_free`: the request completes on its own and is released
+    /// then (the caller must not use the id again).
+    pub fn free_request(&mut self, id: ReqId) -> Result<(), PmlError> {
+        let s = self.slot(id).ok_or(PmlError::Request)?;
+        if s.detached {
+            return Err(PmlError::Request);
+        }
+        s.detached = true;
+        if let ReqState::Done = s.state {
+            self.release(id);
+        }
+        Ok(())
+    }
+
+    // ----- sends ---------------------------------------------------------
+
+    fn next_send_seq(&mut self, peer: u32, ctx: u32) -> u32 {
+        let s = seq_slot(&mut self.peers[peer as usize].send_seq, ctx);
+        let v = *s;
+        *s = v.wrapping_add(1);
+        v
+    }
+
+    /// Starts a send of `buf` to rank `dest` of communicator `ctx`.
+    ///
+    /// # Safety
+    /// `buf` must stay valid for reads and unmodified until the request
+    /// completes (for [`SendMode::Buffered`] only during this call).
+    pub unsafe fn isend(
+        &mut self,
+        wire: &mut dyn Wire,
+        ctx: u32,
+        dest: i32,
+        tag: i32,
+        buf: RawBuf,
+        mode: SendMode,
+    ) -> Result<ReqId, PmlError> {
+        let comm = self.comm(ctx)?;
+        let src = comm.rank;
+        if dest == PROC_NULL {
+            let id = self.alloc(ReqState::Done);
+            self.slots[id.index()].status = Status::proc_null();
+            return Ok(id);
+        }
+        let peer = comm.world_rank(dest)?;
+        let (buf, owned, bsend_bytes) = if mode == SendMode::Buffered {
+            let need = buf.len() + BSEND_OVERHEAD;
+            let cap = self.bsend_cap.ok_or_else(|| {
+                PmlError::Buffer("MPI_Bsend without an attached buffer".into())
+            })?;
+            if self.bsend_used + need > cap {
+                return Err(PmlError::Buffer(format!(
+                    "attached buffer too small: {} of {} bytes in use, {} needed",
+                    self.bsend_used, cap, need
+                )));
+            }
+            // SAFETY contract of this function: `buf` is valid for reads now.
+            let v = unsafe { buf.as_slice() }.to_vec();
+            let b = RawBuf::from_slice(&v);
+            (b, Some(v), need)
+        } else {
+            (buf, None, 0)
+        };
+        let lim = wire.limits(peer);
+        let seq = self.next_send_seq(peer, ctx);
+        let m = MatchHdr { ctx, src, tag, seq };
+        let eager = mode != SendMode::Synchronous && buf.len() <= lim.eager;
+        let id = self.alloc(ReqState::Send {
+            buf,
+            phase: SendPhase::Queued,
+            _owned: owned,
+        });
+        {
+            let s = &mut self.slots[id.index()];
+            s.bsend_bytes = bsend_bytes;
+            s.status = Status {
+                source: dest,
+                tag,
+                count: buf.len(),
+                ..Status::empty()
+            };
+            if bsend_bytes > 0 {
+                s.detached = true;
+            }
+        }
+        self.bsend_used += bsend_bytes;
+        if eager {
+            self.stats.eager_sent += 1;
+            self.actions.push(Action::Send {
+                peer,
+                hdr: m.encode().to_vec(),
+                data: buf,
+                done: Some(id),
+            });
+        } else {
+            self.stats.rndv_sent += 1;
+            let region = if lim.get && !buf.is_empty() {
+                wire.register(peer, buf)
+            } else {
+                None
+            };
+            let mut flags = 0;
+            if mode == SendMode::Synchronous {
+                flags |= FLAG_SYNC;
+            }
+            if region.is_some() {
+                flags |= FLAG_REGION;
+            }
+            let hdr = RndvHdr {
+                m,
+                flags,
+                len: buf.len() as u64,
+                sreq: id.0,
+                region: region.as_deref().unwrap_or(&[]),
+            }
+            .encode();
+            if let ReqState::Send { phase, .. } = &mut self.slots[id.index()].state {
+                *phase = SendPhase::Rndv {
+                    peer,
+                    region,
+                    sync: mode == SendMode::Synchronous,
+                };
+            }
+            self.actions.push(Action::Send {
+                peer,
+                hdr,
+                data: RawBuf::empty(),
+                done: None,
+            });
+        }
+        if bsend_bytes > 0 {
+            // The internal request (detached) owns the copy and completes on
+            // its own; the caller gets a request that is complete already
+            // (a buffered send completes locally).
+            let st = self.slots[id.index()].status;
+            let user = self.alloc(ReqState::Done);
+            self.slots[user.index()].status = st;
+            return Ok(user);
+        }
+        Ok(id)
+    }
+
+    /// The driver carried out an [`Action::Send`] whose `done` was `id`.
+    pub fn send_done(&mut self, id: ReqId) {
+        let Some(s) = self.slot(id) else { return };
+        if let ReqState::Send {
+            phase: SendPhase::Queued,
+            ..
+        } = s.state
+        {
+            let st = s.status;
+            self.complete(id, st);
+        }
+    }
+
+    /// Attaches a buffer of `cap` bytes for buffered sends.
+    pub fn buffer_attach(&mut self, cap: usize) -> Result<(), PmlError> {
+        if self.bsend_cap.is_some() {
+            return Err(PmlError::Buffer("a buffer is already attached".into()));
+        }
+        self.bsend_cap = Some(cap);
+        Ok(())
+    }
+
+    /// Bytes of the attached buffer in use (0 once every buffered send
+    /// completed); `None` when no buffer is attached.
+    pub fn buffer_in_use(&self) -> Option<usize> {
+        self.bsend_cap.map(|_| self.bsend_used)
+    }
+
+    /// Detaches the buffer; the caller waited until [`Core::buffer_in_use`]
+    /// is zero. Returns its size.
+    pub fn buffer_detach(&mut self) -> Result<usize, PmlError> {
+        let cap = self
+            .bsend_cap
+            .take()
+            .ok_or_else(|| PmlError::Buffer("no buffer attached".into()))?;
+        Ok(cap)
+    }
+
+    // ----- receives ------------------------------------------------------
+
+    fn pattern(&self, ctx: u32, src: i32, tag: i32) -> Result<Pattern, PmlError> {
+        let comm = self.comm(ctx)?;
+        let src = if src == crate::request::ANY_SOURCE {
+            None
+        } else {
+            comm.world_rank(src)?;
+            Some(src)
+        };
+        let tag = if tag == crate::request::ANY_TAG {
+            None
+        } else {
+            Some(tag)
+        };
+        Ok(Pattern { ctx, src, tag })
+    }
+
+    /// Posts a receive into `buf`.
+    ///
+    /// # Safety
+    /// `buf` must stay valid for writes and not be accessed otherwise until
+    /// the request completes.
+    pub unsafe fn irecv(
+        &mut self,
+        wire: &mut dyn Wire,
+        ctx: u32,
+        src: i32,
+        tag: i32,
+        buf: RawBufMut,
+    ) -> Result<ReqId, PmlError> {
+        if src == PROC_NULL {
+            self.comm(ctx)?;
+            let id = self.alloc(ReqState::Done);
+            self.slots[id.index()].status = Status::proc_null();
+            return Ok(id);
+        }
+        let pat = self.pattern(ctx, src, tag)?;
+        let id = self.alloc(ReqState::Recv {
+            buf,
+            phase: RecvPhase::Posted { token: None },
+        });
+        match self.matcher.post_recv(pat, id.0) {
+            Ok(Posted::Matched(env, msg)) => self.deliver_unexpected(wire, id, env, msg),
+            Ok(Posted::Queued(tok)) => {
+                if let ReqState::Recv { phase, .. } = &mut self.slots[id.index()].state {
+                    *phase = RecvPhase::Posted { token: Some(tok) };
+                }
+            }
+            Err(e) => {
+                self.release(id);
+                return Err(PmlError::NoMem(e.to_string()));
+            }
+        }
+        Ok(id)
+    }
+
+    /// `MPI_Iprobe`: the status of the first matching unexpected message.
+    pub fn iprobe(&mut self, ctx: u32, src: i32, tag: i32) -> Result<Option<Status>, PmlError> {
+        if src == PROC_NULL {
+            self.comm(ctx)?;
+            return Ok(Some(Status::proc_null()));
+        }
+        let pat = self.pattern(ctx, src, tag)?;
+        Ok(self.matcher.probe(pat).map(|(env, msg)| Status {
+            source: env.src,
+            tag: env.tag,
+            count: self.unexp.get(&msg).map_or(0, Unexp::len),
+            ..Status::empty()
+        }))
+    }
+
+    /// `MPI_Improbe`: removes the first matching unexpected message from
+    /// matching and returns a handle for [`Core::imrecv`].
+    pub fn improbe(
+        &mut self,
+        ctx: u32,
+        src: i32,
+        tag: i32,
+    ) -> Result<Option<(MsgId, Envelope, Status)>, PmlError> {
+        if src == PROC_NULL {
+            return Err(PmlError::Arg(
+                "mprobe from MPI_PROC_NULL: use MPI_MESSAGE_NO_PROC semantics in the caller".into(),
+            ));
+        }
+        let pat = self.pattern(ctx, src, tag)?;
+        Ok(self.matcher.mprobe(pat).map(|(env, msg)| {
+            let st = Status {
+                source: env.src,
+                tag: env.tag,
+                count: self.unexp.get(&msg).map_or(0, Unexp::len),
+                ..Status::empty()
+            };
+            (msg, env, st)
+        }))
+    }
+
+    /// `MPI_Imrecv`: receives the message taken by [`Core::improbe`].
+    ///
+    /// # Safety
+    /// As [`Core::irecv`].
+    pub unsafe fn imrecv(
+        &mut self,
+        wire: &mut dyn Wire,
+        msg: MsgId,
+        env: Envelope,
+        buf: RawBufMut,
+    ) -> Result<ReqId, PmlError> {
+        if !self.unexp.contains_key(&msg) {
+            return Err(PmlError::Arg("unknown or already received message".into()));
+        }
+        let id = self.alloc(ReqState::Recv {
+            buf,
+            phase: RecvPhase::Posted { token: None },
+        });
+        self.deliver_unexpected(wire, id, env, msg);
+        Ok(id)
+    }
+
+    /// `MPI_Cancel`. Receives not yet matched are cancelled; sends are never
+    /// cancelled (MPI allows a cancel to fail). Returns whether it worked.
+    pub fn cancel(&mut self, id: ReqId) -> Result<bool, PmlError> {
+        let s = self.slot(id).ok_or(PmlError::Request)?;
+        if let ReqState::Recv {
+            phase: RecvPhase::Posted { token: Some(tok) },
+            ..
+        } = s.state
+        {
+            if self.matcher.cancel(tok) {
+                let st = Status {
+                    cancelled: true,
+                    ..Status::empty()
+                };
+                self.complete(id, st);
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn deliver_unexpected(&mut self, wire: &mut dyn Wire, id: ReqId, env: Envelope, msg: MsgId) {
+        match self.unexp.remove(&msg) {
+            Some(Unexp::Eager { data, .. }) => self.deliver_eager(id, env, &data),
+            Some(Unexp::Rndv {
+                peer,
+                flags,
+                len,
+                sreq,
+                region,
+            }) => self.start_rndv(wire, id, env, peer, flags, len, sreq, region),
+            None => {
+                tracing::error!(target: "pml_ob1", msg, "matched message has no stored data");
+                self.complete(
+                    id,
+                    Status {
+                        error: MpiErrorClass::Intern,
+                        ..Status::empty()
+                    },
+                );
+            }
+        }
+    }
+
+    fn deliver_eager(&mut self, id: ReqId, env: Envelope, data: &[u8]) {
+        let ReqState::Recv { buf, .. } = self.slots[id.index()].state else {
+            return;
+        };
+        let n = data.len().min(buf.len());
+        // SAFETY: `buf` is the receive buffer, valid for writes until this
+        // request completes (contract of `irecv`); `n <= buf.len()`.
+        unsafe { buf.write_at(0, &data[..n]) };
+        let st = Status {
+            source: env.src,
+            tag: env.tag,
+            count: n,
+            error: if data.len() > buf.len() {
+                MpiErrorClass::Truncate
+            } else {
+                MpiErrorClass::Success
+            },
+            cancelled: false,
+        };
+        self.complete(id, st);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_rndv(
+        &mut self,
+        wire: &mut dyn Wire,
+        id: ReqId,
+        env: Envelope,
+        peer: u32,
+        flags: u8,
+        len: u64,
+        sreq: u64,
+        region: Vec<u8>,
+    ) {
+        let ReqState::Recv { buf, .. } = self.slots[id.index()].state else {
+            return;
+        };
+        let want = (len.min(buf.len() as u64)) as usize;
+        let st = Status {
+            source: env.src,
+            tag: env.tag,
+            count: want,
+            error: if len > buf.len() as u64 {
+                MpiErrorClass::Truncate
+            } else {
+                MpiErrorClass::Success
+            },
+            cancelled: false,
+        };
+        self.slots[id.index()].status = st;
+        if want == 0 {
+            self.fin(peer, sreq, 0);
+            self.complete(id, st);
+            return;
+        }
+        if flags & FLAG_REGION != 0 && wire.limits(peer).get {
+            if let ReqState::Recv { phase, .. } = &mut self.slots[id.index()].state {
+                *phase = RecvPhase::Pulling { peer, sreq };
+            }
+            self.actions.push(Action::Get {
+                peer,
+                region,
+                dst: buf.prefix(want),
+                rreq: id,
+            });
+        } else {
+            self.ack(id, peer, sreq, want);
+        }
+    }
+
+    fn ack(&mut self, id: ReqId, peer: u32, sreq: u64, want: usize) {
+        if let ReqState::Recv { phase, .. } = &mut self.slots[id.index()].state {
+            *phase = RecvPhase::Frags { want, got: 0 };
+        }
+        self.stats.rndv_pipelined += 1;
+        let hdr = AckHdr {
+            sreq,
+            rreq: id.0,
+            want: want as u64,
+        };
+        self.actions.push(Action::Send {
+            peer,
+            hdr: hdr.encode().to_vec(),
+            data: RawBuf::empty(),
+            done: None,
+        });
+    }
+
+    fn fin(&mut self, peer: u32, sreq: u64, status: i32) {
+        self.actions.push(Action::Send {
+            peer,
+            hdr: FinHdr { sreq, status }.encode().to_vec(),
+            data: RawBuf::empty(),
+            done: None,
+        });
+    }
+
+    /// The driver finished an [`Action::Get`] (`ok == false`: it failed and
+    /// the pipelined protocol takes over).
+    pub fn get_done(&mut self, rreq: ReqId, ok: bool) {
+        let Some(s) = self.slot(rreq) else { return };
+        let ReqState::Recv {
+            phase: RecvPhase::Pulling { peer, sreq },
+            ..
+        } = s.state
+        else {
+            return;
+        };
+        let st = s.status;
+        if ok {
+            self.stats.rndv_get += 1;
+            self.fin(peer, sreq, 0);
+            self.complete(rreq, st);
+        } else {
+            tracing::debug!(target: "pml_ob1", peer, "get failed; falling back to pipelined fragments");
+            self.ack(rreq, peer, sreq, st.count);
+        }
+    }
+
+    // ----- incoming fragments -------------------------------------------
+
+    /// A fragment arrived from world rank `peer`. Malformed fragments are
+    /// counted, logged and dropped (the error is returned for tests).
+    pub fn on_frag(&mut self, wire: &mut dyn Wire, peer: u32, bytes: &[u8]) -> Result<(), HdrError> {
+        if peer as usize >= self.peers.len() {
+            self.stats.dropped += 1;
+            return Err(HdrError::Invalid {
+                kind: "common",
+                what: "fragment from a rank outside the job",
+            });
+        }
+        let h = match Header::parse(bytes) {
+            Ok(h) => h,
+            Err(e) => {
+                self.stats.dropped += 1;
+                tracing::error!(target: "pml_ob1", peer, "dropping fragment: {e}");
+                return Err(e);
+            }
+        };
+        match h {
+            Header::Match(m, _) | Header::Rndv(RndvHdr { m, .. }) => {
+                let exp = seq_slot(&mut self.peers[peer as usize].recv_seq, m.ctx);
+                if m.seq != *exp {
+                    // Ahead of its turn (sequence numbers wrap; anything not
+                    // equal waits for its predecessors).
+                    self.stats.out_of_order += 1;
+                    self.peers[peer as usize]
+                        .ahead
+                        .insert((m.ctx, m.seq), bytes.to_vec());
+                    return Ok(());
+                }
+                *exp = exp.wrapping_add(1);
+                self.on_match(wire, peer, h);
+                // Drain successors that were waiting.
+                loop {
+                    let ps = &mut self.peers[peer as usize];
+                    if ps.ahead.is_empty() {
+                        break;
+                    }
+                    let exp = seq_slot(&mut ps.recv_seq, m.ctx);
+                    let Some(b) = ps.ahead.remove(&(m.ctx, *exp)) else {
+                        break;
+                    };
+                    *exp = exp.wrapping_add(1);
+                    // Stored bytes parsed before; parse cannot fail now.
+                    if let Ok(h) = Header::parse(&b) {
+                        self.on_match(wire, peer, h);
+                    }
+                }
+                Ok(())
+            }
+            Header::Ack(a) => {
+                self.on_ack(wire, peer, a);
+                Ok(())
+            }
+            Header::Frag(f, data) => {
+                self.on_data(f, data);
+                Ok(())
+            }
+            Header::Fin(f) => {
+                self.on_fin(wire, f);
+                Ok(())
+            }
+        }
+    }
+
+    fn on_match(&mut self, wire: &mut dyn Wire, peer: u32, h: Header<'_>) {
+        let (m, unexp) = match h {
+            Header::Match(m, data) => (
+                m,
+                Unexp::Eager {
+                    data: data.to_vec(),
+                },
+            ),
+            Header::Rndv(r) => (
+                r.m,
+                Unexp::Rndv {
+                    peer,
+                    flags: r.flags,
+                    len: r.len,
+                    sreq: r.sreq,
+                    region: r.region.to_vec(),
+                },
+            ),
+            _ => return,
+        };
+        let env = Envelope {
+            ctx: m.ctx,
+            src: m.src,
+            tag: m.tag,
+        };
+        let msg = self.next_msg;
+        self.next_msg += 1;
+        let arrived = match self.matcher.arrive(env, msg) {
+            Ok(a) => a,
+            Err(e) => {
+                self.stats.dropped += 1;
+                tracing::error!(target: "pml_ob1", peer, "message lost: {e}");
+                return;
+            }
+        };
+        match arrived {
+            Some(rid) => {
+                let id = ReqId(rid);
+                match unexp {
+                    Unexp::Eager { data, .. } => self.deliver_eager(id, env, &data),
+                    Unexp::Rndv {
+                        flags,
+                        len,
+                        sreq,
+                        region,
+                        ..
+                    } => self.start_rndv(wire, id, env, peer, flags, len, sreq, region),
+                }
+            }
+            None => {
+                self.stats.unexpected += 1;
+                self.unexp.insert(msg, unexp);
+            }
+        }
+    }
+
+    fn on_ack(&mut self, wire: &mut dyn Wire, peer: u32, a: AckHdr) {
+        let id = ReqId(a.sreq);
+        let lim = wire.limits(peer);
+        let Some(s) = self.slot(id) else {
+            self.stats.dropped += 1;
+            tracing::error!(target: "pml_ob1", peer, "ACK for unknown send request");
+            return;
+        };
+        let ReqState::Send {
+            buf,
+            phase: SendPhase::Rndv { region, .. },
+            ..
+        } = &mut s.state
+        else {
+            self.stats.dropped += 1;
+            return;
+        };
+        let buf = *buf;
+        let region = region.take();
+        if let ReqState::Send { phase, .. } = &mut s.state {
+            *phase = SendPhase::Queued;
+        }
+        if let Some(r) = region {
+            wire.deregister(peer, &r);
+        }
+        let want = (a.want as usize).min(buf.len());
+        if want == 0 {
+            self.send_done(id);
+            return;
+        }
+        let chunk = lim.max_send.max(1);
+        let mut off = 0;
+        while off < want {
+            let n = chunk.min(want - off);
+            let last = off + n == want;
+            self.actions.push(Action::Send {
+                peer,
+                hdr: FragHdr {
+                    rreq: a.rreq,
+                    offset: off as u64,
+                }
+                .encode()
+                .to_vec(),
+                data: buf.sub(off, n),
+                done: if last { Some(id) } else { None },
+            });
+            off += n;
+        }
+    }
+
+    fn on_data(&mut self, f: FragHdr, data: &[u8]) {
+        let id = ReqId(f.rreq);
+        let Some(s) = self.slot(id) else {
+            self.stats.dropped += 1;
+            tracing::error!(target: "pml_ob1", "FRAG for unknown receive request");
+            return;
+        };
+        let ReqState::Recv {
+            buf,
+            phase: RecvPhase::Frags { want, got },
+        } = &mut s.state
+        else {
+            self.stats.dropped += 1;
+            return;
+        };
+        let off = f.offset as usize;
+        if off > *want || data.len() > *want - off {
+            self.stats.dropped += 1;
+            tracing::error!(target: "pml_ob1", off, len = data.len(), "FRAG outside the receive buffer");
+            return;
+        }
+        // SAFETY: receive buffer valid for writes until completion (irecv
+        // contract); `off + data.len() <= want <= buf.len()` checked above.
+        unsafe { buf.write_at(off, data) };
+        *got += data.len();
+        if *got >= *want {
+            let st = s.status;
+            self.complete(id, st);
+        }
+    }
+
+    fn on_fin(&mut self, wire: &mut dyn Wire, f: FinHdr) {
+        let id = ReqId(f.sreq);
+        let Some(s) = self.slot(id) else {
+            self.stats.dropped += 1;
+            tracing::error!(target: "pml_ob1", "FIN for unknown send request");
+            return;
+        };
+        let ReqState::Send {
+            phase: SendPhase::Rndv { peer, region, sync },
+            ..
+        } = &mut s.state
+        else {
+            self.stats.dropped += 1;
+            return;
+        };
+        let _ = sync;
+        let peer = *peer;
+        let region = region.take();
+        let st = s.status;
+        if let Some(r) = region {
+            wire.deregister(peer, &r);
+        }
+        self.complete(id, st);
+    }
+}
+

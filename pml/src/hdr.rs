@@ -1,0 +1,472 @@
+//! Wire headers of the pml protocol: parsed forms (`*Hdr`, the "repr") and
+//! one checked decoder ([`Header::parse`]) over a received byte slice (the
+//! "view"). No I/O here; the module is self-contained so it can be fuzzed.
+//!
+//! Every fragment the pml hands to a BTL starts with a 4-byte common prefix:
+//! `kind: u8 | flags: u8 | reserved: u16 (zero)`. All integers are
+//! little-endian: the pml's BTLs (self, sm) stay inside one host; a network
+//! BTL with mixed-endian peers would have to convert (Open MPI does the
+//! same with its `HDR_NTOH` macros only when heterogeneous support is on).
+//!
+//! | kind | name  | layout after the prefix (byte offsets from 0)                    | size |
+//! |------|-------|------------------------------------------------------------------|------|
+//! | 1    | MATCH | ctx u32 @4, src i32 @8, tag i32 @12, seq u32 @16, then payload    | 20   |
+//! | 2    | RNDV  | MATCH fields, len u64 @20, sreq u64 @28, rlen u16 @36, pad, region| 40+r |
+//! | 3    | ACK   | sreq u64 @8, rreq u64 @16, want u64 @24                            | 32   |
+//! | 4    | FRAG  | rreq u64 @8, offset u64 @16, then data                             | 24   |
+//! | 5    | FIN   | sreq u64 @8, status i32 @16                                         | 20   |
+//!
+//! * MATCH is an eager message: match envelope + the whole payload.
+//! * RNDV (request to send) carries the envelope, the message length, the
+//!   sender's request id and, when flag [`FLAG_REGION`] is set, the BTL's
+//!   description of the registered send buffer (`rlen` bytes) for a get.
+//! * ACK (clear to send) is the receiver's answer when it cannot pull: the
+//!   sender then streams `want` bytes as FRAGs addressed to `rreq`.
+//! * FIN tells the sender its rendezvous is over (data pulled, or a
+//!   synchronous send matched); `status` is an MPI error class (0 = success).
+
+use thiserror::Error;
+
+/// Kind byte of an eager fragment.
+pub const KIND_MATCH: u8 = 1;
+/// Kind byte of a rendezvous request.
+pub const KIND_RNDV: u8 = 2;
+/// Kind byte of a clear-to-send.
+pub const KIND_ACK: u8 = 3;
+/// Kind byte of a pipelined data fragment.
+pub const KIND_FRAG: u8 = 4;
+/// Kind byte of a rendezvous completion.
+pub const KIND_FIN: u8 = 5;
+
+/// RNDV flag: the sender asked for a synchronous send (MPI_Ssend).
+pub const FLAG_SYNC: u8 = 0x01;
+/// RNDV flag: a registered region follows; the receiver may pull with get.
+pub const FLAG_REGION: u8 = 0x02;
+
+/// Size of an encoded [`MatchHdr`].
+pub const MATCH_LEN: usize = 20;
+/// Size of an encoded [`RndvHdr`] without its region bytes.
+pub const RNDV_LEN: usize = 40;
+/// Size of an encoded [`AckHdr`].
+pub const ACK_LEN: usize = 32;
+/// Size of an encoded [`FragHdr`] (data follows).
+pub const FRAG_LEN: usize = 24;
+/// Size of an encoded [`FinHdr`].
+pub const FIN_LEN: usize = 20;
+/// Largest region description accepted (BTL registration handles are small).
+pub const MAX_REGION_LEN: usize = 256;
+
+/// Why a received fragment was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum HdrError {
+    /// Fewer bytes than the header needs.
+    #[error("fragment of {got} bytes is shorter than its {kind} header ({need} bytes)")]
+    Short {
+        /// Header name.
+        kind: &'static str,
+        /// Bytes needed.
+        need: usize,
+        /// Bytes present.
+        got: usize,
+    },
+    /// Unknown kind byte.
+    #[error("unknown pml header kind {0}")]
+    UnknownKind(u8),
+    /// A flag or reserved field has a value this version never sends.
+    #[error("invalid pml {kind} header: {what}")]
+    Invalid {
+        /// Header name.
+        kind: &'static str,
+        /// What is wrong.
+        what: &'static str,
+    },
+}
+
+/// Match envelope of an eager fragment (and the first part of a RNDV).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatchHdr {
+    /// Communicator context id.
+    pub ctx: u32,
+    /// Sender's rank in the communicator.
+    pub src: i32,
+    /// Message tag (negative tags are reserved for collectives).
+    pub tag: i32,
+    /// Per (context, sender) sequence number, wrapping.
+    pub seq: u32,
+}
+
+/// Rendezvous request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RndvHdr<'a> {
+    /// Envelope.
+    pub m: MatchHdr,
+    /// [`FLAG_SYNC`] / [`FLAG_REGION`].
+    pub flags: u8,
+    /// Full message length in bytes.
+    pub len: u64,
+    /// Sender's request id (echoed in ACK and FIN).
+    pub sreq: u64,
+    /// Registered region description (empty unless [`FLAG_REGION`]).
+    pub region: &'a [u8],
+}
+
+/// Clear to send (pipelined protocol).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckHdr {
+    /// Sender's request id.
+    pub sreq: u64,
+    /// Receiver's request id, to address FRAGs.
+    pub rreq: u64,
+    /// Bytes the receiver wants (≤ message length; less when truncating).
+    pub want: u64,
+}
+
+/// One pipelined data fragment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FragHdr {
+    /// Receiver's request id.
+    pub rreq: u64,
+    /// Offset of the data in the message.
+    pub offset: u64,
+}
+
+/// End of a rendezvous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FinHdr {
+    /// Sender's request id.
+    pub sreq: u64,
+    /// MPI error class of the transfer on the receiver side (0 = success).
+    pub status: i32,
+}
+
+/// A parsed fragment: header plus the bytes that follow it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Header<'a> {
+    /// Eager message and its payload.
+    Match(MatchHdr, &'a [u8]),
+    /// Rendezvous request.
+    Rndv(RndvHdr<'a>),
+    /// Clear to send.
+    Ack(AckHdr),
+    /// Data fragment and its data.
+    Frag(FragHdr, &'a [u8]),
+    /// Rendezvous end.
+    Fin(FinHdr),
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+fn i32_at(b: &[u8], o: usize) -> i32 {
+    u32_at(b, o) as i32
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(a)
+}
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+
+fn need(kind: &'static str, b: &[u8], n: usize) -> Result<(), HdrError> {
+    if b.len() < n {
+        Err(HdrError::Short {
+            kind,
+            need: n,
+            got: b.len(),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+impl<'a> Header<'a> {
+    /// Parses a received fragment. Validates lengths, reserved bytes and
+    /// flags; never panics on any input.
+    pub fn parse(b: &'a [u8]) -> Result<Header<'a>, HdrError> {
+        need("common", b, 4)?;
+        let kind = b[0];
+        let flags = b[1];
+        if b[2] != 0 || b[3] != 0 {
+            return Err(HdrError::Invalid {
+                kind: "common",
+                what: "reserved bytes not zero",
+            });
+        }
+        match kind {
+            KIND_MATCH => {
+                need("MATCH", b, MATCH_LEN)?;
+                if flags != 0 {
+                    return Err(HdrError::Invalid {
+                        kind: "MATCH",
+                        what: "flags set",
+                    });
+                }
+                Ok(Header::Match(match_at(b), &b[MATCH_LEN..]))
+            }
+            KIND_RNDV => {
+                need("RNDV", b, RNDV_LEN)?;
+                if flags & !(FLAG_SYNC | FLAG_REGION) != 0 {
+                    return Err(HdrError::Invalid {
+                        kind: "RNDV",
+                        what: "unknown flags",
+                    });
+                }
+                let rlen = u16_at(b, 36) as usize;
+                if rlen > MAX_REGION_LEN || (rlen > 0) != (flags & FLAG_REGION != 0) {
+                    return Err(HdrError::Invalid {
+                        kind: "RNDV",
+                        what: "region length disagrees with flags",
+                    });
+                }
+                need("RNDV", b, RNDV_LEN + rlen)?;
+                if b.len() != RNDV_LEN + rlen {
+                    return Err(HdrError::Invalid {
+                        kind: "RNDV",
+                        what: "trailing bytes",
+                    });
+                }
+                Ok(Header::Rndv(RndvHdr {
+                    m: match_at(b),
+                    flags,
+                    len: u64_at(b, 20),
+                    sreq: u64_at(b, 28),
+                    region: &b[RNDV_LEN..RNDV_LEN + rlen],
+                }))
+            }
+            KIND_ACK => {
+                need("ACK", b, ACK_LEN)?;
+                Ok(Header::Ack(AckHdr {
+                    sreq: u64_at(b, 8),
+                    rreq: u64_at(b, 16),
+                    want: u64_at(b, 24),
+                }))
+            }
+            KIND_FRAG => {
+                need("FRAG", b, FRAG_LEN)?;
+                Ok(Header::Frag(
+                    FragHdr {
+                        rreq: u64_at(b, 8),
+                        offset: u64_at(b, 16),
+                    },
+                    &b[FRAG_LEN..],
+                ))
+            }
+            KIND_FIN => {
+                need("FIN", b, FIN_LEN)?;
+                Ok(Header::Fin(FinHdr {
+                    sreq: u64_at(b, 8),
+                    status: i32_at(b, 16),
+                }))
+            }
+            k => Err(HdrError::UnknownKind(k)),
+        }
+    }
+}
+
+fn match_at(b: &[u8]) -> MatchHdr {
+    MatchHdr {
+        ctx: u32_at(b, 4),
+        src: i32_at(b, 8),
+        tag: i32_at(b, 12),
+        seq: u32_at(b, 16),
+    }
+}
+
+fn prefix(out: &mut [u8], kind: u8, flags: u8) {
+    out[0] = kind;
+    out[1] = flags;
+    out[2] = 0;
+    out[3] = 0;
+}
+
+impl MatchHdr {
+    /// Encodes the eager header.
+    pub fn encode(&self) -> [u8; MATCH_LEN] {
+        let mut o = [0u8; MATCH_LEN];
+        prefix(&mut o, KIND_MATCH, 0);
+        self.put(&mut o);
+        o
+    }
+    fn put(&self, o: &mut [u8]) {
+        o[4..8].copy_from_slice(&self.ctx.to_le_bytes());
+        o[8..12].copy_from_slice(&self.src.to_le_bytes());
+        o[12..16].copy_from_slice(&self.tag.to_le_bytes());
+        o[16..20].copy_from_slice(&self.seq.to_le_bytes());
+    }
+}
+
+impl RndvHdr<'_> {
+    /// Encodes the rendezvous request (header + region).
+    ///
+    /// # Panics
+    /// Never for regions up to [`MAX_REGION_LEN`]; longer regions are a
+    /// programming error of the BTL and are rejected by `debug_assert`, then
+    /// truncated to an invalid (flag-less) header that the peer rejects.
+    pub fn encode(&self) -> Vec<u8> {
+        let rlen = self.region.len().min(MAX_REGION_LEN);
+        debug_assert_eq!(rlen, self.region.len());
+        let mut o = vec![0u8; RNDV_LEN + rlen];
+        prefix(&mut o, KIND_RNDV, self.flags);
+        self.m.put(&mut o);
+        o[20..28].copy_from_slice(&self.len.to_le_bytes());
+        o[28..36].copy_from_slice(&self.sreq.to_le_bytes());
+        o[36..38].copy_from_slice(&(rlen as u16).to_le_bytes());
+        o[RNDV_LEN..].copy_from_slice(&self.region[..rlen]);
+        o
+    }
+}
+
+impl AckHdr {
+    /// Encodes the clear-to-send.
+    pub fn encode(&self) -> [u8; ACK_LEN] {
+        let mut o = [0u8; ACK_LEN];
+        prefix(&mut o, KIND_ACK, 0);
+        o[8..16].copy_from_slice(&self.sreq.to_le_bytes());
+        o[16..24].copy_from_slice(&self.rreq.to_le_bytes());
+        o[24..32].copy_from_slice(&self.want.to_le_bytes());
+        o
+    }
+}
+
+impl FragHdr {
+    /// Encodes the fragment header (data is appended by the caller).
+    pub fn encode(&self) -> [u8; FRAG_LEN] {
+        let mut o = [0u8; FRAG_LEN];
+        prefix(&mut o, KIND_FRAG, 0);
+        o[8..16].copy_from_slice(&self.rreq.to_le_bytes());
+        o[16..24].copy_from_slice(&self.offset.to_le_bytes());
+        o
+    }
+}
+
+impl FinHdr {
+    /// Encodes the FIN.
+    pub fn encode(&self) -> [u8; FIN_LEN] {
+        let mut o = [0u8; FIN_LEN];
+        prefix(&mut o, KIND_FIN, 0);
+        o[8..16].copy_from_slice(&self.sreq.to_le_bytes());
+        o[16..20].copy_from_slice(&self.status.to_le_bytes());
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips() {
+        let m = MatchHdr {
+            ctx: 7,
+            src: 3,
+            tag: -5,
+            seq: u32::MAX,
+        };
+        let mut e = m.encode().to_vec();
+        e.extend_from_slice(b"abc");
+        assert_eq!(Header::parse(&e).unwrap(), Header::Match(m, b"abc"));
+
+        let r = RndvHdr {
+            m,
+            flags: FLAG_SYNC | FLAG_REGION,
+            len: 1 << 40,
+            sreq: 99,
+            region: &[1, 2, 3],
+        };
+        assert_eq!(Header::parse(&r.encode()).unwrap(), Header::Rndv(r.clone()));
+        let a = AckHdr {
+            sreq: 1,
+            rreq: 2,
+            want: 3,
+        };
+        assert_eq!(Header::parse(&a.encode()).unwrap(), Header::Ack(a));
+        let f = FragHdr {
+            rreq: 5,
+            offset: 1 << 33,
+        };
+        let mut e = f.encode().to_vec();
+        e.push(9);
+        assert_eq!(Header::parse(&e).unwrap(), Header::Frag(f, &[9]));
+        let fin = FinHdr {
+            sreq: 77,
+            status: 14,
+        };
+        assert_eq!(Header::parse(&fin.encode()).unwrap(), Header::Fin(fin));
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        assert!(matches!(Header::parse(&[]), Err(HdrError::Short { .. })));
+        assert_eq!(Header::parse(&[9, 0, 0, 0]), Err(HdrError::UnknownKind(9)));
+        assert!(matches!(
+            Header::parse(&[KIND_MATCH, 0, 0, 0, 1]),
+            Err(HdrError::Short { .. })
+        ));
+        let mut e = MatchHdr {
+            ctx: 0,
+            src: 0,
+            tag: 0,
+            seq: 0,
+        }
+        .encode();
+        e[2] = 1;
+        assert!(matches!(Header::parse(&e), Err(HdrError::Invalid { .. })));
+        // Region flag without region bytes.
+        let mut r = RndvHdr {
+            m: MatchHdr {
+                ctx: 0,
+                src: 0,
+                tag: 0,
+                seq: 0,
+            },
+            flags: 0,
+            len: 1,
+            sreq: 1,
+            region: &[],
+        }
+        .encode();
+        r[1] = FLAG_REGION;
+        assert!(matches!(Header::parse(&r), Err(HdrError::Invalid { .. })));
+        r[1] = 0x80;
+        assert!(matches!(Header::parse(&r), Err(HdrError::Invalid { .. })));
+        // Trailing bytes after a RNDV are rejected.
+        r[1] = 0;
+        r.push(0);
+        assert!(matches!(Header::parse(&r), Err(HdrError::Invalid { .. })));
+    }
+
+    #[test]
+    fn never_panics_on_prefixes_and_noise() {
+        let r = RndvHdr {
+            m: MatchHdr {
+                ctx: 1,
+                src: 2,
+                tag: 3,
+                seq: 4,
+            },
+            flags: FLAG_REGION,
+            len: 10,
+            sreq: 11,
+            region: &[0xaa; 16],
+        }
+        .encode();
+        for n in 0..r.len() {
+            let _ = Header::parse(&r[..n]);
+        }
+        // A cheap deterministic noise generator (xorshift).
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 64) as usize;
+            let mut buf: Vec<u8> = (0..len).map(|i| (x >> (i % 8 * 8)) as u8).collect();
+            if !buf.is_empty() {
+                buf[0] = (x % 7) as u8;
+            }
+            let _ = Header::parse(&buf);
+        }
+    }
+}

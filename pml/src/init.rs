@@ -1,0 +1,133 @@
+//! Start-up and shut-down of the pml.
+//!
+//! Init: MCA sources and logging → `PmiClient::connect_from_env`
+//! (singleton job of one without a launcher) → `ProcessInfo` → pml
+//! parameters → BTL components allowed by the `btl` selection list open and
+//! publish their addresses through the PMI modex → fence → each BTL adds
+//! the peers it reaches → per peer, the BTL with the highest exclusivity →
+//! `mca::check_unknown()`.
+//!
+//! Finalize: the driver first drains what it owes (FINs, ACKs, queued data);
+//! then a PMI fence, during which a helper keeps the pml progressing so that
+//! peers still pulling from us finish; then the BTLs and PMI are released.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tmpi_base::mca::{self, Level, ParamSpec};
+use tmpi_base::modex::Modex;
+use tmpi_base::pmi::{PmiClient, PmiModex};
+
+use crate::comm::CommRecord;
+use crate::core::Core;
+use crate::matching::EngineMatcher;
+use crate::pml::{InitOptions, Pml};
+use crate::transport::Transport;
+use crate::PmlError;
+
+/// What stays alive between init and finalize besides the core.
+pub(crate) struct Runtime {
+    pub(crate) modex: PmiModex,
+}
+
+pub(crate) struct Started {
+    pub(crate) core: Core,
+    pub(crate) net: Box<dyn Transport>,
+    pub(crate) yield_when_idle: bool,
+    pub(crate) stats: bool,
+    pub(crate) rt: Runtime,
+}
+
+/// The pml's MCA parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct PmlParams {
+    /// `pml_eager_limit`: 0 = each BTL's own limit; otherwise caps it.
+    pub eager_limit: u64,
+    /// `pml_stats`: print protocol counters at finalize.
+    pub stats: bool,
+    /// `mpi_yield_when_idle`, resolved.
+    pub yield_when_idle: bool,
+}
+
+/// Registers (idempotently) and reads the pml's parameters.
+pub fn params(reg: &mca::Registry) -> Result<PmlParams, PmlError> {
+    let eager = reg
+        .register_size(
+            ParamSpec::new("pml", "", "eager_limit")
+                .help(
+                    "Largest message payload sent eagerly; 0 = each BTL's own eager limit \
+                     (a non-zero value can only lower a BTL's limit)",
+                )
+                .level(Level::TunerBasic),
+            0,
+        )
+        .map_err(tmpi_base::error::Error::from)?;
+    let stats = reg
+        .register_bool(
+            ParamSpec::new("pml", "", "stats")
+                .help("Print the pml's protocol counters at finalize")
+                .level(Level::UserBasic),
+            false,
+        )
+        .map_err(tmpi_base::error::Error::from)?;
+    reg.register_verbose("pml", "ob1")
+        .map_err(tmpi_base::error::Error::from)?;
+    let yield_when_idle = mca::yield_when_idle(reg).map_err(tmpi_base::error::Error::from)?;
+    Ok(PmlParams {
+        eager_limit: eager.value(),
+        stats: stats.value(),
+        yield_when_idle,
+    })
+}
+
+fn pmi_err(e: impl std::fmt::Display) -> PmlError {
+    PmlError::Transport(format!("PMI: {e}"))
+}
+
+pub(crate) fn start(opts: InitOptions) -> Result<Started, PmlError> {
+    let reg = mca::init().map_err(tmpi_base::error::Error::from)?;
+    let mut client = PmiClient::connect_from_env().map_err(pmi_err)?;
+    let info = client.process_info().map_err(pmi_err)?;
+    if opts.logging {
+        // Another subscriber (the application's) wins; that is fine.
+        let _ = tmpi_base::log::init_logging(info.rank);
+    }
+    let p = params(reg)?;
+    let mut modex = PmiModex::new(client);
+    let net = crate::net::open(reg, &info, &mut modex, p.eager_limit)?;
+    let unknown = mca::check_unknown();
+    let _ = unknown;
+    let mut core = Core::new(info.rank, info.size, Box::new(EngineMatcher::new()));
+    core.add_comm(CommRecord::world(info.rank, info.size))?;
+    core.add_comm(CommRecord::self_comm(info.rank))?;
+    tracing::debug!(target: "pml_ob1", rank = info.rank, size = info.size, "pml ready");
+    Ok(Started {
+        core,
+        net,
+        yield_when_idle: p.yield_when_idle,
+        stats: p.stats,
+        rt: Runtime { modex },
+    })
+}
+
+pub(crate) fn finish(mut rt: Runtime, pml: &Pml) -> Result<(), PmlError> {
+    // Fence while progressing: a peer may still be pulling from our send
+    // buffers or waiting for our FIN; a blocking fence would starve it.
+    let done = AtomicBool::new(false);
+    let fence = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let r = rt.modex.fence();
+            done.store(true, Ordering::Release);
+            r
+        });
+        pml.progress_until(&done);
+        h.join()
+    });
+    match fence {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(pmi_err(e)),
+        Err(_) => return Err(PmlError::Transport("finalize fence panicked".into())),
+    }
+    pml.lock().net.finalize();
+    rt.modex.client().finalize().map_err(pmi_err)?;
+    Ok(())
+}

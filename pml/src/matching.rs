@@ -1,0 +1,211 @@
+//! The one place where the pml matches: posted receives against arrived
+//! envelopes. Everything goes through [`MatchPoint`], a small interface
+//! so that the split software/hardware matcher (issue 6) can replace the
+//! software one at this call site without touching the protocol.
+//!
+//! Semantics (MPI-3.1 §3.5): receives are matched in posting order, a
+//! sender's messages in sequence order (the caller delivers envelopes of one
+//! (context, source) in sequence order, see `core`); `ANY_TAG` never
+//! matches a negative (internal, collective) tag.
+
+use tmpi_tm_engine::{
+    ArriveOutcome, CancelOutcome, Engine, Envelope as EEnvelope, PostOutcome, RecvKey, RecvSpec,
+    SourceSpec, TagSpec,
+};
+
+/// The envelope of an arrived message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Envelope {
+    /// Communicator context id.
+    pub ctx: u32,
+    /// Sender's rank in the communicator.
+    pub src: i32,
+    /// Tag.
+    pub tag: i32,
+}
+
+/// What a receive (or probe) accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pattern {
+    /// Communicator context id.
+    pub ctx: u32,
+    /// `None` = any source.
+    pub src: Option<i32>,
+    /// `None` = any non-negative tag.
+    pub tag: Option<i32>,
+}
+
+impl Pattern {
+    /// Whether `env` satisfies this pattern.
+    pub fn accepts(&self, env: &Envelope) -> bool {
+        self.ctx == env.ctx
+            && self.src.is_none_or(|s| s == env.src)
+            && match self.tag {
+                Some(t) => t == env.tag,
+                None => env.tag >= 0,
+            }
+    }
+}
+
+/// Opaque id of a posted receive (the pml's request id).
+pub type RecvId = u64;
+/// Opaque id of an unexpected message (the pml's message id).
+pub type MsgId = u64;
+
+/// Result of posting a receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Posted {
+    /// An unexpected message matched at once (the receive is not queued).
+    Matched(Envelope, MsgId),
+    /// Queued; the token names it for [`MatchPoint::cancel`].
+    Queued(u64),
+}
+
+/// Matching failed for lack of resources (queue limits).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("matching: {0}")]
+pub struct MatchError(pub String);
+
+/// The matching interface used by the protocol core.
+pub trait MatchPoint {
+    /// Posts receive `id`. If an unexpected message matches, it is removed
+    /// and returned (the receive is then *not* posted).
+    fn post_recv(&mut self, pat: Pattern, id: RecvId) -> Result<Posted, MatchError>;
+    /// A message arrived (in per-sender order). If a posted receive matches
+    /// it, that receive is removed and returned; otherwise the message is
+    /// kept as unexpected under `msg`.
+    fn arrive(&mut self, env: Envelope, msg: MsgId) -> Result<Option<RecvId>, MatchError>;
+    /// The first unexpected message matching `pat`, left in place.
+    fn probe(&mut self, pat: Pattern) -> Option<(Envelope, MsgId)>;
+    /// Like [`MatchPoint::probe`] but removes the message (MPI_Mprobe).
+    fn mprobe(&mut self, pat: Pattern) -> Option<(Envelope, MsgId)>;
+    /// Removes the queued receive named by `token`; `false` if it is no
+    /// longer queued (matched).
+    fn cancel(&mut self, token: u64) -> bool;
+    /// Number of posted receives and of unexpected messages.
+    fn depth(&self) -> (usize, usize);
+}
+
+/// The software matcher of `tmpi-tm-engine` behind [`MatchPoint`].
+#[derive(Debug, Default)]
+pub struct EngineMatcher {
+    engine: Engine<RecvId, MsgId>,
+}
+
+fn spec(p: &Pattern) -> RecvSpec {
+    RecvSpec {
+        context: p.ctx,
+        source: match p.src {
+            Some(s) => SourceSpec::Rank(s as u32),
+            None => SourceSpec::Any,
+        },
+        tag: match p.tag {
+            Some(t) => TagSpec::Tag(t),
+            None => TagSpec::Any,
+        },
+    }
+}
+
+fn from_env(e: EEnvelope) -> Envelope {
+    Envelope {
+        ctx: e.context,
+        src: e.source as i32,
+        tag: e.tag,
+    }
+}
+
+impl EngineMatcher {
+    /// A matcher over a default-configured engine.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// The engine's counters.
+    pub fn stats(&self) -> tmpi_tm_engine::Stats {
+        self.engine.stats()
+    }
+}
+
+impl MatchPoint for EngineMatcher {
+    fn post_recv(&mut self, pat: Pattern, id: RecvId) -> Result<Posted, MatchError> {
+        match self.engine.post_recv(spec(&pat), id) {
+            Ok(PostOutcome::Matched { envelope, msg }) => Ok(Posted::Matched(from_env(envelope), msg)),
+            Ok(PostOutcome::Posted { key, .. }) => Ok(Posted::Queued(key.to_u64())),
+            Err(e) => Err(MatchError(e.to_string())),
+        }
+    }
+    fn arrive(&mut self, env: Envelope, msg: MsgId) -> Result<Option<RecvId>, MatchError> {
+        let e = EEnvelope::new(env.ctx, env.src as u32, env.tag);
+        match self.engine.arrive(e, msg) {
+            Ok(ArriveOutcome::Matched { recv, .. }) => Ok(Some(recv)),
+            Ok(ArriveOutcome::Unexpected) => Ok(None),
+            Err(e) => Err(MatchError(e.to_string())),
+        }
+    }
+    fn probe(&mut self, pat: Pattern) -> Option<(Envelope, MsgId)> {
+        self.engine.probe(&spec(&pat)).map(|(e, m)| (from_env(e), m))
+    }
+    fn mprobe(&mut self, pat: Pattern) -> Option<(Envelope, MsgId)> {
+        self.engine.mprobe(&spec(&pat)).map(|(e, m)| (from_env(e), m))
+    }
+    fn cancel(&mut self, token: u64) -> bool {
+        matches!(
+            self.engine.cancel(RecvKey::from_u64(token)),
+            CancelOutcome::Removed(_)
+        )
+    }
+    fn depth(&self) -> (usize, usize) {
+        (self.engine.posted_len(), self.engine.unexpected_len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(src: i32, tag: i32) -> Envelope {
+        Envelope { ctx: 0, src, tag }
+    }
+
+    #[test]
+    fn posting_order_and_wildcards() {
+        let mut m = EngineMatcher::new();
+        let any = Pattern {
+            ctx: 0,
+            src: None,
+            tag: None,
+        };
+        let spec = Pattern {
+            ctx: 0,
+            src: Some(1),
+            tag: Some(5),
+        };
+        assert!(matches!(m.post_recv(any, 1), Ok(Posted::Queued(_))));
+        assert!(matches!(m.post_recv(spec, 2), Ok(Posted::Queued(_))));
+        assert_eq!(m.arrive(env(1, 5), 10), Ok(Some(1)));
+        assert_eq!(m.arrive(env(1, 5), 11), Ok(Some(2)));
+        // Negative tags never match ANY_TAG.
+        let Ok(Posted::Queued(tok)) = m.post_recv(any, 3) else {
+            panic!("expected queued")
+        };
+        assert_eq!(m.arrive(env(1, -3), 12), Ok(None));
+        assert_eq!(m.probe(any), None);
+        let internal = Pattern {
+            ctx: 0,
+            src: None,
+            tag: Some(-3),
+        };
+        assert_eq!(m.probe(internal), Some((env(1, -3), 12)));
+        assert!(m.cancel(tok));
+        assert!(!m.cancel(tok));
+        // Another context does not match.
+        let other = Pattern {
+            ctx: 1,
+            src: None,
+            tag: Some(-3),
+        };
+        assert!(matches!(m.post_recv(other, 4), Ok(Posted::Queued(_))));
+        assert_eq!(m.depth(), (1, 1));
+        assert_eq!(m.mprobe(internal), Some((env(1, -3), 12)));
+        assert_eq!(m.depth(), (1, 0));
+    }
+}

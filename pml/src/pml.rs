@@ -1,0 +1,683 @@
+//! The driver: one [`Core`] and the transport behind one lock, progress,
+//! waiting, init and finalize.
+//!
+//! # Locking (MPI_THREAD_MULTIPLE)
+//! All request and matching state and the BTL modules sit in one
+//! `Mutex<Inner>`: every entry point takes it once, does its work (start an
+//! operation, poll the BTLs, carry out the resulting actions) and releases
+//! it. A thread waiting on a request releases the lock between progress
+//! rounds so other threads can start operations and progress for everyone.
+//! The single-thread cost is one uncontended lock/unlock pair per call
+//! (≈ 20 ns on this machine, measured by `tmpi-bench pingpong`; see
+//! `docs/pml.md`).
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard};
+
+use tmpi_base::error::MpiErrorClass;
+
+use crate::comm::CommRecord;
+use crate::core::{Action, Core, Limits, Stats, Wire};
+use crate::matching::{Envelope, EngineMatcher, MsgId};
+use crate::raw::{RawBuf, RawBufMut};
+use crate::request::{MessageId, ReqId, SendMode, Status};
+use crate::transport::{Transport, TxError};
+use crate::PmlError;
+
+/// Options for [`Pml::init`] (tests and embedders; normal programs use the
+/// defaults, which read everything from MCA parameters).
+#[derive(Debug, Clone, Default)]
+pub struct InitOptions {
+    /// Install the rank-tagged tracing subscriber (ignored if one exists).
+    pub logging: bool,
+}
+
+pub(crate) struct Inner {
+    pub(crate) core: Core,
+    pub(crate) net: Box<dyn Transport>,
+    pub(crate) limits: Vec<Limits>,
+    /// Deregistrations requested while the transport was busy polling.
+    dereg: Vec<(u32, Vec<u8>)>,
+    /// Actions a BTL could not take yet (resource busy), in order.
+    pending: VecDeque<Action>,
+    scratch: Vec<Action>,
+    /// Messages taken by improbe: id -> envelope.
+    mprobed: std::collections::HashMap<MsgId, Envelope>,
+}
+
+/// [`Wire`] over the transport and the per-peer limits table.
+struct NetWire<'a> {
+    net: &'a mut dyn Transport,
+    limits: &'a [Limits],
+}
+
+impl Wire for NetWire<'_> {
+    fn limits(&self, peer: u32) -> Limits {
+        self.limits[peer as usize]
+    }
+    fn register(&mut self, peer: u32, buf: RawBuf) -> Option<Vec<u8>> {
+        self.net.register(peer, buf)
+    }
+    fn deregister(&mut self, peer: u32, region: &[u8]) {
+        self.net.deregister(peer, region)
+    }
+}
+
+/// [`Wire`] used while the transport delivers fragments (it is borrowed):
+/// deregistrations are deferred, registration is never needed there.
+struct DeferWire<'a> {
+    limits: &'a [Limits],
+    dereg: &'a mut Vec<(u32, Vec<u8>)>,
+}
+
+impl Wire for DeferWire<'_> {
+    fn limits(&self, peer: u32) -> Limits {
+        self.limits[peer as usize]
+    }
+    fn register(&mut self, _peer: u32, _buf: RawBuf) -> Option<Vec<u8>> {
+        None
+    }
+    fn deregister(&mut self, peer: u32, region: &[u8]) {
+        self.dereg.push((peer, region.to_vec()));
+    }
+}
+
+impl Inner {
+    pub(crate) fn new(core: Core, net: Box<dyn Transport>) -> Self {
+        let n = net.size();
+        let limits = (0..n).map(|p| net.limits(p)).collect();
+        Inner {
+            core,
+            net,
+            limits,
+            dereg: Vec::new(),
+            pending: VecDeque::new(),
+            scratch: Vec::new(),
+            mprobed: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Polls the transport once and carries out everything that results.
+    /// Returns the number of events (fragments + actions) handled.
+    pub(crate) fn progress(&mut self) -> usize {
+        let mut n = self.flush();
+        let Inner {
+            core,
+            net,
+            limits,
+            dereg,
+            ..
+        } = self;
+        let mut w = DeferWire {
+            limits,
+            dereg,
+        };
+        n += net.progress(&mut |peer, bytes| {
+            let _ = core.on_frag(&mut w, peer, bytes);
+        });
+        for (peer, r) in std::mem::take(&mut self.dereg) {
+            self.net.deregister(peer, &r);
+        }
+        n + self.flush()
+    }
+
+    /// Carries out queued actions until none is left or a BTL is busy.
+    pub(crate) fn flush(&mut self) -> usize {
+        let mut done = 0;
+        loop {
+            if self.pending.is_empty() {
+                if !self.core.has_actions() {
+                    return done;
+                }
+                let mut s = std::mem::take(&mut self.scratch);
+                self.core.take_actions(&mut s);
+                self.pending.extend(s.drain(..));
+                self.scratch = s;
+            }
+            while let Some(a) = self.pending.pop_front() {
+                match a {
+                    Action::Send {
+                        peer,
+                        hdr,
+                        data,
+                        done: d,
+                    } => {
+                        // SAFETY: `data` belongs to a send request that is not
+                        // complete (it completes only below, after the BTL took
+                        // the bytes), so its buffer is valid (isend contract).
+                        let bytes = unsafe { data.as_slice() };
+                        match self.net.send(peer, &hdr, bytes) {
+                            Ok(()) => {
+                                done += 1;
+                                if let Some(id) = d {
+                                    self.core.send_done(id);
+                                }
+                            }
+                            Err(TxError::Busy) => {
+                                self.pending.push_front(Action::Send {
+                                    peer,
+                                    hdr,
+                                    data,
+                                    done: d,
+                                });
+                                return done;
+                            }
+                            Err(TxError::Fatal(e)) => {
+                                tracing::error!(target: "pml_ob1", peer, "send failed: {e}");
+                                if let Some(id) = d {
+                                    self.core.send_done(id);
+                                }
+                            }
+                        }
+                    }
+                    Action::Get {
+                        peer,
+                        region,
+                        dst,
+                        rreq,
+                    } => {
+                        let ok = match self.net.get(peer, &region, dst) {
+                            Ok(()) => true,
+                            Err(e) => {
+                                tracing::debug!(target: "pml_ob1", peer, "get failed: {e:?}");
+                                false
+                            }
+                        };
+                        done += 1;
+                        self.core.get_done(rreq, ok);
+                    }
+                }
+                // Actions created by the step above run after the queue.
+                if self.core.has_actions() {
+                    let mut s = std::mem::take(&mut self.scratch);
+                    self.core.take_actions(&mut s);
+                    self.pending.extend(s.drain(..));
+                    self.scratch = s;
+                }
+            }
+        }
+    }
+}
+
+/// The point-to-point layer of one process.
+pub struct Pml {
+    inner: Mutex<Inner>,
+    me: u32,
+    size: u32,
+    yield_when_idle: bool,
+    stats: bool,
+    rt: Mutex<Option<crate::init::Runtime>>,
+}
+
+impl std::fmt::Debug for Pml {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pml")
+            .field("rank", &self.me)
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+impl Pml {
+    /// Initialises MPI point-to-point for this process (see
+    /// `crate::init` for the sequence): wire-up through PMI (singleton
+    /// without a launcher), BTL selection, COMM_WORLD and COMM_SELF.
+    pub fn init(opts: InitOptions) -> Result<Pml, PmlError> {
+        let s = crate::init::start(opts)?;
+        Ok(Pml::from_parts(
+            s.core,
+            s.net,
+            s.yield_when_idle,
+            s.stats,
+            Some(s.rt),
+        ))
+    }
+
+    /// A pml over an explicit transport (tests, embedding).
+    pub fn with_transport(
+        me: u32,
+        net: Box<dyn Transport>,
+        yield_when_idle: bool,
+    ) -> Result<Pml, PmlError> {
+        let size = net.size();
+        let mut core = Core::new(me, size, Box::new(EngineMatcher::new()));
+        core.add_comm(CommRecord::world(me, size))?;
+        core.add_comm(CommRecord::self_comm(me))?;
+        Ok(Pml::from_parts(core, net, yield_when_idle, false, None))
+    }
+
+    fn from_parts(
+        core: Core,
+        net: Box<dyn Transport>,
+        yield_when_idle: bool,
+        stats: bool,
+        rt: Option<crate::init::Runtime>,
+    ) -> Pml {
+        let me = core.me();
+        let size = net.size();
+        Pml {
+            inner: Mutex::new(Inner::new(core, net)),
+            me,
+            size,
+            yield_when_idle,
+            stats,
+            rt: Mutex::new(rt),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic under the lock (a bug) must not turn every later call into
+        // a second panic; the state is still the best information we have.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// World rank of this process.
+    pub fn rank(&self) -> u32 {
+        self.me
+    }
+
+    /// Number of processes in the job.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// Whether waiting loops yield the processor between polls.
+    pub fn yields_when_idle(&self) -> bool {
+        self.yield_when_idle
+    }
+
+    /// Adds a communicator (used by coll when it creates one).
+    pub fn add_comm(&self, c: CommRecord) -> Result<(), PmlError> {
+        self.lock().core.add_comm(c)
+    }
+
+    /// Rank and size of this process in communicator `ctx`.
+    pub fn comm_rank_size(&self, ctx: u32) -> Result<(i32, i32), PmlError> {
+        let g = self.lock();
+        let c = g.core.comm(ctx)?;
+        Ok((c.rank, c.size()))
+    }
+
+    /// Starts a send.
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads and not modified until the request
+    /// completes (buffered sends: only during the call).
+    pub unsafe fn isend(
+        &self,
+        ctx: u32,
+        dest: i32,
+        tag: i32,
+        buf: RawBuf,
+        mode: SendMode,
+    ) -> Result<ReqId, PmlError> {
+        check_send_tag(tag)?;
+        let mut g = self.lock();
+        let Inner {
+            core, net, limits, ..
+        } = &mut *g;
+        let mut w = NetWire {
+            net: &mut **net,
+            limits,
+        };
+        // SAFETY: forwarded contract.
+        let id = unsafe { core.isend(&mut w, ctx, dest, tag, buf, mode) }?;
+        g.flush();
+        Ok(id)
+    }
+
+    /// Posts a receive.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes and not accessed otherwise until the
+    /// request completes.
+    pub unsafe fn irecv(
+        &self,
+        ctx: u32,
+        src: i32,
+        tag: i32,
+        buf: RawBufMut,
+    ) -> Result<ReqId, PmlError> {
+        check_recv_tag(tag)?;
+        let mut g = self.lock();
+        let Inner {
+            core, net, limits, ..
+        } = &mut *g;
+        let mut w = NetWire {
+            net: &mut **net,
+            limits,
+        };
+        // SAFETY: forwarded contract.
+        let id = unsafe { core.irecv(&mut w, ctx, src, tag, buf) }?;
+        g.flush();
+        Ok(id)
+    }
+
+    /// Polls the BTLs once.
+    pub fn progress(&self) -> usize {
+        self.lock().progress()
+    }
+
+    fn idle(&self) {
+        if self.yield_when_idle {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// `MPI_Test`: the status if complete (the request is then released).
+    pub fn test(&self, id: ReqId) -> Result<Option<Status>, PmlError> {
+        let mut g = self.lock();
+        if let Some(s) = g.core.test(id)? {
+            return Ok(Some(s));
+        }
+        g.progress();
+        g.core.test(id)
+    }
+
+    /// `MPI_Wait`.
+    pub fn wait(&self, id: ReqId) -> Result<Status, PmlError> {
+        loop {
+            if let Some(s) = self.test(id)? {
+                return Ok(s);
+            }
+            self.idle();
+        }
+    }
+
+    /// `MPI_Testany`: the index and status of one completed request (which
+    /// is released and its slot set to `None`); `Ok(None)` if none is done.
+    /// All-`None` input gives `Some((None, empty))` as MPI's MPI_UNDEFINED.
+    pub fn testany(
+        &self,
+        ids: &mut [Option<ReqId>],
+    ) -> Result<Option<(Option<usize>, Status)>, PmlError> {
+        if ids.iter().all(Option::is_none) {
+            return Ok(Some((None, Status::empty())));
+        }
+        let mut g = self.lock();
+        for round in 0..2 {
+            for (i, slot) in ids.iter_mut().enumerate() {
+                if let Some(id) = *slot {
+                    if let Some(s) = g.core.test(id)? {
+                        *slot = None;
+                        return Ok(Some((Some(i), s)));
+                    }
+                }
+            }
+            if round == 0 {
+                g.progress();
+            }
+        }
+        Ok(None)
+    }
+
+    /// `MPI_Waitany`.
+    pub fn waitany(&self, ids: &mut [Option<ReqId>]) -> Result<(Option<usize>, Status), PmlError> {
+        loop {
+            if let Some(r) = self.testany(ids)? {
+                return Ok(r);
+            }
+            self.idle();
+        }
+    }
+
+    /// `MPI_Testsome`: every completed request (released, slot set to
+    /// `None`), as (index, status).
+    pub fn testsome(&self, ids: &mut [Option<ReqId>]) -> Result<Vec<(usize, Status)>, PmlError> {
+        let mut g = self.lock();
+        g.progress();
+        let mut out = Vec::new();
+        for (i, slot) in ids.iter_mut().enumerate() {
+            if let Some(id) = *slot {
+                if let Some(s) = g.core.test(id)? {
+                    *slot = None;
+                    out.push((i, s));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `MPI_Waitsome`: waits until at least one completes (empty result only
+    /// when every slot is `None`).
+    pub fn waitsome(&self, ids: &mut [Option<ReqId>]) -> Result<Vec<(usize, Status)>, PmlError> {
+        loop {
+            if ids.iter().all(Option::is_none) {
+                return Ok(Vec::new());
+            }
+            let r = self.testsome(ids)?;
+            if !r.is_empty() {
+                return Ok(r);
+            }
+            self.idle();
+        }
+    }
+
+    /// `MPI_Testall`: all statuses once every request is complete (then all
+    /// are released); `None` (nothing released) otherwise.
+    pub fn testall(&self, ids: &mut [Option<ReqId>]) -> Result<Option<Vec<Status>>, PmlError> {
+        let mut g = self.lock();
+        g.progress();
+        for id in ids.iter().flatten() {
+            if !g.core.is_done(*id)? {
+                return Ok(None);
+            }
+        }
+        let mut out = Vec::with_capacity(ids.len());
+        for slot in ids.iter_mut() {
+            match slot.take() {
+                Some(id) => out.push(g.core.test(id)?.unwrap_or_else(Status::empty)),
+                None => out.push(Status::empty()),
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// `MPI_Waitall`: waits for every request; statuses in input order
+    /// (empty statuses for `None` slots).
+    pub fn waitall(&self, ids: &mut [Option<ReqId>]) -> Result<Vec<Status>, PmlError> {
+        let mut out = vec![Status::empty(); ids.len()];
+        let mut left = ids.iter().filter(|s| s.is_some()).count();
+        while left > 0 {
+            {
+                let mut g = self.lock();
+                g.progress();
+                for (i, slot) in ids.iter_mut().enumerate() {
+                    if let Some(id) = *slot {
+                        if let Some(s) = g.core.test(id)? {
+                            out[i] = s;
+                            *slot = None;
+                            left -= 1;
+                        }
+                    }
+                }
+            }
+            if left > 0 {
+                self.idle();
+            }
+        }
+        Ok(out)
+    }
+
+    /// `MPI_Cancel`: whether the request was cancelled (receives not yet
+    /// matched only). The request must still be waited for or tested.
+    pub fn cancel(&self, id: ReqId) -> Result<bool, PmlError> {
+        self.lock().core.cancel(id)
+    }
+
+    /// `MPI_Request_free`.
+    pub fn request_free(&self, id: ReqId) -> Result<(), PmlError> {
+        self.lock().core.free_request(id)
+    }
+
+    /// `MPI_Iprobe`.
+    pub fn iprobe(&self, ctx: u32, src: i32, tag: i32) -> Result<Option<Status>, PmlError> {
+        check_recv_tag(tag)?;
+        let mut g = self.lock();
+        if let Some(s) = g.core.iprobe(ctx, src, tag)? {
+            return Ok(Some(s));
+        }
+        g.progress();
+        g.core.iprobe(ctx, src, tag)
+    }
+
+    /// `MPI_Probe`.
+    pub fn probe(&self, ctx: u32, src: i32, tag: i32) -> Result<Status, PmlError> {
+        loop {
+            if let Some(s) = self.iprobe(ctx, src, tag)? {
+                return Ok(s);
+            }
+            self.idle();
+        }
+    }
+
+    /// `MPI_Improbe`: a message handle for [`Pml::imrecv`] and its status.
+    pub fn improbe(
+        &self,
+        ctx: u32,
+        src: i32,
+        tag: i32,
+    ) -> Result<Option<(MessageId, Status)>, PmlError> {
+        check_recv_tag(tag)?;
+        let mut g = self.lock();
+        for round in 0..2 {
+            if let Some((msg, env, st)) = g.core.improbe(ctx, src, tag)? {
+                g.mprobed.insert(msg, env);
+                return Ok(Some((MessageId(msg), st)));
+            }
+            if round == 0 {
+                g.progress();
+            }
+        }
+        Ok(None)
+    }
+
+    /// `MPI_Mprobe`.
+    pub fn mprobe(&self, ctx: u32, src: i32, tag: i32) -> Result<(MessageId, Status), PmlError> {
+        loop {
+            if let Some(r) = self.improbe(ctx, src, tag)? {
+                return Ok(r);
+            }
+            self.idle();
+        }
+    }
+
+    /// `MPI_Imrecv`.
+    ///
+    /// # Safety
+    /// As [`Pml::irecv`].
+    pub unsafe fn imrecv(&self, msg: MessageId, buf: RawBufMut) -> Result<ReqId, PmlError> {
+        let mut g = self.lock();
+        let env = g
+            .mprobed
+            .remove(&msg.0)
+            .ok_or_else(|| PmlError::Arg("unknown or already received message".into()))?;
+        let Inner {
+            core, net, limits, ..
+        } = &mut *g;
+        let mut w = NetWire {
+            net: &mut **net,
+            limits,
+        };
+        // SAFETY: forwarded contract.
+        let id = unsafe { core.imrecv(&mut w, msg.0, env, buf) }?;
+        g.flush();
+        Ok(id)
+    }
+
+    /// `MPI_Buffer_attach` of a buffer of `bytes` bytes.
+    pub fn buffer_attach(&self, bytes: usize) -> Result<(), PmlError> {
+        self.lock().core.buffer_attach(bytes)
+    }
+
+    /// `MPI_Buffer_detach`: waits until every buffered send completed, then
+    /// detaches and returns the size.
+    pub fn buffer_detach(&self) -> Result<usize, PmlError> {
+        loop {
+            {
+                let mut g = self.lock();
+                match g.core.buffer_in_use() {
+                    None => return Err(PmlError::Buffer("no buffer attached".into())),
+                    Some(0) => return g.core.buffer_detach(),
+                    Some(_) => {
+                        g.progress();
+                    }
+                }
+            }
+            self.idle();
+        }
+    }
+
+    /// Protocol counters.
+    pub fn stats(&self) -> Stats {
+        self.lock().core.stats()
+    }
+
+    /// Requests not yet released (for leak checks in tests).
+    pub fn live_requests(&self) -> usize {
+        self.lock().core.live_requests()
+    }
+
+    /// Finalize: completes outstanding traffic, fences with every peer so
+    /// that nobody still needs this process, and shuts down the BTLs and
+    /// PMI. Called by drop if not called explicitly.
+    pub fn finalize(&self) -> Result<(), PmlError> {
+        let rt = self.rt.lock().unwrap_or_else(|p| p.into_inner()).take();
+        // Drain actions we still owe (FINs, ACKs, queued eager data).
+        loop {
+            let mut g = self.lock();
+            g.progress();
+            if g.pending.is_empty() && !g.core.has_actions() {
+                break;
+            }
+            drop(g);
+            self.idle();
+        }
+        if self.stats {
+            let s = self.stats();
+            eprintln!("[rank {}] pml_ob1 stats: {s:?}", self.me);
+        }
+        let Some(rt) = rt else { return Ok(()) };
+        crate::init::finish(rt, self)
+    }
+
+    /// Progress while `f` (a fence in another layer) runs elsewhere: used by
+    /// finalize so that peers still pulling from us get answers.
+    pub(crate) fn progress_until(&self, done: &std::sync::atomic::AtomicBool) {
+        while !done.load(std::sync::atomic::Ordering::Acquire) {
+            self.progress();
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Drop for Pml {
+    fn drop(&mut self) {
+        if let Err(e) = self.finalize() {
+            tracing::error!(target: "pml_ob1", "finalize: {e}");
+        }
+    }
+}
+
+fn check_send_tag(tag: i32) -> Result<(), PmlError> {
+    // Negative tags are internal (collectives) and allowed below the user
+    // API; only the wildcard is refused for sends.
+    if tag == crate::request::ANY_TAG {
+        return Err(PmlError::Tag(tag));
+    }
+    Ok(())
+}
+
+fn check_recv_tag(tag: i32) -> Result<(), PmlError> {
+    if tag > crate::request::TAG_UB {
+        return Err(PmlError::Tag(tag));
+    }
+    Ok(())
+}
+
+/// Maps a completed status to the error MPI's wait would return.
+pub fn status_error(s: &Status) -> Option<MpiErrorClass> {
+    (s.error != MpiErrorClass::Success).then_some(s.error)
+}

@@ -1,0 +1,170 @@
+//! What the pml driver needs from the byte-transfer layer, as one trait:
+//! the real implementation multiplexes the BTL modules selected per peer
+//! (`crate::net`); [`Loopback`] wires several pml instances of one process
+//! together in memory for deterministic tests (with knobs to force the
+//! pipelined path, back-pressure and out-of-order delivery).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use crate::core::Limits;
+use crate::raw::{RawBuf, RawBufMut};
+
+/// A transport operation that did not happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxError {
+    /// Out of resources for now (full FIFO); retry at a later progress.
+    Busy,
+    /// Failed for good.
+    Fatal(String),
+}
+
+/// The pml's view of its BTLs.
+pub trait Transport: Send {
+    /// Number of processes (world ranks `0..size`).
+    fn size(&self) -> u32;
+    /// Limits of the path to `peer`.
+    fn limits(&self, peer: u32) -> Limits;
+    /// Registers `buf` so that `peer` can get from it; the description goes
+    /// into a RNDV. `None`: not possible (pipelined fallback).
+    fn register(&mut self, peer: u32, buf: RawBuf) -> Option<Vec<u8>>;
+    /// Releases a registration.
+    fn deregister(&mut self, peer: u32, region: &[u8]);
+    /// Sends one fragment `hdr ++ data` to `peer` (copies it before
+    /// returning `Ok`).
+    fn send(&mut self, peer: u32, hdr: &[u8], data: &[u8]) -> Result<(), TxError>;
+    /// Copies `dst.len()` bytes from `peer`'s region into `dst`.
+    fn get(&mut self, peer: u32, region: &[u8], dst: RawBufMut) -> Result<(), TxError>;
+    /// Polls every BTL once, handing each received fragment to `deliver`
+    /// as (source world rank, bytes). Returns the number of fragments.
+    fn progress(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize;
+    /// Releases the BTLs (after the finalize fence).
+    fn finalize(&mut self) {}
+}
+
+/// Test knobs of [`Loopback`].
+#[derive(Debug, Clone, Copy)]
+pub struct LoopbackConfig {
+    /// Limits reported for every peer.
+    pub limits: Limits,
+    /// Refuse every `n`-th send with [`TxError::Busy`] (0 = never).
+    pub busy_every: u32,
+    /// Deliver each pair of queued fragments swapped (tests sequence
+    /// reordering; FRAG/ACK/FIN may be swapped too, which the protocol
+    /// tolerates).
+    pub swap_pairs: bool,
+    /// Make every `get` fail (tests the fallback to FRAGs).
+    pub fail_get: bool,
+}
+
+impl Default for LoopbackConfig {
+    fn default() -> Self {
+        LoopbackConfig {
+            limits: Limits {
+                eager: 4096,
+                max_send: 32 * 1024,
+                get: true,
+            },
+            busy_every: 0,
+            swap_pairs: false,
+            fail_get: false,
+        }
+    }
+}
+
+type Queues = Arc<Mutex<Vec<VecDeque<(u32, Vec<u8>)>>>>;
+
+/// In-memory transport between `n` endpoints of one process.
+#[derive(Debug)]
+pub struct Loopback {
+    me: u32,
+    n: u32,
+    q: Queues,
+    cfg: LoopbackConfig,
+    sends: u32,
+}
+
+impl Loopback {
+    /// `n` connected endpoints, endpoint `i` being world rank `i`.
+    pub fn job(n: u32, cfg: LoopbackConfig) -> Vec<Loopback> {
+        let q: Queues = Arc::new(Mutex::new((0..n).map(|_| VecDeque::new()).collect()));
+        (0..n)
+            .map(|me| Loopback {
+                me,
+                n,
+                q: q.clone(),
+                cfg,
+                sends: 0,
+            })
+            .collect()
+    }
+}
+
+impl Transport for Loopback {
+    fn size(&self) -> u32 {
+        self.n
+    }
+    fn limits(&self, _peer: u32) -> Limits {
+        self.cfg.limits
+    }
+    fn register(&mut self, _peer: u32, buf: RawBuf) -> Option<Vec<u8>> {
+        let mut v = (buf.ptr() as usize as u64).to_le_bytes().to_vec();
+        v.extend_from_slice(&(buf.len() as u64).to_le_bytes());
+        Some(v)
+    }
+    fn deregister(&mut self, _peer: u32, _region: &[u8]) {}
+    fn send(&mut self, peer: u32, hdr: &[u8], data: &[u8]) -> Result<(), TxError> {
+        self.sends += 1;
+        if self.cfg.busy_every > 0 && self.sends % self.cfg.busy_every == 0 {
+            return Err(TxError::Busy);
+        }
+        let mut v = Vec::with_capacity(hdr.len() + data.len());
+        v.extend_from_slice(hdr);
+        v.extend_from_slice(data);
+        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+        q.get_mut(peer as usize)
+            .ok_or_else(|| TxError::Fatal(format!("no peer {peer}")))?
+            .push_back((self.me, v));
+        Ok(())
+    }
+    fn get(&mut self, _peer: u32, region: &[u8], dst: RawBufMut) -> Result<(), TxError> {
+        if self.cfg.fail_get {
+            return Err(TxError::Fatal("get disabled".into()));
+        }
+        if region.len() != 16 {
+            return Err(TxError::Fatal("bad region".into()));
+        }
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&region[..8]);
+        let ptr = u64::from_le_bytes(a) as usize as *const u8;
+        a.copy_from_slice(&region[8..]);
+        let len = u64::from_le_bytes(a) as usize;
+        if dst.len() > len {
+            return Err(TxError::Fatal("get beyond the region".into()));
+        }
+        // SAFETY: the region names a live send buffer of this process (the
+        // sender keeps it registered until FIN); `dst` is a live receive
+        // buffer (pml contract); both are in this address space.
+        let src = unsafe { RawBuf::from_raw(ptr, dst.len()).as_slice() };
+        // SAFETY: as above.
+        unsafe { dst.write_at(0, src) };
+        Ok(())
+    }
+    fn progress(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize {
+        let batch: Vec<(u32, Vec<u8>)> = {
+            let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+            q[self.me as usize].drain(..).collect()
+        };
+        let mut batch = batch;
+        if self.cfg.swap_pairs {
+            for pair in batch.chunks_mut(2) {
+                pair.reverse();
+            }
+        }
+        let n = batch.len();
+        for (src, b) in batch {
+            deliver(src, &b);
+        }
+        n
+    }
+}

@@ -1,0 +1,269 @@
+//! The pml driver and protocol core over the in-memory loopback transport:
+//! several pml instances in one process, each driven by its own thread, so
+//! the protocol paths (eager, get, pipelined, back-pressure, reordering)
+//! are exercised deterministically without BTLs.
+
+use std::sync::Arc;
+
+use tmpi_pml::core::Limits;
+use tmpi_pml::raw::{RawBuf, RawBufMut};
+use tmpi_pml::transport::{Loopback, LoopbackConfig};
+use tmpi_pml::{MpiErrorClass, Pml, SendMode, ANY_SOURCE, ANY_TAG, CTX_SELF, CTX_WORLD, PROC_NULL};
+
+fn job(n: u32, cfg: LoopbackConfig) -> Vec<Arc<Pml>> {
+    Loopback::job(n, cfg)
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| Arc::new(Pml::with_transport(i as u32, Box::new(t), true).unwrap()))
+        .collect()
+}
+
+fn send(p: &Pml, dest: i32, tag: i32, data: &[u8], mode: SendMode) {
+    // SAFETY: `data` outlives the wait below.
+    let id = unsafe { p.isend(CTX_WORLD, dest, tag, RawBuf::from_slice(data), mode) }.unwrap();
+    p.wait(id).unwrap();
+}
+
+fn recv(p: &Pml, src: i32, tag: i32, buf: &mut [u8]) -> tmpi_pml::Status {
+    // SAFETY: `buf` outlives the wait below.
+    let id = unsafe { p.irecv(CTX_WORLD, src, tag, RawBufMut::from_slice(buf)) }.unwrap();
+    p.wait(id).unwrap()
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn sizes_roundtrip(cfg: LoopbackConfig, mode: SendMode) {
+    let j = job(2, cfg);
+    let sizes = [0usize, 1, 8, 4095, 4096, 4097, 100_000, 1 << 20];
+    let (a, b) = (j[0].clone(), j[1].clone());
+    let t = std::thread::spawn(move || {
+        for (k, &n) in sizes.iter().enumerate() {
+            let mut buf = vec![0u8; n];
+            let st = recv(&b, 0, k as i32, &mut buf);
+            assert_eq!(st.count, n);
+            assert_eq!(st.source, 0);
+            assert_eq!(st.tag, k as i32);
+            assert_eq!(st.error, MpiErrorClass::Success);
+            assert_eq!(buf, pattern(n, k as u8));
+        }
+    });
+    for (k, &n) in sizes.iter().enumerate() {
+        send(&a, 1, k as i32, &pattern(n, k as u8), mode);
+    }
+    t.join().unwrap();
+    assert_eq!(j[0].live_requests(), 0);
+    assert_eq!(j[1].live_requests(), 0);
+}
+
+#[test]
+fn eager_and_rendezvous_with_get() {
+    sizes_roundtrip(LoopbackConfig::default(), SendMode::Standard);
+}
+
+#[test]
+fn rendezvous_pipelined_when_no_get() {
+    let mut cfg = LoopbackConfig::default();
+    cfg.limits = Limits {
+        eager: 1024,
+        max_send: 3000,
+        get: false,
+    };
+    sizes_roundtrip(cfg, SendMode::Standard);
+}
+
+#[test]
+fn get_failure_falls_back_to_fragments() {
+    let cfg = LoopbackConfig {
+        fail_get: true,
+        ..LoopbackConfig::default()
+    };
+    sizes_roundtrip(cfg, SendMode::Standard);
+}
+
+#[test]
+fn busy_transport_and_reordering_keep_order() {
+    let cfg = LoopbackConfig {
+        busy_every: 3,
+        swap_pairs: true,
+        ..LoopbackConfig::default()
+    };
+    sizes_roundtrip(cfg, SendMode::Synchronous);
+    let j = job(2, cfg);
+    // 200 messages with the same envelope must match in order even though
+    // the transport swaps every pair.
+    let (a, b) = (j[0].clone(), j[1].clone());
+    let t = std::thread::spawn(move || {
+        for i in 0..200u32 {
+            let mut buf = [0u8; 4];
+            recv(&b, ANY_SOURCE, ANY_TAG, &mut buf);
+            assert_eq!(u32::from_le_bytes(buf), i);
+        }
+    });
+    for i in 0..200u32 {
+        send(&a, 1, 7, &i.to_le_bytes(), SendMode::Standard);
+    }
+    t.join().unwrap();
+    assert!(j[1].stats().out_of_order > 0, "swap_pairs should reorder");
+}
+
+#[test]
+fn truncation_never_writes_past_the_buffer() {
+    for n in [100usize, 10_000, 200_000] {
+        let j = job(2, LoopbackConfig::default());
+        let data = pattern(n, 3);
+        // SAFETY: data outlives the wait.
+        let s = unsafe {
+            j[0].isend(CTX_WORLD, 1, 1, RawBuf::from_slice(&data), SendMode::Standard)
+        }
+        .unwrap();
+        let mut buf = vec![0xeeu8; 64];
+        // Receive into the first 50 bytes only; the rest must stay intact.
+        let (head, tail) = buf.split_at_mut(50);
+        // SAFETY: head outlives the wait.
+        let r = unsafe { j[1].irecv(CTX_WORLD, 0, 1, RawBufMut::from_slice(head)) }.unwrap();
+        let st = j[1].wait(r).unwrap();
+        j[0].wait(s).unwrap();
+        assert_eq!(st.error, MpiErrorClass::Truncate);
+        assert_eq!(st.count, 50);
+        assert_eq!(head, &data[..50]);
+        assert!(tail.iter().all(|&b| b == 0xee));
+    }
+}
+
+#[test]
+fn ssend_completes_only_after_match() {
+    let j = job(2, LoopbackConfig::default());
+    let data = [1u8, 2, 3];
+    // SAFETY: data outlives the wait.
+    let s = unsafe {
+        j[0].isend(CTX_WORLD, 1, 9, RawBuf::from_slice(&data), SendMode::Synchronous)
+    }
+    .unwrap();
+    for _ in 0..1000 {
+        j[1].progress();
+        assert!(j[0].test(s).unwrap().is_none(), "ssend completed before a match");
+    }
+    let mut buf = [0u8; 3];
+    let t = {
+        let a = j[0].clone();
+        std::thread::spawn(move || a.wait(s).unwrap())
+    };
+    recv(&j[1], 0, 9, &mut buf);
+    t.join().unwrap();
+    assert_eq!(buf, data);
+}
+
+#[test]
+fn cancel_probe_mprobe_proc_null_self() {
+    let j = job(2, LoopbackConfig::default());
+    let mut buf = [0u8; 8];
+    // SAFETY: buf outlives the wait.
+    let r = unsafe { j[1].irecv(CTX_WORLD, 0, 5, RawBufMut::from_slice(&mut buf)) }.unwrap();
+    assert!(j[1].cancel(r).unwrap());
+    let st = j[1].wait(r).unwrap();
+    assert!(st.cancelled);
+    // A message sent now is not taken by the cancelled receive.
+    send(&j[0], 1, 5, b"abc", SendMode::Standard);
+    let st = j[1].probe(CTX_WORLD, ANY_SOURCE, ANY_TAG).unwrap();
+    assert_eq!((st.source, st.tag, st.count), (0, 5, 3));
+    let (m, st) = j[1].mprobe(CTX_WORLD, 0, 5).unwrap();
+    assert_eq!(st.count, 3);
+    assert!(j[1].iprobe(CTX_WORLD, 0, 5).unwrap().is_none());
+    // SAFETY: buf outlives the wait.
+    let r = unsafe { j[1].imrecv(m, RawBufMut::from_slice(&mut buf)) }.unwrap();
+    let st = j[1].wait(r).unwrap();
+    assert_eq!(&buf[..st.count], b"abc");
+    // Send cancel fails as MPI allows.
+    // SAFETY: static data.
+    let s = unsafe { j[0].isend(CTX_WORLD, 1, 6, RawBuf::from_slice(b"x"), SendMode::Standard) }
+        .unwrap();
+    assert!(!j[0].cancel(s).unwrap());
+    j[0].wait(s).unwrap();
+    // PROC_NULL.
+    let st = recv(&j[0], PROC_NULL, 1, &mut buf);
+    assert_eq!((st.source, st.count), (PROC_NULL, 0));
+    send(&j[0], PROC_NULL, 1, b"zz", SendMode::Standard);
+    // Self over COMM_SELF and COMM_WORLD.
+    // SAFETY: static data / buf outlive the waits.
+    let s = unsafe { j[0].isend(CTX_SELF, 0, 3, RawBuf::from_slice(b"me"), SendMode::Standard) }
+        .unwrap();
+    let r = unsafe { j[0].irecv(CTX_SELF, 0, 3, RawBufMut::from_slice(&mut buf)) }.unwrap();
+    j[0].wait(s).unwrap();
+    assert_eq!(j[0].wait(r).unwrap().count, 2);
+    // Bad arguments are errors, not panics.
+    assert_eq!(
+        unsafe { j[0].irecv(CTX_WORLD, 7, 1, RawBufMut::from_slice(&mut buf)) }
+            .unwrap_err()
+            .class(),
+        MpiErrorClass::Rank
+    );
+    assert_eq!(
+        unsafe { j[0].irecv(99, 0, 1, RawBufMut::from_slice(&mut buf)) }
+            .unwrap_err()
+            .class(),
+        MpiErrorClass::Comm
+    );
+    assert_eq!(j[0].wait(r).unwrap_err().class(), MpiErrorClass::Request);
+}
+
+#[test]
+fn buffered_send_and_many_outstanding_requests() {
+    let j = job(2, LoopbackConfig::default());
+    // Bsend without a buffer is an error; with one it completes locally.
+    let e = unsafe { j[0].isend(CTX_WORLD, 1, 1, RawBuf::from_slice(b"x"), SendMode::Buffered) };
+    assert_eq!(e.unwrap_err().class(), MpiErrorClass::Buffer);
+    j[0].buffer_attach(10_000).unwrap();
+    let mut data = pattern(5000, 1);
+    // SAFETY: copied during the call.
+    let s = unsafe { j[0].isend(CTX_WORLD, 1, 1, RawBuf::from_slice(&data), SendMode::Buffered) }
+        .unwrap();
+    data.fill(0); // the copy was taken at the call
+    j[0].wait(s).unwrap();
+    let too_big = vec![0u8; 6000];
+    let e = unsafe {
+        j[0].isend(CTX_WORLD, 1, 1, RawBuf::from_slice(&too_big), SendMode::Buffered)
+    };
+    assert_eq!(e.unwrap_err().class(), MpiErrorClass::Buffer);
+    let mut buf = vec![0u8; 5000];
+    recv(&j[1], 0, 1, &mut buf);
+    assert_eq!(buf, pattern(5000, 1));
+    assert_eq!(j[0].buffer_detach().unwrap(), 10_000);
+
+    // 10 000 outstanding receives, completed by 10 000 sends in reverse tags.
+    const N: usize = 10_000;
+    let mut bufs = vec![[0u8; 4]; N];
+    let mut ids: Vec<_> = bufs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, b)| {
+            // SAFETY: bufs outlive the waitall.
+            Some(unsafe { j[1].irecv(CTX_WORLD, 0, i as i32, RawBufMut::from_slice(b)) }.unwrap())
+        })
+        .collect();
+    let vals: Vec<[u8; 4]> = (0..N as u32).map(|i| i.to_le_bytes()).collect();
+    let mut sids: Vec<_> = (0..N)
+        .rev()
+        .map(|i| {
+            // SAFETY: vals outlive the waitall.
+            Some(
+                unsafe {
+                    j[0].isend(CTX_WORLD, 1, i as i32, RawBuf::from_slice(&vals[i]), SendMode::Standard)
+                }
+                .unwrap(),
+            )
+        })
+        .collect();
+    let a = j[0].clone();
+    let t = std::thread::spawn(move || {
+        a.waitall(&mut sids).unwrap();
+    });
+    let st = j[1].waitall(&mut ids).unwrap();
+    t.join().unwrap();
+    for (i, b) in bufs.iter().enumerate() {
+        assert_eq!(u32::from_le_bytes(*b), i as u32);
+        assert_eq!(st[i].tag, i as i32);
+    }
+    assert_eq!(j[1].live_requests(), 0);
+}
