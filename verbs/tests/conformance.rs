@@ -979,3 +979,39 @@ fn soft_threads_share_a_context() {
         }
     });
 }
+
+#[test]
+fn soft_registered_buffer_round_trip() {
+    type S = tmpi_verbs::soft::SoftProvider;
+    let (l, _) = setup::<S>(&soft(), "tmsoft0", None);
+    let acc = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
+    let mut src = RegisteredBuffer::<S>::new(&l.pd, 10_000, acc).unwrap();
+    let dst = RegisteredBuffer::<S>::new(&l.pd, 10_000, acc).unwrap();
+    assert_eq!(src.addr() % 4096, 0);
+    assert!(src.sge(9_000, 1_001).is_err());
+    assert!(RegisteredBuffer::<S>::new(&l.pd, 0, acc).is_err());
+    src.as_mut_slice()[..5000].copy_from_slice(&pattern(8, 5000));
+    recv::<S>(&l.b, 1, dst.sge(0, 10_000).unwrap());
+    send::<S>(&l.a, 2, src.sge(0, 5000).unwrap());
+    wait::<S>(&l.cq, 2, &[]);
+    assert_eq!(&dst.as_slice()[..5000], &pattern(8, 5000)[..]);
+    // Dropping the buffer deregisters it: its key no longer works.
+    let rkey = dst.mr().rkey();
+    let addr = dst.addr();
+    drop(dst);
+    // SAFETY: `src` outlives the completion.
+    unsafe {
+        l.a.post_send(&SendWr {
+            wr_id: 3,
+            sg_list: &[src.sge(0, 8).unwrap()],
+            opcode: SendOpcode::RdmaWrite {
+                remote_addr: addr,
+                rkey,
+            },
+            flags: SendFlags::SIGNALED,
+        })
+    }
+    .unwrap();
+    let w = wait::<S>(&l.cq, 1, &[]);
+    assert_eq!(w[0].status, WcStatus::RemAccessErr);
+}

@@ -30,10 +30,12 @@
 //! (the modex). `PortAttr::link_layer == Ethernet` -> use [`Destination::Gid`]
 //! with a RoCE v2 GID table entry; InfiniBand -> [`Destination::Lid`].
 
+pub mod buffer;
 pub mod error;
 pub mod types;
 pub mod wire;
 
+pub use buffer::RegisteredBuffer;
 pub use error::{Result, VerbsError};
 pub use types::*;
 
