@@ -1015,3 +1015,77 @@ fn soft_registered_buffer_round_trip() {
     let w = wait::<S>(&l.cq, 1, &[]);
     assert_eq!(w[0].status, WcStatus::RemAccessErr);
 }
+
+/// The advertised caps follow the configuration, and the TM-SRQ refuses
+/// more than them; with `max_num_tags = 0` the soft NIC has no TM at all.
+#[test]
+fn soft_caps_follow_config() {
+    type S = tmpi_verbs::soft::SoftProvider;
+    use tmpi_verbs::soft::SoftConfig;
+    let p = S::new(SoftConfig {
+        max_num_tags: 16,
+        max_ops: 4,
+        max_rndv_hdr_size: 48,
+        ..Default::default()
+    })
+    .unwrap();
+    let ctx = p.open("tmsoft0").unwrap();
+    let caps = ctx.query_device_ex().unwrap().tm_caps;
+    assert_eq!(
+        (caps.max_num_tags, caps.max_ops, caps.max_rndv_hdr_size),
+        (16, 4, 48)
+    );
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx
+        .create_cq_ex(&CqInitAttr {
+            cqe: 8,
+            with_tm_info: true,
+        })
+        .unwrap();
+    let attr = |tags, ops| SrqAttr {
+        max_wr: 8,
+        max_sge: 1,
+        tm: Some(SrqTmAttr {
+            max_num_tags: tags,
+            max_ops: ops,
+        }),
+    };
+    assert!(pd.create_srq_ex(&attr(17, 4), Some(&cq)).is_err());
+    assert!(pd.create_srq_ex(&attr(16, 5), Some(&cq)).is_err());
+    assert!(
+        pd.create_srq_ex(&attr(16, 4), None).is_err(),
+        "a TM-SRQ needs a CQ"
+    );
+    assert!(pd.create_srq_ex(&attr(16, 4), Some(&cq)).is_ok());
+
+    let none = S::new(SoftConfig {
+        max_num_tags: 0,
+        ..Default::default()
+    })
+    .unwrap();
+    let ctx = none.open("tmsoft0").unwrap();
+    assert!(!ctx.query_device_ex().unwrap().tm_caps.supported());
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx
+        .create_cq_ex(&CqInitAttr {
+            cqe: 8,
+            with_tm_info: false,
+        })
+        .unwrap();
+    let e = pd.create_srq_ex(&attr(1, 1), Some(&cq)).unwrap_err();
+    assert!(e.is_unsupported(), "{e}");
+    // A basic SRQ refuses list operations.
+    let srq = pd
+        .create_srq_ex(
+            &SrqAttr {
+                max_wr: 8,
+                max_sge: 1,
+                tm: None,
+            },
+            None,
+        )
+        .unwrap();
+    // SAFETY: refused before any buffer is used.
+    let e = unsafe { srq.post_srq_ops(&mut [OpsWr::sync(1, 0)]) }.unwrap_err();
+    assert!(e.is_unsupported(), "{e}");
+}
