@@ -1089,3 +1089,60 @@ fn soft_caps_follow_config() {
     let e = unsafe { srq.post_srq_ops(&mut [OpsWr::sync(1, 0)]) }.unwrap_err();
     assert!(e.is_unsupported(), "{e}");
 }
+
+/// An RC QP has exactly one peer: a second QP connecting to it is refused.
+#[test]
+fn soft_second_peer_is_refused() {
+    type S = tmpi_verbs::soft::SoftProvider;
+    let (l, _) = setup::<S>(&soft(), "tmsoft0", None);
+    let c =
+        l.pd.create_qp(&QpInitAttr {
+            send_cq: &l.cq,
+            recv_cq: &l.cq,
+            srq: None,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        })
+        .unwrap();
+    let lc = local_addr::<S>(&l.ctx, &c);
+    let lb = local_addr::<S>(&l.ctx, &l.b);
+    c.modify_to_init(&QpInitTransition {
+        port: 1,
+        pkey_index: 0,
+        access: AccessFlags::LOCAL_WRITE,
+    })
+    .unwrap();
+    let e = c
+        .modify_to_rtr(&QpRtrTransition {
+            dest_qp_num: lb.qpn,
+            dest: Destination::Gid {
+                dgid: lb.gid,
+                sgid_index: lc.gid_index,
+                hop_limit: 1,
+                traffic_class: 0,
+                flow_label: 0,
+            },
+            sl: 0,
+            port: 1,
+            path_mtu: Mtu::Mtu1024,
+            rq_psn: 0,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+        })
+        .unwrap_err();
+    assert_eq!(e.os_error(), Some(libc::EBUSY), "{e}");
+    // A LID address is not supported by the soft NIC.
+    let e = c
+        .modify_to_rtr(&QpRtrTransition {
+            dest_qp_num: lb.qpn,
+            dest: Destination::Lid(1),
+            sl: 0,
+            port: 1,
+            path_mtu: Mtu::Mtu1024,
+            rq_psn: 0,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+        })
+        .unwrap_err();
+    assert_eq!(e.os_error(), Some(libc::EINVAL));
+}

@@ -661,7 +661,10 @@ impl QueuePair for SoftQp {
                     source,
                 }
             })?;
-            seg.mark_attached(my_pid, my_inst, qpn);
+            seg.claim(my_pid, my_inst, qpn).map_err(|source| VerbsError::Verb {
+                verb: "ibv_modify_qp",
+                source,
+            })?;
             qp.outbound = Some(seg);
             qp.remote = Some((pid, instance, attr.dest_qp_num));
             qp.state = QpState::Rtr;

@@ -252,19 +252,36 @@ impl Segment {
         unsafe { &*(self.base as *const SegHeader) }
     }
 
-    /// Marks the segment attached by the peer (called by the peer).
-    pub(crate) fn mark_attached(&self, pid: u32, instance: u32, qpn: u32) {
+    /// Claims the segment for the peer (pid, instance, qpn): the ring has a
+    /// single producer, so a second, different claimant gets `EBUSY`.
+    pub(crate) fn claim(&self, pid: u32, instance: u32, qpn: u32) -> io::Result<()> {
         let h = self.hdr();
-        h.peer_pid.store(pid, Ordering::Relaxed);
-        h.peer_instance.store(instance, Ordering::Relaxed);
-        h.peer_qpn.store(qpn, Ordering::Relaxed);
-        h.attached.store(1, Ordering::Release);
+        // 0 = free, 2 = being claimed, 1 = attached.
+        match h
+            .attached
+            .compare_exchange(0, 2, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {
+                h.peer_pid.store(pid, Ordering::Relaxed);
+                h.peer_instance.store(instance, Ordering::Relaxed);
+                h.peer_qpn.store(qpn, Ordering::Relaxed);
+                h.attached.store(1, Ordering::Release);
+                Ok(())
+            }
+            Err(_) => {
+                if self.attached_peer() == Some((pid, instance, qpn)) {
+                    Ok(())
+                } else {
+                    Err(io::Error::from_raw_os_error(libc::EBUSY))
+                }
+            }
+        }
     }
 
     /// Whether the peer attached, and who it is (pid, instance, qpn).
     pub(crate) fn attached_peer(&self) -> Option<(u32, u32, u32)> {
         let h = self.hdr();
-        if h.attached.load(Ordering::Acquire) == 0 {
+        if h.attached.load(Ordering::Acquire) != 1 {
             return None;
         }
         Some((
