@@ -1,0 +1,474 @@
+//! Multi-process checks of tmpi's point-to-point semantics, one case per
+//! run: `tmpirun -n N p2p-check CASE`. Each case checks its results on the
+//! ranks themselves and exits non-zero (failing the job) on any deviation;
+//! rank 0 prints `p2p-check CASE: OK` at the end. Driven by
+//! `tests/tests/p2p.rs`.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use tmpi::{Comm, Error, MpiErrorClass, Request, ANY_SOURCE, ANY_TAG};
+
+type R = Result<(), String>;
+
+fn e(x: Error) -> String {
+    x.to_string()
+}
+
+macro_rules! ensure {
+    ($c:expr, $($f:tt)*) => {
+        if !$c {
+            return Err(format!($($f)*));
+        }
+    };
+}
+
+/// Deterministic payload for (seed, len) and its checksum (FNV-1a).
+fn payload(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn fnv(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| {
+        (h ^ c as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Non-overtaking with wildcards: every rank > 0 sends a mix of eager and
+/// rendezvous messages on three tags; rank 0 receives them with
+/// ANY_SOURCE/ANY_TAG, then ANY_SOURCE/specific tag, then specific
+/// source/ANY_TAG, and checks that per (source, tag) the sequence numbers
+/// arrive in send order, and per source too for the ANY_TAG phases.
+fn order(w: &Comm) -> R {
+    const M: u32 = 300;
+    let (rank, size) = (w.rank(), w.size());
+    ensure!(size >= 2, "needs 2 ranks");
+    let len_of = |i: u32| if i % 5 == 0 { 20_000 } else { 8 };
+    if rank != 0 {
+        for phase in 0..3u32 {
+            for i in 0..M {
+                let mut m = payload((rank as u64) << 32 | i as u64, len_of(i));
+                m[..4].copy_from_slice(&i.to_le_bytes());
+                m[4..8].copy_from_slice(&phase.to_le_bytes());
+                w.send(&m, 0, (i % 3) as i32).map_err(e)?;
+            }
+        }
+        return Ok(());
+    }
+    let n = (size - 1) as usize;
+    let mut buf = vec![0u8; 20_000];
+    // Phase 0: everything through ANY_SOURCE / ANY_TAG.
+    let mut last = vec![-1i64; n + 1];
+    for _ in 0..M as usize * n {
+        let st = w.recv(&mut buf, ANY_SOURCE, ANY_TAG).map_err(e)?;
+        let i = u32::from_le_bytes(buf[..4].try_into().unwrap());
+        let s = st.source() as usize;
+        ensure!(u32::from_le_bytes(buf[4..8].try_into().unwrap()) == 0, "phase mixup");
+        ensure!(i as i64 > last[s], "from {s}: message {i} after {}", last[s]);
+        ensure!(st.tag() == (i % 3) as i32, "tag");
+        ensure!(st.bytes() == len_of(i), "length");
+        let mut expect = payload((s as u64) << 32 | i as u64, len_of(i));
+        expect[..4].copy_from_slice(&i.to_le_bytes());
+        expect[4..8].copy_from_slice(&0u32.to_le_bytes());
+        ensure!(buf[..st.bytes()] == expect[..], "payload from {s} #{i}");
+        last[s] = i as i64;
+    }
+    // Phase 1: ANY_SOURCE with a given tag, tag by tag.
+    let mut last = vec![[-1i64; 3]; n + 1];
+    for tag in [2, 0, 1] {
+        let count = (0..M).filter(|i| i % 3 == tag as u32).count() * n;
+        for _ in 0..count {
+            let st = w.recv(&mut buf, ANY_SOURCE, tag).map_err(e)?;
+            let i = u32::from_le_bytes(buf[..4].try_into().unwrap());
+            ensure!(u32::from_le_bytes(buf[4..8].try_into().unwrap()) == 1, "phase mixup");
+            let s = st.source() as usize;
+            ensure!(i as i64 > last[s][tag as usize], "overtaking in phase 1");
+            last[s][tag as usize] = i as i64;
+        }
+    }
+    // Phase 2: a given source with ANY_TAG, sources in reverse order.
+    for s in (1..size).rev() {
+        let mut last = -1i64;
+        for _ in 0..M {
+            let st = w.recv(&mut buf, s, ANY_TAG).map_err(e)?;
+            let i = u32::from_le_bytes(buf[..4].try_into().unwrap());
+            ensure!(u32::from_le_bytes(buf[4..8].try_into().unwrap()) == 2, "phase mixup");
+            ensure!(st.source() == s && i as i64 > last, "overtaking in phase 2");
+            last = i as i64;
+        }
+    }
+    ensure!(w.iprobe(ANY_SOURCE, ANY_TAG).map_err(e)?.is_none(), "leftover message");
+    Ok(())
+}
+
+/// Probe, then receive with the probed size; matched probe + mrecv.
+fn probe(w: &Comm) -> R {
+    let sizes = [0usize, 100, 4096, 100_000, 3 << 20];
+    if w.rank() == 1 {
+        for (k, &n) in sizes.iter().enumerate() {
+            w.send(&payload(k as u64, n), 0, 10 + k as i32).map_err(e)?;
+        }
+        for (k, &n) in sizes.iter().enumerate() {
+            w.send(&payload(100 + k as u64, n), 0, 20).map_err(e)?;
+        }
+    } else if w.rank() == 0 {
+        for k in 0..sizes.len() {
+            let st = w.probe(ANY_SOURCE, ANY_TAG).map_err(e)?;
+            ensure!(st.tag() == 10 + k as i32 && st.source() == 1, "probe order");
+            ensure!(st.bytes() == sizes[k], "probe size {} != {}", st.bytes(), sizes[k]);
+            // A second probe sees the same message.
+            let again = w.iprobe(1, st.tag()).map_err(e)?.ok_or("iprobe lost it")?;
+            ensure!(again == st, "iprobe differs");
+            let mut buf = vec![0u8; st.count::<u8>()];
+            let r = w.recv(&mut buf, st.source(), st.tag()).map_err(e)?;
+            ensure!(r.bytes() == sizes[k] && buf == payload(k as u64, sizes[k]), "data");
+        }
+        for (k, &n) in sizes.iter().enumerate() {
+            let (msg, st) = w.mprobe(1, 20).map_err(e)?;
+            ensure!(st.bytes() == n && msg.bytes() == n, "mprobe size");
+            // The message is out of matching: nobody else can see it.
+            if let Some(p) = w.iprobe(1, 20).map_err(e)? {
+                ensure!(p.bytes() == sizes.get(k + 1).copied().unwrap_or(usize::MAX), "mprobed message still visible");
+            }
+            let mut buf = vec![0u8; n];
+            let r = msg.recv(&mut buf).map_err(e)?;
+            ensure!(r.bytes() == n && buf == payload(100 + k as u64, n), "mrecv data");
+        }
+        ensure!(w.iprobe(ANY_SOURCE, ANY_TAG).map_err(e)?.is_none(), "leftover");
+    }
+    w.barrier().map_err(e)
+}
+
+/// Cancel of a pending receive; the message sent afterwards goes to the
+/// next receive. Send cancel may fail; the send still completes.
+fn cancel(w: &Comm) -> R {
+    if w.rank() == 0 {
+        let mut a = [0u8; 16];
+        let st = tmpi::scope(|s| -> Result<tmpi::Status, Error> {
+            let r = w.irecv(s, &mut a, 1, 99)?;
+            let c = r.cancel()?;
+            let st = r.wait()?;
+            assert!(c == st.cancelled());
+            Ok(st)
+        })
+        .map_err(e)?;
+        ensure!(st.cancelled(), "receive not cancelled");
+        w.barrier().map_err(e)?;
+        let mut b = [0u8; 16];
+        let st = w.recv(&mut b, 1, 99).map_err(e)?;
+        ensure!(!st.cancelled() && &b[..5] == b"after", "message went astray");
+        ensure!(a == [0u8; 16], "cancelled buffer written");
+        // A receive that matched cannot be cancelled.
+        let mut c = [0u8; 8];
+        tmpi::scope(|s| -> Result<(), Error> {
+            let r = w.irecv(s, &mut c, 1, 98)?;
+            w.send(&[1u8], 1, 97)?;
+            while w.iprobe(1, 96)?.is_none() {} // rank 1 says its send is done
+            std::thread::sleep(Duration::from_millis(20));
+            let _ = r.cancel()?;
+            let st = r.wait()?;
+            assert!(!st.cancelled() && st.bytes() == 8);
+            Ok(())
+        })
+        .map_err(e)?;
+        let mut z = [0u8; 1];
+        w.recv(&mut z, 1, 96).map_err(e)?;
+        ensure!(c == *b"matched!", "matched receive data");
+    } else if w.rank() == 1 {
+        w.barrier().map_err(e)?;
+        let msg = *b"after...........";
+        tmpi::scope(|s| -> Result<(), Error> {
+            let q = w.isend(s, &msg, 0, 99)?;
+            let _maybe = q.cancel()?; // may fail; either way it completes
+            q.wait()?;
+            Ok(())
+        })
+        .map_err(e)?;
+        let mut z = [0u8; 1];
+        w.recv(&mut z, 0, 97).map_err(e)?;
+        w.send(b"matched!", 0, 98).map_err(e)?;
+        w.send(&[0u8], 0, 96).map_err(e)?;
+    } else {
+        w.barrier().map_err(e)?;
+    }
+    Ok(())
+}
+
+/// Truncation: the buffer is filled, nothing is written past it, the error
+/// is MPI_ERR_TRUNCATE with the status, and later traffic is unaffected.
+fn truncate(w: &Comm) -> R {
+    let sizes = [1000usize, 1 << 20];
+    if w.rank() == 1 {
+        for (k, &n) in sizes.iter().enumerate() {
+            w.send(&payload(k as u64, n), 0, 5).map_err(e)?;
+            w.send(&payload(50 + k as u64, 64), 0, 6).map_err(e)?;
+        }
+    } else if w.rank() == 0 {
+        for (k, &n) in sizes.iter().enumerate() {
+            let mut region = vec![0xa5u8; n];
+            let cut = n / 2 + 3;
+            let (head, tail) = region.split_at_mut(cut);
+            let err = w.recv(head, 1, 5).expect_err("truncation not reported");
+            ensure!(err.class() == MpiErrorClass::Truncate, "class {:?}", err.class());
+            let st = err.status().ok_or("no status")?;
+            ensure!(st.bytes() == cut && st.source() == 1 && st.tag() == 5, "status {st:?}");
+            ensure!(head[..] == payload(k as u64, n)[..cut], "prefix differs");
+            ensure!(tail.iter().all(|&b| b == 0xa5), "written past the buffer");
+            let mut next = [0u8; 64];
+            w.recv(&mut next, 1, 6).map_err(e)?;
+            ensure!(next[..] == payload(50 + k as u64, 64)[..], "later message damaged");
+        }
+    }
+    w.barrier().map_err(e)
+}
+
+/// Zero-byte messages in every mode, to peers and to self.
+fn zero(w: &Comm) -> R {
+    let (rank, size) = (w.rank(), w.size());
+    let to = (rank + 1) % size;
+    let from = (rank + size - 1) % size;
+    let empty: [u8; 0] = [];
+    let mut buf = [0u8; 4];
+    for mode in 0..3 {
+        let st = tmpi::scope(|s| -> Result<tmpi::Status, Error> {
+            let r = w.irecv(s, &mut buf, from, 3)?;
+            match mode {
+                0 => w.send(&empty, to, 3)?,
+                1 => w.ssend(&empty, to, 3)?,
+                _ => {
+                    let q = w.isend(s, &empty, to, 3)?;
+                    q.wait()?;
+                }
+            }
+            r.wait()
+        })
+        .map_err(e)?;
+        ensure!(st.bytes() == 0 && st.source() == from && st.tag() == 3, "status {st:?}");
+    }
+    let st = w.sendrecv(&empty, rank, 4, &mut buf, rank, 4).map_err(e)?;
+    ensure!(st.bytes() == 0, "self zero");
+    let st = w.sendrecv(&empty, tmpi::PROC_NULL, 4, &mut buf, tmpi::PROC_NULL, 4).map_err(e)?;
+    ensure!(st.source() == tmpi::PROC_NULL && st.bytes() == 0, "PROC_NULL status");
+    w.barrier().map_err(e)
+}
+
+/// Large checksummed messages, eager through rendezvous up to 64 MiB,
+/// both directions.
+fn big(w: &Comm) -> R {
+    let sizes = [1usize, 3000, 4096, 5000, 65_536, 1 << 20, 3 << 20 | 7, 64 << 20];
+    if w.rank() > 1 {
+        return w.barrier().map_err(e);
+    }
+    let peer = 1 - w.rank();
+    for (k, &n) in sizes.iter().enumerate() {
+        let out = payload(k as u64 + 1000 * w.rank() as u64, n);
+        let sum = [fnv(&out)];
+        let mut inb = vec![0u8; n];
+        let mut sum_in = [0u64];
+        tmpi::scope(|s| -> Result<(), Error> {
+            let r1 = w.irecv(s, &mut inb, peer, 1)?;
+            let r2 = w.irecv(s, &mut sum_in, peer, 2)?;
+            let q1 = w.isend(s, &out, peer, 1)?;
+            let q2 = w.isend(s, &sum, peer, 2)?;
+            Request::wait_all(vec![r1, r2, q1, q2])?;
+            Ok(())
+        })
+        .map_err(e)?;
+        ensure!(fnv(&inb) == sum_in[0], "checksum mismatch at {n} bytes");
+        ensure!(inb == payload(k as u64 + 1000 * peer as u64, n), "payload mismatch at {n}");
+    }
+    w.barrier().map_err(e)
+}
+
+/// 10 000 outstanding requests on each side.
+fn many(w: &Comm) -> R {
+    const N: usize = 10_000;
+    if w.rank() > 1 {
+        return w.barrier().map_err(e);
+    }
+    let peer = 1 - w.rank();
+    let mut inb = vec![[0u32; 2]; N];
+    let out: Vec<[u32; 2]> = (0..N as u32).map(|i| [i, w.rank() as u32]).collect();
+    tmpi::scope(|s| -> Result<(), Error> {
+        let mut reqs = Vec::with_capacity(2 * N);
+        for (i, b) in inb.iter_mut().enumerate() {
+            reqs.push(w.irecv(s, b.as_mut_slice(), peer, i as i32)?);
+        }
+        // Sends in reverse tag order: each receive waits for its own tag.
+        for i in (0..N).rev() {
+            reqs.push(w.isend(s, &out[i], peer, i as i32)?);
+        }
+        Request::wait_all(reqs)?;
+        Ok(())
+    })
+    .map_err(e)?;
+    for (i, b) in inb.iter().enumerate() {
+        ensure!(*b == [i as u32, peer as u32], "request {i} got {b:?}");
+    }
+    w.barrier().map_err(e)
+}
+
+/// A synchronous send completes only after the receiver matched it.
+fn ssend(w: &Comm) -> R {
+    if w.rank() == 0 {
+        for n in [8usize, 100_000] {
+            let data = payload(7, n);
+            tmpi::scope(|s| -> Result<(), String> {
+                let mut q = w.issend(s, &data, 1, 1).map_err(e)?;
+                let t0 = Instant::now();
+                while t0.elapsed() < Duration::from_millis(200) {
+                    match q.test() {
+                        Ok(_) => return Err("ssend completed before the receive was posted".into()),
+                        Err(back) => q = back,
+                    }
+                }
+                w.send(&[1u8], 1, 2).map_err(e)?; // "post your receive now"
+                q.wait().map_err(e)?;
+                Ok(())
+            })?;
+        }
+    } else if w.rank() == 1 {
+        for n in [8usize, 100_000] {
+            let mut go = [0u8];
+            w.recv(&mut go, 0, 2).map_err(e)?;
+            let mut buf = vec![0u8; n];
+            w.recv(&mut buf, 0, 1).map_err(e)?;
+            ensure!(buf == payload(7, n), "ssend data");
+        }
+    }
+    w.barrier().map_err(e)
+}
+
+/// Sends to oneself on COMM_WORLD and COMM_SELF, eager and rendezvous.
+fn selfsend(w: &Comm, me: &Comm) -> R {
+    for c in [w, me] {
+        let r = c.rank();
+        for n in [0usize, 8, 70_000, 5 << 20] {
+            let out = payload(n as u64, n);
+            let mut inb = vec![0u8; n];
+            tmpi::scope(|s| -> Result<(), Error> {
+                let q = c.isend(s, &out, r, 1)?;
+                c.recv(&mut inb, r, 1)?;
+                q.wait()?;
+                Ok(())
+            })
+            .map_err(e)?;
+            ensure!(inb == out, "self {n}");
+            let st = c.sendrecv(&out, r, 2, &mut inb, ANY_SOURCE, 2).map_err(e)?;
+            ensure!(st.bytes() == n && inb == out, "self sendrecv {n}");
+        }
+        // Synchronous send to self with the receive posted first.
+        let mut one = [0u8; 3];
+        tmpi::scope(|s| -> Result<(), Error> {
+            let rr = c.irecv(s, &mut one, r, 3)?;
+            c.ssend(b"abc", r, 3)?;
+            rr.wait()?;
+            Ok(())
+        })
+        .map_err(e)?;
+        ensure!(&one == b"abc", "self ssend");
+    }
+    w.barrier().map_err(e)
+}
+
+/// MPI_THREAD_MULTIPLE: two threads per rank ping-pong on their own tags.
+fn threads(w: &Comm) -> R {
+    if w.rank() > 1 {
+        return w.barrier().map_err(e);
+    }
+    let peer = 1 - w.rank();
+    std::thread::scope(|ts| {
+        let hs: Vec<_> = (0..2)
+            .map(|t| {
+                let w = w.clone();
+                ts.spawn(move || -> R {
+                    for i in 0..500u32 {
+                        let mut b = [0u32; 2];
+                        if w.rank() == 0 {
+                            w.send(&[i, t], peer, t as i32).map_err(e)?;
+                            w.recv(&mut b, peer, t as i32).map_err(e)?;
+                        } else {
+                            w.recv(&mut b, peer, t as i32).map_err(e)?;
+                            w.send(&b, peer, t as i32).map_err(e)?;
+                        }
+                        ensure!(b == [i, t], "thread {t} iteration {i}: {b:?}");
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+            .collect::<R>()
+    })?;
+    w.barrier().map_err(e)
+}
+
+/// Buffered sends with an attached buffer, and the error without space.
+fn bsend(mpi: &tmpi::Mpi, w: &Comm) -> R {
+    if w.rank() == 0 {
+        let err = w.bsend(&[1u8], 1, 1).expect_err("bsend without buffer");
+        ensure!(err.class() == MpiErrorClass::Buffer, "class");
+        mpi.buffer_attach(1 << 20).map_err(e)?;
+        let mut data = payload(9, 200_000);
+        w.bsend(&data, 1, 1).map_err(e)?;
+        data.fill(0); // the copy was taken at the call
+        let err = w.bsend(&vec![0u8; 900_000], 1, 1).expect_err("over capacity");
+        ensure!(err.class() == MpiErrorClass::Buffer, "class");
+        w.send(&[1u8], 1, 2).map_err(e)?;
+        ensure!(mpi.buffer_detach().map_err(e)? == 1 << 20, "detach size");
+    } else if w.rank() == 1 {
+        let mut go = [0u8];
+        w.recv(&mut go, 0, 2).map_err(e)?; // bsend completed locally
+        let mut buf = vec![0u8; 200_000];
+        w.recv(&mut buf, 0, 1).map_err(e)?;
+        ensure!(buf == payload(9, 200_000), "bsend data");
+    }
+    w.barrier().map_err(e)
+}
+
+fn main() -> ExitCode {
+    let case = std::env::args().nth(1).unwrap_or_default();
+    let mpi = match tmpi::init() {
+        Ok(m) => m,
+        Err(x) => {
+            eprintln!("p2p-check: init: {x}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let w = mpi.world();
+    let r = match case.as_str() {
+        "order" => order(&w),
+        "probe" => probe(&w),
+        "cancel" => cancel(&w),
+        "truncate" => truncate(&w),
+        "zero" => zero(&w),
+        "big" => big(&w),
+        "many" => many(&w),
+        "ssend" => ssend(&w),
+        "self" => selfsend(&w, &mpi.self_comm()),
+        "threads" => threads(&w),
+        "bsend" => bsend(&mpi, &w),
+        _ => Err(format!("unknown case {case:?}")),
+    };
+    match r {
+        Ok(()) => {
+            if w.rank() == 0 {
+                println!("p2p-check {case}: OK ({} ranks, stats {:?})", w.size(), mpi.stats());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(x) => {
+            eprintln!("p2p-check {case}: rank {} FAILED: {x}", w.rank());
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Point-to-point semantics across real processes under `tmpirun`, over
+//! btl=self,sm with 2 to 4 ranks. Each case is a `p2p-check` run (see
+//! `src/bin/p2p-check.rs`); the ranks verify their own results.
+
+use tmpi_tests::{assert_ok, run, serial};
+
+const PROG: &str = env!("CARGO_BIN_EXE_p2p-check");
+/// Yield when idle: tests run 2-4 busy ranks on 2 cores.
+const BASE: [(&str, &str); 2] = [("btl", "self,sm"), ("mpi_yield_when_idle", "1")];
+
+fn case(n: u32, name: &str, extra: &[(&str, &str)]) {
+    let _g = serial();
+    let mut mca: Vec<(&str, &str)> = BASE.to_vec();
+    mca.extend_from_slice(extra);
+    let out = run(n, 180, &mca, PROG, &[name]);
+    assert_ok(&out, &format!("p2p-check {name}: OK"));
+}
+
+#[test]
+fn ordering_with_wildcards_2_ranks() {
+    case(2, "order", &[]);
+}
+
+#[test]
+fn ordering_with_wildcards_4_ranks() {
+    case(4, "order", &[]);
+}
+
+#[test]
+fn probe_then_receive_and_mprobe() {
+    case(2, "probe", &[]);
+}
+
+#[test]
+fn cancel_receive() {
+    case(3, "cancel", &[]);
+}
+
+#[test]
+fn truncation() {
+    case(2, "truncate", &[]);
+}
+
+#[test]
+fn zero_byte_messages() {
+    case(3, "zero", &[]);
+}
+
+#[test]
+fn big_messages_single_copy() {
+    case(2, "big", &[]);
+}
+
+#[test]
+fn big_messages_without_single_copy() {
+    case(2, "big", &[("btl_sm_single_copy", "none")]);
+}
+
+#[test]
+fn big_messages_small_eager_limit() {
+    case(2, "big", &[("pml_eager_limit", "512")]);
+}
+
+#[test]
+fn ten_thousand_outstanding_requests() {
+    case(2, "many", &[]);
+}
+
+#[test]
+fn synchronous_send() {
+    case(2, "ssend", &[]);
+}
+
+#[test]
+fn self_sends() {
+    case(2, "self", &[]);
+}
+
+#[test]
+fn thread_multiple() {
+    case(2, "threads", &[]);
+}
+
+#[test]
+fn buffered_send() {
+    case(2, "bsend", &[]);
+}
+
+#[test]
+fn singleton_without_launcher() {
+    let _g = serial();
+    let out = std::process::Command::new(PROG)
+        .arg("self")
+        .env_remove("PMI_FD")
+        .output()
+        .expect("run p2p-check");
+    assert_ok(&out, "p2p-check self: OK (1 ranks");
+}
