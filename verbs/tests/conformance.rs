@@ -1146,3 +1146,36 @@ fn soft_second_peer_is_refused() {
         .unwrap_err();
     assert_eq!(e.os_error(), Some(libc::EINVAL));
 }
+
+/// The peer QP destroyed while an RDMA read is outstanding: the read
+/// completes with `RetryExcErr` instead of waiting forever.
+#[test]
+fn soft_peer_qp_destroyed_is_an_error() {
+    type S = tmpi_verbs::soft::SoftProvider;
+    let (l, _) = setup::<S>(&soft(), "tmsoft0", None);
+    let buf = Buf::<S>::rw(&l.pd, 64);
+    let Loop {
+        ctx: _ctx,
+        pd: _pd,
+        cq,
+        a,
+        b,
+    } = l;
+    drop(b);
+    // SAFETY: `buf` outlives the completion.
+    unsafe {
+        a.post_send(&SendWr {
+            wr_id: 1,
+            sg_list: &[buf.sge(0, 64)],
+            opcode: SendOpcode::RdmaRead {
+                remote_addr: buf.addr(),
+                rkey: buf.mr.rkey(),
+            },
+            flags: SendFlags::SIGNALED,
+        })
+    }
+    .unwrap();
+    let w = wait::<S>(&cq, 1, &[]);
+    assert_eq!((w[0].wr_id, w[0].status), (1, WcStatus::RetryExcErr));
+    assert_eq!(a.state(), QpState::Error);
+}

@@ -541,7 +541,8 @@ impl Engine {
     }
 
     /// A QP waiting on its peer (queued records, outstanding RDMA) checks
-    /// every [`LIVENESS_PERIOD`] that the peer process still exists; if not,
+    /// every [`LIVENESS_PERIOD`] that the peer process still exists and has
+    /// not destroyed its QP; if not,
     /// its work completes with `RetryExcErr` (what an RC transport reports
     /// after exhausting retries) and the QP moves to the error state.
     fn check_peer(&mut self, qpn: u32) {
@@ -559,10 +560,11 @@ impl Engine {
             return;
         }
         qp.last_liveness = Some(now);
-        if shm::process_alive(pid) {
+        let peer_closed = qp.outbound.as_ref().is_some_and(|o| o.closed());
+        if !peer_closed && shm::process_alive(pid) {
             return;
         }
-        tracing::warn!(target: "verbs", qpn, pid, "soft: peer process is gone; QP to error");
+        tracing::warn!(target: "verbs", qpn, pid, peer_closed, "soft: peer QP or process is gone; QP to error");
         qp.state = QpState::Error;
         let send_cq = qp.send_cq;
         let mut out = Vec::new();

@@ -37,7 +37,9 @@ struct SegHeader {
     peer_pid: AtomicU32,
     peer_instance: AtomicU32,
     peer_qpn: AtomicU32,
-    _pad0: [u8; 20],
+    /// Set to 1 by the owner when its QP is destroyed.
+    closed: AtomicU32,
+    _pad0: [u8; 16],
     /// Producer position (cache line 1).
     tail: AtomicU64,
     _pad1: [u8; 56],
@@ -291,6 +293,11 @@ impl Segment {
         ))
     }
 
+    /// True once the owner destroyed its QP (called by the peer).
+    pub(crate) fn closed(&self) -> bool {
+        self.hdr().closed.load(Ordering::Acquire) != 0
+    }
+
     /// Removes the name (the mapping stays). Idempotent.
     pub(crate) fn unlink(&mut self) {
         if self.owner && !self.unlinked {
@@ -408,6 +415,9 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        if self.owner {
+            self.hdr().closed.store(1, Ordering::Release);
+        }
         self.unlink();
         // SAFETY: base/map_len describe our own live mapping.
         if unsafe { libc::munmap(self.base as *mut libc::c_void, self.map_len) } != 0 {
