@@ -165,8 +165,11 @@ impl<R: Copy, M: Copy> Engine<R, M> {
     /// matches and the unexpected queue is at its limit (the message is then not queued).
     #[inline]
     pub fn arrive(&mut self, env: Envelope, msg: M) -> Result<ArriveOutcome<R>, EngineError> {
-        if let Some(idx) = self.posted.find(&env) {
-            let (recv, key, seq) = self.posted.remove(idx);
+        let hit = match self.posted.take_exact_only(&env) {
+            Some(hit) => hit,
+            None => self.posted.find(&env).map(|idx| self.posted.remove(idx)),
+        };
+        if let Some((recv, key, seq)) = hit {
             self.stats.msgs_arrived += 1;
             self.stats.msgs_matched_posted += 1;
             return Ok(ArriveOutcome::Matched { recv, key, seq });
@@ -199,9 +202,11 @@ impl<R: Copy, M: Copy> Engine<R, M> {
         Some((s.env, s.msg))
     }
 
-    /// Like [`Engine::probe`] without counting it (for `&self` callers such as diagnostics).
+    /// Like [`Engine::probe`] without counting it and without changing anything (for `&self`
+    /// callers such as diagnostics). A wildcard spec costs O(unexpected depth) while wildcard
+    /// indexing is off (see the crate docs), O(1) otherwise.
     pub fn peek_unexpected(&self, spec: &RecvSpec) -> Option<(Envelope, M)> {
-        let s = self.unexpected.slot(self.unexpected.find(spec)?);
+        let s = self.unexpected.slot(self.unexpected.peek(spec)?);
         Some((s.env, s.msg))
     }
 
@@ -273,6 +278,12 @@ impl<R: Copy, M: Copy> Engine<R, M> {
     /// Unexpected messages queued now.
     pub fn unexpected_len(&self) -> usize {
         self.unexpected.len()
+    }
+
+    /// Are the unexpected queue's wildcard indexes maintained right now? (Off until a wildcard
+    /// receive or probe meets a non-empty unexpected queue, and again whenever it drains.)
+    pub fn unexpected_wildcard_indexed(&self) -> bool {
+        self.unexpected.wild_indexed()
     }
 
     /// Counters and depths.

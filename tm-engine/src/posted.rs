@@ -145,6 +145,59 @@ impl<R: Copy> Posted<R> {
         (best != NIL).then_some(best)
     }
 
+    /// Fast path of find + remove when no wildcard receive is queued: one hash operation.
+    /// Returns `None` without looking when a wildcard class is non-empty (the caller then uses
+    /// [`Posted::find`] and [`Posted::remove`]) and `Some(None)` when nothing matched.
+    #[inline]
+    #[allow(clippy::option_option)]
+    pub(crate) fn take_exact_only(
+        &mut self,
+        env: &Envelope,
+    ) -> Option<Option<(R, RecvKey, PostSeq)>> {
+        if self.per_class[1] | self.per_class[2] | self.per_class[3] != 0 {
+            return None;
+        }
+        if self.per_class[0] == 0 {
+            return Some(None);
+        }
+        let MapEntry::Occupied(mut o) = self.maps[0].entry(BinKey::of_env(env, WildClass::Exact))
+        else {
+            return Some(None);
+        };
+        let idx = o.get().head;
+        let next = self.slots[idx as usize].next;
+        if next == NIL {
+            o.remove();
+        } else {
+            o.get_mut().head = next;
+            self.slots[next as usize].prev = NIL;
+        }
+        Some(Some(self.release(idx, 0)))
+    }
+
+    /// Mark an unlinked slot free; its handle, old key and sequence.
+    #[inline]
+    fn release(&mut self, idx: u32, class: usize) -> (R, RecvKey, PostSeq) {
+        let free = self.free;
+        let slot = &mut self.slots[idx as usize];
+        let out = (
+            slot.recv,
+            RecvKey {
+                index: idx,
+                generation: slot.generation,
+            },
+            slot.seq,
+        );
+        slot.class = FREE;
+        slot.generation = slot.generation.wrapping_add(1);
+        slot.prev = NIL;
+        slot.next = free;
+        self.free = idx;
+        self.per_class[class] -= 1;
+        self.len -= 1;
+        out
+    }
+
     /// The slot at `idx` (live or not).
     #[inline]
     pub(crate) fn slot(&self, idx: u32) -> &RecvSlot<R> {
@@ -181,19 +234,7 @@ impl<R: Copy> Posted<R> {
                 debug_assert!(false, "posted receive without its bin");
             }
         }
-        let key = RecvKey {
-            index: idx,
-            generation: s.generation,
-        };
-        let slot = &mut self.slots[idx as usize];
-        slot.class = FREE;
-        slot.generation = slot.generation.wrapping_add(1);
-        slot.prev = NIL;
-        slot.next = self.free;
-        self.free = idx;
-        self.per_class[c] -= 1;
-        self.len -= 1;
-        (s.recv, key, s.seq)
+        self.release(idx, c)
     }
 
     /// Live receives in posting order (O(n log n); for diagnostics and tests).

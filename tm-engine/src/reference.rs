@@ -212,7 +212,15 @@ impl Matcher for Engine<u64, u64> {
         }
     }
     fn probe(&mut self, spec: &RecvSpec) -> Option<(Envelope, u64)> {
-        Engine::probe(self, spec)
+        // The read-only peek (which scans while wildcard indexing is off) must agree with the
+        // indexed probe.
+        let peeked = Engine::peek_unexpected(self, spec);
+        let probed = Engine::probe(self, spec);
+        assert_eq!(
+            peeked, probed,
+            "peek_unexpected and probe disagree for {spec}"
+        );
+        probed
     }
     fn mprobe(&mut self, spec: &RecvSpec) -> Option<(Envelope, u64)> {
         Engine::mprobe(self, spec)

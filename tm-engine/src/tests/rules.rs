@@ -410,3 +410,31 @@ fn footprint_within_64_bytes_for_u64_handles() {
     assert!(f.posted_slot <= 64, "{f:?}");
     assert!(f.unexpected_slot <= 64, "{f:?}");
 }
+
+#[test]
+fn wildcard_unexpected_index_is_built_on_demand_and_dropped_when_drained() {
+    let mut e = E::new();
+    e.arrive(Envelope::new(0, 2, 5), 0).unwrap();
+    e.arrive(Envelope::new(0, 1, -4), 1).unwrap();
+    e.arrive(Envelope::new(0, 1, 5), 2).unwrap();
+    // Exact traffic only: no wildcard index.
+    assert!(!e.unexpected_wildcard_indexed());
+    assert_eq!(e.probe(&RecvSpec::exact(0, 1, 5)).map(|x| x.1), Some(2));
+    assert!(!e.unexpected_wildcard_indexed());
+    // peek_unexpected scans without building.
+    assert_eq!(e.peek_unexpected(&any_tag(0, 1)).map(|x| x.1), Some(2));
+    assert!(!e.unexpected_wildcard_indexed());
+    // The first wildcard probe builds it, in arrival order, internal tags excluded.
+    assert_eq!(e.probe(&any_both(0)).map(|x| x.1), Some(0));
+    assert!(e.unexpected_wildcard_indexed());
+    // Messages arriving while it is on are indexed at once.
+    e.arrive(Envelope::new(0, 3, -4), 3).unwrap();
+    assert_eq!(e.mprobe(&any_src(0, -4)).map(|x| x.1), Some(1));
+    assert_eq!(e.mprobe(&any_src(0, -4)).map(|x| x.1), Some(3));
+    assert_eq!(e.mprobe(&any_tag(0, 1)).map(|x| x.1), Some(2));
+    assert!(e.unexpected_wildcard_indexed());
+    assert_eq!(e.mprobe(&RecvSpec::exact(0, 2, 5)).map(|x| x.1), Some(0));
+    // Drained: off again, nothing left in any index.
+    assert!(!e.unexpected_wildcard_indexed());
+    assert_eq!(e.allocation().1, [0, 0]);
+}
