@@ -63,6 +63,35 @@ pub trait Wire {
     fn deregister(&mut self, peer: u32, region: &[u8]);
 }
 
+/// An encoded pml header: inline for the fixed-size ones (no allocation on
+/// the eager path), on the heap for a RNDV with its region.
+#[derive(Debug, Clone)]
+pub enum HdrBuf {
+    /// Up to 40 bytes.
+    Inline([u8; 40], u8),
+    /// Anything longer.
+    Heap(Vec<u8>),
+}
+
+impl HdrBuf {
+    fn from(b: &[u8]) -> Self {
+        if b.len() <= 40 {
+            let mut a = [0u8; 40];
+            a[..b.len()].copy_from_slice(b);
+            HdrBuf::Inline(a, b.len() as u8)
+        } else {
+            HdrBuf::Heap(b.to_vec())
+        }
+    }
+    /// The header bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            HdrBuf::Inline(a, n) => &a[..*n as usize],
+            HdrBuf::Heap(v) => v,
+        }
+    }
+}
+
 /// Output of the core, carried out by the driver in order.
 #[derive(Debug)]
 pub enum Action {
@@ -72,7 +101,7 @@ pub enum Action {
         /// World rank of the destination.
         peer: u32,
         /// Encoded pml header.
-        hdr: Vec<u8>,
+        hdr: HdrBuf,
         /// Payload following the header (may be empty).
         data: RawBuf,
         /// Request to advance once the BTL has taken the data.
@@ -473,7 +502,7 @@ impl Core {
             self.stats.eager_sent += 1;
             self.actions.push(Action::Send {
                 peer,
-                hdr: m.encode().to_vec(),
+                hdr: HdrBuf::from(&m.encode()),
                 data: buf,
                 done: Some(id),
             });
@@ -508,7 +537,7 @@ impl Core {
             }
             self.actions.push(Action::Send {
                 peer,
-                hdr,
+                hdr: HdrBuf::Heap(hdr),
                 data: RawBuf::empty(),
                 done: None,
             });
@@ -808,7 +837,7 @@ impl Core {
         };
         self.actions.push(Action::Send {
             peer,
-            hdr: hdr.encode().to_vec(),
+            hdr: HdrBuf::from(&hdr.encode()),
             data: RawBuf::empty(),
             done: None,
         });
@@ -817,7 +846,7 @@ impl Core {
     fn fin(&mut self, peer: u32, sreq: u64, status: i32) {
         self.actions.push(Action::Send {
             peer,
-            hdr: FinHdr { sreq, status }.encode().to_vec(),
+            hdr: HdrBuf::from(&FinHdr { sreq, status }.encode()),
             data: RawBuf::empty(),
             done: None,
         });
@@ -913,23 +942,9 @@ impl Core {
     }
 
     fn on_match(&mut self, wire: &mut dyn Wire, peer: u32, h: Header<'_>) {
-        let (m, unexp) = match h {
-            Header::Match(m, data) => (
-                m,
-                Unexp::Eager {
-                    data: data.to_vec(),
-                },
-            ),
-            Header::Rndv(r) => (
-                r.m,
-                Unexp::Rndv {
-                    peer,
-                    flags: r.flags,
-                    len: r.len,
-                    sreq: r.sreq,
-                    region: r.region.to_vec(),
-                },
-            ),
+        let m = match &h {
+            Header::Match(m, _) => *m,
+            Header::Rndv(r) => r.m,
             _ => return,
         };
         let env = Envelope {
@@ -947,24 +962,42 @@ impl Core {
                 return;
             }
         };
-        match arrived {
-            Some(rid) => {
-                let id = ReqId(rid);
-                match unexp {
-                    Unexp::Eager { data, .. } => self.deliver_eager(id, env, &data),
-                    Unexp::Rndv {
-                        flags,
-                        len,
-                        sreq,
-                        region,
-                        ..
-                    } => self.start_rndv(wire, id, env, peer, flags, len, sreq, region),
-                }
-            }
-            None => {
+        match (arrived, h) {
+            // Matched: deliver straight from the fragment, no copy kept.
+            (Some(rid), Header::Match(_, data)) => self.deliver_eager(ReqId(rid), env, data),
+            (Some(rid), Header::Rndv(r)) => self.start_rndv(
+                wire,
+                ReqId(rid),
+                env,
+                peer,
+                r.flags,
+                r.len,
+                r.sreq,
+                r.region.to_vec(),
+            ),
+            (None, Header::Match(_, data)) => {
                 self.stats.unexpected += 1;
-                self.unexp.insert(msg, unexp);
+                self.unexp.insert(
+                    msg,
+                    Unexp::Eager {
+                        data: data.to_vec(),
+                    },
+                );
             }
+            (None, Header::Rndv(r)) => {
+                self.stats.unexpected += 1;
+                self.unexp.insert(
+                    msg,
+                    Unexp::Rndv {
+                        peer,
+                        flags: r.flags,
+                        len: r.len,
+                        sreq: r.sreq,
+                        region: r.region.to_vec(),
+                    },
+                );
+            }
+            _ => {}
         }
     }
 
@@ -1005,12 +1038,13 @@ impl Core {
             let last = off + n == want;
             self.actions.push(Action::Send {
                 peer,
-                hdr: FragHdr {
-                    rreq: a.rreq,
-                    offset: off as u64,
-                }
-                .encode()
-                .to_vec(),
+                hdr: HdrBuf::from(
+                    &FragHdr {
+                        rreq: a.rreq,
+                        offset: off as u64,
+                    }
+                    .encode(),
+                ),
                 data: buf.sub(off, n),
                 done: if last { Some(id) } else { None },
             });

@@ -146,7 +146,7 @@ impl Inner {
                         // complete (it completes only below, after the BTL took
                         // the bytes), so its buffer is valid (isend contract).
                         let bytes = unsafe { data.as_slice() };
-                        match self.net.send(peer, &hdr, bytes) {
+                        match self.net.send(peer, hdr.as_slice(), bytes) {
                             Ok(()) => {
                                 done += 1;
                                 if let Some(id) = d {
