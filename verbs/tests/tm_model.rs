@@ -930,3 +930,45 @@ fn randomized_invariants() {
         "{matched} {unexpected} {tm_errs}"
     );
 }
+
+/// Too long for the buffer: the tag (or untagged buffer) is consumed, the
+/// data truncated, and the completion says `LocLenErr`.
+#[test]
+fn too_long_eager_is_loc_len_err() {
+    let mut m = model(TmConfig::default());
+    m.post_op(
+        1,
+        TmOp::Add {
+            recv_wr_id: 1,
+            buffer: 1,
+            len: 4,
+            tag: 3,
+            mask: !0,
+        },
+        true,
+        Some(0),
+    )
+    .unwrap();
+    m.post_untagged(2, 2, 8).unwrap();
+    drain(&mut m);
+    arrive(&mut m, eager(3, 0, b"123456"));
+    arrive(&mut m, eager(3, 0, b"unexpected and long"));
+    let mut lens = Vec::new();
+    let mut wcs = Vec::new();
+    while let Some(a) = m.poll_action() {
+        match a {
+            TmAction::Scatter { len, .. } => lens.push(len),
+            TmAction::Complete { wc, tm_ref } => {
+                m.completion_polled(tm_ref);
+                wcs.push(wc);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(lens, vec![4, 8], "truncated to the buffers");
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (1, WcStatus::LocLenErr));
+    assert!(wcs[0].flags.contains(WcFlags::TM_MATCH));
+    assert_eq!((wcs[1].wr_id, wcs[1].status), (2, WcStatus::LocLenErr));
+    assert!(m.entries().is_empty());
+    assert_eq!(m.live_handles(), 0);
+}
