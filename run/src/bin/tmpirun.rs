@@ -1,1 +1,78 @@
-fn main() {}
+//! `tmpirun`: starts an MPI job of N local ranks with the built-in PMI
+//! server. See `tmpirun --help` and [`tmpi_run::launcher`] for the
+//! semantics (environment, failure handling, exit status).
+//!
+//! Exit status: 0 on success; the failing rank's status (128+N for signal
+//! N, the abort code for an abort); 124 on `--timeout`; 2 for a bad command
+//! line; 1 when the job could not be set up.
+
+use std::process::ExitCode;
+
+use tmpi_run::launcher::{self, Invocation};
+
+fn init_logging(verbose: bool) {
+    use tracing::level_filters::LevelFilter;
+    if !verbose {
+        return;
+    }
+    struct Stderr;
+    impl tracing::Subscriber for Stderr {
+        fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+            *m.level() <= LevelFilter::DEBUG
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, e: &tracing::Event<'_>) {
+            struct V(String);
+            impl tracing::field::Visit for V {
+                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                    if f.name() == "message" {
+                        self.0.push_str(&format!("{v:?}"));
+                    } else {
+                        self.0.push_str(&format!(" {}={v:?}", f.name()));
+                    }
+                }
+            }
+            let mut v = V(String::new());
+            e.record(&mut v);
+            let m = e.metadata();
+            eprintln!("tmpirun: {} {}: {}", m.level(), m.target(), v.0);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+    let _ = tracing::subscriber::set_global_default(Stderr);
+}
+
+fn main() -> ExitCode {
+    let inv = match launcher::parse_args(std::env::args_os().skip(1)) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("tmpirun: {e}");
+            eprintln!("Try 'tmpirun --help' for more information.");
+            return ExitCode::from(2);
+        }
+    };
+    let cfg = match inv {
+        Invocation::Help => {
+            print!("{}", launcher::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Invocation::Version => {
+            println!("tmpirun (tmpi) {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Invocation::Run(cfg) => cfg,
+    };
+    init_logging(cfg.verbose);
+    match launcher::run(&cfg) {
+        Ok(outcome) => ExitCode::from(outcome.exit_code),
+        Err(e) => {
+            eprintln!("tmpirun: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
