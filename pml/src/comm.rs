@@ -38,10 +38,7 @@ impl CommRecord {
         if r < 0 {
             return Err(PmlError::Rank(r));
         }
-        self.world
-            .get(r as usize)
-            .copied()
-            .ok_or(PmlError::Rank(r))
+        self.world.get(r as usize).copied().ok_or(PmlError::Rank(r))
     }
 
     /// COMM_WORLD of a job of `size` seen from `me`.

@@ -33,7 +33,7 @@ use tmpi_base::error::MpiErrorClass;
 
 use crate::comm::CommRecord;
 use crate::hdr::{
-    AckHdr, FinHdr, FragHdr, Header, HdrError, MatchHdr, RndvHdr, FLAG_REGION, FLAG_SYNC,
+    AckHdr, FinHdr, FragHdr, HdrError, Header, MatchHdr, RndvHdr, FLAG_REGION, FLAG_SYNC,
 };
 use crate::matching::{Envelope, MatchPoint, MsgId, Pattern, Posted};
 use crate::raw::{RawBuf, RawBufMut};
@@ -304,10 +304,15 @@ impl Core {
             self.comms.resize_with(i + 1, || None);
         }
         if self.comms[i].is_some() {
-            return Err(PmlError::Arg(format!("context id {} already in use", c.ctx)));
+            return Err(PmlError::Arg(format!(
+                "context id {} already in use",
+                c.ctx
+            )));
         }
         if c.world.iter().any(|&w| w as usize >= self.peers.len()) {
-            return Err(PmlError::Arg("communicator names a rank outside the job".into()));
+            return Err(PmlError::Arg(
+                "communicator names a rank outside the job".into(),
+            ));
         }
         self.comms[i] = Some(c);
         Ok(())
@@ -459,9 +464,9 @@ impl Core {
         let peer = comm.world_rank(dest)?;
         let (buf, owned, bsend_bytes) = if mode == SendMode::Buffered {
             let need = buf.len() + BSEND_OVERHEAD;
-            let cap = self.bsend_cap.ok_or_else(|| {
-                PmlError::Buffer("MPI_Bsend without an attached buffer".into())
-            })?;
+            let cap = self
+                .bsend_cap
+                .ok_or_else(|| PmlError::Buffer("MPI_Bsend without an attached buffer".into()))?;
             if self.bsend_used + need > cap {
                 return Err(PmlError::Buffer(format!(
                     "attached buffer too small: {} of {} bytes in use, {} needed",
@@ -878,7 +883,12 @@ impl Core {
 
     /// A fragment arrived from world rank `peer`. Malformed fragments are
     /// counted, logged and dropped (the error is returned for tests).
-    pub fn on_frag(&mut self, wire: &mut dyn Wire, peer: u32, bytes: &[u8]) -> Result<(), HdrError> {
+    pub fn on_frag(
+        &mut self,
+        wire: &mut dyn Wire,
+        peer: u32,
+        bytes: &[u8],
+    ) -> Result<(), HdrError> {
         if peer as usize >= self.peers.len() {
             self.stats.dropped += 1;
             return Err(HdrError::Invalid {
@@ -1108,4 +1118,3 @@ impl Core {
         self.complete(id, st);
     }
 }
-

@@ -39,7 +39,7 @@ impl Pattern {
     /// Whether `env` satisfies this pattern.
     pub fn accepts(&self, env: &Envelope) -> bool {
         self.ctx == env.ctx
-            && self.src.is_none_or(|s| s == env.src)
+            && self.src.map_or(true, |s| s == env.src)
             && match self.tag {
                 Some(t) => t == env.tag,
                 None => env.tag >= 0,
@@ -128,7 +128,9 @@ impl EngineMatcher {
 impl MatchPoint for EngineMatcher {
     fn post_recv(&mut self, pat: Pattern, id: RecvId) -> Result<Posted, MatchError> {
         match self.engine.post_recv(spec(&pat), id) {
-            Ok(PostOutcome::Matched { envelope, msg }) => Ok(Posted::Matched(from_env(envelope), msg)),
+            Ok(PostOutcome::Matched { envelope, msg }) => {
+                Ok(Posted::Matched(from_env(envelope), msg))
+            }
             Ok(PostOutcome::Posted { key, .. }) => Ok(Posted::Queued(key.to_u64())),
             Err(e) => Err(MatchError(e.to_string())),
         }
@@ -142,10 +144,14 @@ impl MatchPoint for EngineMatcher {
         }
     }
     fn probe(&mut self, pat: Pattern) -> Option<(Envelope, MsgId)> {
-        self.engine.probe(&spec(&pat)).map(|(e, m)| (from_env(e), m))
+        self.engine
+            .probe(&spec(&pat))
+            .map(|(e, m)| (from_env(e), m))
     }
     fn mprobe(&mut self, pat: Pattern) -> Option<(Envelope, MsgId)> {
-        self.engine.mprobe(&spec(&pat)).map(|(e, m)| (from_env(e), m))
+        self.engine
+            .mprobe(&spec(&pat))
+            .map(|(e, m)| (from_env(e), m))
     }
     fn cancel(&mut self, token: u64) -> bool {
         matches!(

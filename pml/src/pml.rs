@@ -18,7 +18,7 @@ use tmpi_base::error::MpiErrorClass;
 
 use crate::comm::CommRecord;
 use crate::core::{Action, Core, Limits, Stats, Wire};
-use crate::matching::{Envelope, EngineMatcher, MsgId};
+use crate::matching::{EngineMatcher, Envelope, MsgId};
 use crate::raw::{RawBuf, RawBufMut};
 use crate::request::{MessageId, ReqId, SendMode, Status};
 use crate::transport::{Transport, TxError};
@@ -108,10 +108,7 @@ impl Inner {
             dereg,
             ..
         } = self;
-        let mut w = DeferWire {
-            limits,
-            dereg,
-        };
+        let mut w = DeferWire { limits, dereg };
         n += net.progress(&mut |peer, bytes| {
             let _ = core.on_frag(&mut w, peer, bytes);
         });

@@ -31,7 +31,9 @@ fn recv(p: &Pml, src: i32, tag: i32, buf: &mut [u8]) -> tmpi_pml::Status {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 fn sizes_roundtrip(cfg: LoopbackConfig, mode: SendMode) {
@@ -64,11 +66,13 @@ fn eager_and_rendezvous_with_get() {
 
 #[test]
 fn rendezvous_pipelined_when_no_get() {
-    let mut cfg = LoopbackConfig::default();
-    cfg.limits = Limits {
-        eager: 1024,
-        max_send: 3000,
-        get: false,
+    let cfg = LoopbackConfig {
+        limits: Limits {
+            eager: 1024,
+            max_send: 3000,
+            get: false,
+        },
+        ..LoopbackConfig::default()
     };
     sizes_roundtrip(cfg, SendMode::Standard);
 }
@@ -115,10 +119,16 @@ fn truncation_never_writes_past_the_buffer() {
         let data = pattern(n, 3);
         // SAFETY: data outlives the wait.
         let s = unsafe {
-            j[0].isend(CTX_WORLD, 1, 1, RawBuf::from_slice(&data), SendMode::Standard)
+            j[0].isend(
+                CTX_WORLD,
+                1,
+                1,
+                RawBuf::from_slice(&data),
+                SendMode::Standard,
+            )
         }
         .unwrap();
-        let mut buf = vec![0xeeu8; 64];
+        let mut buf = [0xeeu8; 64];
         // Receive into the first 50 bytes only; the rest must stay intact.
         let (head, tail) = buf.split_at_mut(50);
         // SAFETY: head outlives the wait.
@@ -138,12 +148,21 @@ fn ssend_completes_only_after_match() {
     let data = [1u8, 2, 3];
     // SAFETY: data outlives the wait.
     let s = unsafe {
-        j[0].isend(CTX_WORLD, 1, 9, RawBuf::from_slice(&data), SendMode::Synchronous)
+        j[0].isend(
+            CTX_WORLD,
+            1,
+            9,
+            RawBuf::from_slice(&data),
+            SendMode::Synchronous,
+        )
     }
     .unwrap();
     for _ in 0..1000 {
         j[1].progress();
-        assert!(j[0].test(s).unwrap().is_none(), "ssend completed before a match");
+        assert!(
+            j[0].test(s).unwrap().is_none(),
+            "ssend completed before a match"
+        );
     }
     let mut buf = [0u8; 3];
     let t = {
@@ -177,8 +196,16 @@ fn cancel_probe_mprobe_proc_null_self() {
     assert_eq!(&buf[..st.count], b"abc");
     // Send cancel fails as MPI allows.
     // SAFETY: static data.
-    let s = unsafe { j[0].isend(CTX_WORLD, 1, 6, RawBuf::from_slice(b"x"), SendMode::Standard) }
-        .unwrap();
+    let s = unsafe {
+        j[0].isend(
+            CTX_WORLD,
+            1,
+            6,
+            RawBuf::from_slice(b"x"),
+            SendMode::Standard,
+        )
+    }
+    .unwrap();
     assert!(!j[0].cancel(s).unwrap());
     j[0].wait(s).unwrap();
     // PROC_NULL.
@@ -187,8 +214,16 @@ fn cancel_probe_mprobe_proc_null_self() {
     send(&j[0], PROC_NULL, 1, b"zz", SendMode::Standard);
     // Self over COMM_SELF and COMM_WORLD.
     // SAFETY: static data / buf outlive the waits.
-    let s = unsafe { j[0].isend(CTX_SELF, 0, 3, RawBuf::from_slice(b"me"), SendMode::Standard) }
-        .unwrap();
+    let s = unsafe {
+        j[0].isend(
+            CTX_SELF,
+            0,
+            3,
+            RawBuf::from_slice(b"me"),
+            SendMode::Standard,
+        )
+    }
+    .unwrap();
     let r = unsafe { j[0].irecv(CTX_SELF, 0, 3, RawBufMut::from_slice(&mut buf)) }.unwrap();
     j[0].wait(s).unwrap();
     assert_eq!(j[0].wait(r).unwrap().count, 2);
@@ -212,18 +247,40 @@ fn cancel_probe_mprobe_proc_null_self() {
 fn buffered_send_and_many_outstanding_requests() {
     let j = job(2, LoopbackConfig::default());
     // Bsend without a buffer is an error; with one it completes locally.
-    let e = unsafe { j[0].isend(CTX_WORLD, 1, 1, RawBuf::from_slice(b"x"), SendMode::Buffered) };
+    let e = unsafe {
+        j[0].isend(
+            CTX_WORLD,
+            1,
+            1,
+            RawBuf::from_slice(b"x"),
+            SendMode::Buffered,
+        )
+    };
     assert_eq!(e.unwrap_err().class(), MpiErrorClass::Buffer);
     j[0].buffer_attach(10_000).unwrap();
     let mut data = pattern(5000, 1);
     // SAFETY: copied during the call.
-    let s = unsafe { j[0].isend(CTX_WORLD, 1, 1, RawBuf::from_slice(&data), SendMode::Buffered) }
-        .unwrap();
+    let s = unsafe {
+        j[0].isend(
+            CTX_WORLD,
+            1,
+            1,
+            RawBuf::from_slice(&data),
+            SendMode::Buffered,
+        )
+    }
+    .unwrap();
     data.fill(0); // the copy was taken at the call
     j[0].wait(s).unwrap();
     let too_big = vec![0u8; 6000];
     let e = unsafe {
-        j[0].isend(CTX_WORLD, 1, 1, RawBuf::from_slice(&too_big), SendMode::Buffered)
+        j[0].isend(
+            CTX_WORLD,
+            1,
+            1,
+            RawBuf::from_slice(&too_big),
+            SendMode::Buffered,
+        )
     };
     assert_eq!(e.unwrap_err().class(), MpiErrorClass::Buffer);
     let mut buf = vec![0u8; 5000];
@@ -249,7 +306,13 @@ fn buffered_send_and_many_outstanding_requests() {
             // SAFETY: vals outlive the waitall.
             Some(
                 unsafe {
-                    j[0].isend(CTX_WORLD, 1, i as i32, RawBuf::from_slice(&vals[i]), SendMode::Standard)
+                    j[0].isend(
+                        CTX_WORLD,
+                        1,
+                        i as i32,
+                        RawBuf::from_slice(&vals[i]),
+                        SendMode::Standard,
+                    )
                 }
                 .unwrap(),
             )

@@ -23,7 +23,10 @@ fn main() -> Result<(), tmpi::Error> {
         return Ok(());
     }
     if rank == 0 {
-        println!("{:>10} {:>8} {:>14} {:>12}", "bytes", "iters", "latency (us)", "MB/s");
+        println!(
+            "{:>10} {:>8} {:>14} {:>12}",
+            "bytes", "iters", "latency (us)", "MB/s"
+        );
     }
     let mut n = 0usize;
     let mut bad = 0;
@@ -64,7 +67,11 @@ fn main() -> Result<(), tmpi::Error> {
     if rank == 0 {
         println!(
             "pingpong: {}",
-            if bad == 0 { "all payloads verified OK" } else { "ERRORS" }
+            if bad == 0 {
+                "all payloads verified OK"
+            } else {
+                "ERRORS"
+            }
         );
         if bad != 0 {
             std::process::exit(1);

@@ -23,22 +23,38 @@ fn main() -> Result<(), tmpi::Error> {
             let st = world.recv(&mut req, st.source(), st.tag())?;
             match st.tag() {
                 SUM => world.send(&[req.iter().sum::<i64>()], st.source(), SUM)?,
-                MAX => world.send(&[req.iter().copied().max().unwrap_or(i64::MIN)], st.source(), MAX)?,
+                MAX => world.send(
+                    &[req.iter().copied().max().unwrap_or(i64::MIN)],
+                    st.source(),
+                    MAX,
+                )?,
                 _ => done += 1,
             }
             served += 1;
         }
-        println!("wildcard_server: served {served} requests from {} clients OK", size - 1);
+        println!(
+            "wildcard_server: served {served} requests from {} clients OK",
+            size - 1
+        );
     } else {
         for i in 0..k {
-            let v: Vec<i64> = (0..(i % 17 + 1)).map(|j| (j * rank as i64 + i) % 101).collect();
+            let v: Vec<i64> = (0..(i % 17 + 1))
+                .map(|j| (j * rank as i64 + i) % 101)
+                .collect();
             let op = if i % 2 == 0 { SUM } else { MAX };
             world.send(&v, 0, op)?;
             let mut ans = [0i64];
             world.recv(&mut ans, 0, op)?;
-            let expect = if op == SUM { v.iter().sum() } else { *v.iter().max().unwrap() };
+            let expect = if op == SUM {
+                v.iter().sum()
+            } else {
+                *v.iter().max().unwrap()
+            };
             if ans[0] != expect {
-                eprintln!("wildcard_server: rank {rank} request {i}: got {} expected {expect}", ans[0]);
+                eprintln!(
+                    "wildcard_server: rank {rank} request {i}: got {} expected {expect}",
+                    ans[0]
+                );
                 std::process::exit(1);
             }
         }

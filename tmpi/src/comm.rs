@@ -4,7 +4,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tmpi_pml::raw::{RawBuf, RawBufMut};
-use tmpi_pml::{InitOptions, Pml, SendMode, ANY_SOURCE, ANY_TAG, CTX_SELF, CTX_WORLD, PROC_NULL, TAG_UB};
+use tmpi_pml::{
+    InitOptions, Pml, SendMode, ANY_SOURCE, ANY_TAG, CTX_SELF, CTX_WORLD, PROC_NULL, TAG_UB,
+};
 
 use crate::datatype::{bytes, bytes_mut, Equivalence};
 use crate::error::{check, Error};
@@ -68,7 +70,9 @@ impl Mpi {
     /// Seconds since an arbitrary point (`MPI_Wtime`).
     pub fn wtime(&self) -> f64 {
         static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        T0.get_or_init(std::time::Instant::now).elapsed().as_secs_f64()
+        T0.get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_secs_f64()
     }
 
     /// The pml (for layers built on top: coll, the C API).
@@ -156,7 +160,10 @@ impl Comm {
         if dest == PROC_NULL || (0..self.size).contains(&dest) {
             Ok(())
         } else {
-            Err(Error::new(MpiErrorClass::Rank, format!("rank {dest} outside 0..{}", self.size)))
+            Err(Error::new(
+                MpiErrorClass::Rank,
+                format!("rank {dest} outside 0..{}", self.size),
+            ))
         }
     }
 
@@ -179,7 +186,10 @@ impl Comm {
         self.dest_ok(dest)?;
         let b = bytes(buf);
         // SAFETY: `b` is borrowed until the wait below returns.
-        let id = unsafe { self.pml.isend(self.ctx, dest, tag, RawBuf::from_slice(b), mode) }?;
+        let id = unsafe {
+            self.pml
+                .isend(self.ctx, dest, tag, RawBuf::from_slice(b), mode)
+        }?;
         check(self.pml.wait(id)?).map(drop)
     }
 
@@ -206,8 +216,13 @@ impl Comm {
         let b = bytes(buf);
         // SAFETY: buffered: the data is copied during the call.
         let id = unsafe {
-            self.pml
-                .isend(self.ctx, dest, tag, RawBuf::from_slice(b), SendMode::Buffered)
+            self.pml.isend(
+                self.ctx,
+                dest,
+                tag,
+                RawBuf::from_slice(b),
+                SendMode::Buffered,
+            )
         }?;
         // The returned request is complete already (the copy is sent by an
         // internal request).
@@ -239,7 +254,10 @@ impl Comm {
         let b = bytes(buf);
         // SAFETY: `b` is borrowed for the scope, which waits for the request
         // before it ends.
-        let id = unsafe { self.pml.isend(self.ctx, dest, tag, RawBuf::from_slice(b), mode) }?;
+        let id = unsafe {
+            self.pml
+                .isend(self.ctx, dest, tag, RawBuf::from_slice(b), mode)
+        }?;
         Ok(scope.register(&self.pml, id))
     }
 
@@ -350,8 +368,19 @@ impl Comm {
             let from = (self.rank - k).rem_euclid(n);
             let mut b = [0u8; 0];
             // SAFETY: both buffers live until the waits return.
-            let s = unsafe { self.pml.isend(self.ctx, to, BARRIER_TAG, RawBuf::from_slice(&[]), SendMode::Standard) }?;
-            let r = unsafe { self.pml.irecv(self.ctx, from, BARRIER_TAG, RawBufMut::from_slice(&mut b)) }?;
+            let s = unsafe {
+                self.pml.isend(
+                    self.ctx,
+                    to,
+                    BARRIER_TAG,
+                    RawBuf::from_slice(&[]),
+                    SendMode::Standard,
+                )
+            }?;
+            let r = unsafe {
+                self.pml
+                    .irecv(self.ctx, from, BARRIER_TAG, RawBufMut::from_slice(&mut b))
+            }?;
             self.pml.wait(r)?;
             self.pml.wait(s)?;
             k *= 2;

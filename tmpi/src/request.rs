@@ -236,7 +236,8 @@ impl<'s> Request<'s> {
     /// Completes any one that is done (`MPI_Testany`).
     pub fn test_any(reqs: &mut [Option<Request<'s>>]) -> Option<(usize, Result<Status, Error>)> {
         let pml = reqs.iter().flatten().next()?.pml.clone();
-        let mut ids: Vec<Option<ReqId>> = reqs.iter().map(|r| r.as_ref().and_then(|r| r.id)).collect();
+        let mut ids: Vec<Option<ReqId>> =
+            reqs.iter().map(|r| r.as_ref().and_then(|r| r.id)).collect();
         match pml.testany(&mut ids) {
             Ok(Some((Some(i), s))) => {
                 let mut r = reqs[i].take().expect("slot");
@@ -257,7 +258,8 @@ impl<'s> Request<'s> {
         let Some(pml) = reqs.iter().flatten().next().map(|r| r.pml.clone()) else {
             return Vec::new();
         };
-        let mut ids: Vec<Option<ReqId>> = reqs.iter().map(|r| r.as_ref().and_then(|r| r.id)).collect();
+        let mut ids: Vec<Option<ReqId>> =
+            reqs.iter().map(|r| r.as_ref().and_then(|r| r.id)).collect();
         let done = if block {
             pml.waitsome(&mut ids)
         } else {
@@ -297,7 +299,9 @@ pub struct Message {
 
 impl std::fmt::Debug for Message {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Message").field("bytes", &self.bytes).finish()
+        f.debug_struct("Message")
+            .field("bytes", &self.bytes)
+            .finish()
     }
 }
 
@@ -344,9 +348,10 @@ impl Drop for Message {
         if let Some(id) = self.id.take() {
             let mut sink = vec![0u8; self.bytes];
             // SAFETY: `sink` lives until the wait returns.
-            if let Ok(r) =
-                unsafe { self.pml.imrecv(id, tmpi_pml::raw::RawBufMut::from_slice(&mut sink)) }
-            {
+            if let Ok(r) = unsafe {
+                self.pml
+                    .imrecv(id, tmpi_pml::raw::RawBufMut::from_slice(&mut sink))
+            } {
                 let _ = self.pml.wait(r);
             }
         }

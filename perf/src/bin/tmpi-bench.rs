@@ -88,7 +88,10 @@ fn pingpong(mpi: &tmpi::Mpi, o: &Opts) -> Result<(), tmpi::Error> {
     let w = mpi.world();
     let rank = w.rank();
     if rank == 0 && !o.csv {
-        println!("# tmpi-bench pingpong (one-way latency)\n# {:<10} {:>14}", "Size", "Latency (us)");
+        println!(
+            "# tmpi-bench pingpong (one-way latency)\n# {:<10} {:>14}",
+            "Size", "Latency (us)"
+        );
     }
     for n in sizes(o.max) {
         let (warm, iters) = lat_iters(n);
@@ -125,7 +128,10 @@ fn bw(mpi: &tmpi::Mpi, o: &Opts) -> Result<(), tmpi::Error> {
     let w = mpi.world();
     let rank = w.rank();
     if rank == 0 && !o.csv {
-        println!("# tmpi-bench bw (window {WINDOW})\n# {:<10} {:>16}", "Size", "Bandwidth (MB/s)");
+        println!(
+            "# tmpi-bench bw (window {WINDOW})\n# {:<10} {:>16}",
+            "Size", "Bandwidth (MB/s)"
+        );
     }
     for n in sizes(o.max).into_iter().filter(|&n| n > 0) {
         let (warm, iters) = if n <= 8192 { (10, 100) } else { (2, 20) };
@@ -178,7 +184,14 @@ fn rss(mpi: &tmpi::Mpi) -> Result<(), tmpi::Error> {
     let (rank, size) = (w.rank(), w.size());
     let sbuf = vec![1u8; 1 << 20];
     let mut rbuf = vec![0u8; 1 << 20];
-    w.sendrecv(&sbuf, (rank + 1) % size, 0, &mut rbuf, (rank + size - 1) % size, 0)?;
+    w.sendrecv(
+        &sbuf,
+        (rank + 1) % size,
+        0,
+        &mut rbuf,
+        (rank + size - 1) % size,
+        0,
+    )?;
     w.barrier()?;
     Ok(())
 }

@@ -71,8 +71,15 @@ fn order(w: &Comm) -> R {
         let st = w.recv(&mut buf, ANY_SOURCE, ANY_TAG).map_err(e)?;
         let i = u32::from_le_bytes(buf[..4].try_into().unwrap());
         let s = st.source() as usize;
-        ensure!(u32::from_le_bytes(buf[4..8].try_into().unwrap()) == 0, "phase mixup");
-        ensure!(i as i64 > last[s], "from {s}: message {i} after {}", last[s]);
+        ensure!(
+            u32::from_le_bytes(buf[4..8].try_into().unwrap()) == 0,
+            "phase mixup"
+        );
+        ensure!(
+            i as i64 > last[s],
+            "from {s}: message {i} after {}",
+            last[s]
+        );
         ensure!(st.tag() == (i % 3) as i32, "tag");
         ensure!(st.bytes() == len_of(i), "length");
         let mut expect = payload((s as u64) << 32 | i as u64, len_of(i));
@@ -88,7 +95,10 @@ fn order(w: &Comm) -> R {
         for _ in 0..count {
             let st = w.recv(&mut buf, ANY_SOURCE, tag).map_err(e)?;
             let i = u32::from_le_bytes(buf[..4].try_into().unwrap());
-            ensure!(u32::from_le_bytes(buf[4..8].try_into().unwrap()) == 1, "phase mixup");
+            ensure!(
+                u32::from_le_bytes(buf[4..8].try_into().unwrap()) == 1,
+                "phase mixup"
+            );
             let s = st.source() as usize;
             ensure!(i as i64 > last[s][tag as usize], "overtaking in phase 1");
             last[s][tag as usize] = i as i64;
@@ -100,12 +110,18 @@ fn order(w: &Comm) -> R {
         for _ in 0..M {
             let st = w.recv(&mut buf, s, ANY_TAG).map_err(e)?;
             let i = u32::from_le_bytes(buf[..4].try_into().unwrap());
-            ensure!(u32::from_le_bytes(buf[4..8].try_into().unwrap()) == 2, "phase mixup");
+            ensure!(
+                u32::from_le_bytes(buf[4..8].try_into().unwrap()) == 2,
+                "phase mixup"
+            );
             ensure!(st.source() == s && i as i64 > last, "overtaking in phase 2");
             last = i as i64;
         }
     }
-    ensure!(w.iprobe(ANY_SOURCE, ANY_TAG).map_err(e)?.is_none(), "leftover message");
+    ensure!(
+        w.iprobe(ANY_SOURCE, ANY_TAG).map_err(e)?.is_none(),
+        "leftover message"
+    );
     Ok(())
 }
 
@@ -120,29 +136,38 @@ fn probe(w: &Comm) -> R {
             w.send(&payload(100 + k as u64, n), 0, 20).map_err(e)?;
         }
     } else if w.rank() == 0 {
-        for k in 0..sizes.len() {
+        for (k, &n) in sizes.iter().enumerate() {
             let st = w.probe(ANY_SOURCE, ANY_TAG).map_err(e)?;
             ensure!(st.tag() == 10 + k as i32 && st.source() == 1, "probe order");
-            ensure!(st.bytes() == sizes[k], "probe size {} != {}", st.bytes(), sizes[k]);
+            ensure!(st.bytes() == n, "probe size {} != {n}", st.bytes());
             // A second probe sees the same message.
             let again = w.iprobe(1, st.tag()).map_err(e)?.ok_or("iprobe lost it")?;
             ensure!(again == st, "iprobe differs");
             let mut buf = vec![0u8; st.count::<u8>()];
             let r = w.recv(&mut buf, st.source(), st.tag()).map_err(e)?;
-            ensure!(r.bytes() == sizes[k] && buf == payload(k as u64, sizes[k]), "data");
+            ensure!(r.bytes() == n && buf == payload(k as u64, n), "data");
         }
         for (k, &n) in sizes.iter().enumerate() {
             let (msg, st) = w.mprobe(1, 20).map_err(e)?;
             ensure!(st.bytes() == n && msg.bytes() == n, "mprobe size");
             // The message is out of matching: nobody else can see it.
             if let Some(p) = w.iprobe(1, 20).map_err(e)? {
-                ensure!(p.bytes() == sizes.get(k + 1).copied().unwrap_or(usize::MAX), "mprobed message still visible");
+                ensure!(
+                    p.bytes() == sizes.get(k + 1).copied().unwrap_or(usize::MAX),
+                    "mprobed message still visible"
+                );
             }
             let mut buf = vec![0u8; n];
             let r = msg.recv(&mut buf).map_err(e)?;
-            ensure!(r.bytes() == n && buf == payload(100 + k as u64, n), "mrecv data");
+            ensure!(
+                r.bytes() == n && buf == payload(100 + k as u64, n),
+                "mrecv data"
+            );
         }
-        ensure!(w.iprobe(ANY_SOURCE, ANY_TAG).map_err(e)?.is_none(), "leftover");
+        ensure!(
+            w.iprobe(ANY_SOURCE, ANY_TAG).map_err(e)?.is_none(),
+            "leftover"
+        );
     }
     w.barrier().map_err(e)
 }
@@ -164,7 +189,10 @@ fn cancel(w: &Comm) -> R {
         w.barrier().map_err(e)?;
         let mut b = [0u8; 16];
         let st = w.recv(&mut b, 1, 99).map_err(e)?;
-        ensure!(!st.cancelled() && &b[..5] == b"after", "message went astray");
+        ensure!(
+            !st.cancelled() && &b[..5] == b"after",
+            "message went astray"
+        );
         ensure!(a == [0u8; 16], "cancelled buffer written");
         // A receive that matched cannot be cancelled.
         let mut c = [0u8; 8];
@@ -217,14 +245,24 @@ fn truncate(w: &Comm) -> R {
             let cut = n / 2 + 3;
             let (head, tail) = region.split_at_mut(cut);
             let err = w.recv(head, 1, 5).expect_err("truncation not reported");
-            ensure!(err.class() == MpiErrorClass::Truncate, "class {:?}", err.class());
+            ensure!(
+                err.class() == MpiErrorClass::Truncate,
+                "class {:?}",
+                err.class()
+            );
             let st = err.status().ok_or("no status")?;
-            ensure!(st.bytes() == cut && st.source() == 1 && st.tag() == 5, "status {st:?}");
+            ensure!(
+                st.bytes() == cut && st.source() == 1 && st.tag() == 5,
+                "status {st:?}"
+            );
             ensure!(head[..] == payload(k as u64, n)[..cut], "prefix differs");
             ensure!(tail.iter().all(|&b| b == 0xa5), "written past the buffer");
             let mut next = [0u8; 64];
             w.recv(&mut next, 1, 6).map_err(e)?;
-            ensure!(next[..] == payload(50 + k as u64, 64)[..], "later message damaged");
+            ensure!(
+                next[..] == payload(50 + k as u64, 64)[..],
+                "later message damaged"
+            );
         }
     }
     w.barrier().map_err(e)
@@ -251,19 +289,36 @@ fn zero(w: &Comm) -> R {
             r.wait()
         })
         .map_err(e)?;
-        ensure!(st.bytes() == 0 && st.source() == from && st.tag() == 3, "status {st:?}");
+        ensure!(
+            st.bytes() == 0 && st.source() == from && st.tag() == 3,
+            "status {st:?}"
+        );
     }
     let st = w.sendrecv(&empty, rank, 4, &mut buf, rank, 4).map_err(e)?;
     ensure!(st.bytes() == 0, "self zero");
-    let st = w.sendrecv(&empty, tmpi::PROC_NULL, 4, &mut buf, tmpi::PROC_NULL, 4).map_err(e)?;
-    ensure!(st.source() == tmpi::PROC_NULL && st.bytes() == 0, "PROC_NULL status");
+    let st = w
+        .sendrecv(&empty, tmpi::PROC_NULL, 4, &mut buf, tmpi::PROC_NULL, 4)
+        .map_err(e)?;
+    ensure!(
+        st.source() == tmpi::PROC_NULL && st.bytes() == 0,
+        "PROC_NULL status"
+    );
     w.barrier().map_err(e)
 }
 
 /// Large checksummed messages, eager through rendezvous up to 64 MiB,
 /// both directions.
 fn big(w: &Comm) -> R {
-    let sizes = [1usize, 3000, 4096, 5000, 65_536, 1 << 20, 3 << 20 | 7, 64 << 20];
+    let sizes = [
+        1usize,
+        3000,
+        4096,
+        5000,
+        65_536,
+        1 << 20,
+        3 << 20 | 7,
+        64 << 20,
+    ];
     if w.rank() > 1 {
         return w.barrier().map_err(e);
     }
@@ -283,7 +338,10 @@ fn big(w: &Comm) -> R {
         })
         .map_err(e)?;
         ensure!(fnv(&inb) == sum_in[0], "checksum mismatch at {n} bytes");
-        ensure!(inb == payload(k as u64 + 1000 * peer as u64, n), "payload mismatch at {n}");
+        ensure!(
+            inb == payload(k as u64 + 1000 * peer as u64, n),
+            "payload mismatch at {n}"
+        );
     }
     w.barrier().map_err(e)
 }
@@ -406,8 +464,7 @@ fn threads(w: &Comm) -> R {
             })
             .collect();
         hs.into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
-            .collect::<R>()
+            .try_for_each(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
     })?;
     w.barrier().map_err(e)
 }
@@ -421,7 +478,9 @@ fn bsend(mpi: &tmpi::Mpi, w: &Comm) -> R {
         let mut data = payload(9, 200_000);
         w.bsend(&data, 1, 1).map_err(e)?;
         data.fill(0); // the copy was taken at the call
-        let err = w.bsend(&vec![0u8; 900_000], 1, 1).expect_err("over capacity");
+        let err = w
+            .bsend(&vec![0u8; 900_000], 1, 1)
+            .expect_err("over capacity");
         ensure!(err.class() == MpiErrorClass::Buffer, "class");
         w.send(&[1u8], 1, 2).map_err(e)?;
         ensure!(mpi.buffer_detach().map_err(e)? == 1 << 20, "detach size");
@@ -462,7 +521,11 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => {
             if w.rank() == 0 {
-                println!("p2p-check {case}: OK ({} ranks, stats {:?})", w.size(), mpi.stats());
+                println!(
+                    "p2p-check {case}: OK ({} ranks, stats {:?})",
+                    w.size(),
+                    mpi.stats()
+                );
             }
             ExitCode::SUCCESS
         }
