@@ -30,20 +30,27 @@
 //!   from (context, source?, tag?) to a FIFO list in posting order. An arrival looks at the head
 //!   of at most four lists (one per non-empty class; wildcard-tag classes are skipped for
 //!   negative tags) and takes the smallest sequence number. **O(1) expected for every arrival**,
-//!   whatever the depth and the mix of wildcards: 1 hash look-up when no wildcard receive is
-//!   queued, at most 4 otherwise.
-//! * Every unexpected message is linked into the lists of every class that could match it
-//!   (exact; any-source; and, when its tag is >= 0, any-tag and any-both), in arrival order. So
-//!   **posting a receive of any class, probing and matched probing are O(1) expected** (one
-//!   hash look-up). The price is paid by unexpected messages: queueing one costs 2 or 4 hash
-//!   insertions, removing one up to 4 look-ups.
+//!   whatever the depth and the mix of wildcards: one hash operation (find and unlink together)
+//!   when no wildcard receive is queued, otherwise at most 4 look-ups plus the unlink.
+//! * Every unexpected message is queued on an arrival-ordered list and on its exact
+//!   (context, source, tag) list: one hash operation to queue it, one to remove it. Posting an
+//!   exact receive, or probing for one, is one hash look-up.
+//! * For wildcard receives and probes the unexpected queue keeps three more indexes (any-tag
+//!   by (context, source), any-source by (context, tag), any-both by context; the any-tag ones
+//!   hold only tags >= 0), each a FIFO in arrival order, so a wildcard receive takes the head of
+//!   one list: **one hash look-up, O(1)**. These indexes are *lazy*: off while the queue has
+//!   seen only exact receives, built by one walk of the arrival list (O(queued)) the first time a
+//!   wildcard receive or probe meets a non-empty queue, then maintained (up to 4 hash operations
+//!   per message queued or removed) until the queue drains, when they switch off for free. Each
+//!   message is indexed at most once in its life, so the build is **amortised O(1) per
+//!   message**; the one wildcard receive that triggers it pays O(queued) once.
 //! * Cancel is O(1) (the key names the slab slot; a generation count detects stale keys).
 //! * No allocation per operation in steady state: receives and messages live in slabs with free
 //!   lists; hash bins are removed when their list empties and the tables keep their capacity.
 //!   Slabs grow to the highest depth seen and are not shrunk.
 //! * Memory per queued entry with `R = M = u64` (see [`Engine::footprint`]): 48 bytes per
-//!   receive slot, 56 bytes per unexpected slot, plus one 20-byte hash bin (+1 control byte,
-//!   table load factor <= 7/8) per distinct list, shared by all entries on the same list.
+//!   receive slot, 64 bytes per unexpected slot, plus one 20-byte hash bin (+1 control byte,
+//!   table load factor <= 7/8) per distinct non-empty list, shared by all entries on it.
 //!
 //! ## Handles
 //! `R` (receive) and `M` (message payload) are the caller's opaque `Copy` handles, typically a
