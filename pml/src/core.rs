@@ -318,6 +318,29 @@ impl Core {
         Ok(())
     }
 
+    /// Removes the communicator with context id `ctx` (MPI_Comm_free) and
+    /// resets its sequence numbers, so the id can be reused once every
+    /// member removed it and no traffic on it is in flight (the context id
+    /// allocator of coll guarantees this by agreeing on ids collectively).
+    pub fn remove_comm(&mut self, ctx: u32) -> Result<(), PmlError> {
+        let slot = self
+            .comms
+            .get_mut(ctx as usize)
+            .filter(|c| c.is_some())
+            .ok_or(PmlError::Comm(ctx))?;
+        *slot = None;
+        for p in &mut self.peers {
+            if let Some(s) = p.send_seq.get_mut(ctx as usize) {
+                *s = 0;
+            }
+            if let Some(s) = p.recv_seq.get_mut(ctx as usize) {
+                *s = 0;
+            }
+            p.ahead.retain(|(c, _), _| *c != ctx);
+        }
+        Ok(())
+    }
+
     /// The communicator with context id `ctx`.
     pub fn comm(&self, ctx: u32) -> Result<&CommRecord, PmlError> {
         self.comms

@@ -288,6 +288,11 @@ impl Pml {
         self.lock().core.add_comm(c)
     }
 
+    /// Removes a communicator (see [`Core::remove_comm`]).
+    pub fn remove_comm(&self, ctx: u32) -> Result<(), PmlError> {
+        self.lock().core.remove_comm(ctx)
+    }
+
     /// Rank and size of this process in communicator `ctx`.
     pub fn comm_rank_size(&self, ctx: u32) -> Result<(i32, i32), PmlError> {
         let g = self.lock();
