@@ -16,8 +16,11 @@
 //! out of the directory.
 //!
 //! If `tmpirun` itself is killed with SIGKILL nothing can clean up;
-//! [`sweep_stale`] removes the leftovers of such jobs (session directories
-//! and segments whose `tmpirun` pid no longer exists, owned by the caller).
+//! [`sweep_stale`] removes the leftovers of such jobs. To never touch a live
+//! job of another container sharing `/tmp` and `/dev/shm`, each session
+//! directory holds a file [`OWNER_FILE`] naming the pid namespace of its
+//! `tmpirun`; only sessions of the caller's user and pid namespace whose
+//! `tmpirun` pid is gone are swept, together with their segments.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -33,6 +36,15 @@ pub const SESSION_DIR_PREFIX: &str = "tmpi-session-";
 pub const SHM_DIR: &str = "/dev/shm";
 /// Prefix of btl-sm segment names: `tmpi-sm.<job id>.<rank>`.
 pub const SHM_PREFIX: &str = "tmpi-sm.";
+/// File in the session directory naming the pid namespace of `tmpirun`.
+pub const OWNER_FILE: &str = ".tmpirun-owner";
+
+/// The pid namespace of this process (`pid:[4026531836]`), or `unknown`.
+fn pid_namespace() -> String {
+    std::fs::read_link("/proc/self/ns/pid")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
 
 /// Errors while setting up a session.
 #[derive(Debug, thiserror::Error)]
@@ -100,7 +112,9 @@ impl Session {
                     // The umask may have removed bits; make it exactly 0700.
                     if let Err(source) =
                         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+                            .and_then(|_| std::fs::write(dir.join(OWNER_FILE), pid_namespace()))
                     {
+                        let _ = std::fs::remove_file(dir.join(OWNER_FILE));
                         let _ = std::fs::remove_dir(&dir);
                         return Err(SessionError::CreateDir { path: dir, source });
                     }
@@ -200,59 +214,45 @@ fn pid_alive(pid: u32) -> bool {
     Path::new("/proc").join(pid.to_string()).exists()
 }
 
-/// Removes the session directories below `base` and the segments in
-/// `shm_dir` of jobs whose `tmpirun` no longer runs and which belong to the
-/// calling user. Returns how many entries were removed. Jobs whose pid is
-/// alive (possibly reused by another process) are left alone.
+/// Removes the session directories below `base` of jobs whose `tmpirun`
+/// no longer runs, and their segments in `shm_dir`: only directories owned
+/// by the calling user whose [`OWNER_FILE`] names the caller's pid namespace
+/// (so the pid check means something). Jobs whose pid is alive (possibly
+/// reused by another process) are left alone. Returns how many entries were
+/// removed.
 pub fn sweep_stale(base: &Path, shm_dir: &Path) -> usize {
     // The caller's uid is the owner of its own /proc entry.
     let Ok(me) = std::fs::metadata("/proc/self") else {
         return 0;
     };
     let uid = me.uid();
+    let ns = pid_namespace();
     let mut n = 0;
-    if let Ok(entries) = std::fs::read_dir(base) {
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(job) = name
-                .to_str()
-                .and_then(|s| s.strip_prefix(SESSION_DIR_PREFIX))
-            else {
-                continue;
-            };
-            let Some(pid) = job_id_pid(job) else { continue };
-            let Ok(md) = std::fs::symlink_metadata(e.path()) else {
-                continue;
-            };
-            if !md.is_dir() || md.uid() != uid || pid_alive(pid) {
-                continue;
-            }
-            if std::fs::remove_dir_all(e.path()).is_ok() {
-                tracing::info!(target: "tmpirun", "removed stale session {}", e.path().display());
-                n += 1;
-            }
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return 0;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(job) = name
+            .to_str()
+            .and_then(|s| s.strip_prefix(SESSION_DIR_PREFIX))
+        else {
+            continue;
+        };
+        let Some(pid) = job_id_pid(job) else { continue };
+        let Ok(md) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if !md.is_dir() || md.uid() != uid || pid_alive(pid) {
+            continue;
         }
-    }
-    if let Ok(entries) = std::fs::read_dir(shm_dir) {
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(rest) = name.to_str().and_then(|s| s.strip_prefix(SHM_PREFIX)) else {
-                continue;
-            };
-            let Some((job, _rank)) = rest.rsplit_once('.') else {
-                continue;
-            };
-            let Some(pid) = job_id_pid(job) else { continue };
-            let Ok(md) = std::fs::symlink_metadata(e.path()) else {
-                continue;
-            };
-            if md.uid() != uid || pid_alive(pid) {
-                continue;
-            }
-            if std::fs::remove_file(e.path()).is_ok() {
-                tracing::info!(target: "tmpirun", "removed stale segment {}", e.path().display());
-                n += 1;
-            }
+        match std::fs::read_to_string(e.path().join(OWNER_FILE)) {
+            Ok(owner) if owner == ns => {}
+            _ => continue,
+        }
+        if std::fs::remove_dir_all(e.path()).is_ok() {
+            tracing::info!(target: "tmpirun", "removed stale session {}", e.path().display());
+            n += 1 + remove_job_segments(shm_dir, job);
         }
     }
     n
@@ -263,8 +263,10 @@ mod tests {
     use super::*;
 
     fn scratch(name: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("tmpi-session-test-{}-{name}", std::process::id()));
+        let d = std::env::temp_dir().join(format!(
+            "tmpirun-session-unit-{}-{name}",
+            std::process::id()
+        ));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
@@ -327,15 +329,29 @@ mod tests {
         let shm = scratch("sweepshm");
         // A pid far above pid_max cannot be alive.
         let dead = "tmpi-999999999-0123456789abcdef";
+        let foreign = "tmpi-999999998-0123456789abcdef";
+        let unowned = "tmpi-999999997-0123456789abcdef";
         let alive = format!("tmpi-{}-0123456789abcdef", std::process::id());
-        for j in [dead, alive.as_str()] {
-            std::fs::create_dir(base.join(format!("{SESSION_DIR_PREFIX}{j}"))).unwrap();
+        for j in [dead, foreign, unowned, alive.as_str()] {
+            let d = base.join(format!("{SESSION_DIR_PREFIX}{j}"));
+            std::fs::create_dir(&d).unwrap();
+            if j == foreign {
+                std::fs::write(d.join(OWNER_FILE), "pid:[1]").unwrap();
+            } else if j != unowned {
+                std::fs::write(d.join(OWNER_FILE), pid_namespace()).unwrap();
+            }
             std::fs::write(shm.join(format!("{SHM_PREFIX}{j}.0")), b"").unwrap();
         }
         assert_eq!(sweep_stale(&base, &shm), 2);
-        assert!(base.join(format!("{SESSION_DIR_PREFIX}{alive}")).exists());
         assert!(!base.join(format!("{SESSION_DIR_PREFIX}{dead}")).exists());
-        assert!(shm.join(format!("{SHM_PREFIX}{alive}.0")).exists());
+        assert!(!shm.join(format!("{SHM_PREFIX}{dead}.0")).exists());
+        for j in [foreign, unowned, alive.as_str()] {
+            assert!(
+                base.join(format!("{SESSION_DIR_PREFIX}{j}")).exists(),
+                "{j}"
+            );
+            assert!(shm.join(format!("{SHM_PREFIX}{j}.0")).exists(), "{j}");
+        }
         std::fs::remove_dir_all(&base).unwrap();
         std::fs::remove_dir_all(&shm).unwrap();
     }

@@ -129,9 +129,7 @@ fn describe(f: &RankFailure) -> String {
             Some(m) if !m.is_empty() => format!("called abort with code {code}: {m}"),
             _ => format!("called abort with code {code}"),
         },
-        RankFailure::ExitWithoutFinalize => {
-            "exited with status 0 without finalizing PMI (PMI init without finalize)".into()
-        }
+        RankFailure::ExitWithoutFinalize => "exited with status 0 without finalizing PMI".into(),
         RankFailure::PmiClosedWithoutFinalize => {
             "closed its PMI connection without finalizing".into()
         }
