@@ -1,0 +1,326 @@
+//! Reduction algorithms: reduce, allreduce, reduce_scatter(_block), scan,
+//! exscan. Each one states how it keeps non-commutative ops in rank order.
+
+use super::{chunk, pof2_floor, Call, Pos};
+use crate::schedule::{BufId, Schedule, Slice};
+use crate::{CollError, Result};
+
+fn input(c: &Call, s: &mut Schedule) -> BufId {
+    s.buf(c.send.clone())
+}
+
+/// Linear reduce: the root receives every contribution into its own
+/// buffer, then combines them in rank order (correct for any op).
+pub fn reduce_linear(c: &Call, pos: Pos) -> Result<Schedule> {
+    c.op()?;
+    let mut s = c.schedule();
+    let n = c.send.len();
+    let own = input(c, &mut s);
+    if pos.rank != c.root {
+        s.send(c.root, s.all(own));
+        return Ok(s);
+    }
+    let p = pos.size;
+    // One buffer per rank, own data in place; acc = x_{p-1}, then x_i op acc downwards.
+    let bufs: Vec<BufId> = (0..p)
+        .map(|r| if r == pos.rank { own } else { s.zeros(n) })
+        .collect();
+    for r in (0..p).filter(|&r| r != pos.rank) {
+        s.recv(r, Slice::new(bufs[r as usize], 0, n));
+    }
+    let acc = bufs[p as usize - 1];
+    for r in (0..p - 1).rev() {
+        s.reduce(
+            Slice::new(bufs[r as usize], 0, n),
+            Slice::new(acc, 0, n),
+            true,
+        );
+    }
+    s.result = Some(acc);
+    Ok(s)
+}
+
+/// Binomial reduce. Commutative ops: a binomial tree on ranks relative to
+/// the root (a rank with bit `mask` set sends its partial result to
+/// `v - mask` and stops; the others combine what `v + mask` sends).
+/// Non-commutative ops: the same tree on absolute ranks rooted at 0, where
+/// every partial result covers a contiguous rank range combined in order,
+/// then rank 0 forwards to the root.
+pub fn reduce_binomial(c: &Call, pos: Pos) -> Result<Schedule> {
+    let mut s = c.schedule();
+    let acc = input(c, &mut s);
+    let root = if c.commutative() { c.root } else { 0 };
+    let at_tree_root = reduce_tree_into(&mut s, acc, root, pos, c.commutative());
+    if root != c.root {
+        if at_tree_root {
+            s.send(c.root, s.all(acc));
+        } else if pos.rank == c.root {
+            s.recv(0, s.all(acc));
+        }
+    }
+    if pos.rank == c.root {
+        s.result = Some(acc);
+    }
+    Ok(s)
+}
+
+/// Appends a binomial fan-in of `acc` towards `root`; returns whether this
+/// rank is the tree's root. With `commutative = false`, `root` must be 0.
+fn reduce_tree_into(s: &mut Schedule, acc: BufId, root: u32, pos: Pos, _commutative: bool) -> bool {
+    let p = pos.size;
+    let v = pos.vrank(root);
+    let mut mask = 1;
+    while mask < p {
+        if v & mask != 0 {
+            s.send(pos.real(v - mask, root), s.all(acc));
+            s.next_round();
+            return false;
+        }
+        if v + mask < p {
+            // The sender's partial covers ranks [v+mask, ...): right operand.
+            s.recv_reduce(pos.real(v + mask, root), s.all(acc), false);
+            s.next_round();
+        }
+        mask <<= 1;
+    }
+    true
+}
+
+/// Reduce to rank 0 + binomial broadcast (basic's allreduce).
+pub fn allreduce_reduce_bcast(c: &Call, pos: Pos) -> Result<Schedule> {
+    let mut s = c.schedule();
+    let acc = input(c, &mut s);
+    reduce_tree_into(&mut s, acc, 0, pos, c.commutative());
+    let all = s.all(acc);
+    super::bcast::binomial_into(&mut s, all, 0, pos);
+    s.result = Some(acc);
+    Ok(s)
+}
+
+/// Recursive doubling (with the usual fold for non-powers of two): log2 p
+/// exchanges of the whole vector. The partial result of every rank always
+/// covers a contiguous rank range and the lower range is the left operand,
+/// so non-commutative ops stay in order. Best for small vectors.
+pub fn allreduce_recursive_doubling(c: &Call, pos: Pos) -> Result<Schedule> {
+    let mut s = c.schedule();
+    let acc = input(c, &mut s);
+    let all = s.all(acc);
+    let p = pos.size;
+    let r = pos.rank;
+    let pof2 = pof2_floor(p);
+    let rem = p - pof2;
+    // Fold: among the first 2*rem ranks, even ones hand their data to r+1.
+    let newrank = if r < 2 * rem {
+        if r % 2 == 0 {
+            s.send(r + 1, all);
+            s.next_round();
+            s.recv(r + 1, all);
+            s.result = Some(acc);
+            return Ok(s);
+        }
+        s.recv_reduce(r - 1, all, true);
+        s.next_round();
+        r / 2
+    } else {
+        r - rem
+    };
+    let real = |nr: u32| if nr < rem { nr * 2 + 1 } else { nr + rem };
+    let tmp = s.zeros(c.send.len());
+    let mut mask = 1;
+    while mask < pof2 {
+        let partner = newrank ^ mask;
+        s.send(real(partner), all);
+        s.recv(real(partner), s.all(tmp));
+        s.reduce(s.all(tmp), all, partner < newrank);
+        s.next_round();
+        mask <<= 1;
+    }
+    if r < 2 * rem {
+        s.send(r - 1, all);
+    }
+    s.result = Some(acc);
+    Ok(s)
+}
+
+/// Ring (reduce-scatter ring + allgather ring): 2(p-1) steps of n/p bytes;
+/// bandwidth-optimal, for large vectors. Commutative ops only (each chunk
+/// is combined in a rotated order); callers fall back otherwise.
+pub fn allreduce_ring(c: &Call, pos: Pos) -> Result<Schedule> {
+    if !c.commutative() {
+        return allreduce_recursive_doubling(c, pos);
+    }
+    let mut s = c.schedule();
+    let acc = input(c, &mut s);
+    let p = pos.size;
+    let r = pos.rank;
+    let n = c.send.len();
+    let e = c.dtype.size();
+    let ch = |i: u32| {
+        let (o, l) = chunk(n, e, p, i % p);
+        Slice::new(acc, o, l)
+    };
+    let right = (r + 1) % p;
+    let left = (r + p - 1) % p;
+    for k in 0..p - 1 {
+        s.send(right, ch(r + p - k));
+        s.recv_reduce(left, ch(r + 2 * p - k - 1), true);
+        s.next_round();
+    }
+    for k in 0..p - 1 {
+        s.send(right, ch(r + 1 + p - k));
+        s.recv(left, ch(r + p - k));
+        s.next_round();
+    }
+    s.result = Some(acc);
+    Ok(s)
+}
+
+fn rs_offsets(c: &Call, p: u32) -> Result<Vec<usize>> {
+    if c.counts.len() != p as usize {
+        return Err(CollError::Intern("reduce_scatter counts".into()));
+    }
+    let mut off = Vec::with_capacity(p as usize);
+    let mut t = 0;
+    for &n in &c.counts {
+        off.push(t);
+        t += n;
+    }
+    if t != c.send.len() {
+        return Err(CollError::Count(format!(
+            "reduce_scatter: counts add up to {t} bytes, the send buffer has {}",
+            c.send.len()
+        )));
+    }
+    Ok(off)
+}
+
+/// Reduce to rank 0 (binomial, order-preserving) followed by a linear
+/// scatterv of the blocks (basic's reduce_scatter).
+pub fn reduce_scatter_reduce_scatterv(c: &Call, pos: Pos) -> Result<Schedule> {
+    let off = rs_offsets(c, pos.size)?;
+    let mut s = c.schedule();
+    let acc = input(c, &mut s);
+    reduce_tree_into(&mut s, acc, 0, pos, c.commutative());
+    let me = pos.rank as usize;
+    let out = s.zeros(c.counts[me]);
+    if pos.rank == 0 {
+        for r in 1..pos.size as usize {
+            s.send(r as u32, Slice::new(acc, off[r], c.counts[r]));
+        }
+        s.copy(Slice::new(acc, 0, c.counts[0]), s.all(out));
+    } else {
+        s.recv(0, s.all(out));
+    }
+    s.result = Some(out);
+    Ok(s)
+}
+
+/// Ring reduce-scatter: p-1 steps, each passing one partially reduced block
+/// to the right neighbour; rank r ends with block r. Commutative ops only.
+pub fn reduce_scatter_ring(c: &Call, pos: Pos) -> Result<Schedule> {
+    if !c.commutative() {
+        return reduce_scatter_reduce_scatterv(c, pos);
+    }
+    let off = rs_offsets(c, pos.size)?;
+    let mut s = c.schedule();
+    let acc = input(c, &mut s);
+    let p = pos.size;
+    let r = pos.rank;
+    let blk = |i: u32| {
+        let i = (i % p) as usize;
+        Slice::new(acc, off[i], c.counts[i])
+    };
+    for k in 0..p - 1 {
+        s.send((r + 1) % p, blk(r + 2 * p - k - 1));
+        s.recv_reduce((r + p - 1) % p, blk(r + 2 * p - k - 2), true);
+        s.next_round();
+    }
+    let out = s.zeros(c.counts[r as usize]);
+    s.copy(blk(r), s.all(out));
+    s.result = Some(out);
+    Ok(s)
+}
+
+/// Linear scan (chain): rank r receives the prefix of ranks 0..r-1 from
+/// r-1, combines it on the left of its own data, passes the result on.
+/// `exclusive` gives exscan (rank 0 has no result).
+pub fn scan_linear(c: &Call, pos: Pos, exclusive: bool) -> Result<Schedule> {
+    let mut s = c.schedule();
+    let own = input(c, &mut s);
+    let n = c.send.len();
+    let r = pos.rank;
+    if r == 0 {
+        if pos.size > 1 {
+            s.send(1, s.all(own));
+        }
+        if !exclusive {
+            s.result = Some(own);
+        }
+        return Ok(s);
+    }
+    let prefix = s.zeros(n);
+    s.recv(r - 1, s.all(prefix));
+    s.next_round();
+    // own := prefix op own
+    s.reduce(s.all(prefix), s.all(own), true);
+    if r + 1 < pos.size {
+        s.send(r + 1, s.all(own));
+    }
+    s.result = Some(if exclusive { prefix } else { own });
+    Ok(s)
+}
+
+/// Recursive doubling scan (Hillis-Steele): in step k rank r sends its
+/// partial (ranks r-2^k+1..r) to r+2^k and combines the partial of
+/// r-2^k (lower ranks, left operand). ceil(log2 p) steps; any op.
+pub fn scan_recursive_doubling(c: &Call, pos: Pos, exclusive: bool) -> Result<Schedule> {
+    let mut s = c.schedule();
+    let n = c.send.len();
+    let partial = input(c, &mut s);
+    let tmp = s.zeros(n);
+    let ex = s.zeros(n);
+    let r = pos.rank;
+    let p = pos.size;
+    let mut have_ex = false;
+    let mut k = 1;
+    while k < p {
+        if r + k < p {
+            s.send(r + k, s.all(partial));
+        }
+        if r >= k {
+            s.recv(r - k, s.all(tmp));
+            s.next_round();
+            s.reduce(s.all(tmp), s.all(partial), true);
+            if exclusive {
+                if have_ex {
+                    s.reduce(s.all(tmp), s.all(ex), true);
+                } else {
+                    s.copy(s.all(tmp), s.all(ex));
+                    have_ex = true;
+                }
+            }
+        }
+        s.next_round();
+        k <<= 1;
+    }
+    s.result = match (exclusive, r) {
+        (false, _) => Some(partial),
+        (true, 0) => None,
+        (true, _) => Some(ex),
+    };
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{lowbit, pof2_floor};
+
+    #[test]
+    fn lowbit_and_pof2() {
+        assert_eq!(lowbit(0), None);
+        assert_eq!(lowbit(12), Some(4));
+        assert_eq!(pof2_floor(7), 4);
+        assert_eq!(pof2_floor(8), 8);
+        assert_eq!(pof2_floor(1), 1);
+    }
+}

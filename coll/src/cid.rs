@@ -1,0 +1,143 @@
+//! Context ids: agreed collectively, never colliding among the live
+//! communicators of a process, reused after free.
+//!
+//! Each process keeps a bitmap of the ids its live communicators use
+//! ([`CidPool`]). A new communicator's id is agreed over the parent
+//! communicator (Open MPI's approach): every member contributes the free
+//! bits of a window of [`WINDOW`] ids, an allreduce with bitwise AND gives
+//! the ids free everywhere, and the lowest one is taken; if the window has
+//! none the next window is tried. All members see the same AND, so they
+//! pick the same id. Ranks that do not join the new communicator (colour
+//! `MPI_UNDEFINED`, not in the group) take part but claim nothing. Disjoint
+//! communicators from one split share an id, which is harmless: their
+//! members never talk to each other on it.
+//!
+//! Ids 0 and 1 are `MPI_COMM_WORLD` and `MPI_COMM_SELF`. The id space is
+//! `coll_base_max_context_id` ids (default 65 536 = a 16-bit context field,
+//! which is what the 64-bit TMH of the openib path leaves for it; the pml's
+//! own match header has 32 bits). Creating a communicator when some
+//! member has all ids in use fails with `MPI_ERR_OTHER` (no free context id).
+//! Communicator constructors must not run concurrently on several threads
+//! of one process (the claim follows the agreement).
+
+use tmpi_base::mca::{Level, McaError, ParamSpec, Registry};
+
+use crate::{CollError, Result};
+
+/// Ids agreed per allreduce.
+pub const WINDOW: u32 = 1024;
+/// Default size of the id space.
+pub const DEFAULT_LIMIT: u32 = 1 << 16;
+/// Context id of `MPI_COMM_WORLD`.
+pub const WORLD_CID: u32 = 0;
+/// Context id of `MPI_COMM_SELF`.
+pub const SELF_CID: u32 = 1;
+
+/// Registers `coll_base_max_context_id`.
+pub fn register_params(reg: &Registry) -> Result<u32, McaError> {
+    let p = reg.register_int_range(
+        ParamSpec::new("coll", "base", "max_context_id")
+            .help("Number of communicator context ids (the width of the context field of the match header)")
+            .level(Level::DevBasic),
+        i64::from(DEFAULT_LIMIT),
+        i64::from(WINDOW)..=1 << 31,
+    )?;
+    Ok(p.value() as u32)
+}
+
+/// The ids in use by this process's live communicators.
+#[derive(Debug, Clone)]
+pub struct CidPool {
+    used: Vec<u64>,
+    limit: u32,
+}
+
+impl CidPool {
+    /// A pool of `limit` ids (rounded up to a whole window) with world and self taken.
+    pub fn new(limit: u32) -> Self {
+        let limit = limit.div_ceil(WINDOW).max(1) * WINDOW;
+        let mut p = CidPool {
+            used: vec![0; (limit / 64) as usize],
+            limit,
+        };
+        p.used[0] |= 0b11;
+        p
+    }
+
+    /// Size of the id space.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// Whether `id` is in use here.
+    pub fn in_use(&self, id: u32) -> bool {
+        id < self.limit && self.used[(id / 64) as usize] & (1 << (id % 64)) != 0
+    }
+
+    /// Free bits (1 = free) of the window starting at `base`.
+    pub fn free_window(&self, base: u32) -> Vec<u64> {
+        let w = (base / 64) as usize;
+        self.used[w..w + (WINDOW / 64) as usize]
+            .iter()
+            .map(|u| !u)
+            .collect()
+    }
+
+    /// The lowest free id of an agreed window.
+    pub fn first_free(base: u32, words: &[u64]) -> Option<u32> {
+        words
+            .iter()
+            .enumerate()
+            .find(|(_, w)| **w != 0)
+            .map(|(i, w)| base + i as u32 * 64 + w.trailing_zeros())
+    }
+
+    /// Marks `id` used; an id already in use is an internal error.
+    pub fn claim(&mut self, id: u32) -> Result<()> {
+        if id >= self.limit || self.in_use(id) {
+            return Err(CollError::Intern(format!("context id {id} claimed twice")));
+        }
+        self.used[(id / 64) as usize] |= 1 << (id % 64);
+        Ok(())
+    }
+
+    /// Frees `id` (world and self are never freed).
+    pub fn release(&mut self, id: u32) {
+        if id > SELF_CID && id < self.limit {
+            self.used[(id / 64) as usize] &= !(1 << (id % 64));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_claim_release() {
+        let mut p = CidPool::new(3000);
+        assert_eq!(p.limit(), 3072);
+        let w = p.free_window(0);
+        assert_eq!(CidPool::first_free(0, &w), Some(2));
+        for id in 2..WINDOW {
+            p.claim(id).unwrap();
+        }
+        assert_eq!(CidPool::first_free(0, &p.free_window(0)), None);
+        assert_eq!(
+            CidPool::first_free(WINDOW, &p.free_window(WINDOW)),
+            Some(WINDOW)
+        );
+        assert!(p.claim(5).is_err());
+        p.release(700);
+        assert_eq!(CidPool::first_free(0, &p.free_window(0)), Some(700));
+        p.release(0);
+        assert!(p.in_use(0));
+        // AND of two processes' windows.
+        let mut q = CidPool::new(3000);
+        q.claim(2).unwrap();
+        let a = CidPool::new(3000).free_window(0);
+        let b = q.free_window(0);
+        let and: Vec<u64> = a.iter().zip(&b).map(|(x, y)| x & y).collect();
+        assert_eq!(CidPool::first_free(0, &and), Some(3));
+    }
+}

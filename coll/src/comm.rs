@@ -1,0 +1,1378 @@
+//! Communicators: creation (dup, split, split_type, create, create_group),
+//! free, compare, names, attributes, and the collective calls, blocking
+//! and non-blocking.
+//!
+//! `MPI_COMM_NULL` is `None` where a constructor may give "no
+//! communicator" (split with `MPI_UNDEFINED`, create for non-members).
+//! [`Comm`] is a cheap handle (clones share the communicator); its context
+//! id is released when the last handle and the last request on it are gone.
+//!
+//! Buffers are bytes in native layout. Counts and displacements of the
+//! v-variants are in bytes (the caller packs derived datatypes), except
+//! reduce_scatter's counts which are elements of its datatype, as in MPI.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use tmpi_base::mca::Registry;
+
+use crate::algo::{Call, CollKind, Pos};
+use crate::cid::{CidPool, SELF_CID, WORLD_CID};
+use crate::datatype::Datatype;
+use crate::framework::{CollFramework, CommShape, FnTable};
+use crate::group::{Compare, Group};
+use crate::op::Op;
+use crate::p2p::{Endpoint, P2p};
+use crate::schedule::Exec;
+use crate::tags::TagSpace;
+use crate::{CollError, Result};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// An attribute copy callback: `(keyval, extra_state, value)` returns the
+/// value for the new communicator, or `None` to not copy (`MPI_NULL_COPY_FN`
+/// is no callback at all). An error aborts the dup.
+pub type CopyFn = Arc<dyn Fn(u32, usize, usize) -> Result<Option<usize>> + Send + Sync>;
+/// An attribute delete callback: `(keyval, extra_state, value)`.
+pub type DeleteFn = Arc<dyn Fn(u32, usize, usize) -> Result<()> + Send + Sync>;
+
+struct Keyval {
+    copy: Option<CopyFn>,
+    delete: Option<DeleteFn>,
+    extra: usize,
+    freed: bool,
+}
+
+/// First keyval handed out (lower values are left to predefined attributes).
+pub const FIRST_KEYVAL: u32 = 64;
+
+/// Per-process state of the collective layer: transport, framework,
+/// context ids, keyvals and the outstanding non-blocking collectives.
+pub struct CollContext {
+    p2p: Arc<dyn P2p>,
+    framework: CollFramework,
+    cids: Mutex<CidPool>,
+    active: Mutex<Vec<Weak<ReqInner>>>,
+    keyvals: Mutex<BTreeMap<u32, Keyval>>,
+    next_keyval: AtomicU32,
+    creating: Mutex<()>,
+}
+
+impl fmt::Debug for CollContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CollContext")
+            .field("world_rank", &self.p2p.world_rank())
+            .field("framework", &self.framework)
+            .finish()
+    }
+}
+
+/// What [`CollContext::init`] returns.
+#[derive(Debug)]
+pub struct Universe {
+    /// The per-process context.
+    pub ctx: Arc<CollContext>,
+    /// `MPI_COMM_WORLD`.
+    pub world: Comm,
+    /// `MPI_COMM_SELF`.
+    pub self_comm: Comm,
+}
+
+impl CollContext {
+    /// Opens the coll framework with the parameters of `reg` over `p2p` and
+    /// creates `MPI_COMM_WORLD` and `MPI_COMM_SELF`.
+    pub fn init(p2p: Arc<dyn P2p>, reg: &Registry) -> Result<Universe> {
+        let framework = CollFramework::open(reg)?;
+        let limit = crate::cid::register_params(reg)?;
+        let ctx = Arc::new(CollContext {
+            p2p,
+            framework,
+            cids: Mutex::new(CidPool::new(limit)),
+            active: Mutex::new(Vec::new()),
+            keyvals: Mutex::new(BTreeMap::new()),
+            next_keyval: AtomicU32::new(FIRST_KEYVAL),
+            creating: Mutex::new(()),
+        });
+        let me = ctx.p2p.world_rank();
+        let world = Group::from_world_ranks((0..ctx.p2p.world_size()).collect())?;
+        let world = Comm::build(&ctx, world, WORLD_CID, TagSpace::Coll, None, true)?;
+        world.set_name("MPI_COMM_WORLD");
+        let selfg = Group::from_world_ranks(vec![me])?;
+        let self_comm = Comm::build(&ctx, selfg, SELF_CID, TagSpace::Coll, None, true)?;
+        self_comm.set_name("MPI_COMM_SELF");
+        Ok(Universe {
+            ctx,
+            world,
+            self_comm,
+        })
+    }
+
+    /// The transport.
+    pub fn p2p(&self) -> &Arc<dyn P2p> {
+        &self.p2p
+    }
+
+    /// Advances every outstanding non-blocking collective of the process;
+    /// `true` if any made progress. The pml's progress engine should call
+    /// this (the facade registers it), so that a rank waiting on
+    /// point-to-point traffic still forwards its collectives.
+    pub fn progress(&self) -> bool {
+        let reqs: Vec<Arc<ReqInner>> = {
+            let mut a = lock(&self.active);
+            a.retain(|w| w.upgrade().is_some_and(|r| !r.done.load(Ordering::Acquire)));
+            a.iter().filter_map(Weak::upgrade).collect()
+        };
+        let mut any = false;
+        for r in reqs {
+            if let Ok(mut e) = r.exec.try_lock() {
+                let before = e.is_done();
+                let _ = e.poll(self.p2p.as_ref(), &r.comm.ep);
+                if e.is_done() && !before {
+                    r.done.store(true, Ordering::Release);
+                    any = true;
+                }
+            }
+        }
+        any
+    }
+
+    /// Number of outstanding non-blocking collectives (for tests).
+    pub fn outstanding(&self) -> usize {
+        lock(&self.active)
+            .iter()
+            .filter(|w| w.upgrade().is_some_and(|r| !r.done.load(Ordering::Acquire)))
+            .count()
+    }
+
+    /// `MPI_Comm_create_keyval`.
+    pub fn create_keyval(
+        &self,
+        copy: Option<CopyFn>,
+        delete: Option<DeleteFn>,
+        extra: usize,
+    ) -> u32 {
+        let k = self.next_keyval.fetch_add(1, Ordering::Relaxed);
+        lock(&self.keyvals).insert(
+            k,
+            Keyval {
+                copy,
+                delete,
+                extra,
+                freed: false,
+            },
+        );
+        k
+    }
+
+    /// `MPI_Comm_free_keyval`: attributes already set stay until deleted.
+    pub fn free_keyval(&self, k: u32) -> Result<()> {
+        match lock(&self.keyvals).get_mut(&k) {
+            Some(kv) if !kv.freed => {
+                kv.freed = true;
+                Ok(())
+            }
+            _ => Err(CollError::Keyval(format!("keyval {k} does not exist"))),
+        }
+    }
+
+    /// A copy callback that copies the value (`MPI_COMM_DUP_FN`).
+    pub fn dup_fn() -> CopyFn {
+        Arc::new(|_, _, v| Ok(Some(v)))
+    }
+
+    fn keyval_fns(&self, k: u32) -> Option<(Option<CopyFn>, Option<DeleteFn>, usize, bool)> {
+        lock(&self.keyvals)
+            .get(&k)
+            .map(|kv| (kv.copy.clone(), kv.delete.clone(), kv.extra, kv.freed))
+    }
+}
+
+/// `MPI_Comm_split_type` split kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitType {
+    /// `MPI_COMM_TYPE_SHARED`: processes that share memory (one node).
+    Shared,
+    /// `MPI_UNDEFINED`: this rank gets no communicator.
+    Undefined,
+}
+
+/// An input buffer of a collective: data, or `MPI_IN_PLACE`.
+#[derive(Debug, Clone, Copy)]
+pub enum Input<'a> {
+    /// The data.
+    Buf(&'a [u8]),
+    /// `MPI_IN_PLACE`: the input is in the receive buffer.
+    InPlace,
+}
+
+pub(crate) struct CommInner {
+    ctx: Arc<CollContext>,
+    ep: Endpoint,
+    group: Group,
+    table: FnTable,
+    space: TagSpace,
+    /// Group rank -> endpoint rank, for views on a parent's context.
+    peer_map: Option<Arc<[u32]>>,
+    owns_cid: bool,
+    seq: AtomicU32,
+    name: Mutex<String>,
+    attrs: Mutex<BTreeMap<u32, usize>>,
+    freed: AtomicBool,
+}
+
+impl Drop for CommInner {
+    fn drop(&mut self) {
+        if !self.freed.load(Ordering::Acquire) {
+            let attrs = std::mem::take(&mut *lock(&self.attrs));
+            for (k, v) in attrs {
+                if let Some((_, Some(del), extra, _)) = self.ctx.keyval_fns(k) {
+                    if let Err(e) = del(k, extra, v) {
+                        tracing::warn!(target: "coll_base", "attribute {k} delete callback failed while dropping a communicator: {e}");
+                    }
+                }
+            }
+        }
+        if self.owns_cid {
+            self.ctx.p2p.comm_removed(self.ep.context_id);
+            lock(&self.ctx.cids).release(self.ep.context_id);
+            tracing::debug!(target: "coll_base", "context id {} released", self.ep.context_id);
+        }
+    }
+}
+
+/// A communicator.
+#[derive(Clone)]
+pub struct Comm {
+    inner: Arc<CommInner>,
+}
+
+impl fmt::Debug for Comm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Comm")
+            .field("context_id", &self.inner.ep.context_id)
+            .field("rank", &self.rank())
+            .field("size", &self.size())
+            .field("name", &self.name())
+            .finish()
+    }
+}
+
+/// A non-blocking collective in progress.
+#[derive(Clone)]
+pub struct CollRequest {
+    inner: Arc<ReqInner>,
+}
+
+pub(crate) struct ReqInner {
+    comm: Arc<CommInner>,
+    exec: Mutex<Exec>,
+    done: AtomicBool,
+}
+
+impl fmt::Debug for CollRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CollRequest")
+            .field("context_id", &self.inner.comm.ep.context_id)
+            .field("done", &self.inner.done.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl CollRequest {
+    /// Advances the collective; `Ok(true)` once it completed (`MPI_Test`).
+    pub fn test(&self) -> Result<bool> {
+        let p2p = self.inner.comm.ctx.p2p.as_ref();
+        p2p.progress();
+        let mut e = lock(&self.inner.exec);
+        let done = e.poll(p2p, &self.inner.comm.ep)?;
+        if done {
+            self.inner.done.store(true, Ordering::Release);
+        }
+        Ok(done)
+    }
+
+    /// Waits for completion and returns the result buffer (empty for ranks
+    /// without a result). Progresses the process's other collectives while
+    /// waiting and yields the processor when nothing happens.
+    pub fn wait(self) -> Result<Vec<u8>> {
+        let ctx = Arc::clone(&self.inner.comm.ctx);
+        loop {
+            if self.test()? {
+                return Ok(lock(&self.inner.exec).take_result());
+            }
+            if !ctx.progress() && !ctx.p2p.progress() {
+                ctx.p2p.idle();
+            }
+        }
+    }
+}
+
+fn root_ok(root: u32, size: u32) -> Result<()> {
+    if root >= size {
+        return Err(CollError::Root {
+            root: i64::from(root),
+            size,
+        });
+    }
+    Ok(())
+}
+
+fn check_v(what: &str, counts: &[usize], displs: &[usize], size: u32, len: usize) -> Result<()> {
+    if counts.len() != size as usize || displs.len() != size as usize {
+        return Err(CollError::Count(format!(
+            "{what}: {} counts and {} displacements for {size} ranks",
+            counts.len(),
+            displs.len()
+        )));
+    }
+    for (i, (&c, &d)) in counts.iter().zip(displs).enumerate() {
+        if d.checked_add(c).is_none_or_gt(len) {
+            return Err(CollError::Buffer(format!(
+                "{what}: block {i} ({c} bytes at {d}) lies outside the {len}-byte buffer"
+            )));
+        }
+    }
+    Ok(())
+}
+
+trait OptExt {
+    fn is_none_or_gt(self, len: usize) -> bool;
+}
+impl OptExt for Option<usize> {
+    fn is_none_or_gt(self, len: usize) -> bool {
+        match self {
+            None => true,
+            Some(e) => e > len,
+        }
+    }
+}
+
+fn reduction_ok(dtype: Datatype, op: &Op, bytes: usize) -> Result<()> {
+    op.check(dtype)?;
+    dtype.count_of(bytes)?;
+    Ok(())
+}
+
+fn same_len(what: &str, a: usize, b: usize) -> Result<()> {
+    if a != b {
+        return Err(CollError::Count(format!(
+            "{what}: send buffer of {a} bytes, receive buffer of {b}"
+        )));
+    }
+    Ok(())
+}
+
+fn copy_regions(dst: &mut [u8], src: &[u8], counts: &[usize], displs: &[usize]) {
+    for (&c, &d) in counts.iter().zip(displs) {
+        dst[d..d + c].copy_from_slice(&src[d..d + c]);
+    }
+}
+
+impl Comm {
+    fn build(
+        ctx: &Arc<CollContext>,
+        group: Group,
+        cid: u32,
+        space: TagSpace,
+        view_of: Option<&Comm>,
+        owns_cid: bool,
+    ) -> Result<Comm> {
+        let me = ctx.p2p.world_rank();
+        let rank = group.rank_of(me).ok_or_else(|| {
+            CollError::Intern("building a communicator this process is not in".into())
+        })?;
+        let (ep, peer_map) = match view_of {
+            None => (
+                Endpoint {
+                    context_id: cid,
+                    rank,
+                    world: Arc::clone(group.world_ranks()),
+                },
+                None,
+            ),
+            Some(parent) => {
+                let map: Vec<u32> = group
+                    .world_ranks()
+                    .iter()
+                    .map(|&w| parent.inner.group.rank_of(w))
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| {
+                        CollError::Group("group is not a subset of the communicator's group".into())
+                    })?;
+                (parent.inner.ep.clone(), Some(Arc::from(map)))
+            }
+        };
+        let shape = CommShape {
+            rank,
+            world: Arc::clone(group.world_ranks()),
+            nodes: group
+                .world_ranks()
+                .iter()
+                .map(|&w| ctx.p2p.node_of(w))
+                .collect(),
+        };
+        let table = ctx.framework.select(&shape)?;
+        if owns_cid {
+            ctx.p2p.comm_added(&ep)?;
+        }
+        tracing::debug!(target: "coll_base", "communicator cid {cid} rank {rank}/{} barrier by {:?}", group.size(), table.providers(CollKind::Barrier));
+        Ok(Comm {
+            inner: Arc::new(CommInner {
+                ctx: Arc::clone(ctx),
+                ep,
+                group,
+                table,
+                space,
+                peer_map,
+                owns_cid,
+                seq: AtomicU32::new(0),
+                name: Mutex::new(String::new()),
+                attrs: Mutex::new(BTreeMap::new()),
+                freed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> u32 {
+        match &self.inner.peer_map {
+            None => self.inner.ep.rank,
+            Some(_) => self
+                .inner
+                .group
+                .rank_of(self.inner.ctx.p2p.world_rank())
+                .unwrap_or(0),
+        }
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> u32 {
+        self.inner.group.size()
+    }
+
+    /// The group (`MPI_Comm_group`).
+    pub fn group(&self) -> Group {
+        self.inner.group.clone()
+    }
+
+    /// The context id.
+    pub fn context_id(&self) -> u32 {
+        self.inner.ep.context_id
+    }
+
+    /// How the transport addresses this communicator.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.inner.ep
+    }
+
+    /// The per-process context.
+    pub fn context(&self) -> &Arc<CollContext> {
+        &self.inner.ctx
+    }
+
+    /// The function table chosen for this communicator.
+    pub fn table(&self) -> &FnTable {
+        &self.inner.table
+    }
+
+    fn pos(&self) -> Pos {
+        Pos {
+            rank: self.rank(),
+            size: self.size(),
+        }
+    }
+
+    /// `MPI_Comm_set_name`.
+    pub fn set_name(&self, name: &str) {
+        *lock(&self.inner.name) = name.to_owned();
+    }
+
+    /// `MPI_Comm_get_name` (empty when never set).
+    pub fn name(&self) -> String {
+        lock(&self.inner.name).clone()
+    }
+
+    /// `MPI_Comm_compare`.
+    pub fn compare(&self, other: &Comm) -> Compare {
+        if Arc::ptr_eq(&self.inner, &other.inner) {
+            return Compare::Ident;
+        }
+        match self.inner.group.compare(&other.inner.group) {
+            Compare::Ident
+                if self.context_id() == other.context_id()
+                    && self.inner.space == other.inner.space =>
+            {
+                Compare::Ident
+            }
+            Compare::Ident => Compare::Congruent,
+            c => c,
+        }
+    }
+
+    // ---------------------------------------------------------------- attributes
+
+    /// `MPI_Comm_set_attr`: an existing value is deleted first (its delete callback runs).
+    pub fn set_attr(&self, keyval: u32, value: usize) -> Result<()> {
+        match self.inner.ctx.keyval_fns(keyval) {
+            Some((_, _, _, false)) => {}
+            _ => return Err(CollError::Keyval(format!("keyval {keyval} does not exist"))),
+        }
+        self.delete_attr_inner(keyval, false)?;
+        lock(&self.inner.attrs).insert(keyval, value);
+        Ok(())
+    }
+
+    /// `MPI_Comm_get_attr`: `None` when not set.
+    pub fn get_attr(&self, keyval: u32) -> Result<Option<usize>> {
+        if self.inner.ctx.keyval_fns(keyval).is_none() {
+            return Err(CollError::Keyval(format!("keyval {keyval} does not exist")));
+        }
+        Ok(lock(&self.inner.attrs).get(&keyval).copied())
+    }
+
+    /// `MPI_Comm_delete_attr`: runs the delete callback.
+    pub fn delete_attr(&self, keyval: u32) -> Result<()> {
+        self.delete_attr_inner(keyval, true)
+    }
+
+    fn delete_attr_inner(&self, keyval: u32, must_exist: bool) -> Result<()> {
+        let fns = self
+            .inner
+            .ctx
+            .keyval_fns(keyval)
+            .ok_or_else(|| CollError::Keyval(format!("keyval {keyval} does not exist")))?;
+        let old = lock(&self.inner.attrs).get(&keyval).copied();
+        match old {
+            None if must_exist => Err(CollError::Keyval(format!("attribute {keyval} is not set"))),
+            None => Ok(()),
+            Some(v) => {
+                if let Some(del) = &fns.1 {
+                    del(keyval, fns.2, v)?;
+                }
+                lock(&self.inner.attrs).remove(&keyval);
+                Ok(())
+            }
+        }
+    }
+
+    /// `MPI_Comm_free`: deletes the attributes (their callbacks run; the
+    /// first error is returned after all ran) and gives up this handle.
+    /// The context id is released once no handle or request uses it.
+    pub fn free(self) -> Result<()> {
+        let attrs = std::mem::take(&mut *lock(&self.inner.attrs));
+        self.inner.freed.store(true, Ordering::Release);
+        let mut first = None;
+        for (k, v) in attrs {
+            if let Some((_, Some(del), extra, _)) = self.inner.ctx.keyval_fns(k) {
+                if let Err(e) = del(k, extra, v) {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    // ---------------------------------------------------------------- construction
+
+    /// Agrees on a context id over this communicator; `claim` on members of the new one.
+    fn agree_cid(&self, claim: bool) -> Result<u32> {
+        let limit = lock(&self.inner.ctx.cids).limit();
+        let mut base = 0;
+        while base < limit {
+            let words = lock(&self.inner.ctx.cids).free_window(base);
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+            let mut out = vec![0u8; bytes.len()];
+            self.allreduce(Input::Buf(&bytes), &mut out, Datatype::U64, &Op::Band)?;
+            let agreed: Vec<u64> = out
+                .chunks_exact(8)
+                .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+                .collect();
+            if let Some(id) = CidPool::first_free(base, &agreed) {
+                if claim {
+                    lock(&self.inner.ctx.cids).claim(id)?;
+                }
+                tracing::debug!(target: "coll_base", "agreed context id {id}");
+                return Ok(id);
+            }
+            base += crate::cid::WINDOW;
+        }
+        Err(CollError::NoContextId { limit })
+    }
+
+    fn derive(&self, group: Option<Group>) -> Result<Option<Comm>> {
+        let ctx = Arc::clone(&self.inner.ctx);
+        let _serial = lock(&ctx.creating);
+        let cid = self.agree_cid(group.is_some())?;
+        match group {
+            None => Ok(None),
+            Some(g) => match Comm::build(&ctx, g, cid, TagSpace::Coll, None, true) {
+                Ok(c) => Ok(Some(c)),
+                Err(e) => {
+                    lock(&ctx.cids).release(cid);
+                    Err(e)
+                }
+            },
+        }
+    }
+
+    /// `MPI_Comm_dup`: same group, new context, attributes copied through
+    /// their copy callbacks.
+    pub fn dup(&self) -> Result<Comm> {
+        let c = self
+            .derive(Some(self.group()))?
+            .ok_or_else(|| CollError::Intern("dup produced no communicator".into()))?;
+        let attrs: Vec<(u32, usize)> = lock(&self.inner.attrs)
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .collect();
+        for (k, v) in attrs {
+            if let Some((Some(copy), _, extra, _)) = self.inner.ctx.keyval_fns(k) {
+                if let Some(nv) = copy(k, extra, v)? {
+                    lock(&c.inner.attrs).insert(k, nv);
+                }
+            }
+        }
+        Ok(c)
+    }
+
+    /// `MPI_Comm_split`: `color = None` is `MPI_UNDEFINED`. Ranks of one
+    /// colour are ordered by `key`, then by rank here.
+    pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Comm>> {
+        let mine: Vec<u8> = [color.map_or(-1i64, i64::from), i64::from(key)]
+            .iter()
+            .flat_map(|v| v.to_ne_bytes())
+            .collect();
+        let mut all = vec![0u8; 16 * self.size() as usize];
+        self.allgather(Input::Buf(&mine), &mut all)?;
+        let entries: Vec<(i64, i64)> = all
+            .chunks_exact(16)
+            .map(|c| {
+                (
+                    i64::from_ne_bytes(c[..8].try_into().expect("8 bytes")),
+                    i64::from_ne_bytes(c[8..].try_into().expect("8 bytes")),
+                )
+            })
+            .collect();
+        let group = match color {
+            None => None,
+            Some(col) => {
+                let mut members: Vec<(i64, u32)> = entries
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| e.0 == i64::from(col))
+                    .map(|(r, e)| (e.1, r as u32))
+                    .collect();
+                members.sort();
+                let ranks: Vec<u32> = members.into_iter().map(|(_, r)| r).collect();
+                Some(self.inner.group.incl(&ranks)?)
+            }
+        };
+        self.derive(group)
+    }
+
+    /// `MPI_Comm_split_type`.
+    pub fn split_type(&self, kind: SplitType, key: i32) -> Result<Option<Comm>> {
+        let color = match kind {
+            SplitType::Shared => Some(self.inner.ctx.p2p.node_of(self.inner.ctx.p2p.world_rank())),
+            SplitType::Undefined => None,
+        };
+        self.split(color, key)
+    }
+
+    /// `MPI_Comm_create`: every rank of this communicator calls it with the
+    /// same group, which must be a subset of this communicator's group;
+    /// members get the new communicator, the others `None`.
+    pub fn create(&self, group: &Group) -> Result<Option<Comm>> {
+        if self.inner.group.intersection(group).size() != group.size() {
+            return Err(CollError::Group(
+                "MPI_Comm_create: the group is not a subset of the communicator's group".into(),
+            ));
+        }
+        let me = self.inner.ctx.p2p.world_rank();
+        let member = group.rank_of(me).is_some();
+        self.derive(member.then(|| group.clone()))
+    }
+
+    /// `MPI_Comm_create_group`: only the members of `group` (a subset of
+    /// this communicator's group) call it, with the same `tag`; the
+    /// agreement runs among them on this communicator's context with tags
+    /// of their own ([`TagSpace::CreateGroup`]).
+    pub fn create_group(&self, group: &Group, tag: i32) -> Result<Comm> {
+        if tag < 0 {
+            return Err(CollError::Arg(format!(
+                "MPI_Comm_create_group: tag {tag} < 0"
+            )));
+        }
+        if self.inner.group.intersection(group).size() != group.size() {
+            return Err(CollError::Group(
+                "MPI_Comm_create_group: the group is not a subset of the communicator's group"
+                    .into(),
+            ));
+        }
+        let me = self.inner.ctx.p2p.world_rank();
+        if group.rank_of(me).is_none() {
+            return Err(CollError::Group(
+                "MPI_Comm_create_group called by a process outside the group".into(),
+            ));
+        }
+        let ctx = Arc::clone(&self.inner.ctx);
+        let view = Comm::build(
+            &ctx,
+            group.clone(),
+            self.context_id(),
+            TagSpace::CreateGroup(tag),
+            Some(self),
+            false,
+        )?;
+        view.derive(Some(group.clone()))?
+            .ok_or_else(|| CollError::Intern("create_group produced no communicator".into()))
+    }
+
+    // ---------------------------------------------------------------- engine
+
+    /// Starts `call` as a non-blocking collective. The call must be valid
+    /// (the typed methods check their arguments before they get here).
+    pub fn start(&self, call: Call) -> Result<CollRequest> {
+        let req = self.start_inner(&call)?;
+        lock(&self.inner.ctx.active).push(Arc::downgrade(&req.inner));
+        Ok(req)
+    }
+
+    fn start_inner(&self, call: &Call) -> Result<CollRequest> {
+        let pos = self.pos();
+        let sched = self.inner.table.build(call, pos)?;
+        let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
+        let tag = self.inner.space.tag(seq);
+        tracing::trace!(target: "coll_base", "{} #{seq} on cid {} by {}: {} rounds", call.kind, self.context_id(),
+            self.inner.table.algorithm(call, pos), sched.rounds.len());
+        let exec = Exec::new(sched, tag, self.inner.peer_map.clone())?;
+        Ok(CollRequest {
+            inner: Arc::new(ReqInner {
+                comm: Arc::clone(&self.inner),
+                exec: Mutex::new(exec),
+                done: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Runs `call` to completion and returns its result buffer.
+    pub fn run(&self, call: Call) -> Result<Vec<u8>> {
+        self.start_inner(&call)?.wait()
+    }
+
+    // ---------------------------------------------------------------- call builders
+
+    fn call_bcast(&self, data: Vec<u8>, len: usize, root: u32) -> Result<Call> {
+        root_ok(root, self.size())?;
+        let mut c = Call::new(CollKind::Bcast);
+        c.root = root;
+        c.block = len;
+        if self.rank() == root {
+            c.send = data;
+        }
+        Ok(c)
+    }
+
+    fn call_reduction(
+        &self,
+        kind: CollKind,
+        send: Vec<u8>,
+        dtype: Datatype,
+        op: &Op,
+        root: u32,
+    ) -> Result<Call> {
+        reduction_ok(dtype, op, send.len())?;
+        let mut c = Call::new(kind);
+        c.root = root;
+        c.dtype = dtype;
+        c.op = Some(op.clone());
+        c.send = send;
+        Ok(c)
+    }
+
+    fn call_block(&self, kind: CollKind, send: Vec<u8>, block: usize, root: u32) -> Call {
+        let mut c = Call::new(kind);
+        c.root = root;
+        c.send = send;
+        c.block = block;
+        c
+    }
+
+    // ---------------------------------------------------------------- blocking collectives
+
+    /// `MPI_Barrier`.
+    pub fn barrier(&self) -> Result<()> {
+        self.run(Call::new(CollKind::Barrier)).map(drop)
+    }
+
+    /// `MPI_Bcast` of `buf` from `root`. A length that differs from the
+    /// root's is reported as `MPI_ERR_TRUNCATE` where detected.
+    pub fn bcast(&self, buf: &mut [u8], root: u32) -> Result<()> {
+        let c = self.call_bcast(buf.to_vec(), buf.len(), root)?;
+        let out = self.run(c)?;
+        buf.copy_from_slice(&out);
+        Ok(())
+    }
+
+    /// `MPI_Reduce`: `recv` is needed at the root only; `Input::InPlace` is
+    /// allowed at the root only.
+    pub fn reduce(
+        &self,
+        send: Input<'_>,
+        recv: Option<&mut [u8]>,
+        dtype: Datatype,
+        op: &Op,
+        root: u32,
+    ) -> Result<()> {
+        root_ok(root, self.size())?;
+        let is_root = self.rank() == root;
+        let data = match (send, &recv) {
+            (Input::Buf(s), Some(r)) if is_root => {
+                same_len("reduce", s.len(), r.len())?;
+                s.to_vec()
+            }
+            (Input::Buf(s), _) if !is_root => s.to_vec(),
+            (Input::InPlace, Some(r)) if is_root => r.to_vec(),
+            (Input::InPlace, _) if !is_root => {
+                return Err(CollError::Arg(
+                    "MPI_IN_PLACE in reduce is for the root only".into(),
+                ))
+            }
+            _ => {
+                return Err(CollError::Buffer(
+                    "reduce: the root needs a receive buffer".into(),
+                ))
+            }
+        };
+        let c = self.call_reduction(CollKind::Reduce, data, dtype, op, root)?;
+        let out = self.run(c)?;
+        if let (true, Some(r)) = (is_root, recv) {
+            r.copy_from_slice(&out);
+        }
+        Ok(())
+    }
+
+    /// `MPI_Allreduce`.
+    pub fn allreduce(
+        &self,
+        send: Input<'_>,
+        recv: &mut [u8],
+        dtype: Datatype,
+        op: &Op,
+    ) -> Result<()> {
+        let data = match send {
+            Input::Buf(s) => {
+                same_len("allreduce", s.len(), recv.len())?;
+                s.to_vec()
+            }
+            Input::InPlace => recv.to_vec(),
+        };
+        let c = self.call_reduction(CollKind::Allreduce, data, dtype, op, 0)?;
+        let out = self.run(c)?;
+        recv.copy_from_slice(&out);
+        Ok(())
+    }
+
+    /// `MPI_Gather`: `recv` (size × block bytes) at the root only;
+    /// `Input::InPlace` at the root takes its block from `recv`.
+    pub fn gather(&self, send: Input<'_>, recv: Option<&mut [u8]>, root: u32) -> Result<()> {
+        root_ok(root, self.size())?;
+        let p = self.size() as usize;
+        if self.rank() != root {
+            let Input::Buf(s) = send else {
+                return Err(CollError::Arg(
+                    "MPI_IN_PLACE in gather is for the root only".into(),
+                ));
+            };
+            let c = self.call_block(CollKind::Gather, s.to_vec(), s.len(), root);
+            return self.run(c).map(drop);
+        }
+        let r = recv
+            .ok_or_else(|| CollError::Buffer("gather: the root needs a receive buffer".into()))?;
+        if r.len() % p != 0 {
+            return Err(CollError::Count(format!(
+                "gather: {} bytes is not {p} equal blocks",
+                r.len()
+            )));
+        }
+        let b = r.len() / p;
+        let data = match send {
+            Input::Buf(s) => {
+                same_len("gather (per block)", s.len(), b)?;
+                s.to_vec()
+            }
+            Input::InPlace => r[root as usize * b..(root as usize + 1) * b].to_vec(),
+        };
+        let out = self.run(self.call_block(CollKind::Gather, data, b, root))?;
+        r.copy_from_slice(&out);
+        Ok(())
+    }
+
+    /// `MPI_Gatherv`: at the root, `recv` with per-rank byte counts and
+    /// displacements; bytes outside the blocks are left untouched.
+    pub fn gatherv(
+        &self,
+        send: Input<'_>,
+        recv: Option<(&mut [u8], &[usize], &[usize])>,
+        root: u32,
+    ) -> Result<()> {
+        root_ok(root, self.size())?;
+        if self.rank() != root {
+            let Input::Buf(s) = send else {
+                return Err(CollError::Arg(
+                    "MPI_IN_PLACE in gatherv is for the root only".into(),
+                ));
+            };
+            let c = self.call_block(CollKind::Gatherv, s.to_vec(), 0, root);
+            return self.run(c).map(drop);
+        }
+        let (r, counts, displs) = recv
+            .ok_or_else(|| CollError::Buffer("gatherv: the root needs a receive buffer".into()))?;
+        check_v("gatherv", counts, displs, self.size(), r.len())?;
+        let me = root as usize;
+        let data = match send {
+            Input::Buf(s) => s.to_vec(),
+            Input::InPlace => r[displs[me]..displs[me] + counts[me]].to_vec(),
+        };
+        let mut c = self.call_block(CollKind::Gatherv, data, 0, root);
+        c.counts = counts.to_vec();
+        c.displs = displs.to_vec();
+        c.recv_len = r.len();
+        let out = self.run(c)?;
+        copy_regions(r, &out, counts, displs);
+        Ok(())
+    }
+
+    /// `MPI_Scatter`: `send` (size × block bytes) at the root; `recv = None`
+    /// at the root is `MPI_IN_PLACE` (the root keeps its block in `send`).
+    pub fn scatter(&self, send: Option<&[u8]>, recv: Option<&mut [u8]>, root: u32) -> Result<()> {
+        root_ok(root, self.size())?;
+        let p = self.size() as usize;
+        if self.rank() != root {
+            let r =
+                recv.ok_or_else(|| CollError::Buffer("scatter: receive buffer missing".into()))?;
+            let out = self.run(self.call_block(CollKind::Scatter, Vec::new(), r.len(), root))?;
+            r.copy_from_slice(&out);
+            return Ok(());
+        }
+        let s =
+            send.ok_or_else(|| CollError::Buffer("scatter: the root needs a send buffer".into()))?;
+        if s.len() % p != 0 {
+            return Err(CollError::Count(format!(
+                "scatter: {} bytes is not {p} equal blocks",
+                s.len()
+            )));
+        }
+        let b = s.len() / p;
+        if let Some(r) = &recv {
+            same_len("scatter (per block)", b, r.len())?;
+        }
+        let out = self.run(self.call_block(CollKind::Scatter, s.to_vec(), b, root))?;
+        if let Some(r) = recv {
+            r.copy_from_slice(&out);
+        }
+        Ok(())
+    }
+
+    /// `MPI_Scatterv`: at the root, `send` with per-rank byte counts and
+    /// displacements; `recv = None` at the root is `MPI_IN_PLACE`.
+    pub fn scatterv(
+        &self,
+        send: Option<(&[u8], &[usize], &[usize])>,
+        recv: Option<&mut [u8]>,
+        root: u32,
+    ) -> Result<()> {
+        root_ok(root, self.size())?;
+        if self.rank() != root {
+            let r =
+                recv.ok_or_else(|| CollError::Buffer("scatterv: receive buffer missing".into()))?;
+            let out = self.run(self.call_block(CollKind::Scatterv, Vec::new(), r.len(), root))?;
+            r.copy_from_slice(&out);
+            return Ok(());
+        }
+        let (s, counts, displs) =
+            send.ok_or_else(|| CollError::Buffer("scatterv: the root needs a send buffer".into()))?;
+        check_v("scatterv", counts, displs, self.size(), s.len())?;
+        let me = root as usize;
+        let mut c = self.call_block(CollKind::Scatterv, s.to_vec(), counts[me], root);
+        if let Some(r) = &recv {
+            same_len("scatterv (root's block)", counts[me], r.len())?;
+        }
+        c.scounts = counts.to_vec();
+        c.sdispls = displs.to_vec();
+        let out = self.run(c)?;
+        if let Some(r) = recv {
+            r.copy_from_slice(&out);
+        }
+        Ok(())
+    }
+
+    /// `MPI_Allgather`: `recv` holds size × block bytes; `Input::InPlace`
+    /// takes this rank's block from `recv`.
+    pub fn allgather(&self, send: Input<'_>, recv: &mut [u8]) -> Result<()> {
+        let p = self.size() as usize;
+        if recv.len() % p != 0 {
+            return Err(CollError::Count(format!(
+                "allgather: {} bytes is not {p} equal blocks",
+                recv.len()
+            )));
+        }
+        let b = recv.len() / p;
+        let me = self.rank() as usize;
+        let data = match send {
+            Input::Buf(s) => {
+                same_len("allgather (per block)", s.len(), b)?;
+                s.to_vec()
+            }
+            Input::InPlace => recv[me * b..(me + 1) * b].to_vec(),
+        };
+        let out = self.run(self.call_block(CollKind::Allgather, data, b, 0))?;
+        recv.copy_from_slice(&out);
+        Ok(())
+    }
+
+    /// `MPI_Allgatherv` with per-rank byte counts and displacements.
+    pub fn allgatherv(
+        &self,
+        send: Input<'_>,
+        recv: &mut [u8],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<()> {
+        check_v("allgatherv", counts, displs, self.size(), recv.len())?;
+        let me = self.rank() as usize;
+        let data = match send {
+            Input::Buf(s) => {
+                same_len("allgatherv (own block)", s.len(), counts[me])?;
+                s.to_vec()
+            }
+            Input::InPlace => recv[displs[me]..displs[me] + counts[me]].to_vec(),
+        };
+        let mut c = self.call_block(CollKind::Allgatherv, data, 0, 0);
+        c.counts = counts.to_vec();
+        c.displs = displs.to_vec();
+        c.recv_len = recv.len();
+        let out = self.run(c)?;
+        copy_regions(recv, &out, counts, displs);
+        Ok(())
+    }
+
+    /// `MPI_Alltoall`: both buffers hold size × block bytes.
+    pub fn alltoall(&self, send: Input<'_>, recv: &mut [u8]) -> Result<()> {
+        let p = self.size() as usize;
+        if recv.len() % p != 0 {
+            return Err(CollError::Count(format!(
+                "alltoall: {} bytes is not {p} equal blocks",
+                recv.len()
+            )));
+        }
+        let data = match send {
+            Input::Buf(s) => {
+                same_len("alltoall", s.len(), recv.len())?;
+                s.to_vec()
+            }
+            Input::InPlace => recv.to_vec(),
+        };
+        let out = self.run(self.call_block(CollKind::Alltoall, data, recv.len() / p, 0))?;
+        recv.copy_from_slice(&out);
+        Ok(())
+    }
+
+    /// `MPI_Alltoallv` with byte counts and displacements on both sides;
+    /// `Input::InPlace` sends from `recv` with the receive layout.
+    pub fn alltoallv(
+        &self,
+        send: Input<'_>,
+        scounts: &[usize],
+        sdispls: &[usize],
+        recv: &mut [u8],
+        rcounts: &[usize],
+        rdispls: &[usize],
+    ) -> Result<()> {
+        self.alltoall_vw(
+            CollKind::Alltoallv,
+            send,
+            scounts,
+            sdispls,
+            recv,
+            rcounts,
+            rdispls,
+        )
+    }
+
+    /// `MPI_Alltoallw` after packing: per-peer byte counts and byte
+    /// displacements (the caller packs each peer's datatype).
+    pub fn alltoallw(
+        &self,
+        send: Input<'_>,
+        scounts: &[usize],
+        sdispls: &[usize],
+        recv: &mut [u8],
+        rcounts: &[usize],
+        rdispls: &[usize],
+    ) -> Result<()> {
+        self.alltoall_vw(
+            CollKind::Alltoallw,
+            send,
+            scounts,
+            sdispls,
+            recv,
+            rcounts,
+            rdispls,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn alltoall_vw(
+        &self,
+        kind: CollKind,
+        send: Input<'_>,
+        scounts: &[usize],
+        sdispls: &[usize],
+        recv: &mut [u8],
+        rcounts: &[usize],
+        rdispls: &[usize],
+    ) -> Result<()> {
+        check_v(kind.name(), rcounts, rdispls, self.size(), recv.len())?;
+        let (data, sc, sd) = match send {
+            Input::Buf(s) => {
+                check_v(kind.name(), scounts, sdispls, self.size(), s.len())?;
+                (s.to_vec(), scounts.to_vec(), sdispls.to_vec())
+            }
+            Input::InPlace => (recv.to_vec(), rcounts.to_vec(), rdispls.to_vec()),
+        };
+        let mut c = self.call_block(kind, data, 0, 0);
+        c.scounts = sc;
+        c.sdispls = sd;
+        c.counts = rcounts.to_vec();
+        c.displs = rdispls.to_vec();
+        c.recv_len = recv.len();
+        let out = self.run(c)?;
+        copy_regions(recv, &out, rcounts, rdispls);
+        Ok(())
+    }
+
+    /// `MPI_Reduce_scatter`: `counts` are elements of `dtype` per rank;
+    /// `recv` gets this rank's block. With `Input::InPlace`, `recv` holds
+    /// the whole input vector and the block is written at its start.
+    pub fn reduce_scatter(
+        &self,
+        send: Input<'_>,
+        recv: &mut [u8],
+        counts: &[usize],
+        dtype: Datatype,
+        op: &Op,
+    ) -> Result<()> {
+        if counts.len() != self.size() as usize {
+            return Err(CollError::Count(format!(
+                "reduce_scatter: {} counts for {} ranks",
+                counts.len(),
+                self.size()
+            )));
+        }
+        let e = dtype.size();
+        let bytes: Vec<usize> = counts.iter().map(|c| c * e).collect();
+        let total: usize = bytes.iter().sum();
+        let mine = bytes[self.rank() as usize];
+        let data = match send {
+            Input::Buf(s) => {
+                same_len("reduce_scatter (whole vector)", s.len(), total)?;
+                if recv.len() < mine {
+                    return Err(CollError::Buffer(format!(
+                        "reduce_scatter: {} bytes for a {mine}-byte block",
+                        recv.len()
+                    )));
+                }
+                s.to_vec()
+            }
+            Input::InPlace => {
+                if recv.len() < total {
+                    return Err(CollError::Buffer(format!(
+                        "reduce_scatter in place: {} bytes for a {total}-byte vector",
+                        recv.len()
+                    )));
+                }
+                recv[..total].to_vec()
+            }
+        };
+        let mut c = self.call_reduction(CollKind::ReduceScatter, data, dtype, op, 0)?;
+        c.counts = bytes;
+        let out = self.run(c)?;
+        recv[..mine].copy_from_slice(&out);
+        Ok(())
+    }
+
+    /// `MPI_Reduce_scatter_block`: every rank gets `recv.len()` bytes
+    /// (in place: `recv` holds size × block bytes, block at its start).
+    pub fn reduce_scatter_block(
+        &self,
+        send: Input<'_>,
+        recv: &mut [u8],
+        dtype: Datatype,
+        op: &Op,
+    ) -> Result<()> {
+        let p = self.size() as usize;
+        let (data, b) = match send {
+            Input::Buf(s) => {
+                same_len(
+                    "reduce_scatter_block (whole vector)",
+                    s.len(),
+                    recv.len() * p,
+                )?;
+                (s.to_vec(), recv.len())
+            }
+            Input::InPlace => {
+                if recv.len() % p != 0 {
+                    return Err(CollError::Count(format!(
+                        "reduce_scatter_block: {} bytes is not {p} blocks",
+                        recv.len()
+                    )));
+                }
+                (recv.to_vec(), recv.len() / p)
+            }
+        };
+        let mut c = self.call_reduction(CollKind::ReduceScatterBlock, data, dtype, op, 0)?;
+        dtype.count_of(b)?;
+        c.counts = vec![b; p];
+        let out = self.run(c)?;
+        recv[..b].copy_from_slice(&out);
+        Ok(())
+    }
+
+    /// `MPI_Scan` (inclusive prefix reduction in rank order).
+    pub fn scan(&self, send: Input<'_>, recv: &mut [u8], dtype: Datatype, op: &Op) -> Result<()> {
+        self.scan_kind(CollKind::Scan, send, recv, dtype, op)
+    }
+
+    /// `MPI_Exscan`: rank 0's `recv` is left unchanged (undefined in MPI).
+    pub fn exscan(&self, send: Input<'_>, recv: &mut [u8], dtype: Datatype, op: &Op) -> Result<()> {
+        self.scan_kind(CollKind::Exscan, send, recv, dtype, op)
+    }
+
+    fn scan_kind(
+        &self,
+        kind: CollKind,
+        send: Input<'_>,
+        recv: &mut [u8],
+        dtype: Datatype,
+        op: &Op,
+    ) -> Result<()> {
+        let data = match send {
+            Input::Buf(s) => {
+                same_len(kind.name(), s.len(), recv.len())?;
+                s.to_vec()
+            }
+            Input::InPlace => recv.to_vec(),
+        };
+        let c = self.call_reduction(kind, data, dtype, op, 0)?;
+        let out = self.run(c)?;
+        if !(kind == CollKind::Exscan && self.rank() == 0) {
+            recv.copy_from_slice(&out);
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- non-blocking
+
+    /// `MPI_Ibarrier`.
+    pub fn ibarrier(&self) -> Result<CollRequest> {
+        self.start(Call::new(CollKind::Barrier))
+    }
+
+    /// `MPI_Ibcast`: the request's result is the broadcast buffer.
+    pub fn ibcast(&self, buf: Vec<u8>, root: u32) -> Result<CollRequest> {
+        let n = buf.len();
+        self.start(self.call_bcast(buf, n, root)?)
+    }
+
+    /// `MPI_Ireduce`: the result is the reduction at the root, empty elsewhere.
+    pub fn ireduce(
+        &self,
+        send: Vec<u8>,
+        dtype: Datatype,
+        op: &Op,
+        root: u32,
+    ) -> Result<CollRequest> {
+        root_ok(root, self.size())?;
+        self.start(self.call_reduction(CollKind::Reduce, send, dtype, op, root)?)
+    }
+
+    /// `MPI_Iallreduce`.
+    pub fn iallreduce(&self, send: Vec<u8>, dtype: Datatype, op: &Op) -> Result<CollRequest> {
+        self.start(self.call_reduction(CollKind::Allreduce, send, dtype, op, 0)?)
+    }
+
+    /// `MPI_Igather`: every rank sends `send`; the root's result holds size blocks.
+    pub fn igather(&self, send: Vec<u8>, root: u32) -> Result<CollRequest> {
+        root_ok(root, self.size())?;
+        let n = send.len();
+        self.start(self.call_block(CollKind::Gather, send, n, root))
+    }
+
+    /// `MPI_Iscatter`: the root passes size × `block` bytes (others an empty vector).
+    pub fn iscatter(&self, send: Vec<u8>, block: usize, root: u32) -> Result<CollRequest> {
+        root_ok(root, self.size())?;
+        if self.rank() == root && send.len() != block * self.size() as usize {
+            return Err(CollError::Count(format!(
+                "iscatter: {} bytes at the root for {} blocks of {block}",
+                send.len(),
+                self.size()
+            )));
+        }
+        self.start(self.call_block(CollKind::Scatter, send, block, root))
+    }
+
+    /// `MPI_Iallgather`.
+    pub fn iallgather(&self, send: Vec<u8>) -> Result<CollRequest> {
+        let n = send.len();
+        self.start(self.call_block(CollKind::Allgather, send, n, 0))
+    }
+
+    /// `MPI_Ialltoall`: `send` holds size blocks.
+    pub fn ialltoall(&self, send: Vec<u8>) -> Result<CollRequest> {
+        let p = self.size() as usize;
+        if send.len() % p != 0 {
+            return Err(CollError::Count(format!(
+                "ialltoall: {} bytes is not {p} equal blocks",
+                send.len()
+            )));
+        }
+        let b = send.len() / p;
+        self.start(self.call_block(CollKind::Alltoall, send, b, 0))
+    }
+
+    /// `MPI_Ireduce_scatter_block`: `send` holds size blocks.
+    pub fn ireduce_scatter_block(
+        &self,
+        send: Vec<u8>,
+        dtype: Datatype,
+        op: &Op,
+    ) -> Result<CollRequest> {
+        let p = self.size() as usize;
+        if send.len() % p != 0 {
+            return Err(CollError::Count(format!(
+                "ireduce_scatter_block: {} bytes is not {p} blocks",
+                send.len()
+            )));
+        }
+        let b = send.len() / p;
+        dtype.count_of(b)?;
+        let mut c = self.call_reduction(CollKind::ReduceScatterBlock, send, dtype, op, 0)?;
+        c.counts = vec![b; p];
+        self.start(c)
+    }
+
+    /// `MPI_Iscan`.
+    pub fn iscan(&self, send: Vec<u8>, dtype: Datatype, op: &Op) -> Result<CollRequest> {
+        self.start(self.call_reduction(CollKind::Scan, send, dtype, op, 0)?)
+    }
+
+    /// `MPI_Iexscan` (empty result on rank 0).
+    pub fn iexscan(&self, send: Vec<u8>, dtype: Datatype, op: &Op) -> Result<CollRequest> {
+        self.start(self.call_reduction(CollKind::Exscan, send, dtype, op, 0)?)
+    }
+}

@@ -1,0 +1,60 @@
+//! tmpi-coll: the collective framework, communicators and groups.
+//!
+//! * [`comm`]: communicators (dup, split, split_type, create, create_group,
+//!   free, compare, names, attributes) and their collective calls,
+//!   blocking and non-blocking ([`comm::CollRequest`]);
+//! * [`group`]: process groups;
+//! * [`cid`]: context ids agreed collectively;
+//! * [`framework`]: components, per-communicator modules, selection;
+//! * [`component`]: `basic`, `tuned`, `self`;
+//! * [`algo`]: the algorithm library (schedule builders);
+//! * [`schedule`]: the one engine running every collective;
+//! * [`op`], [`datatype`]: reduction kernels and element types;
+//! * [`p2p`]: the small point-to-point trait coll needs; [`sim`] an
+//!   in-process implementation for tests.
+//!
+//! See `docs/coll.md` for the design, the decision table and the limits.
+
+pub mod algo;
+pub mod cid;
+pub mod comm;
+pub mod component;
+pub mod datatype;
+mod error;
+pub mod framework;
+pub mod group;
+pub mod op;
+pub mod p2p;
+pub mod schedule;
+pub mod sim;
+pub mod tags;
+
+pub use algo::{Call, CollKind};
+pub use comm::{CollContext, CollRequest, Comm, Input, SplitType};
+pub use datatype::Datatype;
+pub use error::{CollError, Result};
+pub use group::{Compare, Group};
+pub use op::{Op, UserOp};
+pub use p2p::{Endpoint, P2p};
+
+use tmpi_base::component::ComponentRegistry;
+use tmpi_base::mca::Registry;
+
+/// The provider of this crate (for `tmpi_info` and MPI initialisation):
+/// adds the coll components and registers the framework's parameters.
+pub fn register(
+    reg: &Registry,
+    comps: &mut ComponentRegistry,
+) -> Result<(), tmpi_base::error::Error> {
+    for d in framework::descriptors() {
+        comps.add(d)?;
+    }
+    reg.register_selection(
+        "coll",
+        "Collective components to use (`basic,tuned,self` or `^tuned`); \
+         priorities decide among the allowed ones",
+    )?;
+    reg.register_verbose("coll", "base")?;
+    cid::register_params(reg)?;
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! The point-to-point interface the collective framework needs, and nothing
+//! more. The pml adapter (or the simulated transport in [`crate::sim`])
+//! implements it; coll never depends on the pml crate.
+//!
+//! Contract:
+//! * Messages are matched on (context id, source communicator rank, tag)
+//!   with exact source and tag; collective tags are always `<= -16`
+//!   ([`crate::tags`]), so `MPI_ANY_TAG` receives of the user never take them.
+//! * Non-overtaking: two messages from one source to one destination on one
+//!   context with the same tag are received in send order (MPI's rule).
+//! * `isend` takes ownership of the bytes; the send may complete at once
+//!   (buffered) or later. `irecv` delivers the whole message as owned bytes;
+//!   a message longer than `max_len` is an error of class `MPI_ERR_TRUNCATE`.
+//! * `test` consumes a completed handle: after it returned `Some`, the
+//!   handle is invalid.
+//! * `progress` advances the transport; it returns whether anything happened
+//!   so that a waiting caller can yield ([`P2p::idle`]) when nothing does
+//!   (2 cores, 8 ranks: idle ranks must give the CPU away).
+
+use std::sync::Arc;
+
+use crate::Result;
+
+/// How a communicator is addressed on the wire: what the transport needs to
+/// send to and receive from a communicator rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The context id (identical on all members; see [`crate::cid`]).
+    pub context_id: u32,
+    /// This process's rank in the communicator.
+    pub rank: u32,
+    /// World rank (process index in the job) of every communicator rank.
+    pub world: Arc<[u32]>,
+}
+
+impl Endpoint {
+    /// Number of ranks.
+    pub fn size(&self) -> u32 {
+        self.world.len() as u32
+    }
+}
+
+/// A transport request handle, opaque to coll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct P2pHandle(pub u64);
+
+/// A completed transport request.
+#[derive(Debug)]
+pub enum Done {
+    /// The send buffer was handed over or delivered.
+    Sent,
+    /// The received message.
+    Received(Vec<u8>),
+}
+
+/// Point-to-point operations used by collectives. Implementations must be
+/// usable from the thread that owns the communicator; `Send + Sync` lets
+/// requests migrate between threads.
+pub trait P2p: Send + Sync + 'static {
+    /// This process's world rank.
+    fn world_rank(&self) -> u32;
+    /// Number of processes in the job.
+    fn world_size(&self) -> u32;
+    /// Node label of a world rank (equal labels share memory), for
+    /// `split_type(SHARED)`.
+    fn node_of(&self, world_rank: u32) -> u32;
+    /// Starts a send of `data` to communicator rank `dest` with `tag`.
+    fn isend(&self, ep: &Endpoint, dest: u32, tag: i32, data: Vec<u8>) -> Result<P2pHandle>;
+    /// Starts a receive from communicator rank `source` with `tag` of at most `max_len` bytes.
+    fn irecv(&self, ep: &Endpoint, source: u32, tag: i32, max_len: usize) -> Result<P2pHandle>;
+    /// Whether the request completed; consumes it when it did.
+    fn test(&self, h: P2pHandle) -> Result<Option<Done>>;
+    /// Advances communication; `true` if anything happened.
+    fn progress(&self) -> bool;
+    /// Called by a waiting caller when [`P2p::progress`] found nothing to do:
+    /// yield the processor or sleep briefly until something may have arrived.
+    fn idle(&self) {
+        std::thread::yield_now();
+    }
+    /// A communicator with this endpoint now exists (the pml creates its
+    /// per-communicator matching state). Called on every member.
+    fn comm_added(&self, _ep: &Endpoint) -> Result<()> {
+        Ok(())
+    }
+    /// The communicator with this context id was freed.
+    fn comm_removed(&self, _context_id: u32) {}
+}

@@ -1,0 +1,486 @@
+//! Collectives as schedules: rounds of sends and receives followed by local
+//! steps (copies, reductions), built by an algorithm for one rank and run
+//! by one engine ([`Exec`]). A blocking collective is start + wait; a
+//! non-blocking one is start + progress until done.
+//!
+//! Semantics of a round: all its sends and receives are started together
+//! (a send copies its bytes out of the schedule's buffer when it starts);
+//! when every one of them has completed, the round's local steps run in
+//! order, then the next round starts. A receive may reduce straight into
+//! its target. Schedules own their buffers, so a non-blocking collective
+//! never borrows user memory; the caller copies the result out at the end.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::datatype::Datatype;
+use crate::op::Op;
+use crate::p2p::{Done, Endpoint, P2p, P2pHandle};
+use crate::{CollError, Result};
+
+/// Index of a buffer of a [`Schedule`].
+pub type BufId = usize;
+
+/// A byte range of a schedule buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slice {
+    /// The buffer.
+    pub buf: BufId,
+    /// First byte.
+    pub off: usize,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+impl Slice {
+    /// `len` bytes of `buf` from `off`.
+    pub fn new(buf: BufId, off: usize, len: usize) -> Self {
+        Slice { buf, off, len }
+    }
+
+    fn range(&self) -> Range<usize> {
+        self.off..self.off + self.len
+    }
+}
+
+/// What a receive does with the bytes that arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecvMode {
+    /// Store them in the target.
+    Store,
+    /// `target = incoming op target` (the sender holds lower ranks' data).
+    ReduceLeft,
+    /// `target = target op incoming` (the sender holds higher ranks' data).
+    ReduceRight,
+}
+
+/// A communication step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommOp {
+    /// Send the bytes of `src` to communicator rank `peer`.
+    Send {
+        /// Destination rank.
+        peer: u32,
+        /// What to send.
+        src: Slice,
+    },
+    /// Receive exactly `dst.len` bytes from `peer`.
+    Recv {
+        /// Source rank.
+        peer: u32,
+        /// Where the bytes go.
+        dst: Slice,
+        /// Store or combine.
+        mode: RecvMode,
+    },
+}
+
+/// A local step run after a round's communication completed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalOp {
+    /// Copy `src` to `dst` (same length; ranges may be in one buffer but must not overlap).
+    Copy {
+        /// From.
+        src: Slice,
+        /// To.
+        dst: Slice,
+    },
+    /// `dst = src op dst` when `src_left`, else `dst = dst op src`.
+    Reduce {
+        /// Operand.
+        src: Slice,
+        /// Operand and result.
+        dst: Slice,
+        /// Whether `src` is the left operand.
+        src_left: bool,
+    },
+}
+
+/// One round.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Round {
+    /// Started together.
+    pub comm: Vec<CommOp>,
+    /// Run in order once every `comm` step completed.
+    pub local: Vec<LocalOp>,
+}
+
+/// A schedule for one rank: buffers, rounds, the reduction (if any) and
+/// which buffer holds the result.
+#[derive(Debug, Clone, Default)]
+pub struct Schedule {
+    /// Buffers owned by the schedule.
+    pub bufs: Vec<Vec<u8>>,
+    /// Rounds in order.
+    pub rounds: Vec<Round>,
+    /// Element type of reductions.
+    pub dtype: Option<Datatype>,
+    /// The reduction op, for schedules that reduce.
+    pub op: Option<Op>,
+    /// The buffer returned to the caller at the end.
+    pub result: Option<BufId>,
+}
+
+impl Schedule {
+    /// An empty schedule.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A schedule whose reductions use `op` on `dtype`.
+    pub fn reducing(dtype: Datatype, op: Op) -> Self {
+        Schedule {
+            dtype: Some(dtype),
+            op: Some(op),
+            ..Self::default()
+        }
+    }
+
+    /// Adds a buffer and returns its id.
+    pub fn buf(&mut self, data: Vec<u8>) -> BufId {
+        self.bufs.push(data);
+        self.bufs.len() - 1
+    }
+
+    /// Adds a zeroed buffer of `len` bytes.
+    pub fn zeros(&mut self, len: usize) -> BufId {
+        self.buf(vec![0; len])
+    }
+
+    /// Length of buffer `b`.
+    pub fn len_of(&self, b: BufId) -> usize {
+        self.bufs[b].len()
+    }
+
+    /// The whole of buffer `b`.
+    pub fn all(&self, b: BufId) -> Slice {
+        Slice::new(b, 0, self.bufs[b].len())
+    }
+
+    fn cur(&mut self) -> &mut Round {
+        if self.rounds.is_empty() {
+            self.rounds.push(Round::default());
+        }
+        self.rounds.last_mut().expect("a round exists")
+    }
+
+    /// Ends the current round (no-op when it is empty).
+    pub fn next_round(&mut self) {
+        match self.rounds.last() {
+            Some(r) if r.comm.is_empty() && r.local.is_empty() => {}
+            _ => self.rounds.push(Round::default()),
+        }
+    }
+
+    /// Starts a round if the current one already has local steps (a send
+    /// added after a local step must wait for it).
+    fn comm_slot(&mut self) -> &mut Round {
+        if self.rounds.last().is_some_and(|r| !r.local.is_empty()) {
+            self.rounds.push(Round::default());
+        }
+        self.cur()
+    }
+
+    /// Sends `src` to `peer` (zero-length sends are kept: they synchronise).
+    pub fn send(&mut self, peer: u32, src: Slice) {
+        self.comm_slot().comm.push(CommOp::Send { peer, src });
+    }
+
+    /// Receives into `dst` from `peer`.
+    pub fn recv(&mut self, peer: u32, dst: Slice) {
+        self.comm_slot().comm.push(CommOp::Recv {
+            peer,
+            dst,
+            mode: RecvMode::Store,
+        });
+    }
+
+    /// Receives from `peer` and combines into `dst`; `incoming_left` when the
+    /// peer's data comes from lower ranks than `dst`'s.
+    pub fn recv_reduce(&mut self, peer: u32, dst: Slice, incoming_left: bool) {
+        let mode = if incoming_left {
+            RecvMode::ReduceLeft
+        } else {
+            RecvMode::ReduceRight
+        };
+        self.comm_slot().comm.push(CommOp::Recv { peer, dst, mode });
+    }
+
+    /// Copies `src` to `dst` after the current round's communication.
+    pub fn copy(&mut self, src: Slice, dst: Slice) {
+        if src.len > 0 {
+            self.cur().local.push(LocalOp::Copy { src, dst });
+        }
+    }
+
+    /// Combines `src` into `dst` after the current round's communication.
+    pub fn reduce(&mut self, src: Slice, dst: Slice, src_left: bool) {
+        if src.len > 0 {
+            self.cur()
+                .local
+                .push(LocalOp::Reduce { src, dst, src_left });
+        }
+    }
+
+    /// Number of messages this rank sends (for tests and tracing).
+    pub fn sends(&self) -> usize {
+        self.rounds
+            .iter()
+            .flat_map(|r| &r.comm)
+            .filter(|c| matches!(c, CommOp::Send { .. }))
+            .count()
+    }
+
+    /// Checks every slice against its buffer, so that a faulty algorithm is
+    /// an internal error instead of a panic.
+    pub fn validate(&self) -> Result<()> {
+        let ok = |s: &Slice| {
+            s.buf < self.bufs.len()
+                && s.off
+                    .checked_add(s.len)
+                    .is_some_and(|e| e <= self.bufs[s.buf].len())
+        };
+        for (i, r) in self.rounds.iter().enumerate() {
+            for c in &r.comm {
+                let (s, reduces) = match c {
+                    CommOp::Send { src, .. } => (src, false),
+                    CommOp::Recv { dst, mode, .. } => (dst, *mode != RecvMode::Store),
+                };
+                if !ok(s) || (reduces && self.op.is_none()) {
+                    return Err(CollError::Intern(format!("round {i}: bad step {c:?}")));
+                }
+            }
+            for l in &r.local {
+                let (a, b, reduces) = match l {
+                    LocalOp::Copy { src, dst } => (src, dst, false),
+                    LocalOp::Reduce { src, dst, .. } => (src, dst, true),
+                };
+                if !ok(a) || !ok(b) || a.len != b.len || (reduces && self.op.is_none()) {
+                    return Err(CollError::Intern(format!("round {i}: bad step {l:?}")));
+                }
+                if a.buf == b.buf && a.off < b.off + b.len && b.off < a.off + a.len {
+                    return Err(CollError::Intern(format!("round {i}: overlapping {l:?}")));
+                }
+            }
+        }
+        if let Some(r) = self.result {
+            if r >= self.bufs.len() {
+                return Err(CollError::Intern("result buffer out of range".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Two distinct buffers, one shared and one mutable.
+fn split2(bufs: &mut [Vec<u8>], a: BufId, b: BufId) -> (&[u8], &mut [u8]) {
+    debug_assert_ne!(a, b);
+    if a < b {
+        let (lo, hi) = bufs.split_at_mut(b);
+        (&lo[a], &mut hi[0])
+    } else {
+        let (lo, hi) = bufs.split_at_mut(a);
+        (&hi[0], &mut lo[b])
+    }
+}
+
+struct Pending {
+    h: P2pHandle,
+    recv: Option<(u32, Slice, RecvMode)>,
+}
+
+/// Runs a [`Schedule`] over a transport: the one engine behind blocking and
+/// non-blocking collectives.
+pub struct Exec {
+    sched: Schedule,
+    round: usize,
+    started: bool,
+    pending: Vec<Pending>,
+    tag: i32,
+    peer_map: Option<Arc<[u32]>>,
+    failed: Option<CollError>,
+}
+
+impl Exec {
+    /// Prepares `sched` to run with message tag `tag`. With `peer_map`, the
+    /// schedule's ranks are translated through it before they reach the
+    /// transport (a group view on its parent's context).
+    pub fn new(sched: Schedule, tag: i32, peer_map: Option<Arc<[u32]>>) -> Result<Self> {
+        sched.validate()?;
+        Ok(Exec {
+            sched,
+            round: 0,
+            started: false,
+            pending: Vec::new(),
+            tag,
+            peer_map,
+            failed: None,
+        })
+    }
+
+    fn wire(&self, peer: u32) -> Result<u32> {
+        match &self.peer_map {
+            None => Ok(peer),
+            Some(m) => m
+                .get(peer as usize)
+                .copied()
+                .ok_or_else(|| CollError::Intern(format!("schedule peer {peer} outside the view"))),
+        }
+    }
+
+    /// Whether every round completed.
+    pub fn is_done(&self) -> bool {
+        self.round >= self.sched.rounds.len()
+    }
+
+    /// Advances as far as possible without blocking; `Ok(true)` once complete.
+    /// An error is sticky: later calls return it again.
+    pub fn poll(&mut self, p2p: &dyn P2p, ep: &Endpoint) -> Result<bool> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let r = self.poll_inner(p2p, ep);
+        if let Err(e) = &r {
+            self.failed = Some(e.clone());
+        }
+        r
+    }
+
+    fn poll_inner(&mut self, p2p: &dyn P2p, ep: &Endpoint) -> Result<bool> {
+        while !self.is_done() {
+            if !self.started {
+                self.start_round(p2p, ep)?;
+            }
+            let mut i = 0;
+            while i < self.pending.len() {
+                match p2p.test(self.pending[i].h)? {
+                    None => i += 1,
+                    Some(done) => {
+                        let p = self.pending.swap_remove(i);
+                        self.complete(p, done)?;
+                    }
+                }
+            }
+            if !self.pending.is_empty() {
+                return Ok(false);
+            }
+            self.run_local()?;
+            self.round += 1;
+            self.started = false;
+        }
+        Ok(true)
+    }
+
+    fn start_round(&mut self, p2p: &dyn P2p, ep: &Endpoint) -> Result<()> {
+        self.started = true;
+        let round = &self.sched.rounds[self.round];
+        // Receives first, so that a matching send from the peer finds them posted.
+        for c in &round.comm {
+            if let CommOp::Recv { peer, dst, mode } = c {
+                let h = p2p.irecv(ep, self.wire(*peer)?, self.tag, dst.len)?;
+                self.pending.push(Pending {
+                    h,
+                    recv: Some((*peer, *dst, *mode)),
+                });
+            }
+        }
+        for c in &round.comm {
+            if let CommOp::Send { peer, src } = c {
+                let data = self.sched.bufs[src.buf][src.range()].to_vec();
+                let h = p2p.isend(ep, self.wire(*peer)?, self.tag, data)?;
+                self.pending.push(Pending { h, recv: None });
+            }
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, p: Pending, done: Done) -> Result<()> {
+        let ((peer, dst, mode), mut data) = match (p.recv, done) {
+            (None, Done::Sent) => return Ok(()),
+            (Some(r), Done::Received(data)) => (r, data),
+            _ => {
+                return Err(CollError::Intern(
+                    "transport completed a request as the wrong kind".into(),
+                ))
+            }
+        };
+        if data.len() != dst.len {
+            return Err(CollError::Truncate {
+                peer,
+                got: data.len(),
+                expected: dst.len,
+            });
+        }
+        let target = &mut self.sched.bufs[dst.buf][dst.range()];
+        match mode {
+            RecvMode::Store => target.copy_from_slice(&data),
+            RecvMode::ReduceLeft | RecvMode::ReduceRight => {
+                let dtype = self
+                    .sched
+                    .dtype
+                    .ok_or_else(|| CollError::Intern("reduce without type".into()))?;
+                let op = self
+                    .sched
+                    .op
+                    .as_ref()
+                    .ok_or_else(|| CollError::Intern("reduce without op".into()))?;
+                if mode == RecvMode::ReduceLeft {
+                    op.apply(dtype, &data, target)?;
+                } else {
+                    op.apply(dtype, target, &mut data)?;
+                    target.copy_from_slice(&data);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn run_local(&mut self) -> Result<()> {
+        let round = &self.sched.rounds[self.round];
+        for l in &round.local {
+            match *l {
+                LocalOp::Copy { src, dst } => {
+                    if src.buf == dst.buf {
+                        self.sched.bufs[src.buf].copy_within(src.range(), dst.off);
+                    } else {
+                        let (a, b) = split2(&mut self.sched.bufs, src.buf, dst.buf);
+                        b[dst.range()].copy_from_slice(&a[src.range()]);
+                    }
+                }
+                LocalOp::Reduce { src, dst, src_left } => {
+                    let dtype = self
+                        .sched
+                        .dtype
+                        .ok_or_else(|| CollError::Intern("reduce without type".into()))?;
+                    let op = self
+                        .sched
+                        .op
+                        .as_ref()
+                        .ok_or_else(|| CollError::Intern("reduce without op".into()))?;
+                    if src_left && src.buf != dst.buf {
+                        let (a, b) = split2(&mut self.sched.bufs, src.buf, dst.buf);
+                        op.apply(dtype, &a[src.range()], &mut b[dst.range()])?;
+                    } else {
+                        let mut tmp = self.sched.bufs[src.buf][src.range()].to_vec();
+                        let d = &mut self.sched.bufs[dst.buf][dst.range()];
+                        if src_left {
+                            op.apply(dtype, &tmp, d)?;
+                        } else {
+                            op.apply(dtype, d, &mut tmp)?;
+                            d.copy_from_slice(&tmp);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the result buffer (empty when the schedule has none).
+    pub fn take_result(&mut self) -> Vec<u8> {
+        match self.sched.result {
+            Some(b) => std::mem::take(&mut self.sched.bufs[b]),
+            None => Vec::new(),
+        }
+    }
+}
