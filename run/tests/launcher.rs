@@ -736,3 +736,61 @@ fn pmi_abort_ends_the_job_with_its_code() {
     assert_all_gone(&s.read_pids());
     s.assert_no_session();
 }
+
+const PY_INIT_CLOSE_SLEEP: &str = r#"
+import os, time
+fd = int(os.environ["PMI_FD"])
+os.write(fd, b"cmd=init pmi_version=1 pmi_subversion=1\n")
+os.read(fd, 1024)
+os.close(fd)
+open(os.environ["D"] + "/r." + os.environ["PMI_RANK"], "w").write(str(os.getpid()))
+time.sleep(60)
+"#;
+
+#[test]
+fn closing_pmi_without_finalize_fails_a_running_job() {
+    let Some(py) = python() else {
+        eprintln!("no python3; skipped");
+        return;
+    };
+    let s = Scratch::new("pmiclose");
+    let o = run(&s, &["-n", "2", py, "-c", PY_INIT_CLOSE_SLEEP]);
+    assert_eq!(o.code(), 1, "stderr: {}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("closed its PMI connection without finalizing; terminating the job"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.elapsed < Duration::from_secs(10), "took {:?}", o.elapsed);
+    assert_all_gone(&s.read_pids());
+    s.assert_no_session();
+}
+
+const PY_ABORT_0: &str = r#"
+import os, time
+fd = int(os.environ["PMI_FD"])
+os.write(fd, b"cmd=init pmi_version=1 pmi_subversion=1\n")
+os.read(fd, 1024)
+if os.environ["PMI_RANK"] == "1":
+    os.write(fd, b"cmd=abort exitcode=0 message=bye\n")
+time.sleep(60)
+"#;
+
+#[test]
+fn abort_with_code_0_still_fails_the_job() {
+    let Some(py) = python() else {
+        eprintln!("no python3; skipped");
+        return;
+    };
+    let s = Scratch::new("abort0");
+    let o = run(&s, &["-n", "3", py, "-c", PY_ABORT_0]);
+    assert_eq!(o.code(), 1, "stderr: {}", o.stderr);
+    assert!(
+        o.stderr.contains("rank 1 (pid ") && o.stderr.contains("called abort with code 0: bye"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.elapsed < Duration::from_secs(10), "took {:?}", o.elapsed);
+    s.assert_no_session();
+}
