@@ -794,3 +794,101 @@ fn abort_with_code_0_still_fails_the_job() {
     assert!(o.elapsed < Duration::from_secs(10), "took {:?}", o.elapsed);
     s.assert_no_session();
 }
+
+#[test]
+fn many_ranks_heavy_output_lines_stay_whole() {
+    let s = Scratch::new("heavy");
+    // 16 ranks, each 2000 lines of 200 bytes, on stdout and stderr.
+    let script = r#"
+        pad=$(printf '%0180d' 0)
+        i=0
+        while [ $i -lt 2000 ]; do
+            echo "r$PMI_RANK l$i $pad"
+            i=$((i+1))
+        done
+        echo "r$PMI_RANK done" >&2
+    "#;
+    let o = run(&s, &["-n", "16", "--tag-output", "sh", "-c", script]);
+    assert_eq!(o.code(), 0, "stderr: {}", o.stderr);
+    let pad = "0".repeat(180);
+    let mut next = [0u32; 16];
+    for line in o.stdout.lines() {
+        let (tag, body) = line.split_once(':').expect(line);
+        let r: usize = tag
+            .strip_prefix("[1,")
+            .and_then(|t| t.strip_suffix("]<stdout>"))
+            .expect(line)
+            .parse()
+            .unwrap();
+        assert_eq!(
+            body,
+            format!("r{r} l{} {pad}", next[r]),
+            "line out of order or mixed"
+        );
+        next[r] += 1;
+    }
+    assert_eq!(next, [2000; 16]);
+    for r in 0..16 {
+        assert!(o.stderr.contains(&format!("[1,{r}]<stderr>:r{r} done\n")));
+    }
+    s.assert_no_session();
+}
+
+#[test]
+fn sigtstp_and_sigcont_are_forwarded() {
+    let s = Scratch::new("tstp");
+    let start = Instant::now();
+    let child = tmpirun(
+        &s,
+        &[
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            r#"echo $$ > "$D/r.$PMI_RANK"; exec sleep 60"#,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    let t = Instant::now();
+    while s.read_pids().len() < 2 {
+        assert!(t.elapsed() < Duration::from_secs(20), "ranks did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ranks = s.read_pids();
+    let state = |pid: u32| {
+        let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        st.rsplit_once(')')
+            .map(|(_, r)| r.trim_start().chars().next().unwrap_or('?'))
+            .unwrap_or('?')
+    };
+    let wait_for = |want: char, pids: &[u32]| {
+        let t = Instant::now();
+        while !pids.iter().all(|&p| state(p) == want) {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "states: {:?}, want {want}",
+                pids.iter().map(|&p| state(p)).collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let tmpirun_pid = child.id();
+    let kill = |sig: &str, pid: u32| {
+        assert!(Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success())
+    };
+    kill("-TSTP", tmpirun_pid);
+    wait_for('T', &ranks);
+    wait_for('T', &[tmpirun_pid]);
+    kill("-CONT", tmpirun_pid);
+    wait_for('S', &ranks);
+    kill("-INT", tmpirun_pid);
+    let o = finish(child, start);
+    assert_eq!(o.code(), 130, "stderr: {}", o.stderr);
+    assert_all_gone(&ranks);
+    s.assert_no_session();
+}

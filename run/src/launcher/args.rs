@@ -84,7 +84,8 @@ The job ends when a rank exits non-zero, is killed by a signal, calls abort,
 or exits 0 after initializing PMI without finalizing it; the other ranks get
 SIGTERM, then SIGKILL after the grace period, and tmpirun exits with the
 failing rank's status (128+signal for a signal). SIGINT, SIGTERM and SIGHUP
-are forwarded to the ranks and end the job; SIGUSR1/SIGUSR2 are forwarded.
+are forwarded to the ranks and end the job; SIGUSR1/SIGUSR2, SIGTSTP and
+SIGCONT are forwarded.
 ";
 
 fn text(opt: &str, v: OsString) -> Result<String, ArgError> {

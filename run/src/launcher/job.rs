@@ -40,6 +40,8 @@ const SIGNALS: &[libc::c_int] = &[
     libc::SIGHUP,
     libc::SIGUSR1,
     libc::SIGUSR2,
+    libc::SIGTSTP,
+    libc::SIGCONT,
 ];
 
 #[derive(Debug)]
@@ -502,8 +504,11 @@ impl Job<'_> {
             }
             match (r.status, r.exited_at) {
                 (Some(st), Some(at)) => {
+                    // Once the job is ending, exits are not judged, so
+                    // there is nothing to wait for.
                     let pmi_known = r.disconnected.is_some()
                         || !server_alive
+                        || self.ending.is_some()
                         || now.duration_since(at) >= SETTLE;
                     if !pmi_known {
                         continue;
@@ -614,7 +619,14 @@ impl Job<'_> {
     fn on_signal(&mut self, sig: libc::c_int) {
         match sig {
             libc::SIGCHLD => {}
-            libc::SIGUSR1 | libc::SIGUSR2 => {
+            libc::SIGTSTP => {
+                // Stop the ranks, then ourselves (as the default action
+                // would); SIGCONT resumes us and is forwarded below.
+                tracing::info!(target: "tmpirun", "stopping the job");
+                self.signal_all(libc::SIGTSTP);
+                sys::stop_self();
+            }
+            libc::SIGUSR1 | libc::SIGUSR2 | libc::SIGCONT => {
                 tracing::info!(target: "tmpirun", "forwarding {}", sys::signal_name(sig));
                 self.signal_all(sig);
             }

@@ -42,6 +42,8 @@
 //! * **Signals**: SIGINT, SIGTERM and SIGHUP received by `tmpirun` are
 //!   forwarded to every rank's process group and end the job with 128+N; a
 //!   second one sends SIGKILL at once. SIGUSR1/SIGUSR2 are only forwarded.
+//!   SIGTSTP (Ctrl-Z) is forwarded and then stops `tmpirun` itself;
+//!   SIGCONT is forwarded (a `--timeout` keeps counting while stopped).
 //!
 //! To tell an exit-0-without-finalize from a late `finalize` event, the
 //! launcher waits (at most [`SETTLE`]) for the rank's PMI connection to close

@@ -169,6 +169,14 @@ pub fn kill_group(pgid: u32, sig: libc::c_int) -> io::Result<()> {
     }
 }
 
+/// Stops this process with SIGSTOP (until a SIGCONT).
+pub fn stop_self() {
+    // SAFETY: kill(2) on our own pid; no memory involved.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGSTOP);
+    }
+}
+
 /// Sets `O_NONBLOCK` on `fd`.
 pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl on a descriptor the caller owns; no memory involved.
@@ -382,6 +390,10 @@ pub fn signal_name(sig: i32) -> String {
         libc::SIGPIPE => "SIGPIPE",
         libc::SIGALRM => "SIGALRM",
         libc::SIGTERM => "SIGTERM",
+        libc::SIGCHLD => "SIGCHLD",
+        libc::SIGCONT => "SIGCONT",
+        libc::SIGSTOP => "SIGSTOP",
+        libc::SIGTSTP => "SIGTSTP",
         libc::SIGXCPU => "SIGXCPU",
         libc::SIGXFSZ => "SIGXFSZ",
         libc::SIGSYS => "SIGSYS",
