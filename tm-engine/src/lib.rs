@@ -6,6 +6,25 @@
 //! [`Engine::post_recv`], [`Engine::arrive`], [`Engine::probe`] / [`Engine::mprobe`], and
 //! [`Engine::cancel`].
 //!
+//! ```
+//! use tmpi_tm_engine::{ArriveOutcome, Engine, Envelope, PostOutcome, RecvSpec};
+//!
+//! // Receive handles and payload handles are the caller's (here: request and fragment ids).
+//! let mut engine: Engine<u32, u64> = Engine::new();
+//! let spec = RecvSpec::from_mpi(/* context */ 4, /* MPI_ANY_SOURCE */ -1, /* tag */ 7)?;
+//! let PostOutcome::Posted { key, .. } = engine.post_recv(spec, /* request */ 1)? else {
+//!     unreachable!("nothing has arrived yet")
+//! };
+//! // A message from rank 3 arrives and completes request 1.
+//! match engine.arrive(Envelope::new(4, 3, 7), /* fragment */ 99)? {
+//!     ArriveOutcome::Matched { recv, .. } => assert_eq!(recv, 1),
+//!     ArriveOutcome::Unexpected => unreachable!(),
+//! }
+//! // The receive is gone: cancelling it now reports so.
+//! assert!(matches!(engine.cancel(key), tmpi_tm_engine::CancelOutcome::NotFound));
+//! # Ok::<(), tmpi_tm_engine::EngineError>(())
+//! ```
+//!
 //! ## Matching rules (MPI 4.0 §3.5, "Semantics of point-to-point communication")
 //! 1. A receive spec `(context, source | ANY_SOURCE, tag | ANY_TAG)` matches an envelope
 //!    `(context, source, tag)` when the contexts are equal, the source is equal or the spec says
