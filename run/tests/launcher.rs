@@ -892,3 +892,44 @@ fn sigtstp_and_sigcont_are_forwarded() {
     assert_all_gone(&ranks);
     s.assert_no_session();
 }
+
+/// CPU time (user + system, in clock ticks) used so far by `pid`.
+fn cpu_ticks(pid: u32) -> u64 {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = st.rsplit_once(')').unwrap().1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields after the command: state is [0], utime [11], stime [12].
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn launcher_does_not_spin_while_waiting() {
+    let s = Scratch::new("spin");
+    // After the timeout the ranks ignore SIGTERM for the 2 s grace period;
+    // then a finalized PMI rank that keeps running: neither may make
+    // tmpirun busy-wait.
+    let start = Instant::now();
+    let child = tmpirun(
+        &s,
+        &[
+            "-n",
+            "2",
+            "--timeout",
+            "0.3",
+            "--kill-grace",
+            "2",
+            "sh",
+            "-c",
+            "trap '' TERM; while :; do sleep 0.1; done",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1800));
+    let ticks = cpu_ticks(child.id());
+    let o = finish(child, start);
+    assert_eq!(o.code(), 124, "stderr: {}", o.stderr);
+    // 1.8 s of wall time; a busy loop would use well over 100 ticks.
+    assert!(ticks < 40, "tmpirun used {ticks} ticks while waiting");
+    s.assert_no_session();
+}

@@ -208,6 +208,11 @@ pub(super) fn run(cfg: &LaunchConfig) -> Result<JobOutcome, LaunchError> {
     };
     job.spawn_all(&server_cfg, child_ends, session.dir(), &job_id);
     let result = job.event_loop(&wake, &ev_rx);
+    if let Err(e) = &result {
+        // Nothing may outlive a launcher that lost track of its job.
+        eprint_line(&format!("internal error ({e}); killing the job"));
+        job.signal_all(libc::SIGKILL);
+    }
 
     handle.shutdown();
     let _ = fwd.join();
@@ -551,7 +556,7 @@ impl Job<'_> {
     fn next_wakeup(&self) -> Instant {
         let now = Instant::now();
         let mut t = now + RESCAN;
-        if let Some(d) = self.deadline {
+        if let (Some(d), None) = (self.deadline, &self.ending) {
             t = t.min(d);
         }
         if let Some(e) = &self.ending {
@@ -564,7 +569,11 @@ impl Job<'_> {
                 if let Some(at) = r.exited_at {
                     t = t.min(at + SETTLE);
                 }
-                if let Some(at) = r.disconnected_at {
+                // Only a running rank that closed PMI without finalize is
+                // judged later (see `settle`).
+                if let (Some((false, true)), Some(at), true, None) =
+                    (r.disconnected, r.disconnected_at, r.running(), &self.ending)
+                {
                     t = t.min(at + SETTLE);
                 }
             }
@@ -576,7 +585,8 @@ impl Job<'_> {
     }
 
     fn read_pipe(&mut self, i: usize, buf: &mut [u8]) {
-        loop {
+        // Bounded, so that one chatty rank cannot starve the others.
+        for _ in 0..16 {
             let p = &mut self.pipes[i];
             match p.read(buf) {
                 Ok(0) => {
