@@ -1,0 +1,38 @@
+//! tmpi-btl-openib: the byte-transfer layer over RDMA verbs (InfiniBand,
+//! RoCE including rxe, and the soft NIC `tmsoft0`), with hardware tag
+//! matching offload when the device has it.
+//!
+//! - [`component`]: the component (disqualifies itself when libibverbs or an
+//!   active port is missing), module selection (`btl_openib_if_include` /
+//!   `_if_exclude`), modex wire-up.
+//! - [`Module`]: one per active port: SRQ (or TM-SRQ) of untagged buffers,
+//!   one RC QP per peer, eager / rendezvous / FIN / generic fragments, RDMA
+//!   read, progress into [`Event`]s.
+//! - [`TmOffload`]: the offload interface for the pml and the split matcher
+//!   (TAG_ADD/DEL/SYNC and the TM completions).
+//! - [`tag`]: the 64-bit tag layout (context | source | tag) and masks.
+//! - [`rcache`]: the bounded registration cache.
+//! - [`addr`]: the modex value layout.
+//!
+//! Logging goes through `tracing` with target `btl_openib`. Design notes and
+//! limits: `docs/btl-openib.md`.
+
+pub mod addr;
+mod buf;
+pub mod component;
+pub mod config;
+pub mod error;
+pub mod module;
+pub mod rcache;
+pub mod tag;
+pub mod tm;
+
+pub use buf::{FragKind, RecvFrag};
+pub use component::{init, open_modules, probe, register, wire_up, Btl, COMPONENT};
+pub use config::OpenibConfig;
+pub use error::{OpenibError, Result};
+pub use module::{
+    Event, Module, ModuleStats, Op, TmEvent, FIN_ERROR_LEN, MAX_RECV_ID, MAX_RNDV_LEN,
+};
+pub use rcache::{Reg, RegCache};
+pub use tm::{TmHandle, TmOffload};

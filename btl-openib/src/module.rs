@@ -1,0 +1,1521 @@
+//! One btl-openib module: one active port of one RDMA device.
+//!
+//! # Resources
+//! - one PD, one extended CQ (sends, RDMA reads, receives and — with tag
+//!   matching — every TM completion), one SRQ: a TM-SRQ when tag matching is
+//!   on, a basic SRQ otherwise;
+//! - one RC QP per peer rank, attached to the SRQ (so the eager messages and
+//!   RTS of one peer arrive through one ordered path, DESIGN.md §3
+//!   invariant 8);
+//! - a slab of untagged receive buffers (`srq_max` slots of
+//!   `eager_limit + 32` bytes; `srq_size` posted at start, the posted count
+//!   doubles up to `srq_max` whenever fewer than a quarter remain posted
+//!   after a progress call), and a slab of `send_queue` send bounce buffers;
+//! - a [`RegCache`] for user buffers (rendezvous sends, RDMA read targets,
+//!   tagged receive buffers).
+//!
+//! # Flow control
+//! Every untagged buffer is reposted as soon as the message in it was
+//! consumed (the [`RecvFrag`] dropped), and the pool grows under load, so a
+//! sender finds a buffer; RNR retries (`btl_openib_rnr_retry`, infinite by
+//! default) are the last resort when a receiver stops polling. Sends are
+//! bounded by `send_queue` outstanding signalled work requests per module
+//! (which also bounds the CQ): beyond, a send returns
+//! [`OpenibError::Busy`] and the caller retries after progress. The CQ is
+//! sized for `srq_max + send_queue + 2·tags + ops` completions, more than
+//! can be outstanding at once, so it cannot overrun.
+//!
+//! # Messages (TMH/RVH layouts in `tmpi_verbs::wire`)
+//! - eager: `TMH(EAGER, app_ctx, tag) | payload`, one RC send;
+//! - rendezvous request (RTS): `TMH(RNDV) | RVH(va, rkey, len) | inline`;
+//!   the sender keeps the region registered (pinned in the cache) until the
+//!   FIN arrives;
+//! - FIN: `TMH(FIN) | RVH` of the request, sent by the receiver's NIC (TM
+//!   match) or by [`Module::send_fin`] (software match). A FIN whose RVH
+//!   length is [`FIN_ERROR_LEN`] reports that the receiver failed to read:
+//!   the send fails instead of waiting forever;
+//! - generic fragment: `TMH(NO_TAG) | bytes` (the pml's own headers), never
+//!   matched by a NIC.
+//!
+//! # wr_id encoding
+//! The top 8 bits say what a completion belongs to (`K_*`), the low 56 bits
+//! a slot, a table key or the caller's receive id (which must therefore be
+//! below 2^56).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tmpi_verbs::wire::{Rvh, TagHeader, Tmh, TmhOpcode, RVH_LEN, TMH_LEN};
+use tmpi_verbs::{
+    AccessFlags, CompletionQueue, Context, CqInitAttr, Destination, Gid, GidType, LinkLayer,
+    MemoryRegion, Mtu, OpsWr, PortAttr, PortState, ProtectionDomain, Provider, QpCap, QpInitAttr,
+    QpInitTransition, QpRtrTransition, QpRtsTransition, QueuePair, RecvWr, SendFlags, SendOpcode,
+    SendWr, SharedReceiveQueue, SrqAttr, SrqTmAttr, TmCaps, TmInfo, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion,
+};
+
+use crate::addr::ModuleAddr;
+use crate::buf::{parse_fin, parse_header, RecvFrag, Slab};
+use crate::config::OpenibConfig;
+use crate::error::{OpenibError, Result};
+use crate::rcache::{RcacheStats, Reg, RegCache};
+
+/// RVH length of a FIN that reports a failed rendezvous read.
+pub const FIN_ERROR_LEN: u32 = u32::MAX;
+/// Largest rendezvous message (the RVH length is 32 bits; `u32::MAX` is
+/// reserved for [`FIN_ERROR_LEN`]).
+pub const MAX_RNDV_LEN: usize = (u32::MAX - 1) as usize;
+/// Largest receive id of [`crate::TmOffload::tm_post_recv`].
+pub const MAX_RECV_ID: u64 = (1 << 56) - 1;
+
+const K_RECV: u64 = 1;
+const K_SEND: u64 = 2;
+const K_GET: u64 = 3;
+const K_TM_ADD: u64 = 4;
+const K_TM_DEL: u64 = 5;
+const K_TM_SYNC: u64 = 6;
+const K_TAGGED: u64 = 7;
+const LOW: u64 = MAX_RECV_ID;
+
+fn wr(kind: u64, low: u64) -> u64 {
+    (kind << 56) | (low & LOW)
+}
+
+/// Which operation an [`Event::Failed`] concerns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// An eager send, generic fragment or FIN.
+    Send,
+    /// A rendezvous send (RTS delivery, or the receiver's read).
+    Rndv,
+    /// An RDMA read issued by [`Module::get`].
+    Get,
+    /// A tagged receive buffer posted with TAG_ADD.
+    TaggedRecv,
+}
+
+/// Tag-matching completions (the offload interface's events).
+#[derive(Debug)]
+pub enum TmEvent {
+    /// A TAG_ADD executed; `sync_req`: the NIC's and software's unexpected
+    /// counts differ — match the unexpected messages already delivered, then
+    /// call [`crate::TmOffload::tm_sync`].
+    Added {
+        /// The receive.
+        recv_id: u64,
+        /// `IBV_WC_TM_SYNC_REQ`.
+        sync_req: bool,
+    },
+    /// A message matched the tagged buffer. `complete`: eager data is in
+    /// place (the receive is done); otherwise a rendezvous is in progress and
+    /// [`TmEvent::RndvDone`] follows.
+    Matched {
+        /// The receive.
+        recv_id: u64,
+        /// Sender's world rank.
+        peer: u32,
+        /// The message's TMH tag.
+        tag: u64,
+        /// The message's app_ctx.
+        app_ctx: u32,
+        /// Bytes in the buffer (eager: payload length).
+        byte_len: u32,
+        /// Data valid with the match.
+        complete: bool,
+    },
+    /// The NIC finished the rendezvous read into the tagged buffer and sent
+    /// the FIN: the receive is done.
+    RndvDone {
+        /// The receive.
+        recv_id: u64,
+        /// Bytes read.
+        byte_len: u32,
+    },
+    /// The tagged buffer was smaller than the rendezvous: the tag was
+    /// consumed, software must finish (e.g. report truncation, or
+    /// [`Module::get`] part of it, then [`Module::send_fin`]).
+    RndvIncomplete {
+        /// The receive.
+        recv_id: u64,
+        /// Sender's world rank.
+        peer: u32,
+        /// The request's TMH.
+        tmh: Tmh,
+        /// The request's RVH (read back from the buffer).
+        rvh: Option<Rvh>,
+    },
+    /// A TAG_DEL removed the buffer: it is the caller's again.
+    Deleted {
+        /// The receive.
+        recv_id: u64,
+    },
+    /// A TAG_DEL lost the race (`IBV_WC_TM_ERR`): the buffer was matched;
+    /// its match completion settles the receive.
+    DelConsumed {
+        /// The receive.
+        recv_id: u64,
+    },
+    /// A TAG_SYNC executed.
+    Synced,
+}
+
+/// What [`Module::progress`] reports.
+#[derive(Debug)]
+pub enum Event {
+    /// An untagged message (see [`RecvFrag`]).
+    Recv(RecvFrag),
+    /// A rendezvous send finished: its FIN arrived and the buffer was
+    /// released.
+    RndvDone {
+        /// The caller's id of the send.
+        id: u64,
+        /// The peer.
+        peer: u32,
+    },
+    /// An RDMA read of [`Module::get`] finished.
+    GetDone {
+        /// The caller's id.
+        id: u64,
+        /// The peer.
+        peer: u32,
+    },
+    /// An operation failed; `error` says why (also logged).
+    Failed {
+        /// The caller's id (receive id for [`Op::TaggedRecv`]).
+        id: u64,
+        /// The peer (`u32::MAX` when unknown).
+        peer: u32,
+        /// The operation.
+        op: Op,
+        /// Why.
+        error: OpenibError,
+    },
+    /// A tag-matching completion.
+    Tm(TmEvent),
+}
+
+/// Counters of a module.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModuleStats {
+    /// Untagged buffers currently posted.
+    pub recv_posted: u32,
+    /// Current posting target (grows up to `srq_max`).
+    pub recv_target: u32,
+    /// Times the posted pool was grown.
+    pub recv_grows: u32,
+    /// Untagged messages received.
+    pub recv_msgs: u64,
+    /// Unexpected (unmatched tagged) messages counted for TM sync.
+    pub unexpected: u32,
+    /// Signalled send work requests outstanding.
+    pub send_outstanding: u32,
+    /// Registration cache.
+    pub rcache: RcacheStats,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PeerState {
+    Init,
+    Connected,
+    Failed,
+}
+
+struct Peer<P: Provider> {
+    qp: P::Qp,
+    state: PeerState,
+    /// Peer's TM `max_rndv_hdr_size` (0 = software matching there).
+    rndv_hdr: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum SendWhat {
+    Eager,
+    Frag,
+    Fin,
+    Rts,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SendSlot {
+    id: u64,
+    peer: u32,
+    what: SendWhat,
+}
+
+type RndvKey = (u32, u64, u32);
+
+struct RndvSend<P: Provider> {
+    id: u64,
+    _reg: Reg<P>,
+}
+
+struct GetOp<P: Provider> {
+    id: u64,
+    peer: u32,
+    chunks_left: u32,
+    failed: Option<WcStatus>,
+    _reg: Reg<P>,
+}
+
+struct Tagged<P: Provider> {
+    reg: Reg<P>,
+    /// Set by the MATCH completion: (peer, info).
+    matched: Option<(u32, TmInfo)>,
+}
+
+/// One port of one device, generic over the verbs provider.
+pub struct Module<P: Provider> {
+    // Field order = drop order: QPs first, then the SRQ, buffers, CQ, PD.
+    peers: Vec<Option<Peer<P>>>,
+    srq: P::Srq,
+    recv_mr: P::Mr,
+    send_mr: P::Mr,
+    rcache: RegCache<P>,
+    rndv: HashMap<RndvKey, RndvSend<P>>,
+    gets: HashMap<u64, GetOp<P>>,
+    tagged: HashMap<u64, Tagged<P>>,
+    cq: P::Cq,
+    pd: P::Pd,
+    ctx: P::Context,
+    recv_slab: Arc<Slab>,
+    send_slab: Arc<Slab>,
+    recv_free: Vec<u32>,
+    send_free: Vec<u32>,
+    send_slots: Vec<Option<SendSlot>>,
+    qp_rank: HashMap<u32, u32>,
+    cfg: OpenibConfig,
+    device: String,
+    port: u8,
+    port_attr: PortAttr,
+    gid: Gid,
+    gid_index: u8,
+    psn: u32,
+    me: u32,
+    rd_atom: u8,
+    max_chunk: u64,
+    tm: Option<TmCaps>,
+    tm_ops_out: u32,
+    tm_max_ops: u32,
+    sw_unexpected: u32,
+    next_get: u64,
+    stats: ModuleStats,
+    wcs: Vec<WorkCompletion>,
+    returned: Vec<u32>,
+}
+
+/// Chooses the GID of a port: the configured index, else on Ethernet a
+/// RoCE v2 entry, IPv4-mapped (`::ffff:a.b.c.d`) preferred, else any RoCE v2
+/// entry, else the first entry; on InfiniBand index 0.
+pub fn choose_gid(
+    table: &[tmpi_verbs::GidEntry],
+    port: u8,
+    link: LinkLayer,
+    forced: Option<u32>,
+) -> Result<(Gid, u8)> {
+    let mine: Vec<_> = table.iter().filter(|e| e.port == port).collect();
+    if let Some(ix) = forced {
+        return mine
+            .iter()
+            .find(|e| e.index == ix)
+            .map(|e| (e.gid, e.index as u8))
+            .ok_or_else(|| {
+                OpenibError::Config(format!(
+                    "btl_openib_gid_index={ix}: port {port} has no valid GID at that index"
+                ))
+            });
+    }
+    if link != LinkLayer::Ethernet {
+        return Ok(mine
+            .iter()
+            .find(|e| e.index == 0)
+            .map(|e| (e.gid, 0))
+            .unwrap_or_default());
+    }
+    let v4 = |g: &Gid| g.0[..10] == [0; 10] && g.0[10..12] == [0xff, 0xff];
+    let pick = mine
+        .iter()
+        .filter(|e| e.gid_type == GidType::RoceV2 && index_ok(e.index))
+        .max_by_key(|e| (v4(&e.gid), std::cmp::Reverse(e.index)))
+        .or_else(|| mine.iter().find(|e| index_ok(e.index)));
+    pick.map(|e| (e.gid, e.index as u8)).ok_or_else(|| {
+        OpenibError::Unavailable(format!("port {port} has no usable GID (RoCE needs one)"))
+    })
+}
+
+fn index_ok(i: u32) -> bool {
+    i <= u32::from(u8::MAX)
+}
+
+fn rd_atom(v: u32) -> u8 {
+    v.clamp(1, 16) as u8
+}
+
+impl<P: Provider> Module<P> {
+    /// Opens `device:port` for a job of `size` ranks in which this process
+    /// is `me`: creates the resources and one QP (in INIT) per other rank.
+    /// An inactive port, or a RoCE port without GID, is
+    /// [`OpenibError::Unavailable`].
+    pub fn open(
+        provider: &P,
+        device: &str,
+        port: u8,
+        cfg: &OpenibConfig,
+        me: u32,
+        size: u32,
+    ) -> Result<Self> {
+        cfg.validate()?;
+        if me >= size {
+            return Err(OpenibError::InvalidArgument(format!(
+                "rank {me} in a job of {size}"
+            )));
+        }
+        let ctx = provider.open(device)?;
+        let dattr = ctx.query_device_ex()?;
+        let port_attr = ctx.query_port(port)?;
+        if port_attr.state != PortState::Active {
+            return Err(OpenibError::Unavailable(format!(
+                "{device}:{port} is not active ({:?})",
+                port_attr.state
+            )));
+        }
+        let (gid, gid_index) = choose_gid(
+            &ctx.query_gid_table()?,
+            port,
+            port_attr.link_layer,
+            cfg.gid_index,
+        )?;
+        let caps = dattr.tm_caps;
+        let want_tm = match cfg.tm_enable {
+            tmpi_base::mca::Tristate::Auto => caps.supported(),
+            tmpi_base::mca::Tristate::On => {
+                if !caps.supported() {
+                    tracing::warn!(target: "btl_openib",
+                        "btl_openib_tm_enable=1 but {device} has no hardware tag matching (max_num_tags={}); falling back to software matching",
+                        caps.max_num_tags);
+                }
+                caps.supported()
+            }
+            tmpi_base::mca::Tristate::Off => false,
+        };
+        let pd = ctx.alloc_pd()?;
+        let tm_tags = cfg.tm_max_tags.min(caps.max_num_tags);
+        let tm_ops = caps.max_ops.max(1);
+        let npeers = size.saturating_sub(1);
+        let cqe =
+            cfg.srq_max + cfg.send_queue + if want_tm { 2 * tm_tags + tm_ops } else { 0 } + 64;
+        let cqe = cqe.min(dattr.max_cqe.max(1));
+        let mut cq = ctx.create_cq_ex(&CqInitAttr {
+            cqe,
+            with_tm_info: want_tm,
+        });
+        let mut tm = want_tm;
+        if want_tm && cq.as_ref().is_err_and(|e| e.is_unsupported()) {
+            tracing::warn!(target: "btl_openib", "{device}: CQ with TM info unsupported; software matching");
+            tm = false;
+            cq = ctx.create_cq_ex(&CqInitAttr {
+                cqe,
+                with_tm_info: false,
+            });
+        }
+        let cq = cq?;
+        let srq_max = cfg.srq_max.min(dattr.max_srq_wr.max(16));
+        let mut srq = None;
+        if tm {
+            match pd.create_srq_ex(
+                &SrqAttr {
+                    max_wr: srq_max,
+                    max_sge: 1,
+                    tm: Some(SrqTmAttr {
+                        max_num_tags: tm_tags,
+                        max_ops: tm_ops,
+                    }),
+                },
+                Some(&cq),
+            ) {
+                Ok(s) => srq = Some(s),
+                Err(e) => {
+                    tracing::warn!(target: "btl_openib", "{device}: creating the TM-SRQ failed ({e}); software matching");
+                    tm = false;
+                }
+            }
+        }
+        let srq = match srq {
+            Some(s) => s,
+            None => pd.create_srq_ex(
+                &SrqAttr {
+                    max_wr: srq_max,
+                    max_sge: 1,
+                    tm: None,
+                },
+                None,
+            )?,
+        };
+        let slot = cfg.eager_limit + TMH_LEN + RVH_LEN;
+        let recv_slab = Slab::new(slot, srq_max)?;
+        // SAFETY: the slab lives at least as long as the region (the module
+        // holds an `Arc` and drops `recv_mr` first, see the field order).
+        let recv_mr = unsafe {
+            pd.reg_mr(
+                recv_slab.base(),
+                recv_slab.bytes(),
+                AccessFlags::LOCAL_WRITE,
+            )
+        }?;
+        let send_slab = Slab::new(slot, cfg.send_queue)?;
+        // SAFETY: as above.
+        let send_mr =
+            unsafe { pd.reg_mr(send_slab.base(), send_slab.bytes(), AccessFlags::empty()) }?;
+        let rd = rd_atom(dattr.max_qp_rd_atom);
+        let mut peers = Vec::with_capacity(size as usize);
+        let mut qp_rank = HashMap::new();
+        for r in 0..size {
+            if r == me {
+                peers.push(None);
+                continue;
+            }
+            let qp = pd.create_qp(&QpInitAttr {
+                send_cq: &cq,
+                recv_cq: &cq,
+                srq: Some(&srq),
+                cap: QpCap {
+                    max_send_wr: cfg.send_queue.min(dattr.max_qp_wr.max(1)),
+                    max_recv_wr: 1,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+            })?;
+            qp.modify_to_init(&QpInitTransition {
+                port,
+                pkey_index: 0,
+                access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+            })?;
+            qp_rank.insert(qp.qp_num(), r);
+            peers.push(Some(Peer {
+                qp,
+                state: PeerState::Init,
+                rndv_hdr: 0,
+            }));
+        }
+        let psn = initial_psn(me);
+        let max_chunk = u64::from(port_attr.max_msg_sz.max(4096)).min(1 << 30);
+        let mut m = Module {
+            peers,
+            srq,
+            recv_mr,
+            send_mr,
+            rcache: RegCache::new(cfg.rcache_max_entries, cfg.rcache_max_bytes),
+            rndv: HashMap::new(),
+            gets: HashMap::new(),
+            tagged: HashMap::new(),
+            cq,
+            pd,
+            ctx,
+            recv_free: (0..srq_max).rev().collect(),
+            send_free: (0..cfg.send_queue).rev().collect(),
+            send_slots: vec![None; cfg.send_queue as usize],
+            recv_slab,
+            send_slab,
+            qp_rank,
+            cfg: OpenibConfig {
+                srq_max,
+                ..cfg.clone()
+            },
+            device: device.to_owned(),
+            port,
+            port_attr,
+            gid,
+            gid_index,
+            psn,
+            me,
+            rd_atom: rd,
+            max_chunk,
+            tm: tm.then_some(caps),
+            tm_ops_out: 0,
+            tm_max_ops: tm_ops,
+            sw_unexpected: 0,
+            next_get: 0,
+            stats: ModuleStats {
+                recv_target: cfg.srq_size.min(srq_max),
+                ..Default::default()
+            },
+            wcs: vec![WorkCompletion::default(); 64],
+            returned: Vec::new(),
+        };
+        m.replenish()?;
+        tracing::info!(target: "btl_openib",
+            "module {device}:{port}: {:?} link, MTU {}, GID index {gid_index}, tag matching {}, {npeers} peers",
+            port_attr.link_layer, port_attr.active_mtu.bytes(),
+            if tm { "offloaded" } else { "in software" });
+        Ok(m)
+    }
+
+    /// The address to publish in the modex.
+    pub fn address(&self) -> ModuleAddr {
+        ModuleAddr {
+            device: self.device.clone(),
+            port: self.port,
+            link: self.port_attr.link_layer,
+            mtu: self.port_attr.active_mtu,
+            lid: self.port_attr.lid,
+            gid: self.gid,
+            psn: self.psn,
+            tm_rndv_hdr: self.tm.map_or(0, |c| c.max_rndv_hdr_size),
+            qpns: self
+                .peers
+                .iter()
+                .map(|p| p.as_ref().map_or(0, |p| p.qp.qp_num()))
+                .collect(),
+        }
+    }
+
+    /// Connects the QP of `rank` to the peer module `remote` (its QP for
+    /// our rank). Fails with [`OpenibError::Unreachable`] when the link
+    /// layers differ or the peer has no QP for us.
+    pub fn connect(&mut self, rank: u32, remote: &ModuleAddr) -> Result<()> {
+        let me = self.me;
+        let local_link = self.port_attr.link_layer;
+        let eth = local_link == LinkLayer::Ethernet;
+        if (remote.link == LinkLayer::Ethernet) != eth {
+            return Err(OpenibError::Unreachable(rank));
+        }
+        let dest_qp = remote.qpns.get(me as usize).copied().unwrap_or(0);
+        let Some(Some(peer)) = self.peers.get_mut(rank as usize) else {
+            return Err(OpenibError::Unreachable(rank));
+        };
+        if dest_qp == 0 {
+            return Err(OpenibError::Unreachable(rank));
+        }
+        let dest = if eth {
+            Destination::Gid {
+                dgid: remote.gid,
+                sgid_index: self.gid_index,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            }
+        } else {
+            Destination::Lid(remote.lid)
+        };
+        let mtu: Mtu = self.port_attr.active_mtu.min(remote.mtu);
+        peer.qp.modify_to_rtr(&QpRtrTransition {
+            dest_qp_num: dest_qp,
+            dest,
+            sl: 0,
+            port: self.port,
+            path_mtu: mtu,
+            rq_psn: remote.psn,
+            max_dest_rd_atomic: self.rd_atom,
+            min_rnr_timer: 12,
+        })?;
+        peer.qp.modify_to_rts(&QpRtsTransition {
+            sq_psn: self.psn,
+            timeout: self.cfg.timeout,
+            retry_cnt: self.cfg.retry_count,
+            rnr_retry: self.cfg.rnr_retry,
+            max_rd_atomic: self.rd_atom,
+        })?;
+        peer.state = PeerState::Connected;
+        peer.rndv_hdr = remote.tm_rndv_hdr;
+        tracing::debug!(target: "btl_openib", rank, qpn = peer.qp.qp_num(), dest_qp, ?mtu, "connected");
+        Ok(())
+    }
+
+    /// Whether `rank` is connected (and not failed).
+    pub fn reachable(&self, rank: u32) -> bool {
+        matches!(self.peers.get(rank as usize), Some(Some(p)) if p.state == PeerState::Connected)
+    }
+
+    /// Device name.
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+    /// Port number.
+    pub fn port(&self) -> u8 {
+        self.port
+    }
+    /// Largest eager payload.
+    pub fn eager_limit(&self) -> usize {
+        self.cfg.eager_limit
+    }
+    /// Largest generic fragment (`hdr + data` of [`Module::send_frag`]).
+    pub fn max_frag(&self) -> usize {
+        self.send_slab.slot_size().min(self.recv_slab.slot_size()) - TMH_LEN
+    }
+    /// Largest inline data of an RTS to `rank` (bounded by the peer's
+    /// `max_rndv_hdr_size` when it offloads tag matching, so its NIC can
+    /// match the request).
+    pub fn max_rts_inline(&self, rank: u32) -> usize {
+        match self.peers.get(rank as usize) {
+            Some(Some(p)) if p.rndv_hdr > 0 => {
+                (p.rndv_hdr as usize).saturating_sub(TMH_LEN + RVH_LEN)
+            }
+            _ => self.cfg.eager_limit,
+        }
+    }
+    /// The tag-matching capabilities in use (`None` = software matching).
+    pub fn tm_caps(&self) -> Option<TmCaps> {
+        self.tm
+    }
+    /// Counters.
+    pub fn stats(&self) -> ModuleStats {
+        ModuleStats {
+            unexpected: self.sw_unexpected,
+            rcache: self.rcache.stats(),
+            ..self.stats
+        }
+    }
+    /// The device context (e.g. to query it).
+    pub fn context(&self) -> &P::Context {
+        &self.ctx
+    }
+
+    fn peer(&self, rank: u32) -> Result<&Peer<P>> {
+        match self.peers.get(rank as usize) {
+            Some(Some(p)) => match p.state {
+                PeerState::Connected => Ok(p),
+                PeerState::Failed => Err(OpenibError::PeerFailed(rank)),
+                PeerState::Init => Err(OpenibError::Unreachable(rank)),
+            },
+            _ => Err(OpenibError::Unreachable(rank)),
+        }
+    }
+
+    /// Copies `parts` into a send buffer and posts it to `rank`.
+    fn post_copy(&mut self, rank: u32, parts: &[&[u8]], slot_info: SendSlot) -> Result<()> {
+        self.peer(rank)?;
+        if self.stats.send_outstanding >= self.cfg.send_queue {
+            return Err(OpenibError::Busy);
+        }
+        let Some(slot) = self.send_free.pop() else {
+            return Err(OpenibError::Busy);
+        };
+        let len = match self.send_slab.fill(slot, parts) {
+            Ok(l) => l,
+            Err(e) => {
+                self.send_free.push(slot);
+                return Err(e);
+            }
+        };
+        let sge = [tmpi_verbs::Sge {
+            addr: self.send_slab.slot_addr(slot),
+            length: len as u32,
+            lkey: self.send_mr.lkey(),
+        }];
+        let qp = &self.peer(rank)?.qp;
+        // SAFETY: the SGE lies in `send_mr`, registered on this PD; the slot
+        // is owned by this send until its completion returns it to
+        // `send_free` (nothing writes it meanwhile).
+        let r = unsafe {
+            qp.post_send(&SendWr {
+                wr_id: wr(K_SEND, u64::from(slot)),
+                sg_list: &sge,
+                opcode: SendOpcode::Send,
+                flags: SendFlags::SIGNALED,
+            })
+        };
+        match r {
+            Ok(()) => {
+                self.send_slots[slot as usize] = Some(slot_info);
+                self.stats.send_outstanding += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.send_free.push(slot);
+                if e.is_full() {
+                    Err(OpenibError::Busy)
+                } else {
+                    Err(e.into())
+                }
+            }
+        }
+    }
+
+    /// Sends an eager message `TMH(EAGER, app_ctx, tag) | data` (copied
+    /// before returning). `id` names the send in a later
+    /// [`Event::Failed`]. [`OpenibError::Busy`]: retry after progress.
+    pub fn send_eager(
+        &mut self,
+        rank: u32,
+        tag: u64,
+        app_ctx: u32,
+        data: &[u8],
+        id: u64,
+    ) -> Result<()> {
+        if data.len() > self.cfg.eager_limit {
+            return Err(OpenibError::TooLarge {
+                len: data.len(),
+                limit: self.cfg.eager_limit,
+            });
+        }
+        let tmh = Tmh {
+            opcode: TmhOpcode::Eager,
+            app_ctx,
+            tag,
+        }
+        .to_bytes();
+        self.post_copy(
+            rank,
+            &[&tmh, data],
+            SendSlot {
+                id,
+                peer: rank,
+                what: SendWhat::Eager,
+            },
+        )
+    }
+
+    /// Sends a generic fragment `TMH(NO_TAG) | hdr | data` (copied before
+    /// returning): the pml's own protocol traffic, never matched by a NIC.
+    pub fn send_frag(&mut self, rank: u32, hdr: &[u8], data: &[u8], id: u64) -> Result<()> {
+        let len = hdr.len() + data.len();
+        if len > self.max_frag() {
+            return Err(OpenibError::TooLarge {
+                len,
+                limit: self.max_frag(),
+            });
+        }
+        let tmh = Tmh {
+            opcode: TmhOpcode::NoTag,
+            app_ctx: 0,
+            tag: 0,
+        }
+        .to_bytes();
+        self.post_copy(
+            rank,
+            &[&tmh, hdr, data],
+            SendSlot {
+                id,
+                peer: rank,
+                what: SendWhat::Frag,
+            },
+        )
+    }
+
+    /// Sends a rendezvous request for `len` bytes at `buf`:
+    /// `TMH(RNDV, app_ctx, tag) | RVH | inline`. The buffer is registered
+    /// (cache) and stays pinned until the FIN arrives
+    /// ([`Event::RndvDone`]) or the send fails ([`Event::Failed`] with
+    /// [`Op::Rndv`]). `(rank, tag, app_ctx)` must be unique among this
+    /// module's outstanding rendezvous sends (a per-peer sequence number in
+    /// `app_ctx` gives that).
+    ///
+    /// # Safety
+    /// `buf..buf+len` must stay valid and unmodified until that event was
+    /// returned by [`Module::progress`]: the peer reads it remotely.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn send_rndv(
+        &mut self,
+        rank: u32,
+        tag: u64,
+        app_ctx: u32,
+        buf: *const u8,
+        len: usize,
+        inline: &[u8],
+        id: u64,
+    ) -> Result<()> {
+        self.peer(rank)?;
+        if len == 0 || len > MAX_RNDV_LEN {
+            return Err(OpenibError::TooLarge {
+                len,
+                limit: MAX_RNDV_LEN,
+            });
+        }
+        if inline.len() > self.max_rts_inline(rank) {
+            return Err(OpenibError::TooLarge {
+                len: inline.len(),
+                limit: self.max_rts_inline(rank),
+            });
+        }
+        let key = (rank, tag, app_ctx);
+        if self.rndv.contains_key(&key) {
+            return Err(OpenibError::DuplicateRendezvous {
+                peer: rank,
+                tag,
+                app_ctx,
+            });
+        }
+        // SAFETY: forwarded from this function's contract (valid until the
+        // FIN or failure, when the pin is released).
+        let reg = unsafe {
+            self.rcache
+                .register(&self.pd, buf, len, AccessFlags::REMOTE_READ)
+        }?;
+        let hdr = TagHeader {
+            tmh: Tmh {
+                opcode: TmhOpcode::Rndv,
+                app_ctx,
+                tag,
+            },
+            rvh: Some(Rvh {
+                va: reg.addr(),
+                rkey: reg.rkey(),
+                len: len as u32,
+            }),
+        };
+        let mut h = [0u8; TMH_LEN + RVH_LEN];
+        hdr.emit(&mut h)?;
+        self.post_copy(
+            rank,
+            &[&h, inline],
+            SendSlot {
+                id,
+                peer: rank,
+                what: SendWhat::Rts,
+            },
+        )?;
+        self.rndv.insert(key, RndvSend { id, _reg: reg });
+        Ok(())
+    }
+
+    /// Sends the FIN of a rendezvous request matched in software (after the
+    /// [`Module::get`] of its data): `TMH(FIN) | RVH`, echoing the request.
+    pub fn send_fin(&mut self, rank: u32, tmh: Tmh, rvh: Rvh) -> Result<()> {
+        self.send_fin_inner(rank, tmh, rvh, 0)
+    }
+
+    /// Tells the sender of a rendezvous request that this side could not
+    /// read its data: its send fails instead of waiting for a FIN.
+    pub fn send_fin_error(&mut self, rank: u32, tmh: Tmh, rvh: Rvh) -> Result<()> {
+        self.send_fin_inner(
+            rank,
+            tmh,
+            Rvh {
+                len: FIN_ERROR_LEN,
+                ..rvh
+            },
+            0,
+        )
+    }
+
+    fn send_fin_inner(&mut self, rank: u32, tmh: Tmh, rvh: Rvh, id: u64) -> Result<()> {
+        let h = TagHeader {
+            tmh: Tmh {
+                opcode: TmhOpcode::Fin,
+                ..tmh
+            },
+            rvh: Some(rvh),
+        };
+        let mut b = [0u8; TMH_LEN + RVH_LEN];
+        h.emit(&mut b)?;
+        self.post_copy(
+            rank,
+            &[&b],
+            SendSlot {
+                id,
+                peer: rank,
+                what: SendWhat::Fin,
+            },
+        )
+    }
+
+    /// Reads `len` bytes of the peer's region `rvh` (from offset 0) into
+    /// `dst` by RDMA read (split into chunks of the port's largest message).
+    /// [`Event::GetDone`] or [`Event::Failed`] with [`Op::Get`] follows.
+    ///
+    /// # Safety
+    /// `dst..dst+len` must stay valid and must not be accessed until that
+    /// event was returned by [`Module::progress`] (the NIC writes it).
+    pub unsafe fn get(
+        &mut self,
+        rank: u32,
+        dst: *mut u8,
+        len: usize,
+        rvh: Rvh,
+        id: u64,
+    ) -> Result<()> {
+        self.peer(rank)?;
+        if len == 0 || len as u64 > u64::from(rvh.len) || rvh.len == FIN_ERROR_LEN {
+            return Err(OpenibError::InvalidArgument(format!(
+                "get of {len} bytes from a region of {} bytes",
+                rvh.len
+            )));
+        }
+        let chunks = (len as u64).div_ceil(self.max_chunk) as u32;
+        if self.stats.send_outstanding + chunks > self.cfg.send_queue {
+            return Err(OpenibError::Busy);
+        }
+        // SAFETY: forwarded from this function's contract.
+        let reg = unsafe {
+            self.rcache
+                .register(&self.pd, dst, len, AccessFlags::LOCAL_WRITE)
+        }?;
+        let key = self.next_get;
+        self.next_get = (self.next_get + 1) & LOW;
+        let qp = &self.peer(rank)?.qp;
+        let mut posted = 0u32;
+        let mut off = 0u64;
+        let mut err = None;
+        while off < len as u64 {
+            let n = (len as u64 - off).min(self.max_chunk);
+            let sge = [reg.sge(off, n as u32)?];
+            // SAFETY: the SGE lies in a region registered on this PD with
+            // LOCAL_WRITE, kept pinned by `GetOp::_reg` until the last
+            // chunk's completion; the caller keeps the memory valid.
+            let r = unsafe {
+                qp.post_send(&SendWr {
+                    wr_id: wr(K_GET, key),
+                    sg_list: &sge,
+                    opcode: SendOpcode::RdmaRead {
+                        remote_addr: rvh.va + off,
+                        rkey: rvh.rkey,
+                    },
+                    flags: SendFlags::SIGNALED,
+                })
+            };
+            if let Err(e) = r {
+                err = Some(e);
+                break;
+            }
+            posted += 1;
+            off += n;
+        }
+        if posted == 0 {
+            let e = err.map_or(OpenibError::Busy, |e| {
+                if e.is_full() {
+                    OpenibError::Busy
+                } else {
+                    e.into()
+                }
+            });
+            return Err(e);
+        }
+        self.stats.send_outstanding += posted;
+        self.gets.insert(
+            key,
+            GetOp {
+                id,
+                peer: rank,
+                chunks_left: posted,
+                // A partially posted read fails once the posted part is done.
+                failed: err.map(|_| WcStatus::LocQpOpErr),
+                _reg: reg,
+            },
+        );
+        Ok(())
+    }
+
+    /// Registers a user buffer through the cache (e.g. for
+    /// [`crate::TmOffload::tm_post_recv`]).
+    ///
+    /// # Safety
+    /// See [`RegCache::register`].
+    pub unsafe fn register(
+        &mut self,
+        buf: *const u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Reg<P>> {
+        // SAFETY: forwarded.
+        unsafe { self.rcache.register(&self.pd, buf, len, access) }
+    }
+
+    /// Drops cached registrations overlapping `buf..buf+len` (call before
+    /// freeing memory that may have been registered).
+    pub fn invalidate(&mut self, buf: *const u8, len: usize) {
+        self.rcache.invalidate(buf, len);
+    }
+
+    /// Reposts returned buffers and grows the posted pool when it runs low.
+    fn replenish(&mut self) -> Result<()> {
+        self.recv_slab.take_returned(&mut self.returned);
+        self.recv_free.append(&mut self.returned);
+        let s = &mut self.stats;
+        if s.recv_posted < s.recv_target / 4 && s.recv_target < self.cfg.srq_max {
+            s.recv_target = (s.recv_target * 2).min(self.cfg.srq_max);
+            s.recv_grows += 1;
+            tracing::debug!(target: "btl_openib", target = s.recv_target, "receive pool grown");
+        }
+        while self.stats.recv_posted < self.stats.recv_target {
+            let Some(slot) = self.recv_free.pop() else {
+                break;
+            };
+            let sge = [tmpi_verbs::Sge {
+                addr: self.recv_slab.slot_addr(slot),
+                length: self.recv_slab.slot_size() as u32,
+                lkey: self.recv_mr.lkey(),
+            }];
+            // SAFETY: the SGE lies in `recv_mr` (LOCAL_WRITE, this PD); the
+            // slot belongs to the NIC until its completion is polled, and
+            // nothing reads or writes it meanwhile (it is in no free list and
+            // lent to no frag).
+            let r = unsafe {
+                self.srq.post_srq_recv(&RecvWr {
+                    wr_id: wr(K_RECV, u64::from(slot)),
+                    sg_list: &sge,
+                })
+            };
+            if let Err(e) = r {
+                self.recv_free.push(slot);
+                if e.is_full() {
+                    break;
+                }
+                return Err(e.into());
+            }
+            self.stats.recv_posted += 1;
+        }
+        Ok(())
+    }
+
+    /// Polls the CQ once (up to 256 completions), reposts receive buffers,
+    /// trims the registration cache, and appends what happened to `out`.
+    /// Returns the number of completions processed.
+    ///
+    /// Errors are fatal for the module (CQ overrun, SRQ post failure);
+    /// failures of individual operations come as [`Event::Failed`].
+    pub fn progress(&mut self, out: &mut Vec<Event>) -> Result<usize> {
+        self.replenish()?;
+        let mut total = 0;
+        let mut wcs = std::mem::take(&mut self.wcs);
+        while total < 256 {
+            let n = match self.cq.poll(&mut wcs) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::error!(target: "btl_openib", device = %self.device, "completion queue failed: {e}");
+                    self.wcs = wcs;
+                    return Err(e.into());
+                }
+            };
+            for wc in &wcs[..n] {
+                self.completion(wc, out);
+            }
+            total += n;
+            if n < wcs.len() {
+                break;
+            }
+        }
+        self.wcs = wcs;
+        self.replenish()?;
+        self.rcache.trim();
+        Ok(total)
+    }
+
+    fn rank_of(&self, qpn: u32) -> u32 {
+        self.qp_rank.get(&qpn).copied().unwrap_or(u32::MAX)
+    }
+
+    fn fail_peer(&mut self, rank: u32, status: WcStatus, out: &mut Vec<Event>) {
+        let Some(Some(p)) = self.peers.get_mut(rank as usize) else {
+            return;
+        };
+        if p.state == PeerState::Failed {
+            return;
+        }
+        p.state = PeerState::Failed;
+        if let Err(e) = p.qp.modify_to_error() {
+            tracing::warn!(target: "btl_openib", rank, "moving the QP to the error state failed: {e}");
+        }
+        tracing::error!(target: "btl_openib", device = %self.device, rank,
+            "connection to rank {rank} broken (completion status {status:?}); its pending rendezvous sends fail");
+        let keys: Vec<RndvKey> = self.rndv.keys().filter(|k| k.0 == rank).copied().collect();
+        for k in keys {
+            if let Some(r) = self.rndv.remove(&k) {
+                out.push(Event::Failed {
+                    id: r.id,
+                    peer: rank,
+                    op: Op::Rndv,
+                    error: OpenibError::Completion {
+                        what: "rendezvous send",
+                        peer: rank,
+                        status,
+                    },
+                });
+            }
+        }
+    }
+
+    fn completion(&mut self, wc: &WorkCompletion, out: &mut Vec<Event>) {
+        let kind = wc.wr_id >> 56;
+        let low = wc.wr_id & LOW;
+        match kind {
+            K_RECV => self.recv_completion(wc, low as u32, out),
+            K_SEND => self.send_completion(wc, low as u32, out),
+            K_GET => self.get_completion(wc, low, out),
+            K_TM_ADD | K_TM_DEL | K_TM_SYNC => self.tm_op_completion(wc, kind, low, out),
+            K_TAGGED => self.tagged_completion(wc, low, out),
+            _ => {
+                tracing::error!(target: "btl_openib", wr_id = wc.wr_id, ?wc, "completion with unknown wr_id")
+            }
+        }
+    }
+
+    fn recv_completion(&mut self, wc: &WorkCompletion, slot: u32, out: &mut Vec<Event>) {
+        self.stats.recv_posted = self.stats.recv_posted.saturating_sub(1);
+        if wc.status != WcStatus::Success {
+            // Flushed buffers (QP/SRQ in error) or a too-long message.
+            if wc.status != WcStatus::WrFlushErr {
+                tracing::error!(target: "btl_openib", device = %self.device, status = ?wc.status,
+                    rank = self.rank_of(wc.qp_num), "receive completion error; message dropped");
+            }
+            self.recv_free.push(slot);
+            return;
+        }
+        let unexpected = wc.opcode == WcOpcode::TmRecv;
+        if unexpected {
+            // Counted whether or not it parses: the NIC counted it.
+            self.sw_unexpected = self.sw_unexpected.wrapping_add(1);
+        }
+        self.stats.recv_msgs += 1;
+        let len = wc.byte_len as usize;
+        let peer = self.rank_of(wc.qp_num);
+        match parse_header(&self.recv_slab, slot, len) {
+            Ok(Some(h)) => out.push(Event::Recv(RecvFrag::new(
+                &self.recv_slab,
+                slot,
+                len,
+                peer,
+                unexpected,
+                h,
+            ))),
+            Ok(None) => {
+                let fin = parse_fin(&self.recv_slab, slot, len);
+                self.recv_free.push(slot);
+                match fin {
+                    Ok((tmh, rvh)) => self.fin_arrived(peer, tmh, rvh, out),
+                    Err(e) => {
+                        tracing::error!(target: "btl_openib", peer, "malformed FIN dropped: {e}")
+                    }
+                }
+            }
+            Err(e) => {
+                self.recv_free.push(slot);
+                tracing::error!(target: "btl_openib", peer, len, "malformed message dropped: {e}");
+            }
+        }
+    }
+
+    fn fin_arrived(&mut self, peer: u32, tmh: Tmh, rvh: Option<Rvh>, out: &mut Vec<Event>) {
+        let Some(r) = self.rndv.remove(&(peer, tmh.tag, tmh.app_ctx)) else {
+            tracing::error!(target: "btl_openib", peer, tag = tmh.tag, app_ctx = tmh.app_ctx,
+                "FIN for no outstanding rendezvous send; ignored");
+            return;
+        };
+        if rvh.is_some_and(|v| v.len == FIN_ERROR_LEN) {
+            tracing::error!(target: "btl_openib", peer, tag = tmh.tag, "rank {peer} could not read a rendezvous send; the send fails");
+            out.push(Event::Failed {
+                id: r.id,
+                peer,
+                op: Op::Rndv,
+                error: OpenibError::Completion {
+                    what: "rendezvous read by the receiver",
+                    peer,
+                    status: WcStatus::RemAccessErr,
+                },
+            });
+        } else {
+            out.push(Event::RndvDone { id: r.id, peer });
+        }
+    }
+
+    fn send_completion(&mut self, wc: &WorkCompletion, slot: u32, out: &mut Vec<Event>) {
+        self.stats.send_outstanding = self.stats.send_outstanding.saturating_sub(1);
+        let info = self
+            .send_slots
+            .get_mut(slot as usize)
+            .and_then(Option::take);
+        self.send_free.push(slot);
+        let Some(info) = info else {
+            tracing::error!(target: "btl_openib", slot, "send completion for a free slot");
+            return;
+        };
+        if wc.status == WcStatus::Success {
+            return;
+        }
+        let what = match info.what {
+            SendWhat::Eager => "eager send",
+            SendWhat::Frag => "fragment send",
+            SendWhat::Fin => "FIN send",
+            SendWhat::Rts => "rendezvous request",
+        };
+        if wc.status != WcStatus::WrFlushErr {
+            tracing::error!(target: "btl_openib", device = %self.device, peer = info.peer,
+                status = ?wc.status, vendor_err = wc.vendor_err, "{what} to rank {} failed", info.peer);
+        }
+        // The RTS's rendezvous fails with the peer (fail_peer reports it).
+        if !matches!(info.what, SendWhat::Rts | SendWhat::Fin) {
+            out.push(Event::Failed {
+                id: info.id,
+                peer: info.peer,
+                op: Op::Send,
+                error: OpenibError::Completion {
+                    what,
+                    peer: info.peer,
+                    status: wc.status,
+                },
+            });
+        }
+        self.fail_peer(info.peer, wc.status, out);
+    }
+
+    fn get_completion(&mut self, wc: &WorkCompletion, key: u64, out: &mut Vec<Event>) {
+        self.stats.send_outstanding = self.stats.send_outstanding.saturating_sub(1);
+        let Some(g) = self.gets.get_mut(&key) else {
+            tracing::error!(target: "btl_openib", key, "RDMA read completion for no read");
+            return;
+        };
+        g.chunks_left -= 1;
+        if wc.status != WcStatus::Success && g.failed.is_none() {
+            g.failed = Some(wc.status);
+        }
+        if g.chunks_left > 0 {
+            return;
+        }
+        let g = self.gets.remove(&key).expect("present");
+        match g.failed {
+            None => out.push(Event::GetDone {
+                id: g.id,
+                peer: g.peer,
+            }),
+            Some(status) => {
+                tracing::error!(target: "btl_openib", device = %self.device, peer = g.peer, ?status,
+                    "RDMA read from rank {} failed", g.peer);
+                out.push(Event::Failed {
+                    id: g.id,
+                    peer: g.peer,
+                    op: Op::Get,
+                    error: OpenibError::Completion {
+                        what: "RDMA read",
+                        peer: g.peer,
+                        status,
+                    },
+                });
+                if status != WcStatus::RemAccessErr {
+                    self.fail_peer(g.peer, status, out);
+                }
+            }
+        }
+    }
+
+    fn tm_op_completion(
+        &mut self,
+        wc: &WorkCompletion,
+        kind: u64,
+        recv_id: u64,
+        out: &mut Vec<Event>,
+    ) {
+        self.tm_ops_out = self.tm_ops_out.saturating_sub(1);
+        let ev = match (kind, wc.status) {
+            (K_TM_ADD, WcStatus::Success) => TmEvent::Added {
+                recv_id,
+                sync_req: wc.flags.contains(WcFlags::TM_SYNC_REQ),
+            },
+            (K_TM_DEL, WcStatus::Success) => {
+                self.tagged.remove(&recv_id);
+                TmEvent::Deleted { recv_id }
+            }
+            (K_TM_DEL, WcStatus::TmErr) => TmEvent::DelConsumed { recv_id },
+            (K_TM_SYNC, WcStatus::Success) => TmEvent::Synced,
+            (_, status) => {
+                tracing::error!(target: "btl_openib", device = %self.device, recv_id, ?status,
+                    "tag-list operation failed");
+                if kind == K_TM_ADD {
+                    self.tagged.remove(&recv_id);
+                }
+                out.push(Event::Failed {
+                    id: recv_id,
+                    peer: u32::MAX,
+                    op: Op::TaggedRecv,
+                    error: OpenibError::Completion {
+                        what: "tag-list operation",
+                        peer: u32::MAX,
+                        status,
+                    },
+                });
+                return;
+            }
+        };
+        out.push(Event::Tm(ev));
+    }
+
+    fn tagged_completion(&mut self, wc: &WorkCompletion, recv_id: u64, out: &mut Vec<Event>) {
+        let peer = self.rank_of(wc.qp_num);
+        match wc.status {
+            WcStatus::Success => {
+                let matched = wc.flags.contains(WcFlags::TM_MATCH);
+                let valid = wc.flags.contains(WcFlags::TM_DATA_VALID);
+                if matched {
+                    let info = wc.tm_info.unwrap_or_default();
+                    if let Some(t) = self.tagged.get_mut(&recv_id) {
+                        t.matched = Some((peer, info));
+                    }
+                    if valid {
+                        self.tagged.remove(&recv_id);
+                    }
+                    out.push(Event::Tm(TmEvent::Matched {
+                        recv_id,
+                        peer,
+                        tag: info.tag,
+                        app_ctx: info.priv_,
+                        byte_len: wc.byte_len,
+                        complete: valid,
+                    }));
+                } else if valid {
+                    self.tagged.remove(&recv_id);
+                    out.push(Event::Tm(TmEvent::RndvDone {
+                        recv_id,
+                        byte_len: wc.byte_len,
+                    }));
+                } else {
+                    tracing::error!(target: "btl_openib", recv_id, ?wc, "tagged completion without MATCH or DATA_VALID");
+                }
+            }
+            WcStatus::TmRndvIncomplete => {
+                let t = self.tagged.remove(&recv_id);
+                let info = wc
+                    .tm_info
+                    .or(t.as_ref().and_then(|t| t.matched.map(|m| m.1)))
+                    .unwrap_or_default();
+                let rvh = t.as_ref().and_then(|t| read_rvh(&t.reg));
+                out.push(Event::Tm(TmEvent::RndvIncomplete {
+                    recv_id,
+                    peer,
+                    tmh: Tmh {
+                        opcode: TmhOpcode::Rndv,
+                        app_ctx: info.priv_,
+                        tag: info.tag,
+                    },
+                    rvh,
+                }));
+            }
+            status => {
+                let t = self.tagged.remove(&recv_id);
+                let matched = t.and_then(|t| t.matched);
+                let peer = matched.map_or(peer, |m| m.0);
+                if status != WcStatus::WrFlushErr {
+                    tracing::error!(target: "btl_openib", device = %self.device, recv_id, peer, ?status,
+                        "offloaded receive failed (rendezvous read by the NIC?)");
+                }
+                // A NIC-issued rendezvous read failed: the NIC sent no FIN;
+                // tell the sender so its send fails rather than hangs.
+                if let Some((p, info)) = matched {
+                    let tmh = Tmh {
+                        opcode: TmhOpcode::Rndv,
+                        app_ctx: info.priv_,
+                        tag: info.tag,
+                    };
+                    let rvh = Rvh {
+                        va: 0,
+                        rkey: 0,
+                        len: 0,
+                    };
+                    if let Err(e) = self.send_fin_error(p, tmh, rvh) {
+                        tracing::warn!(target: "btl_openib", peer = p, "could not send the error FIN: {e}");
+                    }
+                }
+                out.push(Event::Failed {
+                    id: recv_id,
+                    peer,
+                    op: Op::TaggedRecv,
+                    error: OpenibError::Completion {
+                        what: "offloaded receive",
+                        peer,
+                        status,
+                    },
+                });
+            }
+        }
+    }
+
+    // ---- the mechanism behind `TmOffload` ----
+
+    pub(crate) fn tm_check(&self, n_ops: u32) -> Result<()> {
+        if self.tm.is_none() {
+            return Err(OpenibError::NoTagMatching);
+        }
+        if self.tm_ops_out + n_ops > self.tm_max_ops {
+            return Err(OpenibError::Busy);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn tm_post(&mut self, op: &mut OpsWr<'_>) -> Result<()> {
+        let mut ops = [*op];
+        // SAFETY: callers uphold `post_srq_ops`'s contract (ADD buffers are
+        // registered on this PD, pinned by `Tagged::reg`, and owned by the NIC
+        // until their completion).
+        let r = unsafe { self.srq.post_srq_ops(&mut ops) };
+        match r {
+            Ok(()) => {
+                *op = ops[0];
+                self.tm_ops_out += 1;
+                Ok(())
+            }
+            Err(e) if e.is_full() => Err(OpenibError::Busy),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub(crate) fn tm_add(
+        &mut self,
+        reg: Reg<P>,
+        offset: u64,
+        len: u32,
+        tag: u64,
+        mask: u64,
+        recv_id: u64,
+    ) -> Result<u32> {
+        if recv_id > MAX_RECV_ID {
+            return Err(OpenibError::InvalidArgument(format!(
+                "receive id {recv_id} above 2^56-1"
+            )));
+        }
+        if self.tagged.contains_key(&recv_id) {
+            return Err(OpenibError::InvalidArgument(format!(
+                "receive id {recv_id} already posted"
+            )));
+        }
+        self.tm_check(1)?;
+        let sge = [reg.sge(offset, len)?];
+        let mut op = OpsWr::add(
+            wr(K_TM_ADD, recv_id),
+            wr(K_TAGGED, recv_id),
+            &sge,
+            tag & mask,
+            mask,
+        )
+        .with_sync(self.sw_unexpected);
+        self.tm_post(&mut op)?;
+        self.tagged.insert(recv_id, Tagged { reg, matched: None });
+        Ok(op.handle)
+    }
+
+    pub(crate) fn tm_del_inner(&mut self, handle: u32, recv_id: u64) -> Result<()> {
+        if !self.tagged.contains_key(&recv_id) {
+            return Err(OpenibError::InvalidArgument(format!(
+                "receive id {recv_id} is not posted"
+            )));
+        }
+        self.tm_check(1)?;
+        let mut op = OpsWr::del(wr(K_TM_DEL, recv_id), handle).with_sync(self.sw_unexpected);
+        self.tm_post(&mut op)
+    }
+
+    pub(crate) fn tm_sync_inner(&mut self) -> Result<()> {
+        self.tm_check(1)?;
+        let mut op = OpsWr::sync(wr(K_TM_SYNC, 0), self.sw_unexpected);
+        self.tm_post(&mut op)
+    }
+
+    pub(crate) fn tm_unexpected(&self) -> u32 {
+        self.sw_unexpected
+    }
+}
+
+/// Reads the RVH the NIC left in a too-small tagged buffer.
+fn read_rvh<P: Provider>(reg: &Reg<P>) -> Option<Rvh> {
+    if reg.len() < (TMH_LEN + RVH_LEN) as u64 {
+        return None;
+    }
+    let bytes = crate::buf::read_user(reg.addr(), TMH_LEN + RVH_LEN);
+    TagHeader::parse(&bytes).ok().and_then(|h| h.rvh)
+}
+
+/// A 24-bit initial PSN, different per process and start.
+fn initial_psn(me: u32) -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    (t ^ std::process::id().rotate_left(8) ^ me.rotate_left(16)) & 0x00ff_ffff
+}

@@ -1,0 +1,126 @@
+//! The tag-matching offload interface for the pml and the split matcher.
+//!
+//! btl-openib provides the **mechanism** (UCX's uct layer): posting and
+//! removing tagged receive buffers, synchronising the unexpected counter, and
+//! reporting the TM completions as [`TmEvent`]s from
+//! [`Module::progress`]. The **policy** — which receives may go to the NIC
+//! (prefix rule, wildcards, size thresholds), the shadow list, when to sync —
+//! lives in tm-engine/pml (UCX's ucp layer), see
+//! `shared/reference/tag-matching.md` §4.
+//!
+//! # Contract
+//! - Tags: build them with [`crate::tag`] (`pack` for messages,
+//!   `Matcher` for receives).
+//! - **Unexpected counter**: every tagged message the NIC did not match
+//!   comes up as an [`Event::Recv`](crate::Event::Recv) frag with
+//!   `unexpected == true`; the module counts it when it hands it out. Every
+//!   list operation carries that count (`IBV_OPS_TM_SYNC`). Hence: **process
+//!   every event returned by a progress call (put unexpected messages into
+//!   the software unexpected queue and match them against your receives)
+//!   before issuing any list operation**, or the NIC may match a later
+//!   message first (reference §4).
+//! - `Added { sync_req: true }`: the NIC stopped matching because the counts
+//!   differed when the ADD executed; after processing the events call
+//!   [`TmOffload::tm_sync`].
+//! - A receive posted with [`TmOffload::tm_post_recv`] ends with exactly one
+//!   of: `Matched { complete: true }`; `Matched { complete: false }` then
+//!   `RndvDone`; `RndvIncomplete`; `Deleted`; or `Event::Failed` with
+//!   `Op::TaggedRecv`. `DelConsumed` means the DEL lost the race and the
+//!   match completion settles the receive. The NIC handle is reused only
+//!   after the receive ended.
+//! - `max_ops` operations may be outstanding; beyond, operations return
+//!   [`OpenibError::Busy`] (retry after progress). A full tag list is also
+//!   `Busy`: keep the receive in software.
+//! - When software matches an unexpected message to a receive that is also
+//!   in the NIC list, DEL it first ([`TmOffload::tm_del`]) and complete it
+//!   only after `Deleted` (or handle `DelConsumed`).
+//! - An unexpected rendezvous request (frag of kind `Rndv`) is finished in
+//!   software: [`Module::get`], then [`Module::send_fin`] (or
+//!   [`Module::send_fin_error`] when the read failed).
+
+use tmpi_verbs::{AccessFlags, Provider, TmCaps};
+
+use crate::error::{OpenibError, Result};
+use crate::module::Module;
+#[allow(unused_imports)]
+use crate::module::TmEvent;
+
+/// Handle of a tagged buffer in the NIC's list (for [`TmOffload::tm_del`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TmHandle {
+    /// The provider's handle.
+    pub handle: u32,
+    /// The caller's receive id.
+    pub recv_id: u64,
+}
+
+/// Hardware tag-matching operations of a module whose SRQ is a TM-SRQ.
+pub trait TmOffload {
+    /// The TM capabilities in use, `None` when tag matching is off (then
+    /// every other method fails with [`OpenibError::NoTagMatching`]).
+    fn tm_caps(&self) -> Option<TmCaps>;
+
+    /// Appends a tagged buffer (`TAG_ADD`): messages with
+    /// `msg_tag & mask == tag & mask` land in `buf..buf+len` (eager: the
+    /// payload without the TMH; rendezvous: the NIC reads the sender's data
+    /// there and sends the FIN). `recv_id` (below 2^56, unique among posted
+    /// receives) names the receive in its events.
+    ///
+    /// # Safety
+    /// `buf..buf+len` must stay valid and must not be accessed until the
+    /// receive ended (see the module contract): the NIC writes it.
+    unsafe fn tm_post_recv(
+        &mut self,
+        buf: *mut u8,
+        len: usize,
+        tag: u64,
+        mask: u64,
+        recv_id: u64,
+    ) -> Result<TmHandle>;
+
+    /// Removes a tagged buffer (`TAG_DEL`): `Deleted` or `DelConsumed` follows.
+    fn tm_del(&mut self, handle: TmHandle) -> Result<()>;
+
+    /// Reports the software unexpected count (`TAG_SYNC`): `Synced` follows.
+    fn tm_sync(&mut self) -> Result<()>;
+
+    /// The unexpected messages handed out so far (wrapping; the NIC compares
+    /// the low 16 bits).
+    fn tm_unexpected_count(&self) -> u32;
+}
+
+impl<P: Provider> TmOffload for Module<P> {
+    fn tm_caps(&self) -> Option<TmCaps> {
+        Module::tm_caps(self)
+    }
+
+    unsafe fn tm_post_recv(
+        &mut self,
+        buf: *mut u8,
+        len: usize,
+        tag: u64,
+        mask: u64,
+        recv_id: u64,
+    ) -> Result<TmHandle> {
+        self.tm_check(1)?;
+        let len32 = u32::try_from(len)
+            .map_err(|_| OpenibError::InvalidArgument(format!("tagged buffer of {len} bytes")))?;
+        // SAFETY: forwarded from this function's contract; the registration
+        // stays pinned until the receive ends.
+        let reg = unsafe { self.register(buf, len, AccessFlags::LOCAL_WRITE) }?;
+        let handle = self.tm_add(reg, 0, len32, tag, mask, recv_id)?;
+        Ok(TmHandle { handle, recv_id })
+    }
+
+    fn tm_del(&mut self, h: TmHandle) -> Result<()> {
+        self.tm_del_inner(h.handle, h.recv_id)
+    }
+
+    fn tm_sync(&mut self) -> Result<()> {
+        self.tm_sync_inner()
+    }
+
+    fn tm_unexpected_count(&self) -> u32 {
+        self.tm_unexpected()
+    }
+}
