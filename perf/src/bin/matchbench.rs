@@ -191,7 +191,7 @@ fn check_targets(rows: &[Row]) -> bool {
     let hi = specific.iter().map(|r| r.engine_ns).fold(0.0, f64::max);
     report(
         "specific flat within 2x",
-        (specific.len() >= 2).then(|| hi <= 2.0 * lo),
+        (specific.len() >= 2).then_some(hi <= 2.0 * lo),
         format!("min {lo:.1} ns, max {hi:.1} ns, ratio {:.2}", hi / lo),
     );
     match specific.iter().find(|r| r.depth == 4096) {
@@ -210,7 +210,7 @@ fn check_targets(rows: &[Row]) -> bool {
     let worst = depth1.iter().map(|r| r.engine_ns).fold(0.0, f64::max);
     report(
         "<= 100 ns per post+match pair at depth 1",
-        (!depth1.is_empty()).then(|| worst <= 100.0),
+        (!depth1.is_empty()).then_some(worst <= 100.0),
         format!("worst workload {worst:.1} ns"),
     );
     ok
