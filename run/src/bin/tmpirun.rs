@@ -10,15 +10,17 @@ use std::process::ExitCode;
 
 use tmpi_run::launcher::{self, Invocation};
 
+/// Logs `tracing` events of the launcher and its PMI server on stderr:
+/// warnings and errors always, everything down to DEBUG with `--verbose`.
 fn init_logging(verbose: bool) {
     use tracing::level_filters::LevelFilter;
-    if !verbose {
-        return;
-    }
-    struct Stderr;
+    struct Stderr(LevelFilter);
     impl tracing::Subscriber for Stderr {
         fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
-            *m.level() <= LevelFilter::DEBUG
+            *m.level() <= self.0
+        }
+        fn max_level_hint(&self) -> Option<LevelFilter> {
+            Some(self.0)
         }
         fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
             tracing::span::Id::from_u64(1)
@@ -44,7 +46,12 @@ fn init_logging(verbose: bool) {
         fn enter(&self, _: &tracing::span::Id) {}
         fn exit(&self, _: &tracing::span::Id) {}
     }
-    let _ = tracing::subscriber::set_global_default(Stderr);
+    let level = if verbose {
+        LevelFilter::DEBUG
+    } else {
+        LevelFilter::WARN
+    };
+    let _ = tracing::subscriber::set_global_default(Stderr(level));
 }
 
 fn main() -> ExitCode {

@@ -494,7 +494,7 @@ impl Job<'_> {
                 }
             }
             PmiEvent::ProtocolError { rank, detail } => {
-                tracing::warn!(target: "tmpirun", "rank {rank}: PMI protocol error: {detail}");
+                tracing::debug!(target: "tmpirun", "rank {rank}: PMI protocol error: {detail}");
             }
         }
     }
