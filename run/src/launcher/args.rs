@@ -77,6 +77,8 @@ options:
   --kill-grace SECS      time between SIGTERM and SIGKILL when ending a job (default 2)
   --stdin RANK|none      rank that receives tmpirun's standard input (default 0)
   -v, --verbose          log what tmpirun does on stderr
+  --oversubscribe, --allow-run-as-root
+                         accepted for Open MPI compatibility (always allowed)
   -h, --help             show this help
   -V, --version          show the version
 
@@ -244,6 +246,8 @@ where
                 };
             }
             "-v" | "--verbose" => verbose = true,
+            // Open MPI compatibility: tmpirun always allows both.
+            "--oversubscribe" | "-oversubscribe" | "--allow-run-as-root" => {}
             _ => return Err(ArgError::UnknownOption(s.to_string())),
         }
         if inline.is_some() {
@@ -360,6 +364,8 @@ mod tests {
             "core",
             "--stdin",
             "none",
+            "--oversubscribe",
+            "--allow-run-as-root",
             "prog",
             "-n",
             "x",
