@@ -933,3 +933,22 @@ fn launcher_does_not_spin_while_waiting() {
     assert!(ticks < 40, "tmpirun used {ticks} ticks while waiting");
     s.assert_no_session();
 }
+
+#[test]
+fn processes_escaping_the_process_group_are_ended_with_the_job() {
+    let s = Scratch::new("escape");
+    // Each rank starts a process in a new session (out of its process
+    // group), waits until it runs, and exits 0: the orphan must not survive
+    // the job.
+    let script = r#"
+        setsid sh -c 'echo $$ > "$D/daemon.$PMI_RANK"; exec sleep 60' < /dev/null > /dev/null 2>&1 &
+        while [ ! -s "$D/daemon.$PMI_RANK" ]; do sleep 0.02; done
+        exit 0
+    "#;
+    let o = run(&s, &["-n", "2", "sh", "-c", script]);
+    assert_eq!(o.code(), 0, "stderr: {}", o.stderr);
+    let pids = s.read_pids();
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    assert_all_gone(&pids);
+    s.assert_no_session();
+}

@@ -291,6 +291,7 @@ where
         kill_grace,
         stdin,
         verbose,
+        adopt_orphans: true,
     }))
 }
 

@@ -162,6 +162,11 @@ pub(super) fn run(cfg: &LaunchConfig) -> Result<JobOutcome, LaunchError> {
         what: "cannot set up signal handling",
         source,
     })?;
+    if cfg.adopt_orphans {
+        if let Err(e) = sys::set_child_subreaper() {
+            tracing::debug!(target: "tmpirun", "cannot become a child subreaper: {e}");
+        }
+    }
     let mut session = Session::create()?;
     let job_id = session.job_id().to_string();
     tracing::debug!(target: "tmpirun", "job {job_id}: {} ranks of {:?}", cfg.nprocs, cfg.program);
@@ -425,6 +430,16 @@ impl Job<'_> {
                 tracing::warn!(target: "tmpirun", "cannot signal rank {} (pid {}): {e}", r.rank, r.pid);
             }
         }
+        if self.cfg.adopt_orphans {
+            // Adopted orphans that left their rank's process group.
+            for pid in sys::children_of_self() {
+                if self.ranks.iter().any(|r| r.pid == pid && r.running()) {
+                    continue;
+                }
+                tracing::debug!(target: "tmpirun", "signal {sig} to adopted process {pid}");
+                let _ = sys::kill_pid(pid, sig);
+            }
+        }
     }
 
     fn reap(&mut self) {
@@ -445,6 +460,15 @@ impl Job<'_> {
                     tracing::warn!(target: "tmpirun", "waiting for rank {} failed: {e}", r.rank);
                 }
             }
+        }
+        if self.cfg.adopt_orphans {
+            let keep: Vec<u32> = self
+                .ranks
+                .iter()
+                .filter(|r| r.running())
+                .map(|r| r.pid)
+                .collect();
+            sys::reap_orphans(&keep);
         }
     }
 

@@ -51,7 +51,12 @@
 //!
 //! When all ranks have exited, members left in their process groups
 //! (background children of a rank) are sent SIGKILL, so nothing of the job
-//! survives it. Then the session directory and leftover shared-memory
+//! survives it. With [`LaunchConfig::adopt_orphans`] (the default) the
+//! launcher is a child subreaper, so processes that left a rank's process
+//! group (`setsid`, double-fork daemons) are adopted once orphaned, get the
+//! same signals as the ranks, and are killed at the end too; a descendant
+//! whose parent is still alive when the job ends and that left its group is
+//! not found (a limitation without cgroups). Then the session directory and leftover shared-memory
 //! segments are removed ([`crate::session`]), on every exit path except a
 //! SIGKILL of `tmpirun` itself (the next `tmpirun` sweeps those up).
 
@@ -126,6 +131,12 @@ pub struct LaunchConfig {
     pub stdin: StdinTarget,
     /// `--verbose`.
     pub verbose: bool,
+    /// Become a child subreaper so that processes which escape a rank's
+    /// process group (`setsid`, daemons) are adopted and ended with the job
+    /// (default `true`). Every child of the calling process that is not a
+    /// rank is then treated as part of the job: turn this off when calling
+    /// [`run`] from a process that has children of its own.
+    pub adopt_orphans: bool,
 }
 
 impl LaunchConfig {
@@ -143,6 +154,7 @@ impl LaunchConfig {
             kill_grace: DEFAULT_KILL_GRACE,
             stdin: StdinTarget::Rank(0),
             verbose: false,
+            adopt_orphans: true,
         }
     }
 }

@@ -169,6 +169,105 @@ pub fn kill_group(pgid: u32, sig: libc::c_int) -> io::Result<()> {
     }
 }
 
+/// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`):
+/// descendants orphaned by a rank (daemons, `setsid` escapes) become its
+/// children instead of init's, so the launcher can find and end them.
+pub fn set_child_subreaper() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Reaps exited children that are not in `keep` (orphans adopted as
+/// subreaper) without touching the exit status of the `keep` pids, which
+/// their owners reap. Returns how many were reaped.
+pub fn reap_orphans(keep: &[u32]) -> usize {
+    let mut n = 0;
+    loop {
+        // SAFETY: waitid fills a zeroed siginfo_t; WNOWAIT leaves the child
+        // waitable, so nothing is consumed by this peek.
+        let pid = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let r = libc::waitid(
+                libc::P_ALL,
+                0,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            );
+            if r != 0 {
+                return n;
+            }
+            info.si_pid()
+        };
+        if pid <= 0 || keep.contains(&(pid as u32)) {
+            // No zombie, or one that belongs to a rank's owner.
+            return n;
+        }
+        // SAFETY: reaping a specific child pid; the status is discarded.
+        let r = unsafe {
+            let mut st = 0;
+            libc::waitpid(pid, &mut st, libc::WNOHANG)
+        };
+        if r != pid {
+            return n;
+        }
+        n += 1;
+    }
+}
+
+/// Pids of the live children of this process (from `/proc/*/stat`).
+pub fn children_of_self() -> Vec<u32> {
+    let me = std::process::id();
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // Fields after "(comm)": state, ppid, ...
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let state = f.next().unwrap_or("");
+        let ppid: u32 = f.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        if ppid == me && state != "Z" && state != "X" {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Sends `sig` to the single process `pid` (`ESRCH` is not an error).
+pub fn kill_pid(pid: u32, sig: libc::c_int) -> io::Result<()> {
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    if p <= 1 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: kill(2) on a positive pid; no memory involved.
+    let r = unsafe { libc::kill(p, sig) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::ESRCH) {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}
+
 /// Stops this process with SIGSTOP (until a SIGCONT).
 pub fn stop_self() {
     // SAFETY: kill(2) on our own pid; no memory involved.
