@@ -461,6 +461,29 @@ fn stdin_goes_to_rank_0_only() {
     assert!(o.stdout.contains("rank 0 read 3 lines"), "{}", o.stdout);
     assert!(o.stdout.contains("rank 1 read 0 lines"), "{}", o.stdout);
     assert!(o.stdout.contains("rank 2 read 0 lines"), "{}", o.stdout);
+
+    // --stdin picks another rank.
+    let start = Instant::now();
+    let mut child = tmpirun(
+        &s,
+        &[
+            "-n",
+            "3",
+            "--stdin",
+            "2",
+            "sh",
+            "-c",
+            r#"n=$(wc -l); echo "rank $PMI_RANK read $n lines""#,
+        ],
+    )
+    .stdin(Stdio::piped())
+    .spawn()
+    .unwrap();
+    child.stdin.take().unwrap().write_all(b"a\nb\n").unwrap();
+    let o = finish(child, start);
+    assert_eq!(o.code(), 0, "stderr: {}", o.stderr);
+    assert!(o.stdout.contains("rank 0 read 0 lines"), "{}", o.stdout);
+    assert!(o.stdout.contains("rank 2 read 2 lines"), "{}", o.stdout);
 }
 
 #[test]
