@@ -99,10 +99,11 @@ impl CollContext {
         });
         let me = ctx.p2p.world_rank();
         let world = Group::from_world_ranks((0..ctx.p2p.world_size()).collect())?;
-        let world = Comm::build(&ctx, world, WORLD_CID, TagSpace::Coll, None, true)?;
+        // World and self exist in the transport from its init: not added, never removed.
+        let world = Comm::build(&ctx, world, WORLD_CID, TagSpace::Coll, None, false)?;
         world.set_name("MPI_COMM_WORLD");
         let selfg = Group::from_world_ranks(vec![me])?;
-        let self_comm = Comm::build(&ctx, selfg, SELF_CID, TagSpace::Coll, None, true)?;
+        let self_comm = Comm::build(&ctx, selfg, SELF_CID, TagSpace::Coll, None, false)?;
         self_comm.set_name("MPI_COMM_SELF");
         Ok(Universe {
             ctx,

@@ -11,7 +11,7 @@
 //! * [`schedule`]: the one engine running every collective;
 //! * [`op`], [`datatype`]: reduction kernels and element types;
 //! * [`p2p`]: the small point-to-point trait coll needs; [`sim`] an
-//!   in-process implementation for tests.
+//!   in-process implementation for tests, [`pml_adapter`] the real one.
 //!
 //! See `docs/coll.md` for the design, the decision table and the limits.
 
@@ -25,7 +25,9 @@ pub mod framework;
 pub mod group;
 pub mod op;
 pub mod p2p;
+pub mod pml_adapter;
 pub mod schedule;
+pub mod selftest;
 pub mod sim;
 pub mod tags;
 

@@ -1,0 +1,171 @@
+//! [`P2p`] over the real point-to-point layer ([`tmpi_pml::Pml`]).
+//!
+//! The pml works on raw buffer views that must stay valid until the
+//! request completes; this adapter owns every buffer it hands over in a
+//! table keyed by request id and gives it back (receives, truncated to the
+//! received length) when `test` reports completion. This module is the
+//! only `unsafe` code of the crate.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tmpi_pml::raw::{RawBuf, RawBufMut};
+use tmpi_pml::{CommRecord, MpiErrorClass, Pml, ReqId, SendMode};
+
+use crate::p2p::{Done, Endpoint, P2p, P2pHandle};
+use crate::{CollError, Result};
+
+enum Held {
+    Send(Vec<u8>),
+    Recv(Vec<u8>),
+}
+
+/// The pml as coll's transport.
+pub struct PmlP2p {
+    pml: Arc<Pml>,
+    node_of: Vec<u32>,
+    held: Mutex<HashMap<u64, Held>>,
+}
+
+impl std::fmt::Debug for PmlP2p {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PmlP2p").field("pml", &self.pml).finish()
+    }
+}
+
+fn pml_err(e: tmpi_pml::PmlError) -> CollError {
+    CollError::P2p {
+        class: e.class(),
+        message: e.to_string(),
+    }
+}
+
+impl PmlP2p {
+    /// Wraps `pml`; `node_of[world rank]` labels nodes (for
+    /// `split_type(SHARED)`; an empty vector means one node for all).
+    pub fn new(pml: Arc<Pml>, node_of: Vec<u32>) -> Self {
+        PmlP2p {
+            pml,
+            node_of,
+            held: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The pml.
+    pub fn pml(&self) -> &Arc<Pml> {
+        &self.pml
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashMap<u64, Held>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for PmlP2p {
+    fn drop(&mut self) {
+        // Requests still in the pml may reference these buffers: never free
+        // memory the pml might still write (leak instead; this only happens
+        // when a job is torn down with collectives outstanding).
+        let held = std::mem::take(&mut *self.held());
+        if !held.is_empty() {
+            tracing::warn!(target: "coll_base", "{} transport buffers still in flight at teardown", held.len());
+            std::mem::forget(held);
+        }
+    }
+}
+
+impl P2p for PmlP2p {
+    fn world_rank(&self) -> u32 {
+        self.pml.rank()
+    }
+
+    fn world_size(&self) -> u32 {
+        self.pml.size()
+    }
+
+    fn node_of(&self, world_rank: u32) -> u32 {
+        self.node_of.get(world_rank as usize).copied().unwrap_or(0)
+    }
+
+    fn isend(&self, ep: &Endpoint, dest: u32, tag: i32, data: Vec<u8>) -> Result<P2pHandle> {
+        let raw = RawBuf::from_slice(&data);
+        // SAFETY: `data`'s heap buffer is moved (not reallocated) into
+        // `held` below and stays there, unmodified, until `test` sees the
+        // request complete; on teardown it is leaked, never freed early.
+        let id = unsafe {
+            self.pml
+                .isend(ep.context_id, dest as i32, tag, raw, SendMode::Standard)
+        }
+        .map_err(pml_err)?;
+        self.held().insert(id.0, Held::Send(data));
+        Ok(P2pHandle(id.0))
+    }
+
+    fn irecv(&self, ep: &Endpoint, source: u32, tag: i32, max_len: usize) -> Result<P2pHandle> {
+        let mut buf = vec![0u8; max_len];
+        let raw = RawBufMut::from_slice(&mut buf);
+        // SAFETY: as for isend: the buffer lives in `held`, untouched by
+        // anyone else, until the pml reports the receive complete.
+        let id =
+            unsafe { self.pml.irecv(ep.context_id, source as i32, tag, raw) }.map_err(pml_err)?;
+        self.held().insert(id.0, Held::Recv(buf));
+        Ok(P2pHandle(id.0))
+    }
+
+    fn test(&self, h: P2pHandle) -> Result<Option<Done>> {
+        let Some(st) = self.pml.test(ReqId(h.0)).map_err(pml_err)? else {
+            return Ok(None);
+        };
+        let held = self.held().remove(&h.0);
+        if st.error != MpiErrorClass::Success {
+            return Err(CollError::P2p {
+                class: st.error,
+                message: format!(
+                    "collective message from rank {}: {}",
+                    st.source,
+                    st.error.name()
+                ),
+            });
+        }
+        match held {
+            Some(Held::Send(buf)) => {
+                // The pml is done with it: now it may be freed.
+                drop(buf);
+                Ok(Some(Done::Sent))
+            }
+            Some(Held::Recv(mut b)) => {
+                b.truncate(st.count);
+                Ok(Some(Done::Received(b)))
+            }
+            None => Err(CollError::Intern(format!("unknown pml request {}", h.0))),
+        }
+    }
+
+    fn progress(&self) -> bool {
+        self.pml.progress() > 0
+    }
+
+    fn idle(&self) {
+        if self.pml.yields_when_idle() {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+
+    fn comm_added(&self, ep: &Endpoint) -> Result<()> {
+        self.pml
+            .add_comm(CommRecord {
+                ctx: ep.context_id,
+                rank: ep.rank as i32,
+                world: ep.world.to_vec(),
+            })
+            .map_err(pml_err)
+    }
+
+    fn comm_removed(&self, context_id: u32) {
+        if let Err(e) = self.pml.remove_comm(context_id) {
+            tracing::warn!(target: "coll_base", "pml remove_comm({context_id}): {e}");
+        }
+    }
+}
