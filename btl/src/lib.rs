@@ -1,1 +1,239 @@
-//! (in progress)
+//! tmpi-btl: the byte transfer layer (BTL) framework interface, shared by
+//! every BTL (self, sm, and later tcp and openib), in the spirit of Open
+//! MPI's `opal/mca/btl/btl.h`.
+//!
+//! # Lifecycle
+//! 1. **Register** ([`BtlComponent::register_params`]): every component
+//!    registers its MCA parameters, usable here or not.
+//! 2. **Init** ([`BtlComponent::init`]): the component decides whether it
+//!    can run ([`BtlError::Unavailable`] with a one-line reason otherwise),
+//!    creates its modules and publishes its addresses with
+//!    [`Modex::put`]. Init never fences.
+//! 3. The pml runs **one** [`Modex::fence`] for all components.
+//! 4. **add_procs** ([`BtlModule::add_procs`]): each module reads its peers'
+//!    addresses and answers which peers it reaches.
+//! 5. The pml picks, per peer, the reachable module with the highest
+//!    [`BtlModule::exclusivity`] ([`select::best_per_peer`]).
+//! 6. **Send / get / progress** from the pml's single progress thread (a
+//!    module is `Send`, not `Sync`: the pml serialises calls on one module).
+//! 7. **finalize** ([`BtlModule::finalize`]) after the pml's finalize fence.
+//!
+//! # Fragments
+//! A fragment is `header ++ payload` (both copied by the BTL before
+//! [`BtlModule::send`] returns `Ok`) plus a one-byte *tag* chosen by the
+//! upper layer. The receiving module hands the fragment, contiguous, to the
+//! [`BtlRecvHandler`] given to [`BtlModule::progress`], as
+//! `(source world rank, tag, bytes)`. The BTL does not interpret tags: all
+//! 256 values belong to the upper layer (the handler is the callback table).
+//!
+//! **Ordering**: fragments from one peer over one module are delivered in
+//! the order their `send`/`sendi` calls returned `Ok` (FIFO per peer per
+//! module). Nothing is said about ordering across modules or across peers.
+//!
+//! **Exactly once**: a fragment accepted by `send` (returned `Ok`) is
+//! delivered exactly once unless the peer dies. A refused fragment
+//! ([`BtlError::WouldBlock`]) was not sent and must be retried by the caller
+//! after a progress call; a BTL never drops silently and never buffers
+//! without bound.
+//!
+//! # RDMA
+//! Where a module has [`BtlFlags::GET`], a process registers a buffer
+//! ([`BtlModule::register_region`]) and sends the resulting
+//! [`RemoteRegion`] (24 bytes on the wire, [`RemoteRegion::to_bytes`]) to a
+//! peer, which copies from it with [`BtlModule::get`]. Reads are
+//! bounds-checked against the region: only `addr..addr+len` can be read.
+
+mod error;
+mod region;
+pub mod select;
+pub mod testing;
+
+pub use error::BtlError;
+pub use region::{RemoteRegion, REMOTE_REGION_BYTES};
+
+use tmpi_base::identity::ProcessInfo;
+use tmpi_base::mca::{McaError, Registry};
+use tmpi_base::modex::Modex;
+
+/// Exclusivity of a BTL that must win over every other (self).
+pub const EXCLUSIVITY_HIGH: u32 = 64 * 1024;
+/// Exclusivity of a fast network BTL (openib).
+pub const EXCLUSIVITY_DEFAULT: u32 = 1024;
+/// Exclusivity of a fallback BTL (tcp).
+pub const EXCLUSIVITY_LOW: u32 = 256;
+
+/// Capabilities of a module (a small bit set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct BtlFlags(u32);
+
+impl BtlFlags {
+    /// No capability.
+    pub const NONE: BtlFlags = BtlFlags(0);
+    /// [`BtlModule::send`] works.
+    pub const SEND: BtlFlags = BtlFlags(1);
+    /// [`BtlModule::sendi`] is a real fast path (not just `send`).
+    pub const SENDI: BtlFlags = BtlFlags(2);
+    /// [`BtlModule::get`] works (single copy / RDMA read).
+    pub const GET: BtlFlags = BtlFlags(4);
+    /// [`BtlModule::put`] works (RDMA write).
+    pub const PUT: BtlFlags = BtlFlags(8);
+
+    /// Whether every bit of `other` is set in `self`.
+    pub const fn contains(self, other: BtlFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+    /// `self` without the bits of `other`.
+    pub const fn without(self, other: BtlFlags) -> BtlFlags {
+        BtlFlags(self.0 & !other.0)
+    }
+    /// The raw bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+impl std::ops::BitOr for BtlFlags {
+    type Output = BtlFlags;
+    fn bitor(self, rhs: BtlFlags) -> BtlFlags {
+        BtlFlags(self.0 | rhs.0)
+    }
+}
+
+/// Receives the fragments a module delivers during [`BtlModule::progress`].
+///
+/// `bytes` is `header ++ payload` as sent; it is only valid during the call
+/// (it may point into shared memory that is recycled right after).
+/// Handlers must not call back into the same module.
+pub trait BtlRecvHandler {
+    /// One fragment from world rank `peer`, tagged `tag`.
+    fn on_fragment(&mut self, peer: u32, tag: u8, bytes: &[u8]);
+}
+
+impl<F: FnMut(u32, u8, &[u8])> BtlRecvHandler for F {
+    fn on_fragment(&mut self, peer: u32, tag: u8, bytes: &[u8]) {
+        self(peer, tag, bytes)
+    }
+}
+
+/// A BTL component: decides at start-up whether it can run and creates its
+/// modules (Open MPI's `mca_btl_base_component_t`).
+pub trait BtlComponent: Send + Sync {
+    /// Component name (`"sm"`), as used in the `btl` selection list.
+    fn name(&self) -> &'static str;
+    /// Registers the component's MCA parameters (idempotent).
+    fn register_params(&self, reg: &Registry) -> Result<(), McaError>;
+    /// Opens the component: returns its modules (possibly none, e.g. sm in a
+    /// job with no other process on the node) or
+    /// [`BtlError::Unavailable`] with the reason it cannot run here.
+    /// Publishes the modules' addresses with `modex.put`; never fences.
+    fn init(
+        &self,
+        reg: &Registry,
+        info: &ProcessInfo,
+        modex: &mut dyn Modex,
+    ) -> Result<Vec<Box<dyn BtlModule>>, BtlError>;
+}
+
+/// One instance of a BTL (Open MPI's `mca_btl_base_module_t`): an
+/// I/O driver for fragments to a set of peers.
+pub trait BtlModule: Send {
+    /// Component name of this module (`"sm"`).
+    fn name(&self) -> &str;
+
+    /// After the pml's modex fence: connects to `peers` (world ranks, may
+    /// include this process) and returns those this module reaches, in the
+    /// order given. Calling it again with other peers adds them.
+    fn add_procs(&mut self, peers: &[u32], modex: &mut dyn Modex) -> Result<Vec<u32>, BtlError>;
+
+    /// Selection weight: for each peer the pml uses the reachable module
+    /// with the highest exclusivity ([`EXCLUSIVITY_HIGH`] …).
+    fn exclusivity(&self) -> u32;
+    /// Typical one-way latency in microseconds (informational).
+    fn latency(&self) -> u32;
+    /// Typical bandwidth in Mbit/s (informational, for striping).
+    fn bandwidth(&self) -> u32;
+    /// Largest payload the pml should send in one eager fragment.
+    fn eager_limit(&self) -> usize;
+    /// Largest fragment (`header.len() + payload.len()`) accepted by
+    /// [`BtlModule::send`]; pipelined protocols cut data into pieces of
+    /// at most this size minus their header.
+    fn max_send_size(&self) -> usize;
+    /// Capabilities.
+    fn flags(&self) -> BtlFlags;
+
+    /// Sends one fragment `header ++ payload` tagged `tag` to `peer`,
+    /// copying it before returning `Ok`. [`BtlError::WouldBlock`] when flow
+    /// control or resources say "not now" (nothing was sent; retry after
+    /// [`BtlModule::progress`]); [`BtlError::TooLarge`] above
+    /// [`BtlModule::max_send_size`]; [`BtlError::Unreachable`] for a peer not
+    /// added.
+    fn send(&mut self, peer: u32, tag: u8, header: &[u8], payload: &[u8]) -> Result<(), BtlError>;
+
+    /// Send-immediate fast path for small fragments: same contract as
+    /// [`BtlModule::send`], but may refuse ([`BtlError::WouldBlock`]) in
+    /// more cases (no fast resource free right now); the caller then uses
+    /// `send`. Default: `send`.
+    fn sendi(&mut self, peer: u32, tag: u8, header: &[u8], payload: &[u8]) -> Result<(), BtlError> {
+        self.send(peer, tag, header, payload)
+    }
+
+    /// Makes `len` bytes at `ptr` readable by peers through
+    /// [`BtlModule::get`]. Default: [`BtlError::Unsupported`].
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay allocated and readable (and not be written
+    /// if readers must see stable data) until
+    /// [`BtlModule::deregister_region`] is called for the returned region.
+    unsafe fn register_region(
+        &mut self,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<RemoteRegion, BtlError> {
+        let _ = (ptr, len);
+        Err(BtlError::Unsupported("register_region"))
+    }
+
+    /// Releases a registration; later gets of it fail (where the BTL can
+    /// tell) and the memory is the caller's again.
+    fn deregister_region(&mut self, region: &RemoteRegion) {
+        let _ = region;
+    }
+
+    /// Copies `dst.len()` bytes starting at `offset` within `peer`'s
+    /// `region` into `dst`. [`BtlError::OutOfBounds`] when
+    /// `offset + dst.len()` exceeds the region; [`BtlError::GetDenied`] when
+    /// the OS forbids it (the pml then falls back to a copy protocol).
+    /// Completes before returning. Default: [`BtlError::Unsupported`].
+    fn get(
+        &mut self,
+        peer: u32,
+        region: &RemoteRegion,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<(), BtlError> {
+        let _ = (peer, region, offset, dst);
+        Err(BtlError::Unsupported("get"))
+    }
+
+    /// Copies `src` to `offset` within `peer`'s `region`. Default:
+    /// [`BtlError::Unsupported`] (self and sm have no put).
+    fn put(
+        &mut self,
+        peer: u32,
+        region: &RemoteRegion,
+        offset: u64,
+        src: &[u8],
+    ) -> Result<(), BtlError> {
+        let _ = (peer, region, offset, src);
+        Err(BtlError::Unsupported("put"))
+    }
+
+    /// Makes progress: delivers arrived fragments to `handler`, recycles
+    /// resources, retries internal pending work. Returns the number of
+    /// fragments delivered. Bounded work per call; never blocks.
+    fn progress(&mut self, handler: &mut dyn BtlRecvHandler) -> usize;
+
+    /// Releases the module's resources (after the pml's finalize fence:
+    /// peers no longer read from this module). Idempotent.
+    fn finalize(&mut self) -> Result<(), BtlError>;
+}
