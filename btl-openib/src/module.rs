@@ -1280,9 +1280,8 @@ impl<P: Provider> Module<P> {
                         status,
                     },
                 });
-                if status != WcStatus::RemAccessErr {
-                    self.fail_peer(g.peer, status, out);
-                }
+                // On hardware any error moves the QP to the error state.
+                self.fail_peer(g.peer, status, out);
             }
         }
     }

@@ -1,0 +1,205 @@
+//! Multi-process harness: the test binary re-executes itself once per rank
+//! (`child_entry` runs the role named in `TMPI_OPENIB_TEST_ROLE`; without
+//! the variable it does nothing). Ranks exchange addresses through a
+//! directory-backed [`Modex`], and every wait is bounded.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tmpi_base::identity::ProcessInfo;
+use tmpi_base::mca::{Registry, Sources};
+use tmpi_base::modex::{Modex, ModexError};
+use tmpi_btl_openib::{Event, Module};
+use tmpi_verbs::Provider;
+
+pub const ROLE_ENV: &str = "TMPI_OPENIB_TEST_ROLE";
+pub const RANK_ENV: &str = "TMPI_OPENIB_TEST_RANK";
+pub const SIZE_ENV: &str = "TMPI_OPENIB_TEST_SIZE";
+pub const DIR_ENV: &str = "TMPI_OPENIB_TEST_DIR";
+pub const MCA_ENV: &str = "TMPI_OPENIB_TEST_MCA";
+/// Bound of a whole job.
+pub const JOB_TIMEOUT: Duration = Duration::from_secs(90);
+/// Bound of any single wait inside a rank.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// A modex in a shared directory: `put` writes `<rank>.<key>` atomically
+/// (write + rename), `fence` waits for every rank's marker of the same
+/// round.
+pub struct DirModex {
+    pub dir: PathBuf,
+    pub rank: u32,
+    pub size: u32,
+    round: u32,
+}
+
+impl DirModex {
+    pub fn new(dir: &Path, rank: u32, size: u32) -> Self {
+        DirModex {
+            dir: dir.to_owned(),
+            rank,
+            size,
+            round: 0,
+        }
+    }
+
+    fn write(&self, name: &str, v: &[u8]) -> std::io::Result<()> {
+        let tmp = self.dir.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, v)?;
+        std::fs::rename(tmp, self.dir.join(name))
+    }
+
+    /// A barrier that keeps calling `poll` while it waits (the soft NIC
+    /// progresses only inside its process's verbs calls).
+    pub fn barrier_with(&mut self, mut poll: impl FnMut()) -> Result<(), ModexError> {
+        self.round += 1;
+        let name = format!("fence.{}.{}", self.round, self.rank);
+        self.write(&name, b"").map_err(|e| ModexError::Transport(e.to_string()))?;
+        let start = Instant::now();
+        for r in 0..self.size {
+            let p = self.dir.join(format!("fence.{}.{}", self.round, r));
+            while !p.exists() {
+                if start.elapsed() > WAIT {
+                    return Err(ModexError::Transport(format!("fence {} timed out waiting for rank {r}", self.round)));
+                }
+                poll();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Modex for DirModex {
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), ModexError> {
+        self.write(&format!("{}.{key}", self.rank), value)
+            .map_err(|e| ModexError::Transport(e.to_string()))
+    }
+    fn fence(&mut self) -> Result<(), ModexError> {
+        self.barrier_with(|| {})
+    }
+    fn get(&mut self, rank: u32, key: &str) -> Result<Vec<u8>, ModexError> {
+        std::fs::read(self.dir.join(format!("{rank}.{key}"))).map_err(|_| ModexError::NotFound {
+            rank,
+            key: key.into(),
+        })
+    }
+}
+
+/// What a child rank knows about its job.
+pub struct Job {
+    pub rank: u32,
+    pub size: u32,
+    pub modex: DirModex,
+    pub reg: Registry,
+    pub info: ProcessInfo,
+}
+
+/// The job of this child process, from the environment.
+pub fn child_job() -> Job {
+    let rank: u32 = std::env::var(RANK_ENV).unwrap().parse().unwrap();
+    let size: u32 = std::env::var(SIZE_ENV).unwrap().parse().unwrap();
+    let dir = PathBuf::from(std::env::var(DIR_ENV).unwrap());
+    let mca: Vec<(String, String)> = std::env::var(MCA_ENV)
+        .unwrap_or_default()
+        .split(';')
+        .filter(|s| !s.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').expect("k=v");
+            (k.to_string(), v.to_string())
+        })
+        .collect();
+    let reg = Registry::new(Sources::default().with_cmdline(mca));
+    let info = ProcessInfo {
+        rank,
+        size,
+        local_rank: rank,
+        local_size: size,
+        node_id: 0,
+        node_of: vec![0; size as usize],
+        job_id: "test".into(),
+        hostname: "localhost".into(),
+    };
+    Job {
+        rank,
+        size,
+        modex: DirModex::new(&dir, rank, size),
+        reg,
+        info,
+    }
+}
+
+/// Runs `role` on `size` ranks with the MCA settings `mca`; fails the test
+/// if a rank fails or the job exceeds [`JOB_TIMEOUT`].
+pub fn run_job(role: &str, size: u32, mca: &[(&str, &str)]) {
+    let dir = std::env::temp_dir().join(format!(
+        "tmpi-openib-test-{}-{role}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mca_s: String = mca.iter().map(|(k, v)| format!("{k}={v};")).collect();
+    let mut kids: Vec<(u32, Child)> = (0..size)
+        .map(|r| {
+            let c = Command::new(std::env::current_exe().unwrap())
+                .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+                .env(ROLE_ENV, role)
+                .env(RANK_ENV, r.to_string())
+                .env(SIZE_ENV, size.to_string())
+                .env(DIR_ENV, &dir)
+                .env(MCA_ENV, &mca_s)
+                .stdout(Stdio::inherit())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spawn rank");
+            (r, c)
+        })
+        .collect();
+    let start = Instant::now();
+    let mut failed = Vec::new();
+    while !kids.is_empty() {
+        let mut i = 0;
+        while i < kids.len() {
+            if let Some(st) = kids[i].1.try_wait().unwrap() {
+                if !st.success() {
+                    failed.push(format!("rank {} exited with {st}", kids[i].0));
+                }
+                kids.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        if !failed.is_empty() || start.elapsed() > JOB_TIMEOUT {
+            for (r, k) in &mut kids {
+                let _ = k.kill();
+                let _ = k.wait();
+                failed.push(format!("rank {r} killed (job failed or timed out after {JOB_TIMEOUT:?})"));
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failed.is_empty(), "job {role} failed: {failed:?}");
+}
+
+/// Progresses `m` until `done(events so far)` holds; panics after [`WAIT`].
+pub fn wait_until<P: Provider>(m: &mut Module<P>, evs: &mut Vec<Event>, mut done: impl FnMut(&[Event]) -> bool) {
+    let start = Instant::now();
+    while !done(evs) {
+        m.progress(evs).expect("progress");
+        if start.elapsed() > WAIT {
+            panic!("timed out; events so far: {evs:#?}");
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Deterministic test data.
+pub fn pattern(seed: u32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(40_503)) as u8)
+        .collect()
+}
