@@ -7,7 +7,8 @@
 //! `mem::forget`, which skips destructors. So requests live in a [`scope`]
 //! (the pattern of `std::thread::scope`): buffers must be borrowed for the
 //! scope's whole lifetime, which ends only after the scope has waited for
-//! every request still in flight. Dropping a request waits for it too.
+//! every request still in flight. Dropping a request cancels it if it is a
+//! receive that has not matched, and waits for it.
 //! At the end of a scope, receives still in flight are first cancelled
 //! (if they have not matched), sends are waited for.
 
@@ -138,8 +139,8 @@ impl<'scope> Scope<'scope, '_> {
 
 /// An operation in flight (`MPI_Request`), borrowing its buffer for the
 /// scope `'s`. Consumed by [`Request::wait`] / [`Request::test`]; dropping
-/// it waits.
-#[must_use = "a request must be waited for; dropping it blocks until it completes"]
+/// it cancels an unmatched receive and waits for anything else.
+#[must_use = "a request must be waited for; dropping it cancels or blocks"]
 pub struct Request<'s> {
     id: Option<ReqId>,
     pml: Arc<Pml>,
@@ -199,8 +200,13 @@ impl<'s> Request<'s> {
             return Ok(Vec::new());
         };
         let mut reqs = reqs;
-        let mut ids: Vec<Option<ReqId>> = reqs.iter_mut().map(|r| r.forget_id()).collect();
+        let mut ids: Vec<Option<ReqId>> = reqs.iter().map(|r| r.id).collect();
+        // On error the requests stay tracked: their drop (or the scope)
+        // still waits for them.
         let st = pml.waitall(&mut ids)?;
+        for r in reqs.iter_mut() {
+            r.forget_id();
+        }
         let mut out = Vec::with_capacity(st.len());
         let mut first_err = None;
         for s in st {
@@ -280,8 +286,12 @@ impl<'s> Request<'s> {
 }
 
 impl Drop for Request<'_> {
+    /// A dropped request is abandoned: a receive that has not matched is
+    /// cancelled, anything else is waited for, so the buffer is free when
+    /// the drop returns.
     fn drop(&mut self) {
         if let Some(id) = self.id {
+            let _ = self.pml.cancel(id);
             let _ = self.pml.wait(id);
             self.forget_id();
         }
