@@ -2,6 +2,8 @@
 //! RoCE including rxe, and the soft NIC `tmsoft0`), with hardware tag
 //! matching offload when the device has it.
 //!
+//! - [`OpenibComponent`] / [`OpenibBtl`]: the generic `tmpi-btl` interface
+//!   (fragments with a one-byte tag, registered regions, blocking get).
 //! - [`component`]: the component (disqualifies itself when libibverbs or an
 //!   active port is missing), module selection (`btl_openib_if_include` /
 //!   `_if_exclude`), modex wire-up.
@@ -18,15 +20,18 @@
 //! limits: `docs/btl-openib.md`.
 
 pub mod addr;
+pub mod btl_impl;
 mod buf;
 pub mod component;
 pub mod config;
+pub mod dirmodex;
 pub mod error;
 pub mod module;
 pub mod rcache;
 pub mod tag;
 pub mod tm;
 
+pub use btl_impl::{OpenibBtl, OpenibComponent};
 pub use buf::{FragKind, RecvFrag};
 pub use component::{init, open_modules, probe, register, wire_up, Btl, COMPONENT};
 pub use config::OpenibConfig;

@@ -450,7 +450,9 @@ impl<P: Provider> Module<P> {
                 None,
             )?,
         };
-        let slot = cfg.eager_limit + TMH_LEN + RVH_LEN;
+        // Room for TMH+RVH and for an upper-layer header of up to 64 bytes in
+        // front of an eager-limit payload (generic fragments).
+        let slot = cfg.eager_limit + TMH_LEN + RVH_LEN + 64;
         let recv_slab = Slab::new(slot, srq_max)?;
         // SAFETY: the slab lives at least as long as the region (the module
         // holds an `Arc` and drops `recv_mr` first, see the field order).
@@ -768,7 +770,16 @@ impl<P: Provider> Module<P> {
 
     /// Sends a generic fragment `TMH(NO_TAG) | hdr | data` (copied before
     /// returning): the pml's own protocol traffic, never matched by a NIC.
-    pub fn send_frag(&mut self, rank: u32, hdr: &[u8], data: &[u8], id: u64) -> Result<()> {
+    /// `btl_tag` travels in the TMH's app_ctx and comes back as
+    /// `RecvFrag::tmh.app_ctx`.
+    pub fn send_frag(
+        &mut self,
+        rank: u32,
+        btl_tag: u8,
+        hdr: &[u8],
+        data: &[u8],
+        id: u64,
+    ) -> Result<()> {
         let len = hdr.len() + data.len();
         if len > self.max_frag() {
             return Err(OpenibError::TooLarge {
@@ -778,7 +789,7 @@ impl<P: Provider> Module<P> {
         }
         let tmh = Tmh {
             opcode: TmhOpcode::NoTag,
-            app_ctx: 0,
+            app_ctx: u32::from(btl_tag),
             tag: 0,
         }
         .to_bytes();
@@ -1093,6 +1104,13 @@ impl<P: Provider> Module<P> {
 
     fn rank_of(&self, qpn: u32) -> u32 {
         self.qp_rank.get(&qpn).copied().unwrap_or(u32::MAX)
+    }
+
+    /// Breaks the connection to `rank` (QP to the error state: its
+    /// outstanding work completes with flush errors); pending rendezvous
+    /// sends to it fail. For timeouts detected above the module.
+    pub fn abort_peer(&mut self, rank: u32, out: &mut Vec<Event>) {
+        self.fail_peer(rank, WcStatus::GeneralErr, out);
     }
 
     fn fail_peer(&mut self, rank: u32, status: WcStatus, out: &mut Vec<Event>) {

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use common::*;
 use tmpi_btl_openib::tag::{pack, Envelope, Matcher, Source, TagSel};
-use tmpi_btl_openib::{init, Btl, Event, FragKind, Module, Op, OpenibError, RecvFrag, TmEvent, TmOffload};
+use tmpi_btl_openib::{
+    init, Btl, Event, FragKind, Module, Op, OpenibError, RecvFrag, TmEvent, TmOffload,
+};
 use tmpi_verbs::soft::SoftProvider;
 use tmpi_verbs::wire::Rvh;
 use tmpi_verbs::WcStatus;
@@ -77,7 +79,9 @@ fn retry(m: &mut M, evs: &mut Vec<Event>, mut f: impl FnMut(&mut M) -> Result<()
 }
 
 fn take_frag(evs: &mut Vec<Event>, pred: impl Fn(&RecvFrag) -> bool) -> Option<RecvFrag> {
-    let i = evs.iter().position(|e| matches!(e, Event::Recv(f) if pred(f)))?;
+    let i = evs
+        .iter()
+        .position(|e| matches!(e, Event::Recv(f) if pred(f)))?;
     match evs.remove(i) {
         Event::Recv(f) => Some(f),
         _ => unreachable!(),
@@ -93,19 +97,28 @@ fn has(evs: &[Event], pred: impl Fn(&Event) -> bool) -> bool {
 const EAGER_N: u32 = 50;
 
 fn role_eager(job: &mut Job, m: &mut M) {
-    assert!(m.tm_caps().is_none(), "btl_openib_tm_enable=0 must give software matching");
+    assert!(
+        m.tm_caps().is_none(),
+        "btl_openib_tm_enable=0 must give software matching"
+    );
     let me = job.rank;
     let mut evs = Vec::new();
     for p in (0..job.size).filter(|&p| p != me) {
         for i in 0..EAGER_N {
             let data = pattern(me * 1000 + i, 100 + i as usize * 37);
-            retry(m, &mut evs, |m| m.send_eager(p, tag(3, me, i as i32), i, &data, u64::from(i)));
+            retry(m, &mut evs, |m| {
+                m.send_eager(p, tag(3, me, i as i32), i, &data, u64::from(i))
+            });
         }
-        retry(m, &mut evs, |m| m.send_frag(p, b"HDR", &pattern(me, 64), 999));
+        retry(m, &mut evs, |m| {
+            m.send_frag(p, 42, b"HDR", &pattern(me, 64), 999)
+        });
     }
     let peers = job.size - 1;
     let want = (EAGER_N + 1) * peers;
-    wait_until(m, &mut evs, |e| e.iter().filter(|e| matches!(e, Event::Recv(_))).count() as u32 >= want);
+    wait_until(m, &mut evs, |e| {
+        e.iter().filter(|e| matches!(e, Event::Recv(_))).count() as u32 >= want
+    });
     let mut next = vec![0u32; job.size as usize];
     let mut frags = 0;
     for e in evs.drain(..) {
@@ -121,13 +134,20 @@ fn role_eager(job: &mut Job, m: &mut M) {
                 let i = next[f.peer as usize];
                 assert_eq!(f.tmh.app_ctx, i, "in order from rank {}", f.peer);
                 assert_eq!(env.tag, i as i32);
-                assert_eq!(f.payload(), &pattern(f.peer * 1000 + i, 100 + i as usize * 37)[..]);
+                assert_eq!(
+                    f.payload(),
+                    &pattern(f.peer * 1000 + i, 100 + i as usize * 37)[..]
+                );
                 next[f.peer as usize] += 1;
             }
             FragKind::NoTag => {
                 assert_eq!(&f.payload()[..3], b"HDR");
+                assert_eq!(f.tmh.app_ctx, 42, "the BTL tag travels in app_ctx");
                 assert_eq!(&f.payload()[3..], &pattern(f.peer, 64)[..]);
-                assert_eq!(next[f.peer as usize], EAGER_N, "fragment after the eager messages");
+                assert_eq!(
+                    next[f.peer as usize], EAGER_N,
+                    "fragment after the eager messages"
+                );
                 frags += 1;
             }
             FragKind::Rndv => panic!("no rendezvous sent"),
@@ -137,15 +157,28 @@ fn role_eager(job: &mut Job, m: &mut M) {
     // Too large for eager: a typed error, nothing sent.
     let big = vec![0u8; m.eager_limit() + 1];
     let p = (me + 1) % job.size;
-    assert!(matches!(m.send_eager(p, 0, 0, &big, 0), Err(OpenibError::TooLarge { .. })));
-    assert!(matches!(m.send_eager(me, 0, 0, b"x", 0), Err(OpenibError::Unreachable(_))));
+    assert!(matches!(
+        m.send_eager(p, 0, 0, &big, 0),
+        Err(OpenibError::TooLarge { .. })
+    ));
+    assert!(matches!(
+        m.send_eager(me, 0, 0, b"x", 0),
+        Err(OpenibError::Unreachable(_))
+    ));
     barrier(job, m, &mut evs);
     assert!(evs.is_empty(), "{evs:?}");
 }
 
 #[test]
 fn wireup_and_eager_three_ranks() {
-    run_job("eager", 3, &[("btl_openib_if_include", "tmsoft0"), ("btl_openib_tm_enable", "0")]);
+    run_job(
+        "eager",
+        3,
+        &[
+            ("btl_openib_if_include", "tmsoft0"),
+            ("btl_openib_tm_enable", "0"),
+        ],
+    );
 }
 
 // ----------------------------------------------------- software rendezvous
@@ -162,8 +195,13 @@ fn role_rndv_sw(job: &mut Job, m: &mut M) {
         // A second one with the same (peer, tag, app_ctx) is refused.
         // SAFETY: refused before anything is registered or sent.
         let dup = unsafe { m.send_rndv(1, tag(1, 0, 77), 7, src.as_ptr(), 10, b"", 78) };
-        assert!(matches!(dup, Err(OpenibError::DuplicateRendezvous { .. })), "{dup:?}");
-        wait_until(m, &mut evs, |e| has(e, |e| matches!(e, Event::RndvDone { id: 77, peer: 1 })));
+        assert!(
+            matches!(dup, Err(OpenibError::DuplicateRendezvous { .. })),
+            "{dup:?}"
+        );
+        wait_until(m, &mut evs, |e| {
+            has(e, |e| matches!(e, Event::RndvDone { id: 77, peer: 1 }))
+        });
         evs.clear();
         // Serve rank 1's reads (the soft NIC works inside our polls).
         barrier(job, m, &mut evs);
@@ -174,7 +212,12 @@ fn role_rndv_sw(job: &mut Job, m: &mut M) {
         m.invalidate(std::ptr::null(), usize::MAX);
         assert_eq!(m.stats().rcache.entries, 0, "released and invalidated");
     } else {
-        wait_until(m, &mut evs, |e| has(e, |e| matches!(e, Event::Recv(f) if f.kind == FragKind::Rndv)));
+        wait_until(m, &mut evs, |e| {
+            has(
+                e,
+                |e| matches!(e, Event::Recv(f) if f.kind == FragKind::Rndv),
+            )
+        });
         let f = take_frag(&mut evs, |f| f.kind == FragKind::Rndv).unwrap();
         assert_eq!(f.payload(), b"hello");
         assert_eq!(f.peer, 0);
@@ -183,7 +226,9 @@ fn role_rndv_sw(job: &mut Job, m: &mut M) {
         let mut dst = vec![0u8; RNDV_LEN];
         // SAFETY: `dst` is not touched until GetDone.
         unsafe { m.get(0, dst.as_mut_ptr(), RNDV_LEN, rvh, 5) }.unwrap();
-        wait_until(m, &mut evs, |e| has(e, |e| matches!(e, Event::GetDone { id: 5, .. })));
+        wait_until(m, &mut evs, |e| {
+            has(e, |e| matches!(e, Event::GetDone { id: 5, .. }))
+        });
         assert!(dst == pattern(42, RNDV_LEN), "rendezvous data differs");
         m.send_fin(0, f.tmh, rvh).unwrap();
         drop(f);
@@ -196,8 +241,13 @@ fn role_rndv_sw(job: &mut Job, m: &mut M) {
         };
         // SAFETY: `dst` is not touched until the read's event.
         unsafe { m.get(0, dst.as_mut_ptr(), 4096, bad, 6) }.unwrap();
-        wait_until(m, &mut evs, |e| has(e, |e| matches!(e, Event::Failed { id: 6, .. })));
-        let failed = evs.iter().find(|e| matches!(e, Event::Failed { id: 6, .. })).unwrap();
+        wait_until(m, &mut evs, |e| {
+            has(e, |e| matches!(e, Event::Failed { id: 6, .. }))
+        });
+        let failed = evs
+            .iter()
+            .find(|e| matches!(e, Event::Failed { id: 6, .. }))
+            .unwrap();
         match failed {
             Event::Failed {
                 op: Op::Get,
@@ -209,7 +259,10 @@ fn role_rndv_sw(job: &mut Job, m: &mut M) {
         }
         assert!(dst == pattern(42, RNDV_LEN), "failed read wrote memory");
         assert!(!m.reachable(0));
-        assert!(matches!(m.send_eager(0, 0, 0, b"x", 1), Err(OpenibError::PeerFailed(0))));
+        assert!(matches!(
+            m.send_eager(0, 0, 0, b"x", 1),
+            Err(OpenibError::PeerFailed(0))
+        ));
         evs.clear();
         barrier(job, m, &mut evs);
     }
@@ -217,7 +270,14 @@ fn role_rndv_sw(job: &mut Job, m: &mut M) {
 
 #[test]
 fn rendezvous_by_rdma_read_software_path_and_bad_rkey_error() {
-    run_job("rndv_sw", 2, &[("btl_openib_if_include", "tmsoft0"), ("btl_openib_tm_enable", "0")]);
+    run_job(
+        "rndv_sw",
+        2,
+        &[
+            ("btl_openib_if_include", "tmsoft0"),
+            ("btl_openib_tm_enable", "0"),
+        ],
+    );
 }
 
 // --------------------------------------------------------------- TM-SRQ
@@ -230,29 +290,39 @@ fn role_tm(job: &mut Job, m: &mut M) {
     let mut evs = Vec::new();
     if job.rank == 0 {
         barrier(job, m, &mut evs); // receiver has posted its tagged buffers
+                                   // Phase 1: matched eager and rendezvous, then an internal tag.
         let eager = pattern(5, 3000);
         m.send_eager(1, tag(1, 0, 5), 1, &eager, 1).unwrap();
         let big = pattern(6, 200 * 1024);
         // SAFETY: `big` lives until RndvDone (waited below).
         unsafe { m.send_rndv(1, tag(1, 0, 6), 2, big.as_ptr(), big.len(), b"", 9) }.unwrap();
-        m.send_eager(1, tag(1, 0, 7), 3, &pattern(7, 100), 3).unwrap();
+        m.send_eager(1, tag(4, 0, -3), 5, b"internal", 5).unwrap();
+        wait_until(m, &mut evs, |e| {
+            has(e, |e| matches!(e, Event::RndvDone { id: 9, .. }))
+        });
+        evs.clear();
+        barrier(job, m, &mut evs); // receiver processed and synced
+                                   // Phase 2: ANY_TAG match, then unexpected eager and rendezvous.
+        m.send_eager(1, tag(4, 0, 12), 6, b"user", 6).unwrap();
+        m.send_eager(1, tag(1, 0, 7), 3, &pattern(7, 100), 3)
+            .unwrap();
         let big2 = pattern(8, 100 * 1024);
         // SAFETY: as above.
         unsafe { m.send_rndv(1, tag(1, 0, 8), 4, big2.as_ptr(), big2.len(), b"", 10) }.unwrap();
-        // Internal tag: never matched by the receiver's ANY_TAG buffer.
-        m.send_eager(1, tag(4, 0, -3), 5, b"internal", 5).unwrap();
-        m.send_eager(1, tag(4, 0, 12), 6, b"user", 6).unwrap();
         wait_until(m, &mut evs, |e| {
-            has(e, |e| matches!(e, Event::RndvDone { id: 9, .. })) && has(e, |e| matches!(e, Event::RndvDone { id: 10, .. }))
+            has(e, |e| matches!(e, Event::RndvDone { id: 10, .. }))
         });
         evs.clear();
         barrier(job, m, &mut evs); // receiver synced and posted tag 11
+                                   // Phase 3: matched again after the resynchronisation.
         m.send_eager(1, tag(1, 0, 11), 7, b"after sync", 7).unwrap();
         barrier(job, m, &mut evs);
         assert!(evs.is_empty(), "{evs:?}");
         return;
     }
-    let caps = m.tm_caps().expect("tmsoft0 has tag matching; tm_enable=auto must use it");
+    let caps = m
+        .tm_caps()
+        .expect("tmsoft0 has tag matching; tm_enable=auto must use it");
     assert!(caps.max_num_tags > 0);
     let mt = |src: Source, t: TagSel| Matcher::new(1, src, t).unwrap();
     let mut a = vec![0u8; 4096];
@@ -267,53 +337,114 @@ fn role_tm(job: &mut Job, m: &mut M) {
     unsafe { m.tm_post_recv(b.as_mut_ptr(), b.len(), mb.recv_tag, mb.mask, 2) }.unwrap();
     let mc = Matcher::new(2, Source::Any, TagSel::Any).unwrap();
     let hc = unsafe { m.tm_post_recv(c.as_mut_ptr(), c.len(), mc.recv_tag, mc.mask, 3) }.unwrap();
-    // ANY_SOURCE/ANY_TAG on its own context 4 (it would match the other
-    // user tags of context 1).
+    // ANY_SOURCE/ANY_TAG on its own context 4.
     let me_ = Matcher::new(4, Source::Any, TagSel::Any).unwrap();
     unsafe { m.tm_post_recv(e_any.as_mut_ptr(), e_any.len(), me_.recv_tag, me_.mask, 5) }.unwrap();
     // Duplicate receive ids are refused.
     let dup = unsafe { m.tm_post_recv(c.as_mut_ptr(), c.len(), 0, 0, 3) };
-    assert!(matches!(dup, Err(OpenibError::InvalidArgument(_))), "{dup:?}");
+    assert!(
+        matches!(dup, Err(OpenibError::InvalidArgument(_))),
+        "{dup:?}"
+    );
     m.tm_del(hc).unwrap();
     wait_until(m, &mut evs, |e| {
-        [1, 2, 5].iter().all(|&id| tm_evt(e, |t| matches!(t, TmEvent::Added { recv_id, sync_req: false } if *recv_id == id)))
-            && tm_evt(e, |t| matches!(t, TmEvent::Deleted { recv_id: 3 }))
+        [1, 2, 5].iter().all(|&id| {
+            tm_evt(
+                e,
+                |t| matches!(t, TmEvent::Added { recv_id, sync_req: false } if *recv_id == id),
+            )
+        }) && tm_evt(e, |t| matches!(t, TmEvent::Deleted { recv_id: 3 }))
     });
     evs.clear();
     barrier(job, m, &mut evs);
-    // Matched by the NIC: eager into `a`, rendezvous read into `b` by the NIC.
+    // Phase 1: the NIC matches eager into `a` and reads the rendezvous into
+    // `b` itself; the internal tag is not matched by the ANY_TAG entry
+    // (matching was active: counts equal).
     wait_until(m, &mut evs, |e| {
-        tm_evt(e, |t| matches!(t, TmEvent::Matched { recv_id: 1, complete: true, .. }))
-            && tm_evt(e, |t| matches!(t, TmEvent::RndvDone { recv_id: 2, .. }))
-            && tm_evt(e, |t| matches!(t, TmEvent::Matched { recv_id: 5, complete: true, .. }))
-            && e.iter().filter(|e| matches!(e, Event::Recv(f) if f.unexpected)).count() == 3
+        tm_evt(e, |t| {
+            matches!(
+                t,
+                TmEvent::Matched {
+                    recv_id: 1,
+                    complete: true,
+                    ..
+                }
+            )
+        }) && tm_evt(e, |t| matches!(t, TmEvent::RndvDone { recv_id: 2, .. }))
+            && has(e, |e| matches!(e, Event::Recv(f) if f.unexpected))
     });
     for e in &evs {
         match e {
-            Event::Tm(TmEvent::Matched { recv_id: 1, peer, tag: t, app_ctx, byte_len, .. }) => {
+            Event::Tm(TmEvent::Matched {
+                recv_id: 1,
+                peer,
+                tag: t,
+                app_ctx,
+                byte_len,
+                ..
+            }) => {
                 assert_eq!((*peer, *t, *app_ctx, *byte_len), (0, tag(1, 0, 5), 1, 3000));
             }
-            Event::Tm(TmEvent::Matched { recv_id: 2, complete, peer, .. }) => {
+            Event::Tm(TmEvent::Matched {
+                recv_id: 2,
+                complete,
+                peer,
+                ..
+            }) => {
                 assert!(!complete, "rendezvous: data comes later");
                 assert_eq!(*peer, 0);
             }
-            Event::Tm(TmEvent::RndvDone { recv_id: 2, byte_len }) => assert_eq!(*byte_len, 200 * 1024),
-            Event::Tm(TmEvent::Matched { recv_id: 5, tag: t, byte_len, .. }) => {
-                assert_eq!(*t, tag(4, 0, 12), "ANY_TAG matched the user tag, not the internal one");
-                assert_eq!(*byte_len, 4);
+            Event::Tm(TmEvent::RndvDone {
+                recv_id: 2,
+                byte_len,
+            }) => assert_eq!(*byte_len, 200 * 1024),
+            Event::Tm(TmEvent::Matched { recv_id: 5, .. }) => {
+                panic!("ANY_TAG matched an internal tag")
             }
             _ => {}
         }
     }
     assert_eq!(&a[..3000], &pattern(5, 3000)[..]);
-    assert!(b[..200 * 1024] == pattern(6, 200 * 1024)[..], "NIC rendezvous data");
+    assert!(
+        b[..200 * 1024] == pattern(6, 200 * 1024)[..],
+        "NIC rendezvous data"
+    );
+    let fi = take_frag(&mut evs, |f| f.tmh.tag == tag(4, 0, -3)).unwrap();
+    assert!(fi.unexpected);
+    assert_eq!(fi.payload(), b"internal");
+    assert_eq!(m.tm_unexpected_count(), 1);
+    drop(fi);
+    evs.clear();
+    m.tm_sync().unwrap();
+    wait_until(m, &mut evs, |e| tm_evt(e, |t| matches!(t, TmEvent::Synced)));
+    evs.clear();
+    barrier(job, m, &mut evs);
+    // Phase 2: ANY_TAG takes the user tag; then tag 7 and the rendezvous
+    // tag 8 find no entry and come up unexpected.
+    wait_until(m, &mut evs, |e| {
+        tm_evt(e, |t| {
+            matches!(
+                t,
+                TmEvent::Matched {
+                    recv_id: 5,
+                    complete: true,
+                    ..
+                }
+            )
+        }) && e
+            .iter()
+            .filter(|e| matches!(e, Event::Recv(f) if f.unexpected))
+            .count()
+            == 2
+    });
+    assert!(tm_evt(
+        &evs,
+        |t| matches!(t, TmEvent::Matched { recv_id: 5, byte_len: 4, tag: t, .. } if *t == tag(4, 0, 12))
+    ));
     assert_eq!(&e_any[..4], b"user");
-    // The unexpected ones: eager tag 7, rendezvous tag 8, internal tag -3.
     let f7 = take_frag(&mut evs, |f| f.tmh.tag == tag(1, 0, 7)).unwrap();
     assert!(f7.unexpected && f7.kind == FragKind::Eager);
     assert_eq!(f7.payload(), &pattern(7, 100)[..]);
-    let fi = take_frag(&mut evs, |f| f.tmh.tag == tag(4, 0, -3)).unwrap();
-    assert_eq!(fi.payload(), b"internal");
     let f8 = take_frag(&mut evs, |f| f.tmh.tag == tag(1, 0, 8)).unwrap();
     assert!(f8.unexpected && f8.kind == FragKind::Rndv);
     assert_eq!(m.tm_unexpected_count(), 3);
@@ -322,10 +453,12 @@ fn role_tm(job: &mut Job, m: &mut M) {
     let mut d = vec![0u8; rvh.len as usize];
     // SAFETY: `d` untouched until GetDone.
     unsafe { m.get(0, d.as_mut_ptr(), d.len(), rvh, 20) }.unwrap();
-    wait_until(m, &mut evs, |e| has(e, |e| matches!(e, Event::GetDone { id: 20, .. })));
+    wait_until(m, &mut evs, |e| {
+        has(e, |e| matches!(e, Event::GetDone { id: 20, .. }))
+    });
     assert!(d == pattern(8, 100 * 1024));
     m.send_fin(0, f8.tmh, rvh).unwrap();
-    drop((f7, fi, f8));
+    drop((f7, f8));
     evs.clear();
     // All unexpected messages processed: sync, then a new receive is matched.
     m.tm_sync().unwrap();
@@ -334,12 +467,33 @@ fn role_tm(job: &mut Job, m: &mut M) {
     // SAFETY: `g` untouched until its match.
     unsafe { m.tm_post_recv(g.as_mut_ptr(), g.len(), mg.recv_tag, mg.mask, 6) }.unwrap();
     wait_until(m, &mut evs, |e| {
-        tm_evt(e, |t| matches!(t, TmEvent::Synced)) && tm_evt(e, |t| matches!(t, TmEvent::Added { recv_id: 6, .. }))
+        tm_evt(e, |t| matches!(t, TmEvent::Synced))
+            && tm_evt(e, |t| matches!(t, TmEvent::Added { recv_id: 6, .. }))
     });
-    assert!(tm_evt(&evs, |t| matches!(t, TmEvent::Added { recv_id: 6, sync_req: false })), "{evs:?}");
+    assert!(
+        tm_evt(&evs, |t| matches!(
+            t,
+            TmEvent::Added {
+                recv_id: 6,
+                sync_req: false
+            }
+        )),
+        "{evs:?}"
+    );
     evs.clear();
     barrier(job, m, &mut evs);
-    wait_until(m, &mut evs, |e| tm_evt(e, |t| matches!(t, TmEvent::Matched { recv_id: 6, complete: true, .. })));
+    wait_until(m, &mut evs, |e| {
+        tm_evt(e, |t| {
+            matches!(
+                t,
+                TmEvent::Matched {
+                    recv_id: 6,
+                    complete: true,
+                    ..
+                }
+            )
+        })
+    });
     assert_eq!(&g[..10], b"after sync");
     evs.clear();
     barrier(job, m, &mut evs);
@@ -349,7 +503,14 @@ fn role_tm(job: &mut Job, m: &mut M) {
 
 #[test]
 fn tm_srq_nic_matching_eager_rendezvous_unexpected_and_sync() {
-    run_job("tm", 2, &[("btl_openib_if_include", "tmsoft0"), ("btl_openib_tm_enable", "auto")]);
+    run_job(
+        "tm",
+        2,
+        &[
+            ("btl_openib_if_include", "tmsoft0"),
+            ("btl_openib_tm_enable", "auto"),
+        ],
+    );
 }
 
 // ---------------------------------------------------------------- flood
@@ -362,7 +523,9 @@ fn role_flood(job: &mut Job, m: &mut M) {
     if job.rank == 0 {
         for i in 0..FLOOD_N {
             let data = pattern(i, FLOOD_LEN);
-            retry(m, &mut evs, |m| m.send_eager(1, tag(1, 0, (i % 1000) as i32), i, &data, u64::from(i)));
+            retry(m, &mut evs, |m| {
+                m.send_eager(1, tag(1, 0, (i % 1000) as i32), i, &data, u64::from(i))
+            });
         }
         barrier(job, m, &mut evs);
         assert!(evs.is_empty(), "no failures: {evs:?}");
@@ -384,9 +547,16 @@ fn role_flood(job: &mut Job, m: &mut M) {
         assert!(t0.elapsed() < WAIT, "only {next} of {FLOOD_N} arrived");
     }
     let st = m.stats();
-    assert!(st.recv_grows >= 1 && st.recv_target > start_posted, "the pool grew: {st:?}");
+    assert!(
+        st.recv_grows >= 1 && st.recv_target > start_posted,
+        "the pool grew: {st:?}"
+    );
     if m.tm_caps().is_some() {
-        assert_eq!(m.tm_unexpected_count(), FLOOD_N, "every unmatched tagged message counted");
+        assert_eq!(
+            m.tm_unexpected_count(),
+            FLOOD_N,
+            "every unmatched tagged message counted"
+        );
     }
     barrier(job, m, &mut evs);
 }
@@ -433,7 +603,12 @@ fn role_peer_death(job: &mut Job, m: &mut M) {
     barrier(job, m, &mut evs);
     // SAFETY: `buf` outlives the send's failure event (waited below).
     unsafe { m.send_rndv(0, tag(1, 1, 1), 1, buf.as_ptr(), buf.len(), b"", 100) }.unwrap();
-    wait_until(m, &mut evs, |e| has(e, |e| matches!(e, Event::Recv(f) if f.kind == FragKind::Rndv)));
+    wait_until(m, &mut evs, |e| {
+        has(
+            e,
+            |e| matches!(e, Event::Recv(f) if f.kind == FragKind::Rndv),
+        )
+    });
     let f = take_frag(&mut evs, |f| f.kind == FragKind::Rndv).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let mut dst = vec![0u8; 64 * 1024];
@@ -442,11 +617,31 @@ fn role_peer_death(job: &mut Job, m: &mut M) {
     // The read fails (no hang), and the rendezvous send waiting for the dead
     // peer's FIN fails with it.
     wait_until(m, &mut evs, |e| {
-        has(e, |e| matches!(e, Event::Failed { id: 200, op: Op::Get, .. }))
-            && has(e, |e| matches!(e, Event::Failed { id: 100, op: Op::Rndv, .. }))
+        has(e, |e| {
+            matches!(
+                e,
+                Event::Failed {
+                    id: 200,
+                    op: Op::Get,
+                    ..
+                }
+            )
+        }) && has(e, |e| {
+            matches!(
+                e,
+                Event::Failed {
+                    id: 100,
+                    op: Op::Rndv,
+                    ..
+                }
+            )
+        })
     });
     assert!(!m.reachable(0));
-    assert!(matches!(m.send_eager(0, 0, 0, b"x", 3), Err(OpenibError::PeerFailed(0))));
+    assert!(matches!(
+        m.send_eager(0, 0, 0, b"x", 3),
+        Err(OpenibError::PeerFailed(0))
+    ));
 }
 
 #[test]

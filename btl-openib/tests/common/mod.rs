@@ -4,13 +4,13 @@
 //! directory-backed [`Modex`], and every wait is bounded.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tmpi_base::identity::ProcessInfo;
 use tmpi_base::mca::{Registry, Sources};
-use tmpi_base::modex::{Modex, ModexError};
+pub use tmpi_btl_openib::dirmodex::DirModex;
 use tmpi_btl_openib::{Event, Module};
 use tmpi_verbs::Provider;
 
@@ -23,69 +23,6 @@ pub const MCA_ENV: &str = "TMPI_OPENIB_TEST_MCA";
 pub const JOB_TIMEOUT: Duration = Duration::from_secs(90);
 /// Bound of any single wait inside a rank.
 pub const WAIT: Duration = Duration::from_secs(30);
-
-/// A modex in a shared directory: `put` writes `<rank>.<key>` atomically
-/// (write + rename), `fence` waits for every rank's marker of the same
-/// round.
-pub struct DirModex {
-    pub dir: PathBuf,
-    pub rank: u32,
-    pub size: u32,
-    round: u32,
-}
-
-impl DirModex {
-    pub fn new(dir: &Path, rank: u32, size: u32) -> Self {
-        DirModex {
-            dir: dir.to_owned(),
-            rank,
-            size,
-            round: 0,
-        }
-    }
-
-    fn write(&self, name: &str, v: &[u8]) -> std::io::Result<()> {
-        let tmp = self.dir.join(format!(".{name}.tmp"));
-        std::fs::write(&tmp, v)?;
-        std::fs::rename(tmp, self.dir.join(name))
-    }
-
-    /// A barrier that keeps calling `poll` while it waits (the soft NIC
-    /// progresses only inside its process's verbs calls).
-    pub fn barrier_with(&mut self, mut poll: impl FnMut()) -> Result<(), ModexError> {
-        self.round += 1;
-        let name = format!("fence.{}.{}", self.round, self.rank);
-        self.write(&name, b"").map_err(|e| ModexError::Transport(e.to_string()))?;
-        let start = Instant::now();
-        for r in 0..self.size {
-            let p = self.dir.join(format!("fence.{}.{}", self.round, r));
-            while !p.exists() {
-                if start.elapsed() > WAIT {
-                    return Err(ModexError::Transport(format!("fence {} timed out waiting for rank {r}", self.round)));
-                }
-                poll();
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Modex for DirModex {
-    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), ModexError> {
-        self.write(&format!("{}.{key}", self.rank), value)
-            .map_err(|e| ModexError::Transport(e.to_string()))
-    }
-    fn fence(&mut self) -> Result<(), ModexError> {
-        self.barrier_with(|| {})
-    }
-    fn get(&mut self, rank: u32, key: &str) -> Result<Vec<u8>, ModexError> {
-        std::fs::read(self.dir.join(format!("{rank}.{key}"))).map_err(|_| ModexError::NotFound {
-            rank,
-            key: key.into(),
-        })
-    }
-}
 
 /// What a child rank knows about its job.
 pub struct Job {
@@ -175,7 +112,9 @@ pub fn run_job(role: &str, size: u32, mca: &[(&str, &str)]) {
             for (r, k) in &mut kids {
                 let _ = k.kill();
                 let _ = k.wait();
-                failed.push(format!("rank {r} killed (job failed or timed out after {JOB_TIMEOUT:?})"));
+                failed.push(format!(
+                    "rank {r} killed (job failed or timed out after {JOB_TIMEOUT:?})"
+                ));
             }
             break;
         }
@@ -186,7 +125,11 @@ pub fn run_job(role: &str, size: u32, mca: &[(&str, &str)]) {
 }
 
 /// Progresses `m` until `done(events so far)` holds; panics after [`WAIT`].
-pub fn wait_until<P: Provider>(m: &mut Module<P>, evs: &mut Vec<Event>, mut done: impl FnMut(&[Event]) -> bool) {
+pub fn wait_until<P: Provider>(
+    m: &mut Module<P>,
+    evs: &mut Vec<Event>,
+    mut done: impl FnMut(&[Event]) -> bool,
+) {
     let start = Instant::now();
     while !done(evs) {
         m.progress(evs).expect("progress");

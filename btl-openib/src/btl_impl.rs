@@ -1,0 +1,355 @@
+//! btl-openib behind the generic BTL interface of `tmpi-btl`
+//! ([`BtlComponent`], [`BtlModule`]).
+//!
+//! Mapping:
+//! - `init`: opens one [`Module`] per selected active port and publishes
+//!   all their addresses under [`MODEX_KEY`] (no fence);
+//! - `add_procs`: reads each peer's addresses after the pml's fence and
+//!   connects module `k` to the peer's module `k`. A peer that sends right
+//!   after its own `add_procs` may reach a QP that is not yet ready to
+//!   receive; RC retransmission covers that window (`btl_openib_timeout` and
+//!   `btl_openib_retry_count`: about 0.5 s with the defaults);
+//! - `send`/`sendi`: a generic fragment `TMH(NO_TAG, app_ctx = tag) | header
+//!   | payload` (one RC send, copied before returning; FIFO per peer because
+//!   one QP serves each peer);
+//! - `register_region`/`get`: the registration cache and an RDMA read, which
+//!   `get` waits for (bounded by [`GET_TIMEOUT`]; on timeout the connection
+//!   is aborted so the NIC cannot write `dst` afterwards);
+//! - `progress`: generic fragments go to the handler; everything else
+//!   (tagged eager/RTS frags, TM completions, failures) is kept for the
+//!   offload-aware pml, which reaches the module through
+//!   [`OpenibBtl::module_mut`] and [`OpenibBtl::take_events`].
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use tmpi_base::identity::ProcessInfo;
+use tmpi_base::mca::{McaError, Registry};
+use tmpi_base::modex::{Modex, ModexError};
+use tmpi_btl::{
+    BtlComponent, BtlError, BtlFlags, BtlModule, BtlRecvHandler, RemoteRegion, EXCLUSIVITY_DEFAULT,
+};
+use tmpi_verbs::ibv::IbvProvider;
+use tmpi_verbs::soft::{SoftConfig, SoftProvider, DEVICE_NAME};
+use tmpi_verbs::wire::Rvh;
+use tmpi_verbs::{AccessFlags, Provider};
+
+use crate::addr::{decode, encode, MODEX_KEY};
+use crate::buf::FragKind;
+use crate::component::open_modules;
+use crate::config::OpenibConfig;
+use crate::error::OpenibError;
+use crate::module::{Event, Module};
+use crate::rcache::Reg;
+
+/// Bound of a blocking [`BtlModule::get`].
+pub const GET_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn btl_err(e: OpenibError, peer: u32) -> BtlError {
+    match e {
+        OpenibError::Busy => BtlError::WouldBlock,
+        OpenibError::Unreachable(p) => BtlError::Unreachable(p),
+        OpenibError::TooLarge { len, limit } => BtlError::TooLarge { len, max: limit },
+        OpenibError::Unavailable(s) => BtlError::Unavailable(s),
+        OpenibError::Config(s) => BtlError::Config(s),
+        OpenibError::Modex(m) => BtlError::Modex(m),
+        OpenibError::PeerFailed(p) => BtlError::Protocol {
+            peer: p,
+            reason: "connection broken by an earlier completion error".into(),
+        },
+        other => BtlError::io(
+            "openib",
+            std::io::Error::other(format!("rank {peer}: {other}")),
+        ),
+    }
+}
+
+/// The openib component for the BTL framework.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OpenibComponent;
+
+impl BtlComponent for OpenibComponent {
+    fn name(&self) -> &'static str {
+        "openib"
+    }
+
+    fn register_params(&self, reg: &Registry) -> Result<(), McaError> {
+        // Invalid values are reported by `init` with their names.
+        let _ = OpenibConfig::register(reg);
+        let _ = SoftConfig::register(reg);
+        Ok(())
+    }
+
+    fn init(
+        &self,
+        reg: &Registry,
+        info: &ProcessInfo,
+        modex: &mut dyn Modex,
+    ) -> Result<Vec<Box<dyn BtlModule>>, BtlError> {
+        let cfg = OpenibConfig::register(reg).map_err(|e| btl_err(e, u32::MAX))?;
+        let (me, size) = (info.rank, info.size);
+        if cfg.names_device(DEVICE_NAME) {
+            let p = SoftProvider::new(
+                SoftConfig::register(reg).map_err(|e| BtlError::Config(e.to_string()))?,
+            )
+            .map_err(|e| BtlError::Unavailable(e.to_string()))?;
+            boxed(open_modules(&p, &cfg, me, size), modex, me, size)
+        } else {
+            let p = IbvProvider::load()
+                .map_err(|e| BtlError::Unavailable(format!("libibverbs not usable: {e}")))?;
+            boxed(open_modules(&p, &cfg, me, size), modex, me, size)
+        }
+    }
+}
+
+fn boxed<P: Provider>(
+    mods: Result<Vec<Module<P>>, OpenibError>,
+    modex: &mut dyn Modex,
+    me: u32,
+    size: u32,
+) -> Result<Vec<Box<dyn BtlModule>>, BtlError> {
+    let mods = mods.map_err(|e| btl_err(e, u32::MAX))?;
+    let addrs: Vec<_> = mods.iter().map(|m| m.address()).collect();
+    modex.put(MODEX_KEY, &encode(&addrs))?;
+    Ok(mods
+        .into_iter()
+        .enumerate()
+        .map(|(k, m)| Box::new(OpenibBtl::new(m, k, me, size)) as Box<dyn BtlModule>)
+        .collect())
+}
+
+/// One btl-openib module behind [`BtlModule`].
+pub struct OpenibBtl<P: Provider> {
+    module: Option<Module<P>>,
+    index: usize,
+    me: u32,
+    size: u32,
+    /// Events seen during a blocking `get`, delivered by the next progress.
+    pending: VecDeque<Event>,
+    /// Events for the offload-aware user.
+    events: Vec<Event>,
+    regions: HashMap<RemoteRegion, Reg<P>>,
+    next_get: u64,
+}
+
+impl<P: Provider> OpenibBtl<P> {
+    /// Wraps module number `index` of this process.
+    pub fn new(module: Module<P>, index: usize, me: u32, size: u32) -> Self {
+        OpenibBtl {
+            module: Some(module),
+            index,
+            me,
+            size,
+            pending: VecDeque::new(),
+            events: Vec::new(),
+            regions: HashMap::new(),
+            next_get: 1 << 40,
+        }
+    }
+
+    /// The module (for the offload interface), `None` after finalize.
+    pub fn module_mut(&mut self) -> Option<&mut Module<P>> {
+        self.module.as_mut()
+    }
+
+    /// Events other than generic fragments seen by progress (tagged
+    /// eager/RTS frags, TM completions, rendezvous and failure reports).
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    fn m(&mut self) -> Result<&mut Module<P>, BtlError> {
+        self.module.as_mut().ok_or(BtlError::Finalized)
+    }
+
+    fn dispatch(&mut self, ev: Event, handler: &mut dyn BtlRecvHandler) -> bool {
+        match ev {
+            Event::Recv(f) if f.kind == FragKind::NoTag => {
+                handler.on_fragment(f.peer, f.tmh.app_ctx as u8, f.payload());
+                true
+            }
+            other => {
+                self.events.push(other);
+                false
+            }
+        }
+    }
+}
+
+impl<P: Provider> BtlModule for OpenibBtl<P> {
+    fn name(&self) -> &str {
+        "openib"
+    }
+
+    fn add_procs(&mut self, peers: &[u32], modex: &mut dyn Modex) -> Result<Vec<u32>, BtlError> {
+        let (me, size, k) = (self.me, self.size, self.index);
+        let m = self.m()?;
+        let mut out = Vec::new();
+        for &rank in peers {
+            if rank == me || rank >= size {
+                continue;
+            }
+            if m.reachable(rank) {
+                out.push(rank);
+                continue;
+            }
+            let remote = match modex.get(rank, MODEX_KEY) {
+                Ok(v) => decode(&v, size).map_err(|e| ModexError::Malformed {
+                    rank,
+                    key: MODEX_KEY.into(),
+                    reason: e.to_string(),
+                })?,
+                Err(ModexError::NotFound { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let Some(ra) = remote.get(k) else { continue };
+            match m.connect(rank, ra) {
+                Ok(()) => out.push(rank),
+                Err(OpenibError::Unreachable(_)) => {}
+                Err(e) => return Err(btl_err(e, rank)),
+            }
+        }
+        Ok(out)
+    }
+
+    fn exclusivity(&self) -> u32 {
+        EXCLUSIVITY_DEFAULT
+    }
+    fn latency(&self) -> u32 {
+        2
+    }
+    fn bandwidth(&self) -> u32 {
+        100_000
+    }
+    fn eager_limit(&self) -> usize {
+        self.module.as_ref().map_or(0, |m| m.eager_limit())
+    }
+    fn max_send_size(&self) -> usize {
+        self.module.as_ref().map_or(0, |m| m.max_frag())
+    }
+    fn flags(&self) -> BtlFlags {
+        BtlFlags::SEND | BtlFlags::GET
+    }
+
+    fn send(&mut self, peer: u32, tag: u8, header: &[u8], payload: &[u8]) -> Result<(), BtlError> {
+        self.m()?
+            .send_frag(peer, tag, header, payload, 0)
+            .map_err(|e| btl_err(e, peer))
+    }
+
+    unsafe fn register_region(
+        &mut self,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<RemoteRegion, BtlError> {
+        let m = self.m()?;
+        // SAFETY: forwarded from this function's contract (valid until
+        // deregister_region, which drops the pin).
+        let reg = unsafe { m.register(ptr, len, AccessFlags::REMOTE_READ) }
+            .map_err(|e| btl_err(e, u32::MAX))?;
+        let r = RemoteRegion {
+            addr: reg.addr(),
+            len: reg.len(),
+            key: u64::from(reg.rkey()),
+        };
+        self.regions.insert(r, reg);
+        Ok(r)
+    }
+
+    fn deregister_region(&mut self, region: &RemoteRegion) {
+        self.regions.remove(region);
+    }
+
+    fn get(
+        &mut self,
+        peer: u32,
+        region: &RemoteRegion,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<(), BtlError> {
+        let len = dst.len();
+        if offset
+            .checked_add(len as u64)
+            .map_or(true, |e| e > region.len)
+        {
+            return Err(BtlError::OutOfBounds {
+                offset,
+                len,
+                region_len: region.len,
+            });
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let avail = (region.len - offset).min(u64::from(u32::MAX - 1));
+        let rkey = u32::try_from(region.key)
+            .map_err(|_| BtlError::BadRegion("key above 32 bits".into()))?;
+        let rvh = Rvh {
+            va: region.addr + offset,
+            rkey,
+            len: avail as u32,
+        };
+        let id = self.next_get;
+        self.next_get += 1;
+        let m = self.module.as_mut().ok_or(BtlError::Finalized)?;
+        // SAFETY: `dst` is exclusively borrowed for this whole call, and the
+        // call returns only after the read's completion (or its flush after
+        // an abort) was polled.
+        unsafe { m.get(peer, dst.as_mut_ptr(), len, rvh, id) }.map_err(|e| btl_err(e, peer))?;
+        let start = Instant::now();
+        let mut evs = Vec::new();
+        let mut aborted = false;
+        loop {
+            m.progress(&mut evs).map_err(|e| btl_err(e, peer))?;
+            let mut result = None;
+            for ev in evs.drain(..) {
+                match ev {
+                    Event::GetDone { id: i, .. } if i == id => result = Some(Ok(())),
+                    Event::Failed {
+                        id: i,
+                        op: crate::module::Op::Get,
+                        error,
+                        ..
+                    } if i == id => {
+                        result = Some(Err(btl_err(error, peer)));
+                    }
+                    other => self.pending.push_back(other),
+                }
+            }
+            if let Some(r) = result {
+                return r;
+            }
+            if !aborted && start.elapsed() > GET_TIMEOUT {
+                tracing::error!(target: "btl_openib", peer, len, "RDMA read not completed after {GET_TIMEOUT:?}; aborting the connection");
+                m.abort_peer(peer, &mut evs);
+                aborted = true;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    fn progress(&mut self, handler: &mut dyn BtlRecvHandler) -> usize {
+        let mut n = 0;
+        while let Some(ev) = self.pending.pop_front() {
+            n += usize::from(self.dispatch(ev, handler));
+        }
+        let Some(m) = self.module.as_mut() else {
+            return n;
+        };
+        let mut evs = Vec::new();
+        if let Err(e) = m.progress(&mut evs) {
+            tracing::error!(target: "btl_openib", "progress failed: {e}");
+        }
+        for ev in evs {
+            n += usize::from(self.dispatch(ev, handler));
+        }
+        n
+    }
+
+    fn finalize(&mut self) -> Result<(), BtlError> {
+        self.regions.clear();
+        self.pending.clear();
+        self.module = None;
+        Ok(())
+    }
+}
