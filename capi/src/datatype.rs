@@ -1,0 +1,291 @@
+//! Datatypes: the predefined C types and derived types as flattened
+//! typemaps (byte blocks of one item), with their bounds.
+//!
+//! Sends and receives of a non-contiguous type pack into (or unpack from) a
+//! contiguous staging buffer of the whole message (see `docs/capi.md`:
+//! per-fragment packing inside the pml is future work).
+
+use std::ffi::c_int;
+use std::sync::Arc;
+
+use tmpi_coll::Datatype as Elem;
+
+use crate::error::{Error, MpiErrorClass as C, Res};
+
+/// Combiners (values of mpi.h).
+pub(crate) mod combiner {
+    pub const NAMED: i32 = 1;
+    pub const DUP: i32 = 2;
+    pub const CONTIGUOUS: i32 = 3;
+    pub const VECTOR: i32 = 4;
+    pub const HVECTOR: i32 = 6;
+    pub const INDEXED: i32 = 7;
+    pub const HINDEXED: i32 = 9;
+    pub const INDEXED_BLOCK: i32 = 10;
+    pub const STRUCT: i32 = 12;
+    pub const RESIZED: i32 = 18;
+    pub const HINDEXED_BLOCK: i32 = 19;
+}
+
+/// One datatype.
+#[derive(Debug, Clone)]
+pub(crate) struct Dtype {
+    /// Bytes of data in one item.
+    pub size: usize,
+    pub lb: isize,
+    pub ub: isize,
+    pub true_lb: isize,
+    pub true_ub: isize,
+    /// Alignment (for the extent padding of structs).
+    pub align: usize,
+    /// (offset, length) byte blocks of one item, in typemap order, merged.
+    pub blocks: Vec<(isize, usize)>,
+    /// The single predefined element type, when homogeneous.
+    pub elem: Option<(c_int, Option<Elem>)>,
+    /// Primitive elements per item (MPI_Get_elements).
+    pub nprim: usize,
+    pub name: String,
+    pub combiner: i32,
+    pub ints: Vec<c_int>,
+    pub addrs: Vec<isize>,
+    pub types: Vec<c_int>,
+    pub committed: bool,
+    pub predefined: bool,
+}
+
+impl Dtype {
+    pub(crate) fn extent(&self) -> isize {
+        self.ub - self.lb
+    }
+    /// One block starting at 0 of `size` bytes with extent `size`: the
+    /// user's memory can be sent as is.
+    pub(crate) fn is_contig(&self) -> bool {
+        self.lb == 0
+            && self.extent() == self.size as isize
+            && (self.blocks.is_empty() || (self.blocks.len() == 1 && self.blocks[0].0 == 0))
+    }
+    /// The reduction element type, when the type is made of one predefined type.
+    pub(crate) fn reduce_elem(&self) -> Option<Elem> {
+        self.elem.and_then(|(_, e)| e)
+    }
+}
+
+/// (handle, name, size, align, element type for reductions)
+const PREDEF: &[(c_int, &str, usize, usize, Option<Elem>)] = &[
+    (1, "MPI_CHAR", 1, 1, Some(Elem::Char)),
+    (2, "MPI_SIGNED_CHAR", 1, 1, Some(Elem::I8)),
+    (3, "MPI_UNSIGNED_CHAR", 1, 1, Some(Elem::U8)),
+    (4, "MPI_BYTE", 1, 1, Some(Elem::Byte)),
+    (5, "MPI_WCHAR", 4, 4, Some(Elem::I32)),
+    (6, "MPI_SHORT", 2, 2, Some(Elem::I16)),
+    (7, "MPI_UNSIGNED_SHORT", 2, 2, Some(Elem::U16)),
+    (8, "MPI_INT", 4, 4, Some(Elem::I32)),
+    (9, "MPI_UNSIGNED", 4, 4, Some(Elem::U32)),
+    (10, "MPI_LONG", 8, 8, Some(Elem::I64)),
+    (11, "MPI_UNSIGNED_LONG", 8, 8, Some(Elem::U64)),
+    (12, "MPI_LONG_LONG_INT", 8, 8, Some(Elem::I64)),
+    (13, "MPI_UNSIGNED_LONG_LONG", 8, 8, Some(Elem::U64)),
+    (14, "MPI_FLOAT", 4, 4, Some(Elem::F32)),
+    (15, "MPI_DOUBLE", 8, 8, Some(Elem::F64)),
+    (16, "MPI_LONG_DOUBLE", 16, 16, None),
+    (17, "MPI_INT8_T", 1, 1, Some(Elem::I8)),
+    (18, "MPI_INT16_T", 2, 2, Some(Elem::I16)),
+    (19, "MPI_INT32_T", 4, 4, Some(Elem::I32)),
+    (20, "MPI_INT64_T", 8, 8, Some(Elem::I64)),
+    (21, "MPI_UINT8_T", 1, 1, Some(Elem::U8)),
+    (22, "MPI_UINT16_T", 2, 2, Some(Elem::U16)),
+    (23, "MPI_UINT32_T", 4, 4, Some(Elem::U32)),
+    (24, "MPI_UINT64_T", 8, 8, Some(Elem::U64)),
+    (25, "MPI_C_BOOL", 1, 1, Some(Elem::Bool)),
+    (26, "MPI_C_FLOAT_COMPLEX", 8, 4, None),
+    (27, "MPI_C_DOUBLE_COMPLEX", 16, 8, None),
+    (28, "MPI_C_LONG_DOUBLE_COMPLEX", 32, 16, None),
+    (29, "MPI_AINT", 8, 8, Some(Elem::I64)),
+    (30, "MPI_OFFSET", 8, 8, Some(Elem::I64)),
+    (31, "MPI_COUNT", 8, 8, Some(Elem::I64)),
+    (32, "MPI_PACKED", 1, 1, Some(Elem::Byte)),
+    (33, "MPI_FLOAT_INT", 8, 4, Some(Elem::FloatInt)),
+    (34, "MPI_DOUBLE_INT", 16, 8, Some(Elem::DoubleInt)),
+    (35, "MPI_LONG_INT", 16, 8, Some(Elem::LongInt)),
+    (36, "MPI_2INT", 8, 4, Some(Elem::TwoInt)),
+    (37, "MPI_SHORT_INT", 8, 4, Some(Elem::ShortInt)),
+    (38, "MPI_LONG_DOUBLE_INT", 32, 16, None),
+];
+
+/// Highest predefined handle.
+pub(crate) const LAST_PREDEFINED: c_int = 38;
+
+/// The predefined types, built once.
+pub(crate) fn predefined() -> Vec<Arc<Dtype>> {
+    PREDEF
+        .iter()
+        .map(|&(h, name, size, align, elem)| {
+            // Pair types carry their padding inside the extent; data bytes
+            // are the two members.
+            let blocks = match h {
+                34 | 35 => vec![(0, 8), (8, 4)],
+                37 => vec![(0, 2), (4, 4)],
+                38 => vec![(0, 16), (16, 4)],
+                _ => vec![(0, size)],
+            };
+            let data: usize = blocks.iter().map(|b| b.1).sum();
+            let pair = matches!(h, 33..=38);
+            Arc::new(Dtype {
+                size: data,
+                lb: 0,
+                ub: size as isize,
+                true_lb: 0,
+                true_ub: blocks.last().map(|b| b.0 + b.1 as isize).unwrap_or(0),
+                align,
+                blocks,
+                elem: Some((h, elem)),
+                nprim: if pair { 2 } else { 1 },
+                name: name.into(),
+                combiner: combiner::NAMED,
+                ints: Vec::new(),
+                addrs: Vec::new(),
+                types: Vec::new(),
+                committed: true,
+                predefined: true,
+            })
+        })
+        .collect()
+}
+
+fn push_block(blocks: &mut Vec<(isize, usize)>, off: isize, len: usize) {
+    if len == 0 {
+        return;
+    }
+    if let Some(last) = blocks.last_mut() {
+        if last.0 + last.1 as isize == off {
+            last.1 += len;
+            return;
+        }
+    }
+    blocks.push((off, len));
+}
+
+/// Upper bound on the typemap blocks of one derived item (protects against
+/// accidental gigantic typemaps; such types need a lazy representation).
+const MAX_BLOCKS: usize = 1 << 26;
+
+/// Builder for derived types: children placed at byte displacements.
+pub(crate) struct Builder {
+    blocks: Vec<(isize, usize)>,
+    lb: Option<isize>,
+    ub: Option<isize>,
+    tlb: Option<isize>,
+    tub: Option<isize>,
+    size: usize,
+    align: usize,
+    elem: Option<Option<(c_int, Option<Elem>)>>,
+    nprim: usize,
+}
+
+impl Builder {
+    pub(crate) fn new() -> Self {
+        Builder {
+            blocks: Vec::new(),
+            lb: None,
+            ub: None,
+            tlb: None,
+            tub: None,
+            size: 0,
+            align: 1,
+            elem: None,
+            nprim: 0,
+        }
+    }
+
+    /// Places `n` consecutive items of `t` starting at byte `disp`.
+    pub(crate) fn place(&mut self, t: &Dtype, disp: isize, n: usize) -> Res<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let ext = t.extent();
+        if self.blocks.len().saturating_add(n.saturating_mul(t.blocks.len())) > MAX_BLOCKS {
+            return Err(Error::new(C::NoMem, "derived datatype typemap too large"));
+        }
+        for i in 0..n {
+            let base = disp + i as isize * ext;
+            for &(o, l) in &t.blocks {
+                push_block(&mut self.blocks, base + o, l);
+            }
+        }
+        let last = disp + (n as isize - 1) * ext;
+        let (lo, hi) = (disp.min(last), disp.max(last));
+        self.lb = Some(self.lb.map_or(lo + t.lb, |v| v.min(lo + t.lb)));
+        self.ub = Some(self.ub.map_or(hi + t.ub, |v| v.max(hi + t.ub)));
+        self.tlb = Some(self.tlb.map_or(lo + t.true_lb, |v| v.min(lo + t.true_lb)));
+        self.tub = Some(self.tub.map_or(hi + t.true_ub, |v| v.max(hi + t.true_ub)));
+        self.size += n * t.size;
+        self.nprim += n * t.nprim;
+        self.align = self.align.max(t.align);
+        self.elem = Some(match self.elem {
+            None => t.elem,
+            Some(e) if e.map(|x| x.0) == t.elem.map(|x| x.0) => e,
+            Some(_) => None,
+        });
+        Ok(())
+    }
+
+    pub(crate) fn finish(
+        self,
+        combiner: i32,
+        ints: Vec<c_int>,
+        addrs: Vec<isize>,
+        types: Vec<c_int>,
+        pad_to_align: bool,
+    ) -> Dtype {
+        let lb = self.lb.unwrap_or(0);
+        let mut ub = self.ub.unwrap_or(0);
+        if pad_to_align && self.align > 1 {
+            let ext = ub - lb;
+            let a = self.align as isize;
+            let rem = ext.rem_euclid(a);
+            if rem != 0 {
+                ub += a - rem;
+            }
+        }
+        Dtype {
+            size: self.size,
+            lb,
+            ub,
+            true_lb: self.tlb.unwrap_or(0),
+            true_ub: self.tub.unwrap_or(0),
+            align: self.align,
+            blocks: self.blocks,
+            elem: self.elem.flatten(),
+            nprim: self.nprim,
+            name: String::new(),
+            combiner,
+            ints,
+            addrs,
+            types,
+            committed: false,
+            predefined: false,
+        }
+    }
+}
+
+/// `MPI_Type_create_resized`.
+pub(crate) fn resized(old: &Dtype, old_h: c_int, lb: isize, extent: isize) -> Dtype {
+    let mut t = old.clone();
+    t.lb = lb;
+    t.ub = lb + extent;
+    t.name = String::new();
+    t.combiner = combiner::RESIZED;
+    t.ints = Vec::new();
+    t.addrs = vec![lb, extent];
+    t.types = vec![old_h];
+    t.committed = false;
+    t.predefined = false;
+    t
+}
+
+/// Bytes of `count` items (overflow is an error).
+pub(crate) fn total_size(t: &Dtype, count: usize) -> Res<usize> {
+    t.size
+        .checked_mul(count)
+        .ok_or_else(|| Error::new(C::Count, "message size overflows"))
+}

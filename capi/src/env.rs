@@ -1,0 +1,259 @@
+//! Environment: init, finalize, abort, queries, time, memory.
+
+use std::ffi::{c_char, c_double, c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use tmpi_base::mca::{self, Level, ParamSpec};
+use tmpi_coll::pml_adapter::PmlP2p;
+use tmpi_coll::CollContext;
+use tmpi_pml::{InitOptions, Pml};
+
+use crate::error::{guard, guard_value, Error, MpiErrorClass as C, Res, ERRORS_ARE_FATAL};
+use crate::ffi::{put, put_cstr};
+use crate::state::{self, Rt, COMM_SELF, COMM_WORLD, PHASE, PHASE_FINALIZED, PHASE_INIT, PHASE_NONE};
+
+static PARAM_CHECK: AtomicBool = AtomicBool::new(true);
+static INIT_LOCK: Mutex<()> = Mutex::new(());
+
+/// Whether argument checks are on (`mpi_param_check`, default 1).
+pub(crate) fn param_check() -> bool {
+    PARAM_CHECK.load(Ordering::Relaxed)
+}
+
+fn epoch() -> &'static Instant {
+    static E: OnceLock<Instant> = OnceLock::new();
+    E.get_or_init(Instant::now)
+}
+
+fn init(required: c_int) -> Res<c_int> {
+    let _g = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    match PHASE.load(Ordering::Acquire) {
+        PHASE_NONE => {}
+        PHASE_INIT => return Err(Error::new(C::Other, "MPI_Init called twice")),
+        _ => return Err(Error::new(C::Other, "MPI_Init after MPI_Finalize")),
+    }
+    epoch();
+    let pml = Arc::new(Pml::init(InitOptions { logging: true })?);
+    let reg = mca::registry();
+    let pc = reg
+        .register_bool(
+            ParamSpec::new("mpi", "", "param_check")
+                .help("Check the arguments of every MPI call (1) or trust them (0)")
+                .level(Level::UserBasic),
+            true,
+        )
+        .map_err(|e| Error::new(C::Arg, e.to_string()))?;
+    PARAM_CHECK.store(pc.value(), Ordering::Relaxed);
+    let p2p = PmlP2p::new(Arc::clone(&pml), Vec::new());
+    let u = CollContext::init(Arc::new(p2p), reg)?;
+    let mut tables = state::take_early();
+    tables.comms.insert(
+        COMM_WORLD,
+        state::CommEnt {
+            comm: u.world.clone(),
+            errhandler: ERRORS_ARE_FATAL,
+            cart: None,
+            attrs: Default::default(),
+        },
+    );
+    tables.comms.insert(
+        COMM_SELF,
+        state::CommEnt {
+            comm: u.self_comm.clone(),
+            errhandler: ERRORS_ARE_FATAL,
+            cart: None,
+            attrs: Default::default(),
+        },
+    );
+    let provided = required.clamp(0, 3);
+    let rt = Rt {
+        world_rank: pml.rank(),
+        world_size: pml.size(),
+        pml,
+        coll: Arc::clone(&u.ctx),
+        thread_level: provided,
+        main_thread: std::thread::current().id(),
+        tables: Mutex::new(tables),
+    };
+    state::set_rt(rt)?;
+    PHASE.store(PHASE_INIT, Ordering::Release);
+    tracing::debug!(target: "capi", "MPI initialised");
+    Ok(provided)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
+    guard("MPI_Init", COMM_WORLD, || init(0).map(drop))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Init_thread(
+    _argc: *mut c_int,
+    _argv: *mut *mut *mut c_char,
+    required: c_int,
+    provided: *mut c_int,
+) -> c_int {
+    guard("MPI_Init_thread", COMM_WORLD, || {
+        if !(0..=3).contains(&required) {
+            return Err(Error::new(C::Arg, format!("required thread level {required} is not one of MPI_THREAD_*")));
+        }
+        let p = init(required)?;
+        put(provided, p, "provided")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Finalize() -> c_int {
+    guard("MPI_Finalize", COMM_WORLD, || {
+        let _g = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let rt = state::rt()?;
+        // Synchronise so that no peer still needs us, drop user objects.
+        {
+            let world = state::tables().comm(COMM_WORLD)?.comm.clone();
+            world.barrier()?;
+        }
+        let leftovers = {
+            let mut t = state::tables();
+            let user: Vec<c_int> = t.comms.keys().copied().filter(|&h| h > COMM_SELF).collect();
+            let mut v = Vec::new();
+            for h in user {
+                if let Some(c) = t.comms.remove(&h) {
+                    v.push(c.comm);
+                }
+            }
+            v
+        };
+        drop(leftovers);
+        PHASE.store(PHASE_FINALIZED, Ordering::Release);
+        rt.pml.finalize()?;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Initialized(flag: *mut c_int) -> c_int {
+    guard("MPI_Initialized", COMM_WORLD, || {
+        put(flag, c_int::from(PHASE.load(Ordering::Acquire) != PHASE_NONE), "flag")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
+    guard("MPI_Finalized", COMM_WORLD, || {
+        put(flag, c_int::from(PHASE.load(Ordering::Acquire) == PHASE_FINALIZED), "flag")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
+    guard("MPI_Query_thread", COMM_WORLD, || put(provided, state::rt()?.thread_level, "provided"))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
+    guard("MPI_Is_thread_main", COMM_WORLD, || {
+        let rt = state::rt()?;
+        put(flag, c_int::from(std::thread::current().id() == rt.main_thread), "flag")
+    })
+}
+
+/// Ends the whole job: the launcher's PMI `abort` (it kills every rank and
+/// exits non-zero), then exit.
+pub(crate) fn abort_job(code: c_int, msg: &str) -> ! {
+    eprintln!("tmpi: rank {}: {msg}", state::world_rank());
+    let code = if code == 0 { 1 } else { code };
+    // The PMI client lives inside the pml; PMI-1 (tmpirun, Hydra) takes a
+    // single abort line on the same descriptor.
+    let v2 = std::env::var("PMI_JOBID").is_ok_and(|j| !j.is_empty())
+        || std::env::var("TMPI_PMI_VERSION").is_ok_and(|v| v.trim() == "2");
+    if let (Ok(fd), false) = (std::env::var("PMI_FD"), v2) {
+        if let Ok(fd) = fd.trim().parse::<c_int>() {
+            let clean: String = msg
+                .chars()
+                .map(|c| if c.is_control() || c == ' ' || c == ';' || c == '=' { '_' } else { c })
+                .take(400)
+                .collect();
+            let line = format!("cmd=abort exitcode={code} message={clean}\n");
+            crate::ffi::pmi_abort_line(fd, line.as_bytes());
+        }
+    }
+    std::process::exit(code)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Abort(comm: c_int, errorcode: c_int) -> c_int {
+    guard("MPI_Abort", comm, || {
+        abort_job(errorcode, &format!("MPI_Abort called with error code {errorcode}"))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_int {
+    guard("MPI_Get_version", COMM_WORLD, || {
+        put(version, 3, "version")?;
+        put(subversion, 1, "subversion")
+    })
+}
+
+/// The library version string.
+pub(crate) fn library_version() -> String {
+    format!(
+        "tmpi {} (MPI 3.1 C interface; pml ob1-style with NIC tag matching offload)",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Get_library_version(version: *mut c_char, resultlen: *mut c_int) -> c_int {
+    guard("MPI_Get_library_version", COMM_WORLD, || {
+        let n = put_cstr(version, 8192, &library_version())?;
+        put(resultlen, n, "resultlen")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_int) -> c_int {
+    guard("MPI_Get_processor_name", COMM_WORLD, || {
+        let host = tmpi_base::pmi::hostname();
+        let n = put_cstr(name, 256, &host)?;
+        put(resultlen, n, "resultlen")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Wtime() -> c_double {
+    guard_value(0.0, || epoch().elapsed().as_secs_f64())
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Wtick() -> c_double {
+    1e-9
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Alloc_mem(size: isize, _info: c_int, baseptr: *mut c_void) -> c_int {
+    guard("MPI_Alloc_mem", COMM_WORLD, || {
+        let n = usize::try_from(size)
+            .map_err(|_| Error::new(C::Arg, format!("size {size} is negative")))?;
+        let p = crate::ffi::alloc(n);
+        if p.is_null() {
+            return Err(Error::new(C::NoMem, format!("cannot allocate {n} bytes")));
+        }
+        put(baseptr.cast::<*mut c_void>(), p, "baseptr")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Free_mem(base: *mut c_void) -> c_int {
+    guard("MPI_Free_mem", COMM_WORLD, || {
+        crate::ffi::free(base);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Pcontrol(_level: c_int) -> c_int {
+    0
+}

@@ -1,0 +1,270 @@
+//! The only module that dereferences pointers handed in by C callers.
+//!
+//! Every helper validates what it can (null pointers, negative lengths) and
+//! converts to safe Rust values; the rest of the crate works on those. The
+//! remaining contract (a non-null pointer really addresses `n` valid
+//! elements) is the C caller's, as for any C library.
+
+use std::ffi::{c_char, c_int, CStr};
+
+use crate::error::{Error, Res};
+use tmpi_base::error::MpiErrorClass as C;
+
+/// `MPI_STATUS_IGNORE` / `MPI_STATUSES_IGNORE` as addresses.
+pub(crate) const STATUS_IGNORE: usize = 1;
+/// `MPI_IN_PLACE` as an address.
+pub(crate) const IN_PLACE: usize = usize::MAX;
+
+/// Whether `p` is `MPI_IN_PLACE`.
+pub(crate) fn is_in_place<T>(p: *const T) -> bool {
+    p as usize == IN_PLACE
+}
+
+/// Stores `v` through the out-parameter `p` (named `what` in the error).
+pub(crate) fn put<T>(p: *mut T, v: T, what: &str) -> Res<()> {
+    if p.is_null() {
+        return Err(Error::new(C::Arg, format!("{what} is NULL")));
+    }
+    // SAFETY: non-null; the C caller passes a pointer to a writable `T`
+    // (the documented contract of the MPI call).
+    unsafe { p.write_unaligned(v) };
+    Ok(())
+}
+
+/// Reads a `T` through `p`.
+pub(crate) fn get<T: Copy>(p: *const T, what: &str) -> Res<T> {
+    if p.is_null() {
+        return Err(Error::new(C::Arg, format!("{what} is NULL")));
+    }
+    // SAFETY: non-null; the caller passes a pointer to a readable `T`.
+    Ok(unsafe { p.read_unaligned() })
+}
+
+/// Converts a C count to `usize` (negative: `MPI_ERR_COUNT` or `class`).
+pub(crate) fn count(n: c_int, class: C, what: &str) -> Res<usize> {
+    usize::try_from(n).map_err(|_| Error::new(class, format!("{what} = {n} is negative")))
+}
+
+/// A copy of the array of `n` elements at `p` (`n == 0` allows NULL).
+pub(crate) fn array<T: Copy>(p: *const T, n: usize, what: &str) -> Res<Vec<T>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if p.is_null() {
+        return Err(Error::new(C::Arg, format!("{what} is NULL")));
+    }
+    // SAFETY: non-null and the caller passes `n` readable elements.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) }.to_vec())
+}
+
+/// Writes `v` to the array at `p` (at least `v.len()` elements).
+pub(crate) fn put_array<T: Copy>(p: *mut T, v: &[T], what: &str) -> Res<()> {
+    if v.is_empty() {
+        return Ok(());
+    }
+    if p.is_null() {
+        return Err(Error::new(C::Arg, format!("{what} is NULL")));
+    }
+    // SAFETY: non-null; the caller passes room for `v.len()` elements.
+    unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), p, v.len()) };
+    Ok(())
+}
+
+/// A C string argument.
+pub(crate) fn cstr(p: *const c_char, what: &str) -> Res<String> {
+    if p.is_null() {
+        return Err(Error::new(C::Arg, format!("{what} is NULL")));
+    }
+    // SAFETY: non-null, NUL-terminated by the MPI contract.
+    Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// Copies `s` as a NUL-terminated string into `p` (capacity `cap` bytes
+/// including the NUL; truncated to fit) and returns the length written.
+pub(crate) fn put_cstr(p: *mut c_char, cap: usize, s: &str) -> Res<c_int> {
+    if p.is_null() {
+        return Err(Error::new(C::Arg, "string buffer is NULL"));
+    }
+    if cap == 0 {
+        return Ok(0);
+    }
+    let b = s.as_bytes();
+    let n = b.len().min(cap - 1);
+    // SAFETY: non-null, the caller provides `cap` writable bytes (the
+    // MPI_MAX_* length of this call) and `n + 1 <= cap`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(b.as_ptr(), p.cast::<u8>(), n);
+        *p.add(n) = 0;
+    }
+    Ok(n as c_int)
+}
+
+/// Copies the typemap `blocks` (offset, length) of `count` items laid out
+/// `extent` bytes apart from `base` into `out`.
+pub(crate) fn gather_blocks(
+    base: *const u8,
+    count: usize,
+    extent: isize,
+    blocks: &[(isize, usize)],
+    out: &mut Vec<u8>,
+) {
+    for i in 0..count {
+        let item = (i as isize).wrapping_mul(extent);
+        for &(off, len) in blocks {
+            let p = base.wrapping_offset(item.wrapping_add(off));
+            // SAFETY: the datatype describes memory of the caller's buffer;
+            // MPI requires every byte it names to be readable.
+            out.extend_from_slice(unsafe { std::slice::from_raw_parts(p, len) });
+        }
+    }
+}
+
+/// The reverse of [`gather_blocks`]: writes `data` into the typemap,
+/// stopping when `data` runs out (a short message).
+pub(crate) fn scatter_blocks(
+    base: *mut u8,
+    count: usize,
+    extent: isize,
+    blocks: &[(isize, usize)],
+    data: &[u8],
+) {
+    let mut at = 0usize;
+    'outer: for i in 0..count {
+        let item = (i as isize).wrapping_mul(extent);
+        for &(off, len) in blocks {
+            if at >= data.len() {
+                break 'outer;
+            }
+            let n = len.min(data.len() - at);
+            let p = base.wrapping_offset(item.wrapping_add(off));
+            // SAFETY: the datatype describes writable memory of the caller's
+            // receive buffer (MPI contract); `at + n <= data.len()`.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(at), p, n) };
+            at += n;
+        }
+    }
+}
+
+/// A read-only byte view of contiguous user memory.
+pub(crate) fn bytes<'a>(p: *const u8, len: usize) -> Res<&'a [u8]> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Error::new(C::Buffer, "buffer is NULL with a non-zero count"));
+    }
+    // SAFETY: non-null; the caller's buffer holds `len` readable bytes.
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// A writable byte view of contiguous user memory.
+pub(crate) fn bytes_mut<'a>(p: *mut u8, len: usize) -> Res<&'a mut [u8]> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(Error::new(C::Buffer, "buffer is NULL with a non-zero count"));
+    }
+    // SAFETY: non-null; the caller's buffer holds `len` writable bytes not
+    // accessed elsewhere during the call.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
+}
+
+/// Calls a user reduction function `f(in, inout, &len, &dtype)`.
+pub(crate) fn call_user_op(
+    f: crate::UserFn,
+    input: &[u8],
+    inout: &mut [u8],
+    len: c_int,
+    dtype: c_int,
+) {
+    let mut l = len;
+    let mut d = dtype;
+    // SAFETY: `f` is the function pointer the user registered with
+    // MPI_Op_create; both buffers hold `len` elements of `dtype`.
+    unsafe {
+        f(
+            input.as_ptr() as *mut std::ffi::c_void,
+            inout.as_mut_ptr().cast(),
+            &mut l,
+            &mut d,
+        )
+    }
+}
+
+/// Calls a user error handler `f(&comm, &code)`.
+pub(crate) fn call_errhandler(f: crate::ErrFn, comm: c_int, code: c_int) {
+    let mut c = comm;
+    let mut e = code;
+    // SAFETY: `f` was registered by MPI_Comm_create_errhandler.
+    unsafe { f(&mut c, &mut e) }
+}
+
+/// Calls an attribute copy callback; returns (error code, flag, value out).
+pub(crate) fn call_copy_attr(
+    f: crate::CopyAttrFn,
+    obj: c_int,
+    keyval: c_int,
+    extra: usize,
+    val: usize,
+) -> (c_int, bool, usize) {
+    let mut out: usize = 0;
+    let mut flag: c_int = 0;
+    // SAFETY: registered by MPI_Comm_create_keyval; the out pointers are
+    // valid locals.
+    let rc = unsafe {
+        f(
+            obj,
+            keyval,
+            extra as *mut std::ffi::c_void,
+            val as *mut std::ffi::c_void,
+            (&mut out as *mut usize).cast(),
+            &mut flag,
+        )
+    };
+    (rc, flag != 0, out)
+}
+
+/// Calls an attribute delete callback.
+pub(crate) fn call_delete_attr(
+    f: crate::DeleteAttrFn,
+    obj: c_int,
+    keyval: c_int,
+    val: usize,
+    extra: usize,
+) -> c_int {
+    // SAFETY: registered by MPI_Comm_create_keyval.
+    unsafe {
+        f(
+            obj,
+            keyval,
+            val as *mut std::ffi::c_void,
+            extra as *mut std::ffi::c_void,
+        )
+    }
+}
+
+/// Stores a pointer-sized attribute value through `attribute_val` (a
+/// `void **` in disguise, as MPI_Comm_get_attr defines it).
+pub(crate) fn put_ptr(p: *mut std::ffi::c_void, v: usize) -> Res<()> {
+    put(p.cast::<usize>(), v, "attribute_val")
+}
+
+/// Allocation for MPI_Alloc_mem (malloc, so C's free-lists are unaffected).
+pub(crate) fn alloc(size: usize) -> *mut std::ffi::c_void {
+    // SAFETY: plain malloc of at least one byte.
+    unsafe { libc::malloc(size.max(1)) }
+}
+
+/// Release for MPI_Free_mem.
+pub(crate) fn free(p: *mut std::ffi::c_void) {
+    // SAFETY: `p` came from MPI_Alloc_mem (malloc) or is NULL.
+    unsafe { libc::free(p) }
+}
+
+/// Sends the PMI-1 `abort` line on the launcher's descriptor, if any.
+pub(crate) fn pmi_abort_line(fd: c_int, line: &[u8]) {
+    // SAFETY: writing a byte buffer to a descriptor number; a bad fd only
+    // yields an error return.
+    let _ = unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
+}

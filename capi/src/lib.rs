@@ -1,0 +1,42 @@
+//! # tmpi-capi: the MPI-3.1 C interface of tmpi
+//!
+//! Builds `libmpi.so` / `libmpi.a` with the C symbols declared in
+//! `include/mpi.h`. Handles are integers (MPICH style): each kind lives in
+//! a table of [`state`]; conversions `*_c2f`/`*_f2c` are the identity.
+//!
+//! Layout:
+//! * [`ffi`]: every dereference of a C pointer (validated helpers);
+//! * [`error`]: error classes, handlers and the guard around each entry
+//!   point (argument checks, `catch_unwind` → `MPI_ERR_INTERN`);
+//! * [`state`]: the runtime (pml, coll) and the handle tables;
+//! * `env`, `p2p`, `request`, `datatype`, `types`, `coll`, `comm`, `misc`:
+//!   the MPI chapters; `stubs`: functions present only so that programs
+//!   link (they fail with `MPI_ERR_UNSUPPORTED_OPERATION`).
+//!
+//! See `docs/capi.md`.
+#![allow(non_snake_case)]
+#![allow(clippy::missing_safety_doc)]
+
+use std::ffi::{c_int, c_void};
+
+pub mod coll;
+pub mod comm;
+pub(crate) mod datatype;
+pub mod env;
+pub(crate) mod error;
+pub(crate) mod ffi;
+pub mod misc;
+pub mod p2p;
+pub mod request;
+pub(crate) mod state;
+pub mod stubs;
+pub mod types;
+
+/// `MPI_User_function`.
+pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut c_int);
+/// `MPI_Comm_errhandler_function` (called with two arguments).
+pub type ErrFn = unsafe extern "C" fn(*mut c_int, *mut c_int);
+/// `MPI_Comm_copy_attr_function`.
+pub type CopyAttrFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
+/// `MPI_Comm_delete_attr_function`.
+pub type DeleteAttrFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void) -> c_int;

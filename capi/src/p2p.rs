@@ -1,0 +1,837 @@
+//! Point-to-point: sends in every mode, receives, persistent requests,
+//! probe/mprobe, the wait/test families, cancel, buffers, status queries.
+
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+use tmpi_pml::raw::{RawBuf, RawBufMut};
+use tmpi_pml::{SendMode, ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB};
+
+use crate::datatype::{total_size, Dtype};
+use crate::env::param_check;
+use crate::error::{guard, Error, MpiErrorClass as C, Res};
+use crate::ffi::{count as ccount, get, put, put_array};
+use crate::request::{
+    put_status, status_bytes, status_err, test_handle, wait_handle, MpiStatus, Persist, Req, St,
+    Stage, Tested,
+};
+use crate::state::{rt, tables, COMM_WORLD};
+
+struct Target {
+    ctx: u32,
+    t: Arc<Dtype>,
+}
+
+fn resolve(comm: c_int, dtype: c_int, peer: c_int, tag: c_int, count: usize, recv: bool) -> Res<Target> {
+    let t = tables();
+    let ce = t.comm(comm)?;
+    let size = ce.comm.size() as c_int;
+    let ty = t.comm_type(dtype)?;
+    if param_check() {
+        let rank_ok = (0..size).contains(&peer) || peer == PROC_NULL || (recv && peer == ANY_SOURCE);
+        if !rank_ok {
+            return Err(Error::new(C::Rank, format!("rank {peer} is not in 0..{size} of the communicator")));
+        }
+        let tag_ok = (0..=TAG_UB).contains(&tag) || (recv && tag == ANY_TAG);
+        if !tag_ok {
+            return Err(Error::new(C::Tag, format!("tag {tag} is outside 0..=MPI_TAG_UB ({TAG_UB})")));
+        }
+    }
+    total_size(&ty, count)?;
+    Ok(Target { ctx: ce.comm.context_id(), t: ty })
+}
+
+fn check_buf(buf: *const c_void, count: usize, t: &Dtype) -> Res<()> {
+    if param_check() && buf.is_null() && count > 0 && t.size > 0 && t.true_lb >= 0 && t.lb == 0 {
+        return Err(Error::new(C::Buffer, "buffer is NULL with a non-zero count"));
+    }
+    Ok(())
+}
+
+/// Starts a send; returns the request record.
+pub(crate) fn start_send(
+    buf: *const c_void,
+    count: c_int,
+    dtype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+    mode: SendMode,
+    persist: Option<Persist>,
+) -> Res<Req> {
+    let n = ccount(count, C::Count, "count")?;
+    let tg = resolve(comm, dtype, dest, tag, n, false)?;
+    check_buf(buf, n, &tg.t)?;
+    let rt = rt()?;
+    let (raw, stage) = if tg.t.is_contig() {
+        (RawBuf::from_raw(buf.cast(), tg.t.size * n), Stage::Direct)
+    } else {
+        let mut v = Vec::with_capacity(tg.t.size * n);
+        crate::ffi::gather_blocks(buf.cast(), n, tg.t.extent(), &tg.t.blocks, &mut v);
+        (RawBuf::from_slice(&v), Stage::Send(v))
+    };
+    // SAFETY: `raw` addresses the caller's buffer (MPI forbids touching it
+    // until the request completes) or the staging vector, which moves into
+    // the request record (its heap buffer does not move) and lives until
+    // the request completes.
+    let id = unsafe { rt.pml.isend(tg.ctx, dest, tag, raw, mode) }?;
+    Ok(Req::Pml { id, stage, persist, comm })
+}
+
+/// Starts a receive.
+pub(crate) fn start_recv(
+    buf: *mut c_void,
+    count: c_int,
+    dtype: c_int,
+    src: c_int,
+    tag: c_int,
+    comm: c_int,
+    persist: Option<Persist>,
+) -> Res<Req> {
+    let n = ccount(count, C::Count, "count")?;
+    let tg = resolve(comm, dtype, src, tag, n, true)?;
+    check_buf(buf, n, &tg.t)?;
+    let rt = rt()?;
+    let len = tg.t.size * n;
+    let (raw, stage) = if tg.t.is_contig() {
+        (RawBufMut::from_raw(buf.cast(), len), Stage::Direct)
+    } else {
+        let mut v = vec![0u8; len];
+        let raw = RawBufMut::from_slice(&mut v);
+        (raw, Stage::Recv { buf: v, dst: buf as usize, count: n, t: Arc::clone(&tg.t) })
+    };
+    // SAFETY: as for sends; the staging vector's heap buffer is owned by the
+    // request record and not accessed until the pml reports completion.
+    let id = unsafe { rt.pml.irecv(tg.ctx, src, tag, raw) }?;
+    Ok(Req::Pml { id, stage, persist, comm })
+}
+
+fn blocking(r: Req, status: *mut MpiStatus, what: &str) -> Res<()> {
+    let h = tables().add_req(r);
+    let (st, _) = wait_handle(h)?;
+    put_status(status, st)?;
+    status_err(&st, what)
+}
+
+macro_rules! send_fn {
+    ($name:ident, $iname:ident, $initname:ident, $mode:expr) => {
+        #[no_mangle]
+        pub extern "C" fn $name(buf: *const c_void, count: c_int, dtype: c_int, dest: c_int, tag: c_int, comm: c_int) -> c_int {
+            guard(stringify!($name), comm, || {
+                let r = start_send(buf, count, dtype, dest, tag, comm, $mode, None)?;
+                blocking(r, std::ptr::null_mut(), stringify!($name))
+            })
+        }
+        #[no_mangle]
+        pub extern "C" fn $iname(buf: *const c_void, count: c_int, dtype: c_int, dest: c_int, tag: c_int, comm: c_int, request: *mut c_int) -> c_int {
+            guard(stringify!($iname), comm, || {
+                let r = start_send(buf, count, dtype, dest, tag, comm, $mode, None)?;
+                let h = tables().add_req(r);
+                put(request, h, "request")
+            })
+        }
+        #[no_mangle]
+        pub extern "C" fn $initname(buf: *const c_void, count: c_int, dtype: c_int, dest: c_int, tag: c_int, comm: c_int, request: *mut c_int) -> c_int {
+            guard(stringify!($initname), comm, || {
+                let n = ccount(count, C::Count, "count")?;
+                let tg = resolve(comm, dtype, dest, tag, n, false)?;
+                check_buf(buf, n, &tg.t)?;
+                let p = Persist { send: Some($mode), buf: buf as usize, count: n, dtype, peer: dest, tag, comm };
+                let h = tables().add_req(Req::Inactive(p));
+                put(request, h, "request")
+            })
+        }
+    };
+}
+
+send_fn!(MPI_Send, MPI_Isend, MPI_Send_init, SendMode::Standard);
+send_fn!(MPI_Ssend, MPI_Issend, MPI_Ssend_init, SendMode::Synchronous);
+send_fn!(MPI_Rsend, MPI_Irsend, MPI_Rsend_init, SendMode::Ready);
+send_fn!(MPI_Bsend, MPI_Ibsend, MPI_Bsend_init, SendMode::Buffered);
+
+#[no_mangle]
+pub extern "C" fn MPI_Recv(buf: *mut c_void, count: c_int, dtype: c_int, source: c_int, tag: c_int, comm: c_int, status: *mut MpiStatus) -> c_int {
+    guard("MPI_Recv", comm, || {
+        let r = start_recv(buf, count, dtype, source, tag, comm, None)?;
+        blocking(r, status, "MPI_Recv")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Irecv(buf: *mut c_void, count: c_int, dtype: c_int, source: c_int, tag: c_int, comm: c_int, request: *mut c_int) -> c_int {
+    guard("MPI_Irecv", comm, || {
+        let r = start_recv(buf, count, dtype, source, tag, comm, None)?;
+        let h = tables().add_req(r);
+        put(request, h, "request")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Recv_init(buf: *mut c_void, count: c_int, dtype: c_int, source: c_int, tag: c_int, comm: c_int, request: *mut c_int) -> c_int {
+    guard("MPI_Recv_init", comm, || {
+        let n = ccount(count, C::Count, "count")?;
+        let tg = resolve(comm, dtype, source, tag, n, true)?;
+        check_buf(buf, n, &tg.t)?;
+        let p = Persist { send: None, buf: buf as usize, count: n, dtype, peer: source, tag, comm };
+        let h = tables().add_req(Req::Inactive(p));
+        put(request, h, "request")
+    })
+}
+
+fn start_one(h: c_int) -> Res<()> {
+    let p = {
+        let t = tables();
+        match t.reqs.get(&h) {
+            Some(Req::Inactive(p)) => p.clone(),
+            Some(_) => return Err(Error::new(C::Request, format!("request {h} is already active or not persistent"))),
+            None => return Err(Error::new(C::Request, format!("invalid request handle {h}"))),
+        }
+    };
+    let cnt = p.count as c_int;
+    let r = match p.send {
+        Some(mode) => start_send(p.buf as *const c_void, cnt, p.dtype, p.peer, p.tag, p.comm, mode, Some(p.clone()))?,
+        None => start_recv(p.buf as *mut c_void, cnt, p.dtype, p.peer, p.tag, p.comm, Some(p.clone()))?,
+    };
+    tables().reqs.insert(h, r);
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Start(request: *mut c_int) -> c_int {
+    guard("MPI_Start", COMM_WORLD, || start_one(get(request, "request")?))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Startall(count: c_int, requests: *mut c_int) -> c_int {
+    guard("MPI_Startall", COMM_WORLD, || {
+        let n = ccount(count, C::Count, "count")?;
+        for h in crate::ffi::array(requests, n, "array_of_requests")? {
+            start_one(h)?;
+        }
+        Ok(())
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Sendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: c_int, source: c_int, recvtag: c_int, comm: c_int, status: *mut MpiStatus) -> c_int {
+    guard("MPI_Sendrecv", comm, || {
+        let r = start_recv(recvbuf, recvcount, recvtype, source, recvtag, comm, None)?;
+        let rh = tables().add_req(r);
+        let s = match start_send(sendbuf, sendcount, sendtype, dest, sendtag, comm, SendMode::Standard, None) {
+            Ok(s) => s,
+            Err(e) => {
+                cancel_and_drop(rh);
+                return Err(e);
+            }
+        };
+        let sh = tables().add_req(s);
+        let (sst, _) = wait_handle(sh)?;
+        let (rst, _) = wait_handle(rh)?;
+        status_err(&sst, "MPI_Sendrecv (send)")?;
+        put_status(status, rst)?;
+        status_err(&rst, "MPI_Sendrecv (receive)")
+    })
+}
+
+fn cancel_and_drop(h: c_int) {
+    if let Ok(rt) = rt() {
+        let r = tables().reqs.remove(&h);
+        if let Some(Req::Pml { id, stage, .. }) = r {
+            let _ = rt.pml.cancel(id);
+            let _ = rt.pml.wait(id);
+            drop(stage);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Sendrecv_replace(buf: *mut c_void, count: c_int, dtype: c_int, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: c_int, status: *mut MpiStatus) -> c_int {
+    guard("MPI_Sendrecv_replace", comm, || {
+        let n = ccount(count, C::Count, "count")?;
+        let t = tables().comm_type(dtype)?;
+        // Pack the outgoing data first, then receive in place.
+        let mut v = Vec::with_capacity(t.size * n);
+        crate::ffi::gather_blocks(buf as *const u8, n, t.extent(), &t.blocks, &mut v);
+        let byte = 4; // MPI_BYTE
+        let len = c_int::try_from(v.len()).map_err(|_| Error::new(C::Count, "message too large"))?;
+        let r = start_recv(buf, count, dtype, source, recvtag, comm, None)?;
+        let rh = tables().add_req(r);
+        let s = start_send(v.as_ptr().cast(), len, byte, dest, sendtag, comm, SendMode::Standard, None)?;
+        let sh = tables().add_req(s);
+        let (sst, _) = wait_handle(sh)?;
+        drop(v);
+        let (rst, _) = wait_handle(rh)?;
+        status_err(&sst, "MPI_Sendrecv_replace (send)")?;
+        put_status(status, rst)?;
+        status_err(&rst, "MPI_Sendrecv_replace (receive)")
+    })
+}
+
+// ---------------------------------------------------------------- completion
+
+fn req_comm(h: c_int) -> c_int {
+    tables().reqs.get(&h).map_or(COMM_WORLD, Req::comm)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Wait(request: *mut c_int, status: *mut MpiStatus) -> c_int {
+    let comm = if request.is_null() { COMM_WORLD } else { req_comm(get(request, "request").unwrap_or(0)) };
+    guard("MPI_Wait", comm, || {
+        let h = get(request, "request")?;
+        let (st, freed) = wait_handle(h)?;
+        if freed {
+            put(request, 0, "request")?;
+        }
+        put_status(status, st)?;
+        status_err(&st, "MPI_Wait")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Test(request: *mut c_int, flag: *mut c_int, status: *mut MpiStatus) -> c_int {
+    let comm = if request.is_null() { COMM_WORLD } else { req_comm(get(request, "request").unwrap_or(0)) };
+    guard("MPI_Test", comm, || {
+        let h = get(request, "request")?;
+        match test_handle(h)? {
+            Tested::Pending => put(flag, 0, "flag"),
+            Tested::Inactive => {
+                put(flag, 1, "flag")?;
+                put_status(status, St::empty())
+            }
+            Tested::Complete(st, freed) => {
+                if freed {
+                    put(request, 0, "request")?;
+                }
+                put(flag, 1, "flag")?;
+                put_status(status, st)?;
+                status_err(&st, "MPI_Test")
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Request_get_status(request: c_int, flag: *mut c_int, status: *mut MpiStatus) -> c_int {
+    guard("MPI_Request_get_status", COMM_WORLD, || {
+        // Progress, then peek without releasing.
+        let rt = rt()?;
+        rt.pml.progress();
+        let done = {
+            let t = tables();
+            match t.reqs.get(&request) {
+                None if request == 0 => Some(St::empty()),
+                None => return Err(Error::new(C::Request, format!("invalid request handle {request}"))),
+                Some(Req::Inactive(_)) => Some(St::empty()),
+                Some(Req::Done { st, .. }) => Some(*st),
+                Some(_) => None,
+            }
+        };
+        match done {
+            Some(st) => {
+                put(flag, 1, "flag")?;
+                put_status(status, st)
+            }
+            None => {
+                // A pml request cannot be peeked without releasing it: report
+                // "not yet" (allowed: MPI_Request_get_status may be conservative).
+                put(flag, 0, "flag")
+            }
+        }
+    })
+}
+
+fn statuses_at(p: *mut MpiStatus, i: usize, st: St) -> Res<()> {
+    if p.is_null() || p as usize == crate::ffi::STATUS_IGNORE {
+        return Ok(());
+    }
+    put(p.wrapping_add(i), st.to_c(), "array_of_statuses")
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Waitall(count: c_int, requests: *mut c_int, statuses: *mut MpiStatus) -> c_int {
+    guard("MPI_Waitall", COMM_WORLD, || {
+        let n = ccount(count, C::Count, "count")?;
+        let mut hs = crate::ffi::array(requests, n, "array_of_requests")?;
+        let mut done = vec![false; n];
+        let mut left = n;
+        let mut err = false;
+        while left > 0 {
+            for i in 0..n {
+                if done[i] {
+                    continue;
+                }
+                match test_handle(hs[i]) {
+                    Ok(Tested::Pending) => {}
+                    Ok(Tested::Inactive) => {
+                        done[i] = true;
+                        left -= 1;
+                        statuses_at(statuses, i, St::empty())?;
+                    }
+                    Ok(Tested::Complete(st, freed)) => {
+                        done[i] = true;
+                        left -= 1;
+                        if freed {
+                            hs[i] = 0;
+                        }
+                        err |= st.error != C::Success;
+                        statuses_at(statuses, i, st)?;
+                    }
+                    Err(e) => {
+                        put_array(requests, &hs, "array_of_requests")?;
+                        return Err(e);
+                    }
+                }
+            }
+            if left > 0 {
+                crate::request::idle();
+            }
+        }
+        put_array(requests, &hs, "array_of_requests")?;
+        if err {
+            return Err(Error::new(C::InStatus, "MPI_Waitall: a request failed (see the statuses)"));
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Testall(count: c_int, requests: *mut c_int, flag: *mut c_int, statuses: *mut MpiStatus) -> c_int {
+    guard("MPI_Testall", COMM_WORLD, || {
+        let n = ccount(count, C::Count, "count")?;
+        let hs = crate::ffi::array(requests, n, "array_of_requests")?;
+        // All-or-nothing: only complete when every request is done. Peek via
+        // the pml's progress first, then test each; a completed one cannot
+        // be un-completed, so keep it as a Done record until all are done.
+        let mut all = true;
+        for &h in &hs {
+            match test_handle(h)? {
+                Tested::Pending => all = false,
+                Tested::Inactive => {}
+                Tested::Complete(st, freed) => {
+                    // Park the result so a later test returns it again.
+                    let mut t = tables();
+                    if freed {
+                        t.reqs.insert(h, Req::Done { st, persist: None });
+                    } else if let Some(Req::Inactive(p)) = t.reqs.remove(&h) {
+                        t.reqs.insert(h, Req::Done { st, persist: Some(p) });
+                    }
+                }
+            }
+        }
+        if !all {
+            return put(flag, 0, "flag");
+        }
+        let mut out = hs.clone();
+        let mut err = false;
+        for (i, &h) in hs.iter().enumerate() {
+            match test_handle(h)? {
+                Tested::Complete(st, freed) => {
+                    if freed {
+                        out[i] = 0;
+                    }
+                    err |= st.error != C::Success;
+                    statuses_at(statuses, i, st)?;
+                }
+                _ => statuses_at(statuses, i, St::empty())?,
+            }
+        }
+        put_array(requests, &out, "array_of_requests")?;
+        put(flag, 1, "flag")?;
+        if err {
+            return Err(Error::new(C::InStatus, "MPI_Testall: a request failed (see the statuses)"));
+        }
+        Ok(())
+    })
+}
+
+/// One pass of testany; `Some((index or None, status))` when finished.
+fn testany_pass(requests: *mut c_int, n: usize) -> Res<Option<(Option<usize>, St)>> {
+    let hs = crate::ffi::array(requests, n, "array_of_requests")?;
+    let mut active = false;
+    for (i, &h) in hs.iter().enumerate() {
+        match test_handle(h)? {
+            Tested::Pending => active = true,
+            Tested::Inactive => {}
+            Tested::Complete(st, freed) => {
+                if freed {
+                    put(requests.wrapping_add(i), 0, "array_of_requests")?;
+                }
+                return Ok(Some((Some(i), st)));
+            }
+        }
+    }
+    if !active {
+        return Ok(Some((None, St::empty())));
+    }
+    Ok(None)
+}
+
+const UNDEFINED: c_int = -32766;
+
+#[no_mangle]
+pub extern "C" fn MPI_Waitany(count: c_int, requests: *mut c_int, index: *mut c_int, status: *mut MpiStatus) -> c_int {
+    guard("MPI_Waitany", COMM_WORLD, || {
+        let n = ccount(count, C::Count, "count")?;
+        loop {
+            if let Some((i, st)) = testany_pass(requests, n)? {
+                put(index, i.map_or(UNDEFINED, |i| i as c_int), "index")?;
+                put_status(status, st)?;
+                return status_err(&st, "MPI_Waitany");
+            }
+            crate::request::idle();
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Testany(count: c_int, requests: *mut c_int, index: *mut c_int, flag: *mut c_int, status: *mut MpiStatus) -> c_int {
+    guard("MPI_Testany", COMM_WORLD, || {
+        let n = ccount(count, C::Count, "count")?;
+        match testany_pass(requests, n)? {
+            Some((i, st)) => {
+                put(flag, 1, "flag")?;
+                put(index, i.map_or(UNDEFINED, |i| i as c_int), "index")?;
+                put_status(status, st)?;
+                status_err(&st, "MPI_Testany")
+            }
+            None => {
+                put(flag, 0, "flag")?;
+                put(index, UNDEFINED, "index")
+            }
+        }
+    })
+}
+
+fn somepass(requests: *mut c_int, n: usize, indices: *mut c_int, statuses: *mut MpiStatus) -> Res<Option<c_int>> {
+    let hs = crate::ffi::array(requests, n, "array_of_requests")?;
+    let mut active = false;
+    let mut k = 0usize;
+    let mut err = false;
+    for (i, &h) in hs.iter().enumerate() {
+        match test_handle(h)? {
+            Tested::Pending => active = true,
+            Tested::Inactive => {}
+            Tested::Complete(st, freed) => {
+                if freed {
+                    put(requests.wrapping_add(i), 0, "array_of_requests")?;
+                }
+                put(indices.wrapping_add(k), i as c_int, "array_of_indices")?;
+                statuses_at(statuses, k, st)?;
+                err |= st.error != C::Success;
+                k += 1;
+            }
+        }
+    }
+    if err {
+        return Err(Error::new(C::InStatus, "a request failed (see the statuses)"));
+    }
+    if k == 0 && !active {
+        return Ok(Some(UNDEFINED));
+    }
+    Ok((k > 0).then_some(k as c_int))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Waitsome(incount: c_int, requests: *mut c_int, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MpiStatus) -> c_int {
+    guard("MPI_Waitsome", COMM_WORLD, || {
+        let n = ccount(incount, C::Count, "incount")?;
+        loop {
+            if let Some(k) = somepass(requests, n, indices, statuses)? {
+                return put(outcount, k, "outcount");
+            }
+            crate::request::idle();
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Testsome(incount: c_int, requests: *mut c_int, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MpiStatus) -> c_int {
+    guard("MPI_Testsome", COMM_WORLD, || {
+        let n = ccount(incount, C::Count, "incount")?;
+        let k = somepass(requests, n, indices, statuses)?.unwrap_or(0);
+        put(outcount, k, "outcount")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Cancel(request: *mut c_int) -> c_int {
+    guard("MPI_Cancel", COMM_WORLD, || {
+        let h = get(request, "request")?;
+        let rt = rt()?;
+        let id = match tables().reqs.get(&h) {
+            Some(Req::Pml { id, .. }) => Some(*id),
+            Some(_) => None,
+            None => return Err(Error::new(C::Request, format!("invalid request handle {h}"))),
+        };
+        if let Some(id) = id {
+            rt.pml.cancel(id)?;
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Request_free(request: *mut c_int) -> c_int {
+    guard("MPI_Request_free", COMM_WORLD, || {
+        let h = get(request, "request")?;
+        let rt = rt()?;
+        let r = tables().reqs.remove(&h);
+        match r {
+            None => return Err(Error::new(C::Request, format!("invalid request handle {h}"))),
+            Some(Req::Pml { id, stage: Stage::Direct, .. }) => rt.pml.request_free(id)?,
+            Some(r @ Req::Pml { .. }) | Some(r @ Req::Coll { .. }) => {
+                // Staged data must outlive the operation: let it finish in
+                // the background by parking it under a fresh handle that
+                // nobody references; it completes on the next waits.
+                let mut t = tables();
+                let hidden = t.add_req(r);
+                t.orphans_push(hidden);
+            }
+            Some(_) => {}
+        }
+        put(request, 0, "request")
+    })
+}
+
+// ---------------------------------------------------------------- probe
+
+fn probe_target(source: c_int, tag: c_int, comm: c_int) -> Res<u32> {
+    let t = tables();
+    let ce = t.comm(comm)?;
+    let size = ce.comm.size() as c_int;
+    if param_check() {
+        if !((0..size).contains(&source) || source == ANY_SOURCE || source == PROC_NULL) {
+            return Err(Error::new(C::Rank, format!("rank {source} is not in 0..{size}")));
+        }
+        if !((0..=TAG_UB).contains(&tag) || tag == ANY_TAG) {
+            return Err(Error::new(C::Tag, format!("tag {tag} is outside 0..=MPI_TAG_UB")));
+        }
+    }
+    Ok(ce.comm.context_id())
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: c_int, status: *mut MpiStatus) -> c_int {
+    guard("MPI_Probe", comm, || {
+        let ctx = probe_target(source, tag, comm)?;
+        let rt = rt()?;
+        loop {
+            if let Some(s) = rt.pml.iprobe(ctx, source, tag)? {
+                return put_status(status, St::from(s));
+            }
+            crate::request::idle();
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Iprobe(source: c_int, tag: c_int, comm: c_int, flag: *mut c_int, status: *mut MpiStatus) -> c_int {
+    guard("MPI_Iprobe", comm, || {
+        let ctx = probe_target(source, tag, comm)?;
+        let rt = rt()?;
+        match rt.pml.iprobe(ctx, source, tag)? {
+            Some(s) => {
+                put(flag, 1, "flag")?;
+                put_status(status, St::from(s))
+            }
+            None => put(flag, 0, "flag"),
+        }
+    })
+}
+
+const MESSAGE_NO_PROC: c_int = 1;
+
+fn improbe_once(source: c_int, tag: c_int, comm: c_int) -> Res<Option<(c_int, St)>> {
+    let ctx = probe_target(source, tag, comm)?;
+    if source == PROC_NULL {
+        return Ok(Some((MESSAGE_NO_PROC, St::from(tmpi_pml::Status::proc_null()))));
+    }
+    let rt = rt()?;
+    Ok(match rt.pml.improbe(ctx, source, tag)? {
+        Some((m, s)) => Some((tables().add_message(m), St::from(s))),
+        None => None,
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Mprobe(source: c_int, tag: c_int, comm: c_int, message: *mut c_int, status: *mut MpiStatus) -> c_int {
+    guard("MPI_Mprobe", comm, || loop {
+        if let Some((m, st)) = improbe_once(source, tag, comm)? {
+            put(message, m, "message")?;
+            return put_status(status, st);
+        }
+        crate::request::idle();
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Improbe(source: c_int, tag: c_int, comm: c_int, flag: *mut c_int, message: *mut c_int, status: *mut MpiStatus) -> c_int {
+    guard("MPI_Improbe", comm, || match improbe_once(source, tag, comm)? {
+        Some((m, st)) => {
+            put(flag, 1, "flag")?;
+            put(message, m, "message")?;
+            put_status(status, st)
+        }
+        None => put(flag, 0, "flag"),
+    })
+}
+
+fn start_mrecv(buf: *mut c_void, count: c_int, dtype: c_int, message: *mut c_int) -> Res<Req> {
+    let mh = get(message, "message")?;
+    let n = ccount(count, C::Count, "count")?;
+    if mh == MESSAGE_NO_PROC {
+        put(message, 0, "message")?;
+        return Ok(Req::Done { st: St::from(tmpi_pml::Status::proc_null()), persist: None });
+    }
+    let (m, t) = {
+        let mut tb = tables();
+        let t = tb.comm_type(dtype)?;
+        let m = tb
+            .messages
+            .remove(&mh)
+            .ok_or_else(|| Error::new(C::Request, format!("invalid message handle {mh}")))?;
+        (m, t)
+    };
+    put(message, 0, "message")?;
+    let rt = rt()?;
+    let len = total_size(&t, n)?;
+    let (raw, stage) = if t.is_contig() {
+        (RawBufMut::from_raw(buf.cast(), len), Stage::Direct)
+    } else {
+        let mut v = vec![0u8; len];
+        let raw = RawBufMut::from_slice(&mut v);
+        (raw, Stage::Recv { buf: v, dst: buf as usize, count: n, t: Arc::clone(&t) })
+    };
+    // SAFETY: as for MPI_Irecv.
+    let id = unsafe { rt.pml.imrecv(m, raw) }?;
+    Ok(Req::Pml { id, stage, persist: None, comm: COMM_WORLD })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Mrecv(buf: *mut c_void, count: c_int, dtype: c_int, message: *mut c_int, status: *mut MpiStatus) -> c_int {
+    guard("MPI_Mrecv", COMM_WORLD, || {
+        let r = start_mrecv(buf, count, dtype, message)?;
+        blocking(r, status, "MPI_Mrecv")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Imrecv(buf: *mut c_void, count: c_int, dtype: c_int, message: *mut c_int, request: *mut c_int) -> c_int {
+    guard("MPI_Imrecv", COMM_WORLD, || {
+        let r = start_mrecv(buf, count, dtype, message)?;
+        let h = tables().add_req(r);
+        put(request, h, "request")
+    })
+}
+
+// ---------------------------------------------------------------- buffers, status
+
+#[no_mangle]
+pub extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
+    guard("MPI_Buffer_attach", COMM_WORLD, || {
+        let n = ccount(size, C::Arg, "size")?;
+        let rt = rt()?;
+        rt.pml.buffer_attach(n)?;
+        tables().bsend_buf = Some((buffer as usize, size));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    guard("MPI_Buffer_detach", COMM_WORLD, || {
+        let rt = rt()?;
+        rt.pml.buffer_detach()?;
+        let (addr, n) = tables().bsend_buf.take().unwrap_or((0, 0));
+        put(buffer_addr.cast::<usize>(), addr, "buffer_addr")?;
+        put(size, n, "size")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Test_cancelled(status: *const MpiStatus, flag: *mut c_int) -> c_int {
+    guard("MPI_Test_cancelled", COMM_WORLD, || {
+        let s = get(status, "status")?;
+        put(flag, s.count_hi_and_cancelled & 1, "flag")
+    })
+}
+
+fn elements(s: &MpiStatus, dtype: c_int, whole: bool) -> Res<i64> {
+    let t = tables().dtype(dtype)?;
+    let bytes = status_bytes(s);
+    if t.size == 0 {
+        return Ok(0);
+    }
+    if whole {
+        if bytes % t.size as u64 != 0 {
+            return Ok(UNDEFINED as i64);
+        }
+        return Ok((bytes / t.size as u64) as i64);
+    }
+    // Primitive elements: whole items, then the primitive blocks of a partial one.
+    let per = t.nprim.max(1) as u64;
+    let prim_size = (t.size as u64 / per).max(1);
+    let full = bytes / t.size as u64;
+    let rest = bytes % t.size as u64;
+    if rest % prim_size != 0 {
+        return Ok(UNDEFINED as i64);
+    }
+    Ok((full * per + rest / prim_size) as i64)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Get_count(status: *const MpiStatus, dtype: c_int, count: *mut c_int) -> c_int {
+    guard("MPI_Get_count", COMM_WORLD, || {
+        let s = get(status, "status")?;
+        let n = elements(&s, dtype, true)?;
+        put(count, c_int::try_from(n).unwrap_or(UNDEFINED), "count")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Get_elements(status: *const MpiStatus, dtype: c_int, count: *mut c_int) -> c_int {
+    guard("MPI_Get_elements", COMM_WORLD, || {
+        let s = get(status, "status")?;
+        let n = elements(&s, dtype, false)?;
+        put(count, c_int::try_from(n).unwrap_or(UNDEFINED), "count")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Get_elements_x(status: *const MpiStatus, dtype: c_int, count: *mut i64) -> c_int {
+    guard("MPI_Get_elements_x", COMM_WORLD, || {
+        let s = get(status, "status")?;
+        put(count, elements(&s, dtype, false)?, "count")
+    })
+}
+
+fn set_elements(status: *mut MpiStatus, dtype: c_int, n: i64) -> Res<()> {
+    let t = tables().dtype(dtype)?;
+    let mut s = get(status as *const MpiStatus, "status")?;
+    let per = t.nprim.max(1) as i64;
+    let bytes = (n.max(0) * t.size as i64 / per) as u64;
+    s.count_lo = (bytes & 0xffff_ffff) as u32 as c_int;
+    s.count_hi_and_cancelled = (((bytes >> 32) << 1) as c_int) | (s.count_hi_and_cancelled & 1);
+    put(status, s, "status")
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Status_set_elements(status: *mut MpiStatus, dtype: c_int, count: c_int) -> c_int {
+    guard("MPI_Status_set_elements", COMM_WORLD, || set_elements(status, dtype, count as i64))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Status_set_elements_x(status: *mut MpiStatus, dtype: c_int, count: i64) -> c_int {
+    guard("MPI_Status_set_elements_x", COMM_WORLD, || set_elements(status, dtype, count))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Status_set_cancelled(status: *mut MpiStatus, flag: c_int) -> c_int {
+    guard("MPI_Status_set_cancelled", COMM_WORLD, || {
+        let mut s = get(status as *const MpiStatus, "status")?;
+        s.count_hi_and_cancelled = (s.count_hi_and_cancelled & !1) | c_int::from(flag != 0);
+        put(status, s, "status")
+    })
+}

@@ -1,0 +1,285 @@
+//! Requests behind `MPI_Request` handles, statuses, completion.
+
+use std::ffi::c_int;
+use std::sync::Arc;
+
+use tmpi_coll::CollRequest;
+use tmpi_pml::{ReqId, SendMode, Status};
+
+use crate::datatype::Dtype;
+use crate::error::{Error, MpiErrorClass as C, Res};
+use crate::state::{rt, tables};
+
+/// The C `MPI_Status` (layout of mpi.h).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MpiStatus {
+    pub count_lo: c_int,
+    pub count_hi_and_cancelled: c_int,
+    pub source: c_int,
+    pub tag: c_int,
+    pub error: c_int,
+}
+
+/// A completed operation's status as the C API keeps it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct St {
+    pub source: c_int,
+    pub tag: c_int,
+    pub bytes: usize,
+    pub error: C,
+    pub cancelled: bool,
+}
+
+impl St {
+    pub(crate) fn empty() -> St {
+        St::from(Status::empty())
+    }
+    pub(crate) fn to_c(self) -> MpiStatus {
+        let b = self.bytes as u64;
+        MpiStatus {
+            count_lo: (b & 0xffff_ffff) as u32 as c_int,
+            count_hi_and_cancelled: (((b >> 32) << 1) as c_int) | c_int::from(self.cancelled),
+            source: self.source,
+            tag: self.tag,
+            error: self.error as c_int,
+        }
+    }
+}
+
+impl From<Status> for St {
+    fn from(s: Status) -> St {
+        St {
+            source: s.source,
+            tag: s.tag,
+            bytes: s.count,
+            error: s.error,
+            cancelled: s.cancelled,
+        }
+    }
+}
+
+/// Bytes recorded in a C status.
+pub(crate) fn status_bytes(s: &MpiStatus) -> u64 {
+    (s.count_lo as u32 as u64) | (((s.count_hi_and_cancelled as u32 as u64) >> 1) << 32)
+}
+
+/// Writes `st` to a C status pointer unless it is `MPI_STATUS_IGNORE`.
+pub(crate) fn put_status(p: *mut MpiStatus, st: St) -> Res<()> {
+    if p.is_null() || p as usize == crate::ffi::STATUS_IGNORE {
+        return Ok(());
+    }
+    crate::ffi::put(p, st.to_c(), "status")
+}
+
+/// What a persistent request restarts.
+#[derive(Debug, Clone)]
+pub(crate) struct Persist {
+    pub send: Option<SendMode>,
+    pub buf: usize,
+    pub count: usize,
+    pub dtype: c_int,
+    pub peer: c_int,
+    pub tag: c_int,
+    pub comm: c_int,
+}
+
+/// Data staged for a non-contiguous type.
+#[derive(Debug)]
+pub(crate) enum Stage {
+    /// The user's memory is used directly.
+    Direct,
+    /// Packed send data (kept alive until completion).
+    Send(Vec<u8>),
+    /// Receive staging, unpacked into `dst` on completion.
+    Recv {
+        buf: Vec<u8>,
+        dst: usize,
+        count: usize,
+        t: Arc<Dtype>,
+    },
+}
+
+/// How a non-blocking collective's result reaches the user.
+#[derive(Debug)]
+pub(crate) enum Finish {
+    Nothing,
+    /// Unpack the result into `count` items of `t` at `dst`.
+    Unpack {
+        dst: usize,
+        count: usize,
+        t: Arc<Dtype>,
+    },
+}
+
+/// One request.
+#[derive(Debug)]
+pub(crate) enum Req {
+    Pml {
+        id: ReqId,
+        stage: Stage,
+        persist: Option<Persist>,
+        comm: c_int,
+    },
+    Coll {
+        req: CollRequest,
+        finish: Finish,
+        comm: c_int,
+    },
+    /// Already complete (e.g. a persistent request started on PROC_NULL).
+    Done {
+        st: St,
+        persist: Option<Persist>,
+    },
+    /// A persistent request that is not active.
+    Inactive(Persist),
+}
+
+impl Req {
+    pub(crate) fn comm(&self) -> c_int {
+        match self {
+            Req::Pml { comm, .. } | Req::Coll { comm, .. } => *comm,
+            Req::Done { persist, .. } => persist.as_ref().map_or(crate::state::COMM_WORLD, |p| p.comm),
+            Req::Inactive(p) => p.comm,
+        }
+    }
+}
+
+/// Outcome of testing a request handle.
+pub(crate) enum Tested {
+    /// Still running.
+    Pending,
+    /// Complete: status; the handle was freed (`true`) or kept inactive.
+    Complete(St, bool),
+    /// Null or inactive persistent: empty status.
+    Inactive,
+}
+
+/// Tests request `h` once (progressing), completing it if done.
+pub(crate) fn test_handle(h: c_int) -> Res<Tested> {
+    if h == 0 {
+        return Ok(Tested::Inactive);
+    }
+    let rt = rt()?;
+    let req = {
+        let mut t = tables();
+        match t.reqs.remove(&h) {
+            Some(Req::Inactive(p)) => {
+                t.reqs.insert(h, Req::Inactive(p));
+                return Ok(Tested::Inactive);
+            }
+            Some(r) => r,
+            None => return Err(Error::new(C::Request, format!("invalid request handle {h}"))),
+        }
+    };
+    let (done, back) = match req {
+        Req::Pml {
+            id,
+            stage,
+            persist,
+            comm,
+        } => match rt.pml.test(id) {
+            Err(e) => {
+                // The pml no longer knows it: drop the handle, report.
+                return Err(e.into());
+            }
+            Ok(None) => (
+                None,
+                Req::Pml {
+                    id,
+                    stage,
+                    persist,
+                    comm,
+                },
+            ),
+            Ok(Some(s)) => {
+                let st = St::from(s);
+                if let Stage::Recv { buf, dst, count, t } = &stage {
+                    let n = st.bytes.min(buf.len());
+                    crate::ffi::scatter_blocks(
+                        *dst as *mut u8,
+                        *count,
+                        t.extent(),
+                        &t.blocks,
+                        &buf[..n],
+                    );
+                }
+                (Some(st), persist.map(Req::Inactive).unwrap_or(Req::Done { st, persist: None }))
+            }
+        },
+        Req::Coll { req, finish, comm } => {
+            let r = req.test();
+            match r {
+                Err(e) => return Err(e.into()),
+                Ok(false) => {
+                    // Keep the other outstanding collectives moving.
+                    rt.coll.progress();
+                    (None, Req::Coll { req, finish, comm })
+                }
+                Ok(true) => {
+                    let out = req.wait()?;
+                    if let Finish::Unpack { dst, count, t } = finish {
+                        crate::ffi::scatter_blocks(dst as *mut u8, count, t.extent(), &t.blocks, &out);
+                    }
+                    (Some(St::empty()), Req::Done { st: St::empty(), persist: None })
+                }
+            }
+        }
+        Req::Done { st, persist } => (Some(st), persist.map(Req::Inactive).unwrap_or(Req::Done { st, persist: None })),
+        Req::Inactive(p) => (None, Req::Inactive(p)),
+    };
+    match done {
+        None => {
+            tables().reqs.insert(h, back);
+            Ok(Tested::Pending)
+        }
+        Some(st) => match back {
+            Req::Inactive(p) => {
+                tables().reqs.insert(h, Req::Inactive(p));
+                Ok(Tested::Complete(st, false))
+            }
+            _ => Ok(Tested::Complete(st, true)),
+        },
+    }
+}
+
+/// Waits between polls without burning the other rank's core.
+pub(crate) fn idle() {
+    if let Ok(rt) = rt() {
+        let orphans = std::mem::take(&mut tables().orphans);
+        for h in orphans {
+            if let Ok(Tested::Pending) = test_handle(h) {
+                tables().orphans.push(h);
+            }
+        }
+        rt.coll.progress();
+        if rt.pml.yields_when_idle() {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Waits for request `h`.
+pub(crate) fn wait_handle(h: c_int) -> Res<(St, bool)> {
+    loop {
+        match test_handle(h)? {
+            Tested::Pending => idle(),
+            Tested::Complete(st, freed) => return Ok((st, freed)),
+            Tested::Inactive => return Ok((St::empty(), false)),
+        }
+    }
+}
+
+/// The error a completed status carries.
+pub(crate) fn status_err(st: &St, what: &str) -> Res<()> {
+    if st.error != C::Success {
+        let msg = match st.error {
+            C::Truncate => format!("{what}: message truncated ({} bytes fit the buffer)", st.bytes),
+            c => format!("{what}: {}", c.message()),
+        };
+        return Err(Error::new(st.error, msg));
+    }
+    Ok(())
+}

@@ -1,0 +1,331 @@
+//! The process-wide state behind the integer handles.
+//!
+//! Handles are small integers (mpi.h); each kind has its own table.
+//! Predefined handles are fixed numbers, user handles are allocated above
+//! them and never reused while live.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use tmpi_coll::{CollContext, Comm, Group, Op};
+use tmpi_pml::Pml;
+
+use crate::datatype::{self, Dtype};
+use crate::error::{Error, Handler, MpiErrorClass as C, Res, ERRORS_ARE_FATAL, ERRORS_RETURN};
+use crate::request::Req;
+
+pub(crate) const COMM_WORLD: c_int = 1;
+pub(crate) const COMM_SELF: c_int = 2;
+
+/// Phases of the library.
+pub(crate) const PHASE_NONE: u8 = 0;
+pub(crate) const PHASE_INIT: u8 = 1;
+pub(crate) const PHASE_FINALIZED: u8 = 2;
+pub(crate) static PHASE: AtomicU8 = AtomicU8::new(PHASE_NONE);
+
+/// A Cartesian topology attached to a communicator.
+#[derive(Debug, Clone)]
+pub(crate) struct Cart {
+    pub dims: Vec<c_int>,
+    pub periods: Vec<bool>,
+}
+
+/// A communicator handle's record.
+pub(crate) struct CommEnt {
+    pub comm: Comm,
+    pub errhandler: c_int,
+    pub cart: Option<Arc<Cart>>,
+    pub attrs: BTreeMap<c_int, usize>,
+}
+
+/// A user keyval.
+#[derive(Clone, Copy)]
+pub(crate) struct Keyval {
+    pub copy: Option<crate::CopyAttrFn>,
+    pub delete: Option<crate::DeleteAttrFn>,
+    pub extra: usize,
+}
+
+/// Every handle table.
+pub(crate) struct Tables {
+    pub comms: HashMap<c_int, CommEnt>,
+    pub next_comm: c_int,
+    pub groups: HashMap<c_int, Group>,
+    pub next_group: c_int,
+    pub types: HashMap<c_int, Arc<Dtype>>,
+    pub next_type: c_int,
+    pub reqs: HashMap<c_int, Req>,
+    pub next_req: c_int,
+    pub ops: HashMap<c_int, Op>,
+    pub next_op: c_int,
+    pub errhandlers: HashMap<c_int, crate::ErrFn>,
+    pub next_errhandler: c_int,
+    pub infos: HashMap<c_int, Vec<(String, String)>>,
+    pub next_info: c_int,
+    pub keyvals: HashMap<c_int, Keyval>,
+    pub next_keyval: c_int,
+    pub messages: HashMap<c_int, tmpi_pml::MessageId>,
+    pub next_message: c_int,
+    /// User error classes/codes: code -> (class, string).
+    pub user_codes: BTreeMap<c_int, (c_int, String)>,
+    pub next_code: c_int,
+    /// Buffer attached with MPI_Buffer_attach (address, size).
+    pub bsend_buf: Option<(usize, c_int)>,
+    /// Requests freed by the user while still running (staged data).
+    pub orphans: Vec<c_int>,
+}
+
+fn alloc_handle<T>(map: &HashMap<c_int, T>, next: &mut c_int, first: c_int) -> c_int {
+    loop {
+        let h = *next;
+        *next = if *next == c_int::MAX { first } else { *next + 1 };
+        if !map.contains_key(&h) {
+            return h;
+        }
+    }
+}
+
+impl Tables {
+    pub(crate) fn new() -> Self {
+        let mut types = HashMap::new();
+        for (i, t) in datatype::predefined().into_iter().enumerate() {
+            types.insert(i as c_int + 1, t);
+        }
+        let mut groups = HashMap::new();
+        groups.insert(1, Group::empty());
+        Tables {
+            comms: HashMap::new(),
+            next_comm: 3,
+            groups,
+            next_group: 2,
+            types,
+            next_type: 1000,
+            reqs: HashMap::new(),
+            next_req: 1,
+            ops: HashMap::new(),
+            next_op: 100,
+            errhandlers: HashMap::new(),
+            next_errhandler: 3,
+            infos: HashMap::new(),
+            next_info: 2,
+            keyvals: HashMap::new(),
+            next_keyval: 100,
+            messages: HashMap::new(),
+            next_message: 2,
+            user_codes: BTreeMap::new(),
+            next_code: 100,
+            bsend_buf: None,
+            orphans: Vec::new(),
+        }
+    }
+
+    pub(crate) fn orphans_push(&mut self, h: c_int) {
+        self.orphans.push(h);
+    }
+    pub(crate) fn comm(&self, h: c_int) -> Res<&CommEnt> {
+        self.comms
+            .get(&h)
+            .ok_or_else(|| Error::new(C::Comm, format!("invalid communicator handle {h}")))
+    }
+    pub(crate) fn comm_mut(&mut self, h: c_int) -> Res<&mut CommEnt> {
+        self.comms
+            .get_mut(&h)
+            .ok_or_else(|| Error::new(C::Comm, format!("invalid communicator handle {h}")))
+    }
+    pub(crate) fn add_comm(&mut self, comm: Comm, errhandler: c_int) -> c_int {
+        let h = alloc_handle(&self.comms, &mut self.next_comm, 3);
+        self.comms.insert(
+            h,
+            CommEnt {
+                comm,
+                errhandler,
+                cart: None,
+                attrs: BTreeMap::new(),
+            },
+        );
+        h
+    }
+    pub(crate) fn dtype(&self, h: c_int) -> Res<Arc<Dtype>> {
+        self.types
+            .get(&h)
+            .cloned()
+            .ok_or_else(|| Error::new(C::Type, format!("invalid datatype handle {h}")))
+    }
+    /// A datatype usable for communication (committed).
+    pub(crate) fn comm_type(&self, h: c_int) -> Res<Arc<Dtype>> {
+        let t = self.dtype(h)?;
+        if !t.committed {
+            return Err(Error::new(
+                C::Type,
+                format!("datatype {h} is not committed (MPI_Type_commit)"),
+            ));
+        }
+        Ok(t)
+    }
+    pub(crate) fn add_type(&mut self, t: Dtype) -> c_int {
+        let h = alloc_handle(&self.types, &mut self.next_type, 1000);
+        self.types.insert(h, Arc::new(t));
+        h
+    }
+    pub(crate) fn group(&self, h: c_int) -> Res<Group> {
+        self.groups
+            .get(&h)
+            .cloned()
+            .ok_or_else(|| Error::new(C::Group, format!("invalid group handle {h}")))
+    }
+    pub(crate) fn add_group(&mut self, g: Group) -> c_int {
+        let h = alloc_handle(&self.groups, &mut self.next_group, 2);
+        self.groups.insert(h, g);
+        h
+    }
+    pub(crate) fn add_req(&mut self, r: Req) -> c_int {
+        let h = alloc_handle(&self.reqs, &mut self.next_req, 1);
+        self.reqs.insert(h, r);
+        h
+    }
+    pub(crate) fn op(&self, h: c_int) -> Res<Op> {
+        let op = match h {
+            1 => Op::Max,
+            2 => Op::Min,
+            3 => Op::Sum,
+            4 => Op::Prod,
+            5 => Op::Land,
+            6 => Op::Band,
+            7 => Op::Lor,
+            8 => Op::Bor,
+            9 => Op::Lxor,
+            10 => Op::Bxor,
+            11 => Op::Minloc,
+            12 => Op::Maxloc,
+            _ => {
+                return self
+                    .ops
+                    .get(&h)
+                    .cloned()
+                    .ok_or_else(|| Error::new(C::Op, format!("invalid op handle {h}")))
+            }
+        };
+        Ok(op)
+    }
+    pub(crate) fn add_op(&mut self, op: Op) -> c_int {
+        let h = alloc_handle(&self.ops, &mut self.next_op, 100);
+        self.ops.insert(h, op);
+        h
+    }
+    pub(crate) fn add_errhandler(&mut self, f: crate::ErrFn) -> c_int {
+        let h = alloc_handle(&self.errhandlers, &mut self.next_errhandler, 3);
+        self.errhandlers.insert(h, f);
+        h
+    }
+    pub(crate) fn add_info(&mut self, kv: Vec<(String, String)>) -> c_int {
+        let h = alloc_handle(&self.infos, &mut self.next_info, 2);
+        self.infos.insert(h, kv);
+        h
+    }
+    pub(crate) fn add_keyval(&mut self, k: Keyval) -> c_int {
+        let h = alloc_handle(&self.keyvals, &mut self.next_keyval, 100);
+        self.keyvals.insert(h, k);
+        h
+    }
+    pub(crate) fn add_message(&mut self, m: tmpi_pml::MessageId) -> c_int {
+        let h = alloc_handle(&self.messages, &mut self.next_message, 2);
+        self.messages.insert(h, m);
+        h
+    }
+}
+
+/// The initialised library.
+pub(crate) struct Rt {
+    pub pml: Arc<Pml>,
+    pub coll: Arc<CollContext>,
+    pub world_rank: u32,
+    pub world_size: u32,
+    pub thread_level: c_int,
+    pub main_thread: std::thread::ThreadId,
+    pub tables: Mutex<Tables>,
+}
+
+static RT: OnceLock<Rt> = OnceLock::new();
+/// Tables usable before MPI_Init (error classes, info, datatypes queries).
+static EARLY: OnceLock<Mutex<Tables>> = OnceLock::new();
+
+pub(crate) fn set_rt(rt: Rt) -> Res<()> {
+    RT.set(rt)
+        .map_err(|_| Error::new(C::Other, "MPI is already initialized"))
+}
+
+/// The runtime between MPI_Init and MPI_Finalize.
+pub(crate) fn rt() -> Res<&'static Rt> {
+    match PHASE.load(Ordering::Acquire) {
+        PHASE_INIT => RT
+            .get()
+            .ok_or_else(|| Error::new(C::Intern, "runtime missing")),
+        PHASE_FINALIZED => Err(Error::new(C::Other, "MPI was already finalized")),
+        _ => Err(Error::new(C::Other, "MPI is not initialized (call MPI_Init first)")),
+    }
+}
+
+/// The runtime, whatever the phase (for finalize).
+pub(crate) fn rt_any() -> Option<&'static Rt> {
+    RT.get()
+}
+
+/// The handle tables (the runtime's once initialised, else the early set).
+pub(crate) fn tables() -> MutexGuard<'static, Tables> {
+    let m = match RT.get() {
+        Some(rt) => &rt.tables,
+        None => EARLY.get_or_init(|| Mutex::new(Tables::new())),
+    };
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Moves the early tables (types, infos, error codes made before init) into
+/// the runtime's.
+pub(crate) fn take_early() -> Tables {
+    match EARLY.get() {
+        Some(m) => std::mem::replace(&mut *m.lock().unwrap_or_else(|p| p.into_inner()), Tables::new()),
+        None => Tables::new(),
+    }
+}
+
+/// This process's world rank (for messages), 0 before init.
+pub(crate) fn world_rank() -> u32 {
+    RT.get().map(|r| r.world_rank).unwrap_or(0)
+}
+
+/// The error handler of communicator `comm` (world's for unknown handles;
+/// fatal before init).
+pub(crate) fn errhandler_of(comm: c_int) -> Handler {
+    let Some(rt) = RT.get() else {
+        return Handler::Fatal;
+    };
+    let t = rt.tables.lock().unwrap_or_else(|p| p.into_inner());
+    let h = t
+        .comms
+        .get(&comm)
+        .or_else(|| t.comms.get(&COMM_WORLD))
+        .map(|c| c.errhandler)
+        .unwrap_or(ERRORS_ARE_FATAL);
+    match h {
+        ERRORS_RETURN => Handler::Return,
+        ERRORS_ARE_FATAL => Handler::Fatal,
+        other => match t.errhandlers.get(&other) {
+            Some(f) => Handler::User(*f),
+            None => Handler::Fatal,
+        },
+    }
+}
+
+pub(crate) fn user_code_class(code: c_int) -> Option<c_int> {
+    tables().user_codes.get(&code).map(|c| c.0)
+}
+
+pub(crate) fn user_code_string(code: c_int) -> Option<String> {
+    tables()
+        .user_codes
+        .get(&code)
+        .map(|c| c.1.clone())
+        .filter(|s| !s.is_empty())
+}
