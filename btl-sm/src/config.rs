@@ -1,0 +1,261 @@
+//! Configuration of the sm BTL and its MCA parameters (`btl_sm_*`).
+
+use tmpi_base::mca::{Level, McaError, ParamSpec, Registry, Source};
+use tmpi_btl::EXCLUSIVITY_HIGH;
+
+use crate::segment::Layout;
+use crate::shm::Fbox;
+
+/// Room reserved for upper-layer headers in eager fragments, on top of the
+/// eager limit.
+pub const EAGER_HEADER_ROOM: usize = 128;
+
+/// Single-copy mechanism for large messages (`btl_sm_single_copy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SingleCopy {
+    /// CMA if the probe at wire-up succeeds for every peer, else none.
+    Auto,
+    /// CMA; wire-up fails if it does not work.
+    Cma,
+    /// No single copy: no GET capability, the pml copies through the
+    /// segment in pipelined fragments.
+    None,
+}
+
+/// sm configuration; [`Default`] is the built-in default of every parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SmConfig {
+    /// `btl_sm_eager_limit` (default 4 KiB).
+    pub eager_limit: usize,
+    /// `btl_sm_max_send_size` (default 32 KiB): largest fragment.
+    pub max_send_size: usize,
+    /// `btl_sm_fbox_size` (default 4 KiB): ring bytes per sender per
+    /// receiver (power of two).
+    pub fbox_size: usize,
+    /// `btl_sm_fbox_max` (default 256): largest fragment sent through a
+    /// fast box.
+    pub fbox_max: usize,
+    /// `btl_sm_fifo_size` (default 1 MiB): bytes of fragment memory in each
+    /// process's segment (half for max-size fragments, the rest for eager
+    /// ones, at least 2 of each). Bounds what one process can have queued
+    /// in its peers' FIFOs.
+    pub fifo_size: usize,
+    /// `btl_sm_single_copy`.
+    pub single_copy: SingleCopy,
+    /// `btl_sm_exclusivity` (default `EXCLUSIVITY_HIGH - 1`).
+    pub exclusivity: u32,
+    /// `btl_sm_poll_budget` (default 31, like vader): FIFO pops per
+    /// progress call.
+    pub poll_budget: usize,
+}
+
+impl Default for SmConfig {
+    fn default() -> Self {
+        SmConfig {
+            eager_limit: 4096,
+            max_send_size: 32 * 1024,
+            fbox_size: 4096,
+            fbox_max: 256,
+            fifo_size: 1 << 20,
+            single_copy: SingleCopy::Auto,
+            exclusivity: EXCLUSIVITY_HIGH - 1,
+            poll_budget: 31,
+        }
+    }
+}
+
+impl SmConfig {
+    /// Checks the values and their relations.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_send_size < 256 || self.max_send_size > 64 << 20 {
+            return Err(format!(
+                "btl_sm_max_send_size {} not in 256..=64M",
+                self.max_send_size
+            ));
+        }
+        if self.eager_limit == 0 || self.eager_limit > self.max_send_size {
+            return Err(format!(
+                "btl_sm_eager_limit {} not in 1..=max_send_size",
+                self.eager_limit
+            ));
+        }
+        if !self.fbox_size.is_power_of_two() || !(64..=1 << 20).contains(&self.fbox_size) {
+            return Err(format!(
+                "btl_sm_fbox_size {} is not a power of two in 64..=1M",
+                self.fbox_size
+            ));
+        }
+        if self.fbox_max > Fbox::max_record(self.fbox_size) {
+            return Err(format!(
+                "btl_sm_fbox_max {} exceeds {} for btl_sm_fbox_size {}",
+                self.fbox_max,
+                Fbox::max_record(self.fbox_size),
+                self.fbox_size
+            ));
+        }
+        if self.fifo_size > 1 << 30 {
+            return Err(format!("btl_sm_fifo_size {} exceeds 1G", self.fifo_size));
+        }
+        if self.poll_budget == 0 {
+            return Err("btl_sm_poll_budget must be > 0".into());
+        }
+        Ok(())
+    }
+
+    /// Data capacity of eager fragments.
+    pub fn eager_cap(&self) -> usize {
+        (self.eager_limit + EAGER_HEADER_ROOM).min(self.max_send_size)
+    }
+
+    /// Segment layout for `slots` local processes.
+    pub fn layout(&self, slots: u32) -> Layout {
+        let max_slot = 64 + self.max_send_size.div_ceil(64) * 64;
+        let eager_slot = 64 + self.eager_cap().div_ceil(64) * 64;
+        let n_max = (self.fifo_size / 2 / max_slot).max(2);
+        let n_eager = (self.fifo_size.saturating_sub(n_max * max_slot) / eager_slot).max(2);
+        Layout {
+            slots,
+            fbox_size: self.fbox_size as u32,
+            n_eager: n_eager as u32,
+            eager_cap: self.eager_cap() as u32,
+            n_max: n_max as u32,
+            max_cap: self.max_send_size as u32,
+        }
+    }
+
+    /// Registers the `btl_sm_*` parameters in `reg` and reads them.
+    pub fn from_registry(reg: &Registry) -> Result<SmConfig, McaError> {
+        let d = SmConfig::default();
+        let spec = |name: &str, help: &str, level| {
+            ParamSpec::new("btl", "sm", name).help(help).level(level)
+        };
+        let size = |name: &str, help: &str, def: usize| {
+            reg.register_size(spec(name, help, Level::TunerBasic), def as u64)
+                .map(|p| p.value() as usize)
+        };
+        let eager_limit = size(
+            "eager_limit",
+            "Largest message payload sent eagerly over shared memory",
+            d.eager_limit,
+        )?;
+        let max_send_size = size(
+            "max_send_size",
+            "Largest fragment (header + payload); pipelined copies use fragments of this size",
+            d.max_send_size,
+        )?;
+        let fbox_size = size(
+            "fbox_size",
+            "Bytes of each per-peer fast box ring (power of two)",
+            d.fbox_size,
+        )?;
+        let fbox_max = size(
+            "fbox_max",
+            "Largest fragment sent through a fast box",
+            d.fbox_max,
+        )?;
+        let fifo_size = size(
+            "fifo_size",
+            "Bytes of fragment memory per process (bounds data queued towards peers)",
+            d.fifo_size,
+        )?;
+        let sc = reg.register_enum(
+            spec(
+                "single_copy",
+                "Single-copy mechanism for large messages: auto (CMA if permitted), cma, none \
+                 (copy through the segment)",
+                Level::UserBasic,
+            ),
+            &["auto", "cma", "none"],
+            "auto",
+        )?;
+        let excl = reg.register_int_range(
+            spec(
+                "exclusivity",
+                "Selection weight of the sm BTL (highest reachable wins)",
+                Level::DevBasic,
+            ),
+            d.exclusivity as i64,
+            0..=u32::MAX as i64,
+        )?;
+        let budget = reg.register_int_range(
+            spec(
+                "poll_budget",
+                "FIFO fragments handled per progress call",
+                Level::DevDetail,
+            ),
+            d.poll_budget as i64,
+            1..=1 << 20,
+        )?;
+        reg.register_verbose("btl", "sm")?;
+        let single_copy = match sc.get().as_str() {
+            "cma" => SingleCopy::Cma,
+            "none" => SingleCopy::None,
+            _ => SingleCopy::Auto,
+        };
+        let cfg = SmConfig {
+            eager_limit,
+            max_send_size,
+            fbox_size,
+            fbox_max,
+            fifo_size,
+            single_copy,
+            exclusivity: excl.value() as u32,
+            poll_budget: budget.value() as usize,
+        };
+        cfg.validate().map_err(|why| McaError::InvalidValue {
+            name: "btl_sm_*".into(),
+            value: format!("{cfg:?}"),
+            expected: why,
+            origin: Source::Default,
+        })?;
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tmpi_base::mca::Sources;
+
+    #[test]
+    fn defaults_validate_and_bound_memory() {
+        let c = SmConfig::default();
+        c.validate().unwrap();
+        let l = c.layout(4);
+        l.validate().unwrap();
+        assert!(
+            l.total() <= (1 << 20) + 64 * 1024,
+            "segment {} bytes",
+            l.total()
+        );
+        assert!(l.n_max >= 2 && l.n_eager >= 2);
+        let reg = tmpi_base::mca::Registry::new(Sources::default());
+        assert_eq!(SmConfig::from_registry(&reg).unwrap(), c);
+        assert!(reg.get("btl_sm_single_copy").is_some());
+    }
+
+    #[test]
+    fn bad_values_are_typed_errors() {
+        let bad = [
+            SmConfig {
+                eager_limit: 1 << 20,
+                ..SmConfig::default()
+            },
+            SmConfig {
+                fbox_size: 3000,
+                ..SmConfig::default()
+            },
+            SmConfig {
+                fbox_max: 4096,
+                ..SmConfig::default()
+            },
+            SmConfig {
+                max_send_size: 10,
+                ..SmConfig::default()
+            },
+        ];
+        for b in bad {
+            assert!(b.validate().is_err(), "{b:?}");
+        }
+    }
+}

@@ -1,0 +1,615 @@
+//! The sm module: wire-up, send paths, progress, single-copy get.
+//!
+//! # Paths and ordering
+//! A fragment to a local peer goes through either the **fast box** this
+//! process owns in the peer's segment (fragments up to `btl_sm_fbox_max`
+//! bytes) or a **fragment** from this process's own pool pushed on the
+//! peer's **FIFO**. To keep per-peer FIFO order across the two paths
+//! without sequence numbers, a sender switches paths only when the other
+//! one is empty: the fast box is used only while no FIFO fragment to that
+//! peer is outstanding (each comes back to the sender's own FIFO after the
+//! receiver's handler returned), and the FIFO only once the fast box is
+//! drained (the receiver advances its tail after the handler returned).
+//! Hence at any time only one path holds undelivered fragments of a pair.
+//!
+//! # Flow control and memory
+//! All memory is the fixed segment: `btl_sm_fifo_size` bytes of fragments
+//! per process plus one fast box per local peer. When the pool is empty,
+//! the fast box full, or the other path not yet drained, `send` returns
+//! [`BtlError::WouldBlock`] and nothing is sent; fragments return to the
+//! pool when receivers progress. No allocation per message.
+//!
+//! # Segment lifetime
+//! Created at init (`/dev/shm/tmpi-sm.<job_id>.<rank>`, `O_CREAT|O_EXCL`,
+//! 0600), published through the modex, mapped by each local peer in
+//! `add_procs`, which increments the attach counter in its header. The
+//! owner unlinks its file as soon as the counter reaches the number of
+//! other local processes: checked at the end of `add_procs` and in every
+//! `progress` call (so no second fence is needed). `finalize` (or drop)
+//! unlinks it if that never happened; `tmpirun` removes leftovers of a
+//! crashed job.
+
+use std::path::{Path, PathBuf};
+
+use tmpi_base::identity::ProcessInfo;
+use tmpi_base::modex::Modex;
+use tmpi_btl::{BtlError, BtlFlags, BtlModule, BtlRecvHandler, RemoteRegion};
+
+use crate::cma;
+use crate::config::{SingleCopy, SmConfig};
+use crate::segment::{Class, Segment};
+use crate::shm::{self, FragHdr, Resolve};
+
+/// Modex key of the segment address.
+pub const MODEX_KEY: &str = "btl.sm.seg";
+
+/// Records per fast box per progress call.
+const FBOX_BUDGET: usize = 64;
+
+/// Counters of one module.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SmStats {
+    /// Fragments sent through fast boxes.
+    pub fbox_sends: u64,
+    /// Fragments sent through FIFOs.
+    pub fifo_sends: u64,
+    /// Sends refused with `WouldBlock`.
+    pub would_block: u64,
+    /// Fragments delivered to the handler.
+    pub delivered: u64,
+    /// Own fragments that came back.
+    pub returned: u64,
+    /// Most own fragments outstanding at once.
+    pub max_outstanding: u64,
+}
+
+/// The `/dev/shm` path of `rank`'s segment in job `job_id`.
+pub fn segment_path(job_id: &str, rank: u32) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/tmpi-sm.{job_id}.{rank}"))
+}
+
+struct Segs<'a> {
+    me: usize,
+    own: &'a Segment,
+    peers: &'a [Option<Segment>],
+}
+
+impl Resolve for Segs<'_> {
+    fn frag(&self, r: i64) -> Option<*mut FragHdr> {
+        let (l, off) = shm::unrel(r);
+        let seg = if l == self.me {
+            self.own
+        } else {
+            self.peers.get(l)?.as_ref()?
+        };
+        seg.frag_at(off).map(|(p, _, _)| p)
+    }
+}
+
+/// The shared-memory BTL module.
+pub struct SmModule {
+    cfg: SmConfig,
+    me: u32,
+    me_local: usize,
+    local_world: Vec<u32>,
+    world_local: Vec<Option<usize>>,
+    own: Option<Segment>,
+    own_path: PathBuf,
+    unlinked: bool,
+    peers: Vec<Option<Segment>>,
+    free_eager: Vec<usize>,
+    free_max: Vec<usize>,
+    inflight: Vec<u32>,
+    get_enabled: bool,
+    expected_attach: u32,
+    stats: SmStats,
+    pool_size: usize,
+}
+
+impl std::fmt::Debug for SmModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmModule")
+            .field("me", &self.me)
+            .field("segment", &self.own_path)
+            .field("unlinked", &self.unlinked)
+            .field("get_enabled", &self.get_enabled)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl SmModule {
+    /// Creates this process's segment and publishes it under
+    /// [`MODEX_KEY`]. `Ok(None)` when no other process shares the node.
+    pub fn open(
+        info: &ProcessInfo,
+        modex: &mut dyn Modex,
+        cfg: SmConfig,
+    ) -> Result<Option<SmModule>, BtlError> {
+        cfg.validate().map_err(BtlError::Config)?;
+        let local_world = info.local_peers();
+        if local_world.len() < 2 {
+            return Ok(None);
+        }
+        if !Path::new("/dev/shm").is_dir() {
+            return Err(BtlError::Unavailable("/dev/shm is missing".into()));
+        }
+        let me_local = local_world
+            .iter()
+            .position(|&r| r == info.rank)
+            .ok_or_else(|| BtlError::Config("this rank is not among its node's ranks".into()))?;
+        let mut world_local = vec![None; info.size as usize];
+        for (l, &w) in local_world.iter().enumerate() {
+            if let Some(slot) = world_local.get_mut(w as usize) {
+                *slot = Some(l);
+            }
+        }
+        if cfg.single_copy != SingleCopy::None {
+            cma::allow_ptracer_any();
+        }
+        let layout = cfg.layout(local_world.len() as u32);
+        let path = segment_path(&info.job_id, info.rank);
+        let own = Segment::create(&path, layout, me_local as u32, cma::probe_addr())?;
+        let mut m = SmModule {
+            cfg,
+            me: info.rank,
+            me_local,
+            world_local,
+            own_path: path.clone(),
+            unlinked: false,
+            peers: (0..local_world.len()).map(|_| None).collect(),
+            free_eager: (0..layout.n_eager as usize)
+                .rev()
+                .map(|i| layout.frag(Class::Eager, i))
+                .collect(),
+            free_max: (0..layout.n_max as usize)
+                .rev()
+                .map(|i| layout.frag(Class::Max, i))
+                .collect(),
+            inflight: vec![0; local_world.len()],
+            get_enabled: cfg.single_copy != SingleCopy::None,
+            expected_attach: local_world.len() as u32 - 1,
+            local_world,
+            own: Some(own),
+            stats: SmStats::default(),
+            pool_size: (layout.n_eager + layout.n_max) as usize,
+        };
+        let value = format!("v1:{}", path.display());
+        if let Err(e) = modex.put(MODEX_KEY, value.as_bytes()) {
+            m.unlink();
+            return Err(e.into());
+        }
+        tracing::debug!(target: "btl_sm", segment = %path.display(), bytes = layout.total(),
+            local = m.local_world.len(), "segment created");
+        Ok(Some(m))
+    }
+
+    /// Path of this process's segment file.
+    pub fn segment_path(&self) -> &Path {
+        &self.own_path
+    }
+
+    /// Whether the segment file was unlinked (all peers attached).
+    pub fn segment_unlinked(&self) -> bool {
+        self.unlinked
+    }
+
+    /// Whether `get` (CMA single copy) is in use.
+    pub fn single_copy_enabled(&self) -> bool {
+        self.get_enabled
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> SmStats {
+        self.stats
+    }
+
+    /// Fragments in this process's pool (fixed at init).
+    pub fn pool_size(&self) -> usize {
+        self.pool_size
+    }
+
+    /// Fragments of the pool currently free.
+    pub fn free_fragments(&self) -> usize {
+        self.free_eager.len() + self.free_max.len()
+    }
+
+    /// Bytes of this process's segment.
+    pub fn segment_bytes(&self) -> usize {
+        self.own.as_ref().map_or(0, |s| s.layout().total())
+    }
+
+    fn unlink(&mut self) {
+        if !self.unlinked {
+            self.unlinked = true;
+            if let Err(e) = std::fs::remove_file(&self.own_path) {
+                tracing::warn!(target: "btl_sm", "unlink {}: {e}", self.own_path.display());
+            } else {
+                tracing::debug!(target: "btl_sm", "unlinked {}", self.own_path.display());
+            }
+        }
+    }
+
+    fn maybe_unlink(&mut self) {
+        if !self.unlinked {
+            if let Some(own) = &self.own {
+                if own.attached() >= self.expected_attach {
+                    self.unlink();
+                }
+            }
+        }
+    }
+
+    fn local_of(&self, peer: u32) -> Result<usize, BtlError> {
+        match self.world_local.get(peer as usize).copied().flatten() {
+            Some(l) if self.peers[l].is_some() => Ok(l),
+            _ => Err(BtlError::Unreachable(peer)),
+        }
+    }
+
+    fn attach_peer(&mut self, peer: u32, l: usize, modex: &mut dyn Modex) -> Result<(), BtlError> {
+        let v = modex.get(peer, MODEX_KEY)?;
+        let proto = |reason: String| BtlError::Protocol { peer, reason };
+        let s =
+            std::str::from_utf8(&v).map_err(|_| proto("segment address is not UTF-8".into()))?;
+        let path = s
+            .strip_prefix("v1:")
+            .ok_or_else(|| proto(format!("unknown segment address {s:?}")))?;
+        if !path.starts_with("/dev/shm/tmpi-sm.") || path.contains("/../") {
+            return Err(proto(format!("unexpected segment path {path:?}")));
+        }
+        let seg = Segment::attach(Path::new(path))?;
+        if seg.owner_local as usize != l || (seg.layout().slots as usize) < self.local_world.len() {
+            return Err(proto(format!(
+                "segment of local rank {} with {} slots, expected local rank {l} and {} slots",
+                seg.owner_local,
+                seg.layout().slots,
+                self.local_world.len()
+            )));
+        }
+        if self.cfg.single_copy != SingleCopy::None {
+            if let Err(e) = cma::probe(seg.pid, seg.probe_addr) {
+                if self.cfg.single_copy == SingleCopy::Cma {
+                    return Err(BtlError::GetDenied { peer, source: e });
+                }
+                if self.get_enabled {
+                    tracing::info!(target: "btl_sm",
+                        "CMA to rank {peer} not permitted ({e}); large messages are copied \
+                         through the segment");
+                }
+                self.get_enabled = false;
+            }
+        }
+        seg.mark_attached();
+        tracing::debug!(target: "btl_sm", peer, path, "attached");
+        self.peers[l] = Some(seg);
+        Ok(())
+    }
+
+    fn send_fifo(
+        &mut self,
+        l: usize,
+        tag: u8,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<(), BtlError> {
+        let len = header.len() + payload.len();
+        let own = self.own.as_ref().ok_or(BtlError::Finalized)?;
+        let eager_cap = own.layout().eager_cap as usize;
+        let off = if len <= eager_cap {
+            self.free_eager.pop().or_else(|| self.free_max.pop())
+        } else {
+            self.free_max.pop()
+        };
+        let Some(off) = off else {
+            self.stats.would_block += 1;
+            return Err(BtlError::WouldBlock);
+        };
+        let (ptr, class, _) = own.frag_at(off).expect("pool offsets are fragment slots");
+        // SAFETY: `off` came from our free list: a slot of our own segment
+        // in no FIFO, with capacity >= len (eager only when len fits).
+        unsafe { shm::fill_frag(ptr, tag, l as u32, header, payload) };
+        let r = shm::rel(self.me_local, off);
+        let segs = Segs {
+            me: self.me_local,
+            own,
+            peers: &self.peers,
+        };
+        let peer_seg = self.peers[l].as_ref().expect("checked reachable");
+        // SAFETY: `r` is our fragment, in no FIFO; `segs` resolves every
+        // mapped segment's fragments; the peer's FIFO lives in its mapping.
+        let ok = unsafe { peer_seg.fifo().push(r, &segs) };
+        if !ok {
+            match class {
+                Class::Eager => self.free_eager.push(off),
+                Class::Max => self.free_max.push(off),
+            }
+            return Err(BtlError::Protocol {
+                peer: self.local_world[l],
+                reason: "FIFO tail is corrupt".into(),
+            });
+        }
+        self.inflight[l] += 1;
+        self.stats.fifo_sends += 1;
+        let out = (self.pool_size - self.free_fragments()) as u64;
+        self.stats.max_outstanding = self.stats.max_outstanding.max(out);
+        Ok(())
+    }
+
+    fn check_send(&self, peer: u32, len: usize) -> Result<usize, BtlError> {
+        if self.own.is_none() {
+            return Err(BtlError::Finalized);
+        }
+        let l = self.local_of(peer)?;
+        if len > self.cfg.max_send_size {
+            return Err(BtlError::TooLarge {
+                len,
+                max: self.cfg.max_send_size,
+            });
+        }
+        Ok(l)
+    }
+
+    /// Tries the fast box; `Ok(false)` when it cannot be used now.
+    fn try_fbox(&mut self, l: usize, tag: u8, header: &[u8], payload: &[u8]) -> bool {
+        let len = header.len() + payload.len();
+        if len > self.cfg.fbox_max || self.inflight[l] != 0 {
+            return false;
+        }
+        let peer_seg = self.peers[l].as_ref().expect("checked reachable");
+        let Some(fb) = peer_seg.fbox(self.me_local) else {
+            return false;
+        };
+        if fb.write(tag, header, payload) {
+            self.stats.fbox_sends += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn fbox_drained(&self, l: usize) -> bool {
+        self.peers[l]
+            .as_ref()
+            .and_then(|s| s.fbox(self.me_local))
+            .map_or(true, |fb| fb.drained())
+    }
+}
+
+impl BtlModule for SmModule {
+    fn name(&self) -> &str {
+        "sm"
+    }
+
+    fn add_procs(&mut self, peers: &[u32], modex: &mut dyn Modex) -> Result<Vec<u32>, BtlError> {
+        if self.own.is_none() {
+            return Err(BtlError::Finalized);
+        }
+        let mut out = Vec::new();
+        for &p in peers {
+            let Some(l) = self.world_local.get(p as usize).copied().flatten() else {
+                continue;
+            };
+            if l == self.me_local {
+                continue;
+            }
+            if self.peers[l].is_none() {
+                self.attach_peer(p, l, modex)?;
+            }
+            out.push(p);
+        }
+        self.maybe_unlink();
+        Ok(out)
+    }
+
+    fn exclusivity(&self) -> u32 {
+        self.cfg.exclusivity
+    }
+    fn latency(&self) -> u32 {
+        1
+    }
+    fn bandwidth(&self) -> u32 {
+        40_000
+    }
+    fn eager_limit(&self) -> usize {
+        self.cfg.eager_limit
+    }
+    fn max_send_size(&self) -> usize {
+        self.cfg.max_send_size
+    }
+    fn flags(&self) -> BtlFlags {
+        let f = BtlFlags::SEND | BtlFlags::SENDI;
+        if self.get_enabled {
+            f | BtlFlags::GET
+        } else {
+            f
+        }
+    }
+
+    fn send(&mut self, peer: u32, tag: u8, header: &[u8], payload: &[u8]) -> Result<(), BtlError> {
+        let l = self.check_send(peer, header.len() + payload.len())?;
+        if self.try_fbox(l, tag, header, payload) {
+            return Ok(());
+        }
+        if !self.fbox_drained(l) {
+            self.stats.would_block += 1;
+            return Err(BtlError::WouldBlock);
+        }
+        self.send_fifo(l, tag, header, payload)
+    }
+
+    /// Fast box only: `WouldBlock` if the fragment is larger than
+    /// `btl_sm_fbox_max`, the box is full, or FIFO fragments to the peer are
+    /// outstanding.
+    fn sendi(&mut self, peer: u32, tag: u8, header: &[u8], payload: &[u8]) -> Result<(), BtlError> {
+        let l = self.check_send(peer, header.len() + payload.len())?;
+        if self.try_fbox(l, tag, header, payload) {
+            Ok(())
+        } else {
+            self.stats.would_block += 1;
+            Err(BtlError::WouldBlock)
+        }
+    }
+
+    /// Key: this process's pid. Nothing is pinned; peers read with CMA.
+    unsafe fn register_region(
+        &mut self,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<RemoteRegion, BtlError> {
+        if self.own.is_none() {
+            return Err(BtlError::Finalized);
+        }
+        if !self.get_enabled {
+            return Err(BtlError::Unsupported(
+                "register_region (single copy disabled)",
+            ));
+        }
+        let addr = ptr as usize as u64;
+        if addr.checked_add(len as u64).is_none() {
+            return Err(BtlError::BadRegion("address range wraps".into()));
+        }
+        Ok(RemoteRegion {
+            addr,
+            len: len as u64,
+            key: std::process::id() as u64,
+        })
+    }
+
+    fn get(
+        &mut self,
+        peer: u32,
+        region: &RemoteRegion,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<(), BtlError> {
+        if self.own.is_none() {
+            return Err(BtlError::Finalized);
+        }
+        let l = self.local_of(peer)?;
+        if !self.get_enabled {
+            return Err(BtlError::Unsupported("get (single copy disabled)"));
+        }
+        let pid = self.peers[l].as_ref().map_or(0, |s| s.pid);
+        if region.key != pid as u64 {
+            return Err(BtlError::BadRegion(format!(
+                "region of process {} read from rank {peer} (process {pid})",
+                region.key
+            )));
+        }
+        let start = region.check_access(offset, dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        cma::read(pid, start, dst).map_err(|e| match e.raw_os_error() {
+            Some(libc::EPERM) => {
+                self.get_enabled = false;
+                tracing::info!(target: "btl_sm", "CMA from rank {peer} denied ({e}); disabling single copy");
+                BtlError::GetDenied { peer, source: e }
+            }
+            Some(libc::EFAULT) => BtlError::BadRegion(format!("address range not mapped in rank {peer}")),
+            Some(libc::ESRCH) => BtlError::Protocol {
+                peer,
+                reason: "peer process is gone".into(),
+            },
+            _ => BtlError::io(format!("process_vm_readv from rank {peer}"), e),
+        })
+    }
+
+    fn progress(&mut self, handler: &mut dyn BtlRecvHandler) -> usize {
+        let Some(own) = self.own.as_ref() else {
+            return 0;
+        };
+        let mut n = 0usize;
+        for s in 0..self.peers.len() {
+            if s == self.me_local || self.peers[s].is_none() {
+                continue;
+            }
+            let Some(fb) = own.fbox(s) else { continue };
+            let world = self.local_world[s];
+            match fb.read(FBOX_BUDGET, &mut |tag, b| {
+                handler.on_fragment(world, tag, b)
+            }) {
+                Ok(k) => n += k,
+                Err(pos) => {
+                    tracing::error!(target: "btl_sm", "corrupt fast-box record from rank {world} at {pos}")
+                }
+            }
+        }
+        let segs = Segs {
+            me: self.me_local,
+            own,
+            peers: &self.peers,
+        };
+        let fifo = own.fifo();
+        let mut returned = 0u64;
+        for _ in 0..self.cfg.poll_budget {
+            // SAFETY: this process is the only consumer of its FIFO (the
+            // module is not Sync and progress takes &mut self).
+            let Some(r) = (unsafe { fifo.pop(&segs) }) else {
+                break;
+            };
+            let (l, off) = shm::unrel(r);
+            if l == self.me_local {
+                let Some((ptr, class, cap)) = own.frag_at(off) else {
+                    continue;
+                };
+                // SAFETY: our fragment came back: popped, stable.
+                if let Ok((_, dst, _)) = unsafe { shm::frag_data(ptr, cap) } {
+                    if let Some(c) = self.inflight.get_mut(dst as usize) {
+                        *c = c.saturating_sub(1);
+                    }
+                }
+                match class {
+                    Class::Eager => self.free_eager.push(off),
+                    Class::Max => self.free_max.push(off),
+                }
+                returned += 1;
+                continue;
+            }
+            let Some(seg) = self.peers.get(l).and_then(|s| s.as_ref()) else {
+                tracing::error!(target: "btl_sm", "fragment from unknown local rank {l}");
+                continue;
+            };
+            let Some((ptr, _, cap)) = seg.frag_at(off) else {
+                continue;
+            };
+            let world = self.local_world[l];
+            // SAFETY: popped from our FIFO: the sender wrote it before the
+            // push and does not touch it until we push it back below.
+            match unsafe { shm::frag_data(ptr, cap) } {
+                Ok((tag, _, data)) => {
+                    handler.on_fragment(world, tag, data);
+                    n += 1;
+                }
+                Err(len) => tracing::error!(target: "btl_sm",
+                    "fragment of {len} bytes from rank {world} exceeds its slot of {cap}"),
+            }
+            // SAFETY: we own the popped fragment until this push returns it
+            // to its owner's FIFO.
+            if !unsafe { seg.fifo().push(r, &segs) } {
+                tracing::error!(target: "btl_sm", "cannot return a fragment to rank {world}");
+            }
+        }
+        self.stats.returned += returned;
+        self.stats.delivered += n as u64;
+        self.maybe_unlink();
+        n
+    }
+
+    fn finalize(&mut self) -> Result<(), BtlError> {
+        if self.own.is_some() {
+            self.unlink();
+            self.peers.iter_mut().for_each(|p| *p = None);
+            self.own = None;
+            tracing::debug!(target: "btl_sm", stats = ?self.stats, "finalized");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SmModule {
+    fn drop(&mut self) {
+        let _ = self.finalize();
+    }
+}

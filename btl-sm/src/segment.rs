@@ -1,0 +1,426 @@
+//! One process's shared segment: the file in `/dev/shm`, its mapping, its
+//! header and layout.
+//!
+//! ```text
+//! offset 0        header (one page): magic, version, owner, pid, layout,
+//!                 attach counter, ready flag, CMA probe address
+//! PAGE            receive FIFO control block (128 B)
+//! PAGE+128        fast boxes, one per sending local rank: ctl (128 B) + ring
+//! ...             eager fragment slots: 64 B header + eager capacity
+//! ...             max fragment slots:   64 B header + max capacity
+//! ```
+//! The FIFO and fast boxes of a segment are *received into* by its owner;
+//! the fragment slots are the owner's *send* pool. The layout is written in
+//! the header, so peers with other parameters still read it correctly.
+//! Everything below 4 GiB (relative pointers carry 32-bit offsets).
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use memmap2::MmapMut;
+use tmpi_btl::BtlError;
+
+use crate::shm::{Fbox, Fifo, FragHdr, FBOX_CTL, FIFO_CTL, FRAG_HDR};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"TMPISM01");
+const VERSION: u32 = 1;
+const PAGE: usize = 4096;
+
+/// Fragment size class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Eager-size fragments.
+    Eager,
+    /// Max-send-size fragments.
+    Max,
+}
+
+/// Where everything is in a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Fast-box slots (= local processes).
+    pub slots: u32,
+    /// Ring bytes per fast box (power of two).
+    pub fbox_size: u32,
+    /// Number of eager fragments.
+    pub n_eager: u32,
+    /// Data bytes per eager fragment.
+    pub eager_cap: u32,
+    /// Number of max fragments.
+    pub n_max: u32,
+    /// Data bytes per max fragment.
+    pub max_cap: u32,
+}
+
+fn round64(x: usize) -> usize {
+    x.div_ceil(64) * 64
+}
+
+impl Layout {
+    /// Offset of the FIFO control block.
+    pub fn fifo(&self) -> usize {
+        PAGE
+    }
+    fn fbox_stride(&self) -> usize {
+        round64(FBOX_CTL + self.fbox_size as usize)
+    }
+    /// Offset of the fast box written by local rank `sender`.
+    pub fn fbox(&self, sender: usize) -> usize {
+        PAGE + FIFO_CTL + sender * self.fbox_stride()
+    }
+    fn eager_start(&self) -> usize {
+        self.fbox(self.slots as usize)
+    }
+    fn eager_stride(&self) -> usize {
+        FRAG_HDR + round64(self.eager_cap as usize)
+    }
+    fn max_start(&self) -> usize {
+        self.eager_start() + self.n_eager as usize * self.eager_stride()
+    }
+    fn max_stride(&self) -> usize {
+        FRAG_HDR + round64(self.max_cap as usize)
+    }
+    /// Bytes of the whole segment (page multiple).
+    pub fn total(&self) -> usize {
+        (self.max_start() + self.n_max as usize * self.max_stride()).div_ceil(PAGE) * PAGE
+    }
+    /// Offset of fragment `i` of `class`.
+    pub fn frag(&self, class: Class, i: usize) -> usize {
+        match class {
+            Class::Eager => self.eager_start() + i * self.eager_stride(),
+            Class::Max => self.max_start() + i * self.max_stride(),
+        }
+    }
+    /// Class and data capacity of the fragment slot starting at `off`;
+    /// `None` if `off` is not the start of a slot.
+    pub fn classify(&self, off: usize) -> Option<(Class, usize)> {
+        let (e0, m0) = (self.eager_start(), self.max_start());
+        if off >= e0 && off < m0 && (off - e0) % self.eager_stride() == 0 {
+            return Some((Class::Eager, self.eager_cap as usize));
+        }
+        let end = m0 + self.n_max as usize * self.max_stride();
+        if off >= m0 && off < end && (off - m0) % self.max_stride() == 0 {
+            return Some((Class::Max, self.max_cap as usize));
+        }
+        None
+    }
+    /// Checks that the layout is usable (sizes, alignment, < 4 GiB).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.slots == 0 || self.slots > 4096 {
+            return Err(format!("{} local processes", self.slots));
+        }
+        if !self.fbox_size.is_power_of_two() || self.fbox_size < 64 {
+            return Err(format!(
+                "fast box size {} is not a power of two >= 64",
+                self.fbox_size
+            ));
+        }
+        if self.n_eager == 0 || self.n_max == 0 || self.eager_cap == 0 || self.max_cap == 0 {
+            return Err("empty fragment pool".into());
+        }
+        let total = (self.slots as u128) * (FBOX_CTL as u128 + self.fbox_size as u128)
+            + self.n_eager as u128 * (FRAG_HDR as u128 + self.eager_cap as u128 + 64)
+            + self.n_max as u128 * (FRAG_HDR as u128 + self.max_cap as u128 + 64)
+            + 2 * PAGE as u128;
+        if total >= 1 << 32 {
+            return Err(format!("segment of {total} bytes exceeds 4 GiB"));
+        }
+        Ok(())
+    }
+}
+
+/// The segment header (start of the first page).
+#[repr(C)]
+struct Header {
+    magic: u64,
+    version: u32,
+    owner_local: u32,
+    pid: u32,
+    slots: u32,
+    fbox_size: u32,
+    n_eager: u32,
+    eager_cap: u32,
+    n_max: u32,
+    max_cap: u32,
+    _pad: u32,
+    probe_addr: u64,
+    /// Peers that mapped this segment.
+    attached: AtomicU32,
+    /// 1 once the header and FIFO are initialised (release).
+    ready: AtomicU32,
+}
+
+const _: () = assert!(std::mem::size_of::<Header>() <= PAGE);
+
+/// A mapped segment (own or a peer's).
+#[derive(Debug)]
+pub struct Segment {
+    map: MmapMut,
+    path: PathBuf,
+    layout: Layout,
+    /// Owner's pid.
+    pub pid: u32,
+    /// Owner's CMA probe address.
+    pub probe_addr: u64,
+    /// Owner's local index.
+    pub owner_local: u32,
+}
+
+impl Segment {
+    /// Creates the segment file (`O_CREAT|O_EXCL`, mode 0600), sizes and
+    /// maps it, and initialises header and FIFO.
+    pub fn create(
+        path: &Path,
+        layout: Layout,
+        owner_local: u32,
+        probe_addr: u64,
+    ) -> Result<Segment, BtlError> {
+        layout.validate().map_err(BtlError::Config)?;
+        let io = |what: &str, e| BtlError::io(format!("{what} {}", path.display()), e);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| io("create", e))?;
+        let seg = (|| {
+            file.set_len(layout.total() as u64)
+                .map_err(|e| io("size", e))?;
+            let map = map(&file).map_err(|e| io("mmap", e))?;
+            let mut seg = Segment {
+                map,
+                path: path.to_path_buf(),
+                layout,
+                pid: std::process::id(),
+                probe_addr,
+                owner_local,
+            };
+            seg.init_header();
+            Ok(seg)
+        })();
+        if seg.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        seg
+    }
+
+    fn init_header(&mut self) {
+        let l = self.layout;
+        let h = Header {
+            magic: MAGIC,
+            version: VERSION,
+            owner_local: self.owner_local,
+            pid: self.pid,
+            slots: l.slots,
+            fbox_size: l.fbox_size,
+            n_eager: l.n_eager,
+            eager_cap: l.eager_cap,
+            n_max: l.n_max,
+            max_cap: l.max_cap,
+            _pad: 0,
+            probe_addr: self.probe_addr,
+            attached: AtomicU32::new(0),
+            ready: AtomicU32::new(0),
+        };
+        // SAFETY: the mapping is at least one page, page-aligned, and no
+        // other process knows the file yet (it is published later through
+        // the modex), so this write is exclusive.
+        unsafe { (self.map.as_mut_ptr() as *mut Header).write(h) };
+        self.fifo().init();
+        self.header().ready.store(1, Ordering::Release);
+    }
+
+    /// Maps a peer's segment and checks its header.
+    pub fn attach(path: &Path) -> Result<Segment, BtlError> {
+        let io = |what: &str, e| BtlError::io(format!("{what} {}", path.display()), e);
+        let file: File = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| io("open", e))?;
+        let len = file.metadata().map_err(|e| io("stat", e))?.len() as usize;
+        let bad = |r: String| {
+            BtlError::io(
+                format!("attach {}", path.display()),
+                std::io::Error::new(std::io::ErrorKind::InvalidData, r),
+            )
+        };
+        if len < PAGE {
+            return Err(bad(format!("segment of {len} bytes is too small")));
+        }
+        let map = map(&file).map_err(|e| io("mmap", e))?;
+        // SAFETY: at least one page, page-aligned; the owner initialised the
+        // header before publishing the name (ready is checked below before
+        // any other field is trusted); fields are plain integers.
+        let h = unsafe { &*(map.as_ptr() as *const Header) };
+        if h.ready.load(Ordering::Acquire) != 1 || h.magic != MAGIC || h.version != VERSION {
+            return Err(bad(
+                "not an initialised tmpi sm segment of this version".into()
+            ));
+        }
+        let layout = Layout {
+            slots: h.slots,
+            fbox_size: h.fbox_size,
+            n_eager: h.n_eager,
+            eager_cap: h.eager_cap,
+            n_max: h.n_max,
+            max_cap: h.max_cap,
+        };
+        layout.validate().map_err(bad)?;
+        if layout.total() > len {
+            return Err(bad(format!(
+                "layout needs {} bytes, file has {len}",
+                layout.total()
+            )));
+        }
+        Ok(Segment {
+            pid: h.pid,
+            probe_addr: h.probe_addr,
+            owner_local: h.owner_local,
+            map,
+            path: path.to_path_buf(),
+            layout,
+        })
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: header initialised (create) or checked (attach); the
+        // atomics are only used atomically, other fields are immutable.
+        unsafe { &*(self.map.as_ptr() as *const Header) }
+    }
+
+    /// Counts one more peer that attached (called by the peer).
+    pub fn mark_attached(&self) -> u32 {
+        self.header().attached.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Peers that attached so far.
+    pub fn attached(&self) -> u32 {
+        self.header().attached.load(Ordering::Acquire)
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// File path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Base address of the mapping.
+    pub fn base(&self) -> usize {
+        self.map.as_ptr() as usize
+    }
+
+    /// The segment's FIFO.
+    pub fn fifo(&self) -> Fifo<'_> {
+        // SAFETY: `layout.fifo()` is 64-aligned and inside the validated
+        // mapping, which lives as long as `self`; initialised by the owner
+        // before `ready`.
+        unsafe { Fifo::at((self.base() + self.layout.fifo()) as *mut u8) }
+    }
+
+    /// The fast box written by local rank `sender` (`None` out of range).
+    pub fn fbox(&self, sender: usize) -> Option<Fbox<'_>> {
+        if sender >= self.layout.slots as usize {
+            return None;
+        }
+        // SAFETY: slot in range, 64-aligned, inside the validated mapping
+        // that outlives the view; zero-initialised by file creation; only
+        // `sender` writes and only the owner reads (protocol).
+        Some(unsafe {
+            Fbox::at(
+                (self.base() + self.layout.fbox(sender)) as *mut u8,
+                self.layout.fbox_size as usize,
+            )
+        })
+    }
+
+    /// Address of the fragment slot at `off`, with its class and capacity.
+    pub fn frag_at(&self, off: usize) -> Option<(*mut FragHdr, Class, usize)> {
+        let (c, cap) = self.layout.classify(off)?;
+        Some(((self.base() + off) as *mut FragHdr, c, cap))
+    }
+}
+
+fn map(file: &File) -> std::io::Result<MmapMut> {
+    // SAFETY: the file is a shared-memory segment of this job; other
+    // processes modify it concurrently, which is why every access to it
+    // goes through the atomics and protocols of `shm` rather than through
+    // Rust references to plain data.
+    unsafe { MmapMut::map_mut(file) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn layout() -> Layout {
+        Layout {
+            slots: 3,
+            fbox_size: 1024,
+            n_eager: 4,
+            eager_cap: 4096 + 128,
+            n_max: 2,
+            max_cap: 32768,
+        }
+    }
+
+    #[test]
+    fn layout_classifies_slots() {
+        let l = layout();
+        l.validate().unwrap();
+        for i in 0..4 {
+            assert_eq!(l.classify(l.frag(Class::Eager, i)).unwrap().0, Class::Eager);
+        }
+        for i in 0..2 {
+            assert_eq!(l.classify(l.frag(Class::Max, i)), Some((Class::Max, 32768)));
+        }
+        assert!(l.classify(l.frag(Class::Max, 2)).is_none());
+        assert!(l.classify(l.frag(Class::Eager, 1) + 8).is_none());
+        assert!(l.classify(0).is_none());
+        assert!(l.total() >= l.frag(Class::Max, 2));
+        assert!(Layout {
+            fbox_size: 1000,
+            ..l
+        }
+        .validate()
+        .is_err());
+        assert!(Layout {
+            n_max: u32::MAX,
+            ..l
+        }
+        .validate()
+        .is_err());
+    }
+
+    #[test]
+    fn create_is_exclusive_0600_and_attachable() {
+        let path = PathBuf::from(format!("/dev/shm/tmpi-sm.unit{}.0", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let seg = Segment::create(&path, layout(), 0, 42).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(matches!(
+            Segment::create(&path, layout(), 0, 42),
+            Err(BtlError::Io { .. })
+        ));
+        let peer = Segment::attach(&path).unwrap();
+        assert_eq!(peer.layout(), seg.layout());
+        assert_eq!(peer.probe_addr, 42);
+        assert_eq!(peer.pid, std::process::id());
+        assert_eq!(peer.mark_attached(), 1);
+        assert_eq!(seg.attached(), 1);
+        std::fs::remove_file(&path).unwrap();
+        // garbage is refused
+        std::fs::write(&path, vec![7u8; 8192]).unwrap();
+        assert!(Segment::attach(&path).is_err());
+        std::fs::remove_file(&path).unwrap();
+    }
+}
