@@ -180,6 +180,8 @@ fn rank_main<P: Provider>(m: &mut Module<P>, modex: &mut DirModex, me: u32) -> R
 }
 
 fn child(device: &str, me: u32, dir: PathBuf) -> Result<(), String> {
+    // Warnings (e.g. the TM fall-back) and errors on stderr, tagged by rank.
+    let _ = tmpi_base::log::init_logging(me);
     let reg = Registry::new(Sources::default().with_cmdline([
         ("btl_openib_if_include".to_string(), device.to_string()),
         ("btl_openib_tm_enable".to_string(), "1".to_string()),

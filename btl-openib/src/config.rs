@@ -10,7 +10,7 @@
 //! | `btl_openib_gid_index` | `-1` | GID table index on RoCE; `-1` = automatic (RoCE v2, IPv4-mapped preferred) |
 //! | `btl_openib_eager_limit` | `8K` | largest eager payload (bytes after the TMH) |
 //! | `btl_openib_srq_size` | `256` | untagged receive buffers posted at start |
-//! | `btl_openib_srq_max` | `4096` | most untagged receive buffers (the SRQ's capacity); the pool doubles when it runs below a quarter |
+//! | `btl_openib_srq_max` | `1024` | most untagged receive buffers (the SRQ's capacity); the pool doubles when it runs below a quarter |
 //! | `btl_openib_send_queue` | `256` | send buffers / outstanding signalled sends per module |
 //! | `btl_openib_tm_max_tags` | `1024` | tag list entries to ask for (capped by the device) |
 //! | `btl_openib_rcache_max_entries` | `256` | registration cache: most unpinned cached regions |
@@ -65,7 +65,7 @@ impl Default for OpenibConfig {
             gid_index: None,
             eager_limit: 8192,
             srq_size: 256,
-            srq_max: 4096,
+            srq_max: 1024,
             send_queue: 256,
             tm_max_tags: 1024,
             rcache_max_entries: 256,

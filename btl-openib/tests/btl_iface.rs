@@ -45,11 +45,11 @@ fn child_entry() {
     let region = unsafe { m.register_region(region_mem.as_ptr(), region_mem.len()) }.unwrap();
     let mut got: Vec<(u32, u8, Vec<u8>)> = Vec::new();
     let send = |m: &mut Box<dyn BtlModule>,
-                    got: &mut Vec<(u32, u8, Vec<u8>)>,
-                    p: u32,
-                    tag: u8,
-                    h: &[u8],
-                    d: &[u8]| {
+                got: &mut Vec<(u32, u8, Vec<u8>)>,
+                p: u32,
+                tag: u8,
+                h: &[u8],
+                d: &[u8]| {
         let t = Instant::now();
         loop {
             match m.send(p, tag, h, d) {
