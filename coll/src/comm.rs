@@ -331,25 +331,17 @@ fn check_v(what: &str, counts: &[usize], displs: &[usize], size: u32, len: usize
         )));
     }
     for (i, (&c, &d)) in counts.iter().zip(displs).enumerate() {
-        if d.checked_add(c).is_none_or_gt(len) {
+        let outside = match d.checked_add(c) {
+            None => true,
+            Some(end) => end > len,
+        };
+        if outside {
             return Err(CollError::Buffer(format!(
                 "{what}: block {i} ({c} bytes at {d}) lies outside the {len}-byte buffer"
             )));
         }
     }
     Ok(())
-}
-
-trait OptExt {
-    fn is_none_or_gt(self, len: usize) -> bool;
-}
-impl OptExt for Option<usize> {
-    fn is_none_or_gt(self, len: usize) -> bool {
-        match self {
-            None => true,
-            Some(e) => e > len,
-        }
-    }
 }
 
 fn reduction_ok(dtype: Datatype, op: &Op, bytes: usize) -> Result<()> {

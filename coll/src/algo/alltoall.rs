@@ -5,8 +5,11 @@ use super::{Call, Pos};
 use crate::schedule::{Schedule, Slice};
 use crate::{CollError, Result};
 
-/// Send and receive layout of an all-to-all, in bytes.
-fn layout(c: &Call, p: u32) -> Result<(Vec<(usize, usize)>, Vec<(usize, usize)>, usize)> {
+/// (offset, length) per peer, in bytes.
+type Blocks = Vec<(usize, usize)>;
+
+/// Send and receive layout of an all-to-all, in bytes, and the receive length.
+fn layout(c: &Call, p: u32) -> Result<(Blocks, Blocks, usize)> {
     let p = p as usize;
     if c.kind == super::CollKind::Alltoall {
         let b = c.block;

@@ -204,8 +204,8 @@ pub fn reduce_scatter_reduce_scatterv(c: &Call, pos: Pos) -> Result<Schedule> {
     let me = pos.rank as usize;
     let out = s.zeros(c.counts[me]);
     if pos.rank == 0 {
-        for r in 1..pos.size as usize {
-            s.send(r as u32, Slice::new(acc, off[r], c.counts[r]));
+        for (r, (&o, &n)) in off.iter().zip(&c.counts).enumerate().skip(1) {
+            s.send(r as u32, Slice::new(acc, o, n));
         }
         s.copy(Slice::new(acc, 0, c.counts[0]), s.all(out));
     } else {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use tmpi_base::component::{Availability, ComponentDescriptor};
 use tmpi_base::mca::{Level, McaError, ParamSpec, Registry};
 
-use crate::algo::{alltoall, barrier, bcast, gather, reduce, Call, CollKind, Pos};
+use crate::algo::{alltoall, barrier, bcast, gather, reduce, Builder, Call, CollKind, Pos};
 use crate::framework::{CollComponent, CollModule, CommShape, Underlying};
 use crate::schedule::Schedule;
 use crate::Result;
@@ -100,7 +100,7 @@ pub struct BasicModule {
 }
 
 impl BasicModule {
-    fn pick(&self, c: &Call, pos: Pos) -> (&'static str, fn(&Call, Pos) -> Result<Schedule>) {
+    fn pick(&self, c: &Call, pos: Pos) -> (&'static str, Builder) {
         let log = pos.size >= self.crossover;
         match (c.kind, log) {
             (CollKind::Barrier, false) => ("linear", barrier::linear),
