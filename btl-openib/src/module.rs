@@ -246,7 +246,8 @@ type RndvKey = (u32, u64, u32);
 
 struct RndvSend<P: Provider> {
     id: u64,
-    _reg: Reg<P>,
+    /// The pinned source buffer (`None` only for fault-injected requests).
+    _reg: Option<Reg<P>>,
 }
 
 struct GetOp<P: Provider> {
@@ -876,7 +877,56 @@ impl<P: Provider> Module<P> {
                 what: SendWhat::Rts,
             },
         )?;
-        self.rndv.insert(key, RndvSend { id, _reg: reg });
+        self.rndv.insert(
+            key,
+            RndvSend {
+                id,
+                _reg: Some(reg),
+            },
+        );
+        Ok(())
+    }
+
+    /// Fault injection for tests (smoltcp's fault-injector idea): sends an
+    /// RTS with the caller's RVH as is (e.g. a wrong rkey) and waits for its
+    /// FIN like [`Module::send_rndv`], without registering anything.
+    #[doc(hidden)]
+    pub fn inject_rts(
+        &mut self,
+        rank: u32,
+        tag: u64,
+        app_ctx: u32,
+        rvh: Rvh,
+        id: u64,
+    ) -> Result<()> {
+        let key = (rank, tag, app_ctx);
+        if self.rndv.contains_key(&key) {
+            return Err(OpenibError::DuplicateRendezvous {
+                peer: rank,
+                tag,
+                app_ctx,
+            });
+        }
+        let hdr = TagHeader {
+            tmh: Tmh {
+                opcode: TmhOpcode::Rndv,
+                app_ctx,
+                tag,
+            },
+            rvh: Some(rvh),
+        };
+        let mut h = [0u8; TMH_LEN + RVH_LEN];
+        hdr.emit(&mut h)?;
+        self.post_copy(
+            rank,
+            &[&h],
+            SendSlot {
+                id,
+                peer: rank,
+                what: SendWhat::Rts,
+            },
+        )?;
+        self.rndv.insert(key, RndvSend { id, _reg: None });
         Ok(())
     }
 

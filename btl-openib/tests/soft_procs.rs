@@ -42,6 +42,7 @@ fn child_entry() {
         "tm" => role_tm(&mut job, &mut m),
         "flood" => role_flood(&mut job, &mut m),
         "peer_death" => role_peer_death(&mut job, &mut m),
+        "nic_read_error" => role_nic_read_error(&mut job, &mut m),
         other => panic!("unknown role {other}"),
     }
 }
@@ -647,4 +648,75 @@ fn role_peer_death(job: &mut Job, m: &mut M) {
 #[test]
 fn peer_death_fails_pending_operations() {
     run_job("peer_death", 2, &[("btl_openib_if_include", "tmsoft0")]);
+}
+
+// ------------------------------------------------- NIC-issued read error
+
+fn role_nic_read_error(job: &mut Job, m: &mut M) {
+    let mut evs = Vec::new();
+    if job.rank == 0 {
+        barrier(job, m, &mut evs); // the receiver's tagged buffer is posted
+                                   // A rendezvous request naming memory we never registered.
+        let bogus = Rvh {
+            va: 0x1000,
+            rkey: 0xdead_beef,
+            len: 8192,
+        };
+        m.inject_rts(1, tag(1, 0, 40), 1, bogus, 50).unwrap();
+        // The receiver's NIC fails to read: we get an error FIN, not a hang.
+        wait_until(m, &mut evs, |e| {
+            has(e, |e| {
+                matches!(
+                    e,
+                    Event::Failed {
+                        id: 50,
+                        op: Op::Rndv,
+                        ..
+                    }
+                )
+            })
+        });
+        barrier(job, m, &mut evs);
+        return;
+    }
+    assert!(m.tm_caps().is_some());
+    let mut buf = vec![0u8; 8192];
+    let mt = Matcher::new(1, Source::Rank(0), TagSel::Tag(40)).unwrap();
+    // SAFETY: `buf` untouched until the receive ended (waited below).
+    unsafe { m.tm_post_recv(buf.as_mut_ptr(), buf.len(), mt.recv_tag, mt.mask, 7) }.unwrap();
+    wait_until(m, &mut evs, |e| {
+        tm_evt(e, |t| matches!(t, TmEvent::Added { recv_id: 7, .. }))
+    });
+    evs.clear();
+    barrier(job, m, &mut evs);
+    wait_until(m, &mut evs, |e| {
+        has(e, |e| matches!(e, Event::Failed { id: 7, .. }))
+    });
+    assert!(
+        tm_evt(&evs, |t| matches!(
+            t,
+            TmEvent::Matched {
+                recv_id: 7,
+                complete: false,
+                ..
+            }
+        )),
+        "matched first: {evs:?}"
+    );
+    let failed = evs
+        .iter()
+        .find(|e| matches!(e, Event::Failed { id: 7, .. }))
+        .unwrap();
+    assert!(
+        matches!(failed, Event::Failed { op: Op::TaggedRecv, peer: 0, error: OpenibError::Completion { status, .. }, .. } if *status != WcStatus::Success),
+        "{failed:?}"
+    );
+    assert!(buf.iter().all(|&b| b == 0), "nothing written");
+    evs.clear();
+    barrier(job, m, &mut evs);
+}
+
+#[test]
+fn nic_rendezvous_read_error_fails_both_sides() {
+    run_job("nic_read_error", 2, &[("btl_openib_if_include", "tmsoft0")]);
 }
