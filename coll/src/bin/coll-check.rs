@@ -4,6 +4,8 @@
 //!   root, several counts, in place; communicators from dup/split/create;
 //!   several non-blocking collectives outstanding at once. Rank 0 prints
 //!   `coll-check check: OK`.
+//! * `bench-threads N`: the benchmark with N threads over the pml's
+//!   in-process loopback transport.
 //! * `bench`: latency of barrier, bcast, allreduce, reduce, allgather and
 //!   alltoall at 8 B, 1 KiB, 64 KiB and 1 MiB per rank (median of 5 runs of
 //!   a timed loop, rank 0 prints µs per call).
@@ -14,8 +16,39 @@ use tmpi_coll::selftest::{bench, check};
 use tmpi_coll::CollContext;
 use tmpi_pml::{InitOptions, Pml};
 
+/// `bench-threads N`: N ranks as threads of this process, each with its own
+/// pml over the pml's in-process loopback transport (until the pml runs
+/// across processes).
+fn bench_threads(n: u32) {
+    use tmpi_pml::transport::{Loopback, LoopbackConfig};
+    let reg = tmpi_base::mca::registry();
+    let handles: Vec<_> = Loopback::job(n, LoopbackConfig::default())
+        .into_iter()
+        .enumerate()
+        .map(|(r, lb)| {
+            std::thread::spawn(move || {
+                let pml = Arc::new(Pml::with_transport(r as u32, Box::new(lb), true).expect("pml"));
+                let p2p = PmlP2p::new(Arc::clone(&pml), Vec::new());
+                let u = CollContext::init(Arc::new(p2p), reg).expect("coll init");
+                bench(&u.world);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("rank thread");
+    }
+}
+
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_else(|| "check".into());
+    if mode == "bench-threads" {
+        let n = std::env::args()
+            .nth(2)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(2);
+        bench_threads(n);
+        return;
+    }
     let pml = Arc::new(Pml::init(InitOptions { logging: true }).expect("pml init"));
     let reg = tmpi_base::mca::registry();
     let p2p = PmlP2p::new(Arc::clone(&pml), Vec::new());
