@@ -182,6 +182,21 @@ fn wireup_and_eager_three_ranks() {
     );
 }
 
+#[test]
+fn tm_enable_on_without_caps_warns_and_falls_back() {
+    // The soft NIC advertising no tag matching: tm_enable=1 must fall back
+    // to software matching (role_eager asserts it) and still work.
+    run_job(
+        "eager",
+        2,
+        &[
+            ("btl_openib_if_include", "tmsoft0"),
+            ("btl_openib_tm_enable", "1"),
+            ("btl_openib_tmsoft_max_num_tags", "0"),
+        ],
+    );
+}
+
 // ----------------------------------------------------- software rendezvous
 
 const RNDV_LEN: usize = 1536 * 1024; // larger than the soft NIC's largest message: read in chunks

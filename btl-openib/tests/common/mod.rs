@@ -70,10 +70,12 @@ pub fn child_job() -> Job {
 /// Runs `role` on `size` ranks with the MCA settings `mca`; fails the test
 /// if a rank fails or the job exceeds [`JOB_TIMEOUT`].
 pub fn run_job(role: &str, size: u32, mca: &[(&str, &str)]) {
+    // Unique per job: several jobs (even of one role) run concurrently.
+    static JOBS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!(
-        "tmpi-openib-test-{}-{role}-{}",
-        std::process::id(),
-        Instant::now().elapsed().as_nanos()
+        "tmpi-openib-test-{}-{role}-{n}",
+        std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
