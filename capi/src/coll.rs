@@ -1,1 +1,394 @@
-//! coll
+//! Collectives over tmpi-coll. Buffers of non-contiguous types are packed
+//! before and unpacked after; reductions need a type made of one
+//! predefined element type.
+
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+use tmpi_coll::{Comm, Datatype as Elem, Input, Op};
+
+use crate::datatype::Dtype;
+use crate::error::{guard, Error, MpiErrorClass as C, Res};
+use crate::ffi::{count as ccount, gather_blocks, is_in_place, put, scatter_blocks};
+use crate::request::{Finish, Req};
+use crate::state::tables;
+
+fn comm_of(h: c_int) -> Res<Comm> {
+    Ok(tables().comm(h)?.comm.clone())
+}
+
+fn ty(h: c_int) -> Res<Arc<Dtype>> {
+    tables().comm_type(h)
+}
+
+fn pack(buf: *const c_void, n: usize, t: &Dtype) -> Vec<u8> {
+    let mut v = Vec::with_capacity(t.size * n);
+    gather_blocks(buf.cast(), n, t.extent(), &t.blocks, &mut v);
+    v
+}
+
+fn unpack(buf: *mut c_void, n: usize, t: &Dtype, data: &[u8]) {
+    scatter_blocks(buf.cast(), n, t.extent(), &t.blocks, data);
+}
+
+fn root_of(root: c_int, c: &Comm) -> Res<u32> {
+    u32::try_from(root)
+        .ok()
+        .filter(|&r| r < c.size())
+        .ok_or_else(|| Error::new(C::Root, format!("root {root} is not in 0..{}", c.size())))
+}
+
+fn red(t: &Dtype, op: c_int) -> Res<(Elem, Op)> {
+    let e = t
+        .reduce_elem()
+        .ok_or_else(|| Error::new(C::Type, format!("reductions need a datatype made of one predefined type ({} is not)", t.name)))?;
+    let o = tables().op(op)?;
+    Ok((e, o))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Barrier(comm: c_int) -> c_int {
+    guard("MPI_Barrier", comm, || Ok(comm_of(comm)?.barrier()?))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Bcast(buf: *mut c_void, count: c_int, dtype: c_int, root: c_int, comm: c_int) -> c_int {
+    guard("MPI_Bcast", comm, || {
+        let c = comm_of(comm)?;
+        let r = root_of(root, &c)?;
+        let n = ccount(count, C::Count, "count")?;
+        let t = ty(dtype)?;
+        let mut v = pack(buf, n, &t);
+        c.bcast(&mut v, r)?;
+        unpack(buf, n, &t, &v);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, dtype: c_int, op: c_int, root: c_int, comm: c_int) -> c_int {
+    guard("MPI_Reduce", comm, || {
+        let c = comm_of(comm)?;
+        let r = root_of(root, &c)?;
+        let n = ccount(count, C::Count, "count")?;
+        let t = ty(dtype)?;
+        let (e, o) = red(&t, op)?;
+        let is_root = c.rank() == r;
+        let send = if is_in_place(sendbuf) { None } else { Some(pack(sendbuf, n, &t)) };
+        let mut out = if is_root { pack(recvbuf, n, &t) } else { Vec::new() };
+        let input = match &send { Some(s) => Input::Buf(s), None => Input::InPlace };
+        c.reduce(input, if is_root { Some(&mut out) } else { None }, e, &o, r)?;
+        if is_root {
+            unpack(recvbuf, n, &t, &out);
+        }
+        Ok(())
+    })
+}
+
+macro_rules! allred {
+    ($name:ident, $m:ident) => {
+        #[no_mangle]
+        pub extern "C" fn $name(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, dtype: c_int, op: c_int, comm: c_int) -> c_int {
+            guard(stringify!($name), comm, || {
+                let c = comm_of(comm)?;
+                let n = ccount(count, C::Count, "count")?;
+                let t = ty(dtype)?;
+                let (e, o) = red(&t, op)?;
+                let send = if is_in_place(sendbuf) { None } else { Some(pack(sendbuf, n, &t)) };
+                let mut out = pack(recvbuf, n, &t);
+                let input = match &send { Some(s) => Input::Buf(s), None => Input::InPlace };
+                c.$m(input, &mut out, e, &o)?;
+                unpack(recvbuf, n, &t, &out);
+                Ok(())
+            })
+        }
+    };
+}
+allred!(MPI_Allreduce, allreduce);
+allred!(MPI_Scan, scan);
+allred!(MPI_Exscan, exscan);
+
+#[no_mangle]
+pub extern "C" fn MPI_Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, dtype: c_int, op: c_int, comm: c_int) -> c_int {
+    guard("MPI_Reduce_scatter_block", comm, || {
+        let c = comm_of(comm)?;
+        let n = ccount(recvcount, C::Count, "recvcount")?;
+        let t = ty(dtype)?;
+        let (e, o) = red(&t, op)?;
+        let p = c.size() as usize;
+        let send = if is_in_place(sendbuf) { pack(recvbuf, n * p, &t) } else { pack(sendbuf, n * p, &t) };
+        let mut out = vec![0u8; t.size * n];
+        c.reduce_scatter_block(Input::Buf(&send), &mut out, e, &o)?;
+        unpack(recvbuf, n, &t, &out);
+        Ok(())
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: c_int, root: c_int, comm: c_int) -> c_int {
+    guard("MPI_Gather", comm, || {
+        let c = comm_of(comm)?;
+        let r = root_of(root, &c)?;
+        let is_root = c.rank() == r;
+        let p = c.size() as usize;
+        if is_root {
+            let rn = ccount(recvcount, C::Count, "recvcount")?;
+            let rt = ty(recvtype)?;
+            let mut out = pack(recvbuf, rn * p, &rt);
+            if is_in_place(sendbuf) {
+                c.gather(Input::InPlace, Some(&mut out), r)?;
+            } else {
+                let s = pack(sendbuf, ccount(sendcount, C::Count, "sendcount")?, &*ty(sendtype)?);
+                c.gather(Input::Buf(&s), Some(&mut out), r)?;
+            }
+            unpack(recvbuf, rn * p, &rt, &out);
+        } else {
+            let s = pack(sendbuf, ccount(sendcount, C::Count, "sendcount")?, &*ty(sendtype)?);
+            c.gather(Input::Buf(&s), None, r)?;
+        }
+        Ok(())
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: c_int, root: c_int, comm: c_int) -> c_int {
+    guard("MPI_Scatter", comm, || {
+        let c = comm_of(comm)?;
+        let r = root_of(root, &c)?;
+        let is_root = c.rank() == r;
+        let p = c.size() as usize;
+        let send = if is_root { Some(pack(sendbuf, ccount(sendcount, C::Count, "sendcount")? * p, &*ty(sendtype)?)) } else { None };
+        if is_root && is_in_place(recvbuf) {
+            let blk = send.as_ref().map_or(0, |s| s.len() / p.max(1));
+            let mut tmp = vec![0u8; blk];
+            c.scatter(send.as_deref(), Some(&mut tmp), r)?;
+            return Ok(());
+        }
+        let rn = ccount(recvcount, C::Count, "recvcount")?;
+        let rt = ty(recvtype)?;
+        let mut out = vec![0u8; rt.size * rn];
+        c.scatter(send.as_deref(), Some(&mut out), r)?;
+        unpack(recvbuf, rn, &rt, &out);
+        Ok(())
+    })
+}
+
+macro_rules! allx {
+    ($name:ident, $m:ident) => {
+        #[allow(clippy::too_many_arguments)]
+        #[no_mangle]
+        pub extern "C" fn $name(sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: c_int, comm: c_int) -> c_int {
+            guard(stringify!($name), comm, || {
+                let c = comm_of(comm)?;
+                let p = c.size() as usize;
+                let rn = ccount(recvcount, C::Count, "recvcount")?;
+                let rt = ty(recvtype)?;
+                let mut out = pack(recvbuf, rn * p, &rt);
+                if is_in_place(sendbuf) {
+                    c.$m(Input::InPlace, &mut out)?;
+                } else {
+                    let mult = if stringify!($m) == "alltoall" { p } else { 1 };
+                    let s = pack(sendbuf, ccount(sendcount, C::Count, "sendcount")? * mult, &*ty(sendtype)?);
+                    c.$m(Input::Buf(&s), &mut out)?;
+                }
+                unpack(recvbuf, rn * p, &rt, &out);
+                Ok(())
+            })
+        }
+    };
+}
+allx!(MPI_Allgather, allgather);
+allx!(MPI_Alltoall, alltoall);
+
+fn vbytes(counts: *const c_int, displs: *const c_int, p: usize, t: &Dtype) -> Res<(Vec<usize>, Vec<usize>, usize)> {
+    if !t.is_contig() {
+        return Err(Error::new(C::Type, "the v-collectives of tmpi take contiguous datatypes only"));
+    }
+    let cs = crate::ffi::array(counts, p, "counts")?;
+    let ds = crate::ffi::array(displs, p, "displs")?;
+    let mut cb = Vec::with_capacity(p);
+    let mut db = Vec::with_capacity(p);
+    let mut end = 0usize;
+    for i in 0..p {
+        let c = ccount(cs[i], C::Count, "counts[i]")? * t.size;
+        let d = ccount(ds[i], C::Arg, "displs[i]")? * t.size;
+        end = end.max(d + c);
+        cb.push(c);
+        db.push(d);
+    }
+    Ok((cb, db, end))
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: c_int, root: c_int, comm: c_int) -> c_int {
+    guard("MPI_Gatherv", comm, || {
+        let c = comm_of(comm)?;
+        let r = root_of(root, &c)?;
+        let p = c.size() as usize;
+        let s = if is_in_place(sendbuf) { None } else { Some(pack(sendbuf, ccount(sendcount, C::Count, "sendcount")?, &*ty(sendtype)?)) };
+        let input = match &s { Some(s) => Input::Buf(s), None => Input::InPlace };
+        if c.rank() == r {
+            let (cb, db, end) = vbytes(recvcounts, displs, p, &*ty(recvtype)?)?;
+            let out = crate::ffi::bytes_mut(recvbuf.cast(), end)?;
+            c.gatherv(input, Some((out, &cb, &db)), r)?;
+        } else {
+            c.gatherv(input, None, r)?;
+        }
+        Ok(())
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: c_int, root: c_int, comm: c_int) -> c_int {
+    guard("MPI_Scatterv", comm, || {
+        let c = comm_of(comm)?;
+        let r = root_of(root, &c)?;
+        let p = c.size() as usize;
+        let rt = ty(recvtype)?;
+        let rn = ccount(recvcount, C::Count, "recvcount")?;
+        let mut out = vec![0u8; rt.size * rn];
+        if c.rank() == r {
+            let (cb, db, end) = vbytes(sendcounts, displs, p, &*ty(sendtype)?)?;
+            let inb = crate::ffi::bytes(sendbuf.cast(), end)?;
+            if is_in_place(recvbuf) {
+                c.scatterv(Some((inb, &cb, &db)), None, r)?;
+                return Ok(());
+            }
+            c.scatterv(Some((inb, &cb, &db)), Some(&mut out), r)?;
+        } else {
+            c.scatterv(None, Some(&mut out), r)?;
+        }
+        unpack(recvbuf, rn, &rt, &out);
+        Ok(())
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: c_int, comm: c_int) -> c_int {
+    guard("MPI_Allgatherv", comm, || {
+        let c = comm_of(comm)?;
+        let p = c.size() as usize;
+        let (cb, db, end) = vbytes(recvcounts, displs, p, &*ty(recvtype)?)?;
+        let s = if is_in_place(sendbuf) { None } else { Some(pack(sendbuf, ccount(sendcount, C::Count, "sendcount")?, &*ty(sendtype)?)) };
+        let input = match &s { Some(s) => Input::Buf(s), None => Input::InPlace };
+        let out = crate::ffi::bytes_mut(recvbuf.cast(), end)?;
+        c.allgatherv(input, out, &cb, &db)?;
+        Ok(())
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: c_int, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: c_int, comm: c_int) -> c_int {
+    guard("MPI_Alltoallv", comm, || {
+        let c = comm_of(comm)?;
+        let p = c.size() as usize;
+        let (rc, rd, rend) = vbytes(recvcounts, rdispls, p, &*ty(recvtype)?)?;
+        if is_in_place(sendbuf) {
+            let out = crate::ffi::bytes_mut(recvbuf.cast(), rend)?;
+            c.alltoallv(Input::InPlace, &rc, &rd, out, &rc, &rd)?;
+            return Ok(());
+        }
+        let (sc, sd, send) = vbytes(sendcounts, sdispls, p, &*ty(sendtype)?)?;
+        let inb = crate::ffi::bytes(sendbuf.cast(), send)?;
+        let out = crate::ffi::bytes_mut(recvbuf.cast(), rend)?;
+        c.alltoallv(Input::Buf(inb), &sc, &sd, out, &rc, &rd)?;
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------- non-blocking
+
+fn coll_req(request: *mut c_int, comm: c_int, req: tmpi_coll::CollRequest, finish: Finish) -> Res<()> {
+    let h = tables().add_req(Req::Coll { req, finish, comm });
+    put(request, h, "request")
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Ibarrier(comm: c_int, request: *mut c_int) -> c_int {
+    guard("MPI_Ibarrier", comm, || {
+        let r = comm_of(comm)?.ibarrier()?;
+        coll_req(request, comm, r, Finish::Nothing)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Ibcast(buf: *mut c_void, count: c_int, dtype: c_int, root: c_int, comm: c_int, request: *mut c_int) -> c_int {
+    guard("MPI_Ibcast", comm, || {
+        let c = comm_of(comm)?;
+        let r = root_of(root, &c)?;
+        let n = ccount(count, C::Count, "count")?;
+        let t = ty(dtype)?;
+        let req = c.ibcast(pack(buf, n, &t), r)?;
+        coll_req(request, comm, req, Finish::Unpack { dst: buf as usize, count: n, t })
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, dtype: c_int, op: c_int, comm: c_int, request: *mut c_int) -> c_int {
+    guard("MPI_Iallreduce", comm, || {
+        let c = comm_of(comm)?;
+        let n = ccount(count, C::Count, "count")?;
+        let t = ty(dtype)?;
+        let (e, o) = red(&t, op)?;
+        let send = if is_in_place(sendbuf) { pack(recvbuf, n, &t) } else { pack(sendbuf, n, &t) };
+        let req = c.iallreduce(send, e, &o)?;
+        coll_req(request, comm, req, Finish::Unpack { dst: recvbuf as usize, count: n, t })
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, dtype: c_int, op: c_int, root: c_int, comm: c_int, request: *mut c_int) -> c_int {
+    guard("MPI_Ireduce", comm, || {
+        let c = comm_of(comm)?;
+        let r = root_of(root, &c)?;
+        let n = ccount(count, C::Count, "count")?;
+        let t = ty(dtype)?;
+        let (e, o) = red(&t, op)?;
+        let send = if is_in_place(sendbuf) { pack(recvbuf, n, &t) } else { pack(sendbuf, n, &t) };
+        let req = c.ireduce(send, e, &o, r)?;
+        let fin = if c.rank() == r { Finish::Unpack { dst: recvbuf as usize, count: n, t } } else { Finish::Nothing };
+        coll_req(request, comm, req, fin)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: c_int, comm: c_int, request: *mut c_int) -> c_int {
+    guard("MPI_Iallgather", comm, || {
+        let c = comm_of(comm)?;
+        let p = c.size() as usize;
+        let rn = ccount(recvcount, C::Count, "recvcount")?;
+        let rt = ty(recvtype)?;
+        let send = if is_in_place(sendbuf) {
+            let all = pack(recvbuf, rn * p, &rt);
+            let blk = rt.size * rn;
+            let me = c.rank() as usize;
+            all[me * blk..(me + 1) * blk].to_vec()
+        } else {
+            pack(sendbuf, ccount(sendcount, C::Count, "sendcount")?, &*ty(sendtype)?)
+        };
+        let req = c.iallgather(send)?;
+        coll_req(request, comm, req, Finish::Unpack { dst: recvbuf as usize, count: rn * p, t: rt })
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: c_int, comm: c_int, request: *mut c_int) -> c_int {
+    guard("MPI_Ialltoall", comm, || {
+        let c = comm_of(comm)?;
+        let p = c.size() as usize;
+        let rn = ccount(recvcount, C::Count, "recvcount")?;
+        let rt = ty(recvtype)?;
+        let send = if is_in_place(sendbuf) { pack(recvbuf, rn * p, &rt) } else { pack(sendbuf, ccount(sendcount, C::Count, "sendcount")? * p, &*ty(sendtype)?) };
+        let req = c.ialltoall(send)?;
+        coll_req(request, comm, req, Finish::Unpack { dst: recvbuf as usize, count: rn * p, t: rt })
+    })
+}

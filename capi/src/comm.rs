@@ -1,1 +1,804 @@
-//! comm
+//! Communicators, groups, attributes, Cartesian topologies.
+
+use std::collections::BTreeMap;
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::Arc;
+
+use tmpi_coll::{Comm, Compare, Group};
+
+use crate::error::{guard, Error, MpiErrorClass as C, Res};
+use crate::ffi::{array, count as ccount, cstr, get, put, put_array, put_cstr};
+use crate::state::{rt, tables, Cart, COMM_SELF, COMM_WORLD};
+
+const UNDEFINED: c_int = -32766;
+
+fn comm_of(h: c_int) -> Res<Comm> {
+    Ok(tables().comm(h)?.comm.clone())
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_size(comm: c_int, size: *mut c_int) -> c_int {
+    guard("MPI_Comm_size", comm, || put(size, tables().comm(comm)?.comm.size() as c_int, "size"))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_rank(comm: c_int, rank: *mut c_int) -> c_int {
+    guard("MPI_Comm_rank", comm, || put(rank, tables().comm(comm)?.comm.rank() as c_int, "rank"))
+}
+
+fn cmp_code(c: Compare) -> c_int {
+    match c {
+        Compare::Ident => 0,
+        Compare::Congruent => 1,
+        Compare::Similar => 2,
+        Compare::Unequal => 3,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_compare(a: c_int, b: c_int, result: *mut c_int) -> c_int {
+    guard("MPI_Comm_compare", a, || {
+        if a == b {
+            tables().comm(a)?;
+            return put(result, 0, "result");
+        }
+        let (x, y) = (comm_of(a)?, comm_of(b)?);
+        let mut r = cmp_code(x.compare(&y));
+        if r == 0 {
+            r = 1; // different handles are at most congruent
+        }
+        put(result, r, "result")
+    })
+}
+
+/// Registers a new communicator derived from `parent` (errhandler and
+/// attributes copied, as MPI_Comm_dup does).
+fn register(parent: c_int, c: Comm, copy_attrs: bool) -> Res<c_int> {
+    let (eh, attrs, cart) = {
+        let t = tables();
+        let p = t.comm(parent)?;
+        (p.errhandler, if copy_attrs { p.attrs.clone() } else { BTreeMap::new() }, p.cart.clone())
+    };
+    let h = tables().add_comm(c, eh);
+    if copy_attrs {
+        let mut out = BTreeMap::new();
+        for (k, v) in attrs {
+            let kv = tables().keyvals.get(&k).copied();
+            if let Some(kv) = kv {
+                if let Some(f) = kv.copy {
+                    let (rc, flag, nv) = crate::ffi::call_copy_attr(f, parent, k, kv.extra, v);
+                    if rc != 0 {
+                        return Err(Error::new(C::Other, format!("attribute copy callback of keyval {k} failed with {rc}")));
+                    }
+                    if flag {
+                        out.insert(k, nv);
+                    }
+                }
+            }
+        }
+        let mut t = tables();
+        let e = t.comm_mut(h)?;
+        e.attrs = out;
+        e.cart = cart;
+    }
+    Ok(h)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_dup(comm: c_int, newcomm: *mut c_int) -> c_int {
+    guard("MPI_Comm_dup", comm, || {
+        let c = comm_of(comm)?.dup()?;
+        let h = register(comm, c, true)?;
+        put(newcomm, h, "newcomm")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_dup_with_info(comm: c_int, _info: c_int, newcomm: *mut c_int) -> c_int {
+    MPI_Comm_dup(comm, newcomm)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_idup(comm: c_int, newcomm: *mut c_int, request: *mut c_int) -> c_int {
+    guard("MPI_Comm_idup", comm, || {
+        let c = comm_of(comm)?.dup()?;
+        let h = register(comm, c, true)?;
+        put(newcomm, h, "newcomm")?;
+        let st = crate::request::St::empty();
+        let r = tables().add_req(crate::request::Req::Done { st, persist: None });
+        put(request, r, "request")
+    })
+}
+
+fn put_opt(comm: c_int, newcomm: *mut c_int, c: Option<Comm>) -> Res<()> {
+    let h = match c {
+        Some(c) => register(comm, c, false)?,
+        None => 0,
+    };
+    put(newcomm, h, "newcomm")
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_split(comm: c_int, color: c_int, key: c_int, newcomm: *mut c_int) -> c_int {
+    guard("MPI_Comm_split", comm, || {
+        let col = if color == UNDEFINED {
+            None
+        } else {
+            Some(u32::try_from(color).map_err(|_| Error::new(C::Arg, format!("color {color} is negative")))?)
+        };
+        let c = comm_of(comm)?.split(col, key)?;
+        put_opt(comm, newcomm, c)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_split_type(comm: c_int, split_type: c_int, key: c_int, _info: c_int, newcomm: *mut c_int) -> c_int {
+    guard("MPI_Comm_split_type", comm, || {
+        let kind = match split_type {
+            1 => tmpi_coll::SplitType::Shared,
+            UNDEFINED => tmpi_coll::SplitType::Undefined,
+            _ => return Err(Error::new(C::Arg, format!("split_type {split_type} is not MPI_COMM_TYPE_SHARED or MPI_UNDEFINED"))),
+        };
+        let c = comm_of(comm)?.split_type(kind, key)?;
+        put_opt(comm, newcomm, c)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_create(comm: c_int, group: c_int, newcomm: *mut c_int) -> c_int {
+    guard("MPI_Comm_create", comm, || {
+        let g = tables().group(group)?;
+        let c = comm_of(comm)?.create(&g)?;
+        put_opt(comm, newcomm, c)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_create_group(comm: c_int, group: c_int, tag: c_int, newcomm: *mut c_int) -> c_int {
+    guard("MPI_Comm_create_group", comm, || {
+        let g = tables().group(group)?;
+        let c = comm_of(comm)?.create_group(&g, tag)?;
+        put_opt(comm, newcomm, Some(c))
+    })
+}
+
+fn free_comm(comm: *mut c_int) -> Res<()> {
+    let h = get(comm, "comm")?;
+    if h == COMM_WORLD || h == COMM_SELF {
+        return Err(Error::new(C::Comm, "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed"));
+    }
+    let ent = tables()
+        .comms
+        .remove(&h)
+        .ok_or_else(|| Error::new(C::Comm, format!("invalid communicator handle {h}")))?;
+    for (&k, &v) in &ent.attrs {
+        let kv = tables().keyvals.get(&k).copied();
+        if let Some(f) = kv.and_then(|kv| kv.delete.map(|f| (f, kv.extra))) {
+            crate::ffi::call_delete_attr(f.0, h, k, v, f.1);
+        }
+    }
+    ent.comm.free()?;
+    put(comm, 0, "comm")
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_free(comm: *mut c_int) -> c_int {
+    guard("MPI_Comm_free", COMM_WORLD, || free_comm(comm))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_disconnect(comm: *mut c_int) -> c_int {
+    guard("MPI_Comm_disconnect", COMM_WORLD, || free_comm(comm))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_group(comm: c_int, group: *mut c_int) -> c_int {
+    guard("MPI_Comm_group", comm, || {
+        let g = comm_of(comm)?.group();
+        let h = tables().add_group(g);
+        put(group, h, "group")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_test_inter(comm: c_int, flag: *mut c_int) -> c_int {
+    guard("MPI_Comm_test_inter", comm, || {
+        tables().comm(comm)?;
+        put(flag, 0, "flag")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_set_name(comm: c_int, name: *const c_char) -> c_int {
+    guard("MPI_Comm_set_name", comm, || {
+        let s = cstr(name, "comm_name")?;
+        comm_of(comm)?.set_name(&s.chars().take(127).collect::<String>());
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_get_name(comm: c_int, name: *mut c_char, resultlen: *mut c_int) -> c_int {
+    guard("MPI_Comm_get_name", comm, || {
+        let n = put_cstr(name, 128, &comm_of(comm)?.name())?;
+        put(resultlen, n, "resultlen")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_set_info(comm: c_int, _info: c_int) -> c_int {
+    guard("MPI_Comm_set_info", comm, || tables().comm(comm).map(drop))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_get_info(comm: c_int, info: *mut c_int) -> c_int {
+    guard("MPI_Comm_get_info", comm, || {
+        let mut t = tables();
+        t.comm(comm)?;
+        let h = t.add_info(Vec::new());
+        drop(t);
+        put(info, h, "info_used")
+    })
+}
+
+// ---------------------------------------------------------------- error handlers
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_create_errhandler(f: Option<crate::ErrFn>, errhandler: *mut c_int) -> c_int {
+    guard("MPI_Comm_create_errhandler", COMM_WORLD, || {
+        let f = f.ok_or_else(|| Error::new(C::Arg, "function is NULL"))?;
+        let h = tables().add_errhandler(f);
+        put(errhandler, h, "errhandler")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Errhandler_create(f: Option<crate::ErrFn>, errhandler: *mut c_int) -> c_int {
+    MPI_Comm_create_errhandler(f, errhandler)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_set_errhandler(comm: c_int, errhandler: c_int) -> c_int {
+    guard("MPI_Comm_set_errhandler", comm, || {
+        let mut t = tables();
+        if !(errhandler == 1 || errhandler == 2 || t.errhandlers.contains_key(&errhandler)) {
+            return Err(Error::new(C::Arg, format!("invalid errhandler handle {errhandler}")));
+        }
+        t.comm_mut(comm)?.errhandler = errhandler;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Errhandler_set(comm: c_int, errhandler: c_int) -> c_int {
+    MPI_Comm_set_errhandler(comm, errhandler)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_get_errhandler(comm: c_int, errhandler: *mut c_int) -> c_int {
+    guard("MPI_Comm_get_errhandler", comm, || put(errhandler, tables().comm(comm)?.errhandler, "errhandler"))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Errhandler_get(comm: c_int, errhandler: *mut c_int) -> c_int {
+    MPI_Comm_get_errhandler(comm, errhandler)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_call_errhandler(comm: c_int, errorcode: c_int) -> c_int {
+    let class = crate::error::class_of(errorcode)
+        .and_then(tmpi_base::error::MpiErrorClass::from_raw)
+        .unwrap_or(C::Other);
+    let mut e = Error::new(class, format!("MPI_Comm_call_errhandler with error code {errorcode}"));
+    e.code = Some(errorcode);
+    crate::error::raise("MPI_Comm_call_errhandler", comm, e);
+    0
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Errhandler_free(errhandler: *mut c_int) -> c_int {
+    guard("MPI_Errhandler_free", COMM_WORLD, || {
+        let h = get(errhandler, "errhandler")?;
+        if h > 2 {
+            tables().errhandlers.remove(&h);
+        }
+        put(errhandler, 0, "errhandler")
+    })
+}
+
+// ---------------------------------------------------------------- attributes
+
+/// Predefined attribute values (static storage: MPI returns pointers).
+static TAG_UB_VAL: c_int = tmpi_pml::TAG_UB;
+static HOST_VAL: c_int = -2; // MPI_PROC_NULL: no host process
+static IO_VAL: c_int = -1; // MPI_ANY_SOURCE: every process can do I/O
+static WTIME_GLOBAL_VAL: c_int = 0;
+static APPNUM_VAL: c_int = 0;
+static LASTUSED_VAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(74);
+static UNIVERSE_VAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1);
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_create_keyval(copy: Option<crate::CopyAttrFn>, delete: Option<crate::DeleteAttrFn>, keyval: *mut c_int, extra: *mut c_void) -> c_int {
+    guard("MPI_Comm_create_keyval", COMM_WORLD, || {
+        let h = tables().add_keyval(crate::state::Keyval { copy, delete, extra: extra as usize });
+        put(keyval, h, "comm_keyval")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Keyval_create(copy: Option<crate::CopyAttrFn>, delete: Option<crate::DeleteAttrFn>, keyval: *mut c_int, extra: *mut c_void) -> c_int {
+    MPI_Comm_create_keyval(copy, delete, keyval, extra)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_free_keyval(keyval: *mut c_int) -> c_int {
+    guard("MPI_Comm_free_keyval", COMM_WORLD, || {
+        let k = get(keyval, "comm_keyval")?;
+        // Attributes already set keep their callbacks: keep the record.
+        if !tables().keyvals.contains_key(&k) {
+            return Err(Error::new(C::Keyval, format!("invalid keyval {k}")));
+        }
+        put(keyval, 0, "comm_keyval")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Keyval_free(keyval: *mut c_int) -> c_int {
+    MPI_Comm_free_keyval(keyval)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_set_attr(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
+    guard("MPI_Comm_set_attr", comm, || {
+        let kv = tables().keyvals.get(&keyval).copied().ok_or_else(|| Error::new(C::Keyval, format!("invalid or predefined keyval {keyval}")))?;
+        let old = tables().comm_mut(comm)?.attrs.insert(keyval, value as usize);
+        if let (Some(v), Some(f)) = (old, kv.delete) {
+            crate::ffi::call_delete_attr(f, comm, keyval, v, kv.extra);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Attr_put(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
+    MPI_Comm_set_attr(comm, keyval, value)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_get_attr(comm: c_int, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
+    guard("MPI_Comm_get_attr", comm, || {
+        let predefined: Option<*const c_int> = match keyval {
+            1 => Some(&TAG_UB_VAL),
+            2 => Some(&HOST_VAL),
+            3 => Some(&IO_VAL),
+            4 => Some(&WTIME_GLOBAL_VAL),
+            5 => {
+                UNIVERSE_VAL.store(rt()?.world_size as c_int, std::sync::atomic::Ordering::Relaxed);
+                Some(UNIVERSE_VAL.as_ptr())
+            }
+            6 => Some(LASTUSED_VAL.as_ptr()),
+            7 => Some(&APPNUM_VAL),
+            _ => None,
+        };
+        tables().comm(comm)?;
+        if let Some(p) = predefined {
+            crate::ffi::put_ptr(value, p as usize)?;
+            return put(flag, 1, "flag");
+        }
+        match tables().comm(comm)?.attrs.get(&keyval).copied() {
+            Some(v) => {
+                crate::ffi::put_ptr(value, v)?;
+                put(flag, 1, "flag")
+            }
+            None => put(flag, 0, "flag"),
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Attr_get(comm: c_int, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
+    MPI_Comm_get_attr(comm, keyval, value, flag)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_delete_attr(comm: c_int, keyval: c_int) -> c_int {
+    guard("MPI_Comm_delete_attr", comm, || {
+        let old = tables().comm_mut(comm)?.attrs.remove(&keyval);
+        let kv = tables().keyvals.get(&keyval).copied();
+        match (old, kv) {
+            (Some(v), Some(kv)) => {
+                if let Some(f) = kv.delete {
+                    let rc = crate::ffi::call_delete_attr(f, comm, keyval, v, kv.extra);
+                    if rc != 0 {
+                        return Err(Error::new(C::Other, format!("attribute delete callback failed with {rc}")));
+                    }
+                }
+                Ok(())
+            }
+            _ => Err(Error::new(C::Keyval, format!("no attribute for keyval {keyval}"))),
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Attr_delete(comm: c_int, keyval: c_int) -> c_int {
+    MPI_Comm_delete_attr(comm, keyval)
+}
+
+#[no_mangle]
+pub extern "C" fn tmpi_comm_dup_fn(_c: c_int, _k: c_int, _e: *mut c_void, vin: *mut c_void, vout: *mut c_void, flag: *mut c_int) -> c_int {
+    let r = crate::ffi::put_ptr(vout, vin as usize).and_then(|_| put(flag, 1, "flag"));
+    if r.is_err() { 12 } else { 0 }
+}
+
+#[no_mangle]
+pub extern "C" fn tmpi_type_dup_fn(c: c_int, k: c_int, e: *mut c_void, vin: *mut c_void, vout: *mut c_void, flag: *mut c_int) -> c_int {
+    tmpi_comm_dup_fn(c, k, e, vin, vout, flag)
+}
+
+#[no_mangle]
+pub extern "C" fn tmpi_win_dup_fn(c: c_int, k: c_int, e: *mut c_void, vin: *mut c_void, vout: *mut c_void, flag: *mut c_int) -> c_int {
+    tmpi_comm_dup_fn(c, k, e, vin, vout, flag)
+}
+
+// ---------------------------------------------------------------- groups
+
+fn group_ranks(v: &[c_int], size: u32) -> Res<Vec<u32>> {
+    v.iter()
+        .map(|&r| u32::try_from(r).ok().filter(|&r| r < size).ok_or_else(|| Error::new(C::Rank, format!("rank {r} is not in the group of {size}"))))
+        .collect()
+}
+
+fn new_group(out: *mut c_int, g: Group) -> Res<()> {
+    let h = if g.size() == 0 { 1 } else { tables().add_group(g) };
+    put(out, h, "newgroup")
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Group_size(group: c_int, size: *mut c_int) -> c_int {
+    guard("MPI_Group_size", COMM_WORLD, || put(size, tables().group(group)?.size() as c_int, "size"))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Group_rank(group: c_int, rank: *mut c_int) -> c_int {
+    guard("MPI_Group_rank", COMM_WORLD, || {
+        let g = tables().group(group)?;
+        let me = rt()?.world_rank;
+        put(rank, g.rank_of(me).map_or(UNDEFINED, |r| r as c_int), "rank")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Group_translate_ranks(g1: c_int, n: c_int, ranks1: *const c_int, g2: c_int, ranks2: *mut c_int) -> c_int {
+    guard("MPI_Group_translate_ranks", COMM_WORLD, || {
+        let (a, b) = { let t = tables(); (t.group(g1)?, t.group(g2)?) };
+        let n = ccount(n, C::Arg, "n")?;
+        let r = array(ranks1, n, "ranks1")?;
+        let mut out = Vec::with_capacity(n);
+        for &x in &r {
+            if x == -2 {
+                out.push(-2);
+                continue;
+            }
+            let v = group_ranks(&[x], a.size())?;
+            let tr = a.translate_ranks(&v, &b)?;
+            out.push(tr[0].map_or(UNDEFINED, |r| r as c_int));
+        }
+        put_array(ranks2, &out, "ranks2")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Group_compare(g1: c_int, g2: c_int, result: *mut c_int) -> c_int {
+    guard("MPI_Group_compare", COMM_WORLD, || {
+        let (a, b) = { let t = tables(); (t.group(g1)?, t.group(g2)?) };
+        put(result, cmp_code(a.compare(&b)), "result")
+    })
+}
+
+macro_rules! setop {
+    ($name:ident, $m:ident) => {
+        #[no_mangle]
+        pub extern "C" fn $name(g1: c_int, g2: c_int, out: *mut c_int) -> c_int {
+            guard(stringify!($name), COMM_WORLD, || {
+                let (a, b) = { let t = tables(); (t.group(g1)?, t.group(g2)?) };
+                new_group(out, a.$m(&b))
+            })
+        }
+    };
+}
+setop!(MPI_Group_union, union);
+setop!(MPI_Group_intersection, intersection);
+setop!(MPI_Group_difference, difference);
+
+#[no_mangle]
+pub extern "C" fn MPI_Group_incl(group: c_int, n: c_int, ranks: *const c_int, out: *mut c_int) -> c_int {
+    guard("MPI_Group_incl", COMM_WORLD, || {
+        let g = tables().group(group)?;
+        let r = group_ranks(&array(ranks, ccount(n, C::Arg, "n")?, "ranks")?, g.size())?;
+        new_group(out, g.incl(&r)?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Group_excl(group: c_int, n: c_int, ranks: *const c_int, out: *mut c_int) -> c_int {
+    guard("MPI_Group_excl", COMM_WORLD, || {
+        let g = tables().group(group)?;
+        let r = group_ranks(&array(ranks, ccount(n, C::Arg, "n")?, "ranks")?, g.size())?;
+        new_group(out, g.excl(&r)?)
+    })
+}
+
+fn ranges(p: *const [c_int; 3], n: c_int) -> Res<Vec<(i64, i64, i64)>> {
+    Ok(array(p, ccount(n, C::Arg, "n")?, "ranges")?
+        .into_iter()
+        .map(|r| (r[0] as i64, r[1] as i64, r[2] as i64))
+        .collect())
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Group_range_incl(group: c_int, n: c_int, r: *const [c_int; 3], out: *mut c_int) -> c_int {
+    guard("MPI_Group_range_incl", COMM_WORLD, || {
+        let g = tables().group(group)?;
+        new_group(out, g.range_incl(&ranges(r, n)?)?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Group_range_excl(group: c_int, n: c_int, r: *const [c_int; 3], out: *mut c_int) -> c_int {
+    guard("MPI_Group_range_excl", COMM_WORLD, || {
+        let g = tables().group(group)?;
+        new_group(out, g.range_excl(&ranges(r, n)?)?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Group_free(group: *mut c_int) -> c_int {
+    guard("MPI_Group_free", COMM_WORLD, || {
+        let h = get(group, "group")?;
+        if h > 1 && tables().groups.remove(&h).is_none() {
+            return Err(Error::new(C::Group, format!("invalid group handle {h}")));
+        }
+        put(group, 0, "group")
+    })
+}
+
+// ---------------------------------------------------------------- Cartesian topology
+
+/// `MPI_Dims_create`: balanced factorisation, non-increasing order.
+pub(crate) fn dims_create(nnodes: c_int, dims: &mut [c_int]) -> Res<()> {
+    if nnodes <= 0 {
+        return Err(Error::new(C::Dims, format!("nnodes {nnodes} must be positive")));
+    }
+    let fixed: i64 = dims.iter().filter(|&&d| d > 0).map(|&d| d as i64).product();
+    if dims.iter().any(|&d| d < 0) {
+        return Err(Error::new(C::Dims, "negative entry in dims"));
+    }
+    if nnodes as i64 % fixed != 0 {
+        return Err(Error::new(C::Dims, format!("{nnodes} is not a multiple of the fixed dimensions' product {fixed}")));
+    }
+    let free = dims.iter().filter(|&&d| d == 0).count();
+    if free == 0 {
+        if fixed != nnodes as i64 {
+            return Err(Error::new(C::Dims, "dims do not multiply to nnodes"));
+        }
+        return Ok(());
+    }
+    let mut rest = nnodes as i64 / fixed;
+    // Prime factors, largest first, each to the currently smallest slot.
+    let mut factors = Vec::new();
+    let mut p = 2;
+    while p * p <= rest {
+        while rest % p == 0 {
+            factors.push(p);
+            rest /= p;
+        }
+        p += 1;
+    }
+    if rest > 1 {
+        factors.push(rest);
+    }
+    factors.sort_unstable_by(|a, b| b.cmp(a));
+    let mut slots = vec![1i64; free];
+    for f in factors {
+        let i = (0..free).min_by_key(|&i| slots[i]).unwrap_or(0);
+        slots[i] *= f;
+    }
+    slots.sort_unstable_by(|a, b| b.cmp(a));
+    let mut it = slots.into_iter();
+    for d in dims.iter_mut().filter(|d| **d == 0) {
+        *d = it.next().unwrap_or(1) as c_int;
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
+    guard("MPI_Dims_create", COMM_WORLD, || {
+        let n = ccount(ndims, C::Dims, "ndims")?;
+        let mut d = array(dims as *const c_int, n, "dims")?;
+        dims_create(nnodes, &mut d)?;
+        put_array(dims, &d, "dims")
+    })
+}
+
+fn cart_of(comm: c_int) -> Res<Arc<Cart>> {
+    tables().comm(comm)?.cart.clone().ok_or_else(|| Error::new(C::Topology, format!("communicator {comm} has no Cartesian topology")))
+}
+
+fn coords_of(c: &Cart, mut rank: c_int) -> Vec<c_int> {
+    let mut out = vec![0; c.dims.len()];
+    for i in (0..c.dims.len()).rev() {
+        out[i] = rank % c.dims[i];
+        rank /= c.dims[i];
+    }
+    out
+}
+
+fn rank_of(c: &Cart, coords: &[c_int]) -> Res<c_int> {
+    let mut r = 0;
+    for (i, &x) in coords.iter().enumerate() {
+        let d = c.dims[i];
+        let x = if c.periods[i] {
+            x.rem_euclid(d)
+        } else if (0..d).contains(&x) {
+            x
+        } else {
+            return Err(Error::new(C::Arg, format!("coordinate {x} outside dimension {i} of size {d}")));
+        };
+        r = r * d + x;
+    }
+    Ok(r)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Cart_create(comm: c_int, ndims: c_int, dims: *const c_int, periods: *const c_int, _reorder: c_int, newcomm: *mut c_int) -> c_int {
+    guard("MPI_Cart_create", comm, || {
+        let n = ccount(ndims, C::Dims, "ndims")?;
+        let d = array(dims, n, "dims")?;
+        let p = array(periods, n, "periods")?;
+        if d.iter().any(|&x| x <= 0) {
+            return Err(Error::new(C::Dims, "dimensions must be positive"));
+        }
+        let total: i64 = d.iter().map(|&x| x as i64).product();
+        let base = comm_of(comm)?;
+        if total > base.size() as i64 {
+            return Err(Error::new(C::Topology, format!("grid of {total} processes exceeds the communicator's {}", base.size())));
+        }
+        let g = base.group().incl(&(0..total as u32).collect::<Vec<_>>())?;
+        let c = base.create(&g)?;
+        match c {
+            None => put(newcomm, 0, "comm_cart"),
+            Some(c) => {
+                let h = register(comm, c, false)?;
+                tables().comm_mut(h)?.cart = Some(Arc::new(Cart { dims: d, periods: p.iter().map(|&x| x != 0).collect() }));
+                put(newcomm, h, "comm_cart")
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Topo_test(comm: c_int, status: *mut c_int) -> c_int {
+    guard("MPI_Topo_test", comm, || {
+        let c = tables().comm(comm)?.cart.is_some();
+        put(status, if c { 2 } else { UNDEFINED }, "status")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Cartdim_get(comm: c_int, ndims: *mut c_int) -> c_int {
+    guard("MPI_Cartdim_get", comm, || put(ndims, cart_of(comm)?.dims.len() as c_int, "ndims"))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Cart_get(comm: c_int, maxdims: c_int, dims: *mut c_int, periods: *mut c_int, coords: *mut c_int) -> c_int {
+    guard("MPI_Cart_get", comm, || {
+        let c = cart_of(comm)?;
+        if (maxdims as usize) < c.dims.len() {
+            return Err(Error::new(C::Arg, "maxdims is smaller than the topology's dimensions"));
+        }
+        let me = comm_of(comm)?.rank() as c_int;
+        put_array(dims, &c.dims, "dims")?;
+        put_array(periods, &c.periods.iter().map(|&p| c_int::from(p)).collect::<Vec<_>>(), "periods")?;
+        put_array(coords, &coords_of(&c, me), "coords")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Cart_rank(comm: c_int, coords: *const c_int, rank: *mut c_int) -> c_int {
+    guard("MPI_Cart_rank", comm, || {
+        let c = cart_of(comm)?;
+        let x = array(coords, c.dims.len(), "coords")?;
+        put(rank, rank_of(&c, &x)?, "rank")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Cart_coords(comm: c_int, rank: c_int, maxdims: c_int, coords: *mut c_int) -> c_int {
+    guard("MPI_Cart_coords", comm, || {
+        let c = cart_of(comm)?;
+        let size: c_int = c.dims.iter().product();
+        if !(0..size).contains(&rank) {
+            return Err(Error::new(C::Rank, format!("rank {rank} is not in 0..{size}")));
+        }
+        if (maxdims as usize) < c.dims.len() {
+            return Err(Error::new(C::Arg, "maxdims is smaller than the topology's dimensions"));
+        }
+        put_array(coords, &coords_of(&c, rank), "coords")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Cart_shift(comm: c_int, direction: c_int, disp: c_int, source: *mut c_int, dest: *mut c_int) -> c_int {
+    guard("MPI_Cart_shift", comm, || {
+        let c = cart_of(comm)?;
+        let dir = usize::try_from(direction).ok().filter(|&d| d < c.dims.len()).ok_or_else(|| Error::new(C::Arg, format!("direction {direction} out of range")))?;
+        let me = comm_of(comm)?.rank() as c_int;
+        let at = coords_of(&c, me);
+        let shifted = |delta: c_int| -> c_int {
+            let mut x = at.clone();
+            x[dir] += delta;
+            rank_of(&c, &x).unwrap_or(-2)
+        };
+        put(source, shifted(-disp), "rank_source")?;
+        put(dest, shifted(disp), "rank_dest")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Cart_sub(comm: c_int, remain: *const c_int, newcomm: *mut c_int) -> c_int {
+    guard("MPI_Cart_sub", comm, || {
+        let c = cart_of(comm)?;
+        let r = array(remain, c.dims.len(), "remain_dims")?;
+        let me = comm_of(comm)?.rank() as c_int;
+        let at = coords_of(&c, me);
+        // colour = coordinates of the dropped dimensions, key = kept ones.
+        let (mut color, mut key) = (0i64, 0i64);
+        for i in 0..c.dims.len() {
+            if r[i] != 0 {
+                key = key * c.dims[i] as i64 + at[i] as i64;
+            } else {
+                color = color * c.dims[i] as i64 + at[i] as i64;
+            }
+        }
+        let sub = comm_of(comm)?.split(Some(color as u32), key as c_int)?.ok_or_else(|| Error::new(C::Intern, "cart_sub: no communicator"))?;
+        let h = register(comm, sub, false)?;
+        let dims: Vec<c_int> = (0..c.dims.len()).filter(|&i| r[i] != 0).map(|i| c.dims[i]).collect();
+        let periods: Vec<bool> = (0..c.dims.len()).filter(|&i| r[i] != 0).map(|i| c.periods[i]).collect();
+        tables().comm_mut(h)?.cart = Some(Arc::new(Cart { dims, periods }));
+        put(newcomm, h, "newcomm")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Cart_map(comm: c_int, ndims: c_int, dims: *const c_int, _periods: *const c_int, newrank: *mut c_int) -> c_int {
+    guard("MPI_Cart_map", comm, || {
+        let d = array(dims, ccount(ndims, C::Dims, "ndims")?, "dims")?;
+        let total: i64 = d.iter().map(|&x| x as i64).product();
+        let me = comm_of(comm)?.rank() as i64;
+        put(newrank, if me < total { me as c_int } else { UNDEFINED }, "newrank")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dims_create;
+
+    #[test]
+    fn dims_balanced() {
+        let mut d = [0, 0];
+        dims_create(6, &mut d).unwrap();
+        assert_eq!(d, [3, 2]);
+        let mut d = [0, 0, 0];
+        dims_create(8, &mut d).unwrap();
+        assert_eq!(d, [2, 2, 2]);
+        let mut d = [0, 3, 0];
+        dims_create(12, &mut d).unwrap();
+        assert_eq!(d, [2, 3, 2]);
+        let mut d = [0, 0];
+        dims_create(7, &mut d).unwrap();
+        assert_eq!(d, [7, 1]);
+        assert!(dims_create(7, &mut [2, 0]).is_err());
+    }
+}

@@ -1,1 +1,182 @@
-//! stubs
+//! Functions of MPI-3.1 that tmpi does not implement: present so that
+//! programs link; each fails with `MPI_ERR_UNSUPPORTED_OPERATION` (through
+//! the error handler of `MPI_COMM_WORLD`) and a message naming the call.
+//!
+//! They take no parameters in Rust: the C callers pass theirs in registers
+//! or on their own stack frame (caller-cleaned C calling convention), which
+//! the stub never reads.
+
+use std::ffi::c_int;
+
+macro_rules! unsupported {
+    ($($name:ident => $why:expr;)*) => {$(
+        #[no_mangle]
+        pub extern "C" fn $name() -> c_int {
+            crate::error::guard(stringify!($name), crate::state::COMM_WORLD, || {
+                Err(crate::error::Error::new(
+                    crate::error::MpiErrorClass::UnsupportedOperation,
+                    format!("{}: {}", stringify!($name), $why),
+                ))
+            })
+        }
+    )*};
+}
+
+unsupported! {
+    MPI_Accumulate => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Alltoallw => "this function is not implemented by tmpi yet";
+    MPI_Close_port => "dynamic process management is not implemented";
+    MPI_Comm_accept => "dynamic process management is not implemented";
+    MPI_Comm_connect => "dynamic process management is not implemented";
+    MPI_Comm_get_parent => "dynamic process management is not implemented";
+    MPI_Comm_join => "dynamic process management is not implemented";
+    MPI_Comm_remote_group => "inter-communicators are not implemented";
+    MPI_Comm_remote_size => "inter-communicators are not implemented";
+    MPI_Comm_spawn => "dynamic process management is not implemented";
+    MPI_Comm_spawn_multiple => "dynamic process management is not implemented";
+    MPI_Compare_and_swap => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Dist_graph_create => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Dist_graph_create_adjacent => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Dist_graph_neighbors => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Dist_graph_neighbors_count => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Fetch_and_op => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_File_call_errhandler => "MPI-IO is not implemented";
+    MPI_File_close => "MPI-IO is not implemented";
+    MPI_File_create_errhandler => "MPI-IO is not implemented";
+    MPI_File_delete => "MPI-IO is not implemented";
+    MPI_File_get_errhandler => "MPI-IO is not implemented";
+    MPI_File_get_size => "MPI-IO is not implemented";
+    MPI_File_open => "MPI-IO is not implemented";
+    MPI_File_read => "MPI-IO is not implemented";
+    MPI_File_read_all => "MPI-IO is not implemented";
+    MPI_File_read_at => "MPI-IO is not implemented";
+    MPI_File_read_at_all => "MPI-IO is not implemented";
+    MPI_File_seek => "MPI-IO is not implemented";
+    MPI_File_set_errhandler => "MPI-IO is not implemented";
+    MPI_File_set_size => "MPI-IO is not implemented";
+    MPI_File_set_view => "MPI-IO is not implemented";
+    MPI_File_sync => "MPI-IO is not implemented";
+    MPI_File_write => "MPI-IO is not implemented";
+    MPI_File_write_all => "MPI-IO is not implemented";
+    MPI_File_write_at => "MPI-IO is not implemented";
+    MPI_File_write_at_all => "MPI-IO is not implemented";
+    MPI_Get => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Get_accumulate => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Graph_create => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Graph_get => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Graph_map => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Graph_neighbors => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Graph_neighbors_count => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Graphdims_get => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Grequest_complete => "generalized requests are not implemented";
+    MPI_Grequest_start => "generalized requests are not implemented";
+    MPI_Iallgatherv => "this function is not implemented by tmpi yet";
+    MPI_Ialltoallv => "this function is not implemented by tmpi yet";
+    MPI_Ialltoallw => "this function is not implemented by tmpi yet";
+    MPI_Iexscan => "this function is not implemented by tmpi yet";
+    MPI_Igather => "this function is not implemented by tmpi yet";
+    MPI_Igatherv => "this function is not implemented by tmpi yet";
+    MPI_Ineighbor_allgather => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Ineighbor_allgatherv => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Ineighbor_alltoall => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Ineighbor_alltoallv => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Ineighbor_alltoallw => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Intercomm_create => "inter-communicators are not implemented";
+    MPI_Intercomm_merge => "inter-communicators are not implemented";
+    MPI_Ireduce_scatter => "this function is not implemented by tmpi yet";
+    MPI_Ireduce_scatter_block => "this function is not implemented by tmpi yet";
+    MPI_Iscan => "this function is not implemented by tmpi yet";
+    MPI_Iscatter => "this function is not implemented by tmpi yet";
+    MPI_Iscatterv => "this function is not implemented by tmpi yet";
+    MPI_Lookup_name => "dynamic process management is not implemented";
+    MPI_Neighbor_allgather => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Neighbor_allgatherv => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Neighbor_alltoall => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Neighbor_alltoallv => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Neighbor_alltoallw => "graph topologies and neighbourhood collectives are not implemented";
+    MPI_Open_port => "dynamic process management is not implemented";
+    MPI_Publish_name => "dynamic process management is not implemented";
+    MPI_Put => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Raccumulate => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Reduce_scatter => "this function is not implemented by tmpi yet";
+    MPI_Register_datarep => "MPI-IO is not implemented";
+    MPI_Rget => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Rget_accumulate => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Rput => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_T_category_changed => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_category_get_categories => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_category_get_cvars => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_category_get_index => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_category_get_info => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_category_get_num => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_category_get_pvars => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_cvar_get_index => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_cvar_get_info => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_cvar_get_num => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_cvar_handle_alloc => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_cvar_handle_free => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_cvar_read => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_cvar_write => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_enum_get_info => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_enum_get_item => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_finalize => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_init_thread => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_pvar_get_index => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_pvar_get_info => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_pvar_get_num => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_pvar_handle_alloc => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_pvar_handle_free => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_pvar_read => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_pvar_readreset => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_pvar_reset => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_pvar_session_create => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_pvar_session_free => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_pvar_start => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_pvar_stop => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_T_pvar_write => "the MPI tool information interface (MPI_T) is not implemented yet";
+    MPI_Type_create_darray => "this function is not implemented by tmpi yet";
+    MPI_Type_create_keyval => "datatype attributes are not implemented";
+    MPI_Type_create_subarray => "this function is not implemented by tmpi yet";
+    MPI_Type_delete_attr => "datatype attributes are not implemented";
+    MPI_Type_free_keyval => "datatype attributes are not implemented";
+    MPI_Type_get_attr => "datatype attributes are not implemented";
+    MPI_Type_set_attr => "datatype attributes are not implemented";
+    MPI_Unpublish_name => "dynamic process management is not implemented";
+    MPI_Win_allocate => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_allocate_shared => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_attach => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_call_errhandler => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_complete => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_create => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_create_dynamic => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_create_errhandler => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_create_keyval => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_delete_attr => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_detach => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_fence => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_flush => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_flush_all => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_flush_local => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_flush_local_all => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_free => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_free_keyval => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_get_attr => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_get_errhandler => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_get_group => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_get_info => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_get_name => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_lock => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_lock_all => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_post => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_set_attr => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_set_errhandler => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_set_info => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_set_name => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_shared_query => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_start => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_sync => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_test => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_unlock => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_unlock_all => "one-sided communication (MPI_Win_*) is not implemented";
+    MPI_Win_wait => "one-sided communication (MPI_Win_*) is not implemented";
+}
