@@ -669,6 +669,11 @@ impl<P: Provider> Module<P> {
             ..self.stats
         }
     }
+    /// The shared receive queue (diagnostics, and the soft NIC's
+    /// deterministic hold/release controls in tests).
+    pub fn srq(&self) -> &P::Srq {
+        &self.srq
+    }
     /// The device context (e.g. to query it).
     pub fn context(&self) -> &P::Context {
         &self.ctx

@@ -43,6 +43,7 @@ fn child_entry() {
         "flood" => role_flood(&mut job, &mut m),
         "peer_death" => role_peer_death(&mut job, &mut m),
         "nic_read_error" => role_nic_read_error(&mut job, &mut m),
+        "sync_req" => role_sync_req(&mut job, &mut m),
         other => panic!("unknown role {other}"),
     }
 }
@@ -734,4 +735,89 @@ fn role_nic_read_error(job: &mut Job, m: &mut M) {
 #[test]
 fn nic_rendezvous_read_error_fails_both_sides() {
     run_job("nic_read_error", 2, &[("btl_openib_if_include", "tmsoft0")]);
+}
+
+// ------------------------------------------- the synchronisation protocol
+
+/// An ADD that the NIC executes after an unexpected message it counted but
+/// software had not yet seen completes with SYNC_REQ; the NIC stops
+/// matching until TAG_SYNC reports the count; then it matches again.
+fn role_sync_req(job: &mut Job, m: &mut M) {
+    let mut evs = Vec::new();
+    if job.rank == 0 {
+        barrier(job, m, &mut evs); // the receiver holds its list operations
+        m.send_eager(1, tag(1, 0, 8), 1, b"first", 1).unwrap();
+        barrier(job, m, &mut evs); // receiver saw SYNC_REQ
+        m.send_eager(1, tag(1, 0, 9), 2, b"while stale", 2).unwrap();
+        barrier(job, m, &mut evs); // receiver synced
+        m.send_eager(1, tag(1, 0, 9), 3, b"after sync", 3).unwrap();
+        barrier(job, m, &mut evs);
+        return;
+    }
+    let srq = m.srq();
+    srq.hold_ops(true);
+    let mut buf = vec![0u8; 64];
+    let mt = Matcher::new(1, Source::Rank(0), TagSel::Tag(9)).unwrap();
+    // SAFETY: `buf` untouched until its match (waited below).
+    unsafe { m.tm_post_recv(buf.as_mut_ptr(), buf.len(), mt.recv_tag, mt.mask, 1) }.unwrap();
+    barrier(job, m, &mut evs);
+    // The unexpected message reaches software (count 1) while the ADD,
+    // carrying count 0, is still held in the NIC.
+    wait_until(m, &mut evs, |e| {
+        has(e, |e| matches!(e, Event::Recv(f) if f.unexpected))
+    });
+    assert_eq!(m.tm_unexpected_count(), 1);
+    assert!(m.srq().release_op(), "the held ADD");
+    m.srq().hold_ops(false);
+    wait_until(m, &mut evs, |e| {
+        tm_evt(e, |t| matches!(t, TmEvent::Added { recv_id: 1, .. }))
+    });
+    assert!(
+        tm_evt(&evs, |t| matches!(
+            t,
+            TmEvent::Added {
+                recv_id: 1,
+                sync_req: true
+            }
+        )),
+        "{evs:?}"
+    );
+    evs.clear();
+    barrier(job, m, &mut evs);
+    // Counts differ: the NIC does not match, the message is unexpected.
+    wait_until(m, &mut evs, |e| {
+        has(e, |e| matches!(e, Event::Recv(f) if f.unexpected))
+    });
+    assert!(
+        !tm_evt(&evs, |t| matches!(t, TmEvent::Matched { .. })),
+        "{evs:?}"
+    );
+    let f = take_frag(&mut evs, |_| true).unwrap();
+    assert_eq!(f.payload(), b"while stale");
+    drop(f);
+    // Software processed both unexpected messages: TAG_SYNC with 2.
+    m.tm_sync().unwrap();
+    wait_until(m, &mut evs, |e| tm_evt(e, |t| matches!(t, TmEvent::Synced)));
+    evs.clear();
+    barrier(job, m, &mut evs);
+    wait_until(m, &mut evs, |e| {
+        tm_evt(e, |t| {
+            matches!(
+                t,
+                TmEvent::Matched {
+                    recv_id: 1,
+                    complete: true,
+                    ..
+                }
+            )
+        })
+    });
+    assert_eq!(&buf[..10], b"after sync");
+    evs.clear();
+    barrier(job, m, &mut evs);
+}
+
+#[test]
+fn tm_sync_protocol_sync_req_suspends_matching_until_tag_sync() {
+    run_job("sync_req", 2, &[("btl_openib_if_include", "tmsoft0")]);
 }
