@@ -230,6 +230,14 @@ impl SmModule {
         }
     }
 
+    /// Unlinks the segment file if every other local process attached
+    /// (progress does this too); returns whether it is unlinked. Useful
+    /// right after a post-wire-up fence.
+    pub fn poll_unlink(&mut self) -> bool {
+        self.maybe_unlink();
+        self.unlinked
+    }
+
     fn maybe_unlink(&mut self) {
         if !self.unlinked {
             if let Some(own) = &self.own {
