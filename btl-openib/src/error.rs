@@ -90,6 +90,11 @@ impl OpenibError {
             OpenibError::Tag(TagError::Rank(_)) => C::Rank,
             OpenibError::InvalidArgument(_) | OpenibError::Config(_) => C::Arg,
             OpenibError::TooLarge { .. } => C::Truncate,
+            // A message longer than the posted (tagged) buffer.
+            OpenibError::Completion {
+                status: WcStatus::LocLenErr,
+                ..
+            } => C::Truncate,
             _ => C::Other,
         }
     }

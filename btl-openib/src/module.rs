@@ -1157,6 +1157,10 @@ impl<P: Provider> Module<P> {
         Ok(total)
     }
 
+    fn recv_slab_slots(&self) -> u32 {
+        (self.recv_slab.bytes() / self.recv_slab.slot_size()) as u32
+    }
+
     fn rank_of(&self, qpn: u32) -> u32 {
         self.qp_rank.get(&qpn).copied().unwrap_or(u32::MAX)
     }
@@ -1214,6 +1218,10 @@ impl<P: Provider> Module<P> {
     }
 
     fn recv_completion(&mut self, wc: &WorkCompletion, slot: u32, out: &mut Vec<Event>) {
+        if slot >= self.recv_slab_slots() {
+            tracing::error!(target: "btl_openib", ?wc, "receive completion for an unknown buffer");
+            return;
+        }
         self.stats.recv_posted = self.stats.recv_posted.saturating_sub(1);
         if wc.status != WcStatus::Success {
             // Flushed buffers (QP/SRQ in error) or a too-long message.
@@ -1282,12 +1290,14 @@ impl<P: Provider> Module<P> {
     }
 
     fn send_completion(&mut self, wc: &WorkCompletion, slot: u32, out: &mut Vec<Event>) {
-        self.stats.send_outstanding = self.stats.send_outstanding.saturating_sub(1);
         let info = self
             .send_slots
             .get_mut(slot as usize)
             .and_then(Option::take);
-        self.send_free.push(slot);
+        if info.is_some() {
+            self.stats.send_outstanding = self.stats.send_outstanding.saturating_sub(1);
+            self.send_free.push(slot);
+        }
         let Some(info) = info else {
             tracing::error!(target: "btl_openib", slot, "send completion for a free slot");
             return;
@@ -1334,7 +1344,9 @@ impl<P: Provider> Module<P> {
         if g.chunks_left > 0 {
             return;
         }
-        let g = self.gets.remove(&key).expect("present");
+        let Some(g) = self.gets.remove(&key) else {
+            return;
+        };
         match g.failed {
             None => out.push(Event::GetDone {
                 id: g.id,
