@@ -214,7 +214,17 @@ impl Modex for PmiModex {
         if nparts == 0 || nparts > enc_len.max(1) {
             return Err(malformed(format!("{nparts} parts for {len} bytes")));
         }
-        let mut encoded = String::with_capacity(enc_len);
+        // The parts cannot hold more than `vallen_max` bytes each: a header
+        // claiming more is corrupt. Memory grows with the parts actually
+        // read, never up front with the claim (found by fuzzing: a forged
+        // 10^12-byte length made `String::with_capacity` abort).
+        let room = (nparts - 1)
+            .saturating_mul(self.client.vallen_max())
+            .saturating_add(first.len());
+        if room < enc_len {
+            return Err(malformed(format!("{nparts} parts cannot hold {len} bytes")));
+        }
+        let mut encoded = String::with_capacity(enc_len.min(64 * 1024));
         encoded.push_str(first);
         for i in 1..nparts {
             if encoded.len() > enc_len {
@@ -314,6 +324,13 @@ mod tests {
                 "{k}={v}"
             );
         }
+        // A forged length is refused before anything is allocated for it.
+        let mut m = PmiModex::new(PmiClient::singleton());
+        m.client()
+            .put("big:0", "999999999999999:2:00000000:aGVs")
+            .unwrap();
+        m.client().put("big:0:1", "bG8h").unwrap();
+        assert!(matches!(m.get(0, "big"), Err(ModexError::Malformed { .. })));
         // A missing part.
         let mut m = PmiModex::new(PmiClient::singleton());
         m.client().put("w:0", &good).unwrap();
