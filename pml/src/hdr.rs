@@ -169,6 +169,25 @@ fn u16_at(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes([b[o], b[o + 1]])
 }
 
+/// The flags and padding of a header kind that uses neither: the encoder
+/// writes zeros, so anything else is not a header of this version (found by
+/// fuzzing: the decoder used to accept any bytes there).
+fn unused_zero(kind: &'static str, flags: u8, pad: &[u8]) -> Result<(), HdrError> {
+    if flags != 0 {
+        return Err(HdrError::Invalid {
+            kind,
+            what: "flags set",
+        });
+    }
+    if pad.iter().any(|&x| x != 0) {
+        return Err(HdrError::Invalid {
+            kind,
+            what: "padding not zero",
+        });
+    }
+    Ok(())
+}
+
 fn need(kind: &'static str, b: &[u8], n: usize) -> Result<(), HdrError> {
     if b.len() < n {
         Err(HdrError::Short {
@@ -213,6 +232,12 @@ impl<'a> Header<'a> {
                         what: "unknown flags",
                     });
                 }
+                if b[38] != 0 || b[39] != 0 {
+                    return Err(HdrError::Invalid {
+                        kind: "RNDV",
+                        what: "padding not zero",
+                    });
+                }
                 let rlen = u16_at(b, 36) as usize;
                 if rlen > MAX_REGION_LEN || (rlen > 0) != (flags & FLAG_REGION != 0) {
                     return Err(HdrError::Invalid {
@@ -237,6 +262,7 @@ impl<'a> Header<'a> {
             }
             KIND_ACK => {
                 need("ACK", b, ACK_LEN)?;
+                unused_zero("ACK", flags, &b[4..8])?;
                 Ok(Header::Ack(AckHdr {
                     sreq: u64_at(b, 8),
                     rreq: u64_at(b, 16),
@@ -245,6 +271,7 @@ impl<'a> Header<'a> {
             }
             KIND_FRAG => {
                 need("FRAG", b, FRAG_LEN)?;
+                unused_zero("FRAG", flags, &b[4..8])?;
                 Ok(Header::Frag(
                     FragHdr {
                         rreq: u64_at(b, 8),
@@ -255,6 +282,7 @@ impl<'a> Header<'a> {
             }
             KIND_FIN => {
                 need("FIN", b, FIN_LEN)?;
+                unused_zero("FIN", flags, &b[4..8])?;
                 Ok(Header::Fin(FinHdr {
                     sreq: u64_at(b, 8),
                     status: i32_at(b, 16),
@@ -431,6 +459,30 @@ mod tests {
         assert!(matches!(Header::parse(&r), Err(HdrError::Invalid { .. })));
         r[1] = 0x80;
         assert!(matches!(Header::parse(&r), Err(HdrError::Invalid { .. })));
+        // Padding of RNDV, flags and padding of ACK/FRAG/FIN must be zero.
+        let mut p = r.clone();
+        p[1] = 0;
+        assert!(Header::parse(&p).is_ok());
+        p[38] = 1;
+        assert!(matches!(Header::parse(&p), Err(HdrError::Invalid { .. })));
+        for mut h in [
+            AckHdr {
+                sreq: 1,
+                rreq: 2,
+                want: 3,
+            }
+            .encode()
+            .to_vec(),
+            FragHdr { rreq: 1, offset: 2 }.encode().to_vec(),
+            FinHdr { sreq: 1, status: 0 }.encode().to_vec(),
+        ] {
+            assert!(Header::parse(&h).is_ok());
+            h[5] = 1;
+            assert!(matches!(Header::parse(&h), Err(HdrError::Invalid { .. })));
+            h[5] = 0;
+            h[1] = FLAG_SYNC;
+            assert!(matches!(Header::parse(&h), Err(HdrError::Invalid { .. })));
+        }
         // Trailing bytes after a RNDV are rejected.
         r[1] = 0;
         r.push(0);
