@@ -454,6 +454,12 @@ impl<P: Provider> Module<P> {
         // Room for TMH+RVH and for an upper-layer header of up to 64 bytes in
         // front of an eager-limit payload (generic fragments).
         let slot = cfg.eager_limit + TMH_LEN + RVH_LEN + 64;
+        if slot as u64 > u64::from(port_attr.max_msg_sz) {
+            return Err(OpenibError::Config(format!(
+                "btl_openib_eager_limit={} needs {slot}-byte messages, more than {device}:{port} carries ({})",
+                cfg.eager_limit, port_attr.max_msg_sz
+            )));
+        }
         let recv_slab = Slab::new(slot, srq_max)?;
         // SAFETY: the slab lives at least as long as the region (the module
         // holds an `Arc` and drops `recv_mr` first, see the field order).
