@@ -1,0 +1,133 @@
+/* Derived datatypes: a vector and a struct sent, received as contiguous;
+ * sizes, extents, names, envelope/contents, pack/unpack, resized, indexed. */
+#include "check.h"
+#include <stddef.h>
+
+struct particle { double x; int id; char tag; };
+
+int main(int argc, char **argv) {
+    int rank, size, i, j;
+    OK(MPI_Init(&argc, &argv));
+    OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+    CHECK(size >= 2);
+
+    /* Predefined sizes and names. */
+    int s;
+    OK(MPI_Type_size(MPI_DOUBLE, &s)); CHECK(s == 8);
+    OK(MPI_Type_size(MPI_DOUBLE_INT, &s)); CHECK(s == 12);
+    MPI_Aint lb, ext;
+    OK(MPI_Type_get_extent(MPI_DOUBLE_INT, &lb, &ext)); CHECK(lb == 0 && ext == 16);
+    char name[MPI_MAX_OBJECT_NAME]; int len;
+    OK(MPI_Type_get_name(MPI_INT, name, &len)); CHECK(strcmp(name, "MPI_INT") == 0 && len == 7);
+
+    /* Vector: column of a 10x8 matrix. */
+    MPI_Datatype col;
+    OK(MPI_Type_vector(10, 1, 8, MPI_DOUBLE, &col));
+    OK(MPI_Type_commit(&col));
+    OK(MPI_Type_size(col, &s)); CHECK(s == 80);
+    OK(MPI_Type_get_extent(col, &lb, &ext)); CHECK(lb == 0 && ext == (9 * 8 + 1) * 8);
+    OK(MPI_Type_get_true_extent(col, &lb, &ext)); CHECK(lb == 0 && ext == 73 * 8);
+    int ni, na, nd, comb;
+    OK(MPI_Type_get_envelope(col, &ni, &na, &nd, &comb));
+    CHECK(comb == MPI_COMBINER_VECTOR && ni == 3 && na == 0 && nd == 1);
+    int ints[3]; MPI_Aint addrs[1]; MPI_Datatype types[1];
+    OK(MPI_Type_get_contents(col, 3, 0, 1, ints, addrs, types));
+    CHECK(ints[0] == 10 && ints[1] == 1 && ints[2] == 8 && types[0] == MPI_DOUBLE);
+    OK(MPI_Type_set_name(col, "column"));
+    OK(MPI_Type_get_name(col, name, &len)); CHECK(strcmp(name, "column") == 0);
+
+    double m[10][8];
+    for (i = 0; i < 10; i++) for (j = 0; j < 8; j++) m[i][j] = i * 10 + j + rank * 1000;
+    if (rank == 0) {
+        OK(MPI_Send(&m[0][3], 1, col, 1, 1, MPI_COMM_WORLD));
+    } else if (rank == 1) {
+        double c[10]; MPI_Status st; int cnt;
+        OK(MPI_Recv(c, 10, MPI_DOUBLE, 0, 1, MPI_COMM_WORLD, &st));
+        OK(MPI_Get_count(&st, MPI_DOUBLE, &cnt)); CHECK(cnt == 10);
+        OK(MPI_Get_count(&st, col, &cnt)); CHECK(cnt == 1);
+        for (i = 0; i < 10; i++) CHECK(c[i] == i * 10 + 3);
+        /* And back: contiguous into a strided receive. */
+        OK(MPI_Send(c, 10, MPI_DOUBLE, 0, 2, MPI_COMM_WORLD));
+    }
+    if (rank == 0) {
+        double t[10][8];
+        memset(t, 0, sizeof t);
+        OK(MPI_Recv(&t[0][5], 1, col, 1, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        for (i = 0; i < 10; i++) for (j = 0; j < 8; j++) CHECK(t[i][j] == (j == 5 ? i * 10 + 3 : 0));
+    }
+
+    /* Struct with padding: 3 particles as a struct type, received as bytes. */
+    MPI_Datatype pt;
+    int bl[3] = {1, 1, 1};
+    MPI_Aint disp[3];
+    struct particle ps[3];
+    MPI_Aint base;
+    OK(MPI_Get_address(&ps[0], &base));
+    OK(MPI_Get_address(&ps[0].x, &disp[0]));
+    OK(MPI_Get_address(&ps[0].id, &disp[1]));
+    OK(MPI_Get_address(&ps[0].tag, &disp[2]));
+    for (i = 0; i < 3; i++) disp[i] = MPI_Aint_diff(disp[i], base);
+    MPI_Datatype tys[3] = {MPI_DOUBLE, MPI_INT, MPI_CHAR};
+    OK(MPI_Type_create_struct(3, bl, disp, tys, &pt));
+    OK(MPI_Type_commit(&pt));
+    OK(MPI_Type_size(pt, &s)); CHECK(s == 13);
+    OK(MPI_Type_get_extent(pt, &lb, &ext)); CHECK(lb == 0 && ext == (MPI_Aint)sizeof(struct particle));
+    for (i = 0; i < 3; i++) { ps[i].x = i + 0.25; ps[i].id = 100 + i; ps[i].tag = 'A' + i; }
+    if (rank == 0) {
+        OK(MPI_Send(ps, 3, pt, 1, 3, MPI_COMM_WORLD));
+    } else if (rank == 1) {
+        unsigned char raw[39]; MPI_Status st; int cnt;
+        OK(MPI_Recv(raw, 39, MPI_BYTE, 0, 3, MPI_COMM_WORLD, &st));
+        OK(MPI_Get_count(&st, MPI_BYTE, &cnt)); CHECK(cnt == 39);
+        OK(MPI_Get_elements(&st, pt, &cnt)); CHECK(cnt == 9);
+        for (i = 0; i < 3; i++) {
+            double x; int id; char tg;
+            memcpy(&x, raw + 13 * i, 8); memcpy(&id, raw + 13 * i + 8, 4); tg = (char)raw[13 * i + 12];
+            CHECK(x == i + 0.25 && id == 100 + i && tg == 'A' + i);
+        }
+    }
+
+    /* Pack / unpack through a struct and an indexed type. */
+    {
+        char buf[256]; int pos = 0, psz;
+        OK(MPI_Pack_size(3, pt, MPI_COMM_WORLD, &psz)); CHECK(psz == 39);
+        OK(MPI_Pack(ps, 3, pt, buf, sizeof buf, &pos, MPI_COMM_WORLD)); CHECK(pos == 39);
+        int k = 42;
+        OK(MPI_Pack(&k, 1, MPI_INT, buf, sizeof buf, &pos, MPI_COMM_WORLD)); CHECK(pos == 43);
+        struct particle q[3]; int k2; memset(q, 0, sizeof q);
+        pos = 0;
+        OK(MPI_Unpack(buf, sizeof buf, &pos, q, 3, pt, MPI_COMM_WORLD));
+        OK(MPI_Unpack(buf, sizeof buf, &pos, &k2, 1, MPI_INT, MPI_COMM_WORLD));
+        CHECK(k2 == 42 && q[2].id == 102 && q[1].tag == 'B' && q[0].x == 0.25);
+
+        int blens[3] = {2, 1, 3}, displs[3] = {0, 4, 7};
+        MPI_Datatype ix;
+        OK(MPI_Type_indexed(3, blens, displs, MPI_INT, &ix));
+        OK(MPI_Type_commit(&ix));
+        OK(MPI_Type_size(ix, &s)); CHECK(s == 24);
+        int src[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, dst[6];
+        pos = 0;
+        OK(MPI_Pack(src, 1, ix, buf, sizeof buf, &pos, MPI_COMM_WORLD));
+        pos = 0;
+        OK(MPI_Unpack(buf, sizeof buf, &pos, dst, 6, MPI_INT, MPI_COMM_WORLD));
+        CHECK(dst[0] == 0 && dst[1] == 1 && dst[2] == 4 && dst[3] == 7 && dst[4] == 8 && dst[5] == 9);
+        OK(MPI_Type_free(&ix)); CHECK(ix == MPI_DATATYPE_NULL);
+
+        /* Resized + contiguous + dup. */
+        MPI_Datatype rs, ct, dp;
+        OK(MPI_Type_create_resized(MPI_INT, 0, 12, &rs));
+        OK(MPI_Type_contiguous(3, rs, &ct));
+        OK(MPI_Type_commit(&ct));
+        OK(MPI_Type_size(ct, &s)); CHECK(s == 12);
+        OK(MPI_Type_get_extent(ct, &lb, &ext)); CHECK(ext == 36);
+        OK(MPI_Type_dup(ct, &dp));
+        OK(MPI_Type_get_envelope(dp, &ni, &na, &nd, &comb)); CHECK(comb == MPI_COMBINER_DUP);
+        OK(MPI_Type_free(&dp)); OK(MPI_Type_free(&ct)); OK(MPI_Type_free(&rs));
+    }
+    OK(MPI_Type_free(&pt));
+    OK(MPI_Type_free(&col));
+    report_ok("datatypes");
+    OK(MPI_Finalize());
+    return 0;
+}

@@ -1,0 +1,141 @@
+/* Errors under MPI_ERRORS_RETURN: each bad-argument class, error strings,
+ * user error handlers and codes, unsupported functions, attributes, info. */
+#include "check.h"
+
+static int handler_calls = 0, handler_code = 0;
+static void on_error(MPI_Comm *comm, int *code, ...) {
+    (void)comm;
+    handler_calls++;
+    handler_code = *code;
+}
+
+static void expect(int rc, int cls_expected, const char *what) {
+    int cls = -1;
+    MPI_Error_class(rc, &cls);
+    if (cls != cls_expected) {
+        char s[MPI_MAX_ERROR_STRING]; int l;
+        MPI_Error_string(rc, s, &l);
+        fprintf(stderr, "%s: expected class %d, got %d (%s)\n", what, cls_expected, cls, s);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+}
+
+int main(int argc, char **argv) {
+    int rank, size, x = 0;
+    OK(MPI_Init(&argc, &argv));
+    OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+    MPI_Errhandler eh;
+    OK(MPI_Comm_get_errhandler(MPI_COMM_WORLD, &eh)); CHECK(eh == MPI_ERRORS_ARE_FATAL);
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+
+    expect(MPI_Send(&x, 1, MPI_INT, 0, 0, 12345), MPI_ERR_COMM, "bad comm");
+    expect(MPI_Send(&x, 1, MPI_INT, size, 0, MPI_COMM_WORLD), MPI_ERR_RANK, "bad rank");
+    expect(MPI_Send(&x, 1, MPI_INT, 0, -7, MPI_COMM_WORLD), MPI_ERR_TAG, "bad tag");
+    expect(MPI_Send(&x, -1, MPI_INT, 0, 0, MPI_COMM_WORLD), MPI_ERR_COUNT, "bad count");
+    expect(MPI_Send(&x, 1, 9999, 0, 0, MPI_COMM_WORLD), MPI_ERR_TYPE, "bad type");
+    expect(MPI_Send(NULL, 4, MPI_INT, 0, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER, "NULL buffer");
+    expect(MPI_Recv(&x, 1, MPI_INT, -5, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), MPI_ERR_RANK, "bad source");
+    expect(MPI_Bcast(&x, 1, MPI_INT, size + 3, MPI_COMM_WORLD), MPI_ERR_ROOT, "bad root");
+    expect(MPI_Allreduce(&x, &x, 1, MPI_INT, 4242, MPI_COMM_WORLD), MPI_ERR_OP, "bad op");
+    MPI_Request bad = 31337;
+    expect(MPI_Wait(&bad, MPI_STATUS_IGNORE), MPI_ERR_REQUEST, "bad request");
+    int gs;
+    expect(MPI_Group_size(777, &gs), MPI_ERR_GROUP, "bad group");
+    MPI_Datatype v;
+    OK(MPI_Type_vector(2, 1, 2, MPI_INT, &v));
+    expect(MPI_Send(&x, 1, v, 0, 0, MPI_COMM_WORLD), MPI_ERR_TYPE, "uncommitted type");
+    OK(MPI_Type_free(&v));
+    int dims[2] = {0, 0};
+    expect(MPI_Dims_create(-1, 2, dims), MPI_ERR_DIMS, "bad dims");
+    expect(MPI_Cart_rank(MPI_COMM_WORLD, dims, &x), MPI_ERR_TOPOLOGY, "no topology");
+    MPI_Info info;
+    expect(MPI_Info_get_nkeys(4711, &x), MPI_ERR_INFO, "bad info");
+    expect(MPI_Comm_free(&(MPI_Comm){MPI_COMM_WORLD}), MPI_ERR_COMM, "free world");
+    MPI_Win win;
+    expect(MPI_Win_create(&x, 4, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win), MPI_ERR_UNSUPPORTED_OPERATION, "one-sided");
+    MPI_File fh;
+    expect(MPI_File_open(MPI_COMM_WORLD, "x", MPI_MODE_RDONLY, MPI_INFO_NULL, &fh), MPI_ERR_UNSUPPORTED_OPERATION, "I/O");
+
+    /* Strings. */
+    char s[MPI_MAX_ERROR_STRING]; int len;
+    OK(MPI_Error_string(MPI_ERR_TRUNCATE, s, &len));
+    CHECK(len > 0 && strstr(s, "truncated") != NULL);
+    int cls;
+    CHECK(MPI_Error_class(-77, &cls) != MPI_SUCCESS);
+
+    /* User classes and codes. */
+    int myclass, mycode;
+    OK(MPI_Add_error_class(&myclass));
+    OK(MPI_Add_error_code(myclass, &mycode));
+    OK(MPI_Add_error_string(mycode, "my very own error"));
+    OK(MPI_Error_class(mycode, &cls)); CHECK(cls == myclass);
+    OK(MPI_Error_string(mycode, s, &len)); CHECK(strcmp(s, "my very own error") == 0);
+
+    /* A user handler is called with the code, and the call returns it. */
+    MPI_Errhandler mine;
+    OK(MPI_Comm_create_errhandler(on_error, &mine));
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, mine));
+    int rc = MPI_Send(&x, 1, MPI_INT, 0, -1, MPI_COMM_WORLD);
+    CHECK(handler_calls == 1 && handler_code == rc);
+    OK(MPI_Comm_call_errhandler(MPI_COMM_WORLD, mycode));
+    CHECK(handler_calls == 2 && handler_code == mycode);
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    OK(MPI_Errhandler_free(&mine));
+
+    /* Attributes. */
+    int *tagub, flag;
+    OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagub, &flag));
+    CHECK(flag && *tagub >= 32767);
+    int kv;
+    OK(MPI_Comm_create_keyval(MPI_COMM_DUP_FN, MPI_COMM_NULL_DELETE_FN, &kv, NULL));
+    static int payload = 99;
+    OK(MPI_Comm_set_attr(MPI_COMM_WORLD, kv, &payload));
+    MPI_Comm d;
+    OK(MPI_Comm_dup(MPI_COMM_WORLD, &d));
+    int *pv;
+    OK(MPI_Comm_get_attr(d, kv, &pv, &flag)); CHECK(flag && pv == &payload && *pv == 99);
+    OK(MPI_Comm_delete_attr(d, kv));
+    OK(MPI_Comm_get_attr(d, kv, &pv, &flag)); CHECK(!flag);
+    OK(MPI_Comm_free(&d));
+    OK(MPI_Comm_free_keyval(&kv));
+
+    /* Info objects. */
+    OK(MPI_Info_create(&info));
+    OK(MPI_Info_set(info, "alpha", "1"));
+    OK(MPI_Info_set(info, "beta", "two"));
+    OK(MPI_Info_set(info, "alpha", "one"));
+    int n;
+    OK(MPI_Info_get_nkeys(info, &n)); CHECK(n == 2);
+    char val[MPI_MAX_INFO_VAL];
+    OK(MPI_Info_get(info, "alpha", MPI_MAX_INFO_VAL - 1, val, &flag)); CHECK(flag && strcmp(val, "one") == 0);
+    char key[MPI_MAX_INFO_KEY + 1];
+    OK(MPI_Info_get_nthkey(info, 1, key)); CHECK(strcmp(key, "beta") == 0);
+    expect(MPI_Info_delete(info, "gamma"), MPI_ERR_INFO_NOKEY, "missing key");
+    MPI_Info dupi;
+    OK(MPI_Info_dup(info, &dupi));
+    OK(MPI_Info_free(&info)); CHECK(info == MPI_INFO_NULL);
+    OK(MPI_Info_get_valuelen(dupi, "beta", &len, &flag)); CHECK(flag && len == 3);
+    OK(MPI_Info_free(&dupi));
+
+    /* Environment queries. */
+    char proc[MPI_MAX_PROCESSOR_NAME], lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    OK(MPI_Get_processor_name(proc, &len)); CHECK(len > 0);
+    OK(MPI_Get_library_version(lib, &len)); CHECK(strncmp(lib, "tmpi", 4) == 0);
+    int ver, sub;
+    OK(MPI_Get_version(&ver, &sub)); CHECK(ver == 3 && sub == 1);
+    double t0 = MPI_Wtime();
+    CHECK(MPI_Wtick() > 0 && MPI_Wtime() >= t0);
+    void *mem;
+    OK(MPI_Alloc_mem(1 << 20, MPI_INFO_NULL, &mem));
+    memset(mem, 1, 1 << 20);
+    OK(MPI_Free_mem(mem));
+    CHECK(MPI_Comm_c2f(MPI_COMM_WORLD) == MPI_COMM_WORLD && MPI_Type_f2c(MPI_Type_c2f(MPI_INT)) == MPI_INT);
+    int init, fin;
+    OK(MPI_Initialized(&init)); OK(MPI_Finalized(&fin)); CHECK(init && !fin);
+
+    report_ok("errors");
+    OK(MPI_Finalize());
+    OK(MPI_Finalized(&fin)); CHECK(fin);
+    return 0;
+}
