@@ -1,0 +1,257 @@
+//! The C test suite: lays out an install prefix from the artifacts cargo
+//! just built (the layout of `cargo xtask install`), compiles every program
+//! of `tests/c/` with the shipped `mpicc` and runs it under the shipped
+//! `mpirun` (tmpirun) with several ranks, each with a timeout.
+//!
+//! Needs `tmpirun` built first: `cargo build -p tmpi-run` (CI does it).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn artifacts() -> PathBuf {
+    // target/<profile>/deps/c_suite-<hash>
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+struct Prefix {
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+fn prefix() -> &'static Prefix {
+    static P: OnceLock<Prefix> = OnceLock::new();
+    P.get_or_init(|| {
+        let out = artifacts();
+        assert!(
+            out.join("libmpi.so").exists(),
+            "{} missing: cargo builds it with the tests of tmpi-capi",
+            out.join("libmpi.so").display()
+        );
+        assert!(
+            out.join("tmpirun").exists() && out.join("tmpi_info").exists(),
+            "tmpirun is not built in {}: run `cargo build -p tmpi-run` first",
+            out.display()
+        );
+        let dir = out.join(format!("capi-c-suite-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        xtask::layout(&dir, &out, &root()).expect("lay out the install prefix");
+        let bin = dir.join("tests");
+        std::fs::create_dir_all(&bin).unwrap();
+        Prefix { dir, bin }
+    })
+}
+
+/// One multi-process job at a time: 2 cores for everyone.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static M: Mutex<()> = Mutex::new(());
+    M.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn mpicc(src: &Path, out: &Path, extra: &[&str]) -> Output {
+    let p = prefix();
+    Command::new(p.dir.join("bin/mpicc"))
+        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-o"])
+        .arg(out)
+        .arg(src)
+        .args(extra)
+        .output()
+        .expect("run mpicc")
+}
+
+fn build(name: &str) -> PathBuf {
+    let p = prefix();
+    let exe = p.bin.join(name);
+    if !exe.exists() {
+        let src = root().join("capi/tests/c").join(format!("{name}.c"));
+        let o = mpicc(&src, &exe, &[]);
+        assert!(
+            o.status.success(),
+            "mpicc {name}.c failed:\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    exe
+}
+
+/// Runs `prog` under the shipped mpirun with `n` ranks; kills it after `secs`.
+fn run(prog: &Path, n: u32, secs: u64) -> (Option<i32>, String, String) {
+    let p = prefix();
+    let mut child = Command::new(p.dir.join("bin/mpirun"))
+        .args(["-n", &n.to_string(), "--timeout", &secs.to_string()])
+        .arg(prog)
+        .env_remove("LD_LIBRARY_PATH")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn mpirun");
+    let deadline = Instant::now() + Duration::from_secs(secs + 15);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!(
+                "{} with {n} ranks hung (killed after {}s); stderr:\n{}",
+                prog.display(),
+                secs + 15,
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn expect_ok(name: &str, ranks: &[u32]) {
+    let exe = build(name);
+    let _g = serial();
+    for &n in ranks {
+        let (code, out, err) = run(&exe, n, 90);
+        assert_eq!(
+            code,
+            Some(0),
+            "{name} with {n} ranks failed\nstdout:\n{out}\nstderr:\n{err}"
+        );
+        assert!(
+            out.contains(&format!("{name}: OK")),
+            "{name} with {n} ranks did not report OK\nstdout:\n{out}\nstderr:\n{err}"
+        );
+    }
+}
+
+#[test]
+fn pt2pt() {
+    expect_ok("pt2pt", &[2, 3, 4]);
+}
+
+#[test]
+fn persistent() {
+    expect_ok("persistent", &[2, 3]);
+}
+
+#[test]
+fn datatypes() {
+    expect_ok("datatypes", &[2]);
+}
+
+#[test]
+fn collectives() {
+    expect_ok("collectives", &[1, 2, 3, 4]);
+}
+
+#[test]
+fn errors_return_each_class() {
+    expect_ok("errors", &[1, 2]);
+}
+
+#[test]
+fn cart() {
+    expect_ok("cart", &[1, 4, 6]);
+}
+
+#[test]
+fn errors_are_fatal_ends_the_job_naming_call_and_error() {
+    let exe = build("fatal");
+    let _g = serial();
+    let (code, out, err) = run(&exe, 3, 60);
+    assert!(code.is_some_and(|c| c != 0), "exit {code:?}\n{out}\n{err}");
+    assert!(!out.contains("UNREACHABLE"), "{out}");
+    assert!(
+        err.contains("MPI_Send") && err.contains("MPI_ERR_RANK") && err.contains("MPI_ERRORS_ARE_FATAL"),
+        "message must name the call and the error:\n{err}"
+    );
+}
+
+#[test]
+fn abort_ends_the_job() {
+    let exe = build("abort");
+    let _g = serial();
+    let (code, out, err) = run(&exe, 3, 60);
+    assert!(code.is_some_and(|c| c != 0), "exit {code:?}\n{out}\n{err}");
+    assert!(!out.contains("UNREACHABLE"), "{out}");
+    assert!(err.contains("MPI_Abort") && err.contains('7'), "{err}");
+}
+
+/// mpi.h: C99, pedantic warning-free; MPI 3.1; no OPEN_MPI / MPICH_NAME;
+/// every declared function links (takes the address of each).
+#[test]
+fn header_is_clean_and_every_function_links() {
+    let p = prefix();
+    let header = std::fs::read_to_string(p.dir.join("include/mpi.h")).unwrap();
+    let re_names: Vec<String> = header
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let open = l.find('(')?;
+            let head = &l[..open];
+            let name = head.split_whitespace().last()?;
+            (name.starts_with("MPI_") && (l.starts_with("int ") || l.starts_with("double ") || l.starts_with("MPI_")))
+                .then(|| name.trim_start_matches('*').to_string())
+        })
+        .collect();
+    assert!(re_names.len() > 300, "only {} prototypes found", re_names.len());
+    let mut src = String::from(
+        "#include <mpi.h>\n#include <stdio.h>\n\
+         #if MPI_VERSION != 3 || MPI_SUBVERSION != 1\n#error version\n#endif\n\
+         #if defined(OPEN_MPI) || defined(MPICH_NAME) || defined(MPICH)\n#error family macro\n#endif\n\
+         typedef void (*fp)(void);\nstatic const fp all[] = {\n",
+    );
+    for n in &re_names {
+        src.push_str(&format!("    (fp){n},\n"));
+    }
+    src.push_str("};\nint main(void) { printf(\"%d\\n\", (int)(sizeof all / sizeof all[0])); return 0; }\n");
+    let c = p.bin.join("allsyms.c");
+    std::fs::write(&c, src).unwrap();
+    let exe = p.bin.join("allsyms");
+    let o = mpicc(&c, &exe, &["-pedantic", "-Wno-pedantic"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Strict pedantic compile of a plain program (function pointer casts
+    // above are not ISO C, hence the separate check).
+    let plain = p.bin.join("plain.c");
+    std::fs::write(&plain, "#include <mpi.h>\nint main(void) { MPI_Comm c = MPI_COMM_WORLD; return c == MPI_COMM_NULL; }\n").unwrap();
+    let o = mpicc(&plain, &p.bin.join("plain"), &["-pedantic"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new(&exe).env_remove("LD_LIBRARY_PATH").output().unwrap();
+    assert!(o.status.success(), "rpath: the program must run without LD_LIBRARY_PATH");
+    let n: usize = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    assert_eq!(n, re_names.len());
+}
+
+#[test]
+fn mpicc_show_forms() {
+    let p = prefix();
+    let mpicc = p.dir.join("bin/mpicc");
+    let show = |a: &[&str]| {
+        let o = Command::new(&mpicc).args(a).output().unwrap();
+        assert!(o.status.success());
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let inc = format!("-I{}/include", p.dir.display());
+    let lib = format!("-L{}/lib", p.dir.display());
+    let rpath = format!("-Wl,-rpath,{}/lib", p.dir.display());
+    let full = show(&["-show", "x.c", "-o", "x"]);
+    assert!(full.contains(&inc) && full.contains(&lib) && full.contains(&rpath) && full.contains("-lmpi") && full.contains("x.c"), "{full}");
+    assert_eq!(show(&["-showme", "x.c"]), full.replace(" -o x", ""));
+    assert_eq!(show(&["--showme:compile"]), inc);
+    assert!(show(&["--showme:link"]).contains(&rpath));
+    let compile_only = show(&["-show", "-c", "x.c"]);
+    assert!(!compile_only.contains("-lmpi"), "{compile_only}");
+    let pc = std::fs::read_to_string(p.dir.join("lib/pkgconfig/tmpi.pc")).unwrap();
+    assert!(pc.contains("-lmpi") && pc.contains("Cflags: -I${includedir}"), "{pc}");
+    assert!(p.dir.join("etc/tmpi-mca-params.conf").exists());
+    assert!(p.dir.join("bin/mpiexec").exists() && p.dir.join("lib/libmpi.a").exists());
+}
