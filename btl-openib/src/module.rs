@@ -1609,3 +1609,63 @@ fn initial_psn(me: u32) -> u32 {
         .unwrap_or(0);
     (t ^ std::process::id().rotate_left(8) ^ me.rotate_left(16)) & 0x00ff_ffff
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tmpi_verbs::GidEntry;
+
+    fn e(index: u32, port: u8, gid_type: GidType, v4: bool) -> GidEntry {
+        let mut g = [0u8; 16];
+        if v4 {
+            g[10] = 0xff;
+            g[11] = 0xff;
+            g[12..].copy_from_slice(&[10, 0, 0, index as u8]);
+        } else {
+            g[0] = 0xfe;
+            g[1] = 0x80;
+            g[15] = index as u8;
+        }
+        GidEntry {
+            gid: Gid(g),
+            index,
+            port,
+            gid_type,
+        }
+    }
+
+    #[test]
+    fn gid_choice() {
+        use GidType::*;
+        let t = vec![
+            e(0, 1, RoceV1, false),
+            e(1, 1, RoceV2, false),
+            e(2, 1, RoceV1, true),
+            e(3, 1, RoceV2, true),
+            e(4, 1, RoceV2, true),
+            e(0, 2, RoceV2, true),
+        ];
+        let eth = LinkLayer::Ethernet;
+        // RoCE v2 + IPv4-mapped, lowest index among equals.
+        assert_eq!(choose_gid(&t, 1, eth, None).unwrap().1, 3);
+        // Without an IPv4-mapped v2 entry: the v2 link-local one.
+        assert_eq!(choose_gid(&t[..3], 1, eth, None).unwrap().1, 1);
+        // Without any v2 entry: the first entry.
+        assert_eq!(choose_gid(&t[..1], 1, eth, None).unwrap().1, 0);
+        // Port filter.
+        assert_eq!(choose_gid(&t, 2, eth, None).unwrap().1, 0);
+        // Override, and a missing override index is a config error.
+        assert_eq!(choose_gid(&t, 1, eth, Some(2)).unwrap().1, 2);
+        assert!(matches!(
+            choose_gid(&t, 1, eth, Some(9)),
+            Err(OpenibError::Config(_))
+        ));
+        // RoCE without any GID: unusable port.
+        assert!(matches!(
+            choose_gid(&[], 1, eth, None),
+            Err(OpenibError::Unavailable(_))
+        ));
+        // InfiniBand: index 0 (LID addressing).
+        assert_eq!(choose_gid(&t, 1, LinkLayer::Infiniband, None).unwrap().1, 0);
+    }
+}
