@@ -1,0 +1,88 @@
+//! pml fragment headers (`pml/src/hdr.rs`, compiled into the fuzz crate):
+//! the first bytes of every fragment a peer's pml hands to a BTL.
+//!
+//! Properties:
+//! * never panics;
+//! * payload, data and region slices lie inside the input (a successful
+//!   parse never reports bytes beyond the input), and header + payload
+//!   account for the whole fragment;
+//! * re-encoding a parsed header reproduces the input's header bytes
+//!   (the decoder accepts only what the encoder can produce);
+//! * `parse(encode(h)) == h` for headers built from the input.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tmpi_fuzz::pml_hdr::*;
+use tmpi_fuzz::{assert_within, show, Input};
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(h) = Header::parse(data) {
+        let (enc, tail): (Vec<u8>, &[u8]) = match &h {
+            Header::Match(m, payload) => (m.encode().to_vec(), payload),
+            Header::Rndv(r) => {
+                assert_within(data, r.region);
+                assert!(r.region.len() <= MAX_REGION_LEN);
+                assert_eq!(r.region.is_empty(), r.flags & FLAG_REGION == 0);
+                (r.encode(), &[])
+            }
+            Header::Ack(a) => (a.encode().to_vec(), &data[ACK_LEN..]),
+            Header::Frag(f, d) => (f.encode().to_vec(), d),
+            Header::Fin(f) => (f.encode().to_vec(), &data[FIN_LEN..]),
+        };
+        assert_within(data, tail);
+        assert!(enc.len() <= data.len());
+        assert_eq!(enc.len() + tail.len(), data.len());
+        assert_eq!(
+            &enc[..],
+            &data[..enc.len()],
+            "decoder accepted header bytes the encoder never writes: {}",
+            show(data)
+        );
+        assert_eq!(Header::parse(&[&enc[..], tail].concat()).as_ref(), Ok(&h));
+    }
+    // Headers built from the input.
+    let mut inp = Input::new(data);
+    let m = MatchHdr {
+        ctx: inp.u32(),
+        src: inp.u32() as i32,
+        tag: inp.u32() as i32,
+        seq: inp.u32(),
+    };
+    let kind = inp.byte();
+    let flags = inp.byte() & (FLAG_SYNC | FLAG_REGION);
+    let a = inp.u64();
+    let b = inp.u64();
+    let c = inp.u64();
+    let rest = inp.rest();
+    match kind % 5 {
+        0 => {
+            let mut e = m.encode().to_vec();
+            e.extend_from_slice(rest);
+            assert_eq!(Header::parse(&e), Ok(Header::Match(m, rest)));
+        }
+        1 => {
+            let region = if flags & FLAG_REGION != 0 {
+                let r = &rest[..rest.len().min(MAX_REGION_LEN)];
+                if r.is_empty() { &[7u8][..] } else { r }
+            } else {
+                &[][..]
+            };
+            let r = RndvHdr { m, flags, len: a, sreq: b, region };
+            assert_eq!(Header::parse(&r.encode()), Ok(Header::Rndv(r.clone())));
+        }
+        2 => {
+            let h = AckHdr { sreq: a, rreq: b, want: c };
+            assert_eq!(Header::parse(&h.encode()), Ok(Header::Ack(h)));
+        }
+        3 => {
+            let h = FragHdr { rreq: a, offset: b };
+            let mut e = h.encode().to_vec();
+            e.extend_from_slice(rest);
+            assert_eq!(Header::parse(&e), Ok(Header::Frag(h, rest)));
+        }
+        _ => {
+            let h = FinHdr { sreq: a, status: c as i32 };
+            assert_eq!(Header::parse(&h.encode()), Ok(Header::Fin(h)));
+        }
+    }
+});
