@@ -96,6 +96,7 @@ mod unexpected;
 
 #[cfg(any(test, feature = "reference"))]
 pub mod reference;
+pub mod split;
 
 #[cfg(test)]
 mod tests;
