@@ -5,10 +5,10 @@
 //!
 //! Wire-up: every allowed component's `init` publishes its addresses →
 //! one modex fence → `add_procs(all ranks)` on every module → the module
-//! with the highest exclusivity per peer (`tmpi_btl::select`) → a second
-//! fence, after which every process has attached to every peer's resources
-//! (btl-sm may unlink its segments then). A rank no module reaches is an
-//! init error naming the rank and the selection.
+//! with the highest exclusivity per peer (`tmpi_btl::select`). No second
+//! fence: btl-sm unlinks its segment once every peer attached (counted in
+//! the segment). A rank no module reaches is an init error naming the rank
+//! and the selection.
 //!
 //! All pml fragments use BTL tag [`BTL_TAG_PML`]; the pml's own header
 //! says what the fragment is.
@@ -31,7 +31,7 @@ pub const BTL_TAG_PML: u8 = 0x41;
 
 /// The BTL components this build knows, in preference order.
 fn components() -> Vec<&'static dyn BtlComponent> {
-    vec![&tmpi_btl_self::SelfComponent]
+    vec![&tmpi_btl_self::SelfComponent, &tmpi_btl_sm::SmComponent]
 }
 
 /// The pml's transport over BTL modules.
@@ -124,10 +124,6 @@ pub(crate) fn open(
             }
         }
     }
-    // Second fence: every process has attached to its peers' resources.
-    modex
-        .fence()
-        .map_err(|e| PmlError::Transport(format!("modex fence: {e}")))?;
     let limits = route
         .iter()
         .map(|&i| {

@@ -53,18 +53,43 @@ fn order(w: &Comm) -> R {
     ensure!(size >= 2, "needs 2 ranks");
     let len_of = |i: u32| if i % 5 == 0 { 20_000 } else { 8 };
     if rank != 0 {
+        // Non-blocking sends: the receiver takes tags out of send order, so
+        // a blocking rendezvous send would (legally) deadlock.
         for phase in 0..3u32 {
-            for i in 0..M {
-                let mut m = payload((rank as u64) << 32 | i as u64, len_of(i));
-                m[..4].copy_from_slice(&i.to_le_bytes());
-                m[4..8].copy_from_slice(&phase.to_le_bytes());
-                w.send(&m, 0, (i % 3) as i32).map_err(e)?;
-            }
+            // Wait for rank 0 to finish the previous phase: with wildcard
+            // receives, a later phase's message could legally match first.
+            let mut go = [0u8];
+            w.recv(&mut go, 0, 1000).map_err(e)?;
+            let msgs: Vec<Vec<u8>> = (0..M)
+                .map(|i| {
+                    let mut m = payload((rank as u64) << 32 | i as u64, len_of(i));
+                    m[..4].copy_from_slice(&i.to_le_bytes());
+                    m[4..8].copy_from_slice(&phase.to_le_bytes());
+                    m
+                })
+                .collect();
+            tmpi::scope(|s| -> Result<(), Error> {
+                let reqs = msgs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| w.isend(s, m, 0, (i % 3) as i32))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Request::wait_all(reqs)?;
+                Ok(())
+            })
+            .map_err(e)?;
         }
         return Ok(());
     }
     let n = (size - 1) as usize;
     let mut buf = vec![0u8; 20_000];
+    let go = |w: &Comm| -> R {
+        for r in 1..size {
+            w.send(&[1u8], r, 1000).map_err(e)?;
+        }
+        Ok(())
+    };
+    go(w)?;
     // Phase 0: everything through ANY_SOURCE / ANY_TAG.
     let mut last = vec![-1i64; n + 1];
     for _ in 0..M as usize * n {
@@ -89,6 +114,7 @@ fn order(w: &Comm) -> R {
         last[s] = i as i64;
     }
     // Phase 1: ANY_SOURCE with a given tag, tag by tag.
+    go(w)?;
     let mut last = vec![[-1i64; 3]; n + 1];
     for tag in [2, 0, 1] {
         let count = (0..M).filter(|i| i % 3 == tag as u32).count() * n;
@@ -105,6 +131,7 @@ fn order(w: &Comm) -> R {
         }
     }
     // Phase 2: a given source with ANY_TAG, sources in reverse order.
+    go(w)?;
     for s in (1..size).rev() {
         let mut last = -1i64;
         for _ in 0..M {
@@ -531,7 +558,9 @@ fn main() -> ExitCode {
         }
         Err(x) => {
             eprintln!("p2p-check {case}: rank {} FAILED: {x}", w.rank());
-            ExitCode::FAILURE
+            // No finalize: the peers may wait for us forever; tmpirun ends
+            // the job when a rank exits without finalizing.
+            std::process::exit(1)
         }
     }
 }
