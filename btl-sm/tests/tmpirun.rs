@@ -151,7 +151,6 @@ fn tmpirun_child() {
             send(&mut *m, next, round, &mut h);
         }
     }
-    drop(h);
     assert_eq!(got, (0..100).collect::<Vec<_>>());
     // every local peer attached before the second fence; the owner noticed
     // in one of its progress calls (before finalize, which would unlink too)
