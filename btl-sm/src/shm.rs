@@ -557,6 +557,45 @@ mod tests {
         }
     }
 
+    /// The window a loom run would find: a producer swapped the tail but
+    /// has not linked the previous node yet. Pop must neither lose nor
+    /// block: it reports empty, leaves the queue intact, and delivers both
+    /// nodes in order once the link is written.
+    #[test]
+    fn fifo_pop_during_unfinished_push() {
+        let mem = Mem::new(FIFO_CTL + 4 * 128);
+        let res = Res {
+            base: mem.base(),
+            first: FIFO_CTL,
+            slot: 128,
+            n: 4,
+        };
+        // SAFETY: aligned, in bounds, single thread.
+        let f = unsafe { Fifo::at(mem.base() as *mut u8) };
+        f.init();
+        let a = rel(0, FIFO_CTL);
+        let b = rel(0, FIFO_CTL + 128);
+        // SAFETY: single thread; `a`/`b` are slots of `mem`.
+        unsafe {
+            assert!(f.push(a, &res));
+            // first half of push(b): swap the tail, do not link yet
+            (*res.frag(b).unwrap()).next.store(FREE, Ordering::Relaxed);
+            assert_eq!(f.ctl.tail.swap(b, Ordering::AcqRel), a);
+            assert_eq!(f.pop(&res), None, "cannot take `a` before it is linked");
+            assert_eq!(f.ctl.head.load(Ordering::Relaxed), a, "head restored");
+            // second half: link
+            (*res.frag(a).unwrap()).next.store(b, Ordering::Release);
+            assert_eq!(f.pop(&res), Some(a));
+            assert_eq!(f.pop(&res), Some(b));
+            assert_eq!(f.pop(&res), None);
+            assert_eq!(f.ctl.tail.load(Ordering::Relaxed), FREE);
+            // empty again: the next push writes the head
+            assert!(f.push(a, &res));
+            assert_eq!(f.pop(&res), Some(a));
+            assert_eq!(f.pop(&res), None);
+        }
+    }
+
     #[test]
     fn fbox_spsc_stress_wraps_in_order() {
         const SIZE: usize = 512;
