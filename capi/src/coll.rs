@@ -39,9 +39,15 @@ fn root_of(root: c_int, c: &Comm) -> Res<u32> {
 }
 
 fn red(t: &Dtype, op: c_int) -> Res<(Elem, Op)> {
-    let e = t
-        .reduce_elem()
-        .ok_or_else(|| Error::new(C::Type, format!("reductions need a datatype made of one predefined type ({} is not)", t.name)))?;
+    let e = t.reduce_elem().ok_or_else(|| {
+        Error::new(
+            C::Type,
+            format!(
+                "reductions need a datatype made of one predefined type ({} is not)",
+                t.name
+            ),
+        )
+    })?;
     let o = tables().op(op)?;
     Ok((e, o))
 }
@@ -52,7 +58,13 @@ pub extern "C" fn MPI_Barrier(comm: c_int) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Bcast(buf: *mut c_void, count: c_int, dtype: c_int, root: c_int, comm: c_int) -> c_int {
+pub extern "C" fn MPI_Bcast(
+    buf: *mut c_void,
+    count: c_int,
+    dtype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
     guard("MPI_Bcast", comm, || {
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
@@ -66,7 +78,15 @@ pub extern "C" fn MPI_Bcast(buf: *mut c_void, count: c_int, dtype: c_int, root: 
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, dtype: c_int, op: c_int, root: c_int, comm: c_int) -> c_int {
+pub extern "C" fn MPI_Reduce(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    dtype: c_int,
+    op: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
     guard("MPI_Reduce", comm, || {
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
@@ -74,9 +94,20 @@ pub extern "C" fn MPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count
         let t = ty(dtype)?;
         let (e, o) = red(&t, op)?;
         let is_root = c.rank() == r;
-        let send = if is_in_place(sendbuf) { None } else { Some(pack(sendbuf, n, &t)) };
-        let mut out = if is_root { pack(recvbuf, n, &t) } else { Vec::new() };
-        let input = match &send { Some(s) => Input::Buf(s), None => Input::InPlace };
+        let send = if is_in_place(sendbuf) {
+            None
+        } else {
+            Some(pack(sendbuf, n, &t))
+        };
+        let mut out = if is_root {
+            pack(recvbuf, n, &t)
+        } else {
+            Vec::new()
+        };
+        let input = match &send {
+            Some(s) => Input::Buf(s),
+            None => Input::InPlace,
+        };
         c.reduce(input, if is_root { Some(&mut out) } else { None }, e, &o, r)?;
         if is_root {
             unpack(recvbuf, n, &t, &out);
@@ -88,15 +119,29 @@ pub extern "C" fn MPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count
 macro_rules! allred {
     ($name:ident, $m:ident) => {
         #[no_mangle]
-        pub extern "C" fn $name(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, dtype: c_int, op: c_int, comm: c_int) -> c_int {
+        pub extern "C" fn $name(
+            sendbuf: *const c_void,
+            recvbuf: *mut c_void,
+            count: c_int,
+            dtype: c_int,
+            op: c_int,
+            comm: c_int,
+        ) -> c_int {
             guard(stringify!($name), comm, || {
                 let c = comm_of(comm)?;
                 let n = ccount(count, C::Count, "count")?;
                 let t = ty(dtype)?;
                 let (e, o) = red(&t, op)?;
-                let send = if is_in_place(sendbuf) { None } else { Some(pack(sendbuf, n, &t)) };
+                let send = if is_in_place(sendbuf) {
+                    None
+                } else {
+                    Some(pack(sendbuf, n, &t))
+                };
                 let mut out = pack(recvbuf, n, &t);
-                let input = match &send { Some(s) => Input::Buf(s), None => Input::InPlace };
+                let input = match &send {
+                    Some(s) => Input::Buf(s),
+                    None => Input::InPlace,
+                };
                 c.$m(input, &mut out, e, &o)?;
                 unpack(recvbuf, n, &t, &out);
                 Ok(())
@@ -109,14 +154,25 @@ allred!(MPI_Scan, scan);
 allred!(MPI_Exscan, exscan);
 
 #[no_mangle]
-pub extern "C" fn MPI_Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, dtype: c_int, op: c_int, comm: c_int) -> c_int {
+pub extern "C" fn MPI_Reduce_scatter_block(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    dtype: c_int,
+    op: c_int,
+    comm: c_int,
+) -> c_int {
     guard("MPI_Reduce_scatter_block", comm, || {
         let c = comm_of(comm)?;
         let n = ccount(recvcount, C::Count, "recvcount")?;
         let t = ty(dtype)?;
         let (e, o) = red(&t, op)?;
         let p = c.size() as usize;
-        let send = if is_in_place(sendbuf) { pack(recvbuf, n * p, &t) } else { pack(sendbuf, n * p, &t) };
+        let send = if is_in_place(sendbuf) {
+            pack(recvbuf, n * p, &t)
+        } else {
+            pack(sendbuf, n * p, &t)
+        };
         let mut out = vec![0u8; t.size * n];
         c.reduce_scatter_block(Input::Buf(&send), &mut out, e, &o)?;
         unpack(recvbuf, n, &t, &out);
@@ -126,7 +182,16 @@ pub extern "C" fn MPI_Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut
 
 #[allow(clippy::too_many_arguments)]
 #[no_mangle]
-pub extern "C" fn MPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: c_int, root: c_int, comm: c_int) -> c_int {
+pub extern "C" fn MPI_Gather(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
     guard("MPI_Gather", comm, || {
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
@@ -139,12 +204,20 @@ pub extern "C" fn MPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype:
             if is_in_place(sendbuf) {
                 c.gather(Input::InPlace, Some(&mut out), r)?;
             } else {
-                let s = pack(sendbuf, ccount(sendcount, C::Count, "sendcount")?, &*ty(sendtype)?);
+                let s = pack(
+                    sendbuf,
+                    ccount(sendcount, C::Count, "sendcount")?,
+                    &*ty(sendtype)?,
+                );
                 c.gather(Input::Buf(&s), Some(&mut out), r)?;
             }
             unpack(recvbuf, rn * p, &rt, &out);
         } else {
-            let s = pack(sendbuf, ccount(sendcount, C::Count, "sendcount")?, &*ty(sendtype)?);
+            let s = pack(
+                sendbuf,
+                ccount(sendcount, C::Count, "sendcount")?,
+                &*ty(sendtype)?,
+            );
             c.gather(Input::Buf(&s), None, r)?;
         }
         Ok(())
@@ -153,13 +226,30 @@ pub extern "C" fn MPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype:
 
 #[allow(clippy::too_many_arguments)]
 #[no_mangle]
-pub extern "C" fn MPI_Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: c_int, root: c_int, comm: c_int) -> c_int {
+pub extern "C" fn MPI_Scatter(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
     guard("MPI_Scatter", comm, || {
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let is_root = c.rank() == r;
         let p = c.size() as usize;
-        let send = if is_root { Some(pack(sendbuf, ccount(sendcount, C::Count, "sendcount")? * p, &*ty(sendtype)?)) } else { None };
+        let send = if is_root {
+            Some(pack(
+                sendbuf,
+                ccount(sendcount, C::Count, "sendcount")? * p,
+                &*ty(sendtype)?,
+            ))
+        } else {
+            None
+        };
         if is_root && is_in_place(recvbuf) {
             let blk = send.as_ref().map_or(0, |s| s.len() / p.max(1));
             let mut tmp = vec![0u8; blk];
@@ -179,7 +269,15 @@ macro_rules! allx {
     ($name:ident, $m:ident) => {
         #[allow(clippy::too_many_arguments)]
         #[no_mangle]
-        pub extern "C" fn $name(sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: c_int, comm: c_int) -> c_int {
+        pub extern "C" fn $name(
+            sendbuf: *const c_void,
+            sendcount: c_int,
+            sendtype: c_int,
+            recvbuf: *mut c_void,
+            recvcount: c_int,
+            recvtype: c_int,
+            comm: c_int,
+        ) -> c_int {
             guard(stringify!($name), comm, || {
                 let c = comm_of(comm)?;
                 let p = c.size() as usize;
@@ -190,7 +288,11 @@ macro_rules! allx {
                     c.$m(Input::InPlace, &mut out)?;
                 } else {
                     let mult = if stringify!($m) == "alltoall" { p } else { 1 };
-                    let s = pack(sendbuf, ccount(sendcount, C::Count, "sendcount")? * mult, &*ty(sendtype)?);
+                    let s = pack(
+                        sendbuf,
+                        ccount(sendcount, C::Count, "sendcount")? * mult,
+                        &*ty(sendtype)?,
+                    );
                     c.$m(Input::Buf(&s), &mut out)?;
                 }
                 unpack(recvbuf, rn * p, &rt, &out);
@@ -202,9 +304,17 @@ macro_rules! allx {
 allx!(MPI_Allgather, allgather);
 allx!(MPI_Alltoall, alltoall);
 
-fn vbytes(counts: *const c_int, displs: *const c_int, p: usize, t: &Dtype) -> Res<(Vec<usize>, Vec<usize>, usize)> {
+fn vbytes(
+    counts: *const c_int,
+    displs: *const c_int,
+    p: usize,
+    t: &Dtype,
+) -> Res<(Vec<usize>, Vec<usize>, usize)> {
     if !t.is_contig() {
-        return Err(Error::new(C::Type, "the v-collectives of tmpi take contiguous datatypes only"));
+        return Err(Error::new(
+            C::Type,
+            "the v-collectives of tmpi take contiguous datatypes only",
+        ));
     }
     let cs = crate::ffi::array(counts, p, "counts")?;
     let ds = crate::ffi::array(displs, p, "displs")?;
@@ -223,13 +333,34 @@ fn vbytes(counts: *const c_int, displs: *const c_int, p: usize, t: &Dtype) -> Re
 
 #[allow(clippy::too_many_arguments)]
 #[no_mangle]
-pub extern "C" fn MPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: c_int, root: c_int, comm: c_int) -> c_int {
+pub extern "C" fn MPI_Gatherv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
     guard("MPI_Gatherv", comm, || {
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let p = c.size() as usize;
-        let s = if is_in_place(sendbuf) { None } else { Some(pack(sendbuf, ccount(sendcount, C::Count, "sendcount")?, &*ty(sendtype)?)) };
-        let input = match &s { Some(s) => Input::Buf(s), None => Input::InPlace };
+        let s = if is_in_place(sendbuf) {
+            None
+        } else {
+            Some(pack(
+                sendbuf,
+                ccount(sendcount, C::Count, "sendcount")?,
+                &*ty(sendtype)?,
+            ))
+        };
+        let input = match &s {
+            Some(s) => Input::Buf(s),
+            None => Input::InPlace,
+        };
         if c.rank() == r {
             let (cb, db, end) = vbytes(recvcounts, displs, p, &*ty(recvtype)?)?;
             let out = crate::ffi::bytes_mut(recvbuf.cast(), end)?;
@@ -243,7 +374,17 @@ pub extern "C" fn MPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype
 
 #[allow(clippy::too_many_arguments)]
 #[no_mangle]
-pub extern "C" fn MPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: c_int, root: c_int, comm: c_int) -> c_int {
+pub extern "C" fn MPI_Scatterv(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    displs: *const c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+) -> c_int {
     guard("MPI_Scatterv", comm, || {
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
@@ -269,13 +410,33 @@ pub extern "C" fn MPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int,
 
 #[allow(clippy::too_many_arguments)]
 #[no_mangle]
-pub extern "C" fn MPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: c_int, comm: c_int) -> c_int {
+pub extern "C" fn MPI_Allgatherv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: c_int,
+    comm: c_int,
+) -> c_int {
     guard("MPI_Allgatherv", comm, || {
         let c = comm_of(comm)?;
         let p = c.size() as usize;
         let (cb, db, end) = vbytes(recvcounts, displs, p, &*ty(recvtype)?)?;
-        let s = if is_in_place(sendbuf) { None } else { Some(pack(sendbuf, ccount(sendcount, C::Count, "sendcount")?, &*ty(sendtype)?)) };
-        let input = match &s { Some(s) => Input::Buf(s), None => Input::InPlace };
+        let s = if is_in_place(sendbuf) {
+            None
+        } else {
+            Some(pack(
+                sendbuf,
+                ccount(sendcount, C::Count, "sendcount")?,
+                &*ty(sendtype)?,
+            ))
+        };
+        let input = match &s {
+            Some(s) => Input::Buf(s),
+            None => Input::InPlace,
+        };
         let out = crate::ffi::bytes_mut(recvbuf.cast(), end)?;
         c.allgatherv(input, out, &cb, &db)?;
         Ok(())
@@ -284,7 +445,17 @@ pub extern "C" fn MPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendt
 
 #[allow(clippy::too_many_arguments)]
 #[no_mangle]
-pub extern "C" fn MPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: c_int, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: c_int, comm: c_int) -> c_int {
+pub extern "C" fn MPI_Alltoallv(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtype: c_int,
+    comm: c_int,
+) -> c_int {
     guard("MPI_Alltoallv", comm, || {
         let c = comm_of(comm)?;
         let p = c.size() as usize;
@@ -304,7 +475,12 @@ pub extern "C" fn MPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int
 
 // ---------------------------------------------------------------- non-blocking
 
-fn coll_req(request: *mut c_int, comm: c_int, req: tmpi_coll::CollRequest, finish: Finish) -> Res<()> {
+fn coll_req(
+    request: *mut c_int,
+    comm: c_int,
+    req: tmpi_coll::CollRequest,
+    finish: Finish,
+) -> Res<()> {
     let h = tables().add_req(Req::Coll { req, finish, comm });
     put(request, h, "request")
 }
@@ -318,49 +494,116 @@ pub extern "C" fn MPI_Ibarrier(comm: c_int, request: *mut c_int) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Ibcast(buf: *mut c_void, count: c_int, dtype: c_int, root: c_int, comm: c_int, request: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Ibcast(
+    buf: *mut c_void,
+    count: c_int,
+    dtype: c_int,
+    root: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
     guard("MPI_Ibcast", comm, || {
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let n = ccount(count, C::Count, "count")?;
         let t = ty(dtype)?;
         let req = c.ibcast(pack(buf, n, &t), r)?;
-        coll_req(request, comm, req, Finish::Unpack { dst: buf as usize, count: n, t })
+        coll_req(
+            request,
+            comm,
+            req,
+            Finish::Unpack {
+                dst: buf as usize,
+                count: n,
+                t,
+            },
+        )
     })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, dtype: c_int, op: c_int, comm: c_int, request: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Iallreduce(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    dtype: c_int,
+    op: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
     guard("MPI_Iallreduce", comm, || {
         let c = comm_of(comm)?;
         let n = ccount(count, C::Count, "count")?;
         let t = ty(dtype)?;
         let (e, o) = red(&t, op)?;
-        let send = if is_in_place(sendbuf) { pack(recvbuf, n, &t) } else { pack(sendbuf, n, &t) };
+        let send = if is_in_place(sendbuf) {
+            pack(recvbuf, n, &t)
+        } else {
+            pack(sendbuf, n, &t)
+        };
         let req = c.iallreduce(send, e, &o)?;
-        coll_req(request, comm, req, Finish::Unpack { dst: recvbuf as usize, count: n, t })
+        coll_req(
+            request,
+            comm,
+            req,
+            Finish::Unpack {
+                dst: recvbuf as usize,
+                count: n,
+                t,
+            },
+        )
     })
 }
 
 #[allow(clippy::too_many_arguments)]
 #[no_mangle]
-pub extern "C" fn MPI_Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, dtype: c_int, op: c_int, root: c_int, comm: c_int, request: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Ireduce(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    dtype: c_int,
+    op: c_int,
+    root: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
     guard("MPI_Ireduce", comm, || {
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let n = ccount(count, C::Count, "count")?;
         let t = ty(dtype)?;
         let (e, o) = red(&t, op)?;
-        let send = if is_in_place(sendbuf) { pack(recvbuf, n, &t) } else { pack(sendbuf, n, &t) };
+        let send = if is_in_place(sendbuf) {
+            pack(recvbuf, n, &t)
+        } else {
+            pack(sendbuf, n, &t)
+        };
         let req = c.ireduce(send, e, &o, r)?;
-        let fin = if c.rank() == r { Finish::Unpack { dst: recvbuf as usize, count: n, t } } else { Finish::Nothing };
+        let fin = if c.rank() == r {
+            Finish::Unpack {
+                dst: recvbuf as usize,
+                count: n,
+                t,
+            }
+        } else {
+            Finish::Nothing
+        };
         coll_req(request, comm, req, fin)
     })
 }
 
 #[allow(clippy::too_many_arguments)]
 #[no_mangle]
-pub extern "C" fn MPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: c_int, comm: c_int, request: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Iallgather(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
     guard("MPI_Iallgather", comm, || {
         let c = comm_of(comm)?;
         let p = c.size() as usize;
@@ -372,23 +615,265 @@ pub extern "C" fn MPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendt
             let me = c.rank() as usize;
             all[me * blk..(me + 1) * blk].to_vec()
         } else {
-            pack(sendbuf, ccount(sendcount, C::Count, "sendcount")?, &*ty(sendtype)?)
+            pack(
+                sendbuf,
+                ccount(sendcount, C::Count, "sendcount")?,
+                &*ty(sendtype)?,
+            )
         };
         let req = c.iallgather(send)?;
-        coll_req(request, comm, req, Finish::Unpack { dst: recvbuf as usize, count: rn * p, t: rt })
+        coll_req(
+            request,
+            comm,
+            req,
+            Finish::Unpack {
+                dst: recvbuf as usize,
+                count: rn * p,
+                t: rt,
+            },
+        )
     })
 }
 
 #[allow(clippy::too_many_arguments)]
 #[no_mangle]
-pub extern "C" fn MPI_Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: c_int, comm: c_int, request: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Ialltoall(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
     guard("MPI_Ialltoall", comm, || {
         let c = comm_of(comm)?;
         let p = c.size() as usize;
         let rn = ccount(recvcount, C::Count, "recvcount")?;
         let rt = ty(recvtype)?;
-        let send = if is_in_place(sendbuf) { pack(recvbuf, rn * p, &rt) } else { pack(sendbuf, ccount(sendcount, C::Count, "sendcount")? * p, &*ty(sendtype)?) };
+        let send = if is_in_place(sendbuf) {
+            pack(recvbuf, rn * p, &rt)
+        } else {
+            pack(
+                sendbuf,
+                ccount(sendcount, C::Count, "sendcount")? * p,
+                &*ty(sendtype)?,
+            )
+        };
         let req = c.ialltoall(send)?;
-        coll_req(request, comm, req, Finish::Unpack { dst: recvbuf as usize, count: rn * p, t: rt })
+        coll_req(
+            request,
+            comm,
+            req,
+            Finish::Unpack {
+                dst: recvbuf as usize,
+                count: rn * p,
+                t: rt,
+            },
+        )
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Reduce_scatter(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    dtype: c_int,
+    op: c_int,
+    comm: c_int,
+) -> c_int {
+    guard("MPI_Reduce_scatter", comm, || {
+        let c = comm_of(comm)?;
+        let p = c.size() as usize;
+        let t = ty(dtype)?;
+        let (e, o) = red(&t, op)?;
+        let counts: Vec<usize> = crate::ffi::array(recvcounts, p, "recvcounts")?
+            .into_iter()
+            .map(|x| ccount(x, C::Count, "recvcounts[i]"))
+            .collect::<Res<_>>()?;
+        let total: usize = counts.iter().sum();
+        let mine = counts[c.rank() as usize];
+        let send = if is_in_place(sendbuf) {
+            pack(recvbuf, total, &t)
+        } else {
+            pack(sendbuf, total, &t)
+        };
+        let mut out = vec![0u8; t.size * mine];
+        c.reduce_scatter(Input::Buf(&send), &mut out, &counts, e, &o)?;
+        unpack(recvbuf, mine, &t, &out);
+        Ok(())
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Igather(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    guard("MPI_Igather", comm, || {
+        let c = comm_of(comm)?;
+        let r = root_of(root, &c)?;
+        let p = c.size() as usize;
+        let is_root = c.rank() == r;
+        let (send, fin) = if is_root {
+            let rn = ccount(recvcount, C::Count, "recvcount")?;
+            let rt = ty(recvtype)?;
+            let send = if is_in_place(sendbuf) {
+                let all = pack(recvbuf, rn * p, &rt);
+                let blk = rt.size * rn;
+                all[r as usize * blk..(r as usize + 1) * blk].to_vec()
+            } else {
+                pack(
+                    sendbuf,
+                    ccount(sendcount, C::Count, "sendcount")?,
+                    &*ty(sendtype)?,
+                )
+            };
+            (
+                send,
+                Finish::Unpack {
+                    dst: recvbuf as usize,
+                    count: rn * p,
+                    t: rt,
+                },
+            )
+        } else {
+            (
+                pack(
+                    sendbuf,
+                    ccount(sendcount, C::Count, "sendcount")?,
+                    &*ty(sendtype)?,
+                ),
+                Finish::Nothing,
+            )
+        };
+        let req = c.igather(send, r)?;
+        coll_req(request, comm, req, fin)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Iscatter(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    guard("MPI_Iscatter", comm, || {
+        let c = comm_of(comm)?;
+        let r = root_of(root, &c)?;
+        let p = c.size() as usize;
+        let rn = ccount(recvcount, C::Count, "recvcount")?;
+        let rt = ty(recvtype)?;
+        let is_root = c.rank() == r;
+        let (send, block) = if is_root {
+            let st = ty(sendtype)?;
+            let sn = ccount(sendcount, C::Count, "sendcount")?;
+            (pack(sendbuf, sn * p, &st), st.size * sn)
+        } else {
+            (Vec::new(), rt.size * rn)
+        };
+        let req = c.iscatter(send, block, r)?;
+        let fin = if is_root && is_in_place(recvbuf) {
+            Finish::Nothing
+        } else {
+            Finish::Unpack {
+                dst: recvbuf as usize,
+                count: rn,
+                t: rt,
+            }
+        };
+        coll_req(request, comm, req, fin)
+    })
+}
+
+macro_rules! iscan {
+    ($name:ident, $m:ident) => {
+        #[no_mangle]
+        pub extern "C" fn $name(
+            sendbuf: *const c_void,
+            recvbuf: *mut c_void,
+            count: c_int,
+            dtype: c_int,
+            op: c_int,
+            comm: c_int,
+            request: *mut c_int,
+        ) -> c_int {
+            guard(stringify!($name), comm, || {
+                let c = comm_of(comm)?;
+                let n = ccount(count, C::Count, "count")?;
+                let t = ty(dtype)?;
+                let (e, o) = red(&t, op)?;
+                let send = if is_in_place(sendbuf) {
+                    pack(recvbuf, n, &t)
+                } else {
+                    pack(sendbuf, n, &t)
+                };
+                let req = c.$m(send, e, &o)?;
+                coll_req(
+                    request,
+                    comm,
+                    req,
+                    Finish::Unpack {
+                        dst: recvbuf as usize,
+                        count: n,
+                        t,
+                    },
+                )
+            })
+        }
+    };
+}
+iscan!(MPI_Iscan, iscan);
+iscan!(MPI_Iexscan, iexscan);
+
+#[no_mangle]
+pub extern "C" fn MPI_Ireduce_scatter_block(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    dtype: c_int,
+    op: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    guard("MPI_Ireduce_scatter_block", comm, || {
+        let c = comm_of(comm)?;
+        let n = ccount(recvcount, C::Count, "recvcount")?;
+        let t = ty(dtype)?;
+        let (e, o) = red(&t, op)?;
+        let p = c.size() as usize;
+        let send = if is_in_place(sendbuf) {
+            pack(recvbuf, n * p, &t)
+        } else {
+            pack(sendbuf, n * p, &t)
+        };
+        let req = c.ireduce_scatter_block(send, e, &o)?;
+        coll_req(
+            request,
+            comm,
+            req,
+            Finish::Unpack {
+                dst: recvbuf as usize,
+                count: n,
+                t,
+            },
+        )
     })
 }

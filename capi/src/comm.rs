@@ -18,12 +18,16 @@ fn comm_of(h: c_int) -> Res<Comm> {
 
 #[no_mangle]
 pub extern "C" fn MPI_Comm_size(comm: c_int, size: *mut c_int) -> c_int {
-    guard("MPI_Comm_size", comm, || put(size, tables().comm(comm)?.comm.size() as c_int, "size"))
+    guard("MPI_Comm_size", comm, || {
+        put(size, tables().comm(comm)?.comm.size() as c_int, "size")
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn MPI_Comm_rank(comm: c_int, rank: *mut c_int) -> c_int {
-    guard("MPI_Comm_rank", comm, || put(rank, tables().comm(comm)?.comm.rank() as c_int, "rank"))
+    guard("MPI_Comm_rank", comm, || {
+        put(rank, tables().comm(comm)?.comm.rank() as c_int, "rank")
+    })
 }
 
 fn cmp_code(c: Compare) -> c_int {
@@ -57,7 +61,15 @@ fn register(parent: c_int, c: Comm, copy_attrs: bool) -> Res<c_int> {
     let (eh, attrs, cart) = {
         let t = tables();
         let p = t.comm(parent)?;
-        (p.errhandler, if copy_attrs { p.attrs.clone() } else { BTreeMap::new() }, p.cart.clone())
+        (
+            p.errhandler,
+            if copy_attrs {
+                p.attrs.clone()
+            } else {
+                BTreeMap::new()
+            },
+            p.cart.clone(),
+        )
     };
     let h = tables().add_comm(c, eh);
     if copy_attrs {
@@ -68,7 +80,10 @@ fn register(parent: c_int, c: Comm, copy_attrs: bool) -> Res<c_int> {
                 if let Some(f) = kv.copy {
                     let (rc, flag, nv) = crate::ffi::call_copy_attr(f, parent, k, kv.extra, v);
                     if rc != 0 {
-                        return Err(Error::new(C::Other, format!("attribute copy callback of keyval {k} failed with {rc}")));
+                        return Err(Error::new(
+                            C::Other,
+                            format!("attribute copy callback of keyval {k} failed with {rc}"),
+                        ));
                     }
                     if flag {
                         out.insert(k, nv);
@@ -119,12 +134,20 @@ fn put_opt(comm: c_int, newcomm: *mut c_int, c: Option<Comm>) -> Res<()> {
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Comm_split(comm: c_int, color: c_int, key: c_int, newcomm: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Comm_split(
+    comm: c_int,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut c_int,
+) -> c_int {
     guard("MPI_Comm_split", comm, || {
         let col = if color == UNDEFINED {
             None
         } else {
-            Some(u32::try_from(color).map_err(|_| Error::new(C::Arg, format!("color {color} is negative")))?)
+            Some(
+                u32::try_from(color)
+                    .map_err(|_| Error::new(C::Arg, format!("color {color} is negative")))?,
+            )
         };
         let c = comm_of(comm)?.split(col, key)?;
         put_opt(comm, newcomm, c)
@@ -132,12 +155,23 @@ pub extern "C" fn MPI_Comm_split(comm: c_int, color: c_int, key: c_int, newcomm:
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Comm_split_type(comm: c_int, split_type: c_int, key: c_int, _info: c_int, newcomm: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Comm_split_type(
+    comm: c_int,
+    split_type: c_int,
+    key: c_int,
+    _info: c_int,
+    newcomm: *mut c_int,
+) -> c_int {
     guard("MPI_Comm_split_type", comm, || {
         let kind = match split_type {
             1 => tmpi_coll::SplitType::Shared,
             UNDEFINED => tmpi_coll::SplitType::Undefined,
-            _ => return Err(Error::new(C::Arg, format!("split_type {split_type} is not MPI_COMM_TYPE_SHARED or MPI_UNDEFINED"))),
+            _ => {
+                return Err(Error::new(
+                    C::Arg,
+                    format!("split_type {split_type} is not MPI_COMM_TYPE_SHARED or MPI_UNDEFINED"),
+                ))
+            }
         };
         let c = comm_of(comm)?.split_type(kind, key)?;
         put_opt(comm, newcomm, c)
@@ -154,7 +188,12 @@ pub extern "C" fn MPI_Comm_create(comm: c_int, group: c_int, newcomm: *mut c_int
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Comm_create_group(comm: c_int, group: c_int, tag: c_int, newcomm: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Comm_create_group(
+    comm: c_int,
+    group: c_int,
+    tag: c_int,
+    newcomm: *mut c_int,
+) -> c_int {
     guard("MPI_Comm_create_group", comm, || {
         let g = tables().group(group)?;
         let c = comm_of(comm)?.create_group(&g, tag)?;
@@ -165,7 +204,10 @@ pub extern "C" fn MPI_Comm_create_group(comm: c_int, group: c_int, tag: c_int, n
 fn free_comm(comm: *mut c_int) -> Res<()> {
     let h = get(comm, "comm")?;
     if h == COMM_WORLD || h == COMM_SELF {
-        return Err(Error::new(C::Comm, "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed"));
+        return Err(Error::new(
+            C::Comm,
+            "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed",
+        ));
     }
     let ent = tables()
         .comms
@@ -218,7 +260,11 @@ pub extern "C" fn MPI_Comm_set_name(comm: c_int, name: *const c_char) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Comm_get_name(comm: c_int, name: *mut c_char, resultlen: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Comm_get_name(
+    comm: c_int,
+    name: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
     guard("MPI_Comm_get_name", comm, || {
         let n = put_cstr(name, 128, &comm_of(comm)?.name())?;
         put(resultlen, n, "resultlen")
@@ -244,7 +290,10 @@ pub extern "C" fn MPI_Comm_get_info(comm: c_int, info: *mut c_int) -> c_int {
 // ---------------------------------------------------------------- error handlers
 
 #[no_mangle]
-pub extern "C" fn MPI_Comm_create_errhandler(f: Option<crate::ErrFn>, errhandler: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Comm_create_errhandler(
+    f: Option<crate::ErrFn>,
+    errhandler: *mut c_int,
+) -> c_int {
     guard("MPI_Comm_create_errhandler", COMM_WORLD, || {
         let f = f.ok_or_else(|| Error::new(C::Arg, "function is NULL"))?;
         let h = tables().add_errhandler(f);
@@ -262,7 +311,10 @@ pub extern "C" fn MPI_Comm_set_errhandler(comm: c_int, errhandler: c_int) -> c_i
     guard("MPI_Comm_set_errhandler", comm, || {
         let mut t = tables();
         if !(errhandler == 1 || errhandler == 2 || t.errhandlers.contains_key(&errhandler)) {
-            return Err(Error::new(C::Arg, format!("invalid errhandler handle {errhandler}")));
+            return Err(Error::new(
+                C::Arg,
+                format!("invalid errhandler handle {errhandler}"),
+            ));
         }
         t.comm_mut(comm)?.errhandler = errhandler;
         Ok(())
@@ -276,7 +328,9 @@ pub extern "C" fn MPI_Errhandler_set(comm: c_int, errhandler: c_int) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn MPI_Comm_get_errhandler(comm: c_int, errhandler: *mut c_int) -> c_int {
-    guard("MPI_Comm_get_errhandler", comm, || put(errhandler, tables().comm(comm)?.errhandler, "errhandler"))
+    guard("MPI_Comm_get_errhandler", comm, || {
+        put(errhandler, tables().comm(comm)?.errhandler, "errhandler")
+    })
 }
 
 #[no_mangle]
@@ -289,7 +343,10 @@ pub extern "C" fn MPI_Comm_call_errhandler(comm: c_int, errorcode: c_int) -> c_i
     let class = crate::error::class_of(errorcode)
         .and_then(tmpi_base::error::MpiErrorClass::from_raw)
         .unwrap_or(C::Other);
-    let mut e = Error::new(class, format!("MPI_Comm_call_errhandler with error code {errorcode}"));
+    let mut e = Error::new(
+        class,
+        format!("MPI_Comm_call_errhandler with error code {errorcode}"),
+    );
     e.code = Some(errorcode);
     crate::error::raise("MPI_Comm_call_errhandler", comm, e);
     0
@@ -318,15 +375,29 @@ static LASTUSED_VAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32
 static UNIVERSE_VAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1);
 
 #[no_mangle]
-pub extern "C" fn MPI_Comm_create_keyval(copy: Option<crate::CopyAttrFn>, delete: Option<crate::DeleteAttrFn>, keyval: *mut c_int, extra: *mut c_void) -> c_int {
+pub extern "C" fn MPI_Comm_create_keyval(
+    copy: Option<crate::CopyAttrFn>,
+    delete: Option<crate::DeleteAttrFn>,
+    keyval: *mut c_int,
+    extra: *mut c_void,
+) -> c_int {
     guard("MPI_Comm_create_keyval", COMM_WORLD, || {
-        let h = tables().add_keyval(crate::state::Keyval { copy, delete, extra: extra as usize });
+        let h = tables().add_keyval(crate::state::Keyval {
+            copy,
+            delete,
+            extra: extra as usize,
+        });
         put(keyval, h, "comm_keyval")
     })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Keyval_create(copy: Option<crate::CopyAttrFn>, delete: Option<crate::DeleteAttrFn>, keyval: *mut c_int, extra: *mut c_void) -> c_int {
+pub extern "C" fn MPI_Keyval_create(
+    copy: Option<crate::CopyAttrFn>,
+    delete: Option<crate::DeleteAttrFn>,
+    keyval: *mut c_int,
+    extra: *mut c_void,
+) -> c_int {
     MPI_Comm_create_keyval(copy, delete, keyval, extra)
 }
 
@@ -350,8 +421,13 @@ pub extern "C" fn MPI_Keyval_free(keyval: *mut c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn MPI_Comm_set_attr(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
     guard("MPI_Comm_set_attr", comm, || {
-        let kv = tables().keyvals.get(&keyval).copied().ok_or_else(|| Error::new(C::Keyval, format!("invalid or predefined keyval {keyval}")))?;
-        let old = tables().comm_mut(comm)?.attrs.insert(keyval, value as usize);
+        let kv = tables().keyvals.get(&keyval).copied().ok_or_else(|| {
+            Error::new(C::Keyval, format!("invalid or predefined keyval {keyval}"))
+        })?;
+        let old = tables()
+            .comm_mut(comm)?
+            .attrs
+            .insert(keyval, value as usize);
         if let (Some(v), Some(f)) = (old, kv.delete) {
             crate::ffi::call_delete_attr(f, comm, keyval, v, kv.extra);
         }
@@ -365,7 +441,12 @@ pub extern "C" fn MPI_Attr_put(comm: c_int, keyval: c_int, value: *mut c_void) -
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Comm_get_attr(comm: c_int, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Comm_get_attr(
+    comm: c_int,
+    keyval: c_int,
+    value: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
     guard("MPI_Comm_get_attr", comm, || {
         let predefined: Option<*const c_int> = match keyval {
             1 => Some(&TAG_UB_VAL),
@@ -373,7 +454,10 @@ pub extern "C" fn MPI_Comm_get_attr(comm: c_int, keyval: c_int, value: *mut c_vo
             3 => Some(&IO_VAL),
             4 => Some(&WTIME_GLOBAL_VAL),
             5 => {
-                UNIVERSE_VAL.store(rt()?.world_size as c_int, std::sync::atomic::Ordering::Relaxed);
+                UNIVERSE_VAL.store(
+                    rt()?.world_size as c_int,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
                 Some(UNIVERSE_VAL.as_ptr())
             }
             6 => Some(LASTUSED_VAL.as_ptr()),
@@ -396,7 +480,12 @@ pub extern "C" fn MPI_Comm_get_attr(comm: c_int, keyval: c_int, value: *mut c_vo
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Attr_get(comm: c_int, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Attr_get(
+    comm: c_int,
+    keyval: c_int,
+    value: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
     MPI_Comm_get_attr(comm, keyval, value, flag)
 }
 
@@ -410,12 +499,18 @@ pub extern "C" fn MPI_Comm_delete_attr(comm: c_int, keyval: c_int) -> c_int {
                 if let Some(f) = kv.delete {
                     let rc = crate::ffi::call_delete_attr(f, comm, keyval, v, kv.extra);
                     if rc != 0 {
-                        return Err(Error::new(C::Other, format!("attribute delete callback failed with {rc}")));
+                        return Err(Error::new(
+                            C::Other,
+                            format!("attribute delete callback failed with {rc}"),
+                        ));
                     }
                 }
                 Ok(())
             }
-            _ => Err(Error::new(C::Keyval, format!("no attribute for keyval {keyval}"))),
+            _ => Err(Error::new(
+                C::Keyval,
+                format!("no attribute for keyval {keyval}"),
+            )),
         }
     })
 }
@@ -426,18 +521,43 @@ pub extern "C" fn MPI_Attr_delete(comm: c_int, keyval: c_int) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn tmpi_comm_dup_fn(_c: c_int, _k: c_int, _e: *mut c_void, vin: *mut c_void, vout: *mut c_void, flag: *mut c_int) -> c_int {
+pub extern "C" fn tmpi_comm_dup_fn(
+    _c: c_int,
+    _k: c_int,
+    _e: *mut c_void,
+    vin: *mut c_void,
+    vout: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
     let r = crate::ffi::put_ptr(vout, vin as usize).and_then(|_| put(flag, 1, "flag"));
-    if r.is_err() { 12 } else { 0 }
+    if r.is_err() {
+        12
+    } else {
+        0
+    }
 }
 
 #[no_mangle]
-pub extern "C" fn tmpi_type_dup_fn(c: c_int, k: c_int, e: *mut c_void, vin: *mut c_void, vout: *mut c_void, flag: *mut c_int) -> c_int {
+pub extern "C" fn tmpi_type_dup_fn(
+    c: c_int,
+    k: c_int,
+    e: *mut c_void,
+    vin: *mut c_void,
+    vout: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
     tmpi_comm_dup_fn(c, k, e, vin, vout, flag)
 }
 
 #[no_mangle]
-pub extern "C" fn tmpi_win_dup_fn(c: c_int, k: c_int, e: *mut c_void, vin: *mut c_void, vout: *mut c_void, flag: *mut c_int) -> c_int {
+pub extern "C" fn tmpi_win_dup_fn(
+    c: c_int,
+    k: c_int,
+    e: *mut c_void,
+    vin: *mut c_void,
+    vout: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
     tmpi_comm_dup_fn(c, k, e, vin, vout, flag)
 }
 
@@ -445,18 +565,28 @@ pub extern "C" fn tmpi_win_dup_fn(c: c_int, k: c_int, e: *mut c_void, vin: *mut 
 
 fn group_ranks(v: &[c_int], size: u32) -> Res<Vec<u32>> {
     v.iter()
-        .map(|&r| u32::try_from(r).ok().filter(|&r| r < size).ok_or_else(|| Error::new(C::Rank, format!("rank {r} is not in the group of {size}"))))
+        .map(|&r| {
+            u32::try_from(r).ok().filter(|&r| r < size).ok_or_else(|| {
+                Error::new(C::Rank, format!("rank {r} is not in the group of {size}"))
+            })
+        })
         .collect()
 }
 
 fn new_group(out: *mut c_int, g: Group) -> Res<()> {
-    let h = if g.size() == 0 { 1 } else { tables().add_group(g) };
+    let h = if g.size() == 0 {
+        1
+    } else {
+        tables().add_group(g)
+    };
     put(out, h, "newgroup")
 }
 
 #[no_mangle]
 pub extern "C" fn MPI_Group_size(group: c_int, size: *mut c_int) -> c_int {
-    guard("MPI_Group_size", COMM_WORLD, || put(size, tables().group(group)?.size() as c_int, "size"))
+    guard("MPI_Group_size", COMM_WORLD, || {
+        put(size, tables().group(group)?.size() as c_int, "size")
+    })
 }
 
 #[no_mangle]
@@ -464,14 +594,27 @@ pub extern "C" fn MPI_Group_rank(group: c_int, rank: *mut c_int) -> c_int {
     guard("MPI_Group_rank", COMM_WORLD, || {
         let g = tables().group(group)?;
         let me = rt()?.world_rank;
-        put(rank, g.rank_of(me).map_or(UNDEFINED, |r| r as c_int), "rank")
+        put(
+            rank,
+            g.rank_of(me).map_or(UNDEFINED, |r| r as c_int),
+            "rank",
+        )
     })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Group_translate_ranks(g1: c_int, n: c_int, ranks1: *const c_int, g2: c_int, ranks2: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Group_translate_ranks(
+    g1: c_int,
+    n: c_int,
+    ranks1: *const c_int,
+    g2: c_int,
+    ranks2: *mut c_int,
+) -> c_int {
     guard("MPI_Group_translate_ranks", COMM_WORLD, || {
-        let (a, b) = { let t = tables(); (t.group(g1)?, t.group(g2)?) };
+        let (a, b) = {
+            let t = tables();
+            (t.group(g1)?, t.group(g2)?)
+        };
         let n = ccount(n, C::Arg, "n")?;
         let r = array(ranks1, n, "ranks1")?;
         let mut out = Vec::with_capacity(n);
@@ -491,7 +634,10 @@ pub extern "C" fn MPI_Group_translate_ranks(g1: c_int, n: c_int, ranks1: *const 
 #[no_mangle]
 pub extern "C" fn MPI_Group_compare(g1: c_int, g2: c_int, result: *mut c_int) -> c_int {
     guard("MPI_Group_compare", COMM_WORLD, || {
-        let (a, b) = { let t = tables(); (t.group(g1)?, t.group(g2)?) };
+        let (a, b) = {
+            let t = tables();
+            (t.group(g1)?, t.group(g2)?)
+        };
         put(result, cmp_code(a.compare(&b)), "result")
     })
 }
@@ -501,7 +647,10 @@ macro_rules! setop {
         #[no_mangle]
         pub extern "C" fn $name(g1: c_int, g2: c_int, out: *mut c_int) -> c_int {
             guard(stringify!($name), COMM_WORLD, || {
-                let (a, b) = { let t = tables(); (t.group(g1)?, t.group(g2)?) };
+                let (a, b) = {
+                    let t = tables();
+                    (t.group(g1)?, t.group(g2)?)
+                };
                 new_group(out, a.$m(&b))
             })
         }
@@ -512,7 +661,12 @@ setop!(MPI_Group_intersection, intersection);
 setop!(MPI_Group_difference, difference);
 
 #[no_mangle]
-pub extern "C" fn MPI_Group_incl(group: c_int, n: c_int, ranks: *const c_int, out: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Group_incl(
+    group: c_int,
+    n: c_int,
+    ranks: *const c_int,
+    out: *mut c_int,
+) -> c_int {
     guard("MPI_Group_incl", COMM_WORLD, || {
         let g = tables().group(group)?;
         let r = group_ranks(&array(ranks, ccount(n, C::Arg, "n")?, "ranks")?, g.size())?;
@@ -521,7 +675,12 @@ pub extern "C" fn MPI_Group_incl(group: c_int, n: c_int, ranks: *const c_int, ou
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Group_excl(group: c_int, n: c_int, ranks: *const c_int, out: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Group_excl(
+    group: c_int,
+    n: c_int,
+    ranks: *const c_int,
+    out: *mut c_int,
+) -> c_int {
     guard("MPI_Group_excl", COMM_WORLD, || {
         let g = tables().group(group)?;
         let r = group_ranks(&array(ranks, ccount(n, C::Arg, "n")?, "ranks")?, g.size())?;
@@ -537,7 +696,12 @@ fn ranges(p: *const [c_int; 3], n: c_int) -> Res<Vec<(i64, i64, i64)>> {
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Group_range_incl(group: c_int, n: c_int, r: *const [c_int; 3], out: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Group_range_incl(
+    group: c_int,
+    n: c_int,
+    r: *const [c_int; 3],
+    out: *mut c_int,
+) -> c_int {
     guard("MPI_Group_range_incl", COMM_WORLD, || {
         let g = tables().group(group)?;
         new_group(out, g.range_incl(&ranges(r, n)?)?)
@@ -545,7 +709,12 @@ pub extern "C" fn MPI_Group_range_incl(group: c_int, n: c_int, r: *const [c_int;
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Group_range_excl(group: c_int, n: c_int, r: *const [c_int; 3], out: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Group_range_excl(
+    group: c_int,
+    n: c_int,
+    r: *const [c_int; 3],
+    out: *mut c_int,
+) -> c_int {
     guard("MPI_Group_range_excl", COMM_WORLD, || {
         let g = tables().group(group)?;
         new_group(out, g.range_excl(&ranges(r, n)?)?)
@@ -568,14 +737,20 @@ pub extern "C" fn MPI_Group_free(group: *mut c_int) -> c_int {
 /// `MPI_Dims_create`: balanced factorisation, non-increasing order.
 pub(crate) fn dims_create(nnodes: c_int, dims: &mut [c_int]) -> Res<()> {
     if nnodes <= 0 {
-        return Err(Error::new(C::Dims, format!("nnodes {nnodes} must be positive")));
+        return Err(Error::new(
+            C::Dims,
+            format!("nnodes {nnodes} must be positive"),
+        ));
     }
     let fixed: i64 = dims.iter().filter(|&&d| d > 0).map(|&d| d as i64).product();
     if dims.iter().any(|&d| d < 0) {
         return Err(Error::new(C::Dims, "negative entry in dims"));
     }
     if nnodes as i64 % fixed != 0 {
-        return Err(Error::new(C::Dims, format!("{nnodes} is not a multiple of the fixed dimensions' product {fixed}")));
+        return Err(Error::new(
+            C::Dims,
+            format!("{nnodes} is not a multiple of the fixed dimensions' product {fixed}"),
+        ));
     }
     let free = dims.iter().filter(|&&d| d == 0).count();
     if free == 0 {
@@ -623,7 +798,12 @@ pub extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int)
 }
 
 fn cart_of(comm: c_int) -> Res<Arc<Cart>> {
-    tables().comm(comm)?.cart.clone().ok_or_else(|| Error::new(C::Topology, format!("communicator {comm} has no Cartesian topology")))
+    tables().comm(comm)?.cart.clone().ok_or_else(|| {
+        Error::new(
+            C::Topology,
+            format!("communicator {comm} has no Cartesian topology"),
+        )
+    })
 }
 
 fn coords_of(c: &Cart, mut rank: c_int) -> Vec<c_int> {
@@ -644,7 +824,10 @@ fn rank_of(c: &Cart, coords: &[c_int]) -> Res<c_int> {
         } else if (0..d).contains(&x) {
             x
         } else {
-            return Err(Error::new(C::Arg, format!("coordinate {x} outside dimension {i} of size {d}")));
+            return Err(Error::new(
+                C::Arg,
+                format!("coordinate {x} outside dimension {i} of size {d}"),
+            ));
         };
         r = r * d + x;
     }
@@ -652,7 +835,14 @@ fn rank_of(c: &Cart, coords: &[c_int]) -> Res<c_int> {
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Cart_create(comm: c_int, ndims: c_int, dims: *const c_int, periods: *const c_int, _reorder: c_int, newcomm: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Cart_create(
+    comm: c_int,
+    ndims: c_int,
+    dims: *const c_int,
+    periods: *const c_int,
+    _reorder: c_int,
+    newcomm: *mut c_int,
+) -> c_int {
     guard("MPI_Cart_create", comm, || {
         let n = ccount(ndims, C::Dims, "ndims")?;
         let d = array(dims, n, "dims")?;
@@ -663,7 +853,13 @@ pub extern "C" fn MPI_Cart_create(comm: c_int, ndims: c_int, dims: *const c_int,
         let total: i64 = d.iter().map(|&x| x as i64).product();
         let base = comm_of(comm)?;
         if total > base.size() as i64 {
-            return Err(Error::new(C::Topology, format!("grid of {total} processes exceeds the communicator's {}", base.size())));
+            return Err(Error::new(
+                C::Topology,
+                format!(
+                    "grid of {total} processes exceeds the communicator's {}",
+                    base.size()
+                ),
+            ));
         }
         let g = base.group().incl(&(0..total as u32).collect::<Vec<_>>())?;
         let c = base.create(&g)?;
@@ -671,7 +867,10 @@ pub extern "C" fn MPI_Cart_create(comm: c_int, ndims: c_int, dims: *const c_int,
             None => put(newcomm, 0, "comm_cart"),
             Some(c) => {
                 let h = register(comm, c, false)?;
-                tables().comm_mut(h)?.cart = Some(Arc::new(Cart { dims: d, periods: p.iter().map(|&x| x != 0).collect() }));
+                tables().comm_mut(h)?.cart = Some(Arc::new(Cart {
+                    dims: d,
+                    periods: p.iter().map(|&x| x != 0).collect(),
+                }));
                 put(newcomm, h, "comm_cart")
             }
         }
@@ -688,19 +887,37 @@ pub extern "C" fn MPI_Topo_test(comm: c_int, status: *mut c_int) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn MPI_Cartdim_get(comm: c_int, ndims: *mut c_int) -> c_int {
-    guard("MPI_Cartdim_get", comm, || put(ndims, cart_of(comm)?.dims.len() as c_int, "ndims"))
+    guard("MPI_Cartdim_get", comm, || {
+        put(ndims, cart_of(comm)?.dims.len() as c_int, "ndims")
+    })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Cart_get(comm: c_int, maxdims: c_int, dims: *mut c_int, periods: *mut c_int, coords: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Cart_get(
+    comm: c_int,
+    maxdims: c_int,
+    dims: *mut c_int,
+    periods: *mut c_int,
+    coords: *mut c_int,
+) -> c_int {
     guard("MPI_Cart_get", comm, || {
         let c = cart_of(comm)?;
         if (maxdims as usize) < c.dims.len() {
-            return Err(Error::new(C::Arg, "maxdims is smaller than the topology's dimensions"));
+            return Err(Error::new(
+                C::Arg,
+                "maxdims is smaller than the topology's dimensions",
+            ));
         }
         let me = comm_of(comm)?.rank() as c_int;
         put_array(dims, &c.dims, "dims")?;
-        put_array(periods, &c.periods.iter().map(|&p| c_int::from(p)).collect::<Vec<_>>(), "periods")?;
+        put_array(
+            periods,
+            &c.periods
+                .iter()
+                .map(|&p| c_int::from(p))
+                .collect::<Vec<_>>(),
+            "periods",
+        )?;
         put_array(coords, &coords_of(&c, me), "coords")
     })
 }
@@ -715,25 +932,45 @@ pub extern "C" fn MPI_Cart_rank(comm: c_int, coords: *const c_int, rank: *mut c_
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Cart_coords(comm: c_int, rank: c_int, maxdims: c_int, coords: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Cart_coords(
+    comm: c_int,
+    rank: c_int,
+    maxdims: c_int,
+    coords: *mut c_int,
+) -> c_int {
     guard("MPI_Cart_coords", comm, || {
         let c = cart_of(comm)?;
         let size: c_int = c.dims.iter().product();
         if !(0..size).contains(&rank) {
-            return Err(Error::new(C::Rank, format!("rank {rank} is not in 0..{size}")));
+            return Err(Error::new(
+                C::Rank,
+                format!("rank {rank} is not in 0..{size}"),
+            ));
         }
         if (maxdims as usize) < c.dims.len() {
-            return Err(Error::new(C::Arg, "maxdims is smaller than the topology's dimensions"));
+            return Err(Error::new(
+                C::Arg,
+                "maxdims is smaller than the topology's dimensions",
+            ));
         }
         put_array(coords, &coords_of(&c, rank), "coords")
     })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Cart_shift(comm: c_int, direction: c_int, disp: c_int, source: *mut c_int, dest: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Cart_shift(
+    comm: c_int,
+    direction: c_int,
+    disp: c_int,
+    source: *mut c_int,
+    dest: *mut c_int,
+) -> c_int {
     guard("MPI_Cart_shift", comm, || {
         let c = cart_of(comm)?;
-        let dir = usize::try_from(direction).ok().filter(|&d| d < c.dims.len()).ok_or_else(|| Error::new(C::Arg, format!("direction {direction} out of range")))?;
+        let dir = usize::try_from(direction)
+            .ok()
+            .filter(|&d| d < c.dims.len())
+            .ok_or_else(|| Error::new(C::Arg, format!("direction {direction} out of range")))?;
         let me = comm_of(comm)?.rank() as c_int;
         let at = coords_of(&c, me);
         let shifted = |delta: c_int| -> c_int {
@@ -762,22 +999,40 @@ pub extern "C" fn MPI_Cart_sub(comm: c_int, remain: *const c_int, newcomm: *mut 
                 color = color * c.dims[i] as i64 + at[i] as i64;
             }
         }
-        let sub = comm_of(comm)?.split(Some(color as u32), key as c_int)?.ok_or_else(|| Error::new(C::Intern, "cart_sub: no communicator"))?;
+        let sub = comm_of(comm)?
+            .split(Some(color as u32), key as c_int)?
+            .ok_or_else(|| Error::new(C::Intern, "cart_sub: no communicator"))?;
         let h = register(comm, sub, false)?;
-        let dims: Vec<c_int> = (0..c.dims.len()).filter(|&i| r[i] != 0).map(|i| c.dims[i]).collect();
-        let periods: Vec<bool> = (0..c.dims.len()).filter(|&i| r[i] != 0).map(|i| c.periods[i]).collect();
+        let dims: Vec<c_int> = (0..c.dims.len())
+            .filter(|&i| r[i] != 0)
+            .map(|i| c.dims[i])
+            .collect();
+        let periods: Vec<bool> = (0..c.dims.len())
+            .filter(|&i| r[i] != 0)
+            .map(|i| c.periods[i])
+            .collect();
         tables().comm_mut(h)?.cart = Some(Arc::new(Cart { dims, periods }));
         put(newcomm, h, "newcomm")
     })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Cart_map(comm: c_int, ndims: c_int, dims: *const c_int, _periods: *const c_int, newrank: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Cart_map(
+    comm: c_int,
+    ndims: c_int,
+    dims: *const c_int,
+    _periods: *const c_int,
+    newrank: *mut c_int,
+) -> c_int {
     guard("MPI_Cart_map", comm, || {
         let d = array(dims, ccount(ndims, C::Dims, "ndims")?, "dims")?;
         let total: i64 = d.iter().map(|&x| x as i64).product();
         let me = comm_of(comm)?.rank() as i64;
-        put(newrank, if me < total { me as c_int } else { UNDEFINED }, "newrank")
+        put(
+            newrank,
+            if me < total { me as c_int } else { UNDEFINED },
+            "newrank",
+        )
     })
 }
 

@@ -112,9 +112,6 @@ const PREDEF: &[(c_int, &str, usize, usize, Option<Elem>)] = &[
     (38, "MPI_LONG_DOUBLE_INT", 32, 16, None),
 ];
 
-/// Highest predefined handle.
-pub(crate) const LAST_PREDEFINED: c_int = 38;
-
 /// The predefined types, built once.
 pub(crate) fn predefined() -> Vec<Arc<Dtype>> {
     PREDEF
@@ -203,7 +200,12 @@ impl Builder {
             return Ok(());
         }
         let ext = t.extent();
-        if self.blocks.len().saturating_add(n.saturating_mul(t.blocks.len())) > MAX_BLOCKS {
+        if self
+            .blocks
+            .len()
+            .saturating_add(n.saturating_mul(t.blocks.len()))
+            > MAX_BLOCKS
+        {
             return Err(Error::new(C::NoMem, "derived datatype typemap too large"));
         }
         for i in 0..n {

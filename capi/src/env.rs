@@ -12,7 +12,9 @@ use tmpi_pml::{InitOptions, Pml};
 
 use crate::error::{guard, guard_value, Error, MpiErrorClass as C, Res, ERRORS_ARE_FATAL};
 use crate::ffi::{put, put_cstr};
-use crate::state::{self, Rt, COMM_SELF, COMM_WORLD, PHASE, PHASE_FINALIZED, PHASE_INIT, PHASE_NONE};
+use crate::state::{
+    self, Rt, COMM_SELF, COMM_WORLD, PHASE, PHASE_FINALIZED, PHASE_INIT, PHASE_NONE,
+};
 
 static PARAM_CHECK: AtomicBool = AtomicBool::new(true);
 static INIT_LOCK: Mutex<()> = Mutex::new(());
@@ -97,7 +99,10 @@ pub extern "C" fn MPI_Init_thread(
 ) -> c_int {
     guard("MPI_Init_thread", COMM_WORLD, || {
         if !(0..=3).contains(&required) {
-            return Err(Error::new(C::Arg, format!("required thread level {required} is not one of MPI_THREAD_*")));
+            return Err(Error::new(
+                C::Arg,
+                format!("required thread level {required} is not one of MPI_THREAD_*"),
+            ));
         }
         let p = init(required)?;
         put(provided, p, "provided")
@@ -135,27 +140,41 @@ pub extern "C" fn MPI_Finalize() -> c_int {
 #[no_mangle]
 pub extern "C" fn MPI_Initialized(flag: *mut c_int) -> c_int {
     guard("MPI_Initialized", COMM_WORLD, || {
-        put(flag, c_int::from(PHASE.load(Ordering::Acquire) != PHASE_NONE), "flag")
+        put(
+            flag,
+            c_int::from(PHASE.load(Ordering::Acquire) != PHASE_NONE),
+            "flag",
+        )
     })
 }
 
 #[no_mangle]
 pub extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
     guard("MPI_Finalized", COMM_WORLD, || {
-        put(flag, c_int::from(PHASE.load(Ordering::Acquire) == PHASE_FINALIZED), "flag")
+        put(
+            flag,
+            c_int::from(PHASE.load(Ordering::Acquire) == PHASE_FINALIZED),
+            "flag",
+        )
     })
 }
 
 #[no_mangle]
 pub extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
-    guard("MPI_Query_thread", COMM_WORLD, || put(provided, state::rt()?.thread_level, "provided"))
+    guard("MPI_Query_thread", COMM_WORLD, || {
+        put(provided, state::rt()?.thread_level, "provided")
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
     guard("MPI_Is_thread_main", COMM_WORLD, || {
         let rt = state::rt()?;
-        put(flag, c_int::from(std::thread::current().id() == rt.main_thread), "flag")
+        put(
+            flag,
+            c_int::from(std::thread::current().id() == rt.main_thread),
+            "flag",
+        )
     })
 }
 
@@ -172,7 +191,13 @@ pub(crate) fn abort_job(code: c_int, msg: &str) -> ! {
         if let Ok(fd) = fd.trim().parse::<c_int>() {
             let clean: String = msg
                 .chars()
-                .map(|c| if c.is_control() || c == ' ' || c == ';' || c == '=' { '_' } else { c })
+                .map(|c| {
+                    if c.is_control() || c == ' ' || c == ';' || c == '=' {
+                        '_'
+                    } else {
+                        c
+                    }
+                })
                 .take(400)
                 .collect();
             let line = format!("cmd=abort exitcode={code} message={clean}\n");
@@ -185,7 +210,10 @@ pub(crate) fn abort_job(code: c_int, msg: &str) -> ! {
 #[no_mangle]
 pub extern "C" fn MPI_Abort(comm: c_int, errorcode: c_int) -> c_int {
     guard("MPI_Abort", comm, || {
-        abort_job(errorcode, &format!("MPI_Abort called with error code {errorcode}"))
+        abort_job(
+            errorcode,
+            &format!("MPI_Abort called with error code {errorcode}"),
+        )
     })
 }
 

@@ -60,7 +60,10 @@ pub(crate) fn guard(name: &'static str, comm: c_int, f: impl FnOnce() -> Res<()>
                 .map(|s| s.to_string())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            Err(Error::new(C::Intern, format!("internal error (panic): {what}")))
+            Err(Error::new(
+                C::Intern,
+                format!("internal error (panic): {what}"),
+            ))
         }
     };
     match r {

@@ -151,7 +151,10 @@ pub(crate) fn bytes<'a>(p: *const u8, len: usize) -> Res<&'a [u8]> {
         return Ok(&[]);
     }
     if p.is_null() {
-        return Err(Error::new(C::Buffer, "buffer is NULL with a non-zero count"));
+        return Err(Error::new(
+            C::Buffer,
+            "buffer is NULL with a non-zero count",
+        ));
     }
     // SAFETY: non-null; the caller's buffer holds `len` readable bytes.
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
@@ -163,7 +166,10 @@ pub(crate) fn bytes_mut<'a>(p: *mut u8, len: usize) -> Res<&'a mut [u8]> {
         return Ok(&mut []);
     }
     if p.is_null() {
-        return Err(Error::new(C::Buffer, "buffer is NULL with a non-zero count"));
+        return Err(Error::new(
+            C::Buffer,
+            "buffer is NULL with a non-zero count",
+        ));
     }
     // SAFETY: non-null; the caller's buffer holds `len` writable bytes not
     // accessed elsewhere during the call.

@@ -26,6 +26,7 @@ pub mod env;
 pub(crate) mod error;
 pub(crate) mod ffi;
 pub mod misc;
+pub mod mpit;
 pub mod p2p;
 pub mod request;
 pub(crate) mod state;
@@ -37,6 +38,7 @@ pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mu
 /// `MPI_Comm_errhandler_function` (called with two arguments).
 pub type ErrFn = unsafe extern "C" fn(*mut c_int, *mut c_int);
 /// `MPI_Comm_copy_attr_function`.
-pub type CopyAttrFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
+pub type CopyAttrFn =
+    unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
 /// `MPI_Comm_delete_attr_function`.
 pub type DeleteAttrFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void) -> c_int;

@@ -11,7 +11,8 @@ use crate::state::{tables, COMM_WORLD};
 #[no_mangle]
 pub extern "C" fn MPI_Error_class(code: c_int, class: *mut c_int) -> c_int {
     guard("MPI_Error_class", COMM_WORLD, || {
-        let c = crate::error::class_of(code).ok_or_else(|| Error::new(C::Arg, format!("{code} is not an error code")))?;
+        let c = crate::error::class_of(code)
+            .ok_or_else(|| Error::new(C::Arg, format!("{code} is not an error code")))?;
         put(class, c, "errorclass")
     })
 }
@@ -19,7 +20,8 @@ pub extern "C" fn MPI_Error_class(code: c_int, class: *mut c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn MPI_Error_string(code: c_int, s: *mut c_char, len: *mut c_int) -> c_int {
     guard("MPI_Error_string", COMM_WORLD, || {
-        let text = crate::error::string_of(code).ok_or_else(|| Error::new(C::Arg, format!("{code} is not an error code")))?;
+        let text = crate::error::string_of(code)
+            .ok_or_else(|| Error::new(C::Arg, format!("{code} is not an error code")))?;
         let n = put_cstr(s, 512, &text)?;
         put(len, n, "resultlen")
     })
@@ -57,7 +59,10 @@ pub extern "C" fn MPI_Add_error_string(code: c_int, s: *const c_char) -> c_int {
     guard("MPI_Add_error_string", COMM_WORLD, || {
         let text = cstr(s, "string")?;
         let mut t = tables();
-        let e = t.user_codes.get_mut(&code).ok_or_else(|| Error::new(C::Arg, format!("{code} is not a user error code")))?;
+        let e = t
+            .user_codes
+            .get_mut(&code)
+            .ok_or_else(|| Error::new(C::Arg, format!("{code} is not a user error code")))?;
         e.1 = text;
         Ok(())
     })
@@ -67,14 +72,20 @@ pub extern "C" fn MPI_Add_error_string(code: c_int, s: *const c_char) -> c_int {
 
 fn info_mut<T>(h: c_int, f: impl FnOnce(&mut Vec<(String, String)>) -> Res<T>) -> Res<T> {
     let mut t = tables();
-    let v = t.infos.get_mut(&h).ok_or_else(|| Error::new(C::Info, format!("invalid info handle {h}")))?;
+    let v = t
+        .infos
+        .get_mut(&h)
+        .ok_or_else(|| Error::new(C::Info, format!("invalid info handle {h}")))?;
     f(v)
 }
 
 fn key(p: *const c_char) -> Res<String> {
     let k = cstr(p, "key")?;
     if k.is_empty() || k.len() > 255 {
-        return Err(Error::new(C::InfoKey, format!("info key {k:?} is empty or longer than MPI_MAX_INFO_KEY")));
+        return Err(Error::new(
+            C::InfoKey,
+            format!("info key {k:?} is empty or longer than MPI_MAX_INFO_KEY"),
+        ));
     }
     Ok(k)
 }
@@ -93,7 +104,10 @@ pub extern "C" fn MPI_Info_set(info: c_int, k: *const c_char, v: *const c_char) 
         let k = key(k)?;
         let v = cstr(v, "value")?;
         if v.len() > 1024 {
-            return Err(Error::new(C::InfoValue, "info value longer than MPI_MAX_INFO_VAL"));
+            return Err(Error::new(
+                C::InfoValue,
+                "info value longer than MPI_MAX_INFO_VAL",
+            ));
         }
         info_mut(info, |kv| {
             match kv.iter_mut().find(|e| e.0 == k) {
@@ -106,11 +120,19 @@ pub extern "C" fn MPI_Info_set(info: c_int, k: *const c_char, v: *const c_char) 
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Info_get(info: c_int, k: *const c_char, valuelen: c_int, value: *mut c_char, flag: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Info_get(
+    info: c_int,
+    k: *const c_char,
+    valuelen: c_int,
+    value: *mut c_char,
+    flag: *mut c_int,
+) -> c_int {
     guard("MPI_Info_get", COMM_WORLD, || {
         let k = key(k)?;
         let cap = ccount(valuelen, C::Arg, "valuelen")?;
-        match info_mut(info, |kv| Ok(kv.iter().find(|e| e.0 == k).map(|e| e.1.clone())))? {
+        match info_mut(info, |kv| {
+            Ok(kv.iter().find(|e| e.0 == k).map(|e| e.1.clone()))
+        })? {
             Some(v) => {
                 put_cstr(value, cap + 1, &v)?;
                 put(flag, 1, "flag")
@@ -121,10 +143,17 @@ pub extern "C" fn MPI_Info_get(info: c_int, k: *const c_char, valuelen: c_int, v
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Info_get_valuelen(info: c_int, k: *const c_char, valuelen: *mut c_int, flag: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Info_get_valuelen(
+    info: c_int,
+    k: *const c_char,
+    valuelen: *mut c_int,
+    flag: *mut c_int,
+) -> c_int {
     guard("MPI_Info_get_valuelen", COMM_WORLD, || {
         let k = key(k)?;
-        match info_mut(info, |kv| Ok(kv.iter().find(|e| e.0 == k).map(|e| e.1.len())))? {
+        match info_mut(info, |kv| {
+            Ok(kv.iter().find(|e| e.0 == k).map(|e| e.1.len()))
+        })? {
             Some(n) => {
                 put(valuelen, n as c_int, "valuelen")?;
                 put(flag, 1, "flag")
@@ -146,7 +175,11 @@ pub extern "C" fn MPI_Info_get_nkeys(info: c_int, nkeys: *mut c_int) -> c_int {
 pub extern "C" fn MPI_Info_get_nthkey(info: c_int, n: c_int, k: *mut c_char) -> c_int {
     guard("MPI_Info_get_nthkey", COMM_WORLD, || {
         let i = ccount(n, C::Arg, "n")?;
-        let name = info_mut(info, |kv| kv.get(i).map(|e| e.0.clone()).ok_or_else(|| Error::new(C::Arg, format!("no key number {n}"))))?;
+        let name = info_mut(info, |kv| {
+            kv.get(i)
+                .map(|e| e.0.clone())
+                .ok_or_else(|| Error::new(C::Arg, format!("no key number {n}")))
+        })?;
         put_cstr(k, 256, &name).map(drop)
     })
 }
@@ -192,10 +225,14 @@ pub extern "C" fn MPI_Info_free(info: *mut c_int) -> c_int {
 pub extern "C" fn MPI_Op_create(f: Option<crate::UserFn>, commute: c_int, op: *mut c_int) -> c_int {
     guard("MPI_Op_create", COMM_WORLD, || {
         let f = f.ok_or_else(|| Error::new(C::Arg, "user_fn is NULL"))?;
-        let uop = UserOp::new("user op", commute != 0, move |input: &[u8], inout: &mut [u8], count: usize, dt: tmpi_coll::Datatype| {
-            let h = handle_of_elem(dt);
-            crate::ffi::call_user_op(f, input, inout, count as c_int, h);
-        });
+        let uop = UserOp::new(
+            "user op",
+            commute != 0,
+            move |input: &[u8], inout: &mut [u8], count: usize, dt: tmpi_coll::Datatype| {
+                let h = handle_of_elem(dt);
+                crate::ffi::call_user_op(f, input, inout, count as c_int, h);
+            },
+        );
         let h = tables().add_op(Op::User(uop));
         put(op, h, "op")
     })
@@ -232,7 +269,10 @@ pub extern "C" fn MPI_Op_free(op: *mut c_int) -> c_int {
     guard("MPI_Op_free", COMM_WORLD, || {
         let h = get(op, "op")?;
         if tables().ops.remove(&h).is_none() {
-            return Err(Error::new(C::Op, format!("op {h} is predefined or invalid")));
+            return Err(Error::new(
+                C::Op,
+                format!("op {h} is predefined or invalid"),
+            ));
         }
         put(op, 0, "op")
     })
@@ -247,14 +287,28 @@ pub extern "C" fn MPI_Op_commutative(op: c_int, commute: *mut c_int) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, dtype: c_int, op: c_int) -> c_int {
+pub extern "C" fn MPI_Reduce_local(
+    inbuf: *const c_void,
+    inoutbuf: *mut c_void,
+    count: c_int,
+    dtype: c_int,
+    op: c_int,
+) -> c_int {
     guard("MPI_Reduce_local", COMM_WORLD, || {
         let n = ccount(count, C::Count, "count")?;
-        let (t, o) = { let tb = tables(); (tb.comm_type(dtype)?, tb.op(op)?) };
+        let (t, o) = {
+            let tb = tables();
+            (tb.comm_type(dtype)?, tb.op(op)?)
+        };
         if !t.is_contig() {
-            return Err(Error::new(C::Type, "MPI_Reduce_local takes contiguous datatypes"));
+            return Err(Error::new(
+                C::Type,
+                "MPI_Reduce_local takes contiguous datatypes",
+            ));
         }
-        let e = t.reduce_elem().ok_or_else(|| Error::new(C::Type, "reductions need a predefined element type"))?;
+        let e = t
+            .reduce_elem()
+            .ok_or_else(|| Error::new(C::Type, "reductions need a predefined element type"))?;
         let len = t.size * n;
         let input = crate::ffi::bytes(inbuf.cast(), len)?.to_vec();
         let inout = crate::ffi::bytes_mut(inoutbuf.cast(), len)?;
@@ -282,7 +336,17 @@ conv!(MPI_Comm_c2f MPI_Comm_f2c, MPI_Type_c2f MPI_Type_f2c, MPI_Group_c2f MPI_Gr
 pub extern "C" fn MPI_Status_c2f(c: *const crate::request::MpiStatus, f: *mut c_int) -> c_int {
     guard("MPI_Status_c2f", COMM_WORLD, || {
         let s = get(c, "c_status")?;
-        crate::ffi::put_array(f, &[s.count_lo, s.count_hi_and_cancelled, s.source, s.tag, s.error], "f_status")
+        crate::ffi::put_array(
+            f,
+            &[
+                s.count_lo,
+                s.count_hi_and_cancelled,
+                s.source,
+                s.tag,
+                s.error,
+            ],
+            "f_status",
+        )
     })
 }
 
@@ -290,6 +354,16 @@ pub extern "C" fn MPI_Status_c2f(c: *const crate::request::MpiStatus, f: *mut c_
 pub extern "C" fn MPI_Status_f2c(f: *const c_int, c: *mut crate::request::MpiStatus) -> c_int {
     guard("MPI_Status_f2c", COMM_WORLD, || {
         let v = crate::ffi::array(f, 5, "f_status")?;
-        put(c, crate::request::MpiStatus { count_lo: v[0], count_hi_and_cancelled: v[1], source: v[2], tag: v[3], error: v[4] }, "c_status")
+        put(
+            c,
+            crate::request::MpiStatus {
+                count_lo: v[0],
+                count_hi_and_cancelled: v[1],
+                source: v[2],
+                tag: v[3],
+                error: v[4],
+            },
+            "c_status",
+        )
     })
 }

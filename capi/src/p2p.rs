@@ -22,33 +22,54 @@ struct Target {
     t: Arc<Dtype>,
 }
 
-fn resolve(comm: c_int, dtype: c_int, peer: c_int, tag: c_int, count: usize, recv: bool) -> Res<Target> {
+fn resolve(
+    comm: c_int,
+    dtype: c_int,
+    peer: c_int,
+    tag: c_int,
+    count: usize,
+    recv: bool,
+) -> Res<Target> {
     let t = tables();
     let ce = t.comm(comm)?;
     let size = ce.comm.size() as c_int;
     let ty = t.comm_type(dtype)?;
     if param_check() {
-        let rank_ok = (0..size).contains(&peer) || peer == PROC_NULL || (recv && peer == ANY_SOURCE);
+        let rank_ok =
+            (0..size).contains(&peer) || peer == PROC_NULL || (recv && peer == ANY_SOURCE);
         if !rank_ok {
-            return Err(Error::new(C::Rank, format!("rank {peer} is not in 0..{size} of the communicator")));
+            return Err(Error::new(
+                C::Rank,
+                format!("rank {peer} is not in 0..{size} of the communicator"),
+            ));
         }
         let tag_ok = (0..=TAG_UB).contains(&tag) || (recv && tag == ANY_TAG);
         if !tag_ok {
-            return Err(Error::new(C::Tag, format!("tag {tag} is outside 0..=MPI_TAG_UB ({TAG_UB})")));
+            return Err(Error::new(
+                C::Tag,
+                format!("tag {tag} is outside 0..=MPI_TAG_UB ({TAG_UB})"),
+            ));
         }
     }
     total_size(&ty, count)?;
-    Ok(Target { ctx: ce.comm.context_id(), t: ty })
+    Ok(Target {
+        ctx: ce.comm.context_id(),
+        t: ty,
+    })
 }
 
 fn check_buf(buf: *const c_void, count: usize, t: &Dtype) -> Res<()> {
     if param_check() && buf.is_null() && count > 0 && t.size > 0 && t.true_lb >= 0 && t.lb == 0 {
-        return Err(Error::new(C::Buffer, "buffer is NULL with a non-zero count"));
+        return Err(Error::new(
+            C::Buffer,
+            "buffer is NULL with a non-zero count",
+        ));
     }
     Ok(())
 }
 
 /// Starts a send; returns the request record.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn start_send(
     buf: *const c_void,
     count: c_int,
@@ -75,7 +96,12 @@ pub(crate) fn start_send(
     // the request record (its heap buffer does not move) and lives until
     // the request completes.
     let id = unsafe { rt.pml.isend(tg.ctx, dest, tag, raw, mode) }?;
-    Ok(Req::Pml { id, stage, persist, comm })
+    Ok(Req::Pml {
+        id,
+        stage,
+        persist,
+        comm,
+    })
 }
 
 /// Starts a receive.
@@ -98,12 +124,25 @@ pub(crate) fn start_recv(
     } else {
         let mut v = vec![0u8; len];
         let raw = RawBufMut::from_slice(&mut v);
-        (raw, Stage::Recv { buf: v, dst: buf as usize, count: n, t: Arc::clone(&tg.t) })
+        (
+            raw,
+            Stage::Recv {
+                buf: v,
+                dst: buf as usize,
+                count: n,
+                t: Arc::clone(&tg.t),
+            },
+        )
     };
     // SAFETY: as for sends; the staging vector's heap buffer is owned by the
     // request record and not accessed until the pml reports completion.
     let id = unsafe { rt.pml.irecv(tg.ctx, src, tag, raw) }?;
-    Ok(Req::Pml { id, stage, persist, comm })
+    Ok(Req::Pml {
+        id,
+        stage,
+        persist,
+        comm,
+    })
 }
 
 fn blocking(r: Req, status: *mut MpiStatus, what: &str) -> Res<()> {
@@ -116,14 +155,29 @@ fn blocking(r: Req, status: *mut MpiStatus, what: &str) -> Res<()> {
 macro_rules! send_fn {
     ($name:ident, $iname:ident, $initname:ident, $mode:expr) => {
         #[no_mangle]
-        pub extern "C" fn $name(buf: *const c_void, count: c_int, dtype: c_int, dest: c_int, tag: c_int, comm: c_int) -> c_int {
+        pub extern "C" fn $name(
+            buf: *const c_void,
+            count: c_int,
+            dtype: c_int,
+            dest: c_int,
+            tag: c_int,
+            comm: c_int,
+        ) -> c_int {
             guard(stringify!($name), comm, || {
                 let r = start_send(buf, count, dtype, dest, tag, comm, $mode, None)?;
                 blocking(r, std::ptr::null_mut(), stringify!($name))
             })
         }
         #[no_mangle]
-        pub extern "C" fn $iname(buf: *const c_void, count: c_int, dtype: c_int, dest: c_int, tag: c_int, comm: c_int, request: *mut c_int) -> c_int {
+        pub extern "C" fn $iname(
+            buf: *const c_void,
+            count: c_int,
+            dtype: c_int,
+            dest: c_int,
+            tag: c_int,
+            comm: c_int,
+            request: *mut c_int,
+        ) -> c_int {
             guard(stringify!($iname), comm, || {
                 let r = start_send(buf, count, dtype, dest, tag, comm, $mode, None)?;
                 let h = tables().add_req(r);
@@ -131,12 +185,28 @@ macro_rules! send_fn {
             })
         }
         #[no_mangle]
-        pub extern "C" fn $initname(buf: *const c_void, count: c_int, dtype: c_int, dest: c_int, tag: c_int, comm: c_int, request: *mut c_int) -> c_int {
+        pub extern "C" fn $initname(
+            buf: *const c_void,
+            count: c_int,
+            dtype: c_int,
+            dest: c_int,
+            tag: c_int,
+            comm: c_int,
+            request: *mut c_int,
+        ) -> c_int {
             guard(stringify!($initname), comm, || {
                 let n = ccount(count, C::Count, "count")?;
                 let tg = resolve(comm, dtype, dest, tag, n, false)?;
                 check_buf(buf, n, &tg.t)?;
-                let p = Persist { send: Some($mode), buf: buf as usize, count: n, dtype, peer: dest, tag, comm };
+                let p = Persist {
+                    send: Some($mode),
+                    buf: buf as usize,
+                    count: n,
+                    dtype,
+                    peer: dest,
+                    tag,
+                    comm,
+                };
                 let h = tables().add_req(Req::Inactive(p));
                 put(request, h, "request")
             })
@@ -150,7 +220,15 @@ send_fn!(MPI_Rsend, MPI_Irsend, MPI_Rsend_init, SendMode::Ready);
 send_fn!(MPI_Bsend, MPI_Ibsend, MPI_Bsend_init, SendMode::Buffered);
 
 #[no_mangle]
-pub extern "C" fn MPI_Recv(buf: *mut c_void, count: c_int, dtype: c_int, source: c_int, tag: c_int, comm: c_int, status: *mut MpiStatus) -> c_int {
+pub extern "C" fn MPI_Recv(
+    buf: *mut c_void,
+    count: c_int,
+    dtype: c_int,
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    status: *mut MpiStatus,
+) -> c_int {
     guard("MPI_Recv", comm, || {
         let r = start_recv(buf, count, dtype, source, tag, comm, None)?;
         blocking(r, status, "MPI_Recv")
@@ -158,7 +236,15 @@ pub extern "C" fn MPI_Recv(buf: *mut c_void, count: c_int, dtype: c_int, source:
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Irecv(buf: *mut c_void, count: c_int, dtype: c_int, source: c_int, tag: c_int, comm: c_int, request: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Irecv(
+    buf: *mut c_void,
+    count: c_int,
+    dtype: c_int,
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
     guard("MPI_Irecv", comm, || {
         let r = start_recv(buf, count, dtype, source, tag, comm, None)?;
         let h = tables().add_req(r);
@@ -167,12 +253,28 @@ pub extern "C" fn MPI_Irecv(buf: *mut c_void, count: c_int, dtype: c_int, source
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Recv_init(buf: *mut c_void, count: c_int, dtype: c_int, source: c_int, tag: c_int, comm: c_int, request: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Recv_init(
+    buf: *mut c_void,
+    count: c_int,
+    dtype: c_int,
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
     guard("MPI_Recv_init", comm, || {
         let n = ccount(count, C::Count, "count")?;
         let tg = resolve(comm, dtype, source, tag, n, true)?;
         check_buf(buf, n, &tg.t)?;
-        let p = Persist { send: None, buf: buf as usize, count: n, dtype, peer: source, tag, comm };
+        let p = Persist {
+            send: None,
+            buf: buf as usize,
+            count: n,
+            dtype,
+            peer: source,
+            tag,
+            comm,
+        };
         let h = tables().add_req(Req::Inactive(p));
         put(request, h, "request")
     })
@@ -183,14 +285,41 @@ fn start_one(h: c_int) -> Res<()> {
         let t = tables();
         match t.reqs.get(&h) {
             Some(Req::Inactive(p)) => p.clone(),
-            Some(_) => return Err(Error::new(C::Request, format!("request {h} is already active or not persistent"))),
-            None => return Err(Error::new(C::Request, format!("invalid request handle {h}"))),
+            Some(_) => {
+                return Err(Error::new(
+                    C::Request,
+                    format!("request {h} is already active or not persistent"),
+                ))
+            }
+            None => {
+                return Err(Error::new(
+                    C::Request,
+                    format!("invalid request handle {h}"),
+                ))
+            }
         }
     };
     let cnt = p.count as c_int;
     let r = match p.send {
-        Some(mode) => start_send(p.buf as *const c_void, cnt, p.dtype, p.peer, p.tag, p.comm, mode, Some(p.clone()))?,
-        None => start_recv(p.buf as *mut c_void, cnt, p.dtype, p.peer, p.tag, p.comm, Some(p.clone()))?,
+        Some(mode) => start_send(
+            p.buf as *const c_void,
+            cnt,
+            p.dtype,
+            p.peer,
+            p.tag,
+            p.comm,
+            mode,
+            Some(p.clone()),
+        )?,
+        None => start_recv(
+            p.buf as *mut c_void,
+            cnt,
+            p.dtype,
+            p.peer,
+            p.tag,
+            p.comm,
+            Some(p.clone()),
+        )?,
     };
     tables().reqs.insert(h, r);
     Ok(())
@@ -198,7 +327,9 @@ fn start_one(h: c_int) -> Res<()> {
 
 #[no_mangle]
 pub extern "C" fn MPI_Start(request: *mut c_int) -> c_int {
-    guard("MPI_Start", COMM_WORLD, || start_one(get(request, "request")?))
+    guard("MPI_Start", COMM_WORLD, || {
+        start_one(get(request, "request")?)
+    })
 }
 
 #[no_mangle]
@@ -214,11 +345,33 @@ pub extern "C" fn MPI_Startall(count: c_int, requests: *mut c_int) -> c_int {
 
 #[allow(clippy::too_many_arguments)]
 #[no_mangle]
-pub extern "C" fn MPI_Sendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: c_int, source: c_int, recvtag: c_int, comm: c_int, status: *mut MpiStatus) -> c_int {
+pub extern "C" fn MPI_Sendrecv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: c_int,
+    status: *mut MpiStatus,
+) -> c_int {
     guard("MPI_Sendrecv", comm, || {
         let r = start_recv(recvbuf, recvcount, recvtype, source, recvtag, comm, None)?;
         let rh = tables().add_req(r);
-        let s = match start_send(sendbuf, sendcount, sendtype, dest, sendtag, comm, SendMode::Standard, None) {
+        let s = match start_send(
+            sendbuf,
+            sendcount,
+            sendtype,
+            dest,
+            sendtag,
+            comm,
+            SendMode::Standard,
+            None,
+        ) {
             Ok(s) => s,
             Err(e) => {
                 cancel_and_drop(rh);
@@ -247,7 +400,17 @@ fn cancel_and_drop(h: c_int) {
 
 #[allow(clippy::too_many_arguments)]
 #[no_mangle]
-pub extern "C" fn MPI_Sendrecv_replace(buf: *mut c_void, count: c_int, dtype: c_int, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: c_int, status: *mut MpiStatus) -> c_int {
+pub extern "C" fn MPI_Sendrecv_replace(
+    buf: *mut c_void,
+    count: c_int,
+    dtype: c_int,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: c_int,
+    status: *mut MpiStatus,
+) -> c_int {
     guard("MPI_Sendrecv_replace", comm, || {
         let n = ccount(count, C::Count, "count")?;
         let t = tables().comm_type(dtype)?;
@@ -255,10 +418,20 @@ pub extern "C" fn MPI_Sendrecv_replace(buf: *mut c_void, count: c_int, dtype: c_
         let mut v = Vec::with_capacity(t.size * n);
         crate::ffi::gather_blocks(buf as *const u8, n, t.extent(), &t.blocks, &mut v);
         let byte = 4; // MPI_BYTE
-        let len = c_int::try_from(v.len()).map_err(|_| Error::new(C::Count, "message too large"))?;
+        let len =
+            c_int::try_from(v.len()).map_err(|_| Error::new(C::Count, "message too large"))?;
         let r = start_recv(buf, count, dtype, source, recvtag, comm, None)?;
         let rh = tables().add_req(r);
-        let s = start_send(v.as_ptr().cast(), len, byte, dest, sendtag, comm, SendMode::Standard, None)?;
+        let s = start_send(
+            v.as_ptr().cast(),
+            len,
+            byte,
+            dest,
+            sendtag,
+            comm,
+            SendMode::Standard,
+            None,
+        )?;
         let sh = tables().add_req(s);
         let (sst, _) = wait_handle(sh)?;
         drop(v);
@@ -277,7 +450,11 @@ fn req_comm(h: c_int) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn MPI_Wait(request: *mut c_int, status: *mut MpiStatus) -> c_int {
-    let comm = if request.is_null() { COMM_WORLD } else { req_comm(get(request, "request").unwrap_or(0)) };
+    let comm = if request.is_null() {
+        COMM_WORLD
+    } else {
+        req_comm(get(request, "request").unwrap_or(0))
+    };
     guard("MPI_Wait", comm, || {
         let h = get(request, "request")?;
         let (st, freed) = wait_handle(h)?;
@@ -291,7 +468,11 @@ pub extern "C" fn MPI_Wait(request: *mut c_int, status: *mut MpiStatus) -> c_int
 
 #[no_mangle]
 pub extern "C" fn MPI_Test(request: *mut c_int, flag: *mut c_int, status: *mut MpiStatus) -> c_int {
-    let comm = if request.is_null() { COMM_WORLD } else { req_comm(get(request, "request").unwrap_or(0)) };
+    let comm = if request.is_null() {
+        COMM_WORLD
+    } else {
+        req_comm(get(request, "request").unwrap_or(0))
+    };
     guard("MPI_Test", comm, || {
         let h = get(request, "request")?;
         match test_handle(h)? {
@@ -313,7 +494,11 @@ pub extern "C" fn MPI_Test(request: *mut c_int, flag: *mut c_int, status: *mut M
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Request_get_status(request: c_int, flag: *mut c_int, status: *mut MpiStatus) -> c_int {
+pub extern "C" fn MPI_Request_get_status(
+    request: c_int,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
     guard("MPI_Request_get_status", COMM_WORLD, || {
         // Progress, then peek without releasing.
         let rt = rt()?;
@@ -322,7 +507,12 @@ pub extern "C" fn MPI_Request_get_status(request: c_int, flag: *mut c_int, statu
             let t = tables();
             match t.reqs.get(&request) {
                 None if request == 0 => Some(St::empty()),
-                None => return Err(Error::new(C::Request, format!("invalid request handle {request}"))),
+                None => {
+                    return Err(Error::new(
+                        C::Request,
+                        format!("invalid request handle {request}"),
+                    ))
+                }
                 Some(Req::Inactive(_)) => Some(St::empty()),
                 Some(Req::Done { st, .. }) => Some(*st),
                 Some(_) => None,
@@ -350,7 +540,11 @@ fn statuses_at(p: *mut MpiStatus, i: usize, st: St) -> Res<()> {
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Waitall(count: c_int, requests: *mut c_int, statuses: *mut MpiStatus) -> c_int {
+pub extern "C" fn MPI_Waitall(
+    count: c_int,
+    requests: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> c_int {
     guard("MPI_Waitall", COMM_WORLD, || {
         let n = ccount(count, C::Count, "count")?;
         let mut hs = crate::ffi::array(requests, n, "array_of_requests")?;
@@ -390,14 +584,22 @@ pub extern "C" fn MPI_Waitall(count: c_int, requests: *mut c_int, statuses: *mut
         }
         put_array(requests, &hs, "array_of_requests")?;
         if err {
-            return Err(Error::new(C::InStatus, "MPI_Waitall: a request failed (see the statuses)"));
+            return Err(Error::new(
+                C::InStatus,
+                "MPI_Waitall: a request failed (see the statuses)",
+            ));
         }
         Ok(())
     })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Testall(count: c_int, requests: *mut c_int, flag: *mut c_int, statuses: *mut MpiStatus) -> c_int {
+pub extern "C" fn MPI_Testall(
+    count: c_int,
+    requests: *mut c_int,
+    flag: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> c_int {
     guard("MPI_Testall", COMM_WORLD, || {
         let n = ccount(count, C::Count, "count")?;
         let hs = crate::ffi::array(requests, n, "array_of_requests")?;
@@ -415,7 +617,13 @@ pub extern "C" fn MPI_Testall(count: c_int, requests: *mut c_int, flag: *mut c_i
                     if freed {
                         t.reqs.insert(h, Req::Done { st, persist: None });
                     } else if let Some(Req::Inactive(p)) = t.reqs.remove(&h) {
-                        t.reqs.insert(h, Req::Done { st, persist: Some(p) });
+                        t.reqs.insert(
+                            h,
+                            Req::Done {
+                                st,
+                                persist: Some(p),
+                            },
+                        );
                     }
                 }
             }
@@ -440,7 +648,10 @@ pub extern "C" fn MPI_Testall(count: c_int, requests: *mut c_int, flag: *mut c_i
         put_array(requests, &out, "array_of_requests")?;
         put(flag, 1, "flag")?;
         if err {
-            return Err(Error::new(C::InStatus, "MPI_Testall: a request failed (see the statuses)"));
+            return Err(Error::new(
+                C::InStatus,
+                "MPI_Testall: a request failed (see the statuses)",
+            ));
         }
         Ok(())
     })
@@ -471,7 +682,12 @@ fn testany_pass(requests: *mut c_int, n: usize) -> Res<Option<(Option<usize>, St
 const UNDEFINED: c_int = -32766;
 
 #[no_mangle]
-pub extern "C" fn MPI_Waitany(count: c_int, requests: *mut c_int, index: *mut c_int, status: *mut MpiStatus) -> c_int {
+pub extern "C" fn MPI_Waitany(
+    count: c_int,
+    requests: *mut c_int,
+    index: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
     guard("MPI_Waitany", COMM_WORLD, || {
         let n = ccount(count, C::Count, "count")?;
         loop {
@@ -486,7 +702,13 @@ pub extern "C" fn MPI_Waitany(count: c_int, requests: *mut c_int, index: *mut c_
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Testany(count: c_int, requests: *mut c_int, index: *mut c_int, flag: *mut c_int, status: *mut MpiStatus) -> c_int {
+pub extern "C" fn MPI_Testany(
+    count: c_int,
+    requests: *mut c_int,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
     guard("MPI_Testany", COMM_WORLD, || {
         let n = ccount(count, C::Count, "count")?;
         match testany_pass(requests, n)? {
@@ -504,7 +726,12 @@ pub extern "C" fn MPI_Testany(count: c_int, requests: *mut c_int, index: *mut c_
     })
 }
 
-fn somepass(requests: *mut c_int, n: usize, indices: *mut c_int, statuses: *mut MpiStatus) -> Res<Option<c_int>> {
+fn somepass(
+    requests: *mut c_int,
+    n: usize,
+    indices: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> Res<Option<c_int>> {
     let hs = crate::ffi::array(requests, n, "array_of_requests")?;
     let mut active = false;
     let mut k = 0usize;
@@ -525,7 +752,10 @@ fn somepass(requests: *mut c_int, n: usize, indices: *mut c_int, statuses: *mut 
         }
     }
     if err {
-        return Err(Error::new(C::InStatus, "a request failed (see the statuses)"));
+        return Err(Error::new(
+            C::InStatus,
+            "a request failed (see the statuses)",
+        ));
     }
     if k == 0 && !active {
         return Ok(Some(UNDEFINED));
@@ -534,7 +764,13 @@ fn somepass(requests: *mut c_int, n: usize, indices: *mut c_int, statuses: *mut 
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Waitsome(incount: c_int, requests: *mut c_int, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MpiStatus) -> c_int {
+pub extern "C" fn MPI_Waitsome(
+    incount: c_int,
+    requests: *mut c_int,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> c_int {
     guard("MPI_Waitsome", COMM_WORLD, || {
         let n = ccount(incount, C::Count, "incount")?;
         loop {
@@ -547,7 +783,13 @@ pub extern "C" fn MPI_Waitsome(incount: c_int, requests: *mut c_int, outcount: *
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Testsome(incount: c_int, requests: *mut c_int, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MpiStatus) -> c_int {
+pub extern "C" fn MPI_Testsome(
+    incount: c_int,
+    requests: *mut c_int,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> c_int {
     guard("MPI_Testsome", COMM_WORLD, || {
         let n = ccount(incount, C::Count, "incount")?;
         let k = somepass(requests, n, indices, statuses)?.unwrap_or(0);
@@ -563,7 +805,12 @@ pub extern "C" fn MPI_Cancel(request: *mut c_int) -> c_int {
         let id = match tables().reqs.get(&h) {
             Some(Req::Pml { id, .. }) => Some(*id),
             Some(_) => None,
-            None => return Err(Error::new(C::Request, format!("invalid request handle {h}"))),
+            None => {
+                return Err(Error::new(
+                    C::Request,
+                    format!("invalid request handle {h}"),
+                ))
+            }
         };
         if let Some(id) = id {
             rt.pml.cancel(id)?;
@@ -579,8 +826,17 @@ pub extern "C" fn MPI_Request_free(request: *mut c_int) -> c_int {
         let rt = rt()?;
         let r = tables().reqs.remove(&h);
         match r {
-            None => return Err(Error::new(C::Request, format!("invalid request handle {h}"))),
-            Some(Req::Pml { id, stage: Stage::Direct, .. }) => rt.pml.request_free(id)?,
+            None => {
+                return Err(Error::new(
+                    C::Request,
+                    format!("invalid request handle {h}"),
+                ))
+            }
+            Some(Req::Pml {
+                id,
+                stage: Stage::Direct,
+                ..
+            }) => rt.pml.request_free(id)?,
             Some(r @ Req::Pml { .. }) | Some(r @ Req::Coll { .. }) => {
                 // Staged data must outlive the operation: let it finish in
                 // the background by parking it under a fresh handle that
@@ -603,17 +859,28 @@ fn probe_target(source: c_int, tag: c_int, comm: c_int) -> Res<u32> {
     let size = ce.comm.size() as c_int;
     if param_check() {
         if !((0..size).contains(&source) || source == ANY_SOURCE || source == PROC_NULL) {
-            return Err(Error::new(C::Rank, format!("rank {source} is not in 0..{size}")));
+            return Err(Error::new(
+                C::Rank,
+                format!("rank {source} is not in 0..{size}"),
+            ));
         }
         if !((0..=TAG_UB).contains(&tag) || tag == ANY_TAG) {
-            return Err(Error::new(C::Tag, format!("tag {tag} is outside 0..=MPI_TAG_UB")));
+            return Err(Error::new(
+                C::Tag,
+                format!("tag {tag} is outside 0..=MPI_TAG_UB"),
+            ));
         }
     }
     Ok(ce.comm.context_id())
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: c_int, status: *mut MpiStatus) -> c_int {
+pub extern "C" fn MPI_Probe(
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    status: *mut MpiStatus,
+) -> c_int {
     guard("MPI_Probe", comm, || {
         let ctx = probe_target(source, tag, comm)?;
         let rt = rt()?;
@@ -627,7 +894,13 @@ pub extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: c_int, status: *mut
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Iprobe(source: c_int, tag: c_int, comm: c_int, flag: *mut c_int, status: *mut MpiStatus) -> c_int {
+pub extern "C" fn MPI_Iprobe(
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
     guard("MPI_Iprobe", comm, || {
         let ctx = probe_target(source, tag, comm)?;
         let rt = rt()?;
@@ -646,17 +919,26 @@ const MESSAGE_NO_PROC: c_int = 1;
 fn improbe_once(source: c_int, tag: c_int, comm: c_int) -> Res<Option<(c_int, St)>> {
     let ctx = probe_target(source, tag, comm)?;
     if source == PROC_NULL {
-        return Ok(Some((MESSAGE_NO_PROC, St::from(tmpi_pml::Status::proc_null()))));
+        return Ok(Some((
+            MESSAGE_NO_PROC,
+            St::from(tmpi_pml::Status::proc_null()),
+        )));
     }
     let rt = rt()?;
-    Ok(match rt.pml.improbe(ctx, source, tag)? {
-        Some((m, s)) => Some((tables().add_message(m), St::from(s))),
-        None => None,
-    })
+    Ok(rt
+        .pml
+        .improbe(ctx, source, tag)?
+        .map(|(m, s)| (tables().add_message(m), St::from(s))))
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Mprobe(source: c_int, tag: c_int, comm: c_int, message: *mut c_int, status: *mut MpiStatus) -> c_int {
+pub extern "C" fn MPI_Mprobe(
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    message: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
     guard("MPI_Mprobe", comm, || loop {
         if let Some((m, st)) = improbe_once(source, tag, comm)? {
             put(message, m, "message")?;
@@ -667,14 +949,23 @@ pub extern "C" fn MPI_Mprobe(source: c_int, tag: c_int, comm: c_int, message: *m
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Improbe(source: c_int, tag: c_int, comm: c_int, flag: *mut c_int, message: *mut c_int, status: *mut MpiStatus) -> c_int {
-    guard("MPI_Improbe", comm, || match improbe_once(source, tag, comm)? {
-        Some((m, st)) => {
-            put(flag, 1, "flag")?;
-            put(message, m, "message")?;
-            put_status(status, st)
+pub extern "C" fn MPI_Improbe(
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    flag: *mut c_int,
+    message: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    guard("MPI_Improbe", comm, || {
+        match improbe_once(source, tag, comm)? {
+            Some((m, st)) => {
+                put(flag, 1, "flag")?;
+                put(message, m, "message")?;
+                put_status(status, st)
+            }
+            None => put(flag, 0, "flag"),
         }
-        None => put(flag, 0, "flag"),
     })
 }
 
@@ -683,7 +974,10 @@ fn start_mrecv(buf: *mut c_void, count: c_int, dtype: c_int, message: *mut c_int
     let n = ccount(count, C::Count, "count")?;
     if mh == MESSAGE_NO_PROC {
         put(message, 0, "message")?;
-        return Ok(Req::Done { st: St::from(tmpi_pml::Status::proc_null()), persist: None });
+        return Ok(Req::Done {
+            st: St::from(tmpi_pml::Status::proc_null()),
+            persist: None,
+        });
     }
     let (m, t) = {
         let mut tb = tables();
@@ -702,15 +996,34 @@ fn start_mrecv(buf: *mut c_void, count: c_int, dtype: c_int, message: *mut c_int
     } else {
         let mut v = vec![0u8; len];
         let raw = RawBufMut::from_slice(&mut v);
-        (raw, Stage::Recv { buf: v, dst: buf as usize, count: n, t: Arc::clone(&t) })
+        (
+            raw,
+            Stage::Recv {
+                buf: v,
+                dst: buf as usize,
+                count: n,
+                t: Arc::clone(&t),
+            },
+        )
     };
     // SAFETY: as for MPI_Irecv.
     let id = unsafe { rt.pml.imrecv(m, raw) }?;
-    Ok(Req::Pml { id, stage, persist: None, comm: COMM_WORLD })
+    Ok(Req::Pml {
+        id,
+        stage,
+        persist: None,
+        comm: COMM_WORLD,
+    })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Mrecv(buf: *mut c_void, count: c_int, dtype: c_int, message: *mut c_int, status: *mut MpiStatus) -> c_int {
+pub extern "C" fn MPI_Mrecv(
+    buf: *mut c_void,
+    count: c_int,
+    dtype: c_int,
+    message: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
     guard("MPI_Mrecv", COMM_WORLD, || {
         let r = start_mrecv(buf, count, dtype, message)?;
         blocking(r, status, "MPI_Mrecv")
@@ -718,7 +1031,13 @@ pub extern "C" fn MPI_Mrecv(buf: *mut c_void, count: c_int, dtype: c_int, messag
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Imrecv(buf: *mut c_void, count: c_int, dtype: c_int, message: *mut c_int, request: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Imrecv(
+    buf: *mut c_void,
+    count: c_int,
+    dtype: c_int,
+    message: *mut c_int,
+    request: *mut c_int,
+) -> c_int {
     guard("MPI_Imrecv", COMM_WORLD, || {
         let r = start_mrecv(buf, count, dtype, message)?;
         let h = tables().add_req(r);
@@ -782,7 +1101,11 @@ fn elements(s: &MpiStatus, dtype: c_int, whole: bool) -> Res<i64> {
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Get_count(status: *const MpiStatus, dtype: c_int, count: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Get_count(
+    status: *const MpiStatus,
+    dtype: c_int,
+    count: *mut c_int,
+) -> c_int {
     guard("MPI_Get_count", COMM_WORLD, || {
         let s = get(status, "status")?;
         let n = elements(&s, dtype, true)?;
@@ -791,7 +1114,11 @@ pub extern "C" fn MPI_Get_count(status: *const MpiStatus, dtype: c_int, count: *
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Get_elements(status: *const MpiStatus, dtype: c_int, count: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Get_elements(
+    status: *const MpiStatus,
+    dtype: c_int,
+    count: *mut c_int,
+) -> c_int {
     guard("MPI_Get_elements", COMM_WORLD, || {
         let s = get(status, "status")?;
         let n = elements(&s, dtype, false)?;
@@ -800,7 +1127,11 @@ pub extern "C" fn MPI_Get_elements(status: *const MpiStatus, dtype: c_int, count
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Get_elements_x(status: *const MpiStatus, dtype: c_int, count: *mut i64) -> c_int {
+pub extern "C" fn MPI_Get_elements_x(
+    status: *const MpiStatus,
+    dtype: c_int,
+    count: *mut i64,
+) -> c_int {
     guard("MPI_Get_elements_x", COMM_WORLD, || {
         let s = get(status, "status")?;
         put(count, elements(&s, dtype, false)?, "count")
@@ -818,13 +1149,25 @@ fn set_elements(status: *mut MpiStatus, dtype: c_int, n: i64) -> Res<()> {
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Status_set_elements(status: *mut MpiStatus, dtype: c_int, count: c_int) -> c_int {
-    guard("MPI_Status_set_elements", COMM_WORLD, || set_elements(status, dtype, count as i64))
+pub extern "C" fn MPI_Status_set_elements(
+    status: *mut MpiStatus,
+    dtype: c_int,
+    count: c_int,
+) -> c_int {
+    guard("MPI_Status_set_elements", COMM_WORLD, || {
+        set_elements(status, dtype, count as i64)
+    })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Status_set_elements_x(status: *mut MpiStatus, dtype: c_int, count: i64) -> c_int {
-    guard("MPI_Status_set_elements_x", COMM_WORLD, || set_elements(status, dtype, count))
+pub extern "C" fn MPI_Status_set_elements_x(
+    status: *mut MpiStatus,
+    dtype: c_int,
+    count: i64,
+) -> c_int {
+    guard("MPI_Status_set_elements_x", COMM_WORLD, || {
+        set_elements(status, dtype, count)
+    })
 }
 
 #[no_mangle]

@@ -89,8 +89,9 @@ pub(crate) struct Persist {
 pub(crate) enum Stage {
     /// The user's memory is used directly.
     Direct,
-    /// Packed send data (kept alive until completion).
-    Send(Vec<u8>),
+    /// Packed send data: owned here so that it lives until completion
+    /// (the pml reads it through a raw view).
+    Send(#[allow(dead_code)] Vec<u8>),
     /// Receive staging, unpacked into `dst` on completion.
     Recv {
         buf: Vec<u8>,
@@ -127,10 +128,7 @@ pub(crate) enum Req {
         comm: c_int,
     },
     /// Already complete (e.g. a persistent request started on PROC_NULL).
-    Done {
-        st: St,
-        persist: Option<Persist>,
-    },
+    Done { st: St, persist: Option<Persist> },
     /// A persistent request that is not active.
     Inactive(Persist),
 }
@@ -139,7 +137,9 @@ impl Req {
     pub(crate) fn comm(&self) -> c_int {
         match self {
             Req::Pml { comm, .. } | Req::Coll { comm, .. } => *comm,
-            Req::Done { persist, .. } => persist.as_ref().map_or(crate::state::COMM_WORLD, |p| p.comm),
+            Req::Done { persist, .. } => persist
+                .as_ref()
+                .map_or(crate::state::COMM_WORLD, |p| p.comm),
             Req::Inactive(p) => p.comm,
         }
     }
@@ -169,7 +169,12 @@ pub(crate) fn test_handle(h: c_int) -> Res<Tested> {
                 return Ok(Tested::Inactive);
             }
             Some(r) => r,
-            None => return Err(Error::new(C::Request, format!("invalid request handle {h}"))),
+            None => {
+                return Err(Error::new(
+                    C::Request,
+                    format!("invalid request handle {h}"),
+                ))
+            }
         }
     };
     let (done, back) = match req {
@@ -204,7 +209,12 @@ pub(crate) fn test_handle(h: c_int) -> Res<Tested> {
                         &buf[..n],
                     );
                 }
-                (Some(st), persist.map(Req::Inactive).unwrap_or(Req::Done { st, persist: None }))
+                (
+                    Some(st),
+                    persist
+                        .map(Req::Inactive)
+                        .unwrap_or(Req::Done { st, persist: None }),
+                )
             }
         },
         Req::Coll { req, finish, comm } => {
@@ -219,13 +229,30 @@ pub(crate) fn test_handle(h: c_int) -> Res<Tested> {
                 Ok(true) => {
                     let out = req.wait()?;
                     if let Finish::Unpack { dst, count, t } = finish {
-                        crate::ffi::scatter_blocks(dst as *mut u8, count, t.extent(), &t.blocks, &out);
+                        crate::ffi::scatter_blocks(
+                            dst as *mut u8,
+                            count,
+                            t.extent(),
+                            &t.blocks,
+                            &out,
+                        );
                     }
-                    (Some(St::empty()), Req::Done { st: St::empty(), persist: None })
+                    (
+                        Some(St::empty()),
+                        Req::Done {
+                            st: St::empty(),
+                            persist: None,
+                        },
+                    )
                 }
             }
         }
-        Req::Done { st, persist } => (Some(st), persist.map(Req::Inactive).unwrap_or(Req::Done { st, persist: None })),
+        Req::Done { st, persist } => (
+            Some(st),
+            persist
+                .map(Req::Inactive)
+                .unwrap_or(Req::Done { st, persist: None }),
+        ),
         Req::Inactive(p) => (None, Req::Inactive(p)),
     };
     match done {
@@ -276,7 +303,10 @@ pub(crate) fn wait_handle(h: c_int) -> Res<(St, bool)> {
 pub(crate) fn status_err(st: &St, what: &str) -> Res<()> {
     if st.error != C::Success {
         let msg = match st.error {
-            C::Truncate => format!("{what}: message truncated ({} bytes fit the buffer)", st.bytes),
+            C::Truncate => format!(
+                "{what}: message truncated ({} bytes fit the buffer)",
+                st.bytes
+            ),
             c => format!("{what}: {}", c.message()),
         };
         return Err(Error::new(st.error, msg));

@@ -80,7 +80,11 @@ pub(crate) struct Tables {
 fn alloc_handle<T>(map: &HashMap<c_int, T>, next: &mut c_int, first: c_int) -> c_int {
     loop {
         let h = *next;
-        *next = if *next == c_int::MAX { first } else { *next + 1 };
+        *next = if *next == c_int::MAX {
+            first
+        } else {
+            *next + 1
+        };
         if !map.contains_key(&h) {
             return h;
         }
@@ -263,13 +267,11 @@ pub(crate) fn rt() -> Res<&'static Rt> {
             .get()
             .ok_or_else(|| Error::new(C::Intern, "runtime missing")),
         PHASE_FINALIZED => Err(Error::new(C::Other, "MPI was already finalized")),
-        _ => Err(Error::new(C::Other, "MPI is not initialized (call MPI_Init first)")),
+        _ => Err(Error::new(
+            C::Other,
+            "MPI is not initialized (call MPI_Init first)",
+        )),
     }
-}
-
-/// The runtime, whatever the phase (for finalize).
-pub(crate) fn rt_any() -> Option<&'static Rt> {
-    RT.get()
 }
 
 /// The handle tables (the runtime's once initialised, else the early set).
@@ -285,7 +287,10 @@ pub(crate) fn tables() -> MutexGuard<'static, Tables> {
 /// the runtime's.
 pub(crate) fn take_early() -> Tables {
     match EARLY.get() {
-        Some(m) => std::mem::replace(&mut *m.lock().unwrap_or_else(|p| p.into_inner()), Tables::new()),
+        Some(m) => std::mem::replace(
+            &mut *m.lock().unwrap_or_else(|p| p.into_inner()),
+            Tables::new(),
+        ),
         None => Tables::new(),
     }
 }

@@ -27,11 +27,22 @@ pub extern "C" fn MPI_Type_contiguous(count: c_int, oldtype: c_int, newtype: *mu
         let o = old(oldtype)?;
         let mut b = Builder::new();
         b.place(&o, 0, n)?;
-        make(newtype, b.finish(cb::CONTIGUOUS, vec![count], vec![], vec![oldtype], false))
+        make(
+            newtype,
+            b.finish(cb::CONTIGUOUS, vec![count], vec![], vec![oldtype], false),
+        )
     })
 }
 
-fn hvector(count: c_int, bl: c_int, stride_bytes: isize, oldtype: c_int, comb: i32, ints: Vec<c_int>, addrs: Vec<isize>) -> Res<Dtype> {
+fn hvector(
+    count: c_int,
+    bl: c_int,
+    stride_bytes: isize,
+    oldtype: c_int,
+    comb: i32,
+    ints: Vec<c_int>,
+    addrs: Vec<isize>,
+) -> Res<Dtype> {
     let n = ccount(count, C::Count, "count")?;
     let l = ccount(bl, C::Arg, "blocklength")?;
     let o = old(oldtype)?;
@@ -43,28 +54,69 @@ fn hvector(count: c_int, bl: c_int, stride_bytes: isize, oldtype: c_int, comb: i
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Type_vector(count: c_int, blocklength: c_int, stride: c_int, oldtype: c_int, newtype: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Type_vector(
+    count: c_int,
+    blocklength: c_int,
+    stride: c_int,
+    oldtype: c_int,
+    newtype: *mut c_int,
+) -> c_int {
     guard("MPI_Type_vector", COMM_WORLD, || {
         let ext = old(oldtype)?.extent();
-        let t = hvector(count, blocklength, stride as isize * ext, oldtype, cb::VECTOR, vec![count, blocklength, stride], vec![])?;
+        let t = hvector(
+            count,
+            blocklength,
+            stride as isize * ext,
+            oldtype,
+            cb::VECTOR,
+            vec![count, blocklength, stride],
+            vec![],
+        )?;
         make(newtype, t)
     })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Type_create_hvector(count: c_int, blocklength: c_int, stride: isize, oldtype: c_int, newtype: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Type_create_hvector(
+    count: c_int,
+    blocklength: c_int,
+    stride: isize,
+    oldtype: c_int,
+    newtype: *mut c_int,
+) -> c_int {
     guard("MPI_Type_create_hvector", COMM_WORLD, || {
-        let t = hvector(count, blocklength, stride, oldtype, cb::HVECTOR, vec![count, blocklength], vec![stride])?;
+        let t = hvector(
+            count,
+            blocklength,
+            stride,
+            oldtype,
+            cb::HVECTOR,
+            vec![count, blocklength],
+            vec![stride],
+        )?;
         make(newtype, t)
     })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Type_hvector(count: c_int, blocklength: c_int, stride: isize, oldtype: c_int, newtype: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Type_hvector(
+    count: c_int,
+    blocklength: c_int,
+    stride: isize,
+    oldtype: c_int,
+    newtype: *mut c_int,
+) -> c_int {
     MPI_Type_create_hvector(count, blocklength, stride, oldtype, newtype)
 }
 
-fn indexed(lens: &[c_int], disps_bytes: &[isize], oldtype: c_int, comb: i32, ints: Vec<c_int>, addrs: Vec<isize>) -> Res<Dtype> {
+fn indexed(
+    lens: &[c_int],
+    disps_bytes: &[isize],
+    oldtype: c_int,
+    comb: i32,
+    ints: Vec<c_int>,
+    addrs: Vec<isize>,
+) -> Res<Dtype> {
     let o = old(oldtype)?;
     let mut b = Builder::new();
     for (&l, &d) in lens.iter().zip(disps_bytes) {
@@ -75,7 +127,13 @@ fn indexed(lens: &[c_int], disps_bytes: &[isize], oldtype: c_int, comb: i32, int
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Type_indexed(count: c_int, blocklengths: *const c_int, displacements: *const c_int, oldtype: c_int, newtype: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Type_indexed(
+    count: c_int,
+    blocklengths: *const c_int,
+    displacements: *const c_int,
+    oldtype: c_int,
+    newtype: *mut c_int,
+) -> c_int {
     guard("MPI_Type_indexed", COMM_WORLD, || {
         let n = ccount(count, C::Count, "count")?;
         let lens = array(blocklengths, n, "array_of_blocklengths")?;
@@ -85,29 +143,53 @@ pub extern "C" fn MPI_Type_indexed(count: c_int, blocklengths: *const c_int, dis
         let mut ints = vec![count];
         ints.extend(&lens);
         ints.extend(&d);
-        make(newtype, indexed(&lens, &db, oldtype, cb::INDEXED, ints, vec![])?)
+        make(
+            newtype,
+            indexed(&lens, &db, oldtype, cb::INDEXED, ints, vec![])?,
+        )
     })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Type_create_hindexed(count: c_int, blocklengths: *const c_int, displacements: *const isize, oldtype: c_int, newtype: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Type_create_hindexed(
+    count: c_int,
+    blocklengths: *const c_int,
+    displacements: *const isize,
+    oldtype: c_int,
+    newtype: *mut c_int,
+) -> c_int {
     guard("MPI_Type_create_hindexed", COMM_WORLD, || {
         let n = ccount(count, C::Count, "count")?;
         let lens = array(blocklengths, n, "array_of_blocklengths")?;
         let d = array(displacements, n, "array_of_displacements")?;
         let mut ints = vec![count];
         ints.extend(&lens);
-        make(newtype, indexed(&lens, &d, oldtype, cb::HINDEXED, ints, d.clone())?)
+        make(
+            newtype,
+            indexed(&lens, &d, oldtype, cb::HINDEXED, ints, d.clone())?,
+        )
     })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Type_hindexed(count: c_int, blocklengths: *const c_int, displacements: *const isize, oldtype: c_int, newtype: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Type_hindexed(
+    count: c_int,
+    blocklengths: *const c_int,
+    displacements: *const isize,
+    oldtype: c_int,
+    newtype: *mut c_int,
+) -> c_int {
     MPI_Type_create_hindexed(count, blocklengths, displacements, oldtype, newtype)
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Type_create_indexed_block(count: c_int, blocklength: c_int, displacements: *const c_int, oldtype: c_int, newtype: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Type_create_indexed_block(
+    count: c_int,
+    blocklength: c_int,
+    displacements: *const c_int,
+    oldtype: c_int,
+    newtype: *mut c_int,
+) -> c_int {
     guard("MPI_Type_create_indexed_block", COMM_WORLD, || {
         let n = ccount(count, C::Count, "count")?;
         let d = array(displacements, n, "array_of_displacements")?;
@@ -115,21 +197,53 @@ pub extern "C" fn MPI_Type_create_indexed_block(count: c_int, blocklength: c_int
         let db: Vec<isize> = d.iter().map(|&x| x as isize * ext).collect();
         let mut ints = vec![count, blocklength];
         ints.extend(&d);
-        make(newtype, indexed(&vec![blocklength; n], &db, oldtype, cb::INDEXED_BLOCK, ints, vec![])?)
+        make(
+            newtype,
+            indexed(
+                &vec![blocklength; n],
+                &db,
+                oldtype,
+                cb::INDEXED_BLOCK,
+                ints,
+                vec![],
+            )?,
+        )
     })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Type_create_hindexed_block(count: c_int, blocklength: c_int, displacements: *const isize, oldtype: c_int, newtype: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Type_create_hindexed_block(
+    count: c_int,
+    blocklength: c_int,
+    displacements: *const isize,
+    oldtype: c_int,
+    newtype: *mut c_int,
+) -> c_int {
     guard("MPI_Type_create_hindexed_block", COMM_WORLD, || {
         let n = ccount(count, C::Count, "count")?;
         let d = array(displacements, n, "array_of_displacements")?;
-        make(newtype, indexed(&vec![blocklength; n], &d, oldtype, cb::HINDEXED_BLOCK, vec![count, blocklength], d.clone())?)
+        make(
+            newtype,
+            indexed(
+                &vec![blocklength; n],
+                &d,
+                oldtype,
+                cb::HINDEXED_BLOCK,
+                vec![count, blocklength],
+                d.clone(),
+            )?,
+        )
     })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Type_create_struct(count: c_int, blocklengths: *const c_int, displacements: *const isize, types: *const c_int, newtype: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Type_create_struct(
+    count: c_int,
+    blocklengths: *const c_int,
+    displacements: *const isize,
+    types: *const c_int,
+    newtype: *mut c_int,
+) -> c_int {
     guard("MPI_Type_create_struct", COMM_WORLD, || {
         let n = ccount(count, C::Count, "count")?;
         let lens = array(blocklengths, n, "array_of_blocklengths")?;
@@ -147,12 +261,23 @@ pub extern "C" fn MPI_Type_create_struct(count: c_int, blocklengths: *const c_in
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Type_struct(count: c_int, blocklengths: *const c_int, displacements: *const isize, types: *const c_int, newtype: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Type_struct(
+    count: c_int,
+    blocklengths: *const c_int,
+    displacements: *const isize,
+    types: *const c_int,
+    newtype: *mut c_int,
+) -> c_int {
     MPI_Type_create_struct(count, blocklengths, displacements, types, newtype)
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Type_create_resized(oldtype: c_int, lb: isize, extent: isize, newtype: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Type_create_resized(
+    oldtype: c_int,
+    lb: isize,
+    extent: isize,
+    newtype: *mut c_int,
+) -> c_int {
     guard("MPI_Type_create_resized", COMM_WORLD, || {
         let o = old(oldtype)?;
         make(newtype, resized(&o, oldtype, lb, extent))
@@ -179,7 +304,10 @@ pub extern "C" fn MPI_Type_commit(datatype: *mut c_int) -> c_int {
     guard("MPI_Type_commit", COMM_WORLD, || {
         let h = get(datatype, "datatype")?;
         let mut t = tables();
-        let e = t.types.get_mut(&h).ok_or_else(|| Error::new(C::Type, format!("invalid datatype handle {h}")))?;
+        let e = t
+            .types
+            .get_mut(&h)
+            .ok_or_else(|| Error::new(C::Type, format!("invalid datatype handle {h}")))?;
         Arc::make_mut(e).committed = true;
         Ok(())
     })
@@ -192,7 +320,9 @@ pub extern "C" fn MPI_Type_free(datatype: *mut c_int) -> c_int {
         let mut t = tables();
         match t.types.get(&h) {
             None => return Err(Error::new(C::Type, format!("invalid datatype handle {h}"))),
-            Some(d) if d.predefined => return Err(Error::new(C::Type, "a predefined datatype cannot be freed")),
+            Some(d) if d.predefined => {
+                return Err(Error::new(C::Type, "a predefined datatype cannot be freed"))
+            }
             Some(_) => {
                 t.types.remove(&h);
             }
@@ -214,7 +344,8 @@ macro_rules! query {
     };
 }
 
-query!(MPI_Type_size, c_int, |t| c_int::try_from(t.size).unwrap_or(-32766));
+query!(MPI_Type_size, c_int, |t| c_int::try_from(t.size)
+    .unwrap_or(-32766));
 query!(MPI_Type_size_x, i64, |t| t.size as i64);
 query!(MPI_Type_extent, isize, |t| t.extent());
 query!(MPI_Type_lb, isize, |t| t.lb);
@@ -235,11 +366,25 @@ macro_rules! extent2 {
 
 extent2!(MPI_Type_get_extent, isize, |t| t.lb, t.extent());
 extent2!(MPI_Type_get_extent_x, i64, |t| t.lb, t.extent());
-extent2!(MPI_Type_get_true_extent, isize, |t| t.true_lb, t.true_ub - t.true_lb);
-extent2!(MPI_Type_get_true_extent_x, i64, |t| t.true_lb, t.true_ub - t.true_lb);
+extent2!(
+    MPI_Type_get_true_extent,
+    isize,
+    |t| t.true_lb,
+    t.true_ub - t.true_lb
+);
+extent2!(
+    MPI_Type_get_true_extent_x,
+    i64,
+    |t| t.true_lb,
+    t.true_ub - t.true_lb
+);
 
 #[no_mangle]
-pub extern "C" fn MPI_Type_get_name(datatype: c_int, name: *mut c_char, resultlen: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Type_get_name(
+    datatype: c_int,
+    name: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
     guard("MPI_Type_get_name", COMM_WORLD, || {
         let t = old(datatype)?;
         let n = put_cstr(name, 128, &t.name)?;
@@ -252,14 +397,23 @@ pub extern "C" fn MPI_Type_set_name(datatype: c_int, name: *const c_char) -> c_i
     guard("MPI_Type_set_name", COMM_WORLD, || {
         let s = cstr(name, "type_name")?;
         let mut t = tables();
-        let e = t.types.get_mut(&datatype).ok_or_else(|| Error::new(C::Type, format!("invalid datatype handle {datatype}")))?;
+        let e = t
+            .types
+            .get_mut(&datatype)
+            .ok_or_else(|| Error::new(C::Type, format!("invalid datatype handle {datatype}")))?;
         Arc::make_mut(e).name = s.chars().take(127).collect();
         Ok(())
     })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Type_get_envelope(datatype: c_int, ni: *mut c_int, na: *mut c_int, nd: *mut c_int, combiner: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Type_get_envelope(
+    datatype: c_int,
+    ni: *mut c_int,
+    na: *mut c_int,
+    nd: *mut c_int,
+    combiner: *mut c_int,
+) -> c_int {
     guard("MPI_Type_get_envelope", COMM_WORLD, || {
         let t = old(datatype)?;
         put(ni, t.ints.len() as c_int, "num_integers")?;
@@ -270,14 +424,31 @@ pub extern "C" fn MPI_Type_get_envelope(datatype: c_int, ni: *mut c_int, na: *mu
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Type_get_contents(datatype: c_int, max_i: c_int, max_a: c_int, max_d: c_int, ints: *mut c_int, addrs: *mut isize, types: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Type_get_contents(
+    datatype: c_int,
+    max_i: c_int,
+    max_a: c_int,
+    max_d: c_int,
+    ints: *mut c_int,
+    addrs: *mut isize,
+    types: *mut c_int,
+) -> c_int {
     guard("MPI_Type_get_contents", COMM_WORLD, || {
         let t = old(datatype)?;
         if t.predefined {
-            return Err(Error::new(C::Type, "MPI_Type_get_contents of a predefined datatype"));
+            return Err(Error::new(
+                C::Type,
+                "MPI_Type_get_contents of a predefined datatype",
+            ));
         }
-        if (max_i as usize) < t.ints.len() || (max_a as usize) < t.addrs.len() || (max_d as usize) < t.types.len() {
-            return Err(Error::new(C::Arg, "arrays too small (see MPI_Type_get_envelope)"));
+        if (max_i as usize) < t.ints.len()
+            || (max_a as usize) < t.addrs.len()
+            || (max_d as usize) < t.types.len()
+        {
+            return Err(Error::new(
+                C::Arg,
+                "arrays too small (see MPI_Type_get_envelope)",
+            ));
         }
         put_array(ints, &t.ints, "array_of_integers")?;
         put_array(addrs, &t.addrs, "array_of_addresses")?;
@@ -286,7 +457,11 @@ pub extern "C" fn MPI_Type_get_contents(datatype: c_int, max_i: c_int, max_a: c_
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Type_match_size(typeclass: c_int, size: c_int, datatype: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Type_match_size(
+    typeclass: c_int,
+    size: c_int,
+    datatype: *mut c_int,
+) -> c_int {
     guard("MPI_Type_match_size", COMM_WORLD, || {
         let h = match (typeclass, size) {
             (1, 4) => 14,
@@ -298,46 +473,103 @@ pub extern "C" fn MPI_Type_match_size(typeclass: c_int, size: c_int, datatype: *
             (2, 8) => 20,
             (3, 8) => 26,
             (3, 16) => 27,
-            _ => return Err(Error::new(C::Arg, format!("no type of class {typeclass} and size {size}"))),
+            _ => {
+                return Err(Error::new(
+                    C::Arg,
+                    format!("no type of class {typeclass} and size {size}"),
+                ))
+            }
         };
         put(datatype, h, "datatype")
     })
 }
 
-fn pack_into(inbuf: *const c_void, n: usize, t: &Dtype, outbuf: *mut c_void, outsize: usize, pos: usize) -> Res<usize> {
+fn pack_into(
+    inbuf: *const c_void,
+    n: usize,
+    t: &Dtype,
+    outbuf: *mut c_void,
+    outsize: usize,
+    pos: usize,
+) -> Res<usize> {
     let mut v = Vec::with_capacity(t.size * n);
     crate::ffi::gather_blocks(inbuf.cast(), n, t.extent(), &t.blocks, &mut v);
-    if pos.checked_add(v.len()).is_none_or(|e| e > outsize) {
-        return Err(Error::new(C::Truncate, format!("pack: {} bytes at position {pos} exceed the {outsize}-byte buffer", v.len())));
+    if pos.checked_add(v.len()).map_or(true, |e| e > outsize) {
+        return Err(Error::new(
+            C::Truncate,
+            format!(
+                "pack: {} bytes at position {pos} exceed the {outsize}-byte buffer",
+                v.len()
+            ),
+        ));
     }
     let out = crate::ffi::bytes_mut(outbuf.cast(), outsize)?;
     out[pos..pos + v.len()].copy_from_slice(&v);
     Ok(pos + v.len())
 }
 
-fn unpack_from(inbuf: *const c_void, insize: usize, pos: usize, outbuf: *mut c_void, n: usize, t: &Dtype) -> Res<usize> {
+fn unpack_from(
+    inbuf: *const c_void,
+    insize: usize,
+    pos: usize,
+    outbuf: *mut c_void,
+    n: usize,
+    t: &Dtype,
+) -> Res<usize> {
     let need = t.size * n;
-    if pos.checked_add(need).is_none_or(|e| e > insize) {
-        return Err(Error::new(C::Truncate, format!("unpack: {need} bytes at position {pos} exceed the {insize}-byte buffer")));
+    if pos.checked_add(need).map_or(true, |e| e > insize) {
+        return Err(Error::new(
+            C::Truncate,
+            format!("unpack: {need} bytes at position {pos} exceed the {insize}-byte buffer"),
+        ));
     }
     let input = crate::ffi::bytes(inbuf.cast(), insize)?;
-    crate::ffi::scatter_blocks(outbuf.cast(), n, t.extent(), &t.blocks, &input[pos..pos + need]);
+    crate::ffi::scatter_blocks(
+        outbuf.cast(),
+        n,
+        t.extent(),
+        &t.blocks,
+        &input[pos..pos + need],
+    );
     Ok(pos + need)
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Pack(inbuf: *const c_void, incount: c_int, datatype: c_int, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, comm: c_int) -> c_int {
+pub extern "C" fn MPI_Pack(
+    inbuf: *const c_void,
+    incount: c_int,
+    datatype: c_int,
+    outbuf: *mut c_void,
+    outsize: c_int,
+    position: *mut c_int,
+    comm: c_int,
+) -> c_int {
     guard("MPI_Pack", comm, || {
         let n = ccount(incount, C::Count, "incount")?;
         let t = tables().comm_type(datatype)?;
         let pos = ccount(get(position, "position")?, C::Arg, "position")?;
-        let end = pack_into(inbuf, n, &t, outbuf, ccount(outsize, C::Arg, "outsize")?, pos)?;
+        let end = pack_into(
+            inbuf,
+            n,
+            &t,
+            outbuf,
+            ccount(outsize, C::Arg, "outsize")?,
+            pos,
+        )?;
         put(position, end as c_int, "position")
     })
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, outcount: c_int, datatype: c_int, comm: c_int) -> c_int {
+pub extern "C" fn MPI_Unpack(
+    inbuf: *const c_void,
+    insize: c_int,
+    position: *mut c_int,
+    outbuf: *mut c_void,
+    outcount: c_int,
+    datatype: c_int,
+    comm: c_int,
+) -> c_int {
     guard("MPI_Unpack", comm, || {
         let n = ccount(outcount, C::Count, "outcount")?;
         let t = tables().comm_type(datatype)?;
@@ -348,11 +580,17 @@ pub extern "C" fn MPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Pack_size(incount: c_int, datatype: c_int, comm: c_int, size: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Pack_size(
+    incount: c_int,
+    datatype: c_int,
+    comm: c_int,
+    size: *mut c_int,
+) -> c_int {
     guard("MPI_Pack_size", comm, || {
         let n = ccount(incount, C::Count, "incount")?;
         let t = tables().dtype(datatype)?;
-        let s = c_int::try_from(t.size * n).map_err(|_| Error::new(C::Count, "pack size overflows int"))?;
+        let s = c_int::try_from(t.size * n)
+            .map_err(|_| Error::new(C::Count, "pack size overflows int"))?;
         put(size, s, "size")
     })
 }
@@ -360,29 +598,59 @@ pub extern "C" fn MPI_Pack_size(incount: c_int, datatype: c_int, comm: c_int, si
 fn external32(datarep: *const c_char) -> Res<()> {
     let d = cstr(datarep, "datarep")?;
     if d != "external32" {
-        return Err(Error::new(C::Arg, format!("data representation {d:?} is not \"external32\"")));
+        return Err(Error::new(
+            C::Arg,
+            format!("data representation {d:?} is not \"external32\""),
+        ));
     }
     // Native little-endian is not external32 (big-endian): refuse rather
     // than produce wrong bytes.
-    Err(Error::new(C::UnsupportedDatarep, "external32 packing is not implemented by tmpi"))
+    Err(Error::new(
+        C::UnsupportedDatarep,
+        "external32 packing is not implemented by tmpi",
+    ))
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Pack_external(datarep: *const c_char, _inbuf: *const c_void, _incount: c_int, _datatype: c_int, _outbuf: *mut c_void, _outsize: isize, _position: *mut isize) -> c_int {
+pub extern "C" fn MPI_Pack_external(
+    datarep: *const c_char,
+    _inbuf: *const c_void,
+    _incount: c_int,
+    _datatype: c_int,
+    _outbuf: *mut c_void,
+    _outsize: isize,
+    _position: *mut isize,
+) -> c_int {
     guard("MPI_Pack_external", COMM_WORLD, || external32(datarep))
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Unpack_external(datarep: *const c_char, _inbuf: *const c_void, _insize: isize, _position: *mut isize, _outbuf: *mut c_void, _outcount: c_int, _datatype: c_int) -> c_int {
+pub extern "C" fn MPI_Unpack_external(
+    datarep: *const c_char,
+    _inbuf: *const c_void,
+    _insize: isize,
+    _position: *mut isize,
+    _outbuf: *mut c_void,
+    _outcount: c_int,
+    _datatype: c_int,
+) -> c_int {
     guard("MPI_Unpack_external", COMM_WORLD, || external32(datarep))
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Pack_external_size(datarep: *const c_char, incount: c_int, datatype: c_int, size: *mut isize) -> c_int {
+pub extern "C" fn MPI_Pack_external_size(
+    datarep: *const c_char,
+    incount: c_int,
+    datatype: c_int,
+    size: *mut isize,
+) -> c_int {
     guard("MPI_Pack_external_size", COMM_WORLD, || {
         let d = cstr(datarep, "datarep")?;
         if d != "external32" {
-            return Err(Error::new(C::Arg, format!("data representation {d:?} is not \"external32\"")));
+            return Err(Error::new(
+                C::Arg,
+                format!("data representation {d:?} is not \"external32\""),
+            ));
         }
         let n = ccount(incount, C::Count, "incount")?;
         let t = tables().dtype(datatype)?;
@@ -392,7 +660,9 @@ pub extern "C" fn MPI_Pack_external_size(datarep: *const c_char, incount: c_int,
 
 #[no_mangle]
 pub extern "C" fn MPI_Get_address(location: *const c_void, address: *mut isize) -> c_int {
-    guard("MPI_Get_address", COMM_WORLD, || put(address, location as isize, "address"))
+    guard("MPI_Get_address", COMM_WORLD, || {
+        put(address, location as isize, "address")
+    })
 }
 
 #[no_mangle]

@@ -11,7 +11,10 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn artifacts() -> PathBuf {
@@ -164,6 +167,11 @@ fn cart() {
 }
 
 #[test]
+fn mpi_t() {
+    expect_ok("mpit", &[2]);
+}
+
+#[test]
 fn errors_are_fatal_ends_the_job_naming_call_and_error() {
     let exe = build("fatal");
     let _g = serial();
@@ -171,7 +179,9 @@ fn errors_are_fatal_ends_the_job_naming_call_and_error() {
     assert!(code.is_some_and(|c| c != 0), "exit {code:?}\n{out}\n{err}");
     assert!(!out.contains("UNREACHABLE"), "{out}");
     assert!(
-        err.contains("MPI_Send") && err.contains("MPI_ERR_RANK") && err.contains("MPI_ERRORS_ARE_FATAL"),
+        err.contains("MPI_Send")
+            && err.contains("MPI_ERR_RANK")
+            && err.contains("MPI_ERRORS_ARE_FATAL"),
         "message must name the call and the error:\n{err}"
     );
 }
@@ -199,11 +209,16 @@ fn header_is_clean_and_every_function_links() {
             let open = l.find('(')?;
             let head = &l[..open];
             let name = head.split_whitespace().last()?;
-            (name.starts_with("MPI_") && (l.starts_with("int ") || l.starts_with("double ") || l.starts_with("MPI_")))
-                .then(|| name.trim_start_matches('*').to_string())
+            (name.starts_with("MPI_")
+                && (l.starts_with("int ") || l.starts_with("double ") || l.starts_with("MPI_")))
+            .then(|| name.trim_start_matches('*').to_string())
         })
         .collect();
-    assert!(re_names.len() > 300, "only {} prototypes found", re_names.len());
+    assert!(
+        re_names.len() > 300,
+        "only {} prototypes found",
+        re_names.len()
+    );
     let mut src = String::from(
         "#include <mpi.h>\n#include <stdio.h>\n\
          #if MPI_VERSION != 3 || MPI_SUBVERSION != 1\n#error version\n#endif\n\
@@ -213,7 +228,9 @@ fn header_is_clean_and_every_function_links() {
     for n in &re_names {
         src.push_str(&format!("    (fp){n},\n"));
     }
-    src.push_str("};\nint main(void) { printf(\"%d\\n\", (int)(sizeof all / sizeof all[0])); return 0; }\n");
+    src.push_str(
+        "};\nint main(void) { printf(\"%d\\n\", (int)(sizeof all / sizeof all[0])); return 0; }\n",
+    );
     let c = p.bin.join("allsyms.c");
     std::fs::write(&c, src).unwrap();
     let exe = p.bin.join("allsyms");
@@ -225,8 +242,14 @@ fn header_is_clean_and_every_function_links() {
     std::fs::write(&plain, "#include <mpi.h>\nint main(void) { MPI_Comm c = MPI_COMM_WORLD; return c == MPI_COMM_NULL; }\n").unwrap();
     let o = mpicc(&plain, &p.bin.join("plain"), &["-pedantic"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = Command::new(&exe).env_remove("LD_LIBRARY_PATH").output().unwrap();
-    assert!(o.status.success(), "rpath: the program must run without LD_LIBRARY_PATH");
+    let o = Command::new(&exe)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "rpath: the program must run without LD_LIBRARY_PATH"
+    );
     let n: usize = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
     assert_eq!(n, re_names.len());
 }
@@ -244,14 +267,24 @@ fn mpicc_show_forms() {
     let lib = format!("-L{}/lib", p.dir.display());
     let rpath = format!("-Wl,-rpath,{}/lib", p.dir.display());
     let full = show(&["-show", "x.c", "-o", "x"]);
-    assert!(full.contains(&inc) && full.contains(&lib) && full.contains(&rpath) && full.contains("-lmpi") && full.contains("x.c"), "{full}");
+    assert!(
+        full.contains(&inc)
+            && full.contains(&lib)
+            && full.contains(&rpath)
+            && full.contains("-lmpi")
+            && full.contains("x.c"),
+        "{full}"
+    );
     assert_eq!(show(&["-showme", "x.c"]), full.replace(" -o x", ""));
     assert_eq!(show(&["--showme:compile"]), inc);
     assert!(show(&["--showme:link"]).contains(&rpath));
     let compile_only = show(&["-show", "-c", "x.c"]);
     assert!(!compile_only.contains("-lmpi"), "{compile_only}");
     let pc = std::fs::read_to_string(p.dir.join("lib/pkgconfig/tmpi.pc")).unwrap();
-    assert!(pc.contains("-lmpi") && pc.contains("Cflags: -I${includedir}"), "{pc}");
+    assert!(
+        pc.contains("-lmpi") && pc.contains("Cflags: -I${includedir}"),
+        "{pc}"
+    );
     assert!(p.dir.join("etc/tmpi-mca-params.conf").exists());
     assert!(p.dir.join("bin/mpiexec").exists() && p.dir.join("lib/libmpi.a").exists());
 }

@@ -15,19 +15,29 @@ pub fn layout(prefix: &Path, out: &Path, root: &Path) -> Result<(), String> {
     }
     let copy = |from: PathBuf, to: PathBuf| -> Result<(), String> {
         let _ = fs::remove_file(&to);
-        fs::copy(&from, &to).map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))?;
+        fs::copy(&from, &to)
+            .map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))?;
         Ok(())
     };
     copy(out.join("libmpi.so"), prefix.join("lib").join(SONAME))?;
     symlink(SONAME, &prefix.join("lib/libmpi.so"))?;
     copy(out.join("libmpi.a"), prefix.join("lib/libmpi.a"))?;
-    copy(root.join("capi/include/mpi.h"), prefix.join("include/mpi.h"))?;
+    copy(
+        root.join("capi/include/mpi.h"),
+        prefix.join("include/mpi.h"),
+    )?;
     copy(out.join("tmpirun"), prefix.join("bin/tmpirun"))?;
     copy(out.join("tmpi_info"), prefix.join("bin/tmpi_info"))?;
     symlink("tmpirun", &prefix.join("bin/mpirun"))?;
     symlink("tmpirun", &prefix.join("bin/mpiexec"))?;
-    write_exec(&prefix.join("bin/mpicc"), &wrapper(prefix, "${TMPI_CC:-cc}"))?;
-    write_exec(&prefix.join("bin/mpicxx"), &wrapper(prefix, "${TMPI_CXX:-c++}"))?;
+    write_exec(
+        &prefix.join("bin/mpicc"),
+        &wrapper(prefix, "${TMPI_CC:-cc}"),
+    )?;
+    write_exec(
+        &prefix.join("bin/mpicxx"),
+        &wrapper(prefix, "${TMPI_CXX:-c++}"),
+    )?;
     let pc = format!(
         "prefix={p}\nexec_prefix=${{prefix}}\nlibdir=${{prefix}}/lib\nincludedir=${{prefix}}/include\n\n\
          Name: tmpi\nDescription: tmpi MPI library (MPI 3.1 C interface)\nVersion: {v}\n\

@@ -11,9 +11,9 @@
 //! `--showme:compile`, `--showme:link`; the link line carries an rpath so
 //! programs run without `LD_LIBRARY_PATH`.
 
+use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::env;
 
 fn main() -> ExitCode {
     match run() {
@@ -55,19 +55,24 @@ fn absolute(p: &Path) -> Result<PathBuf, String> {
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new(".")).to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new("."))
+        .to_path_buf()
 }
 
 fn target_dir(root: &Path) -> PathBuf {
-    env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"))
+    env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
 }
-
 
 fn install(prefix: &Path, release: bool) -> Result<(), String> {
     let root = workspace_root();
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(&cargo);
-    cmd.current_dir(&root).args(["build", "-p", "tmpi-capi", "-p", "tmpi-run"]);
+    cmd.current_dir(&root)
+        .args(["build", "-p", "tmpi-capi", "-p", "tmpi-run"]);
     if release {
         cmd.arg("--release");
     }

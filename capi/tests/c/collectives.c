@@ -89,6 +89,29 @@ int main(int argc, char **argv) {
         OK(MPI_Ibarrier(MPI_COMM_WORLD, &r[2]));
         OK(MPI_Waitall(3, r, MPI_STATUSES_IGNORE));
         CHECK(s == size * (size - 1) / 2 && b == 77);
+        int *g = malloc(sizeof(int) * size), sc = -1, pre = -1, piece = -1;
+        for (i = 0; i < size; i++) g[i] = rank == size - 1 ? 1000 + i : -1;
+        MPI_Request q[4];
+        int v = rank * 2;
+        int *gat = malloc(sizeof(int) * size);
+        OK(MPI_Igather(&v, 1, MPI_INT, gat, 1, MPI_INT, 0, MPI_COMM_WORLD, &q[0]));
+        OK(MPI_Iscatter(g, 1, MPI_INT, &piece, 1, MPI_INT, size - 1, MPI_COMM_WORLD, &q[1]));
+        OK(MPI_Iscan(&v, &sc, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q[2]));
+        OK(MPI_Iexscan(&v, &pre, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q[3]));
+        OK(MPI_Waitall(4, q, MPI_STATUSES_IGNORE));
+        if (rank == 0) for (i = 0; i < size; i++) CHECK(gat[i] == 2 * i);
+        CHECK(piece == 1000 + rank);
+        CHECK(sc == rank * (rank + 1));
+        if (rank > 0) CHECK(pre == (rank - 1) * rank);
+        /* Reduce_scatter with uneven counts: rank i gets i+1 elements. */
+        int tot = size * (size + 1) / 2, *rc = malloc(sizeof(int) * size);
+        int *in = malloc(sizeof(int) * tot), out[64];
+        for (i = 0; i < size; i++) rc[i] = i + 1;
+        for (i = 0; i < tot; i++) in[i] = i + rank;
+        OK(MPI_Reduce_scatter(in, out, rc, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+        int off = rank * (rank + 1) / 2;
+        for (i = 0; i <= rank; i++) CHECK(out[i] == size * (off + i) + size * (size - 1) / 2);
+        free(g); free(gat); free(rc); free(in);
     }
     /* Communicators and groups. */
     {
