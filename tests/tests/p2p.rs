@@ -8,17 +8,23 @@ const PROG: &str = env!("CARGO_BIN_EXE_p2p-check");
 /// Yield when idle: tests run 2-4 busy ranks on 2 cores.
 const BASE: [(&str, &str); 2] = [("btl", "self,sm"), ("mpi_yield_when_idle", "1")];
 
-fn case(n: u32, name: &str, extra: &[(&str, &str)]) {
+fn case(n: u32, name: &str, extra: &[(&str, &str)]) -> String {
     let _g = serial();
     let mut mca: Vec<(&str, &str)> = BASE.to_vec();
     mca.extend_from_slice(extra);
     let out = run(n, 180, &mca, PROG, &[name]);
     assert_ok(&out, &format!("p2p-check {name}: OK"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]
 fn ordering_with_wildcards_2_ranks() {
     case(2, "order", &[]);
+}
+
+#[test]
+fn ordering_with_wildcards_3_ranks_pipelined() {
+    case(3, "order", &[("btl_sm_single_copy", "none")]);
 }
 
 #[test]
@@ -48,12 +54,20 @@ fn zero_byte_messages() {
 
 #[test]
 fn big_messages_single_copy() {
-    case(2, "big", &[]);
+    let out = case(2, "big", &[]);
+    // Rank 0's counters: the large messages were pulled with CMA gets
+    // (unless the kernel forbids CMA here, in which case sm falls back).
+    assert!(
+        !out.contains("rndv_get: 0,") || !out.contains("rndv_pipelined: 0,"),
+        "no rendezvous happened: {out}"
+    );
 }
 
 #[test]
 fn big_messages_without_single_copy() {
-    case(2, "big", &[("btl_sm_single_copy", "none")]);
+    let out = case(2, "big", &[("btl_sm_single_copy", "none")]);
+    assert!(out.contains("rndv_get: 0,"), "a get was used: {out}");
+    assert!(!out.contains("rndv_pipelined: 0,"), "not pipelined: {out}");
 }
 
 #[test]
