@@ -1,0 +1,173 @@
+//! The `btl_tcp_*` MCA parameters.
+
+use std::time::Duration;
+
+use tmpi_base::mca::{Level, McaError, ParamSpec, Registry};
+
+use tmpi_btl::BtlError;
+
+use crate::ifaddr::IfSpec;
+use crate::wire::WIRE_MAX_FRAME;
+
+/// Configuration of the tcp BTL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpConfig {
+    /// `btl_tcp_eager_limit`: largest eager payload.
+    pub eager_limit: usize,
+    /// `btl_tcp_max_send_size`: largest fragment (header + payload).
+    pub max_send_size: usize,
+    /// `btl_tcp_if_include`: interfaces/subnets to use (empty: all).
+    pub if_include: Vec<IfSpec>,
+    /// `btl_tcp_if_exclude`: interfaces/subnets not to use.
+    pub if_exclude: Vec<IfSpec>,
+    /// `btl_tcp_sendq_bytes`: bytes queued towards one peer before `send`
+    /// says `WouldBlock`.
+    pub sendq_bytes: usize,
+    /// `btl_tcp_connect_timeout`: connection set-up deadline.
+    pub connect_timeout: Duration,
+    /// `btl_tcp_stats`: print per-peer traffic counters at finalize.
+    pub stats: bool,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            eager_limit: 64 * 1024,
+            max_send_size: 128 * 1024,
+            if_include: Vec::new(),
+            if_exclude: Vec::new(),
+            sendq_bytes: 4 << 20,
+            connect_timeout: Duration::from_secs(30),
+            stats: false,
+        }
+    }
+}
+
+impl TcpConfig {
+    /// Registers (idempotently) and reads the parameters; a malformed
+    /// interface entry or inconsistent values are a configuration error.
+    pub fn from_registry(reg: &Registry) -> Result<TcpConfig, BtlError> {
+        let (mut cfg, include, exclude) =
+            Self::register(reg).map_err(|e| BtlError::Config(e.to_string()))?;
+        let parse = |name: &str, v: Vec<String>| -> Result<Vec<IfSpec>, BtlError> {
+            v.iter()
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| {
+                    IfSpec::parse(s).map_err(|e| BtlError::Config(format!("btl_tcp_{name}: {e}")))
+                })
+                .collect()
+        };
+        cfg.if_include = parse("if_include", include)?;
+        cfg.if_exclude = parse("if_exclude", exclude)?;
+        cfg.validate().map_err(BtlError::Config)?;
+        Ok(cfg)
+    }
+
+    /// Registers (idempotently) the parameters and returns their values,
+    /// the interface lists unparsed.
+    pub fn register(reg: &Registry) -> Result<(TcpConfig, Vec<String>, Vec<String>), McaError> {
+        let d = TcpConfig::default();
+        let spec = |name: &str, help: &str, level| {
+            ParamSpec::new("btl", "tcp", name).help(help).level(level)
+        };
+        let size = |name: &str, help: &str, def: usize| {
+            reg.register_size(spec(name, help, Level::TunerBasic), def as u64)
+                .map(|p| p.value() as usize)
+        };
+        let eager_limit = size(
+            "eager_limit",
+            "Largest message payload sent eagerly over TCP",
+            d.eager_limit,
+        )?;
+        let max_send_size = size(
+            "max_send_size",
+            "Largest fragment (header + payload); large messages are pipelined in pieces of this size",
+            d.max_send_size,
+        )?;
+        let sendq_bytes = size(
+            "sendq_bytes",
+            "Bytes queued towards one peer before sends are refused until progress drains them",
+            d.sendq_bytes,
+        )?;
+        let include = reg
+            .register_list(
+                spec(
+                    "if_include",
+                    "Interfaces (eth0) or IPv4 subnets (10.0.0.0/8) to use; exclusive with if_exclude",
+                    Level::UserBasic,
+                ),
+                &[],
+            )?
+            .value();
+        let exclude = reg
+            .register_list(
+                spec(
+                    "if_exclude",
+                    "Interfaces or IPv4 subnets not to use; exclusive with if_include",
+                    Level::UserBasic,
+                ),
+                &[],
+            )?
+            .value();
+        let timeout = reg
+            .register_int_range(
+                spec(
+                    "connect_timeout",
+                    "Seconds allowed for setting up a connection to a peer",
+                    Level::TunerDetail,
+                ),
+                d.connect_timeout.as_secs() as i64,
+                1..=3600,
+            )?
+            .value();
+        let stats = reg
+            .register_bool(
+                spec(
+                    "stats",
+                    "Print per-peer traffic counters (which peers tcp carried) at finalize",
+                    Level::UserBasic,
+                ),
+                false,
+            )?
+            .value();
+        Ok((
+            TcpConfig {
+                eager_limit,
+                max_send_size,
+                if_include: Vec::new(),
+                if_exclude: Vec::new(),
+                sendq_bytes,
+                connect_timeout: Duration::from_secs(timeout as u64),
+                stats,
+            },
+            include,
+            exclude,
+        ))
+    }
+
+    /// Checks the values against each other and the wire limits.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_send_size < 64 || self.max_send_size > WIRE_MAX_FRAME {
+            return Err(format!(
+                "btl_tcp_max_send_size {} must be within 64..={WIRE_MAX_FRAME}",
+                self.max_send_size
+            ));
+        }
+        if self.eager_limit == 0 || self.eager_limit > self.max_send_size {
+            return Err(format!(
+                "btl_tcp_eager_limit {} must be within 1..=btl_tcp_max_send_size ({})",
+                self.eager_limit, self.max_send_size
+            ));
+        }
+        if self.sendq_bytes < self.max_send_size {
+            return Err(format!(
+                "btl_tcp_sendq_bytes {} must be at least btl_tcp_max_send_size ({})",
+                self.sendq_bytes, self.max_send_size
+            ));
+        }
+        if !self.if_include.is_empty() && !self.if_exclude.is_empty() {
+            return Err("btl_tcp_if_include and btl_tcp_if_exclude are mutually exclusive".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,1221 @@
+//! The tcp module: listening socket, lazy connections, handshake,
+//! non-blocking I/O driven by [`BtlModule::progress`].
+//!
+//! # Wire-up
+//! `open` binds a listening socket (all addresses, ephemeral port) and
+//! publishes `v1 <port> <ip>/<prefix>,...` (the selected interfaces) under
+//! [`MODEX_ADDR_KEY`]; rank 0 also publishes the job secret under
+//! [`MODEX_SECRET_KEY`] (see the crate documentation). `add_procs` reads
+//! them after the fence and picks one address per peer: a loopback address
+//! for a peer on the same node (when loopback is selected here), otherwise
+//! a non-loopback address, preferring one in a subnet of a local selected
+//! interface. A peer with no usable address is not reachable. The module
+//! never reaches its own process (btl self does).
+//!
+//! # Connections
+//! Made lazily by the first `send` to a peer; fragments queue until the
+//! handshake ([`crate::wire`]) completes. The connecting side sends HELLO
+//! with the job secret; the accepting side checks magic, secret (constant
+//! time), job size and rank, and answers ACCEPT — or closes and logs
+//! anything else. **Simultaneous connects** (both sides connecting at once)
+//! are resolved deterministically: the connection started by the lower
+//! rank wins. The higher rank, on receiving the lower rank's HELLO, accepts
+//! it and drops its own attempt; the lower rank answers the higher rank's
+//! HELLO with REJECT, whereupon the higher rank waits for the incoming
+//! connection (bounded by `btl_tcp_connect_timeout`).
+//!
+//! # Data
+//! Frames are `8-byte header ++ body` ([`crate::wire::FrameHdr`]). A send
+//! to a connected peer with nothing queued is written at once with one
+//! `sendmsg` (header, upper-layer header, payload); whatever the socket
+//! does not take is copied into the peer's queue, drained by `progress`.
+//! At most `btl_tcp_sendq_bytes` are queued per peer: beyond that `send`
+//! says [`BtlError::WouldBlock`]. Reads go into a per-connection buffer
+//! (grown to the largest frame seen, at most `WIRE_MAX_FRAME`) and frames
+//! are handed to the handler in place. Progress is bounded: at most
+//! [`FRAMES_PER_PROGRESS`] fragments per call; connections with unread
+//! data are remembered (epoll is edge-triggered) and read on the next call.
+//!
+//! # Failure
+//! EOF without a preceding BYE frame, a reset, a write error, a malformed
+//! frame or a failed connect marks the peer failed: one ERROR line on
+//! target `btl_tcp` names the rank, its address and the reason (and
+//! whether a fragment was cut in the middle); queued fragments are
+//! dropped; every later `send` to it returns [`BtlError::Protocol`];
+//! [`TcpModule::failed_peers`] lists it. Nothing waits on a dead peer.
+//! `finalize` sends BYE to connected peers so that their EOF is orderly.
+
+use std::collections::VecDeque;
+use std::io::{self, Read};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use tmpi_base::identity::ProcessInfo;
+use tmpi_base::modex::{Modex, ModexError};
+use tmpi_btl::{BtlError, BtlFlags, BtlModule, BtlRecvHandler, EXCLUSIVITY_LOW};
+
+use crate::config::TcpConfig;
+use crate::ifaddr::{self, Iface};
+use crate::sys;
+use crate::wire::{
+    self, Endpoint, FrameHdr, FrameKind, Hello, HelloKind, FRAME_HDR_LEN, HELLO_LEN, MAX_ADDRS,
+    SECRET_LEN,
+};
+
+/// Modex key of a process's listening address.
+pub const MODEX_ADDR_KEY: &str = "btl.tcp.addr";
+/// Modex key of the job secret (published by rank 0).
+pub const MODEX_SECRET_KEY: &str = "btl.tcp.secret";
+/// Most fragments delivered per progress call.
+pub const FRAMES_PER_PROGRESS: usize = 64;
+/// Inbound connections still in their handshake, at most.
+const MAX_PENDING_ACCEPTS: usize = 64;
+/// How long an inbound connection may take to send its HELLO.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Initial receive buffer per connection.
+const READ_CHUNK: usize = 256 * 1024;
+const LISTENER: Token = Token(0);
+
+/// Traffic with one peer.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PeerStats {
+    /// Fragments accepted by `send` for this peer.
+    pub frags_sent: u64,
+    /// Their bytes (upper-layer header + payload).
+    pub bytes_sent: u64,
+    /// Fragments delivered from this peer.
+    pub frags_recv: u64,
+    /// Their bytes.
+    pub bytes_recv: u64,
+}
+
+/// Counters of one module.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TcpStats {
+    /// Outgoing connections established.
+    pub connects: u64,
+    /// Incoming connections accepted.
+    pub accepts: u64,
+    /// Incoming connections refused (wrong secret, bad magic, foreign job,
+    /// timeout, too many pending).
+    pub rejected: u64,
+    /// Simultaneous connects resolved.
+    pub simultaneous: u64,
+    /// Sends refused with `WouldBlock`.
+    pub would_block: u64,
+    /// Peers marked failed.
+    pub peer_failures: u64,
+    /// Queued fragments dropped because their peer failed.
+    pub dropped: u64,
+}
+
+#[derive(Debug)]
+enum PeerState {
+    Idle,
+    Connecting {
+        conn: usize,
+        since: Instant,
+    },
+    AwaitingIncoming {
+        since: Instant,
+    },
+    Connected {
+        conn: usize,
+    },
+    /// The peer said BYE.
+    Closed,
+    Failed(String),
+}
+
+struct Peer {
+    addr: SocketAddr,
+    state: PeerState,
+    queue: VecDeque<Vec<u8>>,
+    head_off: usize,
+    queued: usize,
+    stats: PeerStats,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Outgoing, TCP connect in progress.
+    Connecting,
+    /// Outgoing, HELLO sent, waiting for the answer.
+    SentHello,
+    /// Incoming, waiting for HELLO.
+    AwaitHello,
+    /// Carrying frames.
+    Established,
+}
+
+struct Conn {
+    stream: TcpStream,
+    phase: Phase,
+    peer: Option<u32>,
+    remote: Option<SocketAddr>,
+    hs: [u8; HELLO_LEN],
+    hs_len: usize,
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    since: Instant,
+}
+
+enum ReadOutcome {
+    /// The socket is empty for now.
+    Drained,
+    /// Budget used up; read again next time.
+    More,
+    /// The connection is gone (already cleaned up).
+    Closed,
+}
+
+/// The tcp BTL module.
+pub struct TcpModule {
+    cfg: TcpConfig,
+    me: u32,
+    size: u32,
+    node_id: u32,
+    node_of: Vec<u32>,
+    secret: Option<[u8; SECRET_LEN]>,
+    ifaces: Vec<Iface>,
+    poll: Poll,
+    events: Events,
+    listener: Option<TcpListener>,
+    port: u16,
+    conns: Vec<Option<Conn>>,
+    free_slots: Vec<usize>,
+    peers: Vec<Option<Peer>>,
+    readable: Vec<usize>,
+    ticks: u64,
+    stats: TcpStats,
+    finalized: bool,
+}
+
+impl std::fmt::Debug for TcpModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpModule")
+            .field("me", &self.me)
+            .field("port", &self.port)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+fn random_secret() -> Result<[u8; SECRET_LEN], BtlError> {
+    let mut s = [0u8; SECRET_LEN];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut s))
+        .map_err(|e| BtlError::io("reading /dev/urandom for the job secret", e))?;
+    Ok(s)
+}
+
+fn would_block(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock
+}
+
+impl TcpModule {
+    /// Opens the listening socket and publishes its address (and, on rank
+    /// 0, the job secret). Errors: no selected interface
+    /// ([`BtlError::Unavailable`]), bad configuration, socket or modex
+    /// failures.
+    pub fn open(
+        info: &ProcessInfo,
+        modex: &mut dyn Modex,
+        cfg: TcpConfig,
+    ) -> Result<TcpModule, BtlError> {
+        cfg.validate().map_err(BtlError::Config)?;
+        let all = ifaddr::list().map_err(|e| BtlError::io("getifaddrs", e))?;
+        let mut ifaces =
+            ifaddr::select(all, &cfg.if_include, &cfg.if_exclude).map_err(BtlError::Config)?;
+        ifaces.truncate(MAX_ADDRS);
+        if ifaces.is_empty() {
+            return Err(BtlError::Unavailable(
+                "no IPv4 interface is up and selected by btl_tcp_if_include/btl_tcp_if_exclude"
+                    .into(),
+            ));
+        }
+        let std_l = std::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
+            .map_err(|e| BtlError::io("bind the tcp BTL listening socket", e))?;
+        std_l
+            .set_nonblocking(true)
+            .map_err(|e| BtlError::io("set_nonblocking", e))?;
+        let port = std_l
+            .local_addr()
+            .map_err(|e| BtlError::io("local_addr", e))?
+            .port();
+        let mut listener = TcpListener::from_std(std_l);
+        let poll = Poll::new().map_err(|e| BtlError::io("epoll_create", e))?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(|e| BtlError::io("epoll_ctl listener", e))?;
+        let secret = match std::env::var(crate::SECRET_ENV) {
+            Ok(v) => Some(wire::secret_from_hex(v.trim().as_bytes()).ok_or_else(|| {
+                BtlError::Config(format!("{} must be 64 hex digits", crate::SECRET_ENV))
+            })?),
+            Err(_) if info.rank == 0 => {
+                let s = random_secret()?;
+                modex.put(MODEX_SECRET_KEY, wire::secret_to_hex(&s).as_bytes())?;
+                Some(s)
+            }
+            Err(_) => None,
+        };
+        let ep = Endpoint {
+            port,
+            addrs: ifaces.iter().map(|i| (i.addr, i.prefix)).collect(),
+        };
+        modex.put(MODEX_ADDR_KEY, ep.encode().as_bytes())?;
+        tracing::debug!(target: "btl_tcp", rank = info.rank, port, addrs = %ep.encode(), "listening");
+        Ok(TcpModule {
+            cfg,
+            me: info.rank,
+            size: info.size,
+            node_id: info.node_id,
+            node_of: info.node_of.clone(),
+            secret,
+            ifaces,
+            poll,
+            events: Events::with_capacity(128),
+            listener: Some(listener),
+            port,
+            conns: Vec::new(),
+            free_slots: Vec::new(),
+            peers: (0..info.size).map(|_| None).collect(),
+            readable: Vec::new(),
+            ticks: 0,
+            stats: TcpStats::default(),
+            finalized: false,
+        })
+    }
+
+    /// The listening port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Module counters.
+    pub fn stats(&self) -> TcpStats {
+        self.stats
+    }
+
+    /// Traffic with `peer` (`None`: not added).
+    pub fn peer_stats(&self, peer: u32) -> Option<PeerStats> {
+        self.peer(peer).map(|p| p.stats)
+    }
+
+    /// Peers marked failed, with the reason.
+    pub fn failed_peers(&self) -> Vec<(u32, String)> {
+        self.peers
+            .iter()
+            .enumerate()
+            .filter_map(|(r, p)| match &p.as_ref()?.state {
+                PeerState::Failed(why) => Some((r as u32, why.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether a connection to `peer` is established.
+    pub fn is_connected(&self, peer: u32) -> bool {
+        matches!(
+            self.peer(peer).map(|p| &p.state),
+            Some(PeerState::Connected { .. })
+        )
+    }
+
+    /// The address used for `peer`.
+    pub fn peer_addr(&self, peer: u32) -> Option<SocketAddr> {
+        self.peer(peer).map(|p| p.addr)
+    }
+
+    fn peer(&self, peer: u32) -> Option<&Peer> {
+        self.peers.get(peer as usize)?.as_ref()
+    }
+
+    fn is_local(&self, peer: u32) -> bool {
+        self.node_of.get(peer as usize) == Some(&self.node_id)
+    }
+
+    fn choose_addr(&self, peer: u32, ep: &Endpoint) -> Option<SocketAddr> {
+        let lo_here = self.ifaces.iter().any(|i| i.loopback);
+        let pick = |ip: Ipv4Addr| Some(SocketAddr::V4(SocketAddrV4::new(ip, ep.port)));
+        if self.is_local(peer) && lo_here {
+            if let Some((ip, _)) = ep.addrs.iter().find(|(ip, _)| ip.is_loopback()) {
+                return pick(*ip);
+            }
+        }
+        let remote: Vec<Ipv4Addr> = ep
+            .addrs
+            .iter()
+            .map(|(ip, _)| *ip)
+            .filter(|ip| !ip.is_loopback())
+            .collect();
+        let same_subnet = remote.iter().find(|ip| {
+            self.ifaces
+                .iter()
+                .any(|i| !i.loopback && ifaddr::same_subnet(**ip, i.addr, i.prefix))
+        });
+        match same_subnet.or(remote.first()) {
+            Some(ip) => pick(*ip),
+            None => None,
+        }
+    }
+
+    fn secret(&self) -> [u8; SECRET_LEN] {
+        self.secret.unwrap_or([0; SECRET_LEN])
+    }
+
+    fn hello(&self, kind: HelloKind) -> [u8; HELLO_LEN] {
+        Hello {
+            kind,
+            rank: self.me,
+            size: self.size,
+            secret: self.secret(),
+        }
+        .encode()
+    }
+
+    // ---- connections ------------------------------------------------
+
+    fn insert_conn(&mut self, mut c: Conn, interest: Interest) -> io::Result<usize> {
+        let slot = match self.free_slots.pop() {
+            Some(s) => s,
+            None => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+        };
+        self.poll
+            .registry()
+            .register(&mut c.stream, Token(slot + 1), interest)?;
+        self.conns[slot] = Some(c);
+        Ok(slot)
+    }
+
+    fn close_conn(&mut self, slot: usize) {
+        if let Some(mut c) = self.conns.get_mut(slot).and_then(Option::take) {
+            let _ = self.poll.registry().deregister(&mut c.stream);
+            let _ = c.stream.shutdown(std::net::Shutdown::Both);
+            self.free_slots.push(slot);
+        }
+        self.readable.retain(|&s| s != slot);
+    }
+
+    fn start_connect(&mut self, peer: u32) -> Result<(), BtlError> {
+        let addr = self.peers[peer as usize]
+            .as_ref()
+            .ok_or(BtlError::Unreachable(peer))?
+            .addr;
+        let stream = match TcpStream::connect(addr) {
+            Ok(s) => s,
+            Err(e) => {
+                let why = format!("connect to {addr} failed: {e}");
+                self.fail_peer(peer, why.clone());
+                return Err(BtlError::Protocol { peer, reason: why });
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let c = Conn {
+            stream,
+            phase: Phase::Connecting,
+            peer: Some(peer),
+            remote: Some(addr),
+            hs: [0; HELLO_LEN],
+            hs_len: 0,
+            rbuf: Vec::new(),
+            rstart: 0,
+            rend: 0,
+            since: Instant::now(),
+        };
+        let slot = self
+            .insert_conn(c, Interest::READABLE | Interest::WRITABLE)
+            .map_err(|e| BtlError::io("epoll_ctl connect", e))?;
+        tracing::debug!(target: "btl_tcp", peer, %addr, "connecting");
+        if let Some(p) = self.peers[peer as usize].as_mut() {
+            p.state = PeerState::Connecting {
+                conn: slot,
+                since: Instant::now(),
+            };
+        }
+        Ok(())
+    }
+
+    /// Marks `peer` failed (once), logs why, drops its queue and closes its
+    /// connections.
+    fn fail_peer(&mut self, peer: u32, why: String) {
+        let Some(p) = self.peers.get_mut(peer as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        if matches!(p.state, PeerState::Failed(_)) {
+            return;
+        }
+        let conn = match p.state {
+            PeerState::Connecting { conn, .. } | PeerState::Connected { conn } => Some(conn),
+            _ => None,
+        };
+        let dropped = p.queue.len() as u64;
+        tracing::error!(target: "btl_tcp", peer, addr = %p.addr, dropped,
+            "connection to rank {peer} ({}) failed: {why}; transfers with it fail", p.addr);
+        p.state = PeerState::Failed(why);
+        p.queue.clear();
+        p.queued = 0;
+        p.head_off = 0;
+        self.stats.peer_failures += 1;
+        self.stats.dropped += dropped;
+        if let Some(c) = conn {
+            self.close_conn(c);
+        }
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            let Some(l) = self.listener.as_ref() else {
+                return;
+            };
+            match l.accept() {
+                Ok((stream, remote)) => {
+                    let pending = self
+                        .conns
+                        .iter()
+                        .flatten()
+                        .filter(|c| c.phase == Phase::AwaitHello)
+                        .count();
+                    if pending >= MAX_PENDING_ACCEPTS {
+                        self.stats.rejected += 1;
+                        tracing::warn!(target: "btl_tcp", from = %remote,
+                            "rejected a connection from {remote}: {pending} handshakes pending");
+                        drop(stream);
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    let c = Conn {
+                        stream,
+                        phase: Phase::AwaitHello,
+                        peer: None,
+                        remote: Some(remote),
+                        hs: [0; HELLO_LEN],
+                        hs_len: 0,
+                        rbuf: Vec::new(),
+                        rstart: 0,
+                        rend: 0,
+                        since: Instant::now(),
+                    };
+                    match self.insert_conn(c, Interest::READABLE) {
+                        // The HELLO may already be there (edge-triggered).
+                        Ok(slot) => self.on_hello_readable(slot),
+                        Err(e) => {
+                            tracing::warn!(target: "btl_tcp", "epoll_ctl for an accepted socket: {e}")
+                        }
+                    }
+                }
+                Err(e) if would_block(&e) => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // ECONNABORTED, EMFILE...: log and try again next time.
+                    tracing::warn!(target: "btl_tcp", "accept: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads handshake bytes into the connection; `Ok(true)` when complete.
+    fn read_handshake(c: &mut Conn) -> io::Result<bool> {
+        while c.hs_len < HELLO_LEN {
+            match c.stream.read(&mut c.hs[c.hs_len..]) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => c.hs_len += n,
+                Err(e) if would_block(&e) => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    fn reject_inbound(&mut self, slot: usize, remote: Option<SocketAddr>, why: &str) {
+        self.stats.rejected += 1;
+        let from = remote.map(|r| r.to_string()).unwrap_or_default();
+        tracing::warn!(target: "btl_tcp", %from, "rejected a connection from {from}: {why}");
+        self.close_conn(slot);
+    }
+
+    fn on_hello_readable(&mut self, slot: usize) {
+        let secret = self.secret();
+        let Some(c) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        let remote = c.remote;
+        match Self::read_handshake(c) {
+            Ok(false) => return,
+            Ok(true) => {}
+            Err(e) => {
+                return self.reject_inbound(slot, remote, &format!("closed before its HELLO ({e})"))
+            }
+        }
+        if self.secret.is_none() {
+            return self.reject_inbound(slot, remote, "this process has no job secret yet");
+        }
+        let h = match Hello::decode(&c.hs, &secret) {
+            Ok(h) => h,
+            Err(e) => return self.reject_inbound(slot, remote, &e.to_string()),
+        };
+        if h.kind != HelloKind::Hello {
+            return self.reject_inbound(slot, remote, "first message is not a HELLO");
+        }
+        if h.size != self.size || h.rank >= self.size || h.rank == self.me {
+            return self.reject_inbound(
+                slot,
+                remote,
+                &format!(
+                    "claims rank {} of {} (this job: {} ranks)",
+                    h.rank, h.size, self.size
+                ),
+            );
+        }
+        let from = h.rank;
+        let me = self.me;
+        let Some(p) = self.peers[from as usize].as_mut() else {
+            return self.reject_inbound(slot, remote, &format!("rank {from} was not added"));
+        };
+        let accept = match p.state {
+            PeerState::Idle | PeerState::AwaitingIncoming { .. } => true,
+            PeerState::Connecting { conn, .. } => {
+                self.stats.simultaneous += 1;
+                if from < me {
+                    // The lower rank's connection wins: drop ours.
+                    tracing::debug!(target: "btl_tcp", peer = from, "simultaneous connect: taking the peer's");
+                    self.close_conn(conn);
+                    true
+                } else {
+                    tracing::debug!(target: "btl_tcp", peer = from, "simultaneous connect: keeping ours");
+                    false
+                }
+            }
+            PeerState::Connected { .. } | PeerState::Closed | PeerState::Failed(_) => false,
+        };
+        let answer = self.hello(if accept {
+            HelloKind::Accept
+        } else {
+            HelloKind::Reject
+        });
+        let Some(c) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        let wrote = sys::send_vectored(&c.stream, &[&answer]);
+        if !accept {
+            self.close_conn(slot);
+            return;
+        }
+        if !matches!(wrote, Ok(n) if n == HELLO_LEN) {
+            // A fresh socket takes 52 bytes; anything else means it is dead.
+            self.close_conn(slot);
+            if let Some(p) = self.peers[from as usize].as_mut() {
+                if matches!(p.state, PeerState::Connecting { .. }) {
+                    p.state = PeerState::Idle;
+                }
+            }
+            return;
+        }
+        c.phase = Phase::Established;
+        c.peer = Some(from);
+        c.rbuf = vec![0; READ_CHUNK];
+        self.stats.accepts += 1;
+        if let Some(p) = self.peers[from as usize].as_mut() {
+            p.state = PeerState::Connected { conn: slot };
+        }
+        tracing::debug!(target: "btl_tcp", peer = from, ?remote, "accepted");
+        self.readable.push(slot);
+    }
+
+    fn on_connect_event(&mut self, slot: usize) {
+        let hello = self.hello(HelloKind::Hello);
+        let Some(c) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        let Some(peer) = c.peer else { return };
+        let addr = c.remote;
+        match c.stream.take_error() {
+            Ok(None) => {}
+            Ok(Some(e)) | Err(e) => {
+                return self.fail_peer(peer, format!("connect to {addr:?} failed: {e}"));
+            }
+        }
+        match c.stream.peer_addr() {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => return, // still connecting
+            Err(e) => return self.fail_peer(peer, format!("connect to {addr:?} failed: {e}")),
+        }
+        match sys::send_vectored(&c.stream, &[&hello]) {
+            Ok(n) if n == HELLO_LEN => c.phase = Phase::SentHello,
+            Ok(_) | Err(_) => {
+                return self.fail_peer(peer, format!("sending HELLO to {addr:?} failed"))
+            }
+        }
+        // The answer may already be there.
+        self.on_answer_readable(slot);
+    }
+
+    fn on_answer_readable(&mut self, slot: usize) {
+        let secret = self.secret();
+        let Some(c) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        let Some(peer) = c.peer else { return };
+        let addr = c.remote;
+        let current = matches!(self.peers[peer as usize].as_ref().map(|p| &p.state),
+            Some(PeerState::Connecting { conn, .. }) if *conn == slot);
+        let done = match Self::read_handshake(c) {
+            Ok(d) => d,
+            Err(e) => {
+                if current {
+                    self.fail_peer(
+                        peer,
+                        format!("{addr:?} closed the connection during the handshake ({e}); a process of another job or with another secret?"),
+                    );
+                } else {
+                    self.close_conn(slot);
+                }
+                return;
+            }
+        };
+        if !done {
+            return;
+        }
+        let h = match Hello::decode(&c.hs, &secret) {
+            Ok(h) if h.rank == peer && h.size == self.size => h,
+            Ok(h) => {
+                return self.fail_peer(
+                    peer,
+                    format!("{addr:?} answered as rank {} of {}", h.rank, h.size),
+                )
+            }
+            Err(e) => {
+                return self.fail_peer(peer, format!("bad handshake answer from {addr:?}: {e}"))
+            }
+        };
+        if !current {
+            self.close_conn(slot);
+            return;
+        }
+        match h.kind {
+            HelloKind::Accept => {
+                c.phase = Phase::Established;
+                c.rbuf = vec![0; READ_CHUNK];
+                self.stats.connects += 1;
+                if let Some(p) = self.peers[peer as usize].as_mut() {
+                    p.state = PeerState::Connected { conn: slot };
+                }
+                tracing::debug!(target: "btl_tcp", peer, ?addr, "connected");
+                self.readable.push(slot);
+                self.flush(peer);
+            }
+            HelloKind::Reject => {
+                self.close_conn(slot);
+                if let Some(p) = self.peers[peer as usize].as_mut() {
+                    p.state = PeerState::AwaitingIncoming {
+                        since: Instant::now(),
+                    };
+                }
+                tracing::debug!(target: "btl_tcp", peer, "connect lost a simultaneous connect; waiting for the peer's");
+            }
+            HelloKind::Hello => {
+                self.fail_peer(peer, format!("{addr:?} answered HELLO with HELLO"));
+            }
+        }
+    }
+
+    /// Reads and delivers frames from an established connection.
+    fn read_conn(
+        &mut self,
+        slot: usize,
+        handler: &mut dyn BtlRecvHandler,
+        budget: &mut usize,
+    ) -> ReadOutcome {
+        let Some(mut c) = self.conns.get_mut(slot).and_then(Option::take) else {
+            return ReadOutcome::Closed;
+        };
+        let Some(peer) = c.peer else {
+            self.conns[slot] = Some(c);
+            return ReadOutcome::Closed;
+        };
+        let result = loop {
+            // Deliver the complete frames in the buffer.
+            let mut error = None;
+            while *budget > 0 && c.rend - c.rstart >= FRAME_HDR_LEN {
+                let mut hb = [0u8; FRAME_HDR_LEN];
+                hb.copy_from_slice(&c.rbuf[c.rstart..c.rstart + FRAME_HDR_LEN]);
+                let h = match FrameHdr::decode(&hb) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        error = Some(format!("protocol error: {e}"));
+                        break;
+                    }
+                };
+                let total = FRAME_HDR_LEN + h.len;
+                if c.rend - c.rstart < total {
+                    if c.rbuf.len() - c.rstart < total {
+                        c.rbuf.copy_within(c.rstart..c.rend, 0);
+                        c.rend -= c.rstart;
+                        c.rstart = 0;
+                        if c.rbuf.len() < total {
+                            c.rbuf.resize(total, 0);
+                        }
+                    }
+                    break;
+                }
+                let body = &c.rbuf[c.rstart + FRAME_HDR_LEN..c.rstart + total];
+                match h.kind {
+                    FrameKind::Data => {
+                        handler.on_fragment(peer, h.tag, body);
+                        *budget -= 1;
+                        if let Some(p) = self.peers[peer as usize].as_mut() {
+                            p.stats.frags_recv += 1;
+                            p.stats.bytes_recv += h.len as u64;
+                        }
+                    }
+                    FrameKind::Bye => {
+                        tracing::debug!(target: "btl_tcp", peer, "peer finalized (BYE)");
+                        if let Some(p) = self.peers[peer as usize].as_mut() {
+                            p.state = PeerState::Closed;
+                            p.queue.clear();
+                            p.queued = 0;
+                        }
+                    }
+                }
+                c.rstart += total;
+            }
+            if let Some(why) = error {
+                break Err(why);
+            }
+            if c.rstart == c.rend {
+                c.rstart = 0;
+                c.rend = 0;
+            }
+            if *budget == 0 {
+                break Ok(ReadOutcome::More);
+            }
+            if c.rend == c.rbuf.len() {
+                c.rbuf.copy_within(c.rstart..c.rend, 0);
+                c.rend -= c.rstart;
+                c.rstart = 0;
+                if c.rend == c.rbuf.len() {
+                    let n = c.rbuf.len().max(FRAME_HDR_LEN) * 2;
+                    c.rbuf.resize(n, 0);
+                }
+            }
+            match c.stream.read(&mut c.rbuf[c.rend..]) {
+                Ok(0) => {
+                    let closed = matches!(
+                        self.peers[peer as usize].as_ref().map(|p| &p.state),
+                        Some(PeerState::Closed)
+                    );
+                    if closed {
+                        break Ok(ReadOutcome::Closed);
+                    }
+                    let partial = c.rend - c.rstart;
+                    break Err(if partial > 0 {
+                        format!("connection closed by the peer in the middle of a fragment ({partial} bytes of it received)")
+                    } else {
+                        "connection closed by the peer (EOF without BYE)".to_string()
+                    });
+                }
+                Ok(n) => c.rend += n,
+                Err(e) if would_block(&e) => break Ok(ReadOutcome::Drained),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(format!("read: {e}")),
+            }
+        };
+        self.conns[slot] = Some(c);
+        match result {
+            Ok(ReadOutcome::Closed) => {
+                self.close_conn(slot);
+                ReadOutcome::Closed
+            }
+            Ok(o) => o,
+            Err(why) => {
+                self.fail_peer(peer, why);
+                self.close_conn(slot);
+                ReadOutcome::Closed
+            }
+        }
+    }
+
+    /// Writes as much of `peer`'s queue as the socket takes.
+    fn flush(&mut self, peer: u32) {
+        let Some(p) = self.peers.get_mut(peer as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let PeerState::Connected { conn } = p.state else {
+            return;
+        };
+        let Some(c) = self.conns.get(conn).and_then(Option::as_ref) else {
+            return;
+        };
+        let mut err = None;
+        while let Some(front) = p.queue.front() {
+            match sys::send_vectored(&c.stream, &[&front[p.head_off..]]) {
+                Ok(n) => {
+                    p.head_off += n;
+                    if p.head_off == front.len() {
+                        p.queued -= front.len();
+                        p.head_off = 0;
+                        p.queue.pop_front();
+                    }
+                }
+                Err(e) if would_block(&e) => break,
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(e) = err {
+            self.fail_peer(peer, format!("write: {e}"));
+        }
+    }
+
+    fn check_timeouts(&mut self) {
+        let now = Instant::now();
+        let stale: Vec<usize> = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let c = c.as_ref()?;
+                (c.phase == Phase::AwaitHello && now.duration_since(c.since) > HELLO_TIMEOUT)
+                    .then_some(i)
+            })
+            .collect();
+        for slot in stale {
+            let remote = self.conns[slot].as_ref().and_then(|c| c.remote);
+            self.reject_inbound(slot, remote, "no HELLO within 10 s");
+        }
+        let limit = self.cfg.connect_timeout;
+        let late: Vec<u32> = self
+            .peers
+            .iter()
+            .enumerate()
+            .filter_map(|(r, p)| match p.as_ref()?.state {
+                PeerState::Connecting { since, .. } | PeerState::AwaitingIncoming { since }
+                    if now.duration_since(since) > limit =>
+                {
+                    Some(r as u32)
+                }
+                _ => None,
+            })
+            .collect();
+        for r in late {
+            self.fail_peer(
+                r,
+                format!("no connection within btl_tcp_connect_timeout ({limit:?})"),
+            );
+        }
+    }
+
+    fn report_stats(&self) {
+        for (r, p) in self.peers.iter().enumerate() {
+            let Some(p) = p else { continue };
+            let s = p.stats;
+            if s.frags_sent + s.frags_recv == 0 {
+                continue;
+            }
+            eprintln!(
+                "[rank {}] btl_tcp peer {r} ({}): sent {} frags {} bytes, received {} frags {} bytes",
+                self.me, p.addr, s.frags_sent, s.bytes_sent, s.frags_recv, s.bytes_recv
+            );
+        }
+        eprintln!("[rank {}] btl_tcp stats: {:?}", self.me, self.stats);
+    }
+}
+
+impl BtlModule for TcpModule {
+    fn name(&self) -> &str {
+        "tcp"
+    }
+
+    fn add_procs(&mut self, peers: &[u32], modex: &mut dyn Modex) -> Result<Vec<u32>, BtlError> {
+        if self.finalized {
+            return Err(BtlError::Finalized);
+        }
+        if self.secret.is_none() {
+            match modex.get(0, MODEX_SECRET_KEY) {
+                Ok(v) => {
+                    self.secret = Some(wire::secret_from_hex(&v).ok_or_else(|| {
+                        BtlError::Modex(ModexError::Malformed {
+                            rank: 0,
+                            key: MODEX_SECRET_KEY.into(),
+                            reason: "not 64 hex digits".into(),
+                        })
+                    })?)
+                }
+                Err(ModexError::NotFound { .. }) => {
+                    tracing::warn!(target: "btl_tcp",
+                        "rank 0 published no tcp job secret (tcp disabled there?): tcp reaches no peer");
+                    return Ok(Vec::new());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut out = Vec::with_capacity(peers.len());
+        for &r in peers {
+            if r == self.me || r >= self.size {
+                continue;
+            }
+            if self.peers[r as usize].is_some() {
+                out.push(r);
+                continue;
+            }
+            let ep = match modex.get(r, MODEX_ADDR_KEY) {
+                Ok(v) => match Endpoint::decode(&v) {
+                    Ok(ep) => ep,
+                    Err(e) => {
+                        tracing::warn!(target: "btl_tcp", peer = r, "malformed tcp address: {e}");
+                        continue;
+                    }
+                },
+                Err(ModexError::NotFound { .. }) => {
+                    tracing::debug!(target: "btl_tcp", peer = r, "no tcp address published");
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let Some(addr) = self.choose_addr(r, &ep) else {
+                tracing::debug!(target: "btl_tcp", peer = r, ep = %ep.encode(), "no usable address");
+                continue;
+            };
+            tracing::debug!(target: "btl_tcp", peer = r, %addr, local = self.is_local(r), "peer added");
+            self.peers[r as usize] = Some(Peer {
+                addr,
+                state: PeerState::Idle,
+                queue: VecDeque::new(),
+                head_off: 0,
+                queued: 0,
+                stats: PeerStats::default(),
+            });
+            out.push(r);
+        }
+        Ok(out)
+    }
+
+    fn exclusivity(&self) -> u32 {
+        EXCLUSIVITY_LOW
+    }
+    fn latency(&self) -> u32 {
+        100
+    }
+    fn bandwidth(&self) -> u32 {
+        10_000
+    }
+    fn eager_limit(&self) -> usize {
+        self.cfg.eager_limit
+    }
+    fn max_send_size(&self) -> usize {
+        self.cfg.max_send_size
+    }
+    fn flags(&self) -> BtlFlags {
+        BtlFlags::SEND
+    }
+
+    fn send(&mut self, peer: u32, tag: u8, header: &[u8], payload: &[u8]) -> Result<(), BtlError> {
+        if self.finalized {
+            return Err(BtlError::Finalized);
+        }
+        let len = header.len() + payload.len();
+        if len > self.cfg.max_send_size {
+            return Err(BtlError::TooLarge {
+                len,
+                max: self.cfg.max_send_size,
+            });
+        }
+        let limit = self.cfg.sendq_bytes;
+        let p = self
+            .peers
+            .get_mut(peer as usize)
+            .and_then(Option::as_mut)
+            .ok_or(BtlError::Unreachable(peer))?;
+        match &p.state {
+            PeerState::Failed(why) => {
+                return Err(BtlError::Protocol {
+                    peer,
+                    reason: format!("connection failed: {why}"),
+                })
+            }
+            PeerState::Closed => {
+                return Err(BtlError::Protocol {
+                    peer,
+                    reason: "the peer finalized".into(),
+                })
+            }
+            _ => {}
+        }
+        let total = FRAME_HDR_LEN + len;
+        if !p.queue.is_empty() && p.queued + total > limit {
+            self.stats.would_block += 1;
+            return Err(BtlError::WouldBlock);
+        }
+        let fh = FrameHdr {
+            len,
+            kind: FrameKind::Data,
+            tag,
+        }
+        .encode();
+        let mut written = 0;
+        if let (PeerState::Connected { conn }, true) = (&p.state, p.queue.is_empty()) {
+            if let Some(c) = self.conns.get(*conn).and_then(Option::as_ref) {
+                match sys::send_vectored(&c.stream, &[&fh, header, payload]) {
+                    Ok(n) => written = n,
+                    Err(e) if would_block(&e) => {}
+                    Err(e) => {
+                        let why = format!("write: {e}");
+                        self.fail_peer(peer, why.clone());
+                        return Err(BtlError::Protocol { peer, reason: why });
+                    }
+                }
+            }
+        }
+        p.stats.frags_sent += 1;
+        p.stats.bytes_sent += len as u64;
+        if written < total {
+            let mut rest = Vec::with_capacity(total - written);
+            let mut skip = written;
+            for part in [&fh[..], header, payload] {
+                if skip >= part.len() {
+                    skip -= part.len();
+                } else {
+                    rest.extend_from_slice(&part[skip..]);
+                    skip = 0;
+                }
+            }
+            p.queued += rest.len();
+            p.queue.push_back(rest);
+        }
+        if matches!(p.state, PeerState::Idle) {
+            self.start_connect(peer)?;
+        }
+        Ok(())
+    }
+
+    fn progress(&mut self, handler: &mut dyn BtlRecvHandler) -> usize {
+        if self.finalized {
+            return 0;
+        }
+        if let Err(e) = self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                tracing::error!(target: "btl_tcp", "epoll_wait: {e}");
+            }
+        }
+        let ready: Vec<(usize, bool)> = self
+            .events
+            .iter()
+            .map(|ev| (ev.token().0, ev.is_writable()))
+            .collect();
+        for (tok, _writable) in ready {
+            if tok == LISTENER.0 {
+                self.accept_all();
+                continue;
+            }
+            let slot = tok - 1;
+            let Some(phase) = self
+                .conns
+                .get(slot)
+                .and_then(Option::as_ref)
+                .map(|c| c.phase)
+            else {
+                continue;
+            };
+            match phase {
+                Phase::Connecting => self.on_connect_event(slot),
+                Phase::SentHello => self.on_answer_readable(slot),
+                Phase::AwaitHello => self.on_hello_readable(slot),
+                Phase::Established => {
+                    if !self.readable.contains(&slot) {
+                        self.readable.push(slot);
+                    }
+                }
+            }
+        }
+        let mut budget = FRAMES_PER_PROGRESS;
+        let mut i = 0;
+        let mut delivered = 0;
+        while i < self.readable.len() && budget > 0 {
+            let slot = self.readable[i];
+            let before = budget;
+            let outcome = self.read_conn(slot, handler, &mut budget);
+            delivered += before - budget;
+            match outcome {
+                ReadOutcome::More => i += 1,
+                ReadOutcome::Drained => {
+                    if let Some(pos) = self.readable.iter().position(|&s| s == slot) {
+                        self.readable.remove(pos);
+                    }
+                }
+                ReadOutcome::Closed => {} // close_conn removed it
+            }
+        }
+        for r in 0..self.peers.len() {
+            if self.peers[r].as_ref().is_some_and(|p| !p.queue.is_empty()) {
+                self.flush(r as u32);
+            }
+        }
+        self.ticks += 1;
+        if self.ticks % 256 == 0 {
+            self.check_timeouts();
+        }
+        delivered
+    }
+
+    fn finalize(&mut self) -> Result<(), BtlError> {
+        if self.finalized {
+            return Ok(());
+        }
+        let bye = FrameHdr {
+            len: 0,
+            kind: FrameKind::Bye,
+            tag: 0,
+        }
+        .encode();
+        for r in 0..self.peers.len() {
+            if let Some(p) = self.peers[r].as_mut() {
+                if matches!(p.state, PeerState::Connected { .. }) {
+                    p.queue.push_back(bye.to_vec());
+                    p.queued += bye.len();
+                } else if !p.queue.is_empty() {
+                    tracing::warn!(target: "btl_tcp", peer = r,
+                        "finalize drops {} fragments never sent (no connection)", p.queue.len());
+                }
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let mut pending = false;
+            for r in 0..self.peers.len() {
+                let connected_with_data = self.peers[r].as_ref().is_some_and(|p| {
+                    matches!(p.state, PeerState::Connected { .. }) && !p.queue.is_empty()
+                });
+                if connected_with_data {
+                    self.flush(r as u32);
+                    pending |= self.peers[r].as_ref().is_some_and(|p| !p.queue.is_empty());
+                }
+            }
+            if !pending || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if self.cfg.stats {
+            self.report_stats();
+        }
+        for slot in 0..self.conns.len() {
+            self.close_conn(slot);
+        }
+        if let Some(mut l) = self.listener.take() {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+        self.finalized = true;
+        tracing::debug!(target: "btl_tcp", rank = self.me, stats = ?self.stats, "finalized");
+        Ok(())
+    }
+}
