@@ -432,7 +432,7 @@ mod tests {
     fn fifo_mpsc_stress_exactly_once_in_order() {
         const P: usize = 4;
         const F: usize = 8;
-        const MSGS: u32 = 20_000;
+        const MSGS: u32 = 5_000;
         let slot = FRAG_HDR + 64;
         let first = (P + 1) * FIFO_CTL;
         let mem = Arc::new(Mem::new(first + P * F * slot));
@@ -599,7 +599,7 @@ mod tests {
     #[test]
     fn fbox_spsc_stress_wraps_in_order() {
         const SIZE: usize = 512;
-        const N: u32 = 100_000;
+        const N: u32 = 30_000;
         let mem = Arc::new(Mem::new(FBOX_CTL + SIZE));
         let m2 = mem.clone();
         let writer = std::thread::spawn(move || {
