@@ -32,7 +32,7 @@ struct Shadow<M> {
     /// Cancel requested: answered when the DEL settles.
     cancel: bool,
     /// A software match waiting for the DEL: the message it would take.
-    pending_msg: Option<(Envelope, M)>,
+    pending_msg: Option<(Envelope, M, bool)>,
     /// The NIC matched a rendezvous whose data completion has not come yet.
     data_pending: bool,
 }
@@ -57,6 +57,8 @@ struct Rec<R, M> {
     /// The engine's key while the receive is queued there.
     key: Option<RecvKey>,
     place: Place<M>,
+    /// A cancel was asked for (its one outcome event is pending or delivered).
+    cancel_asked: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -93,6 +95,8 @@ pub struct SplitMatcher<R, M> {
     deferred: VecDeque<Input<R, M>>,
     /// The receive whose DEL the inputs wait for.
     stall: Option<u32>,
+    /// 1 while the stalled message was counted by the NIC and its DEL is not pulled yet.
+    stall_excl: u32,
     /// Handles reserved (ADD queued or posted, until every completion came back).
     live_nic: u32,
     /// Operations pulled whose completion has not been fed back.
@@ -102,7 +106,8 @@ pub struct SplitMatcher<R, M> {
     /// The count carried by the last operation pulled.
     carried: u32,
     sync_queued: bool,
-    sync_in_flight: bool,
+    /// `TAG_SYNC`s pulled whose completion has not come back.
+    syncs_in_flight: u32,
     stats: SplitStats,
 }
 
@@ -134,12 +139,13 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
             events: VecDeque::new(),
             deferred: VecDeque::new(),
             stall: None,
+            stall_excl: 0,
             live_nic: 0,
             ops_outstanding: 0,
             sw_cnt: 0,
             carried: 0,
             sync_queued: false,
-            sync_in_flight: false,
+            syncs_in_flight: 0,
             stats: SplitStats::default(),
         })
     }
@@ -192,6 +198,19 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
     /// Software-only receives queued now.
     pub fn software_only_len(&self) -> usize {
         self.soft.len()
+    }
+
+    /// Handles of the queued receives in posting order, each with `true` when the NIC holds
+    /// it (O(n log n); diagnostics and tests).
+    pub fn posted_recvs(&self) -> Vec<(R, bool)> {
+        self.engine
+            .posted_snapshot()
+            .into_iter()
+            .filter_map(|(_, idx)| {
+                let r = &self.recs[idx as usize];
+                Some((r.recv?, matches!(r.place, Place::Nic(_))))
+            })
+            .collect()
     }
 
     /// Nothing pending towards the NIC and no input waiting: no queued action, no operation
@@ -255,17 +274,19 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
     }
 
     /// Ask to cancel a receive. Returns `false` (and nothing happens) when the key names no
-    /// live receive (it ended before); otherwise exactly one [`SplitEvent::Cancelled`] or
+    /// live receive (it ended before) or a cancel of it was asked already (its one outcome
+    /// event is or will be delivered); otherwise exactly one [`SplitEvent::Cancelled`] or
     /// [`SplitEvent::CancelFailed`] follows (at once for a software receive, after the DEL for
     /// an offloaded one).
     pub fn cancel(&mut self, key: SplitKey) -> bool {
         let Some(rec) = self.recs.get(key.index as usize) else {
             return false;
         };
-        if !rec.live || rec.generation != key.generation {
+        if !rec.live || rec.generation != key.generation || rec.cancel_asked {
             return false;
         }
         let Some(recv) = rec.recv else { return false };
+        self.recs[key.index as usize].cancel_asked = true;
         if self.is_stalled() {
             self.deferred.push_back(Input::Cancel(key, recv));
             return true;
@@ -300,7 +321,7 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
             let q = self.actions.pop_front()?;
             match q {
                 Queued::Add(idx, gen) => {
-                    let cnt = self.sw_cnt;
+                    let cnt = self.sw_cnt.wrapping_sub(self.stall_excl);
                     let Some(rec) = self.live_rec_mut(idx, gen) else {
                         continue;
                     };
@@ -328,7 +349,13 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
                     });
                 }
                 Queued::Del(idx, gen) => {
-                    let cnt = self.sw_cnt;
+                    let cnt = if self.stall == Some(idx) {
+                        // The stall's own DEL: removal and resumption happen together.
+                        self.stall_excl = 0;
+                        self.sw_cnt
+                    } else {
+                        self.sw_cnt.wrapping_sub(self.stall_excl)
+                    };
                     let Some(rec) = self.live_rec_mut(idx, gen) else {
                         continue;
                     };
@@ -351,12 +378,13 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
                         continue;
                     }
                     self.sync_queued = false;
-                    self.sync_in_flight = true;
+                    self.syncs_in_flight += 1;
                     self.stats.syncs += 1;
                     self.ops_outstanding += 1;
-                    self.carried = self.sw_cnt;
+                    let cnt = self.sw_cnt.wrapping_sub(self.stall_excl);
+                    self.carried = cnt;
                     return Some(NicAction::Sync {
-                        unexpected_cnt: self.sw_cnt,
+                        unexpected_cnt: cnt,
                     });
                 }
             }
@@ -472,9 +500,10 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
                 self.op_done();
                 let rec = &mut self.recs[idx as usize];
                 let recv = rec.recv;
-                if let Some((envelope, msg)) = pending {
+                if let Some((envelope, msg, _)) = pending {
                     if self.stall == Some(idx) {
                         self.stall = None;
+                        self.stall_excl = 0;
                     }
                     self.stats.sw_matches += 1;
                     if let Some(recv) = recv {
@@ -530,10 +559,10 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
                 self.drain()?;
             }
             NicEvent::Synced => {
-                if !self.sync_in_flight {
+                if self.syncs_in_flight == 0 {
                     return Err(SplitError::UnexpectedSync);
                 }
-                self.sync_in_flight = false;
+                self.syncs_in_flight -= 1;
                 self.op_done();
                 self.consider_sync(false);
             }
@@ -572,15 +601,19 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
                     });
                 }
                 st.del_handed = false;
+                let counted = matches!(st.pending_msg, Some((_, _, true)));
+                if self.stall == Some(idx) && counted {
+                    self.stall_excl = 1;
+                }
                 self.op_done();
                 let gen = self.recs[idx as usize].generation;
                 self.actions.push_front(Queued::Del(idx, gen));
             }
             NicEvent::SyncRefused => {
-                if !self.sync_in_flight {
+                if self.syncs_in_flight == 0 {
                     return Err(SplitError::UnexpectedSync);
                 }
-                self.sync_in_flight = false;
+                self.syncs_in_flight -= 1;
                 self.stats.syncs -= 1;
                 self.op_done();
                 self.sync_queued = true;
@@ -601,6 +634,7 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
             info,
             key: None,
             place: Place::Deferred,
+            cancel_asked: false,
         };
         match self.free.pop() {
             Some(i) => {
@@ -754,6 +788,17 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
     }
 
     fn do_arrive(&mut self, env: Envelope, msg: M, from_nic: bool) -> Result<(), EngineError> {
+        self.arrive_counted(env, msg, from_nic, from_nic)
+    }
+
+    /// `from_nic`: count it now; `counted`: the NIC counted it (now or when it first came up).
+    fn arrive_counted(
+        &mut self,
+        env: Envelope,
+        msg: M,
+        from_nic: bool,
+        counted: bool,
+    ) -> Result<(), EngineError> {
         let out = self.engine.arrive(env, msg);
         if from_nic {
             // Counted once software holds it (matched or queued), never before: an operation
@@ -774,7 +819,7 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
                 self.stats.unexpected += 1;
                 self.events.push_back(SplitEvent::Unexpected { envelope: env, msg });
             }
-            Ok(ArriveOutcome::Matched { recv: idx, .. }) => self.sw_matched(idx, env, msg),
+            Ok(ArriveOutcome::Matched { recv: idx, .. }) => self.sw_matched(idx, env, msg, counted),
         }
         if from_nic {
             self.consider_sync(false);
@@ -783,7 +828,7 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
     }
 
     /// Software matched `msg` to the receive of record `idx` (already out of the engine).
-    fn sw_matched(&mut self, idx: u32, envelope: Envelope, msg: M) {
+    fn sw_matched(&mut self, idx: u32, envelope: Envelope, msg: M, counted: bool) {
         let gen = self.recs[idx as usize].generation;
         let rec = &mut self.recs[idx as usize];
         rec.key = None;
@@ -793,12 +838,15 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
             Place::Nic(st) if st.handed_out => {
                 // The NIC may hold the entry: DEL it before the receive completes; every
                 // input waits until the DEL settles.
-                st.pending_msg = Some((envelope, msg));
+                st.pending_msg = Some((envelope, msg, counted));
                 if !st.del_queued {
                     st.del_queued = true;
                     self.actions.push_back(Queued::Del(idx, gen));
                 }
                 self.stall = Some(idx);
+                // Until the DEL is pulled, operations must not carry a count that includes
+                // this message: the NIC would resume matching while its fate is open.
+                self.stall_excl = u32::from(counted);
                 self.stats.stalls += 1;
                 tracing::debug!(id = %NicId::new(idx, gen), "tm-engine: software match of an offloaded receive, DEL first");
             }
@@ -896,12 +944,13 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
                 self.events.push_back(SplitEvent::CancelFailed { recv });
             }
         }
-        if let Some((env, msg)) = pending {
+        if let Some((env, msg, counted)) = pending {
             if self.stall == Some(idx) {
                 self.stall = None;
+                self.stall_excl = 0;
             }
             // Already counted when it first came up.
-            if let Err(error) = self.do_arrive(env, msg, false) {
+            if let Err(error) = self.arrive_counted(env, msg, false, counted) {
                 self.events.push_back(SplitEvent::ArrivalFailed { msg, error });
             }
         }
@@ -942,7 +991,8 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
             return;
         }
         let must = lag >= self.config.sync_interval;
-        let useful = (self.live_nic > 0 || asked) && !self.sync_in_flight && self.actions.is_empty();
+        let useful = (self.live_nic > 0 || asked) && self.syncs_in_flight == 0
+            && self.actions.is_empty();
         if must || useful {
             self.sync_queued = true;
             self.actions.push_back(Queued::Sync);
