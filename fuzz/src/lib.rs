@@ -28,6 +28,48 @@ mod server_core;
 #[path = "../../pml/src/hdr.rs"]
 pub mod pml_hdr;
 
+/// The shared-memory structures of btl-sm (fast-box records, fragment
+/// headers), compiled from `btl-sm/src/shm.rs` (self-contained: std only).
+#[allow(dead_code, clippy::all)]
+#[path = "../../btl-sm/src/shm.rs"]
+pub mod sm_shm;
+
+/// 64-byte aligned, zeroed memory standing in for a mapped segment.
+pub struct AlignedMem {
+    lines: Vec<Line>,
+}
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+impl AlignedMem {
+    /// At least `bytes` zeroed bytes.
+    pub fn new(bytes: usize) -> Self {
+        AlignedMem {
+            lines: vec![Line([0; 64]); bytes.div_ceil(64)],
+        }
+    }
+    /// Start of the memory (64-byte aligned).
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.lines.as_mut_ptr().cast()
+    }
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.lines.len() * 64
+    }
+    /// Whether the memory is empty.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+    /// The bytes.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let n = self.len();
+        // SAFETY: `lines` is `n` initialised bytes, uniquely borrowed.
+        unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), n) }
+    }
+}
+
 /// Largest job size the server harness uses.
 pub const SERVER_MAX_RANKS: u32 = 4;
 

@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# Security checks of a tmpirun job (issue 10, "Security"), on real jobs:
+#
+#  1. Shared-memory segments are created exclusively and private: every
+#     open of /dev/shm/* with O_CREAT also has O_EXCL and mode 0600
+#     (strace of a btl-sm job; plus the mode of every segment seen while the
+#     job runs).
+#  2. The session directory is created with mode 0700, is owned by the user
+#     and is not world-readable while the job runs.
+#  3. The PMI server is reachable only through the inherited socketpair:
+#     tmpirun never calls bind/listen or creates an AF_INET/AF_INET6 socket,
+#     the rank's PMI_FD is an anonymous AF_UNIX socket, tmpirun holds no
+#     TCP/UDP socket and no filesystem-bound Unix socket, and no PMI_PORT
+#     is given to the ranks.
+#  4. Nothing is left behind: after the job (normal end and a rank killed
+#     by a signal) there is no session directory, no segment of the job in
+#     /dev/shm, and no new world-writable entry in /tmp or /dev/shm.
+#
+# Usage: ci/security-checks.sh   (builds tmpirun and examples/ring in target/;
+#        SECURITY_NO_BUILD=1 to use those already built)
+# Needs strace (installed with apt-get when missing and possible).
+# Exit status 0 when every check passed; each failure is printed as FAIL.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fails=0
+pass() { echo "  ok   $*"; }
+fail() {
+    echo "  FAIL $*"
+    fails=$((fails + 1))
+}
+
+if ! command -v strace >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "security-checks: installing strace"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get -o DPkg::Lock::Timeout=600 update -qq
+        apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends strace >/dev/null
+    else
+        echo "security-checks: strace is required" >&2
+        exit 2
+    fi
+fi
+
+# SECURITY_NO_BUILD=1 uses the binaries already in target/ (test-all.sh
+# builds them first).
+if [ -z "${SECURITY_NO_BUILD:-}" ]; then
+    echo "== security: building tmpirun and the ring example"
+    cargo build --quiet -p tmpi-run --bins
+    cargo build --quiet -p tmpi --example ring
+fi
+TARGET=${CARGO_TARGET_DIR:-target}
+TMPIRUN=$TARGET/debug/tmpirun
+RING=$TARGET/debug/examples/ring
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+uid=$(id -u)
+
+# World-writable entries (not symlinks) owned by us in /tmp and /dev/shm.
+world_writable() {
+    find /tmp /dev/shm -mindepth 1 -maxdepth 3 -user "$uid" -perm -o+w ! -type l 2>/dev/null |
+        grep -v "^$work" | sort || true
+}
+world_writable >"$work/ww.before"
+
+# The rank-side probe: runs inside the job (tmpirun's children) while the
+# PMI server is up, prints "probe-ok ..." or "probe-fail ...".
+cat >"$work/probe.sh" <<'PROBE'
+#!/usr/bin/env bash
+r=${PMI_RANK:-?}
+out() { echo "probe-$1 rank $r: $2"; }
+echo "probe-job $TMPI_JOB_ID $TMPI_SESSION_DIR"
+d=${TMPI_SESSION_DIR:-}
+if [ -n "$d" ] && [ -d "$d" ] && [ ! -L "$d" ]; then
+    m=$(stat -c %a "$d"); o=$(stat -c %u "$d")
+    [ "$m" = 700 ] && out ok "session dir mode 0700" || out fail "session dir $d has mode $m"
+    [ "$o" = "$(id -u)" ] && out ok "session dir owned by us" || out fail "session dir owner $o"
+else
+    out fail "no session directory (TMPI_SESSION_DIR=$d)"
+fi
+[ -z "${PMI_PORT:-}" ] && out ok "no PMI_PORT" || out fail "PMI_PORT=$PMI_PORT given to the rank"
+link=$(readlink "/proc/self/fd/${PMI_FD:-none}" 2>/dev/null || true)
+case "$link" in
+socket:\[*\])
+    ino=${link#socket:[}; ino=${ino%]}
+    # /proc/net/unix: Num RefCount Protocol Flags Type St Inode [Path]
+    line=$(awk -v i="$ino" '$7 == i' /proc/net/unix)
+    if [ -z "$line" ]; then
+        out fail "PMI_FD socket $ino is not an AF_UNIX socket"
+    elif [ "$(echo "$line" | awk '{print NF}')" -gt 7 ]; then
+        out fail "PMI_FD socket is bound to a path: $line"
+    else
+        out ok "PMI_FD is an anonymous AF_UNIX socket"
+    fi
+    ;;
+*) out fail "PMI_FD=${PMI_FD:-unset} is not a socket ($link)" ;;
+esac
+# tmpirun: the nearest ancestor named tmpirun.
+p=$PPID
+while [ "$p" -gt 1 ] && [ "$(cat /proc/$p/comm 2>/dev/null)" != tmpirun ]; do
+    p=$(awk '{print $4}' /proc/$p/stat 2>/dev/null || echo 1)
+done
+if [ "$p" -le 1 ]; then
+    out fail "tmpirun not found among the ancestors"
+else
+    bad=0
+    for f in /proc/$p/fd/*; do
+        l=$(readlink "$f" 2>/dev/null || true)
+        case "$l" in socket:\[*\]) ;; *) continue ;; esac
+        ino=${l#socket:[}; ino=${ino%]}
+        for t in tcp tcp6 udp udp6 raw raw6; do
+            if awk -v i="$ino" 'NR > 1 && $10 == i {found=1} END {exit !found}' /proc/net/$t 2>/dev/null; then
+                out fail "tmpirun holds an IP socket ($t inode $ino)"; bad=1
+            fi
+        done
+        line=$(awk -v i="$ino" '$7 == i' /proc/net/unix)
+        if [ -n "$line" ] && [ "$(echo "$line" | awk '{print NF}')" -gt 7 ]; then
+            out fail "tmpirun holds a path-bound Unix socket: $line"; bad=1
+        fi
+    done
+    [ $bad = 0 ] && out ok "tmpirun holds no IP or path-bound socket"
+fi
+# Shared-memory segments of this job visible now: private to us.
+for s in /dev/shm/*"${TMPI_JOB_ID:-none}"*; do
+    [ -e "$s" ] || continue
+    m=$(stat -c %a "$s")
+    [ "$m" = 600 ] && out ok "segment $s mode 0600" || out fail "segment $s has mode $m"
+done
+exec "$@"
+PROBE
+chmod 700 "$work/probe.sh"
+
+check_probe_output() {
+    local log=$1
+    local n_ok n_fail
+    n_ok=$(grep -c '^probe-ok' "$log" || true)
+    n_fail=$(grep -c '^probe-fail' "$log" || true)
+    grep '^probe-fail' "$log" | sed 's/^/       /' || true
+    if [ "$n_fail" = 0 ] && [ "$n_ok" -gt 0 ]; then
+        pass "rank-side checks ($n_ok passed)"
+    else
+        fail "rank-side checks: $n_fail failed, $n_ok passed"
+    fi
+}
+
+# Checks the strace log of a job: segments, session directory, sockets.
+check_trace() {
+    local tr=$1
+    local creat bad
+    creat=$(grep -E 'open(at)?\(.*"/dev/shm/[^"]+".*O_CREAT' "$tr" | grep -v ' = -1 ' || true)
+    if [ -z "$creat" ]; then
+        fail "no shared-memory segment was created (is btl-sm in use?)"
+    else
+        # (strace splits a call interrupted by another thread's into
+        # "... <unfinished ...>" and "<... resumed>": the flags and mode are
+        # on the first part.)
+        bad=$(echo "$creat" | grep -v -E 'O_EXCL[^,]*, 0600(\)| <unfinished)' || true)
+        if [ -z "$bad" ]; then
+            pass "$(echo "$creat" | wc -l) segment(s) created with O_CREAT|O_EXCL and mode 0600"
+        else
+            fail "segments created without O_EXCL or mode 0600:"
+            echo "$bad" | sed 's/^/       /'
+        fi
+    fi
+    local mk
+    mk=$(grep -E 'mkdir(at)?\(.*tmpi-session-' "$tr" | grep -v ' = -1 ' || true)
+    if [ -n "$mk" ] && ! echo "$mk" | grep -v -q ', 0700) = 0'; then
+        pass "session directory created with mode 0700 (mkdir, exclusive)"
+    else
+        fail "session directory creation: ${mk:-none seen}"
+    fi
+    bad=$(grep -E '(bind|listen)\(|socket\(AF_INET6?,' "$tr" || true)
+    if [ -z "$bad" ]; then
+        pass "no bind/listen/AF_INET socket in tmpirun or the ranks"
+    else
+        fail "network or bound sockets:"
+        echo "$bad" | head -5 | sed 's/^/       /'
+    fi
+    if grep -q 'socketpair(AF_UNIX, SOCK_STREAM' "$tr"; then
+        pass "PMI connections are AF_UNIX socketpairs"
+    else
+        fail "no AF_UNIX socketpair seen"
+    fi
+}
+
+# Checks that a finished job left nothing behind.
+check_leftovers() {
+    local log=$1 what=$2
+    local job dir
+    job=$(awk '/^probe-job/ {print $2; exit}' "$log")
+    dir=$(awk '/^probe-job/ {print $3; exit}' "$log")
+    if [ -z "$job" ]; then
+        fail "$what: no job id reported"
+        return
+    fi
+    if [ -e "$dir" ]; then fail "$what: session directory $dir left behind"; else pass "$what: session directory removed"; fi
+    if ls /dev/shm/ 2>/dev/null | grep -q -- "$job"; then
+        fail "$what: segments of $job left in /dev/shm: $(ls /dev/shm | grep -- "$job" | tr '\n' ' ')"
+    else
+        pass "$what: no segment of the job left in /dev/shm"
+    fi
+    world_writable >"$work/ww.after"
+    local new
+    new=$(comm -13 "$work/ww.before" "$work/ww.after")
+    if [ -z "$new" ]; then pass "$what: nothing world-writable added to /tmp or /dev/shm"; else
+        fail "$what: new world-writable entries: $new"
+    fi
+}
+
+for n in 2 4; do
+    echo "== security: $n-rank btl-sm job (ring) under strace"
+    log=$work/job$n.log
+    tr=$work/job$n.trace
+    set +e
+    strace -f -qq -o "$tr" -e trace=open,openat,mkdir,mkdirat,socket,socketpair,bind,listen \
+        "$TMPIRUN" -n "$n" --timeout 60 "$work/probe.sh" "$RING" 200 >"$log" 2>&1
+    rc=$?
+    set -e
+    if [ $rc = 0 ] && grep -q 'ring:.*OK' "$log"; then pass "job ran (exit 0)"; else
+        fail "job failed with status $rc"
+        tail -20 "$log" | sed 's/^/       /'
+    fi
+    check_probe_output "$log"
+    check_trace "$tr"
+    check_leftovers "$log" "after a normal end"
+done
+
+echo "== security: a rank killed by SIGKILL in the middle of the job"
+log=$work/kill.log
+set +e
+"$TMPIRUN" -n 2 --timeout 60 bash -c \
+    'echo "probe-job $TMPI_JOB_ID $TMPI_SESSION_DIR"
+     if [ "$PMI_RANK" = 1 ]; then "$0" 1000000000 & sleep 2; kill -9 $!; wait $!; exit $?; fi
+     exec "$0" 1000000000' \
+    "$RING" >"$log" 2>&1
+rc=$?
+set -e
+if [ $rc = 137 ]; then pass "job ended with the killed rank's status 137"; else
+    fail "job with a rank killed by SIGKILL exited with status $rc"
+    tail -20 "$log" | sed 's/^/       /'
+fi
+check_leftovers "$log" "after a killed rank"
+
+if [ "$fails" = 0 ]; then
+    echo "security-checks: all passed"
+else
+    echo "security-checks: $fails check(s) FAILED"
+    exit 1
+fi
