@@ -72,6 +72,8 @@ pub fn nic_tag(spec: &RecvSpec) -> NicTag {
 }
 
 const DEL_BIT: u64 = 1 << 62;
+/// The buffer id of every tagged buffer (their contents are not checked).
+const TAGGED_BUF: u32 = u32::MAX;
 const SYNC_WR: u64 = 1 << 61;
 const UNTAGGED_BASE: u64 = 1 << 60;
 
@@ -121,7 +123,7 @@ pub struct Sim {
     pub msgs: Vec<Envelope>,
     next_post_commit: u64,
     arrival_committed: Vec<bool>,
-    last_per_source: HashMap<u32, u64>,
+    consumed: Vec<bool>,
     cancel_pending: HashMap<u64, u32>,
     nic_msg: Option<u64>,
     pub trace: Vec<String>,
@@ -150,7 +152,7 @@ impl Sim {
             msgs: Vec::new(),
             next_post_commit: 0,
             arrival_committed: Vec::new(),
-            last_per_source: HashMap::new(),
+            consumed: Vec::new(),
             cancel_pending: HashMap::new(),
             nic_msg: None,
             trace: Vec::new(),
@@ -198,6 +200,7 @@ impl Sim {
                     at_post: true,
                 } => {
                     self.check_post_order(recv)?;
+                    self.check_order(&self.specs[recv as usize].clone(), msg, true)?;
                     match self.reference.post_recv(self.specs[recv as usize], recv) {
                         Ok((e, m)) if e == envelope && m == msg => {}
                         other => {
@@ -217,6 +220,7 @@ impl Sim {
                         return Err(format!("msg {msg} reported with envelope {envelope:?}"));
                     }
                     self.check_arrival(msg)?;
+                    self.check_order(&self.specs[recv as usize].clone(), msg, true)?;
                     match self.reference.arrive(envelope, msg) {
                         Some(r) if r == recv => {}
                         other => {
@@ -232,6 +236,7 @@ impl Sim {
                         return Err(format!("NIC msg {msg} reported as {envelope:?}"));
                     }
                     self.check_arrival(msg)?;
+                    self.check_order(&self.specs[recv as usize].clone(), msg, true)?;
                     match self.reference.arrive(envelope, msg) {
                         Some(r) if r == recv => {}
                         other => {
@@ -286,11 +291,24 @@ impl Sim {
         if std::mem::replace(&mut self.arrival_committed[msg as usize], true) {
             return Err(format!("msg {msg} committed twice"));
         }
+        Ok(())
+    }
+
+    /// MPI non-overtaking, checked whenever a receive (or a probe) of `spec` takes message
+    /// `msg`: no earlier message of the same source that `spec` matches may still be waiting
+    /// (not yet committed, or queued unexpected).
+    fn check_order(&mut self, spec: &RecvSpec, msg: u64, consume: bool) -> Result<(), Fail> {
         let src = self.msgs[msg as usize].source;
-        if let Some(prev) = self.last_per_source.insert(src, msg) {
-            if prev > msg {
-                return Err(format!("msg {msg} of source {src} committed after msg {prev}"));
+        for a in 0..msg {
+            let env = self.msgs[a as usize];
+            if env.source == src && spec.matches(&env) && !self.consumed[a as usize] {
+                return Err(format!(
+                    "{spec} took msg {msg} while earlier msg {a} of source {src} waits"
+                ));
             }
+        }
+        if consume {
+            self.consumed[msg as usize] = true;
         }
         Ok(())
     }
@@ -321,7 +339,7 @@ impl Sim {
                         id.0,
                         TmOp::Add {
                             recv_wr_id: id.0,
-                            buffer: 0,
+                            buffer: TAGGED_BUF,
                             len: 4096,
                             tag: tag.tag,
                             mask: tag.mask,
@@ -359,7 +377,9 @@ impl Sim {
                 TmAction::Scatter {
                     buffer, message, ..
                 } => {
-                    self.scattered.insert(buffer, message);
+                    if buffer != TAGGED_BUF {
+                        self.scattered.insert(buffer, message);
+                    }
                 }
                 TmAction::Complete { wc, tm_ref } => self.cq.push_back((wc, tm_ref)),
                 TmAction::RdmaRead { id, .. } => self.reads.push_back(id),
@@ -472,6 +492,7 @@ impl Sim {
                 let msg = self.msgs.len() as u64;
                 self.msgs.push(env);
                 self.arrival_committed.push(false);
+                self.consumed.push(false);
                 if self.nic_sources[env.source as usize] {
                     let tmh = Tmh {
                         opcode: if rndv { TmhOpcode::Rndv } else { TmhOpcode::Eager },
@@ -527,6 +548,9 @@ impl Sim {
                 };
                 if got != want {
                     return Err(format!("{op:?}: got {got:?}, reference {want:?}"));
+                }
+                if let Some((_, msg)) = got {
+                    self.check_order(&spec, msg, m)?;
                 }
             }
             Op::Cancel(n) => {
