@@ -14,6 +14,7 @@ OUT=${OUT:-$(mktemp -d /tmp/tmpi-compare.XXXXXX)}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 command -v mpicc.openmpi >/dev/null && command -v mpicc.mpich >/dev/null || bash ci/install-deps.sh
+mkdir -p "$OUT"
 make -s -C perf/c OUT="$OUT" all
 cargo build --release --quiet -p tmpi-perf --bin tmpi-bench -p tmpi-run --bin tmpirun
 TD=${CARGO_TARGET_DIR:-target}/release

@@ -1,0 +1,68 @@
+/* collbench: latency of barrier, bcast, allreduce (sum of doubles),
+ * reduce, allgather and alltoall for a few sizes, osu style (median of
+ * 5 timed loops, max over ranks). Plain MPI: builds with tmpi's mpicc,
+ * mpicc.openmpi and mpicc.mpich alike.
+ *
+ *   collbench [--csv]    output: "op,bytes,us" lines with --csv */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double timed(const char *op, int bytes, char *sb, char *rb, int iters) {
+    int rank, size, i, r;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int nd = bytes / 8 > 0 ? bytes / 8 : 1;
+    double runs[5];
+    for (r = 0; r < 5; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        for (i = 0; i < iters; i++) {
+            if (!strcmp(op, "barrier")) MPI_Barrier(MPI_COMM_WORLD);
+            else if (!strcmp(op, "bcast")) MPI_Bcast(sb, bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+            else if (!strcmp(op, "allreduce")) MPI_Allreduce(sb, rb, nd, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+            else if (!strcmp(op, "reduce")) MPI_Reduce(sb, rb, nd, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+            else if (!strcmp(op, "allgather")) MPI_Allgather(sb, bytes, MPI_BYTE, rb, bytes, MPI_BYTE, MPI_COMM_WORLD);
+            else if (!strcmp(op, "alltoall")) MPI_Alltoall(sb, bytes, MPI_BYTE, rb, bytes, MPI_BYTE, MPI_COMM_WORLD);
+        }
+        double t = (MPI_Wtime() - t0) / iters * 1e6, m;
+        MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        runs[r] = m;
+    }
+    qsort(runs, 5, sizeof runs[0], cmp);
+    return runs[2];
+}
+
+int main(int argc, char **argv) {
+    int rank, size, csv = argc > 1 && !strcmp(argv[1], "--csv");
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const char *ops[] = {"barrier", "bcast", "allreduce", "reduce", "allgather", "alltoall"};
+    int sizes[] = {8, 1024, 65536, 1048576};
+    size_t cap = (size_t)1048576 * size;
+    char *sb = calloc(cap, 1), *rb = calloc(cap, 1);
+    unsigned o, s;
+    for (o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+        for (s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+            if (!strcmp(ops[o], "barrier") && s > 0) break;
+            int iters = sizes[s] <= 1024 ? 2000 : sizes[s] <= 65536 ? 200 : 20;
+            timed(ops[o], sizes[s], sb, rb, iters / 10 + 1);
+            double us = timed(ops[o], sizes[s], sb, rb, iters);
+            if (rank == 0) {
+                if (csv) printf("%s,%d,%.3f\n", ops[o], sizes[s], us);
+                else printf("%-10s %8d B %10.2f us\n", ops[o], sizes[s], us);
+            }
+        }
+    }
+    free(sb);
+    free(rb);
+    MPI_Finalize();
+    return 0;
+}
