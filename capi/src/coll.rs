@@ -38,7 +38,12 @@ fn root_of(root: c_int, c: &Comm) -> Res<u32> {
         .ok_or_else(|| Error::new(C::Root, format!("root {root} is not in 0..{}", c.size())))
 }
 
-fn red(t: &Dtype, op: c_int) -> Res<(Elem, Op)> {
+fn red(t: &Dtype, op: c_int, dtype: c_int) -> Res<(Elem, Op)> {
+    crate::misc::set_op_dtype(if t.predefined {
+        dtype
+    } else {
+        t.elem.map_or(dtype, |e| e.0)
+    });
     let e = t.reduce_elem().ok_or_else(|| {
         Error::new(
             C::Type,
@@ -92,7 +97,7 @@ pub extern "C" fn MPI_Reduce(
         let r = root_of(root, &c)?;
         let n = ccount(count, C::Count, "count")?;
         let t = ty(dtype)?;
-        let (e, o) = red(&t, op)?;
+        let (e, o) = red(&t, op, dtype)?;
         let is_root = c.rank() == r;
         let send = if is_in_place(sendbuf) {
             None
@@ -131,7 +136,7 @@ macro_rules! allred {
                 let c = comm_of(comm)?;
                 let n = ccount(count, C::Count, "count")?;
                 let t = ty(dtype)?;
-                let (e, o) = red(&t, op)?;
+                let (e, o) = red(&t, op, dtype)?;
                 let send = if is_in_place(sendbuf) {
                     None
                 } else {
@@ -166,7 +171,7 @@ pub extern "C" fn MPI_Reduce_scatter_block(
         let c = comm_of(comm)?;
         let n = ccount(recvcount, C::Count, "recvcount")?;
         let t = ty(dtype)?;
-        let (e, o) = red(&t, op)?;
+        let (e, o) = red(&t, op, dtype)?;
         let p = c.size() as usize;
         let send = if is_in_place(sendbuf) {
             pack(recvbuf, n * p, &t)
@@ -481,7 +486,12 @@ fn coll_req(
     req: tmpi_coll::CollRequest,
     finish: Finish,
 ) -> Res<()> {
-    let h = tables().add_req(Req::Coll { req, finish, comm });
+    let h = tables().add_req(Req::Coll {
+        req,
+        finish,
+        comm,
+        op_dtype: crate::misc::OP_DTYPE.with(|c| c.get()).unwrap_or(0),
+    });
     put(request, h, "request")
 }
 
@@ -535,7 +545,7 @@ pub extern "C" fn MPI_Iallreduce(
         let c = comm_of(comm)?;
         let n = ccount(count, C::Count, "count")?;
         let t = ty(dtype)?;
-        let (e, o) = red(&t, op)?;
+        let (e, o) = red(&t, op, dtype)?;
         let send = if is_in_place(sendbuf) {
             pack(recvbuf, n, &t)
         } else {
@@ -572,7 +582,7 @@ pub extern "C" fn MPI_Ireduce(
         let r = root_of(root, &c)?;
         let n = ccount(count, C::Count, "count")?;
         let t = ty(dtype)?;
-        let (e, o) = red(&t, op)?;
+        let (e, o) = red(&t, op, dtype)?;
         let send = if is_in_place(sendbuf) {
             pack(recvbuf, n, &t)
         } else {
@@ -688,7 +698,7 @@ pub extern "C" fn MPI_Reduce_scatter(
         let c = comm_of(comm)?;
         let p = c.size() as usize;
         let t = ty(dtype)?;
-        let (e, o) = red(&t, op)?;
+        let (e, o) = red(&t, op, dtype)?;
         let counts: Vec<usize> = crate::ffi::array(recvcounts, p, "recvcounts")?
             .into_iter()
             .map(|x| ccount(x, C::Count, "recvcounts[i]"))
@@ -819,7 +829,7 @@ macro_rules! iscan {
                 let c = comm_of(comm)?;
                 let n = ccount(count, C::Count, "count")?;
                 let t = ty(dtype)?;
-                let (e, o) = red(&t, op)?;
+                let (e, o) = red(&t, op, dtype)?;
                 let send = if is_in_place(sendbuf) {
                     pack(recvbuf, n, &t)
                 } else {
@@ -857,7 +867,7 @@ pub extern "C" fn MPI_Ireduce_scatter_block(
         let c = comm_of(comm)?;
         let n = ccount(recvcount, C::Count, "recvcount")?;
         let t = ty(dtype)?;
-        let (e, o) = red(&t, op)?;
+        let (e, o) = red(&t, op, dtype)?;
         let p = c.size() as usize;
         let send = if is_in_place(sendbuf) {
             pack(recvbuf, n * p, &t)

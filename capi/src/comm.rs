@@ -196,6 +196,10 @@ pub extern "C" fn MPI_Comm_create_group(
 ) -> c_int {
     guard("MPI_Comm_create_group", comm, || {
         let g = tables().group(group)?;
+        // A caller outside the group gets MPI_COMM_NULL (as MPICH does).
+        if g.rank_of(rt()?.world_rank).is_none() {
+            return put(newcomm, 0, "newcomm");
+        }
         let c = comm_of(comm)?.create_group(&g, tag)?;
         put_opt(comm, newcomm, Some(c))
     })
@@ -239,6 +243,15 @@ pub extern "C" fn MPI_Comm_group(comm: c_int, group: *mut c_int) -> c_int {
         let g = comm_of(comm)?.group();
         let h = tables().add_group(g);
         put(group, h, "group")
+    })
+}
+
+/// Processes started by tmpirun have no parent: `MPI_COMM_NULL`.
+#[no_mangle]
+pub extern "C" fn MPI_Comm_get_parent(parent: *mut c_int) -> c_int {
+    guard("MPI_Comm_get_parent", COMM_WORLD, || {
+        rt()?;
+        put(parent, 0, "parent")
     })
 }
 

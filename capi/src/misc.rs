@@ -229,13 +229,26 @@ pub extern "C" fn MPI_Op_create(f: Option<crate::UserFn>, commute: c_int, op: *m
             "user op",
             commute != 0,
             move |input: &[u8], inout: &mut [u8], count: usize, dt: tmpi_coll::Datatype| {
-                let h = handle_of_elem(dt);
+                let h = OP_DTYPE
+                    .with(|c| c.get())
+                    .unwrap_or_else(|| handle_of_elem(dt));
                 crate::ffi::call_user_op(f, input, inout, count as c_int, h);
             },
         );
         let h = tables().add_op(Op::User(uop));
         put(op, h, "op")
     })
+}
+
+thread_local! {
+    /// The datatype handle of the reduction this thread runs: a user op
+    /// receives the caller's handle (`MPI_INT` and `MPI_INT32_T` alike).
+    pub(crate) static OP_DTYPE: std::cell::Cell<Option<c_int>> = const { std::cell::Cell::new(None) };
+}
+
+/// Records `dtype` as the datatype user ops of this thread are told about.
+pub(crate) fn set_op_dtype(dtype: c_int) {
+    OP_DTYPE.with(|c| c.set(Some(dtype)));
 }
 
 /// The C handle of a coll element type (for user op callbacks).

@@ -126,6 +126,8 @@ pub(crate) enum Req {
         req: CollRequest,
         finish: Finish,
         comm: c_int,
+        /// Datatype handle for user reduction ops (0: none).
+        op_dtype: c_int,
     },
     /// Already complete (e.g. a persistent request started on PROC_NULL).
     Done { st: St, persist: Option<Persist> },
@@ -217,14 +219,30 @@ pub(crate) fn test_handle(h: c_int) -> Res<Tested> {
                 )
             }
         },
-        Req::Coll { req, finish, comm } => {
+        Req::Coll {
+            req,
+            finish,
+            comm,
+            op_dtype,
+        } => {
+            if op_dtype != 0 {
+                crate::misc::set_op_dtype(op_dtype);
+            }
             let r = req.test();
             match r {
                 Err(e) => return Err(e.into()),
                 Ok(false) => {
                     // Keep the other outstanding collectives moving.
                     rt.coll.progress();
-                    (None, Req::Coll { req, finish, comm })
+                    (
+                        None,
+                        Req::Coll {
+                            req,
+                            finish,
+                            comm,
+                            op_dtype,
+                        },
+                    )
                 }
                 Ok(true) => {
                     let out = req.wait()?;

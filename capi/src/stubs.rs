@@ -28,7 +28,6 @@ unsupported! {
     MPI_Close_port => "dynamic process management is not implemented";
     MPI_Comm_accept => "dynamic process management is not implemented";
     MPI_Comm_connect => "dynamic process management is not implemented";
-    MPI_Comm_get_parent => "dynamic process management is not implemented";
     MPI_Comm_join => "dynamic process management is not implemented";
     MPI_Comm_remote_group => "inter-communicators are not implemented";
     MPI_Comm_remote_size => "inter-communicators are not implemented";

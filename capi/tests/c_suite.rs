@@ -242,6 +242,27 @@ fn header_is_clean_and_every_function_links() {
     std::fs::write(&plain, "#include <mpi.h>\nint main(void) { MPI_Comm c = MPI_COMM_WORLD; return c == MPI_COMM_NULL; }\n").unwrap();
     let o = mpicc(&plain, &p.bin.join("plain"), &["-pedantic"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // clang too, when installed (CI installs it for rsmpi's bindgen).
+    if Command::new("clang")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        let o = Command::new(p.dir.join("bin/mpicc"))
+            .env("TMPI_CC", "clang")
+            .args(["-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-o"])
+            .arg(p.bin.join("plain-clang"))
+            .arg(&plain)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "clang: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    } else {
+        eprintln!("note: clang not installed, mpi.h checked with cc only");
+    }
     let o = Command::new(&exe)
         .env_remove("LD_LIBRARY_PATH")
         .output()

@@ -1,0 +1,1 @@
+//! Empty: the programs are the examples of rsmpi (examples/), unchanged.
