@@ -317,6 +317,11 @@ impl TcpModule {
             .collect()
     }
 
+    /// Bytes queued (not yet taken by a socket) towards all peers.
+    pub fn pending_bytes(&self) -> usize {
+        self.peers.iter().flatten().map(|p| p.queued).sum()
+    }
+
     /// Whether a connection to `peer` is established.
     pub fn is_connected(&self, peer: u32) -> bool {
         matches!(
@@ -551,6 +556,12 @@ impl TcpModule {
         match Self::read_handshake(c) {
             Ok(false) => return,
             Ok(true) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && c.hs_len == 0 => {
+                // A peer dropping its side of a simultaneous connect.
+                tracing::debug!(target: "btl_tcp", ?remote, "inbound connection closed before any byte");
+                self.close_conn(slot);
+                return;
+            }
             Err(e) => {
                 return self.reject_inbound(slot, remote, &format!("closed before its HELLO ({e})"))
             }
