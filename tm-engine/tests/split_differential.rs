@@ -232,7 +232,10 @@ fn assert_coverage(name: &str, t: &SplitStats, n: u64) {
     assert!(t.del_lost > 0, "{name}: no DEL lost its race");
     assert!(t.fallbacks > 0, "{name}: no fallback");
     assert!(t.retracted > 0, "{name}: no ADD withdrawn");
-    assert!(t.stalls > 0, "{name}: no software match of an offloaded receive");
+    assert!(
+        t.stalls > 0,
+        "{name}: no software match of an offloaded receive"
+    );
 }
 
 #[test]

@@ -25,7 +25,7 @@ use tmpi_verbs::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -36,7 +36,7 @@ impl Rng {
         if n == 0 {
             0
         } else {
-            self.next() % n
+            self.next_u64() % n
         }
     }
     pub fn pct(&mut self, p: u64) -> bool {
@@ -78,6 +78,7 @@ const SYNC_WR: u64 = 1 << 61;
 const UNTAGGED_BASE: u64 = 1 << 60;
 
 /// One operation of a program.
+#[allow(clippy::enum_variant_names)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     /// Post a receive (the n-th post has handle n); `offload`: the pml says it may go to the
@@ -88,7 +89,16 @@ pub enum Op {
         len: usize,
     },
     /// A message arrives (the n-th arrival has handle n); `rndv`: a rendezvous request.
-    Arrive { env: Envelope, rndv: bool },
+    Arrive {
+        env: Envelope,
+        rndv: bool,
+    },
+    /// A message arrives through the software path (`software`) whatever its source.
+    ArriveVia {
+        env: Envelope,
+        rndv: bool,
+        software: bool,
+    },
     Probe(RecvSpec),
     MProbe(RecvSpec),
     /// Cancel the receive of the `n % posts`-th post.
@@ -123,12 +133,21 @@ pub struct Sim {
     pub msgs: Vec<Envelope>,
     next_post_commit: u64,
     arrival_committed: Vec<bool>,
-    consumed: Vec<bool>,
+    /// Messages not consumed yet, per source.
+    waiting: HashMap<u32, std::collections::BTreeSet<u64>>,
     cancel_pending: HashMap<u64, u32>,
     nic_msg: Option<u64>,
     pub trace: Vec<String>,
     pub tracing: bool,
     pub max_live_seen: u32,
+    /// Every outcome committed, in order.
+    pub events: Vec<SplitEvent<u64, u64>>,
+    /// Every action posted on the NIC, in order.
+    pub actions: Vec<NicAction<u64>>,
+    /// ADD completions that carried `SYNC_REQ`.
+    pub sync_reqs: u64,
+    /// DEL completions with `TM_ERR`.
+    pub tm_errs: u64,
 }
 
 impl Sim {
@@ -152,12 +171,16 @@ impl Sim {
             msgs: Vec::new(),
             next_post_commit: 0,
             arrival_committed: Vec::new(),
-            consumed: Vec::new(),
+            waiting: HashMap::new(),
             cancel_pending: HashMap::new(),
             nic_msg: None,
             trace: Vec::new(),
             tracing: false,
             max_live_seen: 0,
+            events: Vec::new(),
+            actions: Vec::new(),
+            sync_reqs: 0,
+            tm_errs: 0,
         };
         for _ in 0..64 {
             s.post_untagged();
@@ -183,6 +206,7 @@ impl Sim {
     fn commit(&mut self) -> Result<(), Fail> {
         while let Some(ev) = self.split.poll_event() {
             self.log(|| format!("  event {ev:?}"));
+            self.events.push(ev.clone());
             match ev {
                 SplitEvent::Posted { recv, .. } => {
                     self.check_post_order(recv)?;
@@ -190,7 +214,9 @@ impl Sim {
                         Err(k) => {
                             self.ref_keys.insert(recv, k);
                         }
-                        Ok(m) => return Err(format!("recv {recv} queued, reference matched {m:?}")),
+                        Ok(m) => {
+                            return Err(format!("recv {recv} queued, reference matched {m:?}"))
+                        }
                     }
                 }
                 SplitEvent::Matched {
@@ -231,7 +257,10 @@ impl Sim {
                     }
                 }
                 SplitEvent::NicMatched { recv, envelope, .. } => {
-                    let msg = self.nic_msg.take().ok_or("NicMatched without a NIC match")?;
+                    let msg = self
+                        .nic_msg
+                        .take()
+                        .ok_or("NicMatched without a NIC match")?;
                     if envelope != self.msgs[msg as usize] {
                         return Err(format!("NIC msg {msg} reported as {envelope:?}"));
                     }
@@ -258,16 +287,16 @@ impl Sim {
                     let k = self.ref_keys.get(&recv).copied();
                     match k.and_then(|k| self.reference.cancel(k)) {
                         Some(r) if r == recv => {}
-                        other => {
-                            return Err(format!("recv {recv} cancelled, reference {other:?}"))
-                        }
+                        other => return Err(format!("recv {recv} cancelled, reference {other:?}")),
                     }
                 }
                 SplitEvent::CancelFailed { recv } => {
                     self.take_cancel(recv)?;
                     let k = self.ref_keys.get(&recv).copied();
                     if let Some(r) = k.and_then(|k| self.reference.cancel(k)) {
-                        return Err(format!("cancel of recv {recv} failed, reference removed {r}"));
+                        return Err(format!(
+                            "cancel of recv {recv} failed, reference removed {r}"
+                        ));
                     }
                 }
                 other => return Err(format!("unexpected event {other:?}")),
@@ -299,16 +328,17 @@ impl Sim {
     /// (not yet committed, or queued unexpected).
     fn check_order(&mut self, spec: &RecvSpec, msg: u64, consume: bool) -> Result<(), Fail> {
         let src = self.msgs[msg as usize].source;
-        for a in 0..msg {
-            let env = self.msgs[a as usize];
-            if env.source == src && spec.matches(&env) && !self.consumed[a as usize] {
+        let waiting = self.waiting.entry(src).or_default();
+        for a in waiting.range(..msg) {
+            let env = self.msgs[*a as usize];
+            if spec.matches(&env) {
                 return Err(format!(
                     "{spec} took msg {msg} while earlier msg {a} of source {src} waits"
                 ));
             }
         }
         if consume {
-            self.consumed[msg as usize] = true;
+            waiting.remove(&msg);
         }
         Ok(())
     }
@@ -327,6 +357,7 @@ impl Sim {
     pub fn pull_actions(&mut self) -> Result<(), Fail> {
         while let Some(a) = self.split.poll_action() {
             self.log(|| format!("  action {a:?}"));
+            self.actions.push(a);
             let r = match a {
                 NicAction::Add {
                     id,
@@ -353,7 +384,12 @@ impl Sim {
                 NicAction::Del { id, unexpected_cnt } => {
                     let h = *self.handles.get(&id.0).ok_or("DEL of an id never added")?;
                     self.nic
-                        .post_op(id.0 | DEL_BIT, TmOp::Del { handle: h }, true, Some(unexpected_cnt))
+                        .post_op(
+                            id.0 | DEL_BIT,
+                            TmOp::Del { handle: h },
+                            true,
+                            Some(unexpected_cnt),
+                        )
                         .map(|_| ())
                 }
                 NicAction::Sync { unexpected_cnt } => self
@@ -416,7 +452,15 @@ impl Sim {
                 break;
             };
             self.nic.completion_polled(tm_ref);
-            self.log(|| format!("  cq {:?} {:?} wr {:#x} flags {:?}", wc.opcode, wc.status, wc.wr_id, wc.flags));
+            self.log(|| {
+                format!(
+                    "  cq {:?} {:?} wr {:#x} flags {:?}",
+                    wc.opcode, wc.status, wc.wr_id, wc.flags
+                )
+            });
+            if wc.opcode == WcOpcode::TmAdd && wc.flags.contains(WcFlags::TM_SYNC_REQ) {
+                self.sync_reqs += 1;
+            }
             let r = match wc.opcode {
                 WcOpcode::TmAdd => self.split.nic_event(NicEvent::Added {
                     id: NicId(wc.wr_id),
@@ -426,7 +470,10 @@ impl Sim {
                     let id = NicId(wc.wr_id & !DEL_BIT);
                     match wc.status {
                         WcStatus::Success => self.split.nic_event(NicEvent::Deleted { id }),
-                        WcStatus::TmErr => self.split.nic_event(NicEvent::DelConsumed { id }),
+                        WcStatus::TmErr => {
+                            self.tm_errs += 1;
+                            self.split.nic_event(NicEvent::DelConsumed { id })
+                        }
                         s => return Err(format!("DEL status {s:?}")),
                     }
                 }
@@ -444,7 +491,9 @@ impl Sim {
                     })
                 }
                 WcOpcode::TmRecv if wc.flags.contains(WcFlags::TM_DATA_VALID) => {
-                    self.split.nic_event(NicEvent::DataDone { id: NicId(wc.wr_id) })
+                    self.split.nic_event(NicEvent::DataDone {
+                        id: NicId(wc.wr_id),
+                    })
                 }
                 WcOpcode::TmRecv => {
                     let b = (wc.wr_id - UNTAGGED_BASE) as u32;
@@ -488,14 +537,19 @@ impl Sim {
                     .map_err(|e| format!("post failed: {e}"))?;
                 self.keys.push(key);
             }
-            Op::Arrive { env, rndv } => {
+            Op::Arrive { env, rndv } | Op::ArriveVia { env, rndv, .. } => {
+                let software = matches!(op, Op::ArriveVia { software: true, .. });
                 let msg = self.msgs.len() as u64;
                 self.msgs.push(env);
                 self.arrival_committed.push(false);
-                self.consumed.push(false);
-                if self.nic_sources[env.source as usize] {
+                self.waiting.entry(env.source).or_default().insert(msg);
+                if self.nic_sources[env.source as usize] && !software {
                     let tmh = Tmh {
-                        opcode: if rndv { TmhOpcode::Rndv } else { TmhOpcode::Eager },
+                        opcode: if rndv {
+                            TmhOpcode::Rndv
+                        } else {
+                            TmhOpcode::Eager
+                        },
                         app_ctx: msg as u32,
                         tag: pack(&env),
                     };
@@ -565,10 +619,14 @@ impl Sim {
                         // it is not queued.
                         let k = self.ref_keys.get(&recv).copied();
                         if let Some(r) = k.and_then(|k| self.reference.cancel(k)) {
-                            return Err(format!("cancel of ended recv {recv}: reference removed {r}"));
+                            return Err(format!(
+                                "cancel of ended recv {recv}: reference removed {r}"
+                            ));
                         }
                         if (recv) >= self.next_post_commit {
-                            return Err(format!("recv {recv} reported ended before its post committed"));
+                            return Err(format!(
+                                "recv {recv} reported ended before its post committed"
+                            ));
                         }
                     }
                 }
@@ -614,7 +672,10 @@ impl Sim {
             return Err(format!("msg {m} never committed"));
         }
         if self.cancel_pending.values().any(|n| *n > 0) {
-            return Err(format!("a cancel never answered: {:?}", self.cancel_pending));
+            return Err(format!(
+                "a cancel never answered: {:?}",
+                self.cancel_pending
+            ));
         }
         let ours: Vec<u64> = self.split.posted_recvs().iter().map(|(r, _)| *r).collect();
         let theirs: Vec<u64> = self.reference.posted().map(|(_, r)| *r).collect();

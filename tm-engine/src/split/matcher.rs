@@ -10,8 +10,7 @@ use crate::split::types::{
     SplitKey, SplitStats,
 };
 use crate::types::{
-    ArriveOutcome, CancelOutcome, EngineError, Envelope, PostOutcome, RecvKey, RecvSpec,
-    SourceSpec,
+    ArriveOutcome, CancelOutcome, EngineError, Envelope, PostOutcome, RecvKey, RecvSpec, SourceSpec,
 };
 
 /// The NIC side of an offloaded receive (its shadow entry).
@@ -668,7 +667,11 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
     fn nic_rec(&self, id: NicId, event: &'static str) -> Result<u32, SplitError> {
         let idx = id.index();
         match self.recs.get(idx as usize) {
-            Some(r) if r.live && r.generation == id.generation() && matches!(r.place, Place::Nic(_)) => {
+            Some(r)
+                if r.live
+                    && r.generation == id.generation()
+                    && matches!(r.place, Place::Nic(_)) =>
+            {
                 Ok(idx)
             }
             _ => Err(SplitError::UnknownNicId { id, event }),
@@ -678,7 +681,10 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
     fn shadow(&mut self, idx: u32, id: NicId) -> Result<&mut Shadow<M>, SplitError> {
         match &mut self.recs[idx as usize].place {
             Place::Nic(st) => Ok(st),
-            _ => Err(SplitError::UnknownNicId { id, event: "shadow" }),
+            _ => Err(SplitError::UnknownNicId {
+                id,
+                event: "shadow",
+            }),
         }
     }
 
@@ -745,8 +751,7 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
                     Some(c) => {
                         // Prefix rule: no earlier software-only receive may match an envelope
                         // this one matches; capacity: a handle must be free.
-                        if self.soft.overlaps(&spec) || self.live_nic >= self.config.max_num_tags
-                        {
+                        if self.soft.overlaps(&spec) || self.live_nic >= self.config.max_num_tags {
                             self.stats.fallbacks += 1;
                             None
                         } else {
@@ -817,7 +822,8 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
             }
             Ok(ArriveOutcome::Unexpected) => {
                 self.stats.unexpected += 1;
-                self.events.push_back(SplitEvent::Unexpected { envelope: env, msg });
+                self.events
+                    .push_back(SplitEvent::Unexpected { envelope: env, msg });
             }
             Ok(ArriveOutcome::Matched { recv: idx, .. }) => self.sw_matched(idx, env, msg, counted),
         }
@@ -916,9 +922,8 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
                 }
             }
             Place::Software | Place::Deferred => {
-                let removed = ekey.is_some_and(|k| {
-                    matches!(self.engine.cancel(k), CancelOutcome::Removed(_))
-                });
+                let removed = ekey
+                    .is_some_and(|k| matches!(self.engine.cancel(k), CancelOutcome::Removed(_)));
                 if removed {
                     self.soft.remove(&spec);
                     self.release(idx);
@@ -951,7 +956,8 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
             }
             // Already counted when it first came up.
             if let Err(error) = self.arrive_counted(env, msg, false, counted) {
-                self.events.push_back(SplitEvent::ArrivalFailed { msg, error });
+                self.events
+                    .push_back(SplitEvent::ArrivalFailed { msg, error });
             }
         }
         Ok(())
@@ -991,8 +997,8 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
             return;
         }
         let must = lag >= self.config.sync_interval;
-        let useful = (self.live_nic > 0 || asked) && self.syncs_in_flight == 0
-            && self.actions.is_empty();
+        let useful =
+            (self.live_nic > 0 || asked) && self.syncs_in_flight == 0 && self.actions.is_empty();
         if must || useful {
             self.sync_queued = true;
             self.actions.push_back(Queued::Sync);
@@ -1009,14 +1015,16 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
                 Input::Post(idx) => {
                     if let Err(error) = self.do_post(idx) {
                         if let Some(recv) = self.recs[idx as usize].recv {
-                            self.events.push_back(SplitEvent::PostFailed { recv, error });
+                            self.events
+                                .push_back(SplitEvent::PostFailed { recv, error });
                         }
                         self.release(idx);
                     }
                 }
                 Input::Arrive(env, msg, from_nic) => {
                     if let Err(error) = self.do_arrive(env, msg, from_nic) {
-                        self.events.push_back(SplitEvent::ArrivalFailed { msg, error });
+                        self.events
+                            .push_back(SplitEvent::ArrivalFailed { msg, error });
                     }
                 }
                 Input::Cancel(key, recv) => self.do_cancel(key, recv),

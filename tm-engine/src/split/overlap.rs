@@ -135,7 +135,12 @@ mod tests {
     fn overlap_agrees_with_brute_force() {
         let mut specs = Vec::new();
         for source in [SourceSpec::Any, SourceSpec::Rank(0), SourceSpec::Rank(1)] {
-            for tag in [TagSpec::Any, TagSpec::Tag(0), TagSpec::Tag(1), TagSpec::Tag(-2)] {
+            for tag in [
+                TagSpec::Any,
+                TagSpec::Tag(0),
+                TagSpec::Tag(1),
+                TagSpec::Tag(-2),
+            ] {
                 for context in 0..2 {
                     specs.push(RecvSpec {
                         context,
