@@ -17,7 +17,9 @@
 //! per process plus one fast box per local peer. When the pool is empty,
 //! the fast box full, or the other path not yet drained, `send` returns
 //! [`BtlError::WouldBlock`] and nothing is sent; fragments return to the
-//! pool when receivers progress. No allocation per message.
+//! pool when receivers progress. No allocation per message. With more than
+//! one peer, one destination may hold at most half of each fragment class,
+//! so a stalled receiver cannot starve the traffic to the others.
 //!
 //! # Segment lifetime
 //! Created at init (`/dev/shm/tmpi-sm.<job_id>.<rank>`, `O_CREAT|O_EXCL`,
@@ -99,7 +101,11 @@ pub struct SmModule {
     peers: Vec<Option<Segment>>,
     free_eager: Vec<usize>,
     free_max: Vec<usize>,
-    inflight: Vec<u32>,
+    /// Own fragments outstanding per destination local rank, per class
+    /// (`[eager, max]`).
+    held: Vec<[u32; 2]>,
+    /// Most fragments of each class one destination may hold.
+    share: [u32; 2],
     get_enabled: bool,
     expected_attach: u32,
     stats: SmStats,
@@ -166,7 +172,12 @@ impl SmModule {
                 .rev()
                 .map(|i| layout.frag(Class::Max, i))
                 .collect(),
-            inflight: vec![0; local_world.len()],
+            held: vec![[0, 0]; local_world.len()],
+            share: if local_world.len() > 2 {
+                [(layout.n_eager / 2).max(1), (layout.n_max / 2).max(1)]
+            } else {
+                [layout.n_eager, layout.n_max]
+            },
             get_enabled: cfg.single_copy != SingleCopy::None,
             expected_attach: local_world.len() as u32 - 1,
             local_world,
@@ -304,11 +315,13 @@ impl SmModule {
         let len = header.len() + payload.len();
         let own = self.own.as_ref().ok_or(BtlError::Finalized)?;
         let eager_cap = own.layout().eager_cap as usize;
-        let off = if len <= eager_cap {
-            self.free_eager.pop().or_else(|| self.free_max.pop())
-        } else {
-            self.free_max.pop()
-        };
+        let [he, hm] = self.held[l];
+        let eager_ok = len <= eager_cap && he < self.share[0];
+        let max_ok = hm < self.share[1];
+        let off = eager_ok
+            .then(|| self.free_eager.pop())
+            .flatten()
+            .or_else(|| max_ok.then(|| self.free_max.pop()).flatten());
         let Some(off) = off else {
             self.stats.would_block += 1;
             return Err(BtlError::WouldBlock);
@@ -337,7 +350,7 @@ impl SmModule {
                 reason: "FIFO tail is corrupt".into(),
             });
         }
-        self.inflight[l] += 1;
+        self.held[l][class as usize] += 1;
         self.stats.fifo_sends += 1;
         let out = (self.pool_size - self.free_fragments()) as u64;
         self.stats.max_outstanding = self.stats.max_outstanding.max(out);
@@ -361,7 +374,7 @@ impl SmModule {
     /// Tries the fast box; `Ok(false)` when it cannot be used now.
     fn try_fbox(&mut self, l: usize, tag: u8, header: &[u8], payload: &[u8]) -> bool {
         let len = header.len() + payload.len();
-        if len > self.cfg.fbox_max || self.inflight[l] != 0 {
+        if len > self.cfg.fbox_max || self.held[l] != [0, 0] {
             return false;
         }
         let peer_seg = self.peers[l].as_ref().expect("checked reachable");
@@ -564,8 +577,8 @@ impl BtlModule for SmModule {
                 };
                 // SAFETY: our fragment came back: popped, stable.
                 if let Ok((_, dst, _)) = unsafe { shm::frag_data(ptr, cap) } {
-                    if let Some(c) = self.inflight.get_mut(dst as usize) {
-                        *c = c.saturating_sub(1);
+                    if let Some(h) = self.held.get_mut(dst as usize) {
+                        h[class as usize] = h[class as usize].saturating_sub(1);
                     }
                 }
                 match class {

@@ -32,9 +32,9 @@ const PAGE: usize = 4096;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
     /// Eager-size fragments.
-    Eager,
+    Eager = 0,
     /// Max-send-size fragments.
-    Max,
+    Max = 1,
 }
 
 /// Where everything is in a segment.

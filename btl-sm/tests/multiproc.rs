@@ -553,3 +553,56 @@ fn unattached_segment_removed_on_drop_and_errors_typed() {
     ));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn stalled_receiver_does_not_starve_other_peers() {
+    let out = run_ranks("share_child", 3, &[], TIMEOUT);
+    out.assert_success();
+    no_segments_left(&out.job_id);
+}
+
+#[test]
+fn share_child() {
+    let Some(ctx) = child_context() else { return };
+    let (mut m, mut modex) = wire(&ctx, SmConfig::default());
+    let mut rx = Checker::new(ctx.rank, ctx.size);
+    let flag = ctx.dir.join("stall_done");
+    match ctx.rank {
+        0 => {
+            // Rank 1 does not progress: fill its share of max fragments.
+            let mut sent = 0u32;
+            loop {
+                let p = pattern(0, 1, sent, 20000);
+                match m.send(1, (sent % 200) as u8, &header(0, sent, &p), &p) {
+                    Ok(()) => sent += 1,
+                    Err(BtlError::WouldBlock) => break,
+                    Err(e) => panic!("{e}"),
+                }
+                assert!(sent < 1000, "no flow control towards a stalled peer");
+            }
+            assert!(sent >= 1 && (sent as usize) < m.pool_size());
+            // Rank 2 is still reachable at once, with the same class.
+            let p = pattern(0, 2, 0, 20000);
+            m.send(2, 0, &header(0, 0, &p), &p)
+                .expect("a stalled peer must not starve the others");
+            // atomically visible with its content
+            let tmp = ctx.dir.join("stall_done.tmp");
+            std::fs::write(&tmp, sent.to_le_bytes()).unwrap();
+            std::fs::rename(&tmp, &flag).unwrap();
+        }
+        1 => {
+            let t0 = Instant::now();
+            while !flag.exists() {
+                assert!(t0.elapsed() < Duration::from_secs(60));
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let sent = u32::from_le_bytes(std::fs::read(&flag).unwrap()[..4].try_into().unwrap());
+            wait_for(&mut m, &mut rx, "stalled fragments", |rx| {
+                rx.received == sent as u64
+            });
+        }
+        _ => wait_for(&mut m, &mut rx, "one fragment", |rx| rx.received == 1),
+    }
+    modex.fence().unwrap();
+    m.finalize().unwrap();
+}
