@@ -291,10 +291,14 @@ pub(crate) fn test_handle(h: c_int) -> Res<Tested> {
 /// Waits between polls without burning the other rank's core.
 pub(crate) fn idle() {
     if let Ok(rt) = rt() {
-        let orphans = std::mem::take(&mut tables().orphans);
-        for h in orphans {
-            if let Ok(Tested::Pending) = test_handle(h) {
-                tables().orphans.push(h);
+        if crate::state::ORPHANS.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            let orphans = std::mem::take(&mut tables().orphans);
+            for h in orphans {
+                if let Ok(Tested::Pending) = test_handle(h) {
+                    tables().orphans.push(h);
+                } else {
+                    crate::state::ORPHANS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                }
             }
         }
         rt.coll.progress();

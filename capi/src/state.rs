@@ -24,6 +24,8 @@ pub(crate) const PHASE_NONE: u8 = 0;
 pub(crate) const PHASE_INIT: u8 = 1;
 pub(crate) const PHASE_FINALIZED: u8 = 2;
 pub(crate) static PHASE: AtomicU8 = AtomicU8::new(PHASE_NONE);
+/// Number of requests freed while running (see `Tables::orphans`).
+pub(crate) static ORPHANS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// A Cartesian topology attached to a communicator.
 #[derive(Debug, Clone)]
@@ -127,6 +129,7 @@ impl Tables {
 
     pub(crate) fn orphans_push(&mut self, h: c_int) {
         self.orphans.push(h);
+        ORPHANS.fetch_add(1, Ordering::Relaxed);
     }
     pub(crate) fn comm(&self, h: c_int) -> Res<&CommEnt> {
         self.comms

@@ -50,6 +50,18 @@ int main(int argc, char **argv) {
         /* And back: contiguous into a strided receive. */
         OK(MPI_Send(c, 10, MPI_DOUBLE, 0, 2, MPI_COMM_WORLD));
     }
+    /* A freed active request of a staged (non-contiguous) send still
+     * delivers its data. */
+    if (rank == 0) {
+        MPI_Request fr;
+        OK(MPI_Isend(&m[0][1], 1, col, 1, 9, MPI_COMM_WORLD, &fr));
+        OK(MPI_Request_free(&fr));
+        CHECK(fr == MPI_REQUEST_NULL);
+    } else if (rank == 1) {
+        double c[10];
+        OK(MPI_Recv(c, 10, MPI_DOUBLE, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        for (i = 0; i < 10; i++) CHECK(c[i] == i * 10 + 1);
+    }
     if (rank == 0) {
         double t[10][8];
         memset(t, 0, sizeof t);
