@@ -377,6 +377,7 @@ impl Comm {
                     SendMode::Standard,
                 )
             }?;
+            // SAFETY: `b` (empty) lives until the wait below returns.
             let r = unsafe {
                 self.pml
                     .irecv(self.ctx, from, BARRIER_TAG, RawBufMut::from_slice(&mut b))
