@@ -317,7 +317,14 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
     /// queued or `max_ops` operations are outstanding (pull again after feeding completions).
     pub fn poll_action(&mut self) -> Option<NicAction<R>> {
         while self.ops_outstanding < self.config.max_ops {
-            let q = self.actions.pop_front()?;
+            let Some(q) = self.actions.pop_front() else {
+                // Withdrawn entries may have hidden an empty queue from the sync policy.
+                self.consider_sync(false);
+                if self.actions.is_empty() {
+                    return None;
+                }
+                continue;
+            };
             match q {
                 Queued::Add(idx, gen) => {
                     let cnt = self.sw_cnt.wrapping_sub(self.stall_excl);
