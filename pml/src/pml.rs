@@ -645,6 +645,18 @@ impl Pml {
         crate::init::finish(rt, self)
     }
 
+    /// Gives up without finalizing (a panic is unwinding): no fence, no
+    /// PMI finalize, so the launcher sees a rank exit without finalize and
+    /// ends the job instead of everyone hanging in the finalize fence.
+    pub fn abandon(&self) {
+        let rt = self.rt.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if rt.is_some() {
+            tracing::error!(target: "pml_ob1", rank = self.me, "abandoning MPI without finalize");
+        }
+        self.lock().net.finalize();
+        drop(rt);
+    }
+
     /// Progress while `f` (a fence in another layer) runs elsewhere: used by
     /// finalize so that peers still pulling from us get answers.
     pub(crate) fn progress_until(&self, done: &std::sync::atomic::AtomicBool) {
@@ -657,6 +669,10 @@ impl Pml {
 
 impl Drop for Pml {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.abandon();
+            return;
+        }
         if let Err(e) = self.finalize() {
             tracing::error!(target: "pml_ob1", "finalize: {e}");
         }

@@ -110,3 +110,23 @@ fn singleton_without_launcher() {
         .expect("run p2p-check");
     assert_ok(&out, "p2p-check self: OK (1 ranks");
 }
+
+#[test]
+fn a_panicking_rank_ends_the_job() {
+    let _g = serial();
+    let t0 = std::time::Instant::now();
+    let out = run(3, 60, &BASE, PROG, &["panic"]);
+    let se = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "job succeeded: {se}");
+    assert_ne!(
+        out.status.code(),
+        Some(124),
+        "job hung until the timeout: {se}"
+    );
+    assert!(se.contains("deliberate"), "{se}");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(30),
+        "took {:?}",
+        t0.elapsed()
+    );
+}

@@ -87,7 +87,14 @@ impl Mpi {
 }
 
 impl Drop for Mpi {
+    /// Finalizes MPI. While unwinding from a panic it does not: finalize
+    /// synchronises with every peer, which would hang the job; exiting
+    /// without finalize makes the launcher end the job instead.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.pml.abandon();
+            return;
+        }
         if let Err(e) = self.pml.finalize() {
             eprintln!("tmpi: finalize failed: {e}");
         }

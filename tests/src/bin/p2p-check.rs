@@ -543,6 +543,15 @@ fn main() -> ExitCode {
         "self" => selfsend(&w, &mpi.self_comm()),
         "threads" => threads(&w),
         "bsend" => bsend(&mpi, &w),
+        "panic" => {
+            // Rank 1 panics while the others wait for it: the job must end
+            // at once (the panicking rank exits without finalize), not hang.
+            if w.rank() == 1 {
+                panic!("p2p-check panic: deliberate");
+            }
+            let mut b = [0u8];
+            w.recv(&mut b, 1, 0).map(drop).map_err(e)
+        }
         _ => Err(format!("unknown case {case:?}")),
     };
     match r {
