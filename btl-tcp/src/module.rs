@@ -179,6 +179,7 @@ pub struct TcpModule {
     size: u32,
     node_id: u32,
     node_of: Vec<u32>,
+    hostname: String,
     secret: Option<[u8; SECRET_LEN]>,
     ifaces: Vec<Iface>,
     poll: Poll,
@@ -274,6 +275,7 @@ impl TcpModule {
             size: info.size,
             node_id: info.node_id,
             node_of: info.node_of.clone(),
+            hostname: info.hostname.clone(),
             secret,
             ifaces,
             poll,
@@ -926,19 +928,30 @@ impl TcpModule {
         }
     }
 
+    /// Prints the per-peer counters, one `write` per line so that lines of
+    /// several ranks sharing a terminal or pipe do not interleave.
     fn report_stats(&self) {
+        use std::io::Write;
+        let mut lines = Vec::new();
         for (r, p) in self.peers.iter().enumerate() {
             let Some(p) = p else { continue };
             let s = p.stats;
             if s.frags_sent + s.frags_recv == 0 {
                 continue;
             }
-            eprintln!(
-                "[rank {}] btl_tcp peer {r} ({}): sent {} frags {} bytes, received {} frags {} bytes",
-                self.me, p.addr, s.frags_sent, s.bytes_sent, s.frags_recv, s.bytes_recv
-            );
+            lines.push(format!(
+                "[rank {} host {}] btl_tcp peer {r} ({}): sent {} frags {} bytes, received {} frags {} bytes\n",
+                self.me, self.hostname, p.addr, s.frags_sent, s.bytes_sent, s.frags_recv, s.bytes_recv
+            ));
         }
-        eprintln!("[rank {}] btl_tcp stats: {:?}", self.me, self.stats);
+        lines.push(format!(
+            "[rank {} host {}] btl_tcp stats: {:?}\n",
+            self.me, self.hostname, self.stats
+        ));
+        let mut err = std::io::stderr().lock();
+        for l in lines {
+            let _ = err.write_all(l.as_bytes());
+        }
     }
 }
 

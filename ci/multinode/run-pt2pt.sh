@@ -1,0 +1,76 @@
+#!/bin/bash
+# run-pt2pt.sh [MODE...] - the point-to-point suite (tests' p2p-check, every
+# case) over btl tcp, launched three ways:
+#   tmpirun  4 ranks on one host, btl=self,tcp
+#   hydra2   mpiexec.hydra across 2 namespace hosts, 4 ranks, btl=self,sm,tcp
+#   hydra4   mpiexec.hydra across 4 namespace hosts, 4 ranks, btl=self,sm,tcp
+#   slurm    srun --mpi=pmi2 -n 4 on the single-node cluster, btl=self,tcp
+# (default: all four). Every rank prints its tcp per-peer counters
+# (btl_tcp_stats=1); check-routes.py asserts for the `order` case that tcp
+# carried cross-host peers and never same-host peers (sm did), or, on one
+# host, that tcp carried the traffic. Every run has a timeout; hosts and
+# cluster this script started are removed on every exit path.
+# Env: BINDIR (holds p2p-check and tmpirun; default: built with cargo),
+# CASES (default: all), KEEP=1, RUN_TIMEOUT (per run, default 120 s).
+set -euo pipefail
+source "$(dirname "$(readlink -f "$0")")/lib.sh"
+mn_init
+T0=$SECONDS
+MODES=("$@")
+[ ${#MODES[@]} -gt 0 ] || MODES=(tmpirun hydra2 hydra4 slurm)
+CASES=${CASES:-"order probe cancel truncate zero big many ssend self threads bsend"}
+RT=${RUN_TIMEOUT:-120}
+MCA_COMMON=(mpi_yield_when_idle 1 btl_tcp_stats 1)
+
+if [ -z "${BINDIR:-}" ]; then
+  mn_log "building p2p-check and tmpirun"
+  (cd "$REPO" && cargo build -q -p tmpi-tests --bin p2p-check -p tmpi-run --bin tmpirun)
+  BINDIR=$(cd "$REPO" && cargo metadata -q --format-version 1 --no-deps \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug
+fi
+P2P=$BINDIR/p2p-check
+TMPIRUN=$BINDIR/tmpirun
+[ -x "$P2P" ] && [ -x "$TMPIRUN" ] || mn_fail "p2p-check/tmpirun missing in $BINDIR"
+
+# run_case MODE CASE: one p2p-check run; checks the OK line (and routes for
+# `order`).
+run_case() {
+  local mode=$1 c=$2 out=$MN_TMP/$1.$2.out rc=0
+  case "$mode" in
+    tmpirun)
+      mn_run "$RT" "$out" "$TMPIRUN" -n 4 --timeout "$RT" --mca btl self,tcp \
+        --mca "${MCA_COMMON[0]}" "${MCA_COMMON[1]}" --mca "${MCA_COMMON[2]}" "${MCA_COMMON[3]}" \
+        "$P2P" "$c" || rc=$? ;;
+    hydra2|hydra4)
+      local hosts=host1,host2
+      [ "$mode" = hydra4 ] && hosts=host1,host2,host3,host4
+      mn_hydra "$hosts" 4 "$RT" "$out" -genv TMPI_MCA_btl self,sm,tcp \
+        -genv TMPI_MCA_mpi_yield_when_idle 1 -genv TMPI_MCA_btl_tcp_stats 1 "$P2P" "$c" || rc=$? ;;
+    slurm)
+      mn_run "$RT" "$out" env TMPI_MCA_btl=self,tcp TMPI_MCA_mpi_yield_when_idle=1 \
+        TMPI_MCA_btl_tcp_stats=1 srun --mpi=pmi2 -n 4 -t 3 "$P2P" "$c" || rc=$? ;;
+  esac
+  [ "$rc" = 0 ] || mn_fail "$mode $c: exit status $rc"
+  grep -q "^p2p-check $c: OK (4 ranks" "$out" || mn_fail "$mode $c: no OK line"
+  if [ "$c" = order ]; then
+    local m=local
+    [ "$mode" = hydra2 ] && m=hosts=2
+    [ "$mode" = hydra4 ] && m=hosts=4
+    python3 "$MN_DIR/check-routes.py" "$out" 4 "$m" || mn_fail "$mode $c: routes"
+  fi
+}
+
+for mode in "${MODES[@]}"; do
+  case "$mode" in
+    tmpirun) ;;
+    hydra2) command -v mpiexec.hydra >/dev/null || mn_fail "mpiexec.hydra missing"; mn_netns_up 2 ;;
+    hydra4) command -v mpiexec.hydra >/dev/null || mn_fail "mpiexec.hydra missing"; mn_netns_up 4 ;;
+    slurm) mn_slurm_up ;;
+    *) mn_fail "unknown mode $mode (tmpirun hydra2 hydra4 slurm)" ;;
+  esac
+  mn_log "== $mode: p2p-check over tcp"
+  t=$SECONDS
+  for c in $CASES; do run_case "$mode" "$c"; done
+  mn_log "$mode: all cases OK in $((SECONDS - t))s"
+done
+mn_log "run-pt2pt: ${MODES[*]}: all passed in $((SECONDS - T0))s"
