@@ -122,6 +122,22 @@ pub struct SplitKey {
     pub(crate) generation: u32,
 }
 
+impl SplitKey {
+    /// The key as one `u64` (for callers that keep it in an integer field).
+    pub const fn to_u64(self) -> u64 {
+        ((self.generation as u64) << 32) | self.index as u64
+    }
+
+    /// Back from [`SplitKey::to_u64`]; a value that never came from this matcher names no
+    /// receive ([`crate::split::SplitMatcher::cancel`] returns `false`).
+    pub const fn from_u64(v: u64) -> Self {
+        SplitKey {
+            index: v as u32,
+            generation: (v >> 32) as u32,
+        }
+    }
+}
+
 /// Which buffer an offloaded receive hands to the NIC.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NicBuffer {
