@@ -330,3 +330,44 @@ fn buffered_send_and_many_outstanding_requests() {
     }
     assert_eq!(j[1].live_requests(), 0);
 }
+
+#[test]
+fn any_some_all_forms() {
+    let j = job(2, LoopbackConfig::default());
+    let mut bufs = [[0u8; 1]; 4];
+    let mut ids: Vec<Option<tmpi_pml::ReqId>> = bufs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, b)| {
+            // SAFETY: bufs outlive every wait below.
+            Some(unsafe { j[1].irecv(CTX_WORLD, 0, i as i32, RawBufMut::from_slice(b)) }.unwrap())
+        })
+        .collect();
+    // Nothing sent yet: the test forms report nothing and release nothing.
+    assert!(j[1].testany(&mut ids).unwrap().is_none());
+    assert!(j[1].testsome(&mut ids).unwrap().is_empty());
+    assert!(j[1].testall(&mut ids).unwrap().is_none());
+    assert!(ids.iter().all(Option::is_some));
+    // Tag 2 arrives: waitany returns exactly that one.
+    send(&j[0], 1, 2, &[22], SendMode::Standard);
+    let (i, st) = j[1].waitany(&mut ids).unwrap();
+    assert_eq!((i, st.tag, st.count), (Some(2), 2, 1));
+    assert!(ids[2].is_none());
+    // Tags 0 and 3: waitsome returns both (possibly over two calls).
+    send(&j[0], 1, 0, &[10], SendMode::Standard);
+    send(&j[0], 1, 3, &[33], SendMode::Standard);
+    let mut got: Vec<usize> = Vec::new();
+    while got.len() < 2 {
+        got.extend(j[1].waitsome(&mut ids).unwrap().into_iter().map(|(i, _)| i));
+    }
+    got.sort();
+    assert_eq!(got, vec![0, 3]);
+    send(&j[0], 1, 1, &[11], SendMode::Standard);
+    let all = j[1].waitall(&mut ids).unwrap();
+    assert_eq!(all[1].tag, 1);
+    assert_eq!(bufs, [[10], [11], [22], [33]]);
+    // All slots empty: waitany reports "undefined", waitsome nothing.
+    assert_eq!(j[1].waitany(&mut ids).unwrap().0, None);
+    assert!(j[1].waitsome(&mut ids).unwrap().is_empty());
+    assert_eq!(j[1].live_requests(), 0);
+}
