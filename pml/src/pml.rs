@@ -355,6 +355,82 @@ impl Pml {
         Ok(id)
     }
 
+    /// Blocking send (`MPI_Send` and friends): starts the send, and when it
+    /// completes at once (eager) returns under the same lock acquisition;
+    /// otherwise waits like [`Pml::wait`].
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads and unmodified during the call.
+    pub unsafe fn send_blocking(
+        &self,
+        ctx: u32,
+        dest: i32,
+        tag: i32,
+        buf: RawBuf,
+        mode: SendMode,
+    ) -> Result<Status, PmlError> {
+        check_send_tag(tag)?;
+        let id = {
+            let mut g = self.lock();
+            let Inner {
+                core, net, limits, ..
+            } = &mut *g;
+            let mut w = NetWire {
+                net: &mut **net,
+                limits,
+            };
+            // SAFETY: forwarded contract (the buffer outlives this call,
+            // which returns only once the request completed).
+            let id = unsafe { core.isend(&mut w, ctx, dest, tag, buf, mode) }?;
+            g.flush();
+            if let Some(s) = g.core.test(id)? {
+                return Ok(s);
+            }
+            id
+        };
+        self.wait(id)
+    }
+
+    /// Blocking receive (`MPI_Recv`): posts and waits, progressing under
+    /// one lock acquisition per round (one in all when the message has
+    /// arrived already).
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes and not accessed otherwise during the
+    /// call.
+    pub unsafe fn recv_blocking(
+        &self,
+        ctx: u32,
+        src: i32,
+        tag: i32,
+        buf: RawBufMut,
+    ) -> Result<Status, PmlError> {
+        check_recv_tag(tag)?;
+        let mut g = self.lock();
+        let Inner {
+            core, net, limits, ..
+        } = &mut *g;
+        let mut w = NetWire {
+            net: &mut **net,
+            limits,
+        };
+        // SAFETY: forwarded contract (the buffer outlives this call, which
+        // returns only once the request completed).
+        let id = unsafe { core.irecv(&mut w, ctx, src, tag, buf) }?;
+        loop {
+            if let Some(s) = g.core.test(id)? {
+                return Ok(s);
+            }
+            g.progress();
+            if let Some(s) = g.core.test(id)? {
+                return Ok(s);
+            }
+            drop(g);
+            self.idle();
+            g = self.lock();
+        }
+    }
+
     /// Polls the BTLs once.
     pub fn progress(&self) -> usize {
         self.lock().progress()

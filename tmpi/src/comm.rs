@@ -192,12 +192,12 @@ impl Comm {
         send_tag(tag)?;
         self.dest_ok(dest)?;
         let b = bytes(buf);
-        // SAFETY: `b` is borrowed until the wait below returns.
-        let id = unsafe {
+        // SAFETY: `b` is borrowed for the whole blocking call.
+        let st = unsafe {
             self.pml
-                .isend(self.ctx, dest, tag, RawBuf::from_slice(b), mode)
+                .send_blocking(self.ctx, dest, tag, RawBuf::from_slice(b), mode)
         }?;
-        check(self.pml.wait(id)?).map(drop)
+        check(st).map(drop)
     }
 
     /// Standard-mode blocking send (`MPI_Send`).
@@ -243,9 +243,12 @@ impl Comm {
         recv_tag(tag)?;
         self.src_ok(src)?;
         let b = bytes_mut(buf);
-        // SAFETY: `b` is exclusively borrowed until the wait below returns.
-        let id = unsafe { self.pml.irecv(self.ctx, src, tag, RawBufMut::from_slice(b)) }?;
-        check(self.pml.wait(id)?)
+        // SAFETY: `b` is exclusively borrowed for the whole blocking call.
+        let st = unsafe {
+            self.pml
+                .recv_blocking(self.ctx, src, tag, RawBufMut::from_slice(b))
+        }?;
+        check(st)
     }
 
     fn isend_mode<'s, T: Equivalence>(
