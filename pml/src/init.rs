@@ -94,8 +94,8 @@ pub(crate) fn start(opts: InitOptions) -> Result<Started, PmlError> {
     let p = params(reg)?;
     let mut modex = PmiModex::new(client);
     let net = crate::net::open(reg, &info, &mut modex, p.eager_limit)?;
-    let unknown = mca::check_unknown();
-    let _ = unknown;
+    // Warns about every parameter set but registered by nobody.
+    mca::check_unknown();
     let mut core = Core::new(info.rank, info.size, Box::new(EngineMatcher::new()));
     core.add_comm(CommRecord::world(info.rank, info.size))?;
     core.add_comm(CommRecord::self_comm(info.rank))?;
