@@ -194,7 +194,7 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
         self.engine.unexpected_len()
     }
 
-    /// Software-only receives queued now.
+    /// Software-only receives queued now (counted only while offload is on).
     pub fn software_only_len(&self) -> usize {
         self.soft.len()
     }
@@ -787,7 +787,9 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
                     }
                     None => {
                         self.recs[idx as usize].place = Place::Software;
-                        self.soft.add(&spec);
+                        if self.config.offload {
+                            self.soft.add(&spec);
+                        }
                     }
                 }
                 self.events.push_back(SplitEvent::Posted {
@@ -879,7 +881,9 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
                 self.release(idx);
             }
             Place::Software | Place::Deferred => {
-                self.soft.remove(&spec);
+                if self.config.offload {
+                    self.soft.remove(&spec);
+                }
                 self.stats.sw_matches += 1;
                 if let Some(recv) = recv {
                     self.events.push_back(SplitEvent::Matched {
@@ -932,7 +936,9 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
                 let removed = ekey
                     .is_some_and(|k| matches!(self.engine.cancel(k), CancelOutcome::Removed(_)));
                 if removed {
-                    self.soft.remove(&spec);
+                    if self.config.offload {
+                        self.soft.remove(&spec);
+                    }
                     self.release(idx);
                     self.events.push_back(SplitEvent::Cancelled { recv });
                 } else {
