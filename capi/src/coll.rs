@@ -486,6 +486,7 @@ fn coll_req(
     req: tmpi_coll::CollRequest,
     finish: Finish,
 ) -> Res<()> {
+    crate::state::COLL_ACTIVE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let h = tables().add_req(Req::Coll {
         req,
         finish,

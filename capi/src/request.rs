@@ -229,6 +229,9 @@ pub(crate) fn test_handle(h: c_int) -> Res<Tested> {
                 crate::misc::set_op_dtype(op_dtype);
             }
             let r = req.test();
+            if !matches!(r, Ok(false)) {
+                crate::state::COLL_ACTIVE.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
             match r {
                 Err(e) => return Err(e.into()),
                 Ok(false) => {
@@ -301,7 +304,9 @@ pub(crate) fn idle() {
                 }
             }
         }
-        rt.coll.progress();
+        if crate::state::COLL_ACTIVE.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            rt.coll.progress();
+        }
         if rt.pml.yields_when_idle() {
             std::thread::yield_now();
         } else {

@@ -24,6 +24,10 @@ pub(crate) const PHASE_NONE: u8 = 0;
 pub(crate) const PHASE_INIT: u8 = 1;
 pub(crate) const PHASE_FINALIZED: u8 = 2;
 pub(crate) static PHASE: AtomicU8 = AtomicU8::new(PHASE_NONE);
+/// Non-blocking collectives started and not yet completed: waiting loops
+/// drive coll's progress only while there are some.
+pub(crate) static COLL_ACTIVE: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
 /// Number of requests freed while running (see `Tables::orphans`).
 pub(crate) static ORPHANS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 

@@ -11,6 +11,7 @@ ROUNDS=${1:-3}
 OUT=${OUT:-$(mktemp -d /tmp/tmpi-capi-compare.XXXXXX)}
 PREFIX=${PREFIX:-$OUT/prefix}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if [ -z "${REPORT_ONLY:-}" ]; then
 [ -x "$PREFIX/bin/mpicc" ] || cargo xtask install --release --prefix "$PREFIX" >&2
 for b in p2pbench collbench; do
     "$PREFIX/bin/mpicc" -O2 -o "$OUT/$b-tmpi" "perf/c/$b.c"
@@ -33,8 +34,9 @@ for r in $(seq 1 "$ROUNDS"); do
         run $impl collbench --csv | grep -E '^[a-z]+,' >>"$OUT/$impl.$r.csv"
     done
 done
-med() { cat "$OUT/$1."*.csv | awk -F, '{ k = $1 "," $2; v[k] = v[k] " " $3; n[k]++ }
-    END { for (k in v) { c = split(substr(v[k], 2), a, " "); asort(a); print k, a[int((c + 1) / 2)] } }' | sort; }
+fi   # REPORT_ONLY=1 OUT=dir: tables from an earlier run's CSV files
+med() { cat "$OUT/$1."*.csv | sort -t, -k1,1 -k2,2n -k3,3g | awk -F, '{ k = $1 "," $2; v[k] = v[k] " " $3; n[k]++ }
+    END { for (k in v) { split(substr(v[k], 2), a, " "); print k, a[int((n[k] + 1) / 2)] } }' | sort; }
 for i in ompi mpich tmpi; do med $i >"$OUT/$i.med"; done
 printf "%-22s %11s %11s %11s %9s %9s\n" "bench,bytes" "Open MPI" MPICH tmpi "t/ompi" "t/mpich"
 join "$OUT/ompi.med" "$OUT/mpich.med" | join - "$OUT/tmpi.med" |
