@@ -21,7 +21,7 @@
 //!   cancelled, offloaded or not, at its posting position. Software matching is therefore
 //!   always complete and in order; the NIC list is an accelerator holding a subset.
 //! * **Prefix (inv. 3)**: a receive is offloaded only when no earlier software-only receive
-//!   overlaps it (some envelope matches both; [`overlap`] keeps class counts for this test).
+//!   overlaps it (some envelope matches both; a per-class count index answers this).
 //!   Software-only receives are never moved to the NIC later, and ADDs reach the NIC in
 //!   posting order, so for every envelope the NIC holds a prefix of the posting order.
 //!   Wildcard-source receives, receives below `tm_thresh`, non-contiguous receives above
