@@ -105,7 +105,6 @@ unsupported! {
     MPI_T_enum_get_item => "MPI_T categories and enumerations are not provided (tmpi defines none)";
     MPI_Type_create_darray => "this function is not implemented by tmpi yet";
     MPI_Type_create_keyval => "datatype attributes are not implemented";
-    MPI_Type_create_subarray => "this function is not implemented by tmpi yet";
     MPI_Type_delete_attr => "datatype attributes are not implemented";
     MPI_Type_free_keyval => "datatype attributes are not implemented";
     MPI_Type_get_attr => "datatype attributes are not implemented";

@@ -679,3 +679,85 @@ pub extern "C" fn MPI_Aint_add(base: isize, disp: isize) -> isize {
 pub extern "C" fn MPI_Aint_diff(a: isize, b: isize) -> isize {
     a.wrapping_sub(b)
 }
+
+/// `MPI_Type_create_subarray`: a block of an `ndims`-dimensional array,
+/// extent of the whole array (C or Fortran order).
+#[no_mangle]
+pub extern "C" fn MPI_Type_create_subarray(
+    ndims: c_int,
+    sizes: *const c_int,
+    subsizes: *const c_int,
+    starts: *const c_int,
+    order: c_int,
+    oldtype: c_int,
+    newtype: *mut c_int,
+) -> c_int {
+    guard("MPI_Type_create_subarray", COMM_WORLD, || {
+        let n = ccount(ndims, C::Arg, "ndims")?;
+        if n == 0 {
+            return Err(Error::new(C::Arg, "ndims must be positive"));
+        }
+        let mut sz = array(sizes, n, "array_of_sizes")?;
+        let mut sub = array(subsizes, n, "array_of_subsizes")?;
+        let mut st = array(starts, n, "array_of_starts")?;
+        for i in 0..n {
+            if sz[i] <= 0 || sub[i] < 0 || st[i] < 0 || st[i] + sub[i] > sz[i] {
+                return Err(Error::new(
+                    C::Arg,
+                    format!(
+                        "dimension {i}: size {}, subsize {}, start {} do not fit",
+                        sz[i], sub[i], st[i]
+                    ),
+                ));
+            }
+        }
+        let fortran = match order {
+            56 => false,
+            57 => true,
+            _ => {
+                return Err(Error::new(
+                    C::Arg,
+                    format!("order {order} is not MPI_ORDER_C or MPI_ORDER_FORTRAN"),
+                ))
+            }
+        };
+        let mut ints = vec![ndims];
+        ints.extend(&sz);
+        ints.extend(&sub);
+        ints.extend(&st);
+        ints.push(order);
+        if fortran {
+            // Fortran order is C order of the reversed dimensions.
+            sz.reverse();
+            sub.reverse();
+            st.reverse();
+        }
+        let o = old(oldtype)?;
+        let ext = o.extent();
+        // Row-major strides in elements.
+        let mut stride = vec![1isize; n];
+        for i in (0..n - 1).rev() {
+            stride[i] = stride[i + 1] * sz[i + 1] as isize;
+        }
+        let mut b = Builder::new();
+        // One run of sub[n-1] items per combination of the outer indices.
+        let runs: usize = sub[..n - 1].iter().map(|&s| s as usize).product();
+        if sub[n - 1] > 0 {
+            for k in 0..runs {
+                let mut rest = k;
+                let mut off = st[n - 1] as isize;
+                for i in (0..n - 1).rev() {
+                    let s = sub[i] as usize;
+                    off += (st[i] as isize + (rest % s) as isize) * stride[i];
+                    rest /= s;
+                }
+                b.place(&o, off * ext, sub[n - 1] as usize)?;
+            }
+        }
+        let mut t = b.finish(cb::SUBARRAY, ints, vec![], vec![oldtype], false);
+        let total: isize = sz.iter().map(|&s| s as isize).product();
+        t.lb = 0;
+        t.ub = total * ext;
+        make(newtype, t)
+    })
+}

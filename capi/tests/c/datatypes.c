@@ -137,6 +137,31 @@ int main(int argc, char **argv) {
         OK(MPI_Type_get_envelope(dp, &ni, &na, &nd, &comb)); CHECK(comb == MPI_COMBINER_DUP);
         OK(MPI_Type_free(&dp)); OK(MPI_Type_free(&ct)); OK(MPI_Type_free(&rs));
     }
+    /* Subarray: 2x3 block at (1,1) of a 4x5 array, C and Fortran order. */
+    {
+        int sizes[2] = {4, 5}, subs[2] = {2, 3}, starts[2] = {1, 1}, a[20], out[6], pos = 0;
+        char buf[64];
+        MPI_Datatype sa;
+        for (i = 0; i < 20; i++) a[i] = i;
+        OK(MPI_Type_create_subarray(2, sizes, subs, starts, MPI_ORDER_C, MPI_INT, &sa));
+        OK(MPI_Type_commit(&sa));
+        OK(MPI_Type_size(sa, &s)); CHECK(s == 24);
+        OK(MPI_Type_get_extent(sa, &lb, &ext)); CHECK(lb == 0 && ext == 80);
+        OK(MPI_Pack(a, 1, sa, buf, sizeof buf, &pos, MPI_COMM_WORLD));
+        pos = 0;
+        OK(MPI_Unpack(buf, sizeof buf, &pos, out, 6, MPI_INT, MPI_COMM_WORLD));
+        CHECK(out[0] == 6 && out[1] == 7 && out[2] == 8 && out[3] == 11 && out[4] == 12 && out[5] == 13);
+        OK(MPI_Type_free(&sa));
+        /* Fortran: first index fastest; sizes {4,5}: element (i,j) at i + 4j. */
+        OK(MPI_Type_create_subarray(2, sizes, subs, starts, MPI_ORDER_FORTRAN, MPI_INT, &sa));
+        OK(MPI_Type_commit(&sa));
+        pos = 0;
+        OK(MPI_Pack(a, 1, sa, buf, sizeof buf, &pos, MPI_COMM_WORLD));
+        pos = 0;
+        OK(MPI_Unpack(buf, sizeof buf, &pos, out, 6, MPI_INT, MPI_COMM_WORLD));
+        CHECK(out[0] == 5 && out[1] == 6 && out[2] == 9 && out[3] == 10 && out[4] == 13 && out[5] == 14);
+        OK(MPI_Type_free(&sa));
+    }
     OK(MPI_Type_free(&pt));
     OK(MPI_Type_free(&col));
     report_ok("datatypes");
