@@ -888,3 +888,64 @@ pub extern "C" fn MPI_Ireduce_scatter_block(
         )
     })
 }
+
+/// Byte counts of MPI_Alltoallw's per-peer (count, type) pairs; the
+/// displacements are bytes already. Contiguous types only.
+fn wbytes(
+    counts: *const c_int,
+    displs: *const c_int,
+    types: *const c_int,
+    p: usize,
+) -> Res<(Vec<usize>, Vec<usize>, usize)> {
+    let cs = crate::ffi::array(counts, p, "counts")?;
+    let ds = crate::ffi::array(displs, p, "displs")?;
+    let ts = crate::ffi::array(types, p, "types")?;
+    let mut cb = Vec::with_capacity(p);
+    let mut db = Vec::with_capacity(p);
+    let mut end = 0usize;
+    for i in 0..p {
+        let t = ty(ts[i])?;
+        if !t.is_contig() {
+            return Err(Error::new(
+                C::Type,
+                "MPI_Alltoallw of tmpi takes contiguous datatypes only",
+            ));
+        }
+        let c = ccount(cs[i], C::Count, "counts[i]")? * t.size;
+        let d = ccount(ds[i], C::Arg, "displs[i]")?;
+        end = end.max(d + c);
+        cb.push(c);
+        db.push(d);
+    }
+    Ok((cb, db, end))
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Alltoallw(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtypes: *const c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtypes: *const c_int,
+    comm: c_int,
+) -> c_int {
+    guard("MPI_Alltoallw", comm, || {
+        let c = comm_of(comm)?;
+        let p = c.size() as usize;
+        let (rc, rd, rend) = wbytes(recvcounts, rdispls, recvtypes, p)?;
+        if is_in_place(sendbuf) {
+            let out = crate::ffi::bytes_mut(recvbuf.cast(), rend)?;
+            c.alltoallw(Input::InPlace, &rc, &rd, out, &rc, &rd)?;
+            return Ok(());
+        }
+        let (sc, sd, send) = wbytes(sendcounts, sdispls, sendtypes, p)?;
+        let inb = crate::ffi::bytes(sendbuf.cast(), send)?;
+        let out = crate::ffi::bytes_mut(recvbuf.cast(), rend)?;
+        c.alltoallw(Input::Buf(inb), &sc, &sd, out, &rc, &rd)?;
+        Ok(())
+    })
+}

@@ -24,7 +24,6 @@ macro_rules! unsupported {
 
 unsupported! {
     MPI_Accumulate => "one-sided communication (MPI_Win_*) is not implemented";
-    MPI_Alltoallw => "this function is not implemented by tmpi yet";
     MPI_Close_port => "dynamic process management is not implemented";
     MPI_Comm_accept => "dynamic process management is not implemented";
     MPI_Comm_connect => "dynamic process management is not implemented";

@@ -111,6 +111,14 @@ int main(int argc, char **argv) {
         OK(MPI_Reduce_scatter(in, out, rc, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
         int off = rank * (rank + 1) / 2;
         for (i = 0; i <= rank; i++) CHECK(out[i] == size * (off + i) + size * (size - 1) / 2);
+        /* Alltoallw: ints to everyone, byte displacements. */
+        int *sw = malloc(sizeof(int) * size), *rw = malloc(sizeof(int) * size);
+        int *wc = malloc(sizeof(int) * size), *wd = malloc(sizeof(int) * size);
+        MPI_Datatype *wt = malloc(sizeof(MPI_Datatype) * size);
+        for (i = 0; i < size; i++) { sw[i] = rank * 10 + i; wc[i] = 1; wd[i] = i * (int)sizeof(int); wt[i] = MPI_INT; }
+        OK(MPI_Alltoallw(sw, wc, wd, wt, rw, wc, wd, wt, MPI_COMM_WORLD));
+        for (i = 0; i < size; i++) CHECK(rw[i] == i * 10 + rank);
+        free(sw); free(rw); free(wc); free(wd); free(wt);
         free(g); free(gat); free(rc); free(in);
     }
     /* Communicators and groups. */
