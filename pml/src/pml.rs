@@ -118,81 +118,99 @@ impl Inner {
         n + self.flush()
     }
 
-    /// Carries out queued actions until none is left or a BTL is busy.
+    /// Carries out one action; gives it back when the BTL is busy.
+    fn exec(&mut self, a: Action) -> Result<(), Action> {
+        match a {
+            Action::Send {
+                peer,
+                hdr,
+                data,
+                done,
+            } => {
+                // SAFETY: `data` belongs to a send request that is not
+                // complete (it completes only below, after the BTL took the
+                // bytes), so its buffer is valid (isend contract).
+                let bytes = unsafe { data.as_slice() };
+                match self.net.send(peer, hdr.as_slice(), bytes) {
+                    Ok(()) => {
+                        if let Some(id) = done {
+                            self.core.send_done(id);
+                        }
+                        Ok(())
+                    }
+                    Err(TxError::Busy) => Err(Action::Send {
+                        peer,
+                        hdr,
+                        data,
+                        done,
+                    }),
+                    Err(TxError::Fatal(e)) => {
+                        tracing::error!(target: "pml_ob1", peer, "send failed: {e}");
+                        if let Some(id) = done {
+                            self.core.send_done(id);
+                        }
+                        Ok(())
+                    }
+                }
+            }
+            Action::Get {
+                peer,
+                region,
+                dst,
+                rreq,
+            } => {
+                let ok = match self.net.get(peer, &region, dst) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::debug!(target: "pml_ob1", peer, "get failed: {e:?}");
+                        false
+                    }
+                };
+                self.core.get_done(rreq, ok);
+                Ok(())
+            }
+        }
+    }
+
+    /// Carries out queued actions, in order, until none is left or a BTL
+    /// is busy (the refused action and everything after it wait in
+    /// `pending` for the next round). Fast path: with nothing pending, the
+    /// core's actions run straight from its output vector.
     pub(crate) fn flush(&mut self) -> usize {
         let mut done = 0;
-        loop {
-            if self.pending.is_empty() {
-                if !self.core.has_actions() {
-                    return done;
-                }
+        while let Some(a) = self.pending.pop_front() {
+            if let Err(a) = self.exec(a) {
+                self.pending.push_front(a);
+                return done;
+            }
+            done += 1;
+            if self.core.has_actions() {
                 let mut s = std::mem::take(&mut self.scratch);
                 self.core.take_actions(&mut s);
                 self.pending.extend(s.drain(..));
                 self.scratch = s;
             }
-            while let Some(a) = self.pending.pop_front() {
-                match a {
-                    Action::Send {
-                        peer,
-                        hdr,
-                        data,
-                        done: d,
-                    } => {
-                        // SAFETY: `data` belongs to a send request that is not
-                        // complete (it completes only below, after the BTL took
-                        // the bytes), so its buffer is valid (isend contract).
-                        let bytes = unsafe { data.as_slice() };
-                        match self.net.send(peer, hdr.as_slice(), bytes) {
-                            Ok(()) => {
-                                done += 1;
-                                if let Some(id) = d {
-                                    self.core.send_done(id);
-                                }
-                            }
-                            Err(TxError::Busy) => {
-                                self.pending.push_front(Action::Send {
-                                    peer,
-                                    hdr,
-                                    data,
-                                    done: d,
-                                });
-                                return done;
-                            }
-                            Err(TxError::Fatal(e)) => {
-                                tracing::error!(target: "pml_ob1", peer, "send failed: {e}");
-                                if let Some(id) = d {
-                                    self.core.send_done(id);
-                                }
-                            }
-                        }
-                    }
-                    Action::Get {
-                        peer,
-                        region,
-                        dst,
-                        rreq,
-                    } => {
-                        let ok = match self.net.get(peer, &region, dst) {
-                            Ok(()) => true,
-                            Err(e) => {
-                                tracing::debug!(target: "pml_ob1", peer, "get failed: {e:?}");
-                                false
-                            }
-                        };
-                        done += 1;
-                        self.core.get_done(rreq, ok);
-                    }
-                }
-                // Actions created by the step above run after the queue.
-                if self.core.has_actions() {
-                    let mut s = std::mem::take(&mut self.scratch);
-                    self.core.take_actions(&mut s);
-                    self.pending.extend(s.drain(..));
-                    self.scratch = s;
-                }
-            }
         }
+        while self.core.has_actions() {
+            let mut s = std::mem::take(&mut self.scratch);
+            self.core.take_actions(&mut s);
+            let mut it = s.drain(..);
+            while let Some(a) = it.next() {
+                if let Err(a) = self.exec(a) {
+                    // Keep the order: the refused action, the rest of this
+                    // batch; actions the core produced meanwhile follow at
+                    // the next round (they are still in the core).
+                    self.pending.push_back(a);
+                    self.pending.extend(it);
+                    self.scratch = s;
+                    return done;
+                }
+                done += 1;
+            }
+            drop(it);
+            self.scratch = s;
+        }
+        done
     }
 }
 
