@@ -43,10 +43,10 @@ for r in $(seq "$ROUNDS"); do
     done
   done
 done
-median() { # impl mode -> "size value" lines
+median() { # impl mode -> "size value" lines, sorted as join(1) wants
   cat "$MN_TMP/$1.$2."*.csv | grep -E '^[0-9]+,' | sort -t, -k1,1n -k2,2g | awk -F, '
     { v[$1] = v[$1] " " $2; n[$1]++ }
-    END { for (s in v) { split(substr(v[s], 2), a, " "); print s, a[int((n[s] + 1) / 2)] } }' | sort -n
+    END { for (s in v) { split(substr(v[s], 2), a, " "); print s, a[int((n[s] + 1) / 2)] } }' | sort -k1,1
 }
 for mode in pingpong bw; do
   for impl in ompi mpich tmpi; do median "$impl" "$mode" >"$MN_TMP/$impl.$mode.med"; done
@@ -56,5 +56,5 @@ for mode in pingpong bw; do
   printf "%10s %12s %12s %12s %10s %10s\n" size "OMPI tcp" "MPICH tcp" "tmpi tcp" "tmpi/OMPI" "tmpi/MPICH"
   join "$MN_TMP/ompi.$mode.med" "$MN_TMP/mpich.$mode.med" | join - "$MN_TMP/tmpi.$mode.med" |
     awk '{ a = ($2 > 0) ? $4 / $2 : 0; b = ($3 > 0) ? $4 / $3 : 0;
-           printf "%10d %12.2f %12.2f %12.2f %10.2f %10.2f\n", $1, $2, $3, $4, a, b }'
+           printf "%10d %12.2f %12.2f %12.2f %10.2f %10.2f\n", $1, $2, $3, $4, a, b }' | sort -n
 done
