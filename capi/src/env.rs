@@ -48,6 +48,12 @@ fn init(required: c_int) -> Res<c_int> {
         )
         .map_err(|e| Error::new(C::Arg, e.to_string()))?;
     PARAM_CHECK.store(pc.value(), Ordering::Relaxed);
+    // The coll framework's parameters (selection list `coll`, verbosity,
+    // context ids) and component descriptors, as tmpi_info shows them.
+    let mut comps = tmpi_base::component::ComponentRegistry::new();
+    tmpi_coll::register(reg, &mut comps).map_err(|e| Error::new(e.class(), e.to_string()))?;
+    // One node for every rank: split_type(SHARED) gives COMM_WORLD's group
+    // (the process-to-node map lives in the pml's PMI data).
     let p2p = PmlP2p::new(Arc::clone(&pml), Vec::new());
     let u = CollContext::init(Arc::new(p2p), reg)?;
     let mut tables = state::take_early();
