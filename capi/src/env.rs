@@ -37,7 +37,9 @@ fn init(required: c_int) -> Res<c_int> {
         _ => return Err(Error::new(C::Other, "MPI_Init after MPI_Finalize")),
     }
     epoch();
-    let pml = Arc::new(Pml::init(InitOptions { logging: true })?);
+    // Register our parameters and coll's before the pml initialises: it
+    // reports the names no component registered (`--mca mpi_param_check 0`
+    // must not be "unknown").
     let reg = mca::registry();
     let pc = reg
         .register_bool(
@@ -52,6 +54,7 @@ fn init(required: c_int) -> Res<c_int> {
     // context ids) and component descriptors, as tmpi_info shows them.
     let mut comps = tmpi_base::component::ComponentRegistry::new();
     tmpi_coll::register(reg, &mut comps).map_err(|e| Error::new(e.class(), e.to_string()))?;
+    let pml = Arc::new(Pml::init(InitOptions { logging: true })?);
     // One node for every rank: split_type(SHARED) gives COMM_WORLD's group
     // (the process-to-node map lives in the pml's PMI data).
     let p2p = PmlP2p::new(Arc::clone(&pml), Vec::new());

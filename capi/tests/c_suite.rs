@@ -85,9 +85,15 @@ fn build(name: &str) -> PathBuf {
 
 /// Runs `prog` under the shipped mpirun with `n` ranks; kills it after `secs`.
 fn run(prog: &Path, n: u32, secs: u64) -> (Option<i32>, String, String) {
+    run_with(prog, n, secs, &[])
+}
+
+/// [`run`] with extra mpirun arguments (before the program).
+fn run_with(prog: &Path, n: u32, secs: u64, extra: &[&str]) -> (Option<i32>, String, String) {
     let p = prefix();
     let mut child = Command::new(p.dir.join("bin/mpirun"))
         .args(["-n", &n.to_string(), "--timeout", &secs.to_string()])
+        .args(extra)
         .arg(prog)
         .env_remove("LD_LIBRARY_PATH")
         .stdout(Stdio::piped())
@@ -139,6 +145,18 @@ fn expect_ok(name: &str, ranks: &[u32]) {
 #[test]
 fn pt2pt() {
     expect_ok("pt2pt", &[2, 3, 4]);
+}
+
+/// `mpi_param_check` is a known parameter (no "unknown" warning) and the
+/// suite passes with the checks off too.
+#[test]
+fn param_check_off() {
+    let exe = build("pt2pt");
+    let _g = serial();
+    let (code, out, err) = run_with(&exe, 2, 90, &["--mca", "mpi_param_check", "0"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains("pt2pt: OK"), "{out}\n{err}");
+    assert!(!err.to_lowercase().contains("unknown"), "{err}");
 }
 
 #[test]
