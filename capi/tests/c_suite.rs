@@ -42,7 +42,9 @@ fn prefix() -> &'static Prefix {
             "tmpirun is not built in {}: run `cargo build -p tmpi-run` first",
             out.display()
         );
-        let dir = out.join(format!("capi-c-suite-{}", std::process::id()));
+        // One fixed place (re-created per run): the prefix holds a copy of
+        // libmpi.a, so per-run directories would pile up.
+        let dir = out.join("capi-c-suite");
         let _ = std::fs::remove_dir_all(&dir);
         xtask::layout(&dir, &out, &root()).expect("lay out the install prefix");
         let bin = dir.join("tests");
