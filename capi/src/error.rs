@@ -52,7 +52,15 @@ pub(crate) const ERRORS_RETURN: c_int = 2;
 /// panics (`MPI_ERR_INTERN`), invokes the communicator's error handler and
 /// returns the error code.
 pub(crate) fn guard(name: &'static str, comm: c_int, f: impl FnOnce() -> Res<()>) -> c_int {
-    let r = match catch_unwind(AssertUnwindSafe(f)) {
+    match catching(f) {
+        Ok(()) => 0,
+        Err(e) => raise(name, comm, e),
+    }
+}
+
+/// Runs `f`, turning a panic into `MPI_ERR_INTERN` with its message.
+pub(crate) fn catching(f: impl FnOnce() -> Res<()>) -> Res<()> {
+    match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(p) => {
             let what = p
@@ -65,10 +73,6 @@ pub(crate) fn guard(name: &'static str, comm: c_int, f: impl FnOnce() -> Res<()>
                 format!("internal error (panic): {what}"),
             ))
         }
-    };
-    match r {
-        Ok(()) => 0,
-        Err(e) => raise(name, comm, e),
     }
 }
 
@@ -127,4 +131,19 @@ pub(crate) fn string_of(code: c_int) -> Option<String> {
         return Some(s);
     }
     MpiErrorClass::from_raw(code).map(|c| format!("{}: {}", c.name(), c.message()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_mpi_err_intern() {
+        let e = catching(|| panic!("boom {}", 42)).unwrap_err();
+        assert_eq!(e.class, C::Intern);
+        assert!(e.msg.contains("boom 42"), "{}", e.msg);
+        assert!(catching(|| Ok(())).is_ok());
+        let e = catching(|| Err(Error::new(C::Rank, "r"))).unwrap_err();
+        assert_eq!(e.class, C::Rank);
+    }
 }
