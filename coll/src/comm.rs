@@ -805,9 +805,13 @@ impl Comm {
     /// `MPI_Bcast` of `buf` from `root`. A length that differs from the
     /// root's is reported as `MPI_ERR_TRUNCATE` where detected.
     pub fn bcast(&self, buf: &mut [u8], root: u32) -> Result<()> {
-        let c = self.call_bcast(buf.to_vec(), buf.len(), root)?;
+        let is_root = self.rank() == root;
+        let data = if is_root { buf.to_vec() } else { Vec::new() };
+        let c = self.call_bcast(data, buf.len(), root)?;
         let out = self.run(c)?;
-        buf.copy_from_slice(&out);
+        if !is_root {
+            buf.copy_from_slice(&out);
+        }
         Ok(())
     }
 

@@ -15,6 +15,8 @@
 //!
 //! See `docs/coll.md` for the design, the decision table and the limits.
 
+#![warn(missing_docs)]
+
 pub mod algo;
 pub mod cid;
 pub mod comm;

@@ -411,6 +411,11 @@ impl Exec {
                 expected: dst.len,
             });
         }
+        if mode == RecvMode::Store && dst.off == 0 && dst.len == self.sched.bufs[dst.buf].len() {
+            // The message is the whole buffer: take it instead of copying.
+            self.sched.bufs[dst.buf] = data;
+            return Ok(());
+        }
         let target = &mut self.sched.bufs[dst.buf][dst.range()];
         match mode {
             RecvMode::Store => target.copy_from_slice(&data),

@@ -32,6 +32,22 @@ fn each_config(kind: CollKind, sizes: &[u32], body: fn(&Comm, u32)) {
             });
             assert_eq!(out, (0..n).collect::<Vec<_>>(), "{ctx}");
         }
+        // Odd-sized communicators from a split of 8 ranks: 5 ranks in
+        // reversed order and 3 ranks, both running the body at once.
+        let params: Vec<(&str, &str)> = cfg.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        let out = job(8, &params, move |w, _| {
+            let me = w.rank();
+            let sub = w
+                .split(Some(u32::from(me < 5)), -(me as i32))
+                .unwrap()
+                .unwrap();
+            body(&sub, sub.size());
+            (sub.size(), sub.rank())
+        });
+        let want: Vec<(u32, u32)> = (0..8)
+            .map(|r| if r < 5 { (5, 4 - r) } else { (3, 7 - r) })
+            .collect();
+        assert_eq!(out, want, "{kind} with {cfg:?} on split communicators");
     }
 }
 
