@@ -55,10 +55,8 @@ fn coll_check_one_process() {
     run(1);
 }
 
-/// Needs the pml's BTL wire-up across processes (`pml/src/net.rs` still
-/// refuses jobs of more than one process); run with `--ignored` once it lands.
 #[test]
-#[ignore = "pml: BTLs not wired across processes yet"]
-fn coll_check_four_processes() {
+fn coll_check_three_and_four_processes() {
+    run(3);
     run(4);
 }
