@@ -298,7 +298,11 @@ impl<'a> Fbox<'a> {
             // touch it before we advance `tail`; aligned, in bounds.
             let (len, tag, kind) = unsafe { read_rec_hdr(self.data.add(pos)) };
             match kind {
-                KIND_SKIP => {
+                // The writer never puts a SKIP at position 0 (a record always
+                // fits an empty ring): one there would send `tail` round the
+                // ring forever without consuming anything (found by fuzzing:
+                // a corrupt ring made `read` spin). Treated as corrupt.
+                KIND_SKIP if pos != 0 => {
                     tail += (self.size - pos) as u64;
                 }
                 KIND_DATA
@@ -659,5 +663,19 @@ mod tests {
         // SAFETY: in bounds, single thread.
         unsafe { write_rec_hdr(fb.data.add(pos), 1, 1, 9) };
         assert!(fb.read(1, &mut |_, _| panic!("corrupt delivered")).is_err());
+    }
+
+    #[test]
+    fn fbox_skip_at_ring_start_is_corrupt() {
+        // A peer publishing far ahead with a SKIP record at position 0 must
+        // not make the reader spin (fuzz finding).
+        const SIZE: usize = 64;
+        let mem = Mem::new(FBOX_CTL + SIZE);
+        // SAFETY: aligned, sized, single thread.
+        let fb = unsafe { Fbox::at(mem.base() as *mut u8, SIZE) };
+        // SAFETY: in bounds, single thread.
+        unsafe { write_rec_hdr(fb.data, 0, 0, KIND_SKIP) };
+        fb.ctl.head.store(u64::MAX / 2, Ordering::Release);
+        assert_eq!(fb.read(4, &mut |_, _| panic!("delivered")), Err(0));
     }
 }
