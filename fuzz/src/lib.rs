@@ -29,10 +29,8 @@ mod server_core;
 pub mod pml_hdr;
 
 /// The shared-memory structures of btl-sm (fast-box records, fragment
-/// headers), compiled from `btl-sm/src/shm.rs` (self-contained: std only).
-#[allow(dead_code, clippy::all)]
-#[path = "../../btl-sm/src/shm.rs"]
-pub mod sm_shm;
+/// headers).
+pub use tmpi_btl_sm::shm as sm_shm;
 
 /// 64-byte aligned, zeroed memory standing in for a mapped segment.
 pub struct AlignedMem {
