@@ -27,7 +27,10 @@ fuzz_target!(|data: &[u8]| {
                 assert!(e.line > prev && e.line <= lines, "{e:?} of {lines} lines");
                 prev = e.line;
                 let raw = text.lines().nth(e.line - 1).unwrap();
-                assert!(e.name.len() + e.value.len() < raw.len(), "{e:?} from {raw:?}");
+                assert!(
+                    e.name.len() + e.value.len() < raw.len(),
+                    "{e:?} from {raw:?}"
+                );
                 assert!(!e.value.contains('\n'));
                 out.push_str(&format!("{} = \"{}\"\n", e.name, e.value));
             }
@@ -42,7 +45,10 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         Err(McaError::MalformedFile { line, .. }) => {
-            assert!(line >= 1 && line <= lines, "error at line {line} of {lines}");
+            assert!(
+                line >= 1 && line <= lines,
+                "error at line {line} of {lines}"
+            );
         }
         Err(e) => panic!("unexpected error kind {e}"),
     }

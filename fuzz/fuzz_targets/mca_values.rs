@@ -14,8 +14,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tmpi_base::mca::{
-    parse_bool, parse_int, parse_list, parse_size, parse_tristate, ParamType, SelectionList,
-    Value,
+    parse_bool, parse_int, parse_list, parse_size, parse_tristate, ParamType, SelectionList, Value,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -28,9 +27,15 @@ fuzz_target!(|data: &[u8]| {
     let ty = match sel % 8 {
         0 => ParamType::Bool,
         1 => match sel >> 3 {
-            0 => ParamType::Int { min: i64::MIN, max: i64::MAX },
+            0 => ParamType::Int {
+                min: i64::MIN,
+                max: i64::MAX,
+            },
             1 => ParamType::Int { min: -1, max: 100 },
-            _ => ParamType::Int { min: 0, max: i64::MAX },
+            _ => ParamType::Int {
+                min: 0,
+                max: i64::MAX,
+            },
         },
         2 => ParamType::Size,
         3 => ParamType::String,
@@ -45,24 +50,41 @@ fuzz_target!(|data: &[u8]| {
     // The free functions agree with the typed parser.
     match (&ty, &parsed) {
         (ParamType::Bool, p) => assert_eq!(p.clone().ok(), parse_bool(text).ok().map(Value::Bool)),
-        (ParamType::Int { min: i64::MIN, max: i64::MAX }, p) => {
+        (
+            ParamType::Int {
+                min: i64::MIN,
+                max: i64::MAX,
+            },
+            p,
+        ) => {
             assert_eq!(p.clone().ok(), parse_int(text).ok().map(Value::Int))
         }
         (ParamType::Size, p) => assert_eq!(p.clone().ok(), parse_size(text).ok().map(Value::Size)),
         (ParamType::Tristate, p) => {
-            assert_eq!(p.clone().ok(), parse_tristate(text).ok().map(Value::Tristate))
+            assert_eq!(
+                p.clone().ok(),
+                parse_tristate(text).ok().map(Value::Tristate)
+            )
         }
         (ParamType::List, p) => assert_eq!(p.clone().ok(), parse_list(text).ok().map(Value::List)),
         (ParamType::Selection, p) => {
-            assert_eq!(p.clone().ok(), SelectionList::parse(text).ok().map(Value::Selection))
+            assert_eq!(
+                p.clone().ok(),
+                SelectionList::parse(text).ok().map(Value::Selection)
+            )
         }
         _ => {}
     }
     if let Ok(v) = parsed {
-        assert!(ty.admits(&v), "{ty:?} does not admit its own parse {v:?} of {text:?}");
+        assert!(
+            ty.admits(&v),
+            "{ty:?} does not admit its own parse {v:?} of {text:?}"
+        );
         match &v {
             Value::List(items) => {
-                assert!(items.iter().all(|i| !i.is_empty() && i.trim() == i && !i.contains(',')))
+                assert!(items
+                    .iter()
+                    .all(|i| !i.is_empty() && i.trim() == i && !i.contains(',')))
             }
             Value::Selection(SelectionList::Include(n) | SelectionList::Exclude(n)) => {
                 assert!(!n.is_empty() && n.iter().all(|i| !i.is_empty() && i.trim() == i))

@@ -29,7 +29,11 @@ use tmpi_fuzz::Input;
 fuzz_target!(|data: &[u8]| {
     let mut inp = Input::new(data);
     let b0 = inp.byte();
-    let version = if b0 & 1 == 0 { PmiVersion::V1 } else { PmiVersion::V2 };
+    let version = if b0 & 1 == 0 {
+        PmiVersion::V1
+    } else {
+        PmiVersion::V2
+    };
     let size = u32::from(b0 >> 1) + 1;
     let ops = [inp.byte(), inp.byte(), inp.byte(), inp.byte()];
     let replies = inp.rest().to_vec();
@@ -57,7 +61,12 @@ fuzz_target!(|data: &[u8]| {
         pmi_id: None,
     };
     if let Ok(mut c) = PmiClient::connect(client_end, version, &opts) {
-        assert!(c.size() > 0 && c.rank() < c.size(), "rank {} of {}", c.rank(), c.size());
+        assert!(
+            c.size() > 0 && c.rank() < c.size(),
+            "rank {} of {}",
+            c.rank(),
+            c.size()
+        );
         assert!(!c.kvsname().is_empty());
         let mut modex_done = false;
         for op in ops {

@@ -33,7 +33,11 @@ fuzz_target!(|data: &[u8]| {
     let mut part = 0usize;
     while !inp.is_empty() {
         let v = inp.text_until(b'\n');
-        let key = if part == 0 { "fuzz:0".to_string() } else { format!("fuzz:0:{part}") };
+        let key = if part == 0 {
+            "fuzz:0".to_string()
+        } else {
+            format!("fuzz:0:{part}")
+        };
         // The KVS refuses what PMI cannot carry; such values never reach a
         // reader, skip them.
         let _ = m.client().put(&key, &v);

@@ -31,8 +31,9 @@ fn check_replies(rank: u32, mut out: &[u8]) {
                 .iter()
                 .position(|&b| b == b'\n')
                 .unwrap_or_else(|| panic!("rank {rank}: unterminated reply in {}", show(whole)));
-            let m = parse_v1_line(&out[..=nl])
-                .unwrap_or_else(|e| panic!("rank {rank}: bad reply line {}: {e}", show(&out[..=nl])));
+            let m = parse_v1_line(&out[..=nl]).unwrap_or_else(|e| {
+                panic!("rank {rank}: bad reply line {}: {e}", show(&out[..=nl]))
+            });
             (m, nl + 1)
         } else {
             match parse_v2_frame(out, tmpi_base::pmi::wire::V2_MAX_BODY) {
@@ -41,7 +42,7 @@ fn check_replies(rank: u32, mut out: &[u8]) {
             }
         };
         assert!(
-            matches!(m.rc(), Ok(_)) && m.get("rc").is_some(),
+            m.rc().is_ok() && m.get("rc").is_some(),
             "rank {rank}: reply without a numeric rc: {m:?}"
         );
         out = &out[used..];
@@ -90,13 +91,21 @@ fuzz_target!(|data: &[u8]| {
         for r in 0..size {
             let out = srv.take_output(r);
             if closed[r as usize] {
-                assert!(out.is_empty(), "rank {r}: output after close: {}", show(&out));
+                assert!(
+                    out.is_empty(),
+                    "rank {r}: output after close: {}",
+                    show(&out)
+                );
             }
             check_replies(r, &out);
             // A reply is bounded by what the job can store; with the few
             // bytes of one fuzz input the server cannot legitimately queue
             // megabytes.
-            assert!(out.len() <= 64 * 1024 + 8 * fed, "rank {r}: {} reply bytes", out.len());
+            assert!(
+                out.len() <= 64 * 1024 + 8 * fed,
+                "rank {r}: {} reply bytes",
+                out.len()
+            );
             closed[r as usize] = srv.closed(r);
         }
         for e in srv.take_events() {

@@ -26,8 +26,17 @@ fn roundtrip(m: &Message) {
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(m) = parse_v1_line(data) {
-        let text: usize = m.cmd.len() + m.fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
-        assert!(text <= data.len(), "{} bytes of text from {} input bytes", text, data.len());
+        let text: usize = m.cmd.len()
+            + m.fields
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>();
+        assert!(
+            text <= data.len(),
+            "{} bytes of text from {} input bytes",
+            text,
+            data.len()
+        );
         assert!(!m.fields.iter().any(|(k, _)| k.is_empty()));
         roundtrip(&m);
     }

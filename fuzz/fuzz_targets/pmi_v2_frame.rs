@@ -31,18 +31,30 @@ fuzz_target!(|data: &[u8]| {
     // First two bytes choose the reader's limit (0..=65535, or the maximum).
     let mut inp = Input::new(data);
     let lim = u16::from_le_bytes([inp.byte(), inp.byte()]);
-    let max_body = if lim == u16::MAX { V2_MAX_BODY } else { usize::from(lim) };
+    let max_body = if lim == u16::MAX {
+        V2_MAX_BODY
+    } else {
+        usize::from(lim)
+    };
     let buf = inp.rest();
     match parse_v2_frame(buf, max_body) {
         Ok(Some((m, used))) => {
-            assert!(used >= V2_HEADER_LEN && used <= buf.len(), "used {used} of {}", buf.len());
+            assert!(
+                used >= V2_HEADER_LEN && used <= buf.len(),
+                "used {used} of {}",
+                buf.len()
+            );
             assert!(used - V2_HEADER_LEN <= max_body);
             let mut h = [0u8; V2_HEADER_LEN];
             h.copy_from_slice(&buf[..V2_HEADER_LEN]);
             assert_eq!(parse_v2_header(&h), Ok(used - V2_HEADER_LEN));
             assert_eq!(parse_v2_body(&buf[V2_HEADER_LEN..used]).as_ref(), Ok(&m));
             for cut in 0..used {
-                assert_eq!(parse_v2_frame(&buf[..cut], max_body), Ok(None), "prefix {cut} of {used}");
+                assert_eq!(
+                    parse_v2_frame(&buf[..cut], max_body),
+                    Ok(None),
+                    "prefix {cut} of {used}"
+                );
             }
             roundtrip(&m);
         }
@@ -59,7 +71,11 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(m) = parse_v2_body(buf) {
         assert!(!m.cmd.is_empty());
-        let text: usize = m.cmd.len() + m.fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        let text: usize = m.cmd.len()
+            + m.fields
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>();
         assert!(text <= buf.len());
         roundtrip(&m);
     }

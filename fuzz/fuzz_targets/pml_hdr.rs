@@ -63,15 +63,29 @@ fuzz_target!(|data: &[u8]| {
         1 => {
             let region = if flags & FLAG_REGION != 0 {
                 let r = &rest[..rest.len().min(MAX_REGION_LEN)];
-                if r.is_empty() { &[7u8][..] } else { r }
+                if r.is_empty() {
+                    &[7u8][..]
+                } else {
+                    r
+                }
             } else {
                 &[][..]
             };
-            let r = RndvHdr { m, flags, len: a, sreq: b, region };
+            let r = RndvHdr {
+                m,
+                flags,
+                len: a,
+                sreq: b,
+                region,
+            };
             assert_eq!(Header::parse(&r.encode()), Ok(Header::Rndv(r.clone())));
         }
         2 => {
-            let h = AckHdr { sreq: a, rreq: b, want: c };
+            let h = AckHdr {
+                sreq: a,
+                rreq: b,
+                want: c,
+            };
             assert_eq!(Header::parse(&h.encode()), Ok(Header::Ack(h)));
         }
         3 => {
@@ -81,7 +95,10 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(Header::parse(&e), Ok(Header::Frag(h, rest)));
         }
         _ => {
-            let h = FinHdr { sreq: a, status: c as i32 };
+            let h = FinHdr {
+                sreq: a,
+                status: c as i32,
+            };
             assert_eq!(Header::parse(&h.encode()), Ok(Header::Fin(h)));
         }
     }

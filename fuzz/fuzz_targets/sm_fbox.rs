@@ -51,7 +51,10 @@ fuzz_target!(|data: &[u8]| {
             let r = fb.read(budget, &mut |_tag, bytes| {
                 seen += 1;
                 let p = bytes.as_ptr() as usize;
-                assert!(p >= ring && p + bytes.len() <= ring + size, "record outside the ring");
+                assert!(
+                    p >= ring && p + bytes.len() <= ring + size,
+                    "record outside the ring"
+                );
                 assert!(bytes.len() <= Fbox::max_record(size));
             });
             match r {

@@ -43,7 +43,10 @@ fuzz_target!(|data: &[u8]| {
     for i in picks(l.slots as usize) {
         let at = l.fbox(i);
         assert_eq!(at % 64, 0);
-        assert!(at + FBOX_CTL + l.fbox_size as usize <= l.fbox(i + 1).min(total), "{l:?} fbox {i}");
+        assert!(
+            at + FBOX_CTL + l.fbox_size as usize <= l.fbox(i + 1).min(total),
+            "{l:?} fbox {i}"
+        );
     }
     for (class, n, cap) in [
         (Class::Eager, l.n_eager as usize, l.eager_cap as usize),

@@ -21,7 +21,11 @@ fuzz_target!(|data: &[u8]| {
     match TagHeader::parse(data) {
         Ok(h) => {
             let n = h.header_len();
-            assert!(n <= data.len(), "header of {n} bytes in {} bytes", data.len());
+            assert!(
+                n <= data.len(),
+                "header of {n} bytes in {} bytes",
+                data.len()
+            );
             assert_eq!(h.rvh.is_some(), n == TMH_LEN + RVH_LEN);
             if h.tmh.opcode == TmhOpcode::Rndv {
                 assert!(h.rvh.is_some());
@@ -30,7 +34,10 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(h.emit(&mut out), Ok(n));
             assert_eq!(&out[..n], &data[..n]);
             // Too small an output buffer is an error, not a panic.
-            assert!(matches!(h.emit(&mut out[..n - 1]), Err(WireError::Truncated { .. })));
+            assert!(matches!(
+                h.emit(&mut out[..n - 1]),
+                Err(WireError::Truncated { .. })
+            ));
             let p = TmhPacket::new_checked(data).unwrap();
             assert_eq!(p.opcode_raw(), h.tmh.opcode as u8);
             assert_eq!(p.app_ctx(), h.tmh.app_ctx);

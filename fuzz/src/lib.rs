@@ -180,7 +180,10 @@ impl<'a> Input<'a> {
 /// Checks that `part` lies inside `whole` (a parser returned a sub-slice of
 /// its input, not bytes beyond it).
 pub fn assert_within(whole: &[u8], part: &[u8]) {
-    let (w0, w1) = (whole.as_ptr() as usize, whole.as_ptr() as usize + whole.len());
+    let (w0, w1) = (
+        whole.as_ptr() as usize,
+        whole.as_ptr() as usize + whole.len(),
+    );
     let (p0, p1) = (part.as_ptr() as usize, part.as_ptr() as usize + part.len());
     assert!(
         part.is_empty() || (w0 <= p0 && p1 <= w1),
