@@ -96,7 +96,11 @@ impl Parser<'_> {
                 self.expect(b',', "expected ','")?;
                 let ppn = self.number()?;
                 self.expect(b')', "expected ')'")?;
-                for i in 0..nnodes {
+                // `ppn == 0` assigns no rank: skip the node loop, which would
+                // otherwise run up to 2^32 times for nothing (fuzz finding:
+                // `(vector,(0,4000000000,0))` kept every rank busy for
+                // seconds).
+                for i in 0..if ppn == 0 { 0 } else { nnodes } {
                     if self.out.len() >= self.limit {
                         break;
                     }
@@ -290,6 +294,14 @@ mod tests {
         // Deep nesting is refused, not a stack overflow.
         let deep = format!("(vector,{}0{})", "[".repeat(1000), "]x1".repeat(1000));
         assert!(parse_process_mapping(&deep, 4).is_err());
+        // Blocks of zero processes per node cost nothing, whatever their
+        // node count (fuzz finding: 2^32 empty iterations).
+        let t0 = std::time::Instant::now();
+        assert_eq!(
+            parse_process_mapping("(vector,(0,4000000000,0),(0,1,1))", 3).unwrap(),
+            vec![0, 0, 0]
+        );
+        assert!(t0.elapsed() < std::time::Duration::from_secs(1));
         // Huge repeat counts stay bounded by the job size.
         assert_eq!(
             parse_process_mapping("(vector,[(0,4000000000,4000000000)]x4000000000)", 3).unwrap(),
