@@ -361,6 +361,55 @@ fn refused_init_is_an_error() {
     assert!(matches!(r, Err(PmiError::Env { .. })), "{r:?}");
 }
 
+/// A launcher claiming a job beyond `MAX_JOB_SIZE` is refused with a typed
+/// error before the client sizes any per-rank table by it (fuzz finding:
+/// `size=4000000000` made `process_info` reserve tens of gigabytes).
+#[test]
+fn absurd_job_size_is_refused() {
+    use tmpi_base::pmi::MAX_JOB_SIZE;
+    // PMI-1: the size comes from PMI_SIZE (or the initack).
+    let (c, _s) = pair();
+    let r = PmiClient::connect(c, PmiVersion::V1, &opts(0, 4_000_000_000));
+    match r {
+        Err(PmiError::Env { var, reason, .. }) => {
+            assert_eq!(var, "PMI_SIZE");
+            assert!(reason.contains("4000000000"), "{reason}");
+        }
+        other => panic!("expected PMI_SIZE error, got {other:?}"),
+    }
+    // The largest accepted size passes the check (it then fails later only
+    // because the server end is closed).
+    let (c, s) = pair();
+    drop(s);
+    let r = PmiClient::connect(c, PmiVersion::V1, &opts(0, MAX_JOB_SIZE));
+    assert!(!matches!(r, Err(PmiError::Env { .. })), "{r:?}");
+    // PMI-2: the size comes from fullinit-response.
+    let (c, s) = pair();
+    let server = scripted(
+        s,
+        vec![
+            step(
+                "cmd=init pmi_version=2 pmi_subversion=0\n",
+                "cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n",
+            ),
+            step(
+                v2("cmd=fullinit;pmirank=0;threaded=FALSE;"),
+                v2("cmd=fullinit-response;rc=0;rank=0;size=4000000000;appnum=-1;"),
+            ),
+        ],
+        true,
+    );
+    let r = PmiClient::connect(c, PmiVersion::V2, &opts(0, 1));
+    match r {
+        Err(PmiError::Protocol { during, detail }) => {
+            assert_eq!(during, "fullinit");
+            assert!(detail.contains("4000000000"), "{detail}");
+        }
+        other => panic!("expected a fullinit protocol error, got {other:?}"),
+    }
+    server.join().unwrap().unwrap();
+}
+
 /// A tiny KVS server for one connection that checks the limits every client
 /// message must respect and records the largest message.
 fn limit_checking_server(mut s: UnixStream, kvsname: String) -> JoinHandle<Result<usize, String>> {

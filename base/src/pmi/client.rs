@@ -24,6 +24,25 @@ use crate::identity::{sanitize_job_id, ProcessInfo};
 /// Longest PMI-1 response line the client buffers.
 const MAX_V1_RESPONSE: usize = 64 * 1024;
 
+/// The largest job the client accepts from a launcher (2^24 = 16 777 216
+/// ranks, beyond any machine built so far). A server that claims more is
+/// refused: the client allocates per-rank tables (node map, host names) of
+/// the job's size, and a corrupt or hostile `size=4000000000` would
+/// otherwise ask for tens of gigabytes (fuzz finding, docs/fuzzing.md).
+pub const MAX_JOB_SIZE: u32 = 1 << 24;
+
+/// `rank` and `size` from a launcher, checked: a job of 1 to
+/// [`MAX_JOB_SIZE`] ranks and a rank inside it.
+fn check_job(rank: u32, size: u32) -> Result<(), String> {
+    if size == 0 || size > MAX_JOB_SIZE {
+        return Err(format!("job size {size} outside 1..={MAX_JOB_SIZE}"));
+    }
+    if rank >= size {
+        return Err(format!("rank {rank} not below the job size {size}"));
+    }
+    Ok(())
+}
+
 /// Errors of the PMI client.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -512,11 +531,11 @@ impl PmiClient {
                     value: String::new(),
                     reason: "required with PMI_FD (PMI-1)".into(),
                 })?;
-                if size == 0 || rank >= size {
+                if let Err(reason) = check_job(rank, size) {
                     return Err(PmiError::Env {
-                        var: "PMI_RANK",
-                        value: rank.to_string(),
-                        reason: format!("not below PMI_SIZE={size}"),
+                        var: "PMI_SIZE",
+                        value: size.to_string(),
+                        reason: format!("{reason} (PMI_RANK={rank})"),
                     });
                 }
                 c.rank = rank;
@@ -662,10 +681,10 @@ impl PmiClient {
         let m = self.v2(req)?;
         self.rank = field_num(&m, "rank", "fullinit")?;
         self.size = field_num(&m, "size", "fullinit")?;
-        if self.size == 0 || self.rank >= self.size {
+        if let Err(detail) = check_job(self.rank, self.size) {
             return Err(PmiError::Protocol {
                 during: "fullinit".into(),
-                detail: format!("rank {} of size {}", self.rank, self.size),
+                detail,
             });
         }
         self.appnum = m
@@ -1030,7 +1049,8 @@ impl PmiClient {
         value.truncate(self.value_budget(&key));
         self.put(&key, &value)?;
         self.fence()?;
-        let mut names: Vec<String> = Vec::with_capacity(self.size as usize);
+        // Host names are few (one per node): grow as found.
+        let mut names: Vec<String> = Vec::new();
         let mut node_of = Vec::with_capacity(self.size as usize);
         for r in 0..self.size {
             let key = format!("tmpi-host-{r}");

@@ -16,7 +16,9 @@ pub mod mapping;
 mod modex;
 pub mod wire;
 
-pub use client::{hostname, ConnectOptions, PmiClient, PmiError, PmiVersion, ENV_VARS};
+pub use client::{
+    hostname, ConnectOptions, PmiClient, PmiError, PmiVersion, ENV_VARS, MAX_JOB_SIZE,
+};
 pub use mapping::{encode_process_mapping, parse_process_mapping, MappingError};
 pub use modex::{PmiModex, MODEX_KEY_MAX};
 pub use wire::{
