@@ -1363,6 +1363,163 @@ impl Comm {
         self.start(c)
     }
 
+    /// `MPI_Igatherv`: every rank sends `send`; the root passes its
+    /// receive layout `(recv_len, counts, displs)` in bytes (`None`
+    /// elsewhere). For `MPI_IN_PLACE` the root passes its own block as
+    /// `send`. The root's result is `recv_len` bytes with block `i` at
+    /// `displs[i]` (bytes outside the blocks are zero: copy back only the
+    /// blocks); empty elsewhere.
+    pub fn igatherv(
+        &self,
+        send: Vec<u8>,
+        recv: Option<(usize, &[usize], &[usize])>,
+        root: u32,
+    ) -> Result<CollRequest> {
+        root_ok(root, self.size())?;
+        if self.rank() != root {
+            return self.start(self.call_block(CollKind::Gatherv, send, 0, root));
+        }
+        let (len, counts, displs) = recv
+            .ok_or_else(|| CollError::Buffer("igatherv: the root needs a receive layout".into()))?;
+        check_v("igatherv", counts, displs, self.size(), len)?;
+        same_len("igatherv (root's block)", send.len(), counts[root as usize])?;
+        let mut c = self.call_block(CollKind::Gatherv, send, 0, root);
+        c.counts = counts.to_vec();
+        c.displs = displs.to_vec();
+        c.recv_len = len;
+        self.start(c)
+    }
+
+    /// `MPI_Iscatterv`: the root passes its whole send buffer with
+    /// `Some((counts, displs))` in bytes, the others an empty vector and
+    /// `None`; `recv_len` is this rank's block length (at the root it must
+    /// equal `counts[root]`). The result is this rank's block.
+    pub fn iscatterv(
+        &self,
+        send: Vec<u8>,
+        layout: Option<(&[usize], &[usize])>,
+        recv_len: usize,
+        root: u32,
+    ) -> Result<CollRequest> {
+        root_ok(root, self.size())?;
+        if self.rank() != root {
+            return self.start(self.call_block(CollKind::Scatterv, Vec::new(), recv_len, root));
+        }
+        let (counts, displs) = layout
+            .ok_or_else(|| CollError::Buffer("iscatterv: the root needs a send layout".into()))?;
+        check_v("iscatterv", counts, displs, self.size(), send.len())?;
+        let me = root as usize;
+        same_len("iscatterv (root's block)", counts[me], recv_len)?;
+        let mut c = self.call_block(CollKind::Scatterv, send, counts[me], root);
+        c.scounts = counts.to_vec();
+        c.sdispls = displs.to_vec();
+        self.start(c)
+    }
+
+    /// `MPI_Iallgatherv`: `send` is this rank's block (for `MPI_IN_PLACE`
+    /// the caller passes its block of the receive buffer); the result is
+    /// `recv_len` bytes with block `i` at `displs[i]` (copy back only the
+    /// blocks).
+    pub fn iallgatherv(
+        &self,
+        send: Vec<u8>,
+        recv_len: usize,
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<CollRequest> {
+        check_v("iallgatherv", counts, displs, self.size(), recv_len)?;
+        same_len(
+            "iallgatherv (own block)",
+            send.len(),
+            counts[self.rank() as usize],
+        )?;
+        let mut c = self.call_block(CollKind::Allgatherv, send, 0, 0);
+        c.counts = counts.to_vec();
+        c.displs = displs.to_vec();
+        c.recv_len = recv_len;
+        self.start(c)
+    }
+
+    /// `MPI_Ialltoallv` in bytes: `send` with its layout, the receive
+    /// layout `(recv_len, rcounts, rdispls)`. The result is `recv_len` bytes
+    /// with the block from rank `i` at `rdispls[i]` (copy back only the
+    /// blocks). For `MPI_IN_PLACE` pass a copy of the receive buffer with
+    /// the receive layout on both sides.
+    pub fn ialltoallv(
+        &self,
+        send: Vec<u8>,
+        scounts: &[usize],
+        sdispls: &[usize],
+        recv: (usize, &[usize], &[usize]),
+    ) -> Result<CollRequest> {
+        self.ialltoall_vw(CollKind::Alltoallv, send, scounts, sdispls, recv)
+    }
+
+    /// `MPI_Ialltoallw` after packing (per-peer byte counts and byte
+    /// displacements): as [`Comm::ialltoallv`].
+    pub fn ialltoallw(
+        &self,
+        send: Vec<u8>,
+        scounts: &[usize],
+        sdispls: &[usize],
+        recv: (usize, &[usize], &[usize]),
+    ) -> Result<CollRequest> {
+        self.ialltoall_vw(CollKind::Alltoallw, send, scounts, sdispls, recv)
+    }
+
+    fn ialltoall_vw(
+        &self,
+        kind: CollKind,
+        send: Vec<u8>,
+        scounts: &[usize],
+        sdispls: &[usize],
+        (recv_len, rcounts, rdispls): (usize, &[usize], &[usize]),
+    ) -> Result<CollRequest> {
+        check_v(kind.name(), rcounts, rdispls, self.size(), recv_len)?;
+        check_v(kind.name(), scounts, sdispls, self.size(), send.len())?;
+        let mut c = self.call_block(kind, send, 0, 0);
+        c.scounts = scounts.to_vec();
+        c.sdispls = sdispls.to_vec();
+        c.counts = rcounts.to_vec();
+        c.displs = rdispls.to_vec();
+        c.recv_len = recv_len;
+        self.start(c)
+    }
+
+    /// `MPI_Ireduce_scatter`: `send` is the whole vector, `counts` the
+    /// elements of `dtype` per rank; the result is this rank's block.
+    pub fn ireduce_scatter(
+        &self,
+        send: Vec<u8>,
+        counts: &[usize],
+        dtype: Datatype,
+        op: &Op,
+    ) -> Result<CollRequest> {
+        if counts.len() != self.size() as usize {
+            return Err(CollError::Count(format!(
+                "ireduce_scatter: {} counts for {} ranks",
+                counts.len(),
+                self.size()
+            )));
+        }
+        let e = dtype.size();
+        let bytes: Vec<usize> = counts
+            .iter()
+            .map(|c| {
+                c.checked_mul(e)
+                    .ok_or_else(|| CollError::Count("ireduce_scatter: count overflow".into()))
+            })
+            .collect::<Result<_>>()?;
+        let total = bytes
+            .iter()
+            .try_fold(0usize, |a, b| a.checked_add(*b))
+            .ok_or_else(|| CollError::Count("ireduce_scatter: count overflow".into()))?;
+        same_len("ireduce_scatter (whole vector)", send.len(), total)?;
+        let mut c = self.call_reduction(CollKind::ReduceScatter, send, dtype, op, 0)?;
+        c.counts = bytes;
+        self.start(c)
+    }
+
     /// `MPI_Iscan`.
     pub fn iscan(&self, send: Vec<u8>, dtype: Datatype, op: &Op) -> Result<CollRequest> {
         self.start(self.call_reduction(CollKind::Scan, send, dtype, op, 0)?)
