@@ -20,5 +20,8 @@ cargo build --workspace --all-targets --quiet
 echo "== tests"
 cargo test --workspace --no-fail-fast
 
+echo "== security checks (segments, session directory, PMI socket, leftovers)"
+SECURITY_NO_BUILD=1 bash ci/security-checks.sh
+
 echo "== real verbs over soft-RoCE (qemu VM with rdma_rxe)"
 bash ci/rxe/run-verbs-tests.sh
