@@ -949,3 +949,258 @@ pub extern "C" fn MPI_Alltoallw(
         Ok(())
     })
 }
+
+// ---------------------------------------------------------------- non-blocking v-collectives
+
+fn regions(dst: *mut c_void, counts: Vec<usize>, displs: Vec<usize>) -> Finish {
+    Finish::Regions {
+        dst: dst as usize,
+        counts,
+        displs,
+    }
+}
+
+/// A copy of `len` bytes at `base + off` (a block of the caller's buffer).
+fn block_copy(base: *const c_void, off: usize, len: usize) -> Res<Vec<u8>> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    Ok(crate::ffi::bytes(base.cast::<u8>().wrapping_add(off), len)?.to_vec())
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Igatherv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    guard("MPI_Igatherv", comm, || {
+        let c = comm_of(comm)?;
+        let r = root_of(root, &c)?;
+        let p = c.size() as usize;
+        if c.rank() != r {
+            let s = pack(
+                sendbuf,
+                ccount(sendcount, C::Count, "sendcount")?,
+                &*ty(sendtype)?,
+            );
+            let req = c.igatherv(s, None, r)?;
+            return coll_req(request, comm, req, Finish::Nothing);
+        }
+        let (cb, db, end) = vbytes(recvcounts, displs, p, &*ty(recvtype)?)?;
+        let me = r as usize;
+        let s = if is_in_place(sendbuf) {
+            block_copy(recvbuf, db[me], cb[me])?
+        } else {
+            pack(
+                sendbuf,
+                ccount(sendcount, C::Count, "sendcount")?,
+                &*ty(sendtype)?,
+            )
+        };
+        let req = c.igatherv(s, Some((end, &cb, &db)), r)?;
+        coll_req(request, comm, req, regions(recvbuf, cb, db))
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Iscatterv(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    displs: *const c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    root: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    guard("MPI_Iscatterv", comm, || {
+        let c = comm_of(comm)?;
+        let r = root_of(root, &c)?;
+        let p = c.size() as usize;
+        let rt = ty(recvtype)?;
+        let rn = ccount(recvcount, C::Count, "recvcount")?;
+        let unpack_fin = |rt: Arc<Dtype>| Finish::Unpack {
+            dst: recvbuf as usize,
+            count: rn,
+            t: rt,
+        };
+        if c.rank() != r {
+            let req = c.iscatterv(Vec::new(), None, rt.size * rn, r)?;
+            return coll_req(request, comm, req, unpack_fin(rt));
+        }
+        let (cb, db, end) = vbytes(sendcounts, displs, p, &*ty(sendtype)?)?;
+        let s = crate::ffi::bytes(sendbuf.cast(), end)?.to_vec();
+        if is_in_place(recvbuf) {
+            let mine = cb[r as usize];
+            let req = c.iscatterv(s, Some((&cb, &db)), mine, r)?;
+            return coll_req(request, comm, req, Finish::Nothing);
+        }
+        let req = c.iscatterv(s, Some((&cb, &db)), rt.size * rn, r)?;
+        coll_req(request, comm, req, unpack_fin(rt))
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Iallgatherv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    guard("MPI_Iallgatherv", comm, || {
+        let c = comm_of(comm)?;
+        let p = c.size() as usize;
+        let (cb, db, end) = vbytes(recvcounts, displs, p, &*ty(recvtype)?)?;
+        let me = c.rank() as usize;
+        let s = if is_in_place(sendbuf) {
+            block_copy(recvbuf, db[me], cb[me])?
+        } else {
+            pack(
+                sendbuf,
+                ccount(sendcount, C::Count, "sendcount")?,
+                &*ty(sendtype)?,
+            )
+        };
+        let req = c.iallgatherv(s, end, &cb, &db)?;
+        coll_req(request, comm, req, regions(recvbuf, cb, db))
+    })
+}
+
+type Layout = (Vec<usize>, Vec<usize>, usize);
+
+/// Shared body of MPI_Ialltoallv/w once the byte layouts are known
+/// (`send = None`: MPI_IN_PLACE, the receive buffer and layout on both sides).
+#[allow(clippy::too_many_arguments)]
+fn ialltoall_vw(
+    c: &Comm,
+    w: bool,
+    sendbuf: *const c_void,
+    send: Option<Layout>,
+    recvbuf: *mut c_void,
+    (rc, rd, rend): Layout,
+    comm: c_int,
+    request: *mut c_int,
+) -> Res<()> {
+    let (s, sc, sd) = match send {
+        None => (block_copy(recvbuf, 0, rend)?, rc.clone(), rd.clone()),
+        Some((sc, sd, send_end)) => (block_copy(sendbuf, 0, send_end)?, sc, sd),
+    };
+    let req = if w {
+        c.ialltoallw(s, &sc, &sd, (rend, &rc, &rd))?
+    } else {
+        c.ialltoallv(s, &sc, &sd, (rend, &rc, &rd))?
+    };
+    coll_req(request, comm, req, regions(recvbuf, rc, rd))
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Ialltoallv(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtype: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    guard("MPI_Ialltoallv", comm, || {
+        let c = comm_of(comm)?;
+        let p = c.size() as usize;
+        let recv = vbytes(recvcounts, rdispls, p, &*ty(recvtype)?)?;
+        let send = if is_in_place(sendbuf) {
+            None
+        } else {
+            Some(vbytes(sendcounts, sdispls, p, &*ty(sendtype)?)?)
+        };
+        ialltoall_vw(&c, false, sendbuf, send, recvbuf, recv, comm, request)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Ialltoallw(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtypes: *const c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtypes: *const c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    guard("MPI_Ialltoallw", comm, || {
+        let c = comm_of(comm)?;
+        let p = c.size() as usize;
+        let recv = wbytes(recvcounts, rdispls, recvtypes, p)?;
+        let send = if is_in_place(sendbuf) {
+            None
+        } else {
+            Some(wbytes(sendcounts, sdispls, sendtypes, p)?)
+        };
+        ialltoall_vw(&c, true, sendbuf, send, recvbuf, recv, comm, request)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Ireduce_scatter(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    dtype: c_int,
+    op: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    guard("MPI_Ireduce_scatter", comm, || {
+        let c = comm_of(comm)?;
+        let p = c.size() as usize;
+        let t = ty(dtype)?;
+        let (e, o) = red(&t, op, dtype)?;
+        let counts: Vec<usize> = crate::ffi::array(recvcounts, p, "recvcounts")?
+            .into_iter()
+            .map(|x| ccount(x, C::Count, "recvcounts[i]"))
+            .collect::<Res<_>>()?;
+        let total: usize = counts.iter().sum();
+        let mine = counts[c.rank() as usize];
+        let send = if is_in_place(sendbuf) {
+            pack(recvbuf, total, &t)
+        } else {
+            pack(sendbuf, total, &t)
+        };
+        let req = c.ireduce_scatter(send, &counts, e, &o)?;
+        coll_req(
+            request,
+            comm,
+            req,
+            Finish::Unpack {
+                dst: recvbuf as usize,
+                count: mine,
+                t,
+            },
+        )
+    })
+}

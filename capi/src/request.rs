@@ -111,6 +111,14 @@ pub(crate) enum Finish {
         count: usize,
         t: Arc<Dtype>,
     },
+    /// Copy the result's bytes `displs[i]..displs[i] + counts[i]` to the
+    /// same offsets at `dst` (v-collectives: bytes between the blocks stay
+    /// untouched).
+    Regions {
+        dst: usize,
+        counts: Vec<usize>,
+        displs: Vec<usize>,
+    },
 }
 
 /// One request.
@@ -249,14 +257,25 @@ pub(crate) fn test_handle(h: c_int) -> Res<Tested> {
                 }
                 Ok(true) => {
                     let out = req.wait()?;
-                    if let Finish::Unpack { dst, count, t } = finish {
-                        crate::ffi::scatter_blocks(
+                    match finish {
+                        Finish::Unpack { dst, count, t } => crate::ffi::scatter_blocks(
                             dst as *mut u8,
                             count,
                             t.extent(),
                             &t.blocks,
                             &out,
-                        );
+                        ),
+                        Finish::Regions {
+                            dst,
+                            counts,
+                            displs,
+                        } => {
+                            for (&c, &d) in counts.iter().zip(&displs) {
+                                crate::ffi::bytes_mut((dst + d) as *mut u8, c)?
+                                    .copy_from_slice(&out[d..d + c]);
+                            }
+                        }
+                        Finish::Nothing => {}
                     }
                     (
                         Some(St::empty()),

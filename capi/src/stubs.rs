@@ -68,10 +68,6 @@ unsupported! {
     MPI_Graphdims_get => "graph topologies and neighbourhood collectives are not implemented";
     MPI_Grequest_complete => "generalized requests are not implemented";
     MPI_Grequest_start => "generalized requests are not implemented";
-    MPI_Iallgatherv => "this function is not implemented by tmpi yet";
-    MPI_Ialltoallv => "this function is not implemented by tmpi yet";
-    MPI_Ialltoallw => "this function is not implemented by tmpi yet";
-    MPI_Igatherv => "this function is not implemented by tmpi yet";
     MPI_Ineighbor_allgather => "graph topologies and neighbourhood collectives are not implemented";
     MPI_Ineighbor_allgatherv => "graph topologies and neighbourhood collectives are not implemented";
     MPI_Ineighbor_alltoall => "graph topologies and neighbourhood collectives are not implemented";
@@ -79,8 +75,6 @@ unsupported! {
     MPI_Ineighbor_alltoallw => "graph topologies and neighbourhood collectives are not implemented";
     MPI_Intercomm_create => "inter-communicators are not implemented";
     MPI_Intercomm_merge => "inter-communicators are not implemented";
-    MPI_Ireduce_scatter => "this function is not implemented by tmpi yet";
-    MPI_Iscatterv => "this function is not implemented by tmpi yet";
     MPI_Lookup_name => "dynamic process management is not implemented";
     MPI_Neighbor_allgather => "graph topologies and neighbourhood collectives are not implemented";
     MPI_Neighbor_allgatherv => "graph topologies and neighbourhood collectives are not implemented";

@@ -177,6 +177,11 @@ fn collectives() {
 }
 
 #[test]
+fn nonblocking_v_collectives() {
+    expect_ok("icollv", &[1, 2, 3, 4]);
+}
+
+#[test]
 fn errors_return_each_class() {
     expect_ok("errors", &[1, 2]);
 }
