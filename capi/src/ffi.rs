@@ -108,6 +108,18 @@ pub(crate) fn gather_blocks(
     blocks: &[(isize, usize)],
     out: &mut Vec<u8>,
 ) {
+    if let [(0, len)] = blocks {
+        if *len as isize == extent {
+            // Contiguous items: one copy instead of one per item.
+            let total = count.saturating_mul(*len);
+            if total > 0 {
+                // SAFETY: as below; the items are adjacent, so the typemap
+                // of `count` items is these `total` bytes.
+                out.extend_from_slice(unsafe { std::slice::from_raw_parts(base, total) });
+            }
+            return;
+        }
+    }
     for i in 0..count {
         let item = (i as isize).wrapping_mul(extent);
         for &(off, len) in blocks {
@@ -128,6 +140,18 @@ pub(crate) fn scatter_blocks(
     blocks: &[(isize, usize)],
     data: &[u8],
 ) {
+    if let [(0, len)] = blocks {
+        if *len as isize == extent {
+            // Contiguous items: one copy instead of one per item.
+            let n = count.saturating_mul(*len).min(data.len());
+            if n > 0 {
+                // SAFETY: as below; the items are adjacent, so the typemap
+                // of `count` items covers these `n <= data.len()` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), base, n) };
+            }
+            return;
+        }
+    }
     let mut at = 0usize;
     'outer: for i in 0..count {
         let item = (i as isize).wrapping_mul(extent);
