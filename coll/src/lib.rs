@@ -39,7 +39,7 @@ pub use datatype::Datatype;
 pub use error::{CollError, Result};
 pub use group::{Compare, Group};
 pub use op::{Op, UserOp};
-pub use p2p::{Endpoint, P2p};
+pub use p2p::{Endpoint, P2p, SharedBytes};
 
 use tmpi_base::component::ComponentRegistry;
 use tmpi_base::mca::Registry;

@@ -17,9 +17,31 @@
 //!   so that a waiting caller can yield ([`P2p::idle`]) when nothing does
 //!   (2 cores, 8 ranks: idle ranks must give the CPU away).
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::Result;
+
+/// Bytes of a shared buffer: a send without a copy. While a transport
+/// holds one, the buffer cannot change (writers go through
+/// `Arc::make_mut`, which copies a shared buffer instead of mutating it).
+#[derive(Debug, Clone)]
+pub struct SharedBytes {
+    buf: Arc<Vec<u8>>,
+    range: Range<usize>,
+}
+
+impl SharedBytes {
+    /// `range` of `buf`; `None` when it lies outside.
+    pub fn new(buf: Arc<Vec<u8>>, range: Range<usize>) -> Option<Self> {
+        (range.start <= range.end && range.end <= buf.len()).then_some(SharedBytes { buf, range })
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf[self.range.clone()]
+    }
+}
 
 /// How a communicator is addressed on the wire: what the transport needs to
 /// send to and receive from a communicator rank.
@@ -66,6 +88,18 @@ pub trait P2p: Send + Sync + 'static {
     fn node_of(&self, world_rank: u32) -> u32;
     /// Starts a send of `data` to communicator rank `dest` with `tag`.
     fn isend(&self, ep: &Endpoint, dest: u32, tag: i32, data: Vec<u8>) -> Result<P2pHandle>;
+    /// Starts a send of shared bytes to communicator rank `dest` with `tag`.
+    /// A transport that can send from memory it does not own keeps `data`
+    /// until the send completed (no copy); the default copies.
+    fn isend_shared(
+        &self,
+        ep: &Endpoint,
+        dest: u32,
+        tag: i32,
+        data: SharedBytes,
+    ) -> Result<P2pHandle> {
+        self.isend(ep, dest, tag, data.as_slice().to_vec())
+    }
     /// Starts a receive from communicator rank `source` with `tag` of at most `max_len` bytes.
     fn irecv(&self, ep: &Endpoint, source: u32, tag: i32, max_len: usize) -> Result<P2pHandle>;
     /// Whether the request completed; consumes it when it did.

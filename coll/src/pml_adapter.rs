@@ -12,11 +12,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tmpi_pml::raw::{RawBuf, RawBufMut};
 use tmpi_pml::{CommRecord, MpiErrorClass, Pml, ReqId, SendMode};
 
-use crate::p2p::{Done, Endpoint, P2p, P2pHandle};
+use crate::p2p::{Done, Endpoint, P2p, P2pHandle, SharedBytes};
 use crate::{CollError, Result};
 
 enum Held {
     Send(Vec<u8>),
+    Shared(SharedBytes),
     Recv(Vec<u8>),
 }
 
@@ -101,6 +102,28 @@ impl P2p for PmlP2p {
         Ok(P2pHandle(id.0))
     }
 
+    fn isend_shared(
+        &self,
+        ep: &Endpoint,
+        dest: u32,
+        tag: i32,
+        data: SharedBytes,
+    ) -> Result<P2pHandle> {
+        let raw = RawBuf::from_slice(data.as_slice());
+        // SAFETY: `data` holds a reference to the buffer, kept in `held`
+        // until `test` sees the request complete (leaked on teardown), so
+        // the memory stays allocated; it is not modified meanwhile because
+        // the schedule writes only through `Arc::make_mut`, which copies a
+        // buffer that is shared (as it is while we hold `data`).
+        let id = unsafe {
+            self.pml
+                .isend(ep.context_id, dest as i32, tag, raw, SendMode::Standard)
+        }
+        .map_err(pml_err)?;
+        self.held().insert(id.0, Held::Shared(data));
+        Ok(P2pHandle(id.0))
+    }
+
     fn irecv(&self, ep: &Endpoint, source: u32, tag: i32, max_len: usize) -> Result<P2pHandle> {
         let mut buf = vec![0u8; max_len];
         let raw = RawBufMut::from_slice(&mut buf);
@@ -131,6 +154,11 @@ impl P2p for PmlP2p {
             Some(Held::Send(buf)) => {
                 // The pml is done with it: now it may be freed.
                 drop(buf);
+                Ok(Some(Done::Sent))
+            }
+            Some(Held::Shared(data)) => {
+                // The pml is done with it: the schedule may write again.
+                drop(data);
                 Ok(Some(Done::Sent))
             }
             Some(Held::Recv(mut b)) => {

@@ -4,7 +4,9 @@
 //! non-blocking one is start + progress until done.
 //!
 //! Semantics of a round: all its sends and receives are started together
-//! (a send copies its bytes out of the schedule's buffer when it starts);
+//! (a send takes the bytes the buffer holds when it starts: buffers are
+//! shared with the transport while sends are in flight, and a write to a
+//! buffer that is still shared copies it first, so sends need no copy);
 //! when every one of them has completed, the round's local steps run in
 //! order, then the next round starts. A receive may reduce straight into
 //! its target. Schedules own their buffers, so a non-blocking collective
@@ -15,7 +17,7 @@ use std::sync::Arc;
 
 use crate::datatype::Datatype;
 use crate::op::Op;
-use crate::p2p::{Done, Endpoint, P2p, P2pHandle};
+use crate::p2p::{Done, Endpoint, P2p, P2pHandle, SharedBytes};
 use crate::{CollError, Result};
 
 /// Index of a buffer of a [`Schedule`].
@@ -109,8 +111,9 @@ pub struct Round {
 /// which buffer holds the result.
 #[derive(Debug, Clone, Default)]
 pub struct Schedule {
-    /// Buffers owned by the schedule.
-    pub bufs: Vec<Vec<u8>>,
+    /// Buffers owned by the schedule (shared with the transport while a
+    /// send from them is in flight; write through [`Arc::make_mut`]).
+    pub bufs: Vec<Arc<Vec<u8>>>,
     /// Rounds in order.
     pub rounds: Vec<Round>,
     /// Element type of reductions.
@@ -138,7 +141,7 @@ impl Schedule {
 
     /// Adds a buffer and returns its id.
     pub fn buf(&mut self, data: Vec<u8>) -> BufId {
-        self.bufs.push(data);
+        self.bufs.push(Arc::new(data));
         self.bufs.len() - 1
     }
 
@@ -272,15 +275,16 @@ impl Schedule {
     }
 }
 
-/// Two distinct buffers, one shared and one mutable.
-fn split2(bufs: &mut [Vec<u8>], a: BufId, b: BufId) -> (&[u8], &mut [u8]) {
+/// Two distinct buffers, one read and one written (copied first if a
+/// send still shares it).
+fn split2(bufs: &mut [Arc<Vec<u8>>], a: BufId, b: BufId) -> (&[u8], &mut [u8]) {
     debug_assert_ne!(a, b);
     if a < b {
         let (lo, hi) = bufs.split_at_mut(b);
-        (&lo[a], &mut hi[0])
+        (lo[a].as_slice(), Arc::make_mut(&mut hi[0]).as_mut_slice())
     } else {
         let (lo, hi) = bufs.split_at_mut(a);
-        (&hi[0], &mut lo[b])
+        (hi[0].as_slice(), Arc::make_mut(&mut lo[b]).as_mut_slice())
     }
 }
 
@@ -386,8 +390,11 @@ impl Exec {
         }
         for c in &round.comm {
             if let CommOp::Send { peer, src } = c {
-                let data = self.sched.bufs[src.buf][src.range()].to_vec();
-                let h = p2p.isend(ep, self.wire(*peer)?, self.tag, data)?;
+                let data = SharedBytes::new(Arc::clone(&self.sched.bufs[src.buf]), src.range())
+                    .ok_or_else(|| {
+                        CollError::Intern(format!("send outside its buffer: {src:?}"))
+                    })?;
+                let h = p2p.isend_shared(ep, self.wire(*peer)?, self.tag, data)?;
                 self.pending.push(Pending { h, recv: None });
             }
         }
@@ -413,10 +420,10 @@ impl Exec {
         }
         if mode == RecvMode::Store && dst.off == 0 && dst.len == self.sched.bufs[dst.buf].len() {
             // The message is the whole buffer: take it instead of copying.
-            self.sched.bufs[dst.buf] = data;
+            self.sched.bufs[dst.buf] = Arc::new(data);
             return Ok(());
         }
-        let target = &mut self.sched.bufs[dst.buf][dst.range()];
+        let target = &mut Arc::make_mut(&mut self.sched.bufs[dst.buf])[dst.range()];
         match mode {
             RecvMode::Store => target.copy_from_slice(&data),
             RecvMode::ReduceLeft | RecvMode::ReduceRight => {
@@ -446,7 +453,8 @@ impl Exec {
             match *l {
                 LocalOp::Copy { src, dst } => {
                     if src.buf == dst.buf {
-                        self.sched.bufs[src.buf].copy_within(src.range(), dst.off);
+                        Arc::make_mut(&mut self.sched.bufs[src.buf])
+                            .copy_within(src.range(), dst.off);
                     } else {
                         let (a, b) = split2(&mut self.sched.bufs, src.buf, dst.buf);
                         b[dst.range()].copy_from_slice(&a[src.range()]);
@@ -467,7 +475,7 @@ impl Exec {
                         op.apply(dtype, &a[src.range()], &mut b[dst.range()])?;
                     } else {
                         let mut tmp = self.sched.bufs[src.buf][src.range()].to_vec();
-                        let d = &mut self.sched.bufs[dst.buf][dst.range()];
+                        let d = &mut Arc::make_mut(&mut self.sched.bufs[dst.buf])[dst.range()];
                         if src_left {
                             op.apply(dtype, &tmp, d)?;
                         } else {
@@ -484,7 +492,10 @@ impl Exec {
     /// Takes the result buffer (empty when the schedule has none).
     pub fn take_result(&mut self) -> Vec<u8> {
         match self.sched.result {
-            Some(b) => std::mem::take(&mut self.sched.bufs[b]),
+            Some(b) => {
+                let a = std::mem::take(&mut self.sched.bufs[b]);
+                Arc::try_unwrap(a).unwrap_or_else(|a| a.as_ref().clone())
+            }
             None => Vec::new(),
         }
     }

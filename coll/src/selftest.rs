@@ -210,9 +210,24 @@ pub fn bench(w: &Comm) {
             w.alltoall(Input::Buf(&s[..blk * p]), o).expect("alltoall")
         }),
     ];
+    // COLL_BENCH_OPS=bcast,allreduce and COLL_BENCH_SIZES=65536,1048576
+    // restrict a run (short runs on a shared machine).
+    let pick = |var: &str| std::env::var(var).ok().filter(|v| !v.is_empty());
+    let ops = pick("COLL_BENCH_OPS");
+    let only_sizes: Option<Vec<usize>> = pick("COLL_BENCH_SIZES")
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect());
     for (name, f) in cases {
+        if ops
+            .as_ref()
+            .is_some_and(|o| !o.split(',').any(|x| x == name))
+        {
+            continue;
+        }
         for &n in &sizes {
             if name == "barrier" && n != 8 {
+                continue;
+            }
+            if only_sizes.as_ref().is_some_and(|s| !s.contains(&n)) {
                 continue;
             }
             let send = vec![1u8; n.max(p)];
