@@ -75,6 +75,19 @@ impl Mpi {
             .as_secs_f64()
     }
 
+    /// A point-to-point handle on a communicator that a layer built on top
+    /// (coll's dup/split/create) registered with the pml under context id
+    /// `ctx`; an error (`MPI_ERR_COMM` class) when no such context exists.
+    pub fn comm_for_context(&self, ctx: u32) -> Result<Comm, Error> {
+        let (rank, size) = self.pml.comm_rank_size(ctx)?;
+        Ok(Comm {
+            pml: self.pml.clone(),
+            ctx,
+            rank,
+            size,
+        })
+    }
+
     /// The pml (for layers built on top: coll, the C API).
     pub fn pml(&self) -> &Arc<Pml> {
         &self.pml
