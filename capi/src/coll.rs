@@ -31,6 +31,30 @@ fn unpack(buf: *mut c_void, n: usize, t: &Dtype, data: &[u8]) {
     scatter_blocks(buf.cast(), n, t.extent(), &t.blocks, data);
 }
 
+/// The user's `n` items of a contiguous `t` as bytes, read in place
+/// (`None` for other types: pack them).
+fn direct<'a>(buf: *const c_void, n: usize, t: &Dtype) -> Res<Option<&'a [u8]>> {
+    if !t.is_contig() {
+        return Ok(None);
+    }
+    let len = n
+        .checked_mul(t.size)
+        .ok_or_else(|| Error::new(C::Count, "count x datatype size overflows"))?;
+    crate::ffi::bytes(buf.cast(), len).map(Some)
+}
+
+/// As [`direct`], writable: collectives write contiguous receive buffers
+/// in place instead of through a packed copy.
+fn direct_mut<'a>(buf: *mut c_void, n: usize, t: &Dtype) -> Res<Option<&'a mut [u8]>> {
+    if !t.is_contig() {
+        return Ok(None);
+    }
+    let len = n
+        .checked_mul(t.size)
+        .ok_or_else(|| Error::new(C::Count, "count x datatype size overflows"))?;
+    crate::ffi::bytes_mut(buf.cast(), len).map(Some)
+}
+
 fn root_of(root: c_int, c: &Comm) -> Res<u32> {
     u32::try_from(root)
         .ok()
@@ -75,6 +99,10 @@ pub extern "C" fn MPI_Bcast(
         let r = root_of(root, &c)?;
         let n = ccount(count, C::Count, "count")?;
         let t = ty(dtype)?;
+        if let Some(b) = direct_mut(buf, n, &t)? {
+            c.bcast(b, r)?;
+            return Ok(());
+        }
         let mut v = pack(buf, n, &t);
         c.bcast(&mut v, r)?;
         unpack(buf, n, &t, &v);
@@ -99,6 +127,20 @@ pub extern "C" fn MPI_Reduce(
         let t = ty(dtype)?;
         let (e, o) = red(&t, op, dtype)?;
         let is_root = c.rank() == r;
+        if t.is_contig() {
+            let input = if is_in_place(sendbuf) {
+                Input::InPlace
+            } else {
+                Input::Buf(direct(sendbuf, n, &t)?.unwrap_or_default())
+            };
+            let out = if is_root {
+                direct_mut(recvbuf, n, &t)?
+            } else {
+                None
+            };
+            c.reduce(input, out, e, &o, r)?;
+            return Ok(());
+        }
         let send = if is_in_place(sendbuf) {
             None
         } else {
@@ -137,6 +179,15 @@ macro_rules! allred {
                 let n = ccount(count, C::Count, "count")?;
                 let t = ty(dtype)?;
                 let (e, o) = red(&t, op, dtype)?;
+                if let Some(out) = direct_mut(recvbuf, n, &t)? {
+                    let input = if is_in_place(sendbuf) {
+                        Input::InPlace
+                    } else {
+                        Input::Buf(direct(sendbuf, n, &t)?.unwrap_or_default())
+                    };
+                    c.$m(input, out, e, &o)?;
+                    return Ok(());
+                }
                 let send = if is_in_place(sendbuf) {
                     None
                 } else {
@@ -288,6 +339,21 @@ macro_rules! allx {
                 let p = c.size() as usize;
                 let rn = ccount(recvcount, C::Count, "recvcount")?;
                 let rt = ty(recvtype)?;
+                if let Some(out) = direct_mut(recvbuf, rn * p, &rt)? {
+                    if is_in_place(sendbuf) {
+                        c.$m(Input::InPlace, out)?;
+                        return Ok(());
+                    }
+                    let mult = if stringify!($m) == "alltoall" { p } else { 1 };
+                    let sn = ccount(sendcount, C::Count, "sendcount")? * mult;
+                    let st = ty(sendtype)?;
+                    if let Some(s) = direct(sendbuf, sn, &st)? {
+                        c.$m(Input::Buf(s), out)?;
+                    } else {
+                        c.$m(Input::Buf(&pack(sendbuf, sn, &st)), out)?;
+                    }
+                    return Ok(());
+                }
                 let mut out = pack(recvbuf, rn * p, &rt);
                 if is_in_place(sendbuf) {
                     c.$m(Input::InPlace, &mut out)?;
