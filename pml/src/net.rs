@@ -31,7 +31,11 @@ pub const BTL_TAG_PML: u8 = 0x41;
 
 /// The BTL components this build knows, in preference order.
 fn components() -> Vec<&'static dyn BtlComponent> {
-    vec![&tmpi_btl_self::SelfComponent, &tmpi_btl_sm::SmComponent]
+    vec![
+        &tmpi_btl_self::SelfComponent,
+        &tmpi_btl_sm::SmComponent,
+        &tmpi_btl_openib::OpenibComponent,
+    ]
 }
 
 /// The pml's transport over BTL modules.

@@ -1,0 +1,83 @@
+//! The point-to-point suite (`src/bin/p2p-check.rs`) over btl-openib on the
+//! soft NIC `tmsoft0`: `--mca btl self,openib` (no sm, so every message
+//! between two ranks crosses the RC QPs; self-sends go through btl-self),
+//! with hardware tag matching off (`btl_openib_tm_enable=0`, the same pml
+//! path as real libibverbs without TM, e.g. rxe) and on. Each case is one
+//! `p2p-check` run; the ranks verify their own results.
+
+use tmpi_tests::{assert_ok, run, serial};
+
+const PROG: &str = env!("CARGO_BIN_EXE_p2p-check");
+
+fn mca(tm: &'static str) -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("btl", "self,openib"),
+        ("btl_openib_if_include", "tmsoft0"),
+        ("btl_openib_tm_enable", tm),
+        ("mpi_yield_when_idle", "1"),
+    ]
+}
+
+fn case(n: u32, name: &str, tm: &'static str, extra: &[(&str, &str)]) -> String {
+    let _g = serial();
+    let mut m = mca(tm);
+    m.extend_from_slice(extra);
+    let out = run(n, 60, &m, PROG, &[name]);
+    assert_ok(&out, &format!("p2p-check {name}: OK"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The fields of rank 0's pml counters line printed by p2p-check.
+fn stat(out: &str, field: &str) -> u64 {
+    let at = out
+        .find(&format!("{field}: "))
+        .unwrap_or_else(|| panic!("no {field} in {out}"));
+    out[at + field.len() + 2..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad {field} in {out}"))
+}
+
+#[test]
+fn tm_off_ordering_with_wildcards_2_and_4_ranks() {
+    case(2, "order", "0", &[]);
+    case(4, "order", "0", &[]);
+}
+
+#[test]
+fn tm_off_probe_cancel_truncate_zero() {
+    for c in ["probe", "cancel", "truncate", "zero"] {
+        case(2, c, "0", &[]);
+    }
+    case(4, "cancel", "0", &[]);
+}
+
+#[test]
+fn tm_off_rendezvous_by_rdma_read() {
+    let out = case(2, "big", "0", &[]);
+    assert!(stat(&out, "rndv_get") > 0, "no RDMA-read rendezvous: {out}");
+    assert_eq!(stat(&out, "rndv_pipelined"), 0, "pipelined: {out}");
+    case(2, "big", "0", &[("pml_eager_limit", "512")]);
+}
+
+#[test]
+fn tm_off_ssend_bsend_self_many_threads() {
+    for c in ["ssend", "bsend", "self", "many", "threads"] {
+        case(2, c, "0", &[]);
+    }
+}
+
+#[test]
+fn tm_on_suite_2_ranks() {
+    for c in ["order", "probe", "cancel", "truncate", "zero", "big", "ssend"] {
+        case(2, c, "1", &[]);
+    }
+}
+
+#[test]
+fn tm_on_suite_4_ranks() {
+    for c in ["order", "cancel", "zero"] {
+        case(4, c, "1", &[]);
+    }
+}
