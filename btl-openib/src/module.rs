@@ -1536,6 +1536,7 @@ impl<P: Provider> Module<P> {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn tm_add(
         &mut self,
         reg: Reg<P>,
@@ -1544,6 +1545,7 @@ impl<P: Provider> Module<P> {
         tag: u64,
         mask: u64,
         recv_id: u64,
+        unexpected_cnt: u32,
     ) -> Result<u32> {
         if recv_id > MAX_RECV_ID {
             return Err(OpenibError::InvalidArgument(format!(
@@ -1564,26 +1566,31 @@ impl<P: Provider> Module<P> {
             tag & mask,
             mask,
         )
-        .with_sync(self.sw_unexpected);
+        .with_sync(unexpected_cnt);
         self.tm_post(&mut op)?;
         self.tagged.insert(recv_id, Tagged { reg, matched: None });
         Ok(op.handle)
     }
 
-    pub(crate) fn tm_del_inner(&mut self, handle: u32, recv_id: u64) -> Result<()> {
+    pub(crate) fn tm_del_inner(
+        &mut self,
+        handle: u32,
+        recv_id: u64,
+        unexpected_cnt: u32,
+    ) -> Result<()> {
         if !self.tagged.contains_key(&recv_id) {
             return Err(OpenibError::InvalidArgument(format!(
                 "receive id {recv_id} is not posted"
             )));
         }
         self.tm_check(1)?;
-        let mut op = OpsWr::del(wr(K_TM_DEL, recv_id), handle).with_sync(self.sw_unexpected);
+        let mut op = OpsWr::del(wr(K_TM_DEL, recv_id), handle).with_sync(unexpected_cnt);
         self.tm_post(&mut op)
     }
 
-    pub(crate) fn tm_sync_inner(&mut self) -> Result<()> {
+    pub(crate) fn tm_sync_inner(&mut self, unexpected_cnt: u32) -> Result<()> {
         self.tm_check(1)?;
-        let mut op = OpsWr::sync(wr(K_TM_SYNC, 0), self.sw_unexpected);
+        let mut op = OpsWr::sync(wr(K_TM_SYNC, 0), unexpected_cnt);
         self.tm_post(&mut op)
     }
 

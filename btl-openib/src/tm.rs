@@ -13,12 +13,19 @@
 //!   `Matcher` for receives).
 //! - **Unexpected counter**: every tagged message the NIC did not match
 //!   comes up as an [`Event::Recv`](crate::Event::Recv) frag with
-//!   `unexpected == true`; the module counts it when it hands it out. Every
-//!   list operation carries that count (`IBV_OPS_TM_SYNC`). Hence: **process
-//!   every event returned by a progress call (put unexpected messages into
-//!   the software unexpected queue and match them against your receives)
-//!   before issuing any list operation**, or the NIC may match a later
-//!   message first (reference §4).
+//!   `unexpected == true`. Every list operation carries the count of
+//!   unexpected messages **the caller has taken into its software queue**
+//!   (`unexpected_cnt`, `IBV_OPS_TM_SYNC`; the NIC compares the low 16
+//!   bits). The module does not supply its own count: a message handed out
+//!   but whose fate is still open in the caller (the split matcher defers a
+//!   message behind a pending DEL) must not be counted yet, or the NIC would
+//!   resume matching too early and give a later message the receive an
+//!   earlier one should get (reference §4; found by the split matcher's
+//!   differential test). With `tmpi_tm_engine::split`, pass the
+//!   `unexpected_cnt` of the `NicAction` being executed.
+//!   [`TmOffload::tm_unexpected_count`] is the module's count of messages
+//!   handed out, for diagnostics and simple callers that process every
+//!   event before each operation (then both counts agree).
 //! - `Added { sync_req: true }`: the NIC stopped matching because the counts
 //!   differed when the ADD executed; after processing the events call
 //!   [`TmOffload::tm_sync`].
@@ -64,7 +71,8 @@ pub trait TmOffload {
     /// `msg_tag & mask == tag & mask` land in `buf..buf+len` (eager: the
     /// payload without the TMH; rendezvous: the NIC reads the sender's data
     /// there and sends the FIN). `recv_id` (below 2^56, unique among posted
-    /// receives) names the receive in its events.
+    /// receives) names the receive in its events. `unexpected_cnt`: the
+    /// caller's software unexpected count (module contract).
     ///
     /// # Safety
     /// `buf..buf+len` must stay valid and must not be accessed until the
@@ -76,16 +84,19 @@ pub trait TmOffload {
         tag: u64,
         mask: u64,
         recv_id: u64,
+        unexpected_cnt: u32,
     ) -> Result<TmHandle>;
 
-    /// Removes a tagged buffer (`TAG_DEL`): `Deleted` or `DelConsumed` follows.
-    fn tm_del(&mut self, handle: TmHandle) -> Result<()>;
+    /// Removes a tagged buffer (`TAG_DEL`), carrying `unexpected_cnt`:
+    /// `Deleted` or `DelConsumed` follows.
+    fn tm_del(&mut self, handle: TmHandle, unexpected_cnt: u32) -> Result<()>;
 
-    /// Reports the software unexpected count (`TAG_SYNC`): `Synced` follows.
-    fn tm_sync(&mut self) -> Result<()>;
+    /// Reports the software unexpected count `unexpected_cnt` (`TAG_SYNC`):
+    /// `Synced` follows.
+    fn tm_sync(&mut self, unexpected_cnt: u32) -> Result<()>;
 
-    /// The unexpected messages handed out so far (wrapping; the NIC compares
-    /// the low 16 bits).
+    /// The unexpected messages the module handed out so far (wrapping;
+    /// diagnostics: list operations carry the caller's count).
     fn tm_unexpected_count(&self) -> u32;
 }
 
@@ -101,6 +112,7 @@ impl<P: Provider> TmOffload for Module<P> {
         tag: u64,
         mask: u64,
         recv_id: u64,
+        unexpected_cnt: u32,
     ) -> Result<TmHandle> {
         self.tm_check(1)?;
         let len32 = u32::try_from(len)
@@ -108,16 +120,16 @@ impl<P: Provider> TmOffload for Module<P> {
         // SAFETY: forwarded from this function's contract; the registration
         // stays pinned until the receive ends.
         let reg = unsafe { self.register(buf, len, AccessFlags::LOCAL_WRITE) }?;
-        let handle = self.tm_add(reg, 0, len32, tag, mask, recv_id)?;
+        let handle = self.tm_add(reg, 0, len32, tag, mask, recv_id, unexpected_cnt)?;
         Ok(TmHandle { handle, recv_id })
     }
 
-    fn tm_del(&mut self, h: TmHandle) -> Result<()> {
-        self.tm_del_inner(h.handle, h.recv_id)
+    fn tm_del(&mut self, h: TmHandle, unexpected_cnt: u32) -> Result<()> {
+        self.tm_del_inner(h.handle, h.recv_id, unexpected_cnt)
     }
 
-    fn tm_sync(&mut self) -> Result<()> {
-        self.tm_sync_inner()
+    fn tm_sync(&mut self, unexpected_cnt: u32) -> Result<()> {
+        self.tm_sync_inner(unexpected_cnt)
     }
 
     fn tm_unexpected_count(&self) -> u32 {

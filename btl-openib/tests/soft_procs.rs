@@ -44,6 +44,7 @@ fn child_entry() {
         "peer_death" => role_peer_death(&mut job, &mut m),
         "nic_read_error" => role_nic_read_error(&mut job, &mut m),
         "sync_req" => role_sync_req(&mut job, &mut m),
+        "caller_count" => role_caller_count(&mut job, &mut m),
         other => panic!("unknown role {other}"),
     }
 }
@@ -349,21 +350,32 @@ fn role_tm(job: &mut Job, m: &mut M) {
     // SAFETY (all posts): the vectors are neither read nor dropped before
     // their receive ended (events waited below).
     let ma = mt(Source::Rank(0), TagSel::Tag(5));
-    unsafe { m.tm_post_recv(a.as_mut_ptr(), a.len(), ma.recv_tag, ma.mask, 1) }.unwrap();
+    unsafe { m.tm_post_recv(a.as_mut_ptr(), a.len(), ma.recv_tag, ma.mask, 1, 0) }.unwrap();
     let mb = mt(Source::Rank(0), TagSel::Tag(6));
-    unsafe { m.tm_post_recv(b.as_mut_ptr(), b.len(), mb.recv_tag, mb.mask, 2) }.unwrap();
+    unsafe { m.tm_post_recv(b.as_mut_ptr(), b.len(), mb.recv_tag, mb.mask, 2, 0) }.unwrap();
     let mc = Matcher::new(2, Source::Any, TagSel::Any).unwrap();
-    let hc = unsafe { m.tm_post_recv(c.as_mut_ptr(), c.len(), mc.recv_tag, mc.mask, 3) }.unwrap();
+    let hc =
+        unsafe { m.tm_post_recv(c.as_mut_ptr(), c.len(), mc.recv_tag, mc.mask, 3, 0) }.unwrap();
     // ANY_SOURCE/ANY_TAG on its own context 4.
     let me_ = Matcher::new(4, Source::Any, TagSel::Any).unwrap();
-    unsafe { m.tm_post_recv(e_any.as_mut_ptr(), e_any.len(), me_.recv_tag, me_.mask, 5) }.unwrap();
+    unsafe {
+        m.tm_post_recv(
+            e_any.as_mut_ptr(),
+            e_any.len(),
+            me_.recv_tag,
+            me_.mask,
+            5,
+            0,
+        )
+    }
+    .unwrap();
     // Duplicate receive ids are refused.
-    let dup = unsafe { m.tm_post_recv(c.as_mut_ptr(), c.len(), 0, 0, 3) };
+    let dup = unsafe { m.tm_post_recv(c.as_mut_ptr(), c.len(), 0, 0, 3, 0) };
     assert!(
         matches!(dup, Err(OpenibError::InvalidArgument(_))),
         "{dup:?}"
     );
-    m.tm_del(hc).unwrap();
+    m.tm_del(hc, 0).unwrap();
     wait_until(m, &mut evs, |e| {
         [1, 2, 5].iter().all(|&id| {
             tm_evt(
@@ -432,7 +444,7 @@ fn role_tm(job: &mut Job, m: &mut M) {
     assert_eq!(m.tm_unexpected_count(), 1);
     drop(fi);
     evs.clear();
-    m.tm_sync().unwrap();
+    m.tm_sync(1).unwrap();
     wait_until(m, &mut evs, |e| tm_evt(e, |t| matches!(t, TmEvent::Synced)));
     evs.clear();
     barrier(job, m, &mut evs);
@@ -478,11 +490,11 @@ fn role_tm(job: &mut Job, m: &mut M) {
     drop((f7, f8));
     evs.clear();
     // All unexpected messages processed: sync, then a new receive is matched.
-    m.tm_sync().unwrap();
+    m.tm_sync(3).unwrap();
     let mut g = vec![0u8; 64];
     let mg = mt(Source::Rank(0), TagSel::Tag(11));
     // SAFETY: `g` untouched until its match.
-    unsafe { m.tm_post_recv(g.as_mut_ptr(), g.len(), mg.recv_tag, mg.mask, 6) }.unwrap();
+    unsafe { m.tm_post_recv(g.as_mut_ptr(), g.len(), mg.recv_tag, mg.mask, 6, 3) }.unwrap();
     wait_until(m, &mut evs, |e| {
         tm_evt(e, |t| matches!(t, TmEvent::Synced))
             && tm_evt(e, |t| matches!(t, TmEvent::Added { recv_id: 6, .. }))
@@ -699,7 +711,7 @@ fn role_nic_read_error(job: &mut Job, m: &mut M) {
     let mut buf = vec![0u8; 8192];
     let mt = Matcher::new(1, Source::Rank(0), TagSel::Tag(40)).unwrap();
     // SAFETY: `buf` untouched until the receive ended (waited below).
-    unsafe { m.tm_post_recv(buf.as_mut_ptr(), buf.len(), mt.recv_tag, mt.mask, 7) }.unwrap();
+    unsafe { m.tm_post_recv(buf.as_mut_ptr(), buf.len(), mt.recv_tag, mt.mask, 7, 0) }.unwrap();
     wait_until(m, &mut evs, |e| {
         tm_evt(e, |t| matches!(t, TmEvent::Added { recv_id: 7, .. }))
     });
@@ -759,7 +771,7 @@ fn role_sync_req(job: &mut Job, m: &mut M) {
     let mut buf = vec![0u8; 64];
     let mt = Matcher::new(1, Source::Rank(0), TagSel::Tag(9)).unwrap();
     // SAFETY: `buf` untouched until its match (waited below).
-    unsafe { m.tm_post_recv(buf.as_mut_ptr(), buf.len(), mt.recv_tag, mt.mask, 1) }.unwrap();
+    unsafe { m.tm_post_recv(buf.as_mut_ptr(), buf.len(), mt.recv_tag, mt.mask, 1, 0) }.unwrap();
     barrier(job, m, &mut evs);
     // The unexpected message reaches software (count 1) while the ADD,
     // carrying count 0, is still held in the NIC.
@@ -796,7 +808,7 @@ fn role_sync_req(job: &mut Job, m: &mut M) {
     assert_eq!(f.payload(), b"while stale");
     drop(f);
     // Software processed both unexpected messages: TAG_SYNC with 2.
-    m.tm_sync().unwrap();
+    m.tm_sync(2).unwrap();
     wait_until(m, &mut evs, |e| tm_evt(e, |t| matches!(t, TmEvent::Synced)));
     evs.clear();
     barrier(job, m, &mut evs);
@@ -820,4 +832,71 @@ fn role_sync_req(job: &mut Job, m: &mut M) {
 #[test]
 fn tm_sync_protocol_sync_req_suspends_matching_until_tag_sync() {
     run_job("sync_req", 2, &[("btl_openib_if_include", "tmsoft0")]);
+}
+
+/// List operations carry the caller's unexpected count, not the module's:
+/// a message the module handed out but software has not yet taken (its
+/// fate still open, e.g. deferred behind a pending DEL) is not counted by
+/// an ADD that carries the older count, so the NIC stops matching
+/// (`SYNC_REQ`) instead of resuming early; TAG_SYNC with the caller's new
+/// count resumes it.
+fn role_caller_count(job: &mut Job, m: &mut M) {
+    let mut evs = Vec::new();
+    if job.rank == 0 {
+        m.send_eager(1, tag(1, 0, 8), 1, b"open fate", 1).unwrap();
+        barrier(job, m, &mut evs); // receiver saw it, added with count 0
+        barrier(job, m, &mut evs); // receiver synced with count 1
+        m.send_eager(1, tag(1, 0, 9), 2, b"matched", 2).unwrap();
+        barrier(job, m, &mut evs);
+        return;
+    }
+    wait_until(m, &mut evs, |e| {
+        has(e, |e| matches!(e, Event::Recv(f) if f.unexpected))
+    });
+    assert_eq!(m.tm_unexpected_count(), 1, "the module handed it out");
+    evs.clear();
+    let mut buf = vec![0u8; 64];
+    let mt = Matcher::new(1, Source::Rank(0), TagSel::Tag(9)).unwrap();
+    // The caller has not taken the message yet: its count is still 0.
+    // SAFETY: `buf` untouched until its match (waited below).
+    unsafe { m.tm_post_recv(buf.as_mut_ptr(), buf.len(), mt.recv_tag, mt.mask, 1, 0) }.unwrap();
+    wait_until(m, &mut evs, |e| {
+        tm_evt(e, |t| matches!(t, TmEvent::Added { recv_id: 1, .. }))
+    });
+    assert!(
+        tm_evt(&evs, |t| matches!(
+            t,
+            TmEvent::Added {
+                recv_id: 1,
+                sync_req: true
+            }
+        )),
+        "the ADD carried the caller's count 0, not the module's 1: {evs:?}"
+    );
+    evs.clear();
+    barrier(job, m, &mut evs);
+    m.tm_sync(1).unwrap();
+    wait_until(m, &mut evs, |e| tm_evt(e, |t| matches!(t, TmEvent::Synced)));
+    evs.clear();
+    barrier(job, m, &mut evs);
+    wait_until(m, &mut evs, |e| {
+        tm_evt(e, |t| {
+            matches!(
+                t,
+                TmEvent::Matched {
+                    recv_id: 1,
+                    complete: true,
+                    ..
+                }
+            )
+        })
+    });
+    assert_eq!(&buf[..7], b"matched");
+    evs.clear();
+    barrier(job, m, &mut evs);
+}
+
+#[test]
+fn tm_ops_carry_the_callers_unexpected_count() {
+    run_job("caller_count", 2, &[("btl_openib_if_include", "tmsoft0")]);
 }
