@@ -292,6 +292,11 @@ impl Core {
         self.stats
     }
 
+    /// The matcher's counters (the fields of the `pml_stats` line).
+    pub fn match_counters(&self) -> tmpi_tm_engine::split::SplitStats {
+        self.matcher.counters()
+    }
+
     /// Requests not yet released.
     pub fn live_requests(&self) -> usize {
         self.live

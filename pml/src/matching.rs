@@ -8,6 +8,7 @@
 //! (context, source) in sequence order, see `core`); `ANY_TAG` never
 //! matches a negative (internal, collective) tag.
 
+use tmpi_tm_engine::split::SplitStats;
 use tmpi_tm_engine::{
     ArriveOutcome, CancelOutcome, Engine, Envelope as EEnvelope, PostOutcome, RecvKey, RecvSpec,
     SourceSpec, TagSpec,
@@ -84,6 +85,12 @@ pub trait MatchPoint {
     fn cancel(&mut self, token: u64) -> bool;
     /// Number of posted receives and of unexpected messages.
     fn depth(&self) -> (usize, usize);
+    /// The matching counters of the `pml_stats` line (the split matcher's
+    /// fields; a software-only matcher reports its software counts and
+    /// zero for the NIC fields).
+    fn counters(&self) -> SplitStats {
+        SplitStats::default()
+    }
 }
 
 /// The software matcher of `tmpi-tm-engine` behind [`MatchPoint`].
@@ -162,6 +169,17 @@ impl MatchPoint for EngineMatcher {
     fn depth(&self) -> (usize, usize) {
         (self.engine.posted_len(), self.engine.unexpected_len())
     }
+    fn counters(&self) -> SplitStats {
+        let s = self.engine.stats();
+        // Same definitions as the split matcher's: a software match is a
+        // receive posted on an unexpected message or an arrival on a queued
+        // receive; `unexpected` counts messages queued as unexpected.
+        SplitStats {
+            sw_matches: s.recvs_matched_unexpected + s.msgs_matched_posted,
+            unexpected: s.msgs_arrived.saturating_sub(s.msgs_matched_posted),
+            ..SplitStats::default()
+        }
+    }
 }
 
 #[cfg(test)]
@@ -213,5 +231,8 @@ mod tests {
         assert_eq!(m.depth(), (1, 1));
         assert_eq!(m.mprobe(internal), Some((env(1, -3), 12)));
         assert_eq!(m.depth(), (1, 0));
+        // Two arrivals matched queued receives, one was queued unexpected.
+        let c = m.counters();
+        assert_eq!((c.sw_matches, c.unexpected, c.nic_matches), (2, 1, 0));
     }
 }

@@ -731,9 +731,16 @@ impl Pml {
             drop(g);
             self.idle();
         }
-        if self.stats {
-            let s = self.stats();
+        // Printed once: by the first finalize (a second, from drop, has no
+        // runtime left).
+        if self.stats && rt.is_some() {
+            let (s, m) = {
+                let g = self.lock();
+                (g.core.stats(), g.core.match_counters())
+            };
             eprintln!("[rank {}] pml_ob1 stats: {s:?}", self.me);
+            // One line per rank, exactly this form (docs/pml.md).
+            eprintln!("pml_stats rank={} {m}", self.me);
         }
         let Some(rt) = rt else { return Ok(()) };
         crate::init::finish(rt, self)

@@ -70,7 +70,9 @@ fn tm_off_ssend_bsend_self_many_threads() {
 
 #[test]
 fn tm_on_suite_2_ranks() {
-    for c in ["order", "probe", "cancel", "truncate", "zero", "big", "ssend"] {
+    for c in [
+        "order", "probe", "cancel", "truncate", "zero", "big", "ssend",
+    ] {
         case(2, c, "1", &[]);
     }
 }
@@ -79,5 +81,68 @@ fn tm_on_suite_2_ranks() {
 fn tm_on_suite_4_ranks() {
     for c in ["order", "cancel", "zero"] {
         case(4, c, "1", &[]);
+    }
+}
+
+/// The `pml_stats` lines (stderr) of a job, parsed: per rank, the fields.
+fn pml_stats(stderr: &str, n: u32) -> Vec<std::collections::HashMap<String, u64>> {
+    let mut per_rank = vec![None; n as usize];
+    for line in stderr.lines().filter(|l| l.starts_with("pml_stats ")) {
+        let mut f = std::collections::HashMap::new();
+        let mut names = Vec::new();
+        for kv in line["pml_stats ".len()..].split(' ') {
+            let (k, v) = kv
+                .split_once('=')
+                .unwrap_or_else(|| panic!("bad field {kv:?} in {line:?}"));
+            let v: u64 = v
+                .parse()
+                .unwrap_or_else(|_| panic!("bad value {kv:?} in {line:?}"));
+            names.push(k.to_string());
+            f.insert(k.to_string(), v);
+        }
+        assert_eq!(
+            names,
+            [
+                "rank",
+                "offloaded",
+                "nic_matches",
+                "sw_matches",
+                "unexpected",
+                "syncs",
+                "del_lost",
+                "fallbacks"
+            ],
+            "{line:?}"
+        );
+        let r = f["rank"] as usize;
+        assert!(r < n as usize, "{line:?}");
+        assert!(per_rank[r].is_none(), "rank {r} printed twice: {stderr}");
+        per_rank[r] = Some(f);
+    }
+    per_rank
+        .into_iter()
+        .enumerate()
+        .map(|(r, f)| f.unwrap_or_else(|| panic!("no pml_stats line of rank {r}: {stderr}")))
+        .collect()
+}
+
+#[test]
+fn pml_stats_line_once_per_rank_with_software_counts() {
+    for (n, tm) in [(2, "0"), (3, "1")] {
+        let _g = serial();
+        let mut m = mca(tm);
+        m.push(("pml_stats", "1"));
+        let out = run(n, 60, &m, PROG, &["order"]);
+        assert_ok(&out, "p2p-check order: OK");
+        let se = String::from_utf8_lossy(&out.stderr);
+        let st = pml_stats(&se, n);
+        // Rank 0 receives every rank's messages in `order`.
+        assert!(st[0]["sw_matches"] > 0, "{se}");
+        if tm == "0" {
+            for f in &st {
+                assert_eq!(f["nic_matches"], 0, "{se}");
+                assert_eq!(f["offloaded"], 0, "{se}");
+            }
+        }
     }
 }
