@@ -20,6 +20,9 @@ cargo build --workspace --all-targets --quiet
 echo "== tests"
 cargo test --workspace --no-fail-fast
 
+echo "== stress: randomized traffic over every transport the pml can use (docs/stress.md)"
+bash ci/stress.sh --short
+
 echo "== security checks (segments, session directory, PMI socket, leftovers)"
 SECURITY_NO_BUILD=1 bash ci/security-checks.sh
 

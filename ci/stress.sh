@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# stress.sh - runs the randomized traffic generator (tests/src/bin/stress.rs)
+# under tmpirun over every transport the pml can use, and says which ran,
+# which were skipped and why. See docs/stress.md.
+#
+# usage: bash ci/stress.sh [--short|--soak] [--rxe] [--only NAME] [-- STRESS-ARGS...]
+#
+#   --short   (default) a few thousand messages per transport, debug build
+#             (what ci/test-all.sh runs)
+#   --soak    ~10^6 messages per transport, release build (minutes each)
+#   --rxe     also run over btl openib on a real soft-RoCE device (rxe0)
+#             inside the qemu VM of ci/rxe/rxe-run.sh (root only)
+#   --only N  run only transport N (sm, tcp, openib-tm1, openib-tm0, rxe)
+#   STRESS-ARGS are passed to every run (e.g. --seed 1234 to reproduce).
+#
+# env: STRESS_RANKS (default 3), STRESS_TIMEOUT (seconds per run; default
+#      180 short, 900 soak), STRESS_SEED (same seed for every transport),
+#      CARGO_TARGET_DIR (default: target).
+#
+# A transport is skipped (not failed) only when MPI init reports that no
+# BTL of the selection reaches a peer (the pml does not wire that BTL in
+# this build, or the device is missing); any other failure fails the script.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+MODE=short
+RXE=0
+ONLY=
+EXTRA=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --short) MODE=short ;;
+        --soak) MODE=soak ;;
+        --rxe) RXE=1 ;;
+        --only) ONLY=$2; shift ;;
+        --) shift; EXTRA=("$@"); break ;;
+        *) echo "stress.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+RANKS=${STRESS_RANKS:-3}
+TARGET=${CARGO_TARGET_DIR:-target}
+if [ "$MODE" = soak ]; then
+    PROFILE=release
+    TIMEOUT=${STRESS_TIMEOUT:-900}
+    # 500 epochs x ~2000 messages = ~10^6 messages; fewer large ones than
+    # the short run so that a soak stays within minutes on 2 cores.
+    ARGS=(--epochs 500 --msgs 2000 --rndv-permille 10 --big-permille 1 --stall-seconds 120)
+else
+    PROFILE=debug
+    TIMEOUT=${STRESS_TIMEOUT:-180}
+    ARGS=(--epochs 8 --msgs 400 --max-size 4194304 --stall-seconds 60)
+fi
+[ -n "${STRESS_SEED:-}" ] && ARGS+=(--seed "$STRESS_SEED")
+ARGS+=("${EXTRA[@]}")
+
+echo "== stress ($MODE, $RANKS ranks, $PROFILE build)"
+CARGO_FLAGS=(-q -p tmpi-run -p tmpi-tests --bin tmpirun --bin stress)
+[ "$PROFILE" = release ] && CARGO_FLAGS+=(--release)
+cargo build "${CARGO_FLAGS[@]}" || { echo "stress.sh: build failed" >&2; exit 1; }
+BIN=$TARGET/$PROFILE
+TMPIRUN=$BIN/tmpirun
+STRESS=$BIN/stress
+
+declare -a SUMMARY
+FAILED=0
+LOGDIR=$(mktemp -d /tmp/tmpi-stress.XXXXXX)
+
+# run NAME MCA-ARGS...
+run() {
+    local name=$1; shift
+    if [ -n "$ONLY" ] && [ "$ONLY" != "$name" ]; then
+        return
+    fi
+    local log=$LOGDIR/$name.log
+    echo "-- $name: tmpirun -n $RANKS $* stress ${ARGS[*]}"
+    local t0 t1 rc
+    t0=$(date +%s.%N)
+    "$TMPIRUN" -n "$RANKS" --timeout "$TIMEOUT" --mca mpi_yield_when_idle 1 "$@" \
+        "$STRESS" "${ARGS[@]}" > "$log" 2>&1
+    rc=$?
+    t1=$(date +%s.%N)
+    local secs
+    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+    if [ $rc -eq 0 ] && grep -q '^stress: OK' "$log"; then
+        local msgs
+        msgs=$(sed -n 's/^stress: OK .* messages \([0-9]*\) .*/\1/p' "$log")
+        grep -E '^stress: OK|pml_stats' "$log"
+        SUMMARY+=("$name: OK ($msgs messages, ${secs} s)")
+    elif grep -q 'no BTL reaches' "$log"; then
+        local why
+        why=$(grep -m1 -o 'no BTL reaches.*' "$log")
+        SUMMARY+=("$name: SKIPPED (the pml cannot use this selection here: $why)")
+        echo "   skipped: $why"
+    else
+        cat "$log"
+        SUMMARY+=("$name: FAILED (exit $rc after ${secs} s; log above; seed in its first line)")
+        FAILED=1
+    fi
+}
+
+run sm --mca btl self,sm
+run tcp --mca btl self,tcp
+# pml_stats=1: each rank prints how many receives the NIC matched.
+run openib-tm1 --mca btl self,openib --mca btl_openib_if_include tmsoft0 --mca btl_openib_tm_enable 1 --mca pml_stats 1
+run openib-tm0 --mca btl self,openib --mca btl_openib_if_include tmsoft0 --mca btl_openib_tm_enable 0 --mca pml_stats 1
+
+if [ "$RXE" = 1 ] && { [ -z "$ONLY" ] || [ "$ONLY" = rxe ]; }; then
+    # openib on a real soft-RoCE device inside the VM: the two binaries
+    # travel in the payload (their shared libraries are resolved by
+    # rxe-run.sh); two ranks, smaller run (the VM has 2 vCPUs, TCG may be slow).
+    if [ "$(id -u)" != 0 ]; then
+        SUMMARY+=("rxe: SKIPPED (needs root for the qemu VM of ci/rxe/rxe-run.sh)")
+    else
+        PAY=$(mktemp -d /var/tmp/tmpi-stress-payload.XXXXXX)
+        objcopy --strip-debug "$TMPIRUN" "$PAY/tmpirun" 2>/dev/null || cp "$TMPIRUN" "$PAY/tmpirun"
+        objcopy --strip-debug "$STRESS" "$PAY/stress" 2>/dev/null || cp "$STRESS" "$PAY/stress"
+        log=$LOGDIR/rxe.log
+        RXE_TIMEOUT=${RXE_TIMEOUT:-$((TIMEOUT + 300))} bash ci/rxe/rxe-run.sh "$PAY" -- \
+            ./tmpirun -n 2 --timeout "$TIMEOUT" --mca mpi_yield_when_idle 1 \
+            --mca btl self,openib --mca btl_openib_if_include rxe0 \
+            ./stress "${ARGS[@]}" > "$log" 2>&1
+        rc=$?
+        rm -rf "$PAY"
+        if [ $rc -eq 0 ] && grep -q '^stress: OK' "$log"; then
+            grep '^stress: OK' "$log"
+            SUMMARY+=("rxe: OK")
+        elif grep -q 'no BTL reaches' "$log"; then
+            SUMMARY+=("rxe: SKIPPED ($(grep -m1 -o 'no BTL reaches.*' "$log"))")
+        elif [ $rc -eq 125 ]; then
+            tail -20 "$log"
+            SUMMARY+=("rxe: SKIPPED (the VM could not boot: exit 125, log above)")
+        else
+            cat "$log"
+            SUMMARY+=("rxe: FAILED (exit $rc)")
+            FAILED=1
+        fi
+    fi
+elif [ -z "$ONLY" ]; then
+    SUMMARY+=("rxe: not run (add --rxe; root and qemu needed)")
+fi
+
+echo "== stress summary ($MODE)"
+for s in "${SUMMARY[@]}"; do
+    echo "   $s"
+done
+if [ $FAILED = 0 ]; then
+    rm -rf "$LOGDIR"
+else
+    echo "logs kept in $LOGDIR"
+fi
+exit $FAILED
