@@ -146,3 +146,51 @@ fn pml_stats_line_once_per_rank_with_software_counts() {
         }
     }
 }
+
+/// The routes a job's ranks logged (`pml_ob1_verbose`): `(rank, peer, btl)`.
+fn routes(stderr: &str) -> Vec<(u32, u32, String)> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let r = l.strip_prefix("[rank ")?;
+            let (rank, rest) = r.split_once(']')?;
+            let rest = rest.split_once("DEBUG route peer=")?.1;
+            let (peer, btl) = rest.split_once(" btl=")?;
+            Some((
+                rank.parse().ok()?,
+                peer.parse().ok()?,
+                btl.trim_matches('"').to_string(),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn exclusivity_sm_preferred_on_one_node_openib_when_selected() {
+    let _g = serial();
+    // openib available (tmsoft0 named) but no btl list: self and sm win.
+    let m = [
+        ("btl_openib_if_include", "tmsoft0"),
+        ("pml_ob1_verbose", "100"),
+        ("mpi_yield_when_idle", "1"),
+    ];
+    let out = run(2, 60, &m, PROG, &["zero"]);
+    assert_ok(&out, "p2p-check zero: OK");
+    let r = routes(&String::from_utf8_lossy(&out.stderr));
+    assert_eq!(r.len(), 4, "{r:?}");
+    for (rank, peer, btl) in &r {
+        let want = if rank == peer { "self" } else { "sm" };
+        assert_eq!(btl, want, "{r:?}");
+    }
+    // btl self,openib: every other peer over openib.
+    let mut m = mca("0");
+    m.push(("pml_ob1_verbose", "100"));
+    let out = run(3, 60, &m, PROG, &["zero"]);
+    assert_ok(&out, "p2p-check zero: OK");
+    let r = routes(&String::from_utf8_lossy(&out.stderr));
+    assert_eq!(r.len(), 9, "{r:?}");
+    for (rank, peer, btl) in &r {
+        let want = if rank == peer { "self" } else { "openib" };
+        assert_eq!(btl, want, "{r:?}");
+    }
+}
