@@ -286,7 +286,7 @@ fn gen_size(rng: &mut Rng, cfg: &Cfg) -> usize {
     let big = cfg.big_pm;
     let rndv = cfg.rndv_pm;
     let len = if r < big {
-        rng.range(1 << 20, (4 << 20).max(1 << 20) as u64) as usize
+        rng.range(1 << 20, max.max(1 << 20) as u64) as usize
     } else if r < big + rndv {
         rng.range(64 << 10, 1 << 20) as usize
     } else {
@@ -569,6 +569,7 @@ impl<'p> Inbox<'p> {
     }
 
     /// Identifies, verifies and books one received message.
+    #[allow(clippy::too_many_arguments)]
     fn accept(
         &mut self,
         comm: usize,
@@ -1331,6 +1332,7 @@ fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Arc<Watch>) -> R<String> {
         stats.sync_sends,
         stats.colls,
         stats.self_msgs,
+        mpi.stats().dropped,
     ];
     let sb: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
     let mut tot = vec![0u8; sb.len()];
@@ -1340,6 +1342,12 @@ fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Arc<Watch>) -> R<String> {
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
         .collect();
+    if t[11] != 0 {
+        return Err(format!(
+            "the pml dropped {} fragments as malformed or unknown",
+            t[11]
+        ));
+    }
     if t[0] != planned {
         return Err(format!(
             "{} messages received in all, {planned} planned",
@@ -1351,7 +1359,7 @@ fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Arc<Watch>) -> R<String> {
     Ok(format!(
         "seed {} ranks {n} epochs {} messages {} bytes {} time {secs:.2} s ({:.0} msg/s); \
          wildcard receives {}, probes {}, mprobes {}, ssends {}, self {}, cancels: {} cancelled / \
-         {} completed first / {} never-matching cancelled; collectives {}",
+         {} completed first / {} never-matching cancelled; collectives {}; rank 0 pml {:?}",
         cfg.seed,
         cfg.epochs,
         t[0],
@@ -1365,7 +1373,8 @@ fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Arc<Watch>) -> R<String> {
         t[2],
         t[3],
         t[4],
-        t[9]
+        t[9],
+        mpi.stats()
     ))
 }
 
@@ -1439,5 +1448,91 @@ fn main() {
             drop(mpi);
         }
         Err(e) => die(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inbox_with(events: &[(u64, Option<i32>, u32, i32, u32)]) -> Inbox<'static> {
+        let mut ib = Inbox::new(0, 0, 1, &[]);
+        ib.events[1] = events
+            .iter()
+            .map(|&(post, spec_tag, src, tag, pairseq)| Event {
+                post,
+                spec: Spec {
+                    src: None,
+                    tag: spec_tag,
+                },
+                src,
+                tag,
+                pairseq,
+            })
+            .collect();
+        ib
+    }
+
+    #[test]
+    fn order_check_accepts_what_mpi_allows() {
+        // ANY_TAG receives in send order.
+        inbox_with(&[(1, None, 2, 5, 0), (2, None, 2, 7, 1), (3, None, 2, 5, 2)])
+            .check_order()
+            .unwrap();
+        // Tag-specific receives may take a later message of another tag
+        // first; several sources interleave freely.
+        inbox_with(&[
+            (1, Some(7), 2, 7, 1),
+            (2, Some(5), 2, 5, 0),
+            (3, None, 3, 5, 0),
+            (4, Some(5), 2, 5, 2),
+        ])
+        .check_order()
+        .unwrap();
+    }
+
+    #[test]
+    fn order_check_catches_overtaking() {
+        // An ANY_TAG receive got pairseq 1 while 0 went to a later one.
+        let e = inbox_with(&[(1, None, 2, 7, 1), (2, None, 2, 5, 0)])
+            .check_order()
+            .unwrap_err();
+        assert!(e.contains("OVERTAKING"), "{e}");
+        // Same tag, tag-specific receives, out of order.
+        let e = inbox_with(&[(1, Some(5), 2, 5, 3), (2, Some(5), 2, 5, 1)])
+            .check_order()
+            .unwrap_err();
+        assert!(e.contains("OVERTAKING"), "{e}");
+    }
+
+    #[test]
+    fn payload_layout_and_checksum() {
+        for len in [0usize, 1, 3, 4, 47, 48, 49, 1000] {
+            let m = Msg {
+                comm: 1,
+                src: 2,
+                dst: 0,
+                tag: 5,
+                len,
+                sync: false,
+                pairseq: 9,
+                tagseq: 3,
+            };
+            let p = m.payload(77, 4);
+            assert_eq!(p.len(), len);
+            assert_eq!(p, m.payload(77, 4), "deterministic");
+            if len >= 4 {
+                assert_eq!(u32::from_le_bytes(p[..4].try_into().unwrap()), 9);
+            }
+            if len >= HDR {
+                let cs = u64::from_le_bytes(p[40..48].try_into().unwrap());
+                assert_eq!(checksum(&p[HDR..]), cs);
+                let mut q = p.clone();
+                if len > HDR {
+                    q[len - 1] ^= 1;
+                    assert_ne!(checksum(&q[HDR..]), cs, "a flipped bit changes the sum");
+                }
+            }
+        }
     }
 }
