@@ -657,7 +657,30 @@ impl<'p> Inbox<'p> {
                 return Err(format!("{}: CHECKSUM mismatch (corrupt body)", ctx()));
             }
         } else if b != &m.payload(self.seed, self.epoch)[..] {
-            return Err(format!("{}: short payload differs from the plan", ctx()));
+            // Which message of the same envelope would it have been?
+            let same: Vec<String> = (0..self.plan.len())
+                .filter(|&j| {
+                    let o = &self.plan[j];
+                    o.comm == comm && o.src == src && o.dst == self.me && o.tag == m.tag
+                })
+                .map(|j| {
+                    let o = &self.plan[j];
+                    let p = o.payload(self.seed, self.epoch);
+                    format!(
+                        "pairseq {} len {} got {} head {:?}",
+                        o.pairseq,
+                        o.len,
+                        self.got[j],
+                        &p[..p.len().min(8)]
+                    )
+                })
+                .collect();
+            return Err(format!(
+                "{}: short payload {b:?} differs from the plan's {:?} (pairseq {}); messages of this envelope: {same:?}",
+                ctx(),
+                m.payload(self.seed, self.epoch),
+                m.pairseq
+            ));
         }
         // Nothing written past the message (the buffer was filled with 0xA5).
         let tail = &buf[n..buf.len().min(n + 64)];
@@ -1056,6 +1079,11 @@ fn recv_batch(
     if never_buf.iter().any(|&b| b != 0xA5) {
         return Err("a cancelled receive wrote into its buffer".into());
     }
+    // Book in posting order (not completion order): a message too short
+    // for a sequence number is identified as the earliest unreceived one
+    // of its class, which is what the earliest-posted receive must get.
+    let mut results = results;
+    results.sort_by_key(|r| r.0);
     for (i, r, said) in results {
         let ((src, tag), _) = specs[i];
         match r {
