@@ -176,7 +176,7 @@ impl<P: Provider> OpenibBtl<P> {
     }
 }
 
-impl<P: Provider> BtlModule for OpenibBtl<P> {
+impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
     fn name(&self) -> &str {
         "openib"
     }
@@ -346,10 +346,112 @@ impl<P: Provider> BtlModule for OpenibBtl<P> {
         n
     }
 
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
     fn finalize(&mut self) -> Result<(), BtlError> {
         self.regions.clear();
         self.pending.clear();
         self.module = None;
         Ok(())
     }
+}
+
+/// What the pml's offload path needs from an openib module behind
+/// [`BtlModule`], independent of the provider (reached with [`offload_of`]).
+/// Method names carry `ob_` so they do not shadow [`BtlModule`]'s.
+pub trait OffloadBtl {
+    /// `(max_num_tags, max_ops)` when tag matching is on.
+    fn ob_tm_caps(&self) -> Option<(u32, u32)>;
+    /// Largest tagged eager payload.
+    fn ob_eager_limit(&self) -> usize;
+    /// One tagged eager send `TMH(tag, app_ctx) | data` (copied).
+    fn ob_send_tagged(
+        &mut self,
+        peer: u32,
+        tag: u64,
+        app_ctx: u32,
+        data: &[u8],
+    ) -> Result<(), BtlError>;
+    /// [`TmOffload::tm_post_recv`](crate::TmOffload::tm_post_recv).
+    ///
+    /// # Safety
+    /// As `TmOffload::tm_post_recv`.
+    unsafe fn ob_tm_post_recv(
+        &mut self,
+        buf: *mut u8,
+        len: usize,
+        tag: u64,
+        mask: u64,
+        recv_id: u64,
+        unexpected_cnt: u32,
+    ) -> Result<crate::TmHandle, OpenibError>;
+    /// [`TmOffload::tm_del`](crate::TmOffload::tm_del).
+    fn ob_tm_del(&mut self, h: crate::TmHandle, unexpected_cnt: u32) -> Result<(), OpenibError>;
+    /// [`TmOffload::tm_sync`](crate::TmOffload::tm_sync).
+    fn ob_tm_sync(&mut self, unexpected_cnt: u32) -> Result<(), OpenibError>;
+    /// Events other than generic fragments, in CQ order.
+    fn ob_take_events(&mut self) -> Vec<Event>;
+}
+
+impl<P: Provider + 'static> OffloadBtl for OpenibBtl<P> {
+    fn ob_tm_caps(&self) -> Option<(u32, u32)> {
+        let c = self.module.as_ref()?.tm_caps()?;
+        Some((c.max_num_tags, c.max_ops))
+    }
+    fn ob_eager_limit(&self) -> usize {
+        self.module.as_ref().map_or(0, |m| m.eager_limit())
+    }
+    fn ob_send_tagged(
+        &mut self,
+        peer: u32,
+        tag: u64,
+        app_ctx: u32,
+        data: &[u8],
+    ) -> Result<(), BtlError> {
+        self.m()?
+            .send_eager(peer, tag, app_ctx, data, 0)
+            .map_err(|e| btl_err(e, peer))
+    }
+    unsafe fn ob_tm_post_recv(
+        &mut self,
+        buf: *mut u8,
+        len: usize,
+        tag: u64,
+        mask: u64,
+        recv_id: u64,
+        unexpected_cnt: u32,
+    ) -> Result<crate::TmHandle, OpenibError> {
+        let m = self.module.as_mut().ok_or(OpenibError::NoTagMatching)?;
+        // SAFETY: forwarded from this function's contract.
+        unsafe { crate::TmOffload::tm_post_recv(m, buf, len, tag, mask, recv_id, unexpected_cnt) }
+    }
+    fn ob_tm_del(&mut self, h: crate::TmHandle, unexpected_cnt: u32) -> Result<(), OpenibError> {
+        let m = self.module.as_mut().ok_or(OpenibError::NoTagMatching)?;
+        crate::TmOffload::tm_del(m, h, unexpected_cnt)
+    }
+    fn ob_tm_sync(&mut self, unexpected_cnt: u32) -> Result<(), OpenibError> {
+        let m = self.module.as_mut().ok_or(OpenibError::NoTagMatching)?;
+        crate::TmOffload::tm_sync(m, unexpected_cnt)
+    }
+    fn ob_take_events(&mut self) -> Vec<Event> {
+        self.take_events()
+    }
+}
+
+/// The offload interface of a btl-openib module behind [`BtlModule`]
+/// (`None` for other components).
+pub fn offload_of(m: &mut dyn BtlModule) -> Option<&mut dyn OffloadBtl> {
+    if m.name() != "openib" {
+        return None;
+    }
+    let any = m.as_any_mut()?;
+    if any.is::<OpenibBtl<SoftProvider>>() {
+        return any
+            .downcast_mut::<OpenibBtl<SoftProvider>>()
+            .map(|b| b as &mut dyn OffloadBtl);
+    }
+    any.downcast_mut::<OpenibBtl<IbvProvider>>()
+        .map(|b| b as &mut dyn OffloadBtl)
 }

@@ -31,7 +31,7 @@ pub mod rcache;
 pub mod tag;
 pub mod tm;
 
-pub use btl_impl::{OpenibBtl, OpenibComponent};
+pub use btl_impl::{offload_of, OffloadBtl, OpenibBtl, OpenibComponent};
 pub use buf::{FragKind, RecvFrag};
 pub use component::{init, open_modules, probe, register, wire_up, Btl, COMPONENT};
 pub use config::OpenibConfig;

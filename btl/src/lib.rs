@@ -236,4 +236,11 @@ pub trait BtlModule: Send {
     /// Releases the module's resources (after the pml's finalize fence:
     /// peers no longer read from this module). Idempotent.
     fn finalize(&mut self) -> Result<(), BtlError>;
+
+    /// The module as `Any`, for a user that knows a component's concrete
+    /// type (the pml reaches btl-openib's tag-matching offload this way,
+    /// once at start-up). `None` (the default): not offered.
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
 }

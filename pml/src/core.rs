@@ -35,9 +35,13 @@ use crate::comm::CommRecord;
 use crate::hdr::{
     AckHdr, FinHdr, FragHdr, HdrError, Header, MatchHdr, RndvHdr, FLAG_REGION, FLAG_SYNC,
 };
-use crate::matching::{Envelope, MatchPoint, MsgId, Pattern, Posted};
+use tmpi_tm_engine::split::{NicAction, NicEvent, NicTag, RecvInfo};
+
+use crate::matching::{Envelope, MatchError, MatchPoint, MsgId, Pattern, Posted};
+use crate::offload::Late;
 use crate::raw::{RawBuf, RawBufMut};
 use crate::request::{ReqId, SendMode, Status, BSEND_OVERHEAD, PROC_NULL};
+use crate::transport::TmInput;
 use crate::PmlError;
 
 /// What a BTL can do for one peer.
@@ -248,6 +252,13 @@ pub struct Core {
     bsend_cap: Option<usize>,
     bsend_used: usize,
     stats: Stats,
+    /// The offload path is on (the matcher is a split matcher).
+    tm: bool,
+    /// Per world rank: reached through the tag-matching NIC.
+    tm_peers: Vec<bool>,
+    /// Fragments the NIC placed for a receive (or its failure), until the
+    /// split matcher reports the match.
+    nic_bytes: HashMap<u64, Result<(u32, Vec<u8>), String>>,
 }
 
 impl std::fmt::Debug for Core {
@@ -279,7 +290,18 @@ impl Core {
             bsend_cap: None,
             bsend_used: 0,
             stats: Stats::default(),
+            tm: false,
+            tm_peers: Vec::new(),
+            nic_bytes: HashMap::new(),
         }
+    }
+
+    /// Turns the offload path on: `peers[r]` says whether world rank `r`
+    /// is reached through the tag-matching NIC. The matcher must be a
+    /// [`crate::offload::SplitMatch`] (otherwise nothing changes).
+    pub fn set_tm_peers(&mut self, peers: Vec<bool>) {
+        self.tm = self.matcher.as_split().is_some();
+        self.tm_peers = peers;
     }
 
     /// This process's world rank.
@@ -667,7 +689,12 @@ impl Core {
             buf,
             phase: RecvPhase::Posted { token: None },
         });
-        match self.matcher.post_recv(pat, id.0) {
+        let posted = if self.tm {
+            self.post_split(pat, id, buf.len())
+        } else {
+            self.matcher.post_recv(pat, id.0)
+        };
+        match posted {
             Ok(Posted::Matched(env, msg)) => self.deliver_unexpected(wire, id, env, msg),
             Ok(Posted::Queued(tok)) => {
                 if let ReqState::Recv { phase, .. } = &mut self.slots[id.index()].state {
@@ -753,7 +780,11 @@ impl Core {
             ..
         } = s.state
         {
-            if self.matcher.cancel(tok) {
+            let done = match self.matcher.as_split() {
+                Some(sm) if self.tm => sm.cancel_recv(tok, id.0),
+                _ => self.matcher.cancel(tok),
+            };
+            if done {
                 let st = Status {
                     cancelled: true,
                     ..Status::empty()
@@ -980,6 +1011,10 @@ impl Core {
     }
 
     fn on_match(&mut self, wire: &mut dyn Wire, peer: u32, h: Header<'_>) {
+        self.on_match_from(wire, peer, h, false)
+    }
+
+    fn on_match_from(&mut self, wire: &mut dyn Wire, peer: u32, h: Header<'_>, from_nic: bool) {
         let m = match &h {
             Header::Match(m, _) => *m,
             Header::Rndv(r) => r.m,
@@ -992,7 +1027,11 @@ impl Core {
         };
         let msg = self.next_msg;
         self.next_msg += 1;
-        let arrived = match self.matcher.arrive(env, msg) {
+        let arrived = match self.matcher.as_split() {
+            Some(sm) if from_nic => sm.nic_unexpected(env, msg),
+            _ => self.matcher.arrive(env, msg),
+        };
+        let arrived = match arrived {
             Ok(a) => a,
             Err(e) => {
                 self.stats.dropped += 1;
@@ -1036,6 +1075,181 @@ impl Core {
                 );
             }
             _ => {}
+        }
+    }
+
+    // ----- the offload path (btl-openib with tag matching) ---------------
+
+    fn post_split(&mut self, pat: Pattern, id: ReqId, len: usize) -> Result<Posted, MatchError> {
+        let world = pat.src.and_then(|s| {
+            let c = self.comms.get(pat.ctx as usize)?.as_ref()?;
+            c.world.get(usize::try_from(s).ok()?).copied()
+        });
+        let nic = match world {
+            Some(w) if self.tm_peers.get(w as usize).copied().unwrap_or(false) => {
+                crate::offload::nic_tag(&pat).map(|(tag, mask)| NicTag { tag, mask })
+            }
+            _ => None,
+        };
+        let info = RecvInfo {
+            len,
+            contiguous: true,
+            nic,
+        };
+        match self.matcher.as_split() {
+            Some(sm) => sm.post(pat, id.0, info),
+            None => self.matcher.post_recv(pat, id.0),
+        }
+    }
+
+    /// An input of the offload path (in CQ order), then every outcome that
+    /// settled.
+    pub fn on_tm_input(&mut self, wire: &mut dyn Wire, input: TmInput) {
+        if !self.tm {
+            return;
+        }
+        match input {
+            TmInput::Frag {
+                peer,
+                from_nic,
+                bytes,
+            } => match Header::parse(&bytes) {
+                Ok(h @ (Header::Match(..) | Header::Rndv(..)))
+                    if (peer as usize) < self.peers.len() =>
+                {
+                    self.on_match_from(wire, peer, h, from_nic)
+                }
+                _ => {
+                    self.stats.dropped += 1;
+                    tracing::error!(target: "pml_ob1", peer, "malformed tagged fragment dropped");
+                }
+            },
+            TmInput::Nic(ev) => self.nic_event(ev),
+            TmInput::Matched {
+                recv,
+                id,
+                peer,
+                envelope,
+                bytes,
+            } => {
+                self.nic_bytes.insert(recv, Ok((peer, bytes)));
+                self.nic_event(NicEvent::Matched {
+                    id,
+                    envelope,
+                    complete: true,
+                });
+            }
+            TmInput::Failed { recv, id, error } => {
+                self.nic_bytes.insert(recv, Err(error));
+                self.nic_event(NicEvent::Matched {
+                    id,
+                    envelope: tmpi_tm_engine::Envelope::new(0, 0, 0),
+                    complete: true,
+                });
+            }
+        }
+        self.drain_late(wire);
+    }
+
+    fn nic_event(&mut self, ev: NicEvent) {
+        if let Some(sm) = self.matcher.as_split() {
+            if let Err(e) = sm.nic_event(ev) {
+                tracing::error!(target: "pml_ob1", ?ev, "NIC event not accepted: {e}");
+            }
+        }
+    }
+
+    /// The next NIC-list operation to execute, in order.
+    pub fn poll_nic_action(&mut self) -> Option<NicAction<u64>> {
+        if !self.tm {
+            return None;
+        }
+        self.matcher.as_split()?.poll_action()
+    }
+
+    /// Carries out the split matcher's outcomes that settled late.
+    pub fn drain_late(&mut self, wire: &mut dyn Wire) {
+        if !self.tm {
+            return;
+        }
+        loop {
+            let Some(l) = self.matcher.as_split().and_then(|sm| sm.poll_late()) else {
+                return;
+            };
+            match l {
+                Late::Matched { recv, env, msg } => {
+                    self.deliver_unexpected(wire, ReqId(recv), env, msg)
+                }
+                Late::Nic { recv } => self.nic_matched(wire, ReqId(recv)),
+                Late::Cancelled(recv) => self.complete(
+                    ReqId(recv),
+                    Status {
+                        cancelled: true,
+                        ..Status::empty()
+                    },
+                ),
+                Late::PostFailed(recv) => self.complete(
+                    ReqId(recv),
+                    Status {
+                        error: MpiErrorClass::NoMem,
+                        ..Status::empty()
+                    },
+                ),
+                Late::ArrivalFailed(msg) => {
+                    self.stats.dropped += 1;
+                    self.unexp.remove(&msg);
+                }
+            }
+        }
+    }
+
+    /// The NIC matched receive `id`: the fragment is in `nic_bytes`.
+    fn nic_matched(&mut self, wire: &mut dyn Wire, id: ReqId) {
+        let failed = |e: MpiErrorClass| Status {
+            error: e,
+            ..Status::empty()
+        };
+        match self.nic_bytes.remove(&id.0) {
+            Some(Ok((peer, bytes))) => match Header::parse(&bytes) {
+                Ok(Header::Match(m, data)) => {
+                    let env = Envelope {
+                        ctx: m.ctx,
+                        src: m.src,
+                        tag: m.tag,
+                    };
+                    self.deliver_eager(id, env, data)
+                }
+                Ok(Header::Rndv(r)) => {
+                    let env = Envelope {
+                        ctx: r.m.ctx,
+                        src: r.m.src,
+                        tag: r.m.tag,
+                    };
+                    self.start_rndv(
+                        wire,
+                        id,
+                        env,
+                        peer,
+                        r.flags,
+                        r.len,
+                        r.sreq,
+                        r.region.to_vec(),
+                    )
+                }
+                _ => {
+                    self.stats.dropped += 1;
+                    tracing::error!(target: "pml_ob1", peer, "NIC-matched fragment malformed");
+                    self.complete(id, failed(MpiErrorClass::Intern));
+                }
+            },
+            Some(Err(e)) => {
+                tracing::error!(target: "pml_ob1", "receive failed at the NIC: {e}");
+                self.complete(id, failed(MpiErrorClass::Other));
+            }
+            None => {
+                tracing::error!(target: "pml_ob1", "NIC match without its data");
+                self.complete(id, failed(MpiErrorClass::Intern));
+            }
         }
     }
 

@@ -46,6 +46,8 @@ pub struct PmlParams {
     pub stats: bool,
     /// `mpi_yield_when_idle`, resolved.
     pub yield_when_idle: bool,
+    /// `pml_tm_thresh`: smallest receive offloaded to a tag-matching NIC.
+    pub tm_thresh: u64,
 }
 
 /// Registers (idempotently) and reads the pml's parameters.
@@ -69,6 +71,17 @@ pub fn params(reg: &mca::Registry) -> Result<PmlParams, PmlError> {
             false,
         )
         .map_err(tmpi_base::error::Error::from)?;
+    let tm_thresh = reg
+        .register_size(
+            ParamSpec::new("pml", "", "tm_thresh")
+                .help(
+                    "Smallest receive buffer offloaded to a tag-matching NIC (UCX_TM_THRESH); \
+                     smaller receives are matched in software",
+                )
+                .level(Level::TunerBasic),
+            1024,
+        )
+        .map_err(tmpi_base::error::Error::from)?;
     reg.register_verbose("pml", "ob1")
         .map_err(tmpi_base::error::Error::from)?;
     let yield_when_idle = mca::yield_when_idle(reg).map_err(tmpi_base::error::Error::from)?;
@@ -76,6 +89,7 @@ pub fn params(reg: &mca::Registry) -> Result<PmlParams, PmlError> {
         eager_limit: eager.value(),
         stats: stats.value(),
         yield_when_idle,
+        tm_thresh: tm_thresh.value(),
     })
 }
 
@@ -96,7 +110,16 @@ pub(crate) fn start(opts: InitOptions) -> Result<Started, PmlError> {
     let net = crate::net::open(reg, &info, &mut modex, p.eager_limit)?;
     // Warns about every parameter set but registered by nobody.
     mca::check_unknown();
-    let mut core = Core::new(info.rank, info.size, Box::new(EngineMatcher::new()));
+    let mut core = match net.tm_caps() {
+        Some((tags, ops)) => {
+            let m = crate::offload::SplitMatch::new(tags, ops, p.tm_thresh as usize)
+                .map_err(|e| PmlError::Transport(e.to_string()))?;
+            let mut core = Core::new(info.rank, info.size, Box::new(m));
+            core.set_tm_peers((0..info.size).map(|r| net.tm_peer(r)).collect());
+            core
+        }
+        None => Core::new(info.rank, info.size, Box::new(EngineMatcher::new())),
+    };
     core.add_comm(CommRecord::world(info.rank, info.size))?;
     core.add_comm(CommRecord::self_comm(info.rank))?;
     tracing::debug!(target: "pml_ob1", rank = info.rank, size = info.size, "pml ready");

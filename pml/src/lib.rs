@@ -17,6 +17,7 @@ pub mod hdr;
 mod init;
 pub mod matching;
 mod net;
+pub mod offload;
 mod pml;
 pub mod raw;
 pub mod request;

@@ -91,6 +91,10 @@ pub trait MatchPoint {
     fn counters(&self) -> SplitStats {
         SplitStats::default()
     }
+    /// The split matcher, when this is one (the offload path).
+    fn as_split(&mut self) -> Option<&mut crate::offload::SplitMatch> {
+        None
+    }
 }
 
 /// The software matcher of `tmpi-tm-engine` behind [`MatchPoint`].

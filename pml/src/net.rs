@@ -20,10 +20,14 @@ use tmpi_base::mca::{Registry, SelectionList};
 use tmpi_base::modex::Modex;
 use tmpi_btl::{BtlComponent, BtlError, BtlFlags, BtlModule, RemoteRegion};
 
+use tmpi_btl_openib::{offload_of, Event, Op, TmEvent, TmHandle};
+use tmpi_tm_engine::split::{NicAction, NicEvent, NicId};
+
 use crate::core::Limits;
-use crate::hdr::{FRAG_LEN, MATCH_LEN};
+use crate::hdr::{Header, FRAG_LEN, KIND_MATCH, KIND_RNDV, MATCH_LEN, RNDV_LEN};
+use crate::matching::Envelope;
 use crate::raw::{RawBuf, RawBufMut};
-use crate::transport::{Transport, TxError};
+use crate::transport::{TmInput, Transport, TxError};
 use crate::PmlError;
 
 /// The BTL tag of every pml fragment.
@@ -50,6 +54,24 @@ pub struct BtlNet {
     /// Registrations in use: region bytes → (module index).
     regs: HashMap<[u8; tmpi_btl::REMOTE_REGION_BYTES], usize>,
     dropped: u64,
+    /// The offload path, when one openib module has tag matching.
+    tm: Option<TmState>,
+    /// Whether some module is btl-openib (its non-fragment events are
+    /// drained every progress).
+    any_openib: bool,
+}
+
+/// The tag-matching module and the tagged buffers posted to it.
+struct TmState {
+    module: usize,
+    caps: (u32, u32),
+    /// Per world rank: MATCH/RNDV travel tagged.
+    peers: Vec<bool>,
+    /// Size of every tagged buffer (the module's eager limit: any tagged pml
+    /// fragment fits).
+    buf_len: usize,
+    /// Posted tagged buffers: NIC id → (buffer, handle, receive).
+    bufs: HashMap<u64, (Vec<u8>, TmHandle, u64)>,
 }
 
 impl std::fmt::Debug for BtlNet {
@@ -151,6 +173,9 @@ pub(crate) fn open(
     for (peer, &i) in route.iter().enumerate() {
         tracing::debug!(target: "pml_ob1", peer, btl = modules[i].name(), "route");
     }
+    let any_openib = modules.iter().any(|m| m.name() == "openib");
+    let mut limits: Vec<Limits> = limits;
+    let tm = tm_state(&mut modules, &route, &mut limits);
     Ok(Box::new(BtlNet {
         size: info.size,
         modules,
@@ -159,7 +184,68 @@ pub(crate) fn open(
         sendi,
         regs: HashMap::new(),
         dropped: 0,
+        tm,
+        any_openib,
     }))
+}
+
+/// The offload path: exactly one openib module with tag matching (several
+/// would need one split matcher per NIC list; then software matching).
+/// Tagged peers get an eager limit that leaves room for the pml header in
+/// the tagged payload.
+fn tm_state(
+    modules: &mut [Box<dyn BtlModule>],
+    route: &[usize],
+    limits: &mut [Limits],
+) -> Option<TmState> {
+    let mut found = Vec::new();
+    for (i, m) in modules.iter_mut().enumerate() {
+        if let Some(ob) = offload_of(m.as_mut()) {
+            if let Some(caps) = ob.ob_tm_caps() {
+                found.push((i, caps, ob.ob_eager_limit()));
+            }
+        }
+    }
+    if found.len() > 1 {
+        tracing::warn!(target: "pml_ob1", "{} openib modules with tag matching: matching stays in software", found.len());
+        return None;
+    }
+    let (module, caps, buf_len) = found.pop()?;
+    if buf_len < RNDV_LEN + tmpi_btl::REMOTE_REGION_BYTES || caps.0 == 0 {
+        return None;
+    }
+    let peers: Vec<bool> = route.iter().map(|&i| i == module).collect();
+    if !peers.iter().any(|&p| p) {
+        return None;
+    }
+    for (l, _) in limits.iter_mut().zip(&peers).filter(|(_, &p)| p) {
+        l.eager = l.eager.min(buf_len - MATCH_LEN);
+    }
+    tracing::debug!(target: "pml_ob1", max_num_tags = caps.0, max_ops = caps.1, "tag matching offload on");
+    Some(TmState {
+        module,
+        caps,
+        peers,
+        buf_len,
+        bufs: HashMap::new(),
+    })
+}
+
+/// The envelope in a MATCH/RNDV header.
+fn envelope_of(hdr: &[u8]) -> Option<Envelope> {
+    match Header::parse(hdr).ok()? {
+        Header::Match(m, _) => Some(Envelope {
+            ctx: m.ctx,
+            src: m.src,
+            tag: m.tag,
+        }),
+        Header::Rndv(r) => Some(Envelope {
+            ctx: r.m.ctx,
+            src: r.m.src,
+            tag: r.m.tag,
+        }),
+        _ => None,
+    }
 }
 
 impl Transport for BtlNet {
@@ -203,6 +289,11 @@ impl Transport for BtlNet {
         let Some(&i) = self.route.get(peer as usize) else {
             return Err(TxError::Fatal(format!("no route to rank {peer}")));
         };
+        if let Some(tm) = &self.tm {
+            if tm.peers[peer as usize] && matches!(hdr.first(), Some(&KIND_MATCH | &KIND_RNDV)) {
+                return self.send_tagged(peer, hdr, data);
+            }
+        }
         let m = &mut self.modules[i];
         let r = if self.sendi[i] {
             match m.sendi(peer, BTL_TAG_PML, hdr, data) {
@@ -255,5 +346,236 @@ impl Transport for BtlNet {
                 tracing::warn!(target: "pml_ob1", btl = m.name(), "finalize: {e}");
             }
         }
+        // The modules (and their registrations) are gone: the tagged
+        // buffers may go.
+        if let Some(tm) = &mut self.tm {
+            tm.bufs.clear();
+        }
+    }
+
+    fn tm_caps(&self) -> Option<(u32, u32)> {
+        self.tm.as_ref().map(|t| t.caps)
+    }
+
+    fn tm_peer(&self, peer: u32) -> bool {
+        self.tm
+            .as_ref()
+            .is_some_and(|t| t.peers.get(peer as usize).copied().unwrap_or(false))
+    }
+
+    fn tm_take(&mut self, out: &mut Vec<TmInput>) {
+        if !self.any_openib {
+            return;
+        }
+        let tm_module = self.tm.as_ref().map(|t| t.module);
+        for (i, m) in self.modules.iter_mut().enumerate() {
+            let Some(ob) = offload_of(m.as_mut()) else {
+                continue;
+            };
+            for ev in ob.ob_take_events() {
+                if Some(i) == tm_module {
+                    if let Some(tm) = self.tm.as_mut() {
+                        tm_input(tm, ev, out);
+                    }
+                } else {
+                    other_event(ev);
+                }
+            }
+        }
+    }
+
+    fn tm_exec(&mut self, a: NicAction<u64>) -> Option<NicEvent> {
+        let tm = self.tm.as_mut()?;
+        let Some(ob) = offload_of(self.modules[tm.module].as_mut()) else {
+            return match a {
+                NicAction::Add { id, .. } => Some(NicEvent::AddRefused { id }),
+                NicAction::Del { id, .. } => Some(NicEvent::DelRefused { id }),
+                NicAction::Sync { .. } => Some(NicEvent::SyncRefused),
+            };
+        };
+        match a {
+            NicAction::Add {
+                id,
+                recv,
+                tag,
+                unexpected_cnt,
+                ..
+            } => {
+                let mut buf = vec![0u8; tm.buf_len];
+                // SAFETY: the buffer's heap allocation does not move when
+                // the Vec moves into `bufs`, where it stays (untouched)
+                // until the receive ended (its Matched, Deleted or Failed
+                // event removes it) or the modules are finalized.
+                let r = unsafe {
+                    ob.ob_tm_post_recv(
+                        buf.as_mut_ptr(),
+                        buf.len(),
+                        tag.tag,
+                        tag.mask,
+                        id.0,
+                        unexpected_cnt,
+                    )
+                };
+                match r {
+                    Ok(h) => {
+                        tm.bufs.insert(id.0, (buf, h, recv));
+                        None
+                    }
+                    Err(e) => {
+                        tracing::debug!(target: "pml_ob1", recv, "TAG_ADD refused: {e}");
+                        Some(NicEvent::AddRefused { id })
+                    }
+                }
+            }
+            NicAction::Del { id, unexpected_cnt } => {
+                let Some(&(_, h, _)) = tm.bufs.get(&id.0) else {
+                    return Some(NicEvent::DelRefused { id });
+                };
+                match ob.ob_tm_del(h, unexpected_cnt) {
+                    Ok(()) => None,
+                    Err(e) => {
+                        tracing::debug!(target: "pml_ob1", "TAG_DEL refused: {e}");
+                        Some(NicEvent::DelRefused { id })
+                    }
+                }
+            }
+            NicAction::Sync { unexpected_cnt } => match ob.ob_tm_sync(unexpected_cnt) {
+                Ok(()) => None,
+                Err(e) => {
+                    tracing::debug!(target: "pml_ob1", "TAG_SYNC refused: {e}");
+                    Some(NicEvent::SyncRefused)
+                }
+            },
+        }
+    }
+}
+
+impl BtlNet {
+    /// A MATCH/RNDV to a tagged peer: one tagged eager send of the whole
+    /// pml fragment under the envelope's tag.
+    fn send_tagged(&mut self, peer: u32, hdr: &[u8], data: &[u8]) -> Result<(), TxError> {
+        let Some(tm) = &self.tm else {
+            return Err(TxError::Fatal("no tag matching".into()));
+        };
+        let Some(env) = envelope_of(hdr) else {
+            return Err(TxError::Fatal("malformed MATCH/RNDV header".into()));
+        };
+        let mut frag = Vec::with_capacity(hdr.len() + data.len());
+        frag.extend_from_slice(hdr);
+        frag.extend_from_slice(data);
+        let Some(ob) = offload_of(self.modules[tm.module].as_mut()) else {
+            return Err(TxError::Fatal("openib module lost".into()));
+        };
+        match ob.ob_send_tagged(
+            peer,
+            crate::offload::msg_tag(env),
+            u32::from(BTL_TAG_PML),
+            &frag,
+        ) {
+            Ok(()) => Ok(()),
+            Err(BtlError::WouldBlock) => Err(TxError::Busy),
+            Err(e) => Err(TxError::Fatal(e.to_string())),
+        }
+    }
+}
+
+/// One event of the tag-matching module, as an input of the offload path.
+fn tm_input(tm: &mut TmState, ev: Event, out: &mut Vec<TmInput>) {
+    match ev {
+        Event::Recv(f) if f.tmh.app_ctx == u32::from(BTL_TAG_PML) && f.rvh.is_none() => {
+            out.push(TmInput::Frag {
+                peer: f.peer,
+                from_nic: f.unexpected,
+                bytes: f.payload().to_vec(),
+            });
+        }
+        Event::Tm(t) => match t {
+            TmEvent::Added { recv_id, sync_req } => out.push(TmInput::Nic(NicEvent::Added {
+                id: NicId(recv_id),
+                sync_req,
+            })),
+            TmEvent::Matched {
+                recv_id,
+                peer,
+                tag,
+                byte_len,
+                complete,
+                ..
+            } => {
+                let id = NicId(recv_id);
+                let Some((buf, _, recv)) = tm.bufs.remove(&recv_id) else {
+                    tracing::error!(target: "pml_ob1", recv_id, "NIC match for no tagged buffer");
+                    return;
+                };
+                if !complete {
+                    out.push(TmInput::Failed {
+                        recv,
+                        id,
+                        error: "NIC rendezvous (not used by the pml)".into(),
+                    });
+                    return;
+                }
+                let e = tmpi_btl_openib::tag::unpack(tag);
+                let n = (byte_len as usize).min(buf.len());
+                out.push(TmInput::Matched {
+                    recv,
+                    id,
+                    peer,
+                    envelope: tmpi_tm_engine::Envelope::new(e.context, e.source, e.tag),
+                    bytes: buf[..n].to_vec(),
+                });
+            }
+            TmEvent::RndvDone { recv_id, .. } => {
+                out.push(TmInput::Nic(NicEvent::DataDone { id: NicId(recv_id) }))
+            }
+            TmEvent::RndvIncomplete { recv_id, .. } => {
+                if let Some((_, _, recv)) = tm.bufs.remove(&recv_id) {
+                    out.push(TmInput::Failed {
+                        recv,
+                        id: NicId(recv_id),
+                        error: "NIC rendezvous (not used by the pml)".into(),
+                    });
+                }
+            }
+            TmEvent::Deleted { recv_id } => {
+                tm.bufs.remove(&recv_id);
+                out.push(TmInput::Nic(NicEvent::Deleted { id: NicId(recv_id) }));
+            }
+            TmEvent::DelConsumed { recv_id } => {
+                out.push(TmInput::Nic(NicEvent::DelConsumed { id: NicId(recv_id) }))
+            }
+            TmEvent::Synced => out.push(TmInput::Nic(NicEvent::Synced)),
+        },
+        Event::Failed {
+            id,
+            op: Op::TaggedRecv,
+            error,
+            ..
+        } => {
+            if let Some((_, _, recv)) = tm.bufs.remove(&id) {
+                tracing::error!(target: "pml_ob1", recv, "tagged receive failed: {error}");
+                out.push(TmInput::Failed {
+                    recv,
+                    id: NicId(id),
+                    error: error.to_string(),
+                });
+            }
+        }
+        other => other_event(other),
+    }
+}
+
+/// Events of an openib module the pml does not act on: logged.
+fn other_event(ev: Event) {
+    match ev {
+        Event::Failed {
+            peer, op, error, ..
+        } => {
+            tracing::error!(target: "pml_ob1", peer, ?op, "openib operation failed: {error}");
+        }
+        Event::Recv(f) => {
+            tracing::error!(target: "pml_ob1", peer = f.peer, kind = ?f.kind, "unexpected tagged fragment dropped");
+        }
+        _ => {}
     }
 }

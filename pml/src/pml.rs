@@ -43,6 +43,9 @@ pub(crate) struct Inner {
     scratch: Vec<Action>,
     /// Messages taken by improbe: id -> envelope.
     mprobed: std::collections::HashMap<MsgId, Envelope>,
+    /// The offload path is on (a btl-openib module with tag matching).
+    tm: bool,
+    tm_inputs: Vec<crate::transport::TmInput>,
 }
 
 /// [`Wire`] over the transport and the per-peer limits table.
@@ -86,7 +89,10 @@ impl Inner {
     pub(crate) fn new(core: Core, net: Box<dyn Transport>) -> Self {
         let n = net.size();
         let limits = (0..n).map(|p| net.limits(p)).collect();
+        let tm = net.tm_caps().is_some();
         Inner {
+            tm,
+            tm_inputs: Vec::new(),
             core,
             net,
             limits,
@@ -112,10 +118,40 @@ impl Inner {
         n += net.progress(&mut |peer, bytes| {
             let _ = core.on_frag(&mut w, peer, bytes);
         });
+        if self.tm {
+            n += self.tm_progress();
+        }
         for (peer, r) in std::mem::take(&mut self.dereg) {
             self.net.deregister(peer, &r);
         }
         n + self.flush()
+    }
+
+    /// The offload path, under the pml's lock: NIC inputs in CQ order into
+    /// the split matcher, its late outcomes, then its NIC-list operations
+    /// in pull order (a refusal goes back before the next pull).
+    fn tm_progress(&mut self) -> usize {
+        let Inner {
+            core,
+            net,
+            limits,
+            dereg,
+            tm_inputs,
+            ..
+        } = self;
+        let mut w = DeferWire { limits, dereg };
+        net.tm_take(tm_inputs);
+        let n = tm_inputs.len();
+        for i in tm_inputs.drain(..) {
+            core.on_tm_input(&mut w, i);
+        }
+        core.drain_late(&mut w);
+        while let Some(a) = core.poll_nic_action() {
+            if let Some(refused) = net.tm_exec(a) {
+                core.on_tm_input(&mut w, crate::transport::TmInput::Nic(refused));
+            }
+        }
+        n
     }
 
     /// Carries out one action; gives it back when the BTL is busy.

@@ -7,6 +7,8 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use tmpi_tm_engine::split::{NicAction, NicEvent, NicId};
+
 use crate::core::Limits;
 use crate::raw::{RawBuf, RawBufMut};
 
@@ -40,6 +42,63 @@ pub trait Transport: Send {
     fn progress(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize;
     /// Releases the BTLs (after the finalize fence).
     fn finalize(&mut self) {}
+
+    /// `(max_num_tags, max_ops)` of the one tag-matching module the pml
+    /// offloads to; `None` (default): software matching only.
+    fn tm_caps(&self) -> Option<(u32, u32)> {
+        None
+    }
+    /// Whether messages from and to `peer` travel the tagged path.
+    fn tm_peer(&self, _peer: u32) -> bool {
+        false
+    }
+    /// Tagged-path inputs since the last call, in CQ order.
+    fn tm_take(&mut self, _out: &mut Vec<TmInput>) {}
+    /// Executes a NIC-list operation; `Some(refusal)` when it was refused.
+    fn tm_exec(&mut self, _a: NicAction<u64>) -> Option<NicEvent> {
+        None
+    }
+}
+
+/// An input of the offload path (btl-openib with tag matching), in CQ order.
+#[derive(Debug)]
+pub enum TmInput {
+    /// A tagged pml fragment (MATCH or RNDV) from `peer`; `from_nic`: the
+    /// NIC did not match it (counted as NIC-unexpected), else it came
+    /// through an untagged receive queue.
+    Frag {
+        /// World rank of the sender.
+        peer: u32,
+        /// Unexpected at the NIC.
+        from_nic: bool,
+        /// The pml fragment.
+        bytes: Vec<u8>,
+    },
+    /// A NIC completion for the split matcher.
+    Nic(NicEvent),
+    /// The NIC matched receive `recv` (list entry `id`): the fragment it
+    /// placed in the receive's tagged buffer.
+    Matched {
+        /// The receive.
+        recv: u64,
+        /// Its list entry.
+        id: NicId,
+        /// World rank of the sender.
+        peer: u32,
+        /// The matched envelope (from the tag).
+        envelope: tmpi_tm_engine::Envelope,
+        /// The pml fragment.
+        bytes: Vec<u8>,
+    },
+    /// A tagged receive failed (completion error).
+    Failed {
+        /// The receive.
+        recv: u64,
+        /// Its list entry.
+        id: NicId,
+        /// What failed.
+        error: String,
+    },
 }
 
 /// Test knobs of [`Loopback`].
