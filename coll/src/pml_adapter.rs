@@ -125,10 +125,14 @@ impl P2p for PmlP2p {
     }
 
     fn irecv(&self, ep: &Endpoint, source: u32, tag: i32, max_len: usize) -> Result<P2pHandle> {
-        let mut buf = vec![0u8; max_len];
-        let raw = RawBufMut::from_slice(&mut buf);
-        // SAFETY: as for isend: the buffer lives in `held`, untouched by
-        // anyone else, until the pml reports the receive complete.
+        // Not zeroed (a large receive would otherwise pay a memset of the
+        // whole buffer per message): the pml writes the bytes, and `test`
+        // exposes only the `count` bytes it reports as received.
+        let mut buf: Vec<u8> = Vec::with_capacity(max_len);
+        let raw = RawBufMut::from_raw(buf.as_mut_ptr(), max_len);
+        // SAFETY: as for isend: the allocation (capacity `max_len`) lives in
+        // `held`, untouched by anyone else, until the pml reports the
+        // receive complete; the pml only writes through the raw view.
         let id =
             unsafe { self.pml.irecv(ep.context_id, source as i32, tag, raw) }.map_err(pml_err)?;
         self.held().insert(id.0, Held::Recv(buf));
@@ -162,7 +166,17 @@ impl P2p for PmlP2p {
                 Ok(Some(Done::Sent))
             }
             Some(Held::Recv(mut b)) => {
-                b.truncate(st.count);
+                if st.count > b.capacity() {
+                    return Err(CollError::Intern(format!(
+                        "pml reported {} bytes received into a {}-byte buffer",
+                        st.count,
+                        b.capacity()
+                    )));
+                }
+                // SAFETY: the pml completed the receive without error and
+                // wrote its `count <= capacity` bytes at the start of the
+                // allocation.
+                unsafe { b.set_len(st.count) };
                 Ok(Some(Done::Received(b)))
             }
             None => Err(CollError::Intern(format!("unknown pml request {}", h.0))),

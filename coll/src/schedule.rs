@@ -300,6 +300,10 @@ pub struct Exec {
     round: usize,
     started: bool,
     pending: Vec<Pending>,
+    /// Completed transport requests of the current round, applied once the
+    /// whole round completed: by then no send shares a buffer any more, so
+    /// storing or reducing into it needs no copy-on-write.
+    arrived: Vec<(Pending, Done)>,
     tag: i32,
     peer_map: Option<Arc<[u32]>>,
     failed: Option<CollError>,
@@ -316,6 +320,7 @@ impl Exec {
             round: 0,
             started: false,
             pending: Vec::new(),
+            arrived: Vec::new(),
             tag,
             peer_map,
             failed: None,
@@ -361,12 +366,15 @@ impl Exec {
                     None => i += 1,
                     Some(done) => {
                         let p = self.pending.swap_remove(i);
-                        self.complete(p, done)?;
+                        self.arrived.push((p, done));
                     }
                 }
             }
             if !self.pending.is_empty() {
                 return Ok(false);
+            }
+            for (p, done) in std::mem::take(&mut self.arrived) {
+                self.complete(p, done)?;
             }
             self.run_local()?;
             self.round += 1;
