@@ -796,6 +796,21 @@ impl Core {
         Ok(false)
     }
 
+    /// After a cancel that did not settle at once: `None` while the receive
+    /// is still posted (its cancel pending at the NIC), else whether it
+    /// ended cancelled.
+    pub fn cancel_outcome(&mut self, id: ReqId) -> Result<Option<bool>, PmlError> {
+        let s = self.slot(id).ok_or(PmlError::Request)?;
+        Ok(match s.state {
+            ReqState::Recv {
+                phase: RecvPhase::Posted { token: Some(_) },
+                ..
+            } => None,
+            ReqState::Done => Some(s.status.cancelled),
+            _ => Some(false),
+        })
+    }
+
     fn deliver_unexpected(&mut self, wire: &mut dyn Wire, id: ReqId, env: Envelope, msg: MsgId) {
         match self.unexp.remove(&msg) {
             Some(Unexp::Eager { data, .. }) => self.deliver_eager(id, env, &data),

@@ -406,6 +406,11 @@ impl Pml {
         // SAFETY: forwarded contract.
         let id = unsafe { core.irecv(&mut w, ctx, src, tag, buf) }?;
         g.flush();
+        if g.tm {
+            // Post the receive's ADD now (in pull order), not at the next
+            // progress: the NIC should hold it before its message arrives.
+            g.tm_progress();
+        }
         Ok(id)
     }
 
@@ -636,7 +641,26 @@ impl Pml {
     /// `MPI_Cancel`: whether the request was cancelled (receives not yet
     /// matched only). The request must still be waited for or tested.
     pub fn cancel(&self, id: ReqId) -> Result<bool, PmlError> {
-        self.lock().core.cancel(id)
+        let mut g = self.lock();
+        let r = g.core.cancel(id)?;
+        if r || !g.tm {
+            return Ok(r);
+        }
+        // The offload path: a receive the NIC holds is cancelled by a DEL
+        // that settles at the NIC (removed, or lost to a match already
+        // made); wait for that so the answer is final.
+        loop {
+            if let Some(c) = g.core.cancel_outcome(id)? {
+                return Ok(c);
+            }
+            g.progress();
+            if let Some(c) = g.core.cancel_outcome(id)? {
+                return Ok(c);
+            }
+            drop(g);
+            self.idle();
+            g = self.lock();
+        }
     }
 
     /// `MPI_Request_free`.

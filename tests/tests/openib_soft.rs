@@ -8,14 +8,21 @@
 use tmpi_tests::{assert_ok, run, serial};
 
 const PROG: &str = env!("CARGO_BIN_EXE_p2p-check");
+const TM_PROG: &str = env!("CARGO_BIN_EXE_openib-tm-check");
 
 fn mca(tm: &'static str) -> Vec<(&'static str, &'static str)> {
-    vec![
+    let mut v = vec![
         ("btl", "self,openib"),
         ("btl_openib_if_include", "tmsoft0"),
         ("btl_openib_tm_enable", tm),
         ("mpi_yield_when_idle", "1"),
-    ]
+    ];
+    if tm == "1" {
+        // Offload receives of any size, so that the suite's small messages
+        // exercise NIC matching too (default 1024, UCX's TM_THRESH).
+        v.push(("pml_tm_thresh", "0"));
+    }
+    v
 }
 
 fn case(n: u32, name: &str, tm: &'static str, extra: &[(&str, &str)]) -> String {
@@ -79,7 +86,7 @@ fn tm_on_suite_2_ranks() {
 
 #[test]
 fn tm_on_suite_4_ranks() {
-    for c in ["order", "cancel", "zero"] {
+    for c in ["order", "cancel", "zero", "big", "probe"] {
         case(4, c, "1", &[]);
     }
 }
@@ -193,4 +200,59 @@ fn exclusivity_sm_preferred_on_one_node_openib_when_selected() {
         let want = if rank == peer { "self" } else { "openib" };
         assert_eq!(btl, want, "{r:?}");
     }
+}
+
+/// Runs `openib-tm-check MODE` on `n` ranks with tag matching `tm`, a soft
+/// NIC list of 8 entries and the pml_stats lines; returns (stdout, stats).
+fn tm_check(
+    n: u32,
+    tm: &'static str,
+    mode: &str,
+) -> (String, Vec<std::collections::HashMap<String, u64>>) {
+    let _g = serial();
+    let mut m = mca(tm);
+    // The default threshold (1024): the program's receives are 32 KiB.
+    m.retain(|(k, _)| *k != "pml_tm_thresh");
+    m.push(("btl_openib_tmsoft_max_num_tags", "8"));
+    m.push(("pml_stats", "1"));
+    let out = run(n, 60, &m, TM_PROG, &[mode]);
+    let so = String::from_utf8_lossy(&out.stdout).into_owned();
+    let se = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "tm={tm} n={n}: {so}\n{se}");
+    (so, pml_stats(&se, n))
+}
+
+#[test]
+fn same_program_tm_on_and_off_identical_results_2_and_4_ranks() {
+    for n in [2, 4] {
+        let (on, st_on) = tm_check(n, "1", "all");
+        let (off, st_off) = tm_check(n, "0", "all");
+        // 1 cancel line + 24 receives + the ANY_SOURCE receive.
+        assert_eq!(on.lines().count(), 26, "{on}");
+        assert_eq!(on, off, "results differ between NIC and software matching");
+        assert!(on.starts_with("cancel cancelled=true\n"), "{on}");
+        // TM on: the NIC matched some receives; 24 receives + 1 do not fit
+        // in 8 entries, so some stayed in software (in order: the data and
+        // the per-receive lines agree with the software run).
+        assert!(st_on[0]["nic_matches"] > 0, "{st_on:?}");
+        assert!(st_on[0]["offloaded"] > 0, "{st_on:?}");
+        assert!(st_on[0]["fallbacks"] > 0, "{st_on:?}");
+        assert!(st_on[0]["offloaded"] <= 8 + 1, "{st_on:?}");
+        // TM off: nothing at the NIC.
+        for f in &st_off {
+            assert_eq!(f["nic_matches"], 0, "{st_off:?}");
+            assert_eq!(f["offloaded"], 0, "{st_off:?}");
+        }
+    }
+}
+
+#[test]
+fn cancel_of_an_offloaded_receive() {
+    let (out, st) = tm_check(2, "1", "cancel");
+    assert_eq!(out.trim(), "cancel cancelled=true");
+    // The receive went to the NIC (named source, 4 KiB >= tm_thresh) and
+    // left it by DEL: offloaded, never matched (the one software match is
+    // the closing barrier's).
+    assert_eq!(st[0]["offloaded"], 1, "{st:?}");
+    assert_eq!(st[0]["nic_matches"], 0, "{st:?}");
 }
