@@ -1042,9 +1042,15 @@ impl Core {
         };
         let msg = self.next_msg;
         self.next_msg += 1;
-        let arrived = match self.matcher.as_split() {
-            Some(sm) if from_nic => sm.nic_unexpected(env, msg),
-            _ => self.matcher.arrive(env, msg),
+        // `as_split` only for NIC-unexpected messages: the software path
+        // pays no extra call.
+        let arrived = if from_nic {
+            match self.matcher.as_split() {
+                Some(sm) => sm.nic_unexpected(env, msg),
+                None => self.matcher.arrive(env, msg),
+            }
+        } else {
+            self.matcher.arrive(env, msg)
         };
         let arrived = match arrived {
             Ok(a) => a,
@@ -1120,7 +1126,9 @@ impl Core {
     /// An input of the offload path (in CQ order), then every outcome that
     /// settled.
     pub fn on_tm_input(&mut self, wire: &mut dyn Wire, input: TmInput) {
-        if !self.tm {
+        // Tagged fragments also reach a process without the offload path
+        // (its peer has tag matching, it has not): plain arrivals then.
+        if !self.tm && !matches!(input, TmInput::Frag { .. }) {
             return;
         }
         match input {

@@ -357,6 +357,10 @@ impl Transport for BtlNet {
         self.tm.as_ref().map(|t| t.caps)
     }
 
+    fn tm_inputs(&self) -> bool {
+        self.any_openib
+    }
+
     fn tm_peer(&self, peer: u32) -> bool {
         self.tm
             .as_ref()
@@ -373,12 +377,22 @@ impl Transport for BtlNet {
                 continue;
             };
             for ev in ob.ob_take_events() {
-                if Some(i) == tm_module {
-                    if let Some(tm) = self.tm.as_mut() {
-                        tm_input(tm, ev, out);
-                    }
-                } else {
-                    other_event(ev);
+                match (Some(i) == tm_module, self.tm.as_mut()) {
+                    (true, Some(tm)) => tm_input(tm, ev, out),
+                    _ => match ev {
+                        // A peer with tag matching sent tagged; this
+                        // module has none: a plain arrival.
+                        Event::Recv(f)
+                            if f.tmh.app_ctx == u32::from(BTL_TAG_PML) && f.rvh.is_none() =>
+                        {
+                            out.push(TmInput::Frag {
+                                peer: f.peer,
+                                from_nic: false,
+                                bytes: f.payload().to_vec(),
+                            })
+                        }
+                        other => other_event(other),
+                    },
                 }
             }
         }

@@ -45,6 +45,8 @@ pub(crate) struct Inner {
     mprobed: std::collections::HashMap<MsgId, Envelope>,
     /// The offload path is on (a btl-openib module with tag matching).
     tm: bool,
+    /// Tagged-path inputs are possible (some openib module): polled.
+    tm_in: bool,
     tm_inputs: Vec<crate::transport::TmInput>,
 }
 
@@ -90,8 +92,10 @@ impl Inner {
         let n = net.size();
         let limits = (0..n).map(|p| net.limits(p)).collect();
         let tm = net.tm_caps().is_some();
+        let tm_in = net.tm_inputs();
         Inner {
             tm,
+            tm_in,
             tm_inputs: Vec::new(),
             core,
             net,
@@ -118,7 +122,7 @@ impl Inner {
         n += net.progress(&mut |peer, bytes| {
             let _ = core.on_frag(&mut w, peer, bytes);
         });
-        if self.tm {
+        if self.tm_in {
             n += self.tm_progress();
         }
         for (peer, r) in std::mem::take(&mut self.dereg) {

@@ -48,6 +48,11 @@ pub trait Transport: Send {
     fn tm_caps(&self) -> Option<(u32, u32)> {
         None
     }
+    /// Whether [`Transport::tm_take`] can yield inputs (some module may
+    /// receive tagged fragments, even without the offload path here).
+    fn tm_inputs(&self) -> bool {
+        self.tm_caps().is_some()
+    }
     /// Whether messages from and to `peer` travel the tagged path.
     fn tm_peer(&self, _peer: u32) -> bool {
         false
