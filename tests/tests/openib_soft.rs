@@ -256,3 +256,17 @@ fn cancel_of_an_offloaded_receive() {
     assert_eq!(st[0]["offloaded"], 1, "{st:?}");
     assert_eq!(st[0]["nic_matches"], 0, "{st:?}");
 }
+
+#[test]
+fn tm_on_tight_nic_list_and_stale_sync_reading() {
+    // A NIC list of 4 entries, 2 outstanding list operations, and the soft
+    // NIC's other sync reading (entries added while stale are skipped).
+    let tight = [
+        ("btl_openib_tmsoft_max_num_tags", "4"),
+        ("btl_openib_tmsoft_max_ops", "2"),
+        ("btl_openib_tmsoft_sync_mode", "stale"),
+    ];
+    for c in ["order", "cancel", "big"] {
+        case(3, c, "1", &tight);
+    }
+}
