@@ -654,7 +654,17 @@ impl<'p> Inbox<'p> {
             }
             let cs_hdr = u64::from_le_bytes(b[40..48].try_into().expect("8"));
             if checksum(&b[HDR..]) != cs_hdr {
-                return Err(format!("{}: CHECKSUM mismatch (corrupt body)", ctx()));
+                let want = m.payload(self.seed, self.epoch);
+                let bad: Vec<usize> = (0..n).filter(|&k| b[k] != want[k]).collect();
+                let zeros = bad.iter().filter(|&&k| b[k] == 0).count();
+                return Err(format!(
+                    "{}: CHECKSUM mismatch (corrupt body): {} bytes differ, first at {:?}, last at {:?}, {zeros} of them received as 0; sync {}",
+                    ctx(),
+                    bad.len(),
+                    bad.first(),
+                    bad.last(),
+                    m.sync
+                ));
             }
         } else if b != &m.payload(self.seed, self.epoch)[..] {
             // Which message of the same envelope would it have been?
