@@ -15,7 +15,8 @@
 #
 # env: STRESS_RANKS (default 3), STRESS_TIMEOUT (seconds per run; default
 #      180 short, 900 soak), STRESS_SEED (same seed for every transport),
-#      CARGO_TARGET_DIR (default: target).
+#      CARGO_TARGET_DIR (default: target), STRESS_SOAK_SECONDS (soak: start
+#      no epoch after this many seconds, default 540).
 #
 # A transport is skipped (not failed) only when MPI init reports that no
 # BTL of the selection reaches a peer (the pml does not wire that BTL in
@@ -46,7 +47,9 @@ if [ "$MODE" = soak ]; then
     TIMEOUT=${STRESS_TIMEOUT:-900}
     # 500 epochs x ~2000 messages = ~10^6 messages; fewer large ones than
     # the short run so that a soak stays within minutes on 2 cores.
-    ARGS=(--epochs 500 --msgs 2000 --rndv-permille 10 --big-permille 1 --stall-seconds 120)
+    # --max-seconds: no epoch starts after that (default 540 s per transport).
+    ARGS=(--epochs 500 --msgs 2000 --rndv-permille 10 --big-permille 1 --stall-seconds 120
+          --max-seconds "${STRESS_SOAK_SECONDS:-540}")
 else
     PROFILE=debug
     TIMEOUT=${STRESS_TIMEOUT:-180}

@@ -119,6 +119,9 @@ struct Cfg {
     stall_s: u64,
     /// Bytes of one epoch's sends (over all ranks) at most.
     epoch_bytes: usize,
+    /// Start no epoch after this many seconds (0: no limit); decided
+    /// together (rank 0's clock) so all ranks stop after the same epoch.
+    max_seconds: u64,
     /// Whether the seed came from the command line or the environment
     /// (otherwise rank 0 draws one and sends it to everybody).
     seed_given: bool,
@@ -148,6 +151,7 @@ fn parse_args() -> R<Cfg> {
         big_pm: 5,
         stall_s: 60,
         epoch_bytes: 96 << 20,
+        max_seconds: 0,
         seed_given: false,
         inject: Inject::None,
     };
@@ -171,6 +175,7 @@ fn parse_args() -> R<Cfg> {
             "--big-permille" => c.big_pm = num()?,
             "--stall-seconds" => c.stall_s = num()?,
             "--epoch-bytes" => c.epoch_bytes = num()? as usize,
+            "--max-seconds" => c.max_seconds = num()?,
             "--inject" => {
                 c.inject = match v.as_str() {
                     "drop" => Inject::Drop,
@@ -1292,7 +1297,27 @@ fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Arc<Watch>) -> R<String> {
     let mut sent = vec![[0u64; 2]; n as usize];
     let mut got = vec![[0u64; 2]; n as usize];
     let t0 = Instant::now();
+    let mut epochs_run = 0;
     for e in 0..cfg.epochs {
+        if cfg.max_seconds > 0 {
+            // Rank 0's clock decides for everybody.
+            let over = u64::from(me == 0 && t0.elapsed().as_secs() >= cfg.max_seconds);
+            let mut any = [0u8; 8];
+            cs.coll[COLL_ONLY]
+                .as_ref()
+                .expect("dup")
+                .allreduce(
+                    Input::Buf(&over.to_le_bytes()),
+                    &mut any,
+                    Datatype::U64,
+                    &Op::Max,
+                )
+                .map_err(|e| format!("allreduce: {e}"))?;
+            if u64::from_le_bytes(any) != 0 {
+                break;
+            }
+        }
+        epochs_run += 1;
         let plan = gen_epoch(cfg, e, n, &mut ctr);
         planned += plan.len() as u64;
         for m in &plan {
@@ -1399,7 +1424,7 @@ fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Arc<Watch>) -> R<String> {
          wildcard receives {}, probes {}, mprobes {}, ssends {}, self {}, cancels: {} cancelled / \
          {} completed first / {} never-matching cancelled; collectives {}; rank 0 pml {:?}",
         cfg.seed,
-        cfg.epochs,
+        epochs_run,
         t[0],
         t[1],
         t[0] as f64 / secs.max(1e-9),
