@@ -65,6 +65,10 @@ fn tm_off_rendezvous_by_rdma_read() {
     let out = case(2, "big", "0", &[]);
     assert!(stat(&out, "rndv_get") > 0, "no RDMA-read rendezvous: {out}");
     assert_eq!(stat(&out, "rndv_pipelined"), 0, "pipelined: {out}");
+}
+
+#[test]
+fn tm_off_rendezvous_small_eager_limit() {
     case(2, "big", "0", &[("pml_eager_limit", "512")]);
 }
 
