@@ -1145,6 +1145,11 @@ impl Core {
                 _ => {
                     self.stats.dropped += 1;
                     tracing::error!(target: "pml_ob1", peer, "malformed tagged fragment dropped");
+                    if from_nic {
+                        // The NIC counted it as unexpected: so must the
+                        // split matcher, or the counts never agree again.
+                        self.count_dropped_nic_unexpected();
+                    }
                 }
             },
             TmInput::Nic(ev) => self.nic_event(ev),
@@ -1172,6 +1177,31 @@ impl Core {
             }
         }
         self.drain_late(wire);
+    }
+
+    /// Feeds a dropped NIC-unexpected message to the split matcher under
+    /// an envelope no receive can name (context `u32::MAX`, tag
+    /// `i32::MIN`), then takes it out again, so its unexpected count stays
+    /// equal to the NIC's.
+    fn count_dropped_nic_unexpected(&mut self) {
+        let env = Envelope {
+            ctx: u32::MAX,
+            src: 0,
+            tag: i32::MIN,
+        };
+        let msg = self.next_msg;
+        self.next_msg += 1;
+        if let Some(sm) = self.matcher.as_split() {
+            if sm.nic_unexpected(env, msg).is_ok() {
+                let pat = Pattern {
+                    ctx: env.ctx,
+                    src: Some(0),
+                    tag: Some(env.tag),
+                };
+                // While a DEL is pending the entry waits; harmless.
+                let _ = sm.mprobe(pat);
+            }
+        }
     }
 
     fn nic_event(&mut self, ev: NicEvent) {

@@ -290,3 +290,85 @@ impl SplitMatch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tmpi_btl_openib::tag::{unpack, Matcher, Source, TagSel, MAX_CONTEXT};
+
+    fn pat(ctx: u32, src: Option<i32>, tag: Option<i32>) -> Pattern {
+        Pattern { ctx, src, tag }
+    }
+
+    #[test]
+    fn nic_tags_of_receives_and_messages() {
+        // A named receive matches exactly its message's tag.
+        let (t, m) = nic_tag(&pat(3, Some(2), Some(9))).unwrap();
+        let env = Envelope {
+            ctx: 3,
+            src: 2,
+            tag: 9,
+        };
+        assert_eq!(msg_tag(env) & m, t & m);
+        let other = Envelope { tag: 10, ..env };
+        assert_ne!(msg_tag(other) & m, t & m);
+        // ANY_TAG takes user tags, not internal (negative) ones.
+        let (t, m) = nic_tag(&pat(3, Some(2), None)).unwrap();
+        assert_eq!(msg_tag(other) & m, t & m);
+        let internal = Envelope { tag: -5, ..env };
+        assert_ne!(msg_tag(internal) & m, t & m);
+        // ANY_SOURCE, the reserved context and tags outside the layout stay
+        // in software.
+        assert_eq!(nic_tag(&pat(3, None, Some(9))), None);
+        assert_eq!(nic_tag(&pat(MAX_CONTEXT, Some(1), Some(9))), None);
+        assert_eq!(nic_tag(&pat(3, Some(1), Some(i32::MAX))), None);
+    }
+
+    #[test]
+    fn unpackable_messages_use_the_reserved_context() {
+        let big = Envelope {
+            ctx: 1 << 20,
+            src: 1,
+            tag: 4,
+        };
+        assert_eq!(unpack(msg_tag(big)).context, MAX_CONTEXT);
+        let bad_tag = Envelope {
+            ctx: 1,
+            src: 1,
+            tag: i32::MAX,
+        };
+        assert_eq!(unpack(msg_tag(bad_tag)).context, MAX_CONTEXT);
+        // No offloadable receive matches them, even with ANY_TAG.
+        let any = Matcher::new(MAX_CONTEXT - 1, Source::Rank(0), TagSel::Any).unwrap();
+        assert!(!any.matches(msg_tag(big)));
+    }
+
+    #[test]
+    fn software_only_split_matches_and_cancels_at_once() {
+        let mut m = SplitMatch::new(8, 4, 1024).unwrap();
+        let p = pat(0, Some(1), Some(5));
+        let env = Envelope {
+            ctx: 0,
+            src: 1,
+            tag: 5,
+        };
+        // Unexpected first, then the receive matches it at post.
+        assert_eq!(m.arrive(env, 10), Ok(None));
+        assert_eq!(m.post_recv(p, 1), Ok(Posted::Matched(env, 10)));
+        // A queued receive takes the next arrival.
+        let Ok(Posted::Queued(tok)) = m.post_recv(p, 2) else {
+            panic!("expected queued")
+        };
+        assert_eq!(m.arrive(env, 11), Ok(Some(2)));
+        // Cancel of a software receive settles at once.
+        let Ok(Posted::Queued(tok3)) = m.post_recv(p, 3) else {
+            panic!("expected queued")
+        };
+        assert!(m.cancel_recv(tok3, 3));
+        assert!(!m.cancel_recv(tok, 2), "already matched");
+        assert_eq!(m.poll_late(), None);
+        let c = m.counters();
+        assert_eq!((c.sw_matches, c.nic_matches, c.offloaded), (2, 0, 0));
+        assert!(m.poll_action().is_none(), "no NIC work without offload");
+    }
+}
