@@ -173,7 +173,9 @@ pub(crate) fn open(
     for (peer, &i) in route.iter().enumerate() {
         tracing::debug!(target: "pml_ob1", peer, btl = modules[i].name(), "route");
     }
-    let any_openib = modules.iter().any(|m| m.name() == "openib");
+    // Only when openib carries traffic: an RDMA device on a one-node job
+    // (every peer over sm) must not cost the sm path anything per poll.
+    let any_openib = route.iter().any(|&i| modules[i].name() == "openib");
     let mut limits: Vec<Limits> = limits;
     let tm = tm_state(&mut modules, &route, &mut limits);
     Ok(Box::new(BtlNet {
