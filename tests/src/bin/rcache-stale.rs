@@ -25,21 +25,26 @@ fn main() {
         eprintln!("rcache-stale: needs 2 ranks");
         exit(2);
     }
+    // Optional argument: MiB per message (default 40).
+    let len = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse::<usize>().ok())
+        .map_or(LEN, |m| m << 20);
     let mut bad = 0;
     for k in 1..=ROUNDS {
         if w.rank() == 0 {
-            let buf = vec![k; LEN];
+            let buf = vec![k; len];
             eprintln!("rcache-stale: round {k} buffer at {:p}", buf.as_ptr());
             w.send(&buf, 1, k as i32).expect("send");
             drop(buf);
         } else {
-            let mut buf = vec![0u8; LEN];
+            let mut buf = vec![0u8; len];
             w.recv(&mut buf, 0, k as i32).expect("recv");
             let wrong = buf.iter().filter(|&&b| b != k).count();
             if wrong > 0 {
                 let first = buf.iter().position(|&b| b != k).unwrap_or(0);
                 eprintln!(
-                    "rcache-stale: round {k}: {wrong} of {LEN} bytes wrong, first at {first} \
+                    "rcache-stale: round {k}: {wrong} of {len} bytes wrong, first at {first} \
                      (holds {}: data of an earlier round)",
                     buf[first]
                 );
