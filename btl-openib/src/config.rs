@@ -13,7 +13,7 @@
 //! | `btl_openib_srq_max` | `1024` | most untagged receive buffers (the SRQ's capacity); the pool doubles when it runs below a quarter |
 //! | `btl_openib_send_queue` | `256` | send buffers / outstanding signalled sends per module |
 //! | `btl_openib_tm_max_tags` | `1024` | tag list entries to ask for (capped by the device) |
-//! | `btl_openib_rcache_max_entries` | `256` | registration cache: most unpinned cached regions |
+//! | `btl_openib_rcache_max_entries` | `0` | registration cache: most unpinned cached regions (0: deregister as soon as unused; see docs/btl-openib.md before raising it) |
 //! | `btl_openib_rcache_max_bytes` | `1G` | registration cache: most bytes held by unpinned cached regions |
 //! | `btl_openib_rnr_retry` | `7` | RNR retries (7 = infinite; a last resort: buffers are replenished first) |
 //! | `btl_openib_timeout` | `14` | local ACK timeout code (4.096 µs · 2^n) |
@@ -68,7 +68,10 @@ impl Default for OpenibConfig {
             srq_max: 1024,
             send_queue: 256,
             tm_max_tags: 1024,
-            rcache_max_entries: 256,
+            // 0: tmpi sees no free()/munmap, so a cached registration of
+            // freed memory would move data from/into the old pages (found
+            // on rxe, docs/stress.md). Raise only for stable buffers.
+            rcache_max_entries: 0,
             rcache_max_bytes: 1 << 30,
             rnr_retry: 7,
             timeout: 14,
