@@ -128,7 +128,10 @@ pub struct OpenibBtl<P: Provider> {
     pending: VecDeque<Event>,
     /// Events for the offload-aware user.
     events: Vec<Event>,
-    regions: HashMap<RemoteRegion, Reg<P>>,
+    /// Pins of exported regions; one per `register_region` call: the same
+    /// buffer may be exported by several rendezvous at once (two sends of
+    /// one buffer), and each `deregister_region` drops one pin.
+    regions: HashMap<RemoteRegion, Vec<Reg<P>>>,
     next_get: u64,
 }
 
@@ -252,12 +255,17 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
             len: reg.len(),
             key: u64::from(reg.rkey()),
         };
-        self.regions.insert(r, reg);
+        self.regions.entry(r).or_default().push(reg);
         Ok(r)
     }
 
     fn deregister_region(&mut self, region: &RemoteRegion) {
-        self.regions.remove(region);
+        if let Some(pins) = self.regions.get_mut(region) {
+            pins.pop();
+            if pins.is_empty() {
+                self.regions.remove(region);
+            }
+        }
     }
 
     fn get(

@@ -51,8 +51,9 @@ pub struct BtlNet {
     limits: Vec<Limits>,
     /// Whether a module may use `sendi`.
     sendi: Vec<bool>,
-    /// Registrations in use: region bytes → (module index).
-    regs: HashMap<[u8; tmpi_btl::REMOTE_REGION_BYTES], usize>,
+    /// Registrations in use: region bytes → (module index, how many sends
+    /// use it: one buffer may be in several rendezvous at once).
+    regs: HashMap<[u8; tmpi_btl::REMOTE_REGION_BYTES], (usize, usize)>,
     dropped: u64,
     /// The offload path, when one openib module has tag matching.
     tm: Option<TmState>,
@@ -268,7 +269,7 @@ impl Transport for BtlNet {
         match r {
             Ok(r) => {
                 let b = r.to_bytes();
-                self.regs.insert(b, i);
+                self.regs.entry(b).or_insert((i, 0)).1 += 1;
                 Some(b.to_vec())
             }
             Err(e) => {
@@ -282,7 +283,16 @@ impl Transport for BtlNet {
         let Ok(key) = <[u8; tmpi_btl::REMOTE_REGION_BYTES]>::try_from(region) else {
             return;
         };
-        if let (Some(i), Ok(r)) = (self.regs.remove(&key), RemoteRegion::from_bytes(region)) {
+        let Some(e) = self.regs.get_mut(&key) else {
+            return;
+        };
+        let i = e.0;
+        e.1 -= 1;
+        if e.1 == 0 {
+            self.regs.remove(&key);
+        }
+        // One deregistration per registration: the module drops one pin.
+        if let Ok(r) = RemoteRegion::from_bytes(region) {
             self.modules[i].deregister_region(&r);
         }
     }
