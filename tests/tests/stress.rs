@@ -101,15 +101,11 @@ fn lost_duplicated_and_corrupted_messages_are_caught() {
     }
 }
 
-/// Finding 4 of docs/stress.md: over btl openib on tmsoft0 with the
-/// registration cache off (`btl_openib_rcache_max_entries=0`, the default
-/// since c9d0e34), this seed makes an RDMA read of a rendezvous fail with
-/// `RemAccessErr` (the sender's registration is gone while the read is
-/// pending); the broken connection then leaves receives hanging instead of
-/// failing. Passes with `rcache_max_entries=256`. Ignored until
-/// btl-openib is fixed: `cargo test -p tmpi-tests --test stress -- --ignored`.
+/// Finding 4 of docs/stress.md (fixed): over btl openib on tmsoft0 with
+/// the registration cache off (`btl_openib_rcache_max_entries=0`, the
+/// default since c9d0e34), this seed made an RDMA read of a rendezvous fail
+/// with `RemAccessErr`, then the job hung.
 #[test]
-#[ignore = "fails until btl-openib keeps registrations of pending rendezvous (docs/stress.md, finding 4)"]
 fn openib_soft_rcache_off_rendezvous_reads_stay_valid() {
     let _g = serial();
     let mca = [
@@ -142,4 +138,22 @@ fn openib_soft_rcache_off_rendezvous_reads_stay_valid() {
     let se = String::from_utf8_lossy(&out.stderr);
     assert!(!se.contains("RemAccessErr"), "{se}");
     assert_ok(&out, "stress: OK seed 2478024960 ");
+}
+
+/// The minimal form of finding 4: two rendezvous sends of one buffer at
+/// once; the first FIN must not unpin the buffer the second still exports.
+#[test]
+fn openib_soft_two_sends_of_one_buffer() {
+    let _g = serial();
+    let prog = env!("CARGO_BIN_EXE_same-buffer-sends");
+    for rc in ["0", "256"] {
+        let mca = [
+            ("btl", "self,openib"),
+            ("btl_openib_if_include", "tmsoft0"),
+            ("btl_openib_rcache_max_entries", rc),
+            ("mpi_yield_when_idle", "1"),
+        ];
+        let out = run(2, 60, &mca, prog, &[]);
+        assert_ok(&out, "same-buffer-sends: OK");
+    }
 }
