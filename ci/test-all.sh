@@ -21,7 +21,7 @@ echo "== tests"
 cargo test --workspace --no-fail-fast
 
 echo "== stress: randomized traffic over every transport the pml can use (docs/stress.md)"
-bash ci/stress.sh --short
+bash ci/stress.sh --short --rxe
 
 echo "== security checks (segments, session directory, PMI socket, leftovers)"
 SECURITY_NO_BUILD=1 bash ci/security-checks.sh
