@@ -26,5 +26,8 @@ bash ci/stress.sh --short --rxe
 echo "== security checks (segments, session directory, PMI socket, leftovers)"
 SECURITY_NO_BUILD=1 bash ci/security-checks.sh
 
+echo "== fuzz: every cargo-fuzz target for a few seconds from its seeds (docs/fuzzing.md)"
+FUZZ_SECONDS=5 bash ci/fuzz.sh
+
 echo "== real verbs over soft-RoCE (qemu VM with rdma_rxe)"
 bash ci/rxe/run-verbs-tests.sh
