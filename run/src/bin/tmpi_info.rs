@@ -53,7 +53,11 @@ use tmpi_base::mca::{self, Level, ParamInfo, ParamType, Registry};
 /// Every crate that contributes components or parameters, one line each.
 const PROVIDERS: &[Provider] = &[
     tmpi_base::component::register_base,
-    // tmpi_btl_sm::register,
+    tmpi_btl_self::register,
+    tmpi_btl_sm::register,
+    tmpi_btl_tcp::register,
+    tmpi_btl_openib::register,
+    tmpi_coll::register,
 ];
 
 const USAGE: &str =
