@@ -87,7 +87,7 @@ fn ring_over_pmi_modex_under_tmpirun() {
         return;
     };
     assert_eq!(code, 0, "{text}");
-    let job = std::fs::read_to_string(out.join("job")).unwrap();
+    let job = std::fs::read_to_string(out.join("job.0")).unwrap();
     assert!(job_segments(&job).is_empty());
     let _ = std::fs::remove_dir_all(&out);
 }
@@ -98,7 +98,7 @@ fn crashed_rank_leaves_no_segment() {
         return;
     };
     assert_ne!(code, 0, "the job must fail: {text}");
-    let job = std::fs::read_to_string(out.join("job")).unwrap();
+    let job = std::fs::read_to_string(out.join("job.1")).unwrap();
     // rank 1 died with its segment created and nobody attached
     assert!(out.join("created.1").exists(), "{text}");
     assert!(job_segments(&job).is_empty(), "leftover segments of {job}");
@@ -113,9 +113,9 @@ fn tmpirun_child() {
     let out = PathBuf::from(std::env::var(OUT).unwrap());
     let mut client = PmiClient::connect_from_env().unwrap();
     let info = client.process_info().unwrap();
-    if info.rank == 0 {
-        std::fs::write(out.join("job"), &info.job_id).unwrap();
-    }
+    // every rank records the job id: in the crash case the launcher may end
+    // rank 0 before it gets this far
+    std::fs::write(out.join(format!("job.{}", info.rank)), &info.job_id).unwrap();
     let mut modex = PmiModex::new(client);
     let reg = Registry::new(Sources::from_process());
     let mut mods = SmComponent.init(&reg, &info, &mut modex).unwrap();
