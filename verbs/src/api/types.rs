@@ -78,11 +78,11 @@ flags! {
         /// `IBV_WC_WITH_IMM`.
         WITH_IMM = 2;
         /// `IBV_WC_TM_SYNC_REQ`: the NIC's and software's unexpected counts differ.
-        TM_SYNC_REQ = 1 << 5;
+        TM_SYNC_REQ = 1 << 4;
         /// `IBV_WC_TM_MATCH`: the message matched a tagged buffer.
-        TM_MATCH = 1 << 6;
+        TM_MATCH = 1 << 5;
         /// `IBV_WC_TM_DATA_VALID`: the data of a matched message is in place.
-        TM_DATA_VALID = 1 << 7;
+        TM_DATA_VALID = 1 << 6;
     }
 }
 

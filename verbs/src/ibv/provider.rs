@@ -326,7 +326,8 @@ fn wc_opcode(o: u32) -> api::WcOpcode {
 }
 
 /// Translates libibverbs `IBV_WC_*` flag bits to the interface's flags by
-/// name (the interface's numeric values are its own).
+/// name (the interface uses the same bit values, checked by the tests; bits the
+/// interface does not name, e.g. `IBV_WC_IP_CSUM_OK`, are dropped).
 fn wc_flags(f: u32) -> api::WcFlags {
     let mut out = api::WcFlags::empty();
     for (bit, flag) in [
@@ -647,6 +648,29 @@ mod tests {
         assert_eq!(wc_flags(IBV_WC_TM_SYNC_REQ), api::WcFlags::TM_SYNC_REQ);
         assert_eq!(wc_flags(IBV_WC_WITH_IMM), api::WcFlags::WITH_IMM);
         assert_eq!(wc_flags(0), api::WcFlags::empty());
+        // The typed completion flags carry libibverbs' own bit values (verbs.h:
+        // IBV_WC_TM_SYNC_REQ = 1 << 4, IBV_WC_TM_MATCH = 1 << 5,
+        // IBV_WC_TM_DATA_VALID = 1 << 6).
+        for (typed, raw) in [
+            (api::WcFlags::GRH, IBV_WC_GRH),
+            (api::WcFlags::WITH_IMM, IBV_WC_WITH_IMM),
+            (api::WcFlags::TM_SYNC_REQ, IBV_WC_TM_SYNC_REQ),
+            (api::WcFlags::TM_MATCH, IBV_WC_TM_MATCH),
+            (api::WcFlags::TM_DATA_VALID, IBV_WC_TM_DATA_VALID),
+        ] {
+            assert_eq!(typed.bits(), raw);
+            assert_eq!(wc_flags(raw), typed);
+        }
+        assert_eq!(IBV_WC_TM_SYNC_REQ, 1 << 4);
+        assert_eq!(IBV_WC_TM_MATCH, 1 << 5);
+        assert_eq!(IBV_WC_TM_DATA_VALID, 1 << 6);
+        let all = IBV_WC_GRH
+            | IBV_WC_WITH_IMM
+            | IBV_WC_IP_CSUM_OK
+            | IBV_WC_TM_SYNC_REQ
+            | IBV_WC_TM_MATCH
+            | IBV_WC_TM_DATA_VALID;
+        assert_eq!(wc_flags(all).bits(), all & !IBV_WC_IP_CSUM_OK);
         assert_eq!(wc_opcode(IBV_WC_TM_NO_TAG), api::WcOpcode::TmNoTag);
         assert_eq!(wc_status(IBV_WC_TM_ERR), api::WcStatus::TmErr);
         // The interface's bit values that are passed through unchanged.
