@@ -297,3 +297,102 @@ fn overridden_invalid_value_warns() {
         "{err}"
     );
 }
+
+/// Without libibverbs (forced here with a library path that does not exist,
+/// so the test means the same on a machine with rdma-core), `tmpi_info` says
+/// so in one plain line and still lists the soft NIC; the exit status is 0.
+#[test]
+fn rdma_without_libibverbs_is_one_plain_line() {
+    let e = Env::new("noibv");
+    let lib = e.home.join("no-such-libibverbs.so.1");
+    let lib = lib.to_str().unwrap();
+    let o = e.run(&[], &[("TMPI_VERBS_LIBIBVERBS", lib)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let section = out
+        .split_once("\nRDMA devices:\n")
+        .map(|(_, s)| s)
+        .unwrap_or_else(|| panic!("no RDMA section in\n{out}"));
+    let first = section.lines().next().unwrap();
+    assert!(
+        first.starts_with(&format!("  libibverbs not found (cannot load {lib}: ")),
+        "{out}"
+    );
+    assert_eq!(out.matches("libibverbs not found").count(), 2, "{out}"); // + openib's verdict
+    assert!(section.contains("  tmsoft0 (soft NIC"), "{out}");
+    assert!(
+        !section.contains("(libibverbs):"),
+        "no libibverbs device: {out}"
+    );
+    let o = e.run(&["--parsable"], &[("TMPI_VERBS_LIBIBVERBS", lib)]);
+    let out = stdout(&o);
+    let rec = out
+        .lines()
+        .find(|l| l.starts_with("rdma:libibverbs:"))
+        .unwrap_or_else(|| panic!("no rdma:libibverbs record in\n{out}"));
+    assert!(
+        rec.starts_with(&format!(
+            "rdma:libibverbs:available:no:libibverbs not found: cannot load {lib}: "
+        )),
+        "{rec}"
+    );
+    assert!(!out.contains(":provider:libibverbs"), "{out}");
+}
+
+/// The soft NIC `tmsoft0` is listed with the caps it advertises, which follow
+/// its MCA parameters, and its one port.
+#[test]
+fn rdma_lists_soft_nic_with_its_caps() {
+    let e = Env::new("tmsoft");
+    let o = e.run(
+        &[],
+        &[
+            ("TMPI_MCA_btl_openib_tmsoft_max_num_tags", "16"),
+            ("TMPI_MCA_btl_openib_tmsoft_max_ops", "8"),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("  tmsoft0 "))
+        .unwrap_or_else(|| panic!("no tmsoft0 line in\n{out}"));
+    assert!(
+        line.starts_with(
+            "  tmsoft0 (soft NIC, used only when btl_openib_if_include names it): fw tmpi-soft "
+        ),
+        "{line}"
+    );
+    assert!(
+        line.ends_with(
+            ", tag matching: yes (max_num_tags 16, max_ops 8, max_sge 1, max_rndv_hdr_size 64, flags 0x1 RC)"
+        ),
+        "{line}"
+    );
+    assert!(
+        out.contains(&format!(
+            "{line}\n    port 1: Active, Ethernet, active MTU 4096, LID 0\n"
+        )),
+        "{out}"
+    );
+
+    // Tag matching switched off in the soft NIC: caps read as absent.
+    let o = e.run(
+        &["--parsable"],
+        &[("TMPI_MCA_btl_openib_tmsoft_max_num_tags", "0")],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    for want in [
+        "rdma:device:tmsoft0:provider:soft",
+        "rdma:device:tmsoft0:tm:supported:no",
+        "rdma:device:tmsoft0:tm:max_num_tags:0",
+        "rdma:device:tmsoft0:tm:max_ops:64",
+        "rdma:device:tmsoft0:tm:max_rndv_hdr_size:64",
+        "rdma:device:tmsoft0:tm:flags:0",
+        "rdma:device:tmsoft0:port:1:Active:Ethernet:mtu:4096:lid:0",
+    ] {
+        assert!(lines.contains(&want), "missing {want:?} in\n{out}");
+    }
+}

@@ -4,8 +4,11 @@
 //! tmpi_info [--all] [--param FRAMEWORK COMPONENT] [--level N] [--parsable]
 //! tmpi_info --version | --help
 //! ```
-//! - no option: version, parameter files, and every component with whether it
-//!   can run here (and why not);
+//! - no option: version, parameter files, every component with whether it
+//!   can run here (and why not), and the RDMA devices: each libibverbs device
+//!   with its ports and tag-matching caps (or the line `libibverbs not found`
+//!   when rdma-core is not installed), plus the soft NIC `tmsoft0` (used only
+//!   when `btl_openib_if_include` names it) with the caps it would advertise;
 //! - `--all`: that, plus every registered MCA parameter with value, default,
 //!   source, type, level and help;
 //! - `--param F C`: only the parameters of framework `F`, component `C`
@@ -25,6 +28,11 @@
 //! component:<fw>:<comp>:priority:<n>
 //! component:<fw>:<comp>:available:yes
 //! component:<fw>:<comp>:available:no:<reason>
+//! rdma:libibverbs:available:yes|no[:<reason>]
+//! rdma:device:<name>:provider:<libibverbs|soft>
+//! rdma:device:<name>:fw:<version>                 (or :error:<reason>)
+//! rdma:device:<name>:tm:<supported|max_num_tags|max_ops|max_sge|max_rndv_hdr_size|flags>:<value>
+//! rdma:device:<name>:port:<n>:<state>:<link layer>:mtu:<bytes>:lid:<lid>   (or :error:<reason>)
 //! mca:<fw>:<comp|base>:param:<name>:value:<value>
 //! mca:<fw>:<comp|base>:param:<name>:default:<value>
 //! mca:<fw>:<comp|base>:param:<name>:source:<default|system-file|user-file|env|cmdline>
@@ -49,6 +57,7 @@ use std::process::ExitCode;
 
 use tmpi_base::component::{Availability, ComponentRegistry, Provider};
 use tmpi_base::mca::{self, Level, ParamInfo, ParamType, Registry};
+use tmpi_verbs::api::{Context as _, Provider as _};
 
 /// Every crate that contributes components or parameters, one line each.
 const PROVIDERS: &[Provider] = &[
@@ -136,6 +145,7 @@ fn render(
     reg: &Registry,
     comps: &ComponentRegistry,
     verdicts: &[Availability],
+    rdma: &RdmaReport,
 ) -> String {
     let mut out = String::new();
     let version = env!("CARGO_PKG_VERSION");
@@ -170,6 +180,7 @@ fn render(
                     }
                 }
             }
+            rdma.render_parsable(&mut out);
         }
         for p in &params {
             let head = format!("mca:{}:{}:param:{}", p.framework, component_of(p), p.name);
@@ -228,6 +239,7 @@ fn render(
                 c.framework, c.name, c.priority, v
             );
         }
+        rdma.render_human(&mut out);
     }
     if o.all || o.param.is_some() {
         let _ = writeln!(out, "\nMCA parameters:");
@@ -265,6 +277,265 @@ fn render(
         );
     }
     out
+}
+
+/// Tag-matching caps as shown (`struct ibv_tm_caps`; rdma-core has no other
+/// TM fields: the list size is `max_num_tags`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct TmView {
+    max_num_tags: u32,
+    max_ops: u32,
+    max_sge: u32,
+    max_rndv_hdr_size: u32,
+    /// `IBV_TM_CAP_*` bits (`IBV_TM_CAP_RC` = 1).
+    flags: u32,
+}
+
+impl TmView {
+    fn supported(&self) -> bool {
+        self.max_num_tags > 0 && self.flags & IBV_TM_CAP_RC != 0
+    }
+}
+
+/// `IBV_TM_CAP_RC` (rdma-core `verbs.h`).
+const IBV_TM_CAP_RC: u32 = 1;
+
+/// One port as shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PortView {
+    state: String,
+    link_layer: String,
+    mtu: u32,
+    lid: u16,
+}
+
+/// One RDMA device as shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RdmaDevice {
+    name: String,
+    /// `libibverbs` or `soft`.
+    provider: &'static str,
+    /// Firmware version and TM caps, or why the device could not be queried.
+    attr: Result<(String, TmView), String>,
+    ports: Vec<(u8, Result<PortView, String>)>,
+}
+
+/// What `tmpi_info` knows about RDMA: libibverbs' devices and the soft NIC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RdmaReport {
+    /// `Err(reason)` when libibverbs cannot be used (not installed).
+    libibverbs: Result<(), String>,
+    devices: Vec<RdmaDevice>,
+}
+
+impl RdmaReport {
+    /// Asks libibverbs (loaded at run time) for its devices, and opens the
+    /// soft NIC with the configuration from `reg` (its MCA parameters).
+    fn gather(reg: &Registry) -> RdmaReport {
+        let mut devices = Vec::new();
+        let libibverbs = match tmpi_verbs::ibv::list_devices_with_caps() {
+            Ok(list) => {
+                for d in list {
+                    devices.push(RdmaDevice {
+                        name: d.name.clone(),
+                        provider: "libibverbs",
+                        attr: d.attr.as_ref().map_err(Clone::clone).map(|a| {
+                            let t = a.tm_caps;
+                            (
+                                a.fw_ver.clone(),
+                                TmView {
+                                    max_num_tags: t.max_num_tags,
+                                    max_ops: t.max_ops,
+                                    max_sge: t.max_sge,
+                                    max_rndv_hdr_size: t.max_rndv_hdr_size,
+                                    flags: t.flags,
+                                },
+                            )
+                        }),
+                        ports: d
+                            .ports
+                            .iter()
+                            .map(|(n, p)| {
+                                let p = p.as_ref().map_err(Clone::clone).map(|p| PortView {
+                                    state: format!("{:?}", p.state),
+                                    link_layer: format!("{:?}", p.link_layer),
+                                    mtu: p.active_mtu_bytes(),
+                                    lid: p.lid,
+                                });
+                                (*n, p)
+                            })
+                            .collect(),
+                    });
+                }
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        devices.push(soft_device(reg));
+        RdmaReport {
+            libibverbs,
+            devices,
+        }
+    }
+
+    fn render_human(&self, out: &mut String) {
+        let _ = writeln!(out, "\nRDMA devices:");
+        match &self.libibverbs {
+            Err(why) => {
+                let _ = writeln!(out, "  libibverbs not found ({})", one_line(detail(why)));
+            }
+            Ok(()) if !self.devices.iter().any(|d| d.provider == "libibverbs") => {
+                let _ = writeln!(out, "  libibverbs: no RDMA devices");
+            }
+            Ok(()) => {}
+        }
+        for d in &self.devices {
+            let what = if d.provider == "soft" {
+                "soft NIC, used only when btl_openib_if_include names it"
+            } else {
+                "libibverbs"
+            };
+            let _ = write!(out, "  {} ({what})", d.name);
+            match &d.attr {
+                Err(e) => {
+                    let _ = writeln!(out, ": cannot query: {}", one_line(e));
+                }
+                Ok((fw, t)) => {
+                    let tm = if t.supported() { "yes" } else { "no" };
+                    let _ = writeln!(
+                        out,
+                        ": fw {}, tag matching: {tm} (max_num_tags {}, max_ops {}, max_sge {}, max_rndv_hdr_size {}, flags {:#x}{})",
+                        one_line(fw),
+                        t.max_num_tags,
+                        t.max_ops,
+                        t.max_sge,
+                        t.max_rndv_hdr_size,
+                        t.flags,
+                        if t.flags & IBV_TM_CAP_RC != 0 { " RC" } else { "" }
+                    );
+                }
+            }
+            for (n, p) in &d.ports {
+                match p {
+                    Ok(p) => {
+                        let _ = writeln!(
+                            out,
+                            "    port {n}: {}, {}, active MTU {}, LID {}",
+                            p.state, p.link_layer, p.mtu, p.lid
+                        );
+                    }
+                    Err(e) => {
+                        let _ = writeln!(out, "    port {n}: cannot query: {}", one_line(e));
+                    }
+                }
+            }
+        }
+    }
+
+    fn render_parsable(&self, out: &mut String) {
+        match &self.libibverbs {
+            Ok(()) => {
+                let _ = writeln!(out, "rdma:libibverbs:available:yes");
+            }
+            Err(why) => {
+                let _ = writeln!(out, "rdma:libibverbs:available:no:{}", one_line(why));
+            }
+        }
+        for d in &self.devices {
+            let head = format!("rdma:device:{}", d.name);
+            let _ = writeln!(out, "{head}:provider:{}", d.provider);
+            match &d.attr {
+                Err(e) => {
+                    let _ = writeln!(out, "{head}:error:{}", one_line(e));
+                }
+                Ok((fw, t)) => {
+                    let _ = writeln!(out, "{head}:fw:{}", one_line(fw));
+                    let yes = if t.supported() { "yes" } else { "no" };
+                    let _ = writeln!(out, "{head}:tm:supported:{yes}");
+                    for (k, v) in [
+                        ("max_num_tags", t.max_num_tags),
+                        ("max_ops", t.max_ops),
+                        ("max_sge", t.max_sge),
+                        ("max_rndv_hdr_size", t.max_rndv_hdr_size),
+                        ("flags", t.flags),
+                    ] {
+                        let _ = writeln!(out, "{head}:tm:{k}:{v}");
+                    }
+                }
+            }
+            for (n, p) in &d.ports {
+                match p {
+                    Ok(p) => {
+                        let _ = writeln!(
+                            out,
+                            "{head}:port:{n}:{}:{}:mtu:{}:lid:{}",
+                            p.state, p.link_layer, p.mtu, p.lid
+                        );
+                    }
+                    Err(e) => {
+                        let _ = writeln!(out, "{head}:port:{n}:error:{}", one_line(e));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The loader's reason without the leading "libibverbs not found: ".
+fn detail(why: &str) -> &str {
+    why.strip_prefix("libibverbs not found: ").unwrap_or(why)
+}
+
+/// The soft NIC as a process of this job would see it with the current
+/// parameters (`btl_openib_tmsoft_*`).
+fn soft_device(reg: &Registry) -> RdmaDevice {
+    use tmpi_verbs::soft::{SoftConfig, SoftProvider, DEVICE_NAME};
+    let mut d = RdmaDevice {
+        name: DEVICE_NAME.to_string(),
+        provider: "soft",
+        attr: Err(String::new()),
+        ports: Vec::new(),
+    };
+    let ctx = SoftConfig::register(reg)
+        .and_then(SoftProvider::new)
+        .and_then(|p| p.open(DEVICE_NAME));
+    let ctx = match ctx {
+        Ok(c) => c,
+        Err(e) => {
+            d.attr = Err(e.to_string());
+            return d;
+        }
+    };
+    let attr = ctx.query_device_ex();
+    let n = attr.as_ref().map(|a| a.phys_port_cnt).unwrap_or(0);
+    d.attr = attr
+        .map(|a| {
+            let t = a.tm_caps;
+            (
+                a.fw_ver,
+                TmView {
+                    max_num_tags: t.max_num_tags,
+                    max_ops: t.max_ops,
+                    max_sge: t.max_sge,
+                    max_rndv_hdr_size: t.max_rndv_hdr_size,
+                    flags: if t.rc { IBV_TM_CAP_RC } else { 0 },
+                },
+            )
+        })
+        .map_err(|e| e.to_string());
+    for p in 1..=n {
+        let v = ctx
+            .query_port(p)
+            .map(|a| PortView {
+                state: format!("{:?}", a.state),
+                link_layer: format!("{:?}", a.link_layer),
+                mtu: a.active_mtu.bytes(),
+                lid: a.lid,
+            })
+            .map_err(|e| e.to_string());
+        d.ports.push((p, v));
+    }
+    d
 }
 
 fn one_line(s: &str) -> String {
@@ -317,8 +588,16 @@ fn main() -> ExitCode {
         }
     }
     let verdicts: Vec<Availability> = comps.components().iter().map(|c| (c.probe)()).collect();
+    let rdma = if opts.param.is_none() {
+        RdmaReport::gather(reg)
+    } else {
+        RdmaReport {
+            libibverbs: Ok(()),
+            devices: Vec::new(),
+        }
+    };
     mca::report_unknown(&reg.unknown());
-    print!("{}", render(&opts, reg, &comps, &verdicts));
+    print!("{}", render(&opts, reg, &comps, &verdicts, &rdma));
     if failed {
         ExitCode::FAILURE
     } else {
@@ -382,6 +661,103 @@ mod tests {
         (reg, comps, verdicts)
     }
 
+    fn no_rdma() -> RdmaReport {
+        RdmaReport {
+            libibverbs: Err("libibverbs not found: cannot load libibverbs.so.1: gone".into()),
+            devices: Vec::new(),
+        }
+    }
+
+    fn mlx5() -> RdmaDevice {
+        RdmaDevice {
+            name: "mlx5_0".into(),
+            provider: "libibverbs",
+            attr: Ok((
+                "16.35.2000".into(),
+                TmView {
+                    max_num_tags: 511,
+                    max_ops: 32768,
+                    max_sge: 1,
+                    max_rndv_hdr_size: 64,
+                    flags: IBV_TM_CAP_RC,
+                },
+            )),
+            ports: vec![
+                (
+                    1,
+                    Ok(PortView {
+                        state: "Active".into(),
+                        link_layer: "InfiniBand".into(),
+                        mtu: 4096,
+                        lid: 7,
+                    }),
+                ),
+                (2, Err("ibv_query_port failed: EIO".into())),
+            ],
+        }
+    }
+
+    #[test]
+    fn rdma_devices_with_tm_caps() {
+        let (reg, comps, v) = setup(&[]);
+        let rdma = RdmaReport {
+            libibverbs: Ok(()),
+            devices: vec![
+                mlx5(),
+                RdmaDevice {
+                    name: "rxe0".into(),
+                    provider: "libibverbs",
+                    attr: Err("ibv_open_device failed: EPERM".into()),
+                    ports: Vec::new(),
+                },
+            ],
+        };
+        let out = render(&opts(&[]), &reg, &comps, &v, &rdma);
+        let (_, section) = out.split_once("\nRDMA devices:\n").expect("RDMA section");
+        assert!(!section.contains("libibverbs not found"), "{out}");
+        assert!(out.contains("  mlx5_0 (libibverbs): fw 16.35.2000, tag matching: yes (max_num_tags 511, max_ops 32768, max_sge 1, max_rndv_hdr_size 64, flags 0x1 RC)\n    port 1: Active, InfiniBand, active MTU 4096, LID 7\n    port 2: cannot query: ibv_query_port failed: EIO\n"), "{out}");
+        assert!(
+            out.contains("  rxe0 (libibverbs): cannot query: ibv_open_device failed: EPERM\n"),
+            "{out}"
+        );
+        let out = render(&opts(&["--parsable"]), &reg, &comps, &v, &rdma);
+        let lines: Vec<&str> = out.lines().collect();
+        for want in [
+            "rdma:libibverbs:available:yes",
+            "rdma:device:mlx5_0:provider:libibverbs",
+            "rdma:device:mlx5_0:fw:16.35.2000",
+            "rdma:device:mlx5_0:tm:supported:yes",
+            "rdma:device:mlx5_0:tm:max_num_tags:511",
+            "rdma:device:mlx5_0:tm:max_ops:32768",
+            "rdma:device:mlx5_0:tm:max_rndv_hdr_size:64",
+            "rdma:device:mlx5_0:tm:flags:1",
+            "rdma:device:mlx5_0:port:1:Active:InfiniBand:mtu:4096:lid:7",
+            "rdma:device:mlx5_0:port:2:error:ibv_query_port failed: EIO",
+            "rdma:device:rxe0:error:ibv_open_device failed: EPERM",
+        ] {
+            assert!(lines.contains(&want), "missing {want:?} in\n{out}");
+        }
+        // No devices but a library: said plainly.
+        let none = RdmaReport {
+            libibverbs: Ok(()),
+            devices: Vec::new(),
+        };
+        let out = render(&opts(&[]), &reg, &comps, &v, &none);
+        assert!(out.contains("  libibverbs: no RDMA devices\n"), "{out}");
+        // Absent library: one plain line with the loader's reason.
+        let out = render(&opts(&[]), &reg, &comps, &v, &no_rdma());
+        assert!(
+            out.contains("  libibverbs not found (cannot load libibverbs.so.1: gone)\n"),
+            "{out}"
+        );
+        // --param hides the device list like the component list.
+        let out = render(&opts(&["--param", "btl", "sm"]), &reg, &comps, &v, &rdma);
+        assert!(
+            !out.contains("RDMA devices") && !out.contains("mlx5_0"),
+            "{out}"
+        );
+    }
+
     fn opts(args: &[&str]) -> Options {
         parse_args(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
     }
@@ -389,7 +765,13 @@ mod tests {
     #[test]
     fn parsable_components_and_params() {
         let (reg, comps, v) = setup(&[("TMPI_MCA_btl_sm_fifo_size", "64K")]);
-        let out = render(&opts(&["--all", "--parsable"]), &reg, &comps, &v);
+        let out = render(
+            &opts(&["--all", "--parsable"]),
+            &reg,
+            &comps,
+            &v,
+            &no_rdma(),
+        );
         let lines: Vec<&str> = out.lines().collect();
         for want in [
             "component:btl:sm:priority:50",
@@ -414,13 +796,19 @@ mod tests {
     #[test]
     fn human_layout_and_filters() {
         let (reg, comps, v) = setup(&[]);
-        let out = render(&opts(&[]), &reg, &comps, &v);
+        let out = render(&opts(&[]), &reg, &comps, &v, &no_rdma());
         assert!(out.contains("openib") && out.contains("unavailable: libibverbs not found"));
         assert!(
             !out.contains("btl_sm_fifo_size"),
             "no params without --all:\n{out}"
         );
-        let out = render(&opts(&["--param", "btl", "sm"]), &reg, &comps, &v);
+        let out = render(
+            &opts(&["--param", "btl", "sm"]),
+            &reg,
+            &comps,
+            &v,
+            &no_rdma(),
+        );
         assert!(out.contains("btl_sm_fifo_size = 4096"), "{out}");
         assert!(out.contains("source: default, type: size"), "{out}");
         assert!(!out.contains("mpi_yield_when_idle"), "{out}");
@@ -430,9 +818,16 @@ mod tests {
             &reg,
             &comps,
             &v,
+            &no_rdma(),
         );
         assert!(out.contains("btl_sm_fifo_size") && !out.contains("btl_sm_single_copy"));
-        let out = render(&opts(&["--param", "mpi", "base"]), &reg, &comps, &v);
+        let out = render(
+            &opts(&["--param", "mpi", "base"]),
+            &reg,
+            &comps,
+            &v,
+            &no_rdma(),
+        );
         assert!(out.contains("mpi_yield_when_idle = auto"), "{out}");
     }
 
