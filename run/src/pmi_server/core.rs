@@ -735,7 +735,13 @@ impl Core {
             .zip(&self.barrier)
             .position(|(c, b)| b.is_none() && c.gone());
         let Some(culprit) = broken else { return };
-        tracing::warn!(target: "pmi", "server: rank {culprit} left; failing the barrier of the waiting ranks");
+        if self.conns[culprit].aborted {
+            // The launcher already tells the user about the abort; this is
+            // only its consequence for the other ranks.
+            tracing::info!(target: "pmi", "server: rank {culprit} aborted; failing the barrier of the waiting ranks");
+        } else {
+            tracing::warn!(target: "pmi", "server: rank {culprit} left; failing the barrier of the waiting ranks");
+        }
         let held: Vec<_> = self.barrier.iter_mut().map(Option::take).collect();
         self.barrier_count = 0;
         for (r, h) in held.into_iter().enumerate() {
