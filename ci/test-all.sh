@@ -31,3 +31,6 @@ FUZZ_SECONDS=5 bash ci/fuzz.sh
 
 echo "== real verbs over soft-RoCE (qemu VM with rdma_rxe)"
 bash ci/rxe/run-verbs-tests.sh
+
+echo "== btl-openib over real verbs on soft-RoCE (openib_pingpong in the rxe VM)"
+bash btl-openib/ci/run-rxe.sh
