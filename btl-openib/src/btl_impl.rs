@@ -45,6 +45,10 @@ use crate::rcache::Reg;
 /// Bound of a blocking [`BtlModule::get`].
 pub const GET_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long a blocking [`BtlModule::get`] waits for its flush completion
+/// after the connection broke (or was aborted) before it returns an error.
+pub const ABORT_GRACE: Duration = Duration::from_secs(2);
+
 fn btl_err(e: OpenibError, peer: u32) -> BtlError {
     match e {
         OpenibError::Busy => BtlError::WouldBlock,
@@ -306,7 +310,7 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
         unsafe { m.get(peer, dst.as_mut_ptr(), len, rvh, id) }.map_err(|e| btl_err(e, peer))?;
         let start = Instant::now();
         let mut evs = Vec::new();
-        let mut aborted = false;
+        let mut aborted: Option<Instant> = None;
         loop {
             m.progress(&mut evs).map_err(|e| btl_err(e, peer))?;
             let mut result = None;
@@ -327,10 +331,27 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
             if let Some(r) = result {
                 return r;
             }
-            if !aborted && start.elapsed() > GET_TIMEOUT {
-                tracing::error!(target: "btl_openib", peer, len, "RDMA read not completed after {GET_TIMEOUT:?}; aborting the connection");
-                m.abort_peer(peer, &mut evs);
-                aborted = true;
+            match aborted {
+                None if start.elapsed() > GET_TIMEOUT => {
+                    tracing::error!(target: "btl_openib", peer, len, "RDMA read not completed after {GET_TIMEOUT:?}; aborting the connection");
+                    m.abort_peer(peer, &mut evs);
+                    aborted = Some(Instant::now());
+                }
+                None if !m.reachable(peer) => {
+                    // The connection broke meanwhile (another operation's
+                    // completion error): its QP is in the error state, so
+                    // the read's flush is on its way; wait for it briefly.
+                    aborted = Some(Instant::now());
+                }
+                Some(t) if t.elapsed() > ABORT_GRACE => {
+                    // No flush completion: give up rather than spin. The
+                    // QP is in the error state, so the NIC no longer writes
+                    // `dst`; the read's registration stays pinned until its
+                    // completion (or the module's end).
+                    tracing::error!(target: "btl_openib", peer, len, "RDMA read abandoned: connection to rank {peer} broken and no flush completion after {ABORT_GRACE:?}");
+                    return Err(btl_err(OpenibError::PeerFailed(peer), peer));
+                }
+                _ => {}
             }
             std::thread::yield_now();
         }

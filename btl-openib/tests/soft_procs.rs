@@ -43,6 +43,7 @@ fn child_entry() {
         "flood" => role_flood(&mut job, &mut m),
         "peer_death" => role_peer_death(&mut job, &mut m),
         "nic_read_error" => role_nic_read_error(&mut job, &mut m),
+        "broken_peer_read" => role_broken_peer_read(&mut job, &mut m),
         "sync_req" => role_sync_req(&mut job, &mut m),
         "caller_count" => role_caller_count(&mut job, &mut m),
         other => panic!("unknown role {other}"),
@@ -676,6 +677,73 @@ fn role_peer_death(job: &mut Job, m: &mut M) {
 #[test]
 fn peer_death_fails_pending_operations() {
     run_job("peer_death", 2, &[("btl_openib_if_include", "tmsoft0")]);
+}
+
+/// A peer that broke the connection (its QP in the error state after a
+/// completion error) but stays alive and polling: a read towards it fails
+/// (as after exhausted RC retries) instead of waiting for ever, and the
+/// rendezvous send it never answered fails too.
+fn role_broken_peer_read(job: &mut Job, m: &mut M) {
+    let mut evs = Vec::new();
+    let buf = pattern(2, 64 * 1024);
+    if job.rank == 0 {
+        // SAFETY: `buf` lives until the end of this function, after the
+        // send's failure event.
+        unsafe { m.send_rndv(1, tag(1, 0, 1), 1, buf.as_ptr(), buf.len(), b"", 1) }.unwrap();
+        barrier(job, m, &mut evs); // the peer has the RTS
+        m.abort_peer(1, &mut evs);
+        assert!(!m.reachable(1));
+        assert!(
+            has(&evs, |e| matches!(
+                e,
+                Event::Failed {
+                    id: 1,
+                    op: Op::Rndv,
+                    ..
+                }
+            )),
+            "{evs:?}"
+        );
+        barrier(job, m, &mut evs); // aborted
+        barrier(job, m, &mut evs); // the peer's read failed (we kept polling)
+        return;
+    }
+    wait_until(m, &mut evs, |e| {
+        has(
+            e,
+            |e| matches!(e, Event::Recv(f) if f.kind == FragKind::Rndv),
+        )
+    });
+    let f = take_frag(&mut evs, |f| f.kind == FragKind::Rndv).unwrap();
+    barrier(job, m, &mut evs);
+    barrier(job, m, &mut evs); // rank 0 aborted its QP
+    let mut dst = vec![0u8; 64 * 1024];
+    // SAFETY: `dst` untouched until the read's event.
+    unsafe { m.get(0, dst.as_mut_ptr(), dst.len(), f.rvh.unwrap(), 200) }.unwrap();
+    wait_until(m, &mut evs, |e| {
+        has(e, |e| {
+            matches!(
+                e,
+                Event::Failed {
+                    id: 200,
+                    op: Op::Get,
+                    ..
+                }
+            )
+        })
+    });
+    assert!(!m.reachable(0));
+    assert!(dst.iter().all(|&b| b == 0), "nothing read");
+    barrier(job, m, &mut evs);
+}
+
+#[test]
+fn read_from_a_peer_that_broke_the_connection_fails() {
+    run_job(
+        "broken_peer_read",
+        2,
+        &[("btl_openib_if_include", "tmsoft0")],
+    );
 }
 
 // ------------------------------------------------- NIC-issued read error

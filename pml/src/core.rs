@@ -622,6 +622,23 @@ impl Core {
         }
     }
 
+    /// The driver could not carry out the [`Action::Send`] whose `done`
+    /// was `id` (the connection is broken): the send fails with `class`.
+    pub fn send_failed(&mut self, id: ReqId, class: MpiErrorClass) {
+        let Some(s) = self.slot(id) else { return };
+        if let ReqState::Send {
+            phase: SendPhase::Queued,
+            ..
+        } = s.state
+        {
+            let st = Status {
+                error: class,
+                ..s.status
+            };
+            self.complete(id, st);
+        }
+    }
+
     /// Attaches a buffer of `cap` bytes for buffered sends.
     pub fn buffer_attach(&mut self, cap: usize) -> Result<(), PmlError> {
         if self.bsend_cap.is_some() {
@@ -951,6 +968,25 @@ impl Core {
             tracing::debug!(target: "pml_ob1", peer, "get failed; falling back to pipelined fragments");
             self.ack(rreq, peer, sreq, st.count);
         }
+    }
+
+    /// The get of receive `rreq` failed for good (broken connection): the
+    /// receive fails with `class`; the sender is not told (it cannot be
+    /// reached), the application's error handling ends the job.
+    pub fn get_failed(&mut self, rreq: ReqId, class: MpiErrorClass) {
+        let Some(s) = self.slot(rreq) else { return };
+        let ReqState::Recv {
+            phase: RecvPhase::Pulling { .. },
+            ..
+        } = s.state
+        else {
+            return;
+        };
+        let st = Status {
+            error: class,
+            ..s.status
+        };
+        self.complete(rreq, st);
     }
 
     // ----- incoming fragments -------------------------------------------

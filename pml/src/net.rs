@@ -30,6 +30,10 @@ use crate::raw::{RawBuf, RawBufMut};
 use crate::transport::{TmInput, Transport, TxError};
 use crate::PmlError;
 
+/// Exit status of a process that lost a message to a completion error
+/// (see `other_event`).
+pub const EXIT_LOST_MESSAGE: i32 = 17;
+
 /// The BTL tag of every pml fragment.
 pub const BTL_TAG_PML: u8 = 0x41;
 
@@ -87,6 +91,18 @@ impl std::fmt::Debug for BtlNet {
 
 fn btl_err(e: BtlError) -> PmlError {
     PmlError::Transport(e.to_string())
+}
+
+/// A BTL error as a transport error: btl-openib's completion errors and
+/// broken connections are [`TxError::Broken`] (the request fails), the rest
+/// [`TxError::Fatal`] (the pml may fall back, e.g. from get to fragments).
+fn tx_err(btl: &str, e: BtlError) -> TxError {
+    match e {
+        BtlError::Io { .. } | BtlError::Protocol { .. } if btl == "openib" => {
+            TxError::Broken(e.to_string())
+        }
+        e => TxError::Fatal(e.to_string()),
+    }
 }
 
 /// Opens the BTLs and wires them up (see the module documentation).
@@ -318,7 +334,7 @@ impl Transport for BtlNet {
         match r {
             Ok(()) => Ok(()),
             Err(BtlError::WouldBlock) => Err(TxError::Busy),
-            Err(e) => Err(TxError::Fatal(e.to_string())),
+            Err(e) => Err(tx_err(m.name(), e)),
         }
     }
 
@@ -331,9 +347,8 @@ impl Transport for BtlNet {
         // in the pulling phase: valid for writes and not accessed by anyone
         // else until the request completes (irecv contract).
         let dst = unsafe { dst.as_mut_slice() };
-        self.modules[i]
-            .get(peer, &r, 0, dst)
-            .map_err(|e| TxError::Fatal(e.to_string()))
+        let m = &mut self.modules[i];
+        m.get(peer, &r, 0, dst).map_err(|e| tx_err(m.name(), e))
     }
 
     fn progress(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize {
@@ -500,7 +515,7 @@ impl BtlNet {
         ) {
             Ok(()) => Ok(()),
             Err(BtlError::WouldBlock) => Err(TxError::Busy),
-            Err(e) => Err(TxError::Fatal(e.to_string())),
+            Err(e) => Err(tx_err("openib", e)),
         }
     }
 }
@@ -591,9 +606,24 @@ fn tm_input(tm: &mut TmState, ev: Event, out: &mut Vec<TmInput>) {
     }
 }
 
-/// Events of an openib module the pml does not act on: logged.
+/// Events of an openib module the pml does not act on: logged. A send
+/// that failed after its request completed (eager and fragment sends
+/// complete once copied) lost a message no request can report: like Open
+/// MPI's ob1 without fault tolerance, the process ends (non-zero), and the
+/// launcher ends the job, rather than leave the receiver waiting forever.
 fn other_event(ev: Event) {
     match ev {
+        Event::Failed {
+            peer,
+            op: Op::Send,
+            error,
+            ..
+        } => {
+            tracing::error!(target: "pml_ob1", peer,
+                "a message to rank {peer} was lost ({error}); no request can report it: ending the job");
+            eprintln!("tmpi: pml: connection to rank {peer} broken by a completion error ({error}); aborting");
+            std::process::exit(EXIT_LOST_MESSAGE);
+        }
         Event::Failed {
             peer, op, error, ..
         } => {

@@ -191,6 +191,13 @@ impl Inner {
                         }
                         Ok(())
                     }
+                    Err(TxError::Broken(e)) => {
+                        tracing::error!(target: "pml_ob1", peer, "send to rank {peer} failed, connection broken: {e}");
+                        if let Some(id) = done {
+                            self.core.send_failed(id, MpiErrorClass::Other);
+                        }
+                        Ok(())
+                    }
                 }
             }
             Action::Get {
@@ -199,14 +206,17 @@ impl Inner {
                 dst,
                 rreq,
             } => {
-                let ok = match self.net.get(peer, &region, dst) {
-                    Ok(()) => true,
+                match self.net.get(peer, &region, dst) {
+                    Ok(()) => self.core.get_done(rreq, true),
+                    Err(TxError::Broken(e)) => {
+                        tracing::error!(target: "pml_ob1", peer, "RDMA read from rank {peer} failed, connection broken: {e}; the receive fails");
+                        self.core.get_failed(rreq, MpiErrorClass::Other);
+                    }
                     Err(e) => {
                         tracing::debug!(target: "pml_ob1", peer, "get failed: {e:?}");
-                        false
+                        self.core.get_done(rreq, false);
                     }
-                };
-                self.core.get_done(rreq, ok);
+                }
                 Ok(())
             }
         }

@@ -19,6 +19,9 @@ pub enum TxError {
     Busy,
     /// Failed for good.
     Fatal(String),
+    /// The connection to the peer is broken (a completion error): the
+    /// affected request fails with an MPI error class; no fallback.
+    Broken(String),
 }
 
 /// The pml's view of its BTLs.

@@ -274,3 +274,72 @@ fn tm_on_tight_nic_list_and_stale_sync_reading() {
         case(3, c, "1", &tight);
     }
 }
+
+const FAULT_PROG: &str = env!("CARGO_BIN_EXE_openib-fault");
+
+/// Runs `openib-fault BYTES OFFSET` on 2 ranks with tag matching `tm` and,
+/// when given, the soft NIC's fault injection `inject` (`OP:N`).
+fn fault_run(
+    tm: &'static str,
+    inject: Option<&str>,
+    bytes: usize,
+    off: usize,
+) -> (i32, String, String) {
+    let _g = serial();
+    let mut m: Vec<(&str, &str)> = mca(tm);
+    m.retain(|(k, _)| *k != "pml_tm_thresh");
+    if let Some(i) = inject {
+        m.push(("btl_openib_tmsoft_inject_error", i));
+    }
+    let (b, o) = (bytes.to_string(), off.to_string());
+    let out = run(2, 30, &m, FAULT_PROG, &[&b, &o]);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn completion_error_on_the_rendezvous_read_fails_the_receive_and_ends_the_job() {
+    for tm in ["0", "1"] {
+        // Without injection the same transfer succeeds.
+        let (code, so, se) = fault_run(tm, None, 1 << 20, 100);
+        assert_eq!(code, 0, "tm={tm}\n{so}\n{se}");
+        assert!(
+            so.contains("rank 1 recv ok bytes=1048576"),
+            "tm={tm}\n{so}\n{se}"
+        );
+        // The receiver's first RDMA read completes with an error: its
+        // receive fails with an MPI error class (the program reports it and
+        // exits 3), the log names the failure, tmpirun ends the job (no
+        // timeout: status 3, not 124).
+        let (code, so, se) = fault_run(tm, Some("read:1"), 1 << 20, 100);
+        assert!(
+            so.contains("rank 1 recv error class=MPI_ERR_OTHER"),
+            "tm={tm}\n{so}\n{se}"
+        );
+        assert!(!so.contains("recv ok"), "tm={tm}\n{so}\n{se}");
+        assert!(se.contains("injected completion error"), "tm={tm}\n{se}");
+        assert!(se.contains("RemAccessErr"), "tm={tm}\n{se}");
+        assert!(!se.contains("timed out"), "tm={tm}\n{se}");
+        assert_eq!(code, 3, "tm={tm}\n{so}\n{se}");
+    }
+}
+
+#[test]
+fn completion_error_on_an_eager_send_ends_the_job() {
+    // The eager send completed (copied) before its completion error: no
+    // request can report it, so the sender's pml ends the process (like
+    // Open MPI's ob1) and the job ends instead of the receiver hanging.
+    let (code, so, se) = fault_run("0", None, 100, 0);
+    assert_eq!(code, 0, "{so}\n{se}");
+    let (code, so, se) = fault_run("0", Some("send:1"), 100, 0);
+    assert!(!so.contains("recv ok"), "{so}\n{se}");
+    assert!(
+        se.contains("connection to rank 1 broken by a completion error"),
+        "{se}"
+    );
+    assert!(!se.contains("timed out"), "{se}");
+    assert_eq!(code, 17, "{so}\n{se}");
+}

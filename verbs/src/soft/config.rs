@@ -8,7 +8,12 @@
 //! - `btl_openib_tmsoft_sync_mode` (`global` default | `stale`): see
 //!   [`crate::soft::tm::SyncMode`];
 //! - `btl_openib_tmsoft_ring_size` (default 1M): bytes of each QP's receive
-//!   ring; the largest message is half of it minus a 56-byte header.
+//!   ring; the largest message is half of it minus a 56-byte header;
+//! - `btl_openib_tmsoft_inject_error` (default empty = off): fault injection
+//!   for tests, `OP:N` with `OP` one of `read` (RDMA reads, the NIC's own
+//!   rendezvous reads included: the `N`-th completes with `RemAccessErr`)
+//!   or `send` (the `N`-th send completes with `RetryExcErr`, nothing is
+//!   delivered), counted per opened device from 1. See [`Inject`].
 
 use tmpi_base::mca::{Level, ParamSpec, Registry};
 
@@ -28,6 +33,39 @@ pub struct SoftConfig {
     pub sync_mode: SyncMode,
     /// Bytes of each QP's receive ring.
     pub ring_size: usize,
+    /// Fault injection (tests): `None` = off.
+    pub inject: Option<Inject>,
+}
+
+/// Which work request fails (`btl_openib_tmsoft_inject_error=OP:N`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inject {
+    /// `true`: RDMA reads (software- and NIC-issued); `false`: sends.
+    pub read: bool,
+    /// The `n`-th such request of the device (from 1) fails.
+    pub n: u64,
+}
+
+impl std::str::FromStr for Inject {
+    type Err = VerbsError;
+    fn from_str(s: &str) -> Result<Self, VerbsError> {
+        let bad = || {
+            VerbsError::InvalidArgument(format!(
+                "btl_openib_tmsoft_inject_error: {s:?} is not read:N or send:N (N >= 1)"
+            ))
+        };
+        let (op, n) = s.split_once(':').ok_or_else(bad)?;
+        let read = match op.trim() {
+            "read" => true,
+            "send" => false,
+            _ => return Err(bad()),
+        };
+        let n: u64 = n.trim().parse().map_err(|_| bad())?;
+        if n == 0 {
+            return Err(bad());
+        }
+        Ok(Inject { read, n })
+    }
 }
 
 impl Default for SoftConfig {
@@ -38,6 +76,7 @@ impl Default for SoftConfig {
             max_rndv_hdr_size: 64,
             sync_mode: SyncMode::Global,
             ring_size: 1 << 20,
+            inject: None,
         }
     }
 }
@@ -95,12 +134,24 @@ impl SoftConfig {
                 d.ring_size as u64,
             )
             .map_err(mca)?;
+        let inject = reg
+            .register_string(
+                spec("tmsoft_inject_error", "Soft NIC tmsoft0, tests only: OP:N makes the N-th RDMA read (OP=read, NIC rendezvous reads included) or send (OP=send) of each opened device fail; empty = off"),
+                "",
+            )
+            .map_err(mca)?
+            .value();
+        let inject = match inject.trim() {
+            "" => None,
+            s => Some(s.parse()?),
+        };
         let c = SoftConfig {
             max_num_tags: tags.value() as u32,
             max_ops: ops.value() as u32,
             max_rndv_hdr_size: rndv.value() as u32,
             sync_mode: mode.value().parse().map_err(VerbsError::InvalidArgument)?,
             ring_size: usize::try_from(ring.value()).unwrap_or(usize::MAX),
+            inject,
         };
         c.validate()?;
         Ok(c)
@@ -168,8 +219,21 @@ mod tests {
                 max_rndv_hdr_size: 128,
                 sync_mode: SyncMode::StaleEntries,
                 ring_size: 65536,
+                inject: None,
             }
         );
+        let c = SoftConfig::register(&reg(&[(
+            "TMPI_MCA_btl_openib_tmsoft_inject_error",
+            "read:3",
+        )]))
+        .unwrap();
+        assert_eq!(c.inject, Some(Inject { read: true, n: 3 }));
+        let c = SoftConfig::register(&reg(&[(
+            "TMPI_MCA_btl_openib_tmsoft_inject_error",
+            "send:1",
+        )]))
+        .unwrap();
+        assert_eq!(c.inject, Some(Inject { read: false, n: 1 }));
     }
 
     #[test]
@@ -180,6 +244,9 @@ mod tests {
             ("TMPI_MCA_btl_openib_tmsoft_max_rndv_hdr_size", "16"),
             ("TMPI_MCA_btl_openib_tmsoft_sync_mode", "sometimes"),
             ("TMPI_MCA_btl_openib_tmsoft_ring_size", "1K"),
+            ("TMPI_MCA_btl_openib_tmsoft_inject_error", "read"),
+            ("TMPI_MCA_btl_openib_tmsoft_inject_error", "write:1"),
+            ("TMPI_MCA_btl_openib_tmsoft_inject_error", "send:0"),
         ] {
             let e = SoftConfig::register(&reg(&[(k, v)])).unwrap_err();
             assert!(matches!(e, VerbsError::InvalidArgument(_)), "{k}={v}: {e}");

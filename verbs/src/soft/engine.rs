@@ -148,6 +148,8 @@ pub(crate) struct Engine {
     pub srqs: HashMap<u32, SrqEntry>,
     /// A failed scatter of a TM-SRQ, reported on the completion that follows.
     scatter_errors: HashMap<u32, WcStatus>,
+    /// Requests of the kind [`SoftConfig::inject`] names posted so far.
+    inject_seen: u64,
 }
 
 fn sum_len(sges: &[Sge]) -> u64 {
@@ -167,6 +169,25 @@ impl Engine {
             qps: HashMap::new(),
             srqs: HashMap::new(),
             scatter_errors: HashMap::new(),
+            inject_seen: 0,
+        }
+    }
+
+    /// Whether this request (`read` or send) is the one fault injection
+    /// fails (`btl_openib_tmsoft_inject_error`).
+    fn inject_now(&mut self, read: bool) -> bool {
+        let Some(i) = self.cfg.inject else {
+            return false;
+        };
+        if i.read != read {
+            return false;
+        }
+        self.inject_seen += 1;
+        if self.inject_seen == i.n {
+            tracing::warn!(target: "verbs", read, n = i.n, "soft: injected completion error");
+            true
+        } else {
+            false
         }
     }
 
@@ -317,6 +338,16 @@ impl Engine {
             flags: if imm.is_some() { FLAG_IMM } else { 0 },
             ..Default::default()
         };
+        if self.inject_now(false) {
+            // As after exhausted retries: an error completion (reported
+            // even when unsignaled), nothing delivered.
+            let wc = WorkCompletion {
+                status: WcStatus::RetryExcErr,
+                ..wc
+            };
+            self.push_cq(cq, wc, None);
+            return Ok(());
+        }
         let report = (signaled || sig_all).then_some(wc);
         self.send_record(qpn, hdr, data, report);
         Ok(())
@@ -385,6 +416,17 @@ impl Engine {
         let req_id = qp.next_req;
         qp.next_req += 1;
         qp.outstanding.insert(req_id, out);
+        if read && self.inject_now(true) {
+            // The target refuses it (as for a bad rkey); no memory moves.
+            let resp = RecHdr {
+                kind: kind::RESP,
+                req_id,
+                status: status_code(WcStatus::RemAccessErr),
+                ..Default::default()
+            };
+            self.on_resp(qpn, &resp);
+            return;
+        }
         let mut payload = Vec::with_capacity(sges.len() * 16);
         for s in sges {
             payload.extend_from_slice(&s.addr.to_ne_bytes());

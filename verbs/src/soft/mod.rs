@@ -52,7 +52,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::api::*;
-pub use config::SoftConfig;
+pub use config::{Inject, SoftConfig};
 use engine::{CqState, Engine, QpEntry, SrqKind};
 use mem::MrEntry;
 use tm::{Handle, TmOp};
@@ -688,6 +688,10 @@ impl QueuePair for SoftQp {
         self.modify(|e, qpn| {
             let qp = e.qps.get_mut(&qpn).ok_or_else(bad_state)?;
             qp.state = QpState::Error;
+            // The peer's requests to this QP will never be answered: its
+            // outstanding work fails as after exhausted RC retries (the
+            // peer's liveness check sees the ring closed).
+            qp.inbound.mark_closed();
             e.flush_errors(qpn);
             Ok(())
         })

@@ -298,6 +298,14 @@ impl Segment {
         self.hdr().closed.load(Ordering::Acquire) != 0
     }
 
+    /// Marks the owner's QP as gone (error state or destroyed): the peer's
+    /// waiting work fails. Owner only; idempotent.
+    pub(crate) fn mark_closed(&self) {
+        if self.owner {
+            self.hdr().closed.store(1, Ordering::Release);
+        }
+    }
+
     /// Removes the name (the mapping stays). Idempotent.
     pub(crate) fn unlink(&mut self) {
         if self.owner && !self.unlinked {

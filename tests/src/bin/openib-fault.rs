@@ -1,0 +1,82 @@
+//! A two-rank rendezvous used by the fault-injection tests
+//! (`tests/tests/openib_soft.rs`): `tmpirun -n 2 openib-fault BYTES [OFFSET]`.
+//! Rank 0 sends `BYTES` bytes (taken at `OFFSET` inside a larger vector,
+//! so the buffer need not be page-aligned) to rank 1 with tag 5; rank 1
+//! receives them into a buffer at the same offset. Each rank prints one
+//! line: `rank R send ok`, `rank R recv ok bytes=N fnv=H` (the data checked
+//! against the pattern), or `rank R {send|recv} error class=CLASS: message`
+//! and then exits with status 3 without waiting for the other rank (the
+//! launcher ends the job). Both ranks finish with a barrier when they
+//! succeeded.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use tmpi::{Comm, Error};
+
+fn byte(i: usize) -> u8 {
+    (i.wrapping_mul(31) ^ (i >> 9)) as u8
+}
+
+fn fnv(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| {
+        (h ^ c as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn report(rank: i32, what: &str, e: &Error) -> ! {
+    println!("rank {rank} {what} error class={}: {e}", e.class().name());
+    let _ = std::io::stdout().flush();
+    std::process::exit(3)
+}
+
+fn run(w: &Comm, len: usize, off: usize) -> Result<(), String> {
+    let rank = w.rank();
+    if w.size() != 2 {
+        return Err("needs exactly 2 ranks".into());
+    }
+    if rank == 0 {
+        let mut v = vec![0u8; off + len];
+        for (i, b) in v[off..].iter_mut().enumerate() {
+            *b = byte(i);
+        }
+        if let Err(e) = w.send(&v[off..], 1, 5) {
+            report(rank, "send", &e);
+        }
+        println!("rank 0 send ok");
+    } else {
+        let mut v = vec![0u8; off + len];
+        let st = match w.recv(&mut v[off..], 0, 5) {
+            Ok(st) => st,
+            Err(e) => report(rank, "recv", &e),
+        };
+        let got = &v[off..off + st.bytes()];
+        if st.bytes() != len || got.iter().enumerate().any(|(i, &b)| b != byte(i)) {
+            return Err(format!("wrong data ({} bytes)", st.bytes()));
+        }
+        println!("rank 1 recv ok bytes={} fnv={:016x}", st.bytes(), fnv(got));
+    }
+    let _ = std::io::stdout().flush();
+    w.barrier().map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let len: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1 << 20);
+    let off: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);
+    let mpi = match tmpi::init() {
+        Ok(m) => m,
+        Err(x) => {
+            eprintln!("openib-fault: init: {x}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let w = mpi.world();
+    match run(&w, len, off) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(x) => {
+            eprintln!("openib-fault: rank {} FAILED: {x}", w.rank());
+            std::process::exit(1)
+        }
+    }
+}
