@@ -34,3 +34,6 @@ bash ci/rxe/run-verbs-tests.sh
 
 echo "== btl-openib over real verbs on soft-RoCE (openib_pingpong in the rxe VM)"
 bash btl-openib/ci/run-rxe.sh
+
+echo "== pt2pt suite over btl-openib on real verbs (p2p-check on rxe in the VM)"
+bash ci/rxe/run-pt2pt-rxe.sh
