@@ -3,13 +3,14 @@
 # device (rdma_rxe, rxe0) inside a throw-away qemu VM (the host kernel has no RDMA).
 #
 # What it does (idempotent, fresh Debian 12 machine with Rust, gcc, python3):
-#   1. builds, on the host, the ibv_smoke example and every test binary of the
-#      tmpi-verbs package (lib unit tests + tests/*.rs integration tests);
+#   1. builds, on the host, the ibv_smoke example, every test binary of the
+#      tmpi-verbs package (lib unit tests + tests/*.rs integration tests) and tmpi_info;
 #   2. boots Debian's stock kernel under qemu via ci/rxe/rxe-run.sh, which installs
 #      what it needs from Debian packages on first use (qemu-system-x86,
 #      busybox-static, libibverbs1, ibverbs-providers, ibverbs-utils, the kernel
 #      package into a cache dir) and creates rxe0;
 #   3. in the guest, with TMPI_VERBS_TEST_DEVICE=rxe0: ibv_devinfo, ibv_smoke,
+#      tmpi_info (must list rxe0 from libibverbs with TM absent, and tmsoft0),
 #      the lib's `ibv::` unit tests, and the conformance suite (tests/conformance.rs);
 #   4. exits non-zero if anything failed (124 timeout, 125 VM failure).
 #
@@ -38,6 +39,8 @@ mkdir -p "$PAY/tests"
 # executables are taken from cargo's JSON messages (works with any CARGO_TARGET_DIR)
 cargo build -p tmpi-verbs --example ibv_smoke --quiet --message-format=json > "$PAY/build.json"
 cargo test -p tmpi-verbs --no-run --quiet --message-format=json >> "$PAY/build.json"
+# tmpi_info must list rxe0 with its (absent) TM caps from real libibverbs (issue 5)
+cargo build -p tmpi-run --bin tmpi_info --quiet --message-format=json >> "$PAY/build.json"
 
 # debug info stripped: the payload travels in the initramfs (guest RAM)
 strip_copy() { objcopy --strip-debug "$1" "$2" 2>/dev/null || cp "$1" "$2"; }
@@ -50,6 +53,9 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    if m["target"]["name"] == "tmpi_info" and "bin" in m["target"]["kind"]:
+        print("info", m["executable"])
         continue
     pid = m["package_id"]
     if "tmpi-verbs" not in pid and not pid.split("#")[0].endswith("/verbs"):
@@ -67,13 +73,14 @@ while read -r kind exe name; do
     case $kind in
         example) strip_copy "$exe" "$PAY/ibv_smoke" ;;
         lib) strip_copy "$exe" "$PAY/lib-tests" ;;
+        info) strip_copy "$exe" "$PAY/tmpi_info" ;;
         test) strip_copy "$exe" "$PAY/tests/$name" ;;
     esac
 done < "$PAY/list"
-[ -f "$PAY/lib-tests" ] && [ -f "$PAY/ibv_smoke" ] || { log "test binaries not found in cargo output"; exit 1; }
+[ -f "$PAY/lib-tests" ] && [ -f "$PAY/ibv_smoke" ] && [ -f "$PAY/tmpi_info" ] || { log "test binaries not found in cargo output"; exit 1; }
 rm -f "$PAY/build.json" "$PAY/list"
 # libibverbs must be dlopen()ed, never a link-time dependency (binaries start without rdma-core)
-if readelf -d "$PAY/ibv_smoke" "$PAY/lib-tests" 2>/dev/null | grep -q 'NEEDED.*libibverbs'; then
+if readelf -d "$PAY/ibv_smoke" "$PAY/lib-tests" "$PAY/tmpi_info" 2>/dev/null | grep -q 'NEEDED.*libibverbs'; then
     log "a tmpi-verbs binary links libibverbs at build time (must be dlopen()ed)"
     exit 1
 fi
@@ -91,6 +98,17 @@ run() {
 }
 ibv_devinfo -v -d "$TMPI_VERBS_TEST_DEVICE" 2>&1 | grep -E 'hca_id|transport:|fw_ver|state:|link_layer|max_qp:|tag matching|max_num_tags' || true
 run ibv_smoke ./ibv_smoke "$TMPI_VERBS_TEST_DEVICE"
+# tmpi_info: the device from real libibverbs, its port, tag matching absent
+info_check() {
+    ./tmpi_info > info.txt 2>&1 || { cat info.txt; return 1; }
+    sed -n '/^RDMA devices:/,/^$/p' info.txt
+    grep -q "^  $TMPI_VERBS_TEST_DEVICE (libibverbs): fw .*, tag matching: no (max_num_tags 0, " info.txt &&
+        grep -q '^    port 1: Active, Ethernet, active MTU ' info.txt &&
+        grep -q '^  tmsoft0 (soft NIC' info.txt &&
+        ! grep -q 'libibverbs not found' info.txt &&
+        ./tmpi_info --parsable | grep -qx "rdma:device:$TMPI_VERBS_TEST_DEVICE:tm:max_num_tags:0"
+}
+run "tmpi_info lists $TMPI_VERBS_TEST_DEVICE" info_check
 run "lib ibv:: unit tests" ./lib-tests ibv::
 for t in tests/*; do
     [ -x "$t" ] || continue
