@@ -422,6 +422,33 @@ pub trait OffloadBtl {
     fn ob_tm_sync(&mut self, unexpected_cnt: u32) -> Result<(), OpenibError>;
     /// Events other than generic fragments, in CQ order.
     fn ob_take_events(&mut self) -> Vec<Event>;
+    /// A rendezvous request `TMH(RNDV, tag, app_ctx) | RVH` for `len` bytes
+    /// at `buf` (registered here and kept so until the FIN):
+    /// [`Module::send_rndv`] without inline data. `Event::RndvDone { id }`
+    /// or `Event::Failed { id, op: Rndv }` follows.
+    ///
+    /// # Safety
+    /// As [`Module::send_rndv`]: `buf..buf+len` valid and unmodified until
+    /// that event.
+    unsafe fn ob_send_rndv(
+        &mut self,
+        peer: u32,
+        tag: u64,
+        app_ctx: u32,
+        buf: *const u8,
+        len: usize,
+        id: u64,
+    ) -> Result<(), OpenibError>;
+    /// The FIN of a rendezvous request matched in software, after its read
+    /// ([`Module::send_fin`]); `ok == false`: the error FIN
+    /// ([`Module::send_fin_error`]).
+    fn ob_send_fin(
+        &mut self,
+        peer: u32,
+        tmh: tmpi_verbs::wire::Tmh,
+        rvh: tmpi_verbs::wire::Rvh,
+        ok: bool,
+    ) -> Result<(), BtlError>;
 }
 
 impl<P: Provider + 'static> OffloadBtl for OpenibBtl<P> {
@@ -466,6 +493,34 @@ impl<P: Provider + 'static> OffloadBtl for OpenibBtl<P> {
     }
     fn ob_take_events(&mut self) -> Vec<Event> {
         self.take_events()
+    }
+    unsafe fn ob_send_rndv(
+        &mut self,
+        peer: u32,
+        tag: u64,
+        app_ctx: u32,
+        buf: *const u8,
+        len: usize,
+        id: u64,
+    ) -> Result<(), OpenibError> {
+        let m = self.module.as_mut().ok_or(OpenibError::NoTagMatching)?;
+        // SAFETY: forwarded from this function's contract.
+        unsafe { m.send_rndv(peer, tag, app_ctx, buf, len, &[], id) }
+    }
+    fn ob_send_fin(
+        &mut self,
+        peer: u32,
+        tmh: tmpi_verbs::wire::Tmh,
+        rvh: tmpi_verbs::wire::Rvh,
+        ok: bool,
+    ) -> Result<(), BtlError> {
+        let m = self.m()?;
+        let r = if ok {
+            m.send_fin(peer, tmh, rvh)
+        } else {
+            m.send_fin_error(peer, tmh, rvh)
+        };
+        r.map_err(|e| btl_err(e, peer))
     }
 }
 

@@ -41,3 +41,4 @@ pub use module::{
 };
 pub use rcache::{Reg, RegCache};
 pub use tm::{TmHandle, TmOffload};
+pub use tmpi_verbs::wire::{Rvh, Tmh};

@@ -136,6 +136,9 @@ pub struct Stats {
     pub rndv_get: u64,
     /// Rendezvous completed with pipelined fragments.
     pub rndv_pipelined: u64,
+    /// Rendezvous whose data the NIC read itself into the receive buffer
+    /// (matched by the NIC; it also sent the FIN).
+    pub rndv_nic_read: u64,
     /// Messages that arrived before their receive was posted.
     pub unexpected: u64,
     /// Fragments that arrived ahead of their sequence turn.
@@ -259,6 +262,17 @@ pub struct Core {
     /// Fragments the NIC placed for a receive (or its failure), until the
     /// split matcher reports the match.
     nic_bytes: HashMap<u64, Result<(u32, Vec<u8>), String>>,
+    /// Receives matched by the NIC to a rendezvous request, the NIC reading
+    /// into their buffer: envelope, whether the split matcher reported the
+    /// match, and the read's outcome once known.
+    nic_rndv: HashMap<u64, NicRndvState>,
+}
+
+#[derive(Debug)]
+struct NicRndvState {
+    env: tmpi_tm_engine::Envelope,
+    reported: bool,
+    done: Option<Result<usize, String>>,
 }
 
 impl std::fmt::Debug for Core {
@@ -293,6 +307,16 @@ impl Core {
             tm: false,
             tm_peers: Vec::new(),
             nic_bytes: HashMap::new(),
+            nic_rndv: HashMap::new(),
+        }
+    }
+
+    /// The buffer of receive `id` while it waits for a match (for an ADD
+    /// that posts the user's buffer to the NIC).
+    pub fn recv_buffer(&mut self, id: ReqId) -> Option<RawBufMut> {
+        match self.slot(id)?.state {
+            ReqState::Recv { buf, .. } => Some(buf),
+            _ => None,
         }
     }
 
@@ -1203,6 +1227,35 @@ impl Core {
                     complete: true,
                 });
             }
+            TmInput::NicRndv { recv, id, envelope } => {
+                self.nic_rndv.insert(
+                    recv,
+                    NicRndvState {
+                        env: envelope,
+                        reported: false,
+                        done: None,
+                    },
+                );
+                self.nic_event(NicEvent::Matched {
+                    id,
+                    envelope,
+                    complete: false,
+                });
+            }
+            TmInput::NicRndvDone { recv, id, result } => {
+                if let Some(r) = self.nic_rndv.get_mut(&recv) {
+                    r.done = Some(result);
+                }
+                self.nic_event(NicEvent::DataDone { id });
+                self.finish_nic_rndv(recv);
+            }
+            TmInput::SendDone { sreq, ok } => {
+                let f = FinHdr {
+                    sreq,
+                    status: if ok { 0 } else { MpiErrorClass::Other as i32 },
+                };
+                self.on_fin(wire, f);
+            }
             TmInput::Failed { recv, id, error } => {
                 self.nic_bytes.insert(recv, Err(error));
                 self.nic_event(NicEvent::Matched {
@@ -1292,8 +1345,53 @@ impl Core {
         }
     }
 
+    /// Completes receive `recv` of a NIC-read rendezvous once the split
+    /// matcher reported its match and the read ended.
+    fn finish_nic_rndv(&mut self, recv: u64) {
+        let ready = self
+            .nic_rndv
+            .get(&recv)
+            .is_some_and(|r| r.reported && r.done.is_some());
+        if !ready {
+            return;
+        }
+        let Some(r) = self.nic_rndv.remove(&recv) else {
+            return;
+        };
+        let st = match r.done {
+            Some(Ok(n)) => {
+                self.stats.rndv_nic_read += 1;
+                Status {
+                    source: r.env.source as i32,
+                    tag: r.env.tag,
+                    count: n,
+                    error: MpiErrorClass::Success,
+                    cancelled: false,
+                }
+            }
+            _ => {
+                let e = match &r.done {
+                    Some(Err(e)) => e.as_str(),
+                    _ => "",
+                };
+                tracing::error!(target: "pml_ob1", "rendezvous read by the NIC failed: {e}; the receive fails");
+                Status {
+                    error: MpiErrorClass::Other,
+                    ..Status::empty()
+                }
+            }
+        };
+        self.complete(ReqId(recv), st);
+    }
+
     /// The NIC matched receive `id`: the fragment is in `nic_bytes`.
     fn nic_matched(&mut self, wire: &mut dyn Wire, id: ReqId) {
+        if let Some(r) = self.nic_rndv.get_mut(&id.0) {
+            // The NIC reads the data; the receive completes when it is in.
+            r.reported = true;
+            self.finish_nic_rndv(id.0);
+            return;
+        }
         let failed = |e: MpiErrorClass| Status {
             error: e,
             ..Status::empty()
@@ -1442,7 +1540,11 @@ impl Core {
         let _ = sync;
         let peer = *peer;
         let region = region.take();
-        let st = s.status;
+        let mut st = s.status;
+        if f.status != 0 {
+            // The receiver could not take the data (error FIN).
+            st.error = MpiErrorClass::Other;
+        }
         if let Some(r) = region {
             wire.deregister(peer, &r);
         }

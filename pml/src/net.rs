@@ -20,11 +20,14 @@ use tmpi_base::mca::{Registry, SelectionList};
 use tmpi_base::modex::Modex;
 use tmpi_btl::{BtlComponent, BtlError, BtlFlags, BtlModule, RemoteRegion};
 
-use tmpi_btl_openib::{offload_of, Event, Op, TmEvent, TmHandle};
+use tmpi_btl_openib::{offload_of, Event, FragKind, Op, RecvFrag, Rvh, TmEvent, TmHandle, Tmh};
 use tmpi_tm_engine::split::{NicAction, NicEvent, NicId};
 
 use crate::core::Limits;
-use crate::hdr::{Header, FRAG_LEN, KIND_MATCH, KIND_RNDV, MATCH_LEN, RNDV_LEN};
+use crate::hdr::{
+    Header, MatchHdr, RndvHdr, FLAG_REGION, FRAG_LEN, KIND_ACK, KIND_FIN, KIND_MATCH, KIND_RNDV,
+    MATCH_LEN, RNDV_LEN,
+};
 use crate::matching::Envelope;
 use crate::raw::{RawBuf, RawBufMut};
 use crate::transport::{TmInput, Transport, TxError};
@@ -64,6 +67,48 @@ pub struct BtlNet {
     /// Whether some module is btl-openib (its non-fragment events are
     /// drained every progress).
     any_openib: bool,
+    /// NIC rendezvous requests taken in software: (peer, token) → the
+    /// request's TMH and RVH, until the pml's FIN for `token` (the `sreq`
+    /// of the RNDV the pml was given) goes out as the btl FIN.
+    rts_in: HashMap<(u32, u64), (Tmh, Rvh)>,
+    next_token: u64,
+    /// `pml_tm_rndv`: RNDV to tagged peers as NIC rendezvous requests.
+    rts_enabled: bool,
+}
+
+/// First token of [`BtlNet::rts_in`] (high bit set: distinct from request
+/// ids in practice; only `(peer, token)` pairs present are intercepted).
+const TOKEN_BASE: u64 = 1 << 63;
+
+/// A tagged buffer: a pml bounce buffer, or the receive's own buffer with
+/// a copy of its first bytes (what a tagged eager fragment or an incomplete
+/// rendezvous request may overwrite: MPI lets a receive modify only the
+/// bytes of the message it gets).
+enum TagBuf {
+    Bounce(Vec<u8>),
+    User(RawBufMut, Vec<u8>),
+}
+
+impl TagBuf {
+    /// The first `n` bytes (at most the buffer), as the NIC placed them; a
+    /// user buffer gets its original first bytes back.
+    fn take_head(&self, n: usize) -> Vec<u8> {
+        match self {
+            TagBuf::Bounce(b) => b[..n.min(b.len())].to_vec(),
+            TagBuf::User(u, saved) => {
+                let n = n.min(u.len());
+                // SAFETY: the receive's buffer, valid until the receive
+                // completes (it has not: the NIC just matched it, and the
+                // entry left the NIC); the NIC wrote these bytes before the
+                // completion was polled; nothing else accesses it meanwhile.
+                let s = unsafe { std::slice::from_raw_parts_mut(u.ptr(), n) };
+                let out = s.to_vec();
+                let k = n.min(saved.len());
+                s[..k].copy_from_slice(&saved[..k]);
+                out
+            }
+        }
+    }
 }
 
 /// The tag-matching module and the tagged buffers posted to it.
@@ -76,7 +121,10 @@ struct TmState {
     /// fragment fits).
     buf_len: usize,
     /// Posted tagged buffers: NIC id → (buffer, handle, receive).
-    bufs: HashMap<u64, (Vec<u8>, TmHandle, u64)>,
+    bufs: HashMap<u64, (TagBuf, TmHandle, u64)>,
+    /// Receives whose buffer the NIC is reading a rendezvous into: NIC id
+    /// → receive.
+    rndv_inflight: HashMap<u64, u64>,
 }
 
 impl std::fmt::Debug for BtlNet {
@@ -205,6 +253,16 @@ pub(crate) fn open(
         dropped: 0,
         tm,
         any_openib,
+        rts_in: HashMap::new(),
+        next_token: TOKEN_BASE,
+        rts_enabled: reg
+            .register_bool(
+                tmpi_base::mca::ParamSpec::new("pml", "", "tm_rndv")
+                    .help("Rendezvous to peers on a tag-matching NIC as NIC rendezvous requests (the receiver's NIC reads the data when it matched the receive)"),
+                true,
+            )
+            .map(|p| p.value())
+            .unwrap_or(true),
     }))
 }
 
@@ -247,6 +305,7 @@ fn tm_state(
         peers,
         buf_len,
         bufs: HashMap::new(),
+        rndv_inflight: HashMap::new(),
     })
 }
 
@@ -322,6 +381,11 @@ impl Transport for BtlNet {
                 return self.send_tagged(peer, hdr, data);
             }
         }
+        if !self.rts_in.is_empty() && matches!(hdr.first(), Some(&KIND_FIN | &KIND_ACK)) {
+            if let Some(r) = self.fin_of_rts(peer, hdr) {
+                return r;
+            }
+        }
         let m = &mut self.modules[i];
         let r = if self.sendi[i] {
             match m.sendi(peer, BTL_TAG_PML, hdr, data) {
@@ -348,7 +412,10 @@ impl Transport for BtlNet {
         // else until the request completes (irecv contract).
         let dst = unsafe { dst.as_mut_slice() };
         let m = &mut self.modules[i];
-        m.get(peer, &r, 0, dst).map_err(|e| tx_err(m.name(), e))
+        m.get(peer, &r, 0, dst).map_err(|e| match e {
+            BtlError::WouldBlock => TxError::Busy,
+            e => tx_err(m.name(), e),
+        })
     }
 
     fn progress(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize {
@@ -404,8 +471,38 @@ impl Transport for BtlNet {
                 continue;
             };
             for ev in ob.ob_take_events() {
+                // A NIC rendezvous request taken in software: the pml gets
+                // it as a RNDV whose region is the request's RVH.
+                let ev = match ev {
+                    Event::Recv(f) if f.kind == FragKind::Rndv && f.rvh.is_some() => {
+                        let from_nic = Some(i) == tm_module && f.unexpected;
+                        match rts_as_rndv(&mut self.rts_in, &mut self.next_token, &f) {
+                            Some(bytes) => out.push(TmInput::Frag {
+                                peer: f.peer,
+                                from_nic,
+                                bytes,
+                            }),
+                            None => {
+                                tracing::error!(target: "pml_ob1", peer = f.peer, "malformed rendezvous request dropped");
+                                if from_nic {
+                                    // Counted by the NIC: the split matcher
+                                    // must count it too.
+                                    out.push(TmInput::Frag {
+                                        peer: f.peer,
+                                        from_nic,
+                                        bytes: Vec::new(),
+                                    });
+                                }
+                            }
+                        }
+                        continue;
+                    }
+                    ev => ev,
+                };
                 match (Some(i) == tm_module, self.tm.as_mut()) {
-                    (true, Some(tm)) => tm_input(tm, ev, out),
+                    (true, Some(tm)) => {
+                        tm_input(tm, &mut self.rts_in, &mut self.next_token, ev, out)
+                    }
                     _ => match ev {
                         // A peer with tag matching sent tagged; this
                         // module has none: a plain arrival.
@@ -425,7 +522,7 @@ impl Transport for BtlNet {
         }
     }
 
-    fn tm_exec(&mut self, a: NicAction<u64>) -> Option<NicEvent> {
+    fn tm_exec(&mut self, a: NicAction<u64>, user: Option<RawBufMut>) -> Option<NicEvent> {
         let tm = self.tm.as_mut()?;
         let Some(ob) = offload_of(self.modules[tm.module].as_mut()) else {
             return match a {
@@ -442,20 +539,32 @@ impl Transport for BtlNet {
                 unexpected_cnt,
                 ..
             } => {
-                let mut buf = vec![0u8; tm.buf_len];
-                // SAFETY: the buffer's heap allocation does not move when
-                // the Vec moves into `bufs`, where it stays (untouched)
+                // The receive's own buffer when the split matcher asks for
+                // it and every tagged pml fragment fits (an eager message
+                // lands there whole, header first, and is copied out like
+                // from a bounce buffer); a NIC rendezvous is then read
+                // straight into it. Otherwise a bounce buffer.
+                let mut buf = match user {
+                    Some(u) if u.len() >= tm.buf_len && u.len() <= u32::MAX as usize => {
+                        // SAFETY: the receive's buffer (valid, pml
+                        // contract), not yet given to the NIC.
+                        let head = unsafe { std::slice::from_raw_parts(u.ptr(), tm.buf_len) };
+                        TagBuf::User(u, head.to_vec())
+                    }
+                    _ => TagBuf::Bounce(vec![0u8; tm.buf_len]),
+                };
+                let (ptr, len) = match &mut buf {
+                    TagBuf::Bounce(b) => (b.as_mut_ptr(), b.len()),
+                    TagBuf::User(u, _) => (u.ptr(), u.len()),
+                };
+                // SAFETY: a bounce buffer's heap allocation does not move
+                // when the Vec moves into `bufs`, where it stays (untouched)
                 // until the receive ended (its Matched, Deleted or Failed
-                // event removes it) or the modules are finalized.
+                // event removes it) or the modules are finalized. A user
+                // buffer belongs to a receive that completes only after its
+                // entry left the NIC (split matcher), so it stays valid.
                 let r = unsafe {
-                    ob.ob_tm_post_recv(
-                        buf.as_mut_ptr(),
-                        buf.len(),
-                        tag.tag,
-                        tag.mask,
-                        id.0,
-                        unexpected_cnt,
-                    )
+                    ob.ob_tm_post_recv(ptr, len, tag.tag, tag.mask, id.0, unexpected_cnt)
                 };
                 match r {
                     Ok(h) => {
@@ -495,11 +604,15 @@ impl BtlNet {
     /// A MATCH/RNDV to a tagged peer: one tagged eager send of the whole
     /// pml fragment under the envelope's tag.
     fn send_tagged(&mut self, peer: u32, hdr: &[u8], data: &[u8]) -> Result<(), TxError> {
-        let Some(tm) = &self.tm else {
-            return Err(TxError::Fatal("no tag matching".into()));
-        };
         let Some(env) = envelope_of(hdr) else {
             return Err(TxError::Fatal("malformed MATCH/RNDV header".into()));
+        };
+        let tag = crate::offload::msg_tag(env);
+        if let Some(r) = self.send_rts(peer, hdr, tag) {
+            return r;
+        }
+        let Some(tm) = &self.tm else {
+            return Err(TxError::Fatal("no tag matching".into()));
         };
         let mut frag = Vec::with_capacity(hdr.len() + data.len());
         frag.extend_from_slice(hdr);
@@ -507,12 +620,7 @@ impl BtlNet {
         let Some(ob) = offload_of(self.modules[tm.module].as_mut()) else {
             return Err(TxError::Fatal("openib module lost".into()));
         };
-        match ob.ob_send_tagged(
-            peer,
-            crate::offload::msg_tag(env),
-            u32::from(BTL_TAG_PML),
-            &frag,
-        ) {
+        match ob.ob_send_tagged(peer, tag, u32::from(BTL_TAG_PML), &frag) {
             Ok(()) => Ok(()),
             Err(BtlError::WouldBlock) => Err(TxError::Busy),
             Err(e) => Err(tx_err("openib", e)),
@@ -520,9 +628,157 @@ impl BtlNet {
     }
 }
 
+impl BtlNet {
+    /// A RNDV with a registered region to a tagged peer goes out as a NIC
+    /// rendezvous request `TMH(RNDV) | RVH` (no inline data): a receiver's
+    /// NIC that matches it reads the data into the receive buffer and sends
+    /// the FIN itself; a receiver that matches it in software reads and
+    /// FINs (docs/pml.md). `None`: not applicable (no region, a message
+    /// that fits a tagged buffer, an envelope that does not pack, or a
+    /// request the module refuses), the RNDV travels as a tagged eager.
+    fn send_rts(&mut self, peer: u32, hdr: &[u8], tag: u64) -> Option<Result<(), TxError>> {
+        let tm = self.tm.as_ref()?;
+        if !self.rts_enabled {
+            return None;
+        }
+        let Ok(Header::Rndv(r)) = Header::parse(hdr) else {
+            return None;
+        };
+        if r.flags & FLAG_REGION == 0 || (r.len as usize) <= tm.buf_len {
+            return None;
+        }
+        if tmpi_btl_openib::tag::unpack(tag).context >= tmpi_btl_openib::tag::MAX_CONTEXT {
+            return None;
+        }
+        let region = RemoteRegion::from_bytes(r.region).ok()?;
+        if region.len < r.len || r.len > tmpi_btl_openib::MAX_RNDV_LEN as u64 {
+            return None;
+        }
+        let ob = offload_of(self.modules[tm.module].as_mut())?;
+        // The FIN is found by (peer, tag, app_ctx): the send request's id
+        // folded to 32 bits keeps concurrent requests of one envelope apart
+        // (a collision is refused and takes the tagged-eager path).
+        let app_ctx = (r.sreq as u32) ^ ((r.sreq >> 32) as u32);
+        // SAFETY: the region is the send request's buffer (registered by
+        // `register` above for this RNDV); the request stays incomplete, its
+        // buffer valid and unmodified (isend contract), until this
+        // request's FIN or failure (`TmInput::SendDone`).
+        let res = unsafe {
+            ob.ob_send_rndv(
+                peer,
+                tag,
+                app_ctx,
+                region.addr as usize as *const u8,
+                r.len as usize,
+                r.sreq,
+            )
+        };
+        match res {
+            Ok(()) => Some(Ok(())),
+            Err(tmpi_btl_openib::OpenibError::Busy) => Some(Err(TxError::Busy)),
+            Err(e) => {
+                tracing::debug!(target: "pml_ob1", peer, "NIC rendezvous request refused ({e}); tagged eager RNDV");
+                None
+            }
+        }
+    }
+
+    /// The pml's FIN (or ACK) for a token of [`BtlNet::rts_in`]: the btl
+    /// FIN of that rendezvous request instead (an error FIN for a failed
+    /// transfer or an ACK: a NIC rendezvous request cannot be pipelined).
+    fn fin_of_rts(&mut self, peer: u32, hdr: &[u8]) -> Option<Result<(), TxError>> {
+        let (sreq, ok) = match Header::parse(hdr).ok()? {
+            Header::Fin(f) => (f.sreq, f.status == 0),
+            Header::Ack(a) => (a.sreq, false),
+            _ => return None,
+        };
+        let (tmh, rvh) = self.rts_in.remove(&(peer, sreq))?;
+        if !ok {
+            tracing::error!(target: "pml_ob1", peer, "rendezvous request from rank {peer} not read; error FIN");
+        }
+        let i = *self.route.get(peer as usize)?;
+        let ob = offload_of(self.modules[i].as_mut())?;
+        Some(match ob.ob_send_fin(peer, tmh, rvh, ok) {
+            Ok(()) => Ok(()),
+            Err(BtlError::WouldBlock) => {
+                self.rts_in.insert((peer, sreq), (tmh, rvh));
+                Err(TxError::Busy)
+            }
+            Err(e) => Err(tx_err("openib", e)),
+        })
+    }
+}
+
+/// A NIC rendezvous request handed to software (unexpected, on a module
+/// without tag matching, or too long for the tagged buffer), as the pml
+/// RNDV it stands for: envelope from the tag, region = the RVH, `sreq` = a
+/// fresh token remembered in `rts_in` with the request's TMH/RVH.
+fn rts_as_rndv(
+    rts_in: &mut HashMap<(u32, u64), (Tmh, Rvh)>,
+    next_token: &mut u64,
+    f: &RecvFrag,
+) -> Option<Vec<u8>> {
+    rts_hdr(rts_in, next_token, f.peer, f.tmh, f.rvh?)
+}
+
+fn rts_hdr(
+    rts_in: &mut HashMap<(u32, u64), (Tmh, Rvh)>,
+    next_token: &mut u64,
+    peer: u32,
+    tmh: Tmh,
+    rvh: Rvh,
+) -> Option<Vec<u8>> {
+    let e = tmpi_btl_openib::tag::unpack(tmh.tag);
+    if e.context >= tmpi_btl_openib::tag::MAX_CONTEXT || rvh.len == tmpi_btl_openib::FIN_ERROR_LEN {
+        return None;
+    }
+    let token = *next_token;
+    *next_token = next_token.wrapping_add(1) | TOKEN_BASE;
+    let region = RemoteRegion {
+        addr: rvh.va,
+        len: u64::from(rvh.len),
+        key: u64::from(rvh.rkey),
+    }
+    .to_bytes();
+    let hdr = RndvHdr {
+        m: MatchHdr {
+            ctx: e.context,
+            src: e.source as i32,
+            tag: e.tag,
+            seq: 0,
+        },
+        flags: FLAG_REGION,
+        len: u64::from(rvh.len),
+        sreq: token,
+        region: &region,
+    }
+    .encode();
+    rts_in.insert((peer, token), (tmh, rvh));
+    Some(hdr)
+}
+
 /// One event of the tag-matching module, as an input of the offload path.
-fn tm_input(tm: &mut TmState, ev: Event, out: &mut Vec<TmInput>) {
+fn tm_input(
+    tm: &mut TmState,
+    rts_in: &mut HashMap<(u32, u64), (Tmh, Rvh)>,
+    next_token: &mut u64,
+    ev: Event,
+    out: &mut Vec<TmInput>,
+) {
     match ev {
+        Event::RndvDone { id, .. } => out.push(TmInput::SendDone { sreq: id, ok: true }),
+        Event::Failed {
+            id,
+            op: Op::Rndv,
+            peer,
+            error,
+        } => {
+            tracing::error!(target: "pml_ob1", peer, "rendezvous send to rank {peer} failed: {error}");
+            out.push(TmInput::SendDone {
+                sreq: id,
+                ok: false,
+            })
+        }
         Event::Recv(f) if f.tmh.app_ctx == u32::from(BTL_TAG_PML) && f.rvh.is_none() => {
             out.push(TmInput::Frag {
                 peer: f.peer,
@@ -548,6 +804,14 @@ fn tm_input(tm: &mut TmState, ev: Event, out: &mut Vec<TmInput>) {
                     tracing::error!(target: "pml_ob1", recv_id, "NIC match for no tagged buffer");
                     return;
                 };
+                let e = tmpi_btl_openib::tag::unpack(tag);
+                let envelope = tmpi_tm_engine::Envelope::new(e.context, e.source, e.tag);
+                if !complete && matches!(buf, TagBuf::User(..)) {
+                    // The NIC reads the rendezvous into the receive's buffer.
+                    tm.rndv_inflight.insert(recv_id, recv);
+                    out.push(TmInput::NicRndv { recv, id, envelope });
+                    return;
+                }
                 if !complete {
                     out.push(TmInput::Failed {
                         recv,
@@ -556,26 +820,49 @@ fn tm_input(tm: &mut TmState, ev: Event, out: &mut Vec<TmInput>) {
                     });
                     return;
                 }
-                let e = tmpi_btl_openib::tag::unpack(tag);
-                let n = (byte_len as usize).min(buf.len());
                 out.push(TmInput::Matched {
                     recv,
                     id,
                     peer,
-                    envelope: tmpi_tm_engine::Envelope::new(e.context, e.source, e.tag),
-                    bytes: buf[..n].to_vec(),
+                    envelope,
+                    bytes: buf.take_head(byte_len as usize),
                 });
             }
-            TmEvent::RndvDone { recv_id, .. } => {
-                out.push(TmInput::Nic(NicEvent::DataDone { id: NicId(recv_id) }))
-            }
-            TmEvent::RndvIncomplete { recv_id, .. } => {
-                if let Some((_, _, recv)) = tm.bufs.remove(&recv_id) {
-                    out.push(TmInput::Failed {
-                        recv,
-                        id: NicId(recv_id),
-                        error: "NIC rendezvous (not used by the pml)".into(),
-                    });
+            TmEvent::RndvDone { recv_id, byte_len } => match tm.rndv_inflight.remove(&recv_id) {
+                Some(recv) => out.push(TmInput::NicRndvDone {
+                    recv,
+                    id: NicId(recv_id),
+                    result: Ok(byte_len as usize),
+                }),
+                None => out.push(TmInput::Nic(NicEvent::DataDone { id: NicId(recv_id) })),
+            },
+            TmEvent::RndvIncomplete {
+                recv_id,
+                peer,
+                tmh,
+                rvh,
+            } => {
+                // The request is longer than the buffer: the entry is
+                // consumed, software finishes (read of what fits, FIN).
+                if let Some((buf, _, recv)) = tm.bufs.remove(&recv_id) {
+                    // TMH + RVH landed in the buffer: restore it.
+                    let _ = buf.take_head(64);
+                    let e = tmpi_btl_openib::tag::unpack(tmh.tag);
+                    let hdr = rvh.and_then(|rvh| rts_hdr(rts_in, next_token, peer, tmh, rvh));
+                    match hdr {
+                        Some(bytes) => out.push(TmInput::Matched {
+                            recv,
+                            id: NicId(recv_id),
+                            peer,
+                            envelope: tmpi_tm_engine::Envelope::new(e.context, e.source, e.tag),
+                            bytes,
+                        }),
+                        None => out.push(TmInput::Failed {
+                            recv,
+                            id: NicId(recv_id),
+                            error: "incomplete NIC rendezvous without its request".into(),
+                        }),
+                    }
                 }
             }
             TmEvent::Deleted { recv_id } => {
@@ -593,7 +880,14 @@ fn tm_input(tm: &mut TmState, ev: Event, out: &mut Vec<TmInput>) {
             error,
             ..
         } => {
-            if let Some((_, _, recv)) = tm.bufs.remove(&id) {
+            if let Some(recv) = tm.rndv_inflight.remove(&id) {
+                tracing::error!(target: "pml_ob1", recv, "rendezvous read by the NIC failed: {error}");
+                out.push(TmInput::NicRndvDone {
+                    recv,
+                    id: NicId(id),
+                    result: Err(error.to_string()),
+                });
+            } else if let Some((_, _, recv)) = tm.bufs.remove(&id) {
                 tracing::error!(target: "pml_ob1", recv, "tagged receive failed: {error}");
                 out.push(TmInput::Failed {
                     recv,

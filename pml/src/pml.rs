@@ -151,7 +151,15 @@ impl Inner {
         }
         core.drain_late(&mut w);
         while let Some(a) = core.poll_nic_action() {
-            if let Some(refused) = net.tm_exec(a) {
+            let user = match a {
+                tmpi_tm_engine::split::NicAction::Add {
+                    recv,
+                    buffer: tmpi_tm_engine::split::NicBuffer::User,
+                    ..
+                } => core.recv_buffer(ReqId(recv)),
+                _ => None,
+            };
+            if let Some(refused) = net.tm_exec(a, user) {
                 core.on_tm_input(&mut w, crate::transport::TmInput::Nic(refused));
             }
         }

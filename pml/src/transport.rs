@@ -63,7 +63,9 @@ pub trait Transport: Send {
     /// Tagged-path inputs since the last call, in CQ order.
     fn tm_take(&mut self, _out: &mut Vec<TmInput>) {}
     /// Executes a NIC-list operation; `Some(refusal)` when it was refused.
-    fn tm_exec(&mut self, _a: NicAction<u64>) -> Option<NicEvent> {
+    /// `user`: the receive's own buffer, for an ADD the split matcher wants
+    /// posted with the user's buffer (`NicBuffer::User`).
+    fn tm_exec(&mut self, _a: NicAction<u64>, _user: Option<RawBufMut>) -> Option<NicEvent> {
         None
     }
 }
@@ -97,6 +99,36 @@ pub enum TmInput {
         envelope: tmpi_tm_engine::Envelope,
         /// The pml fragment.
         bytes: Vec<u8>,
+    },
+    /// The NIC matched a rendezvous request (RTS) to receive `recv`, whose
+    /// own buffer is the tagged buffer: the NIC reads the data into it and
+    /// sends the FIN itself; [`TmInput::NicRndvDone`] follows.
+    NicRndv {
+        /// The receive.
+        recv: u64,
+        /// Its list entry.
+        id: NicId,
+        /// The matched envelope (from the tag).
+        envelope: tmpi_tm_engine::Envelope,
+    },
+    /// The NIC's read of a [`TmInput::NicRndv`] ended: `Ok(bytes)` landed in
+    /// the receive buffer, or the read failed.
+    NicRndvDone {
+        /// The receive.
+        recv: u64,
+        /// Its list entry.
+        id: NicId,
+        /// Bytes read, or what failed.
+        result: Result<usize, String>,
+    },
+    /// A rendezvous send that went out as a NIC rendezvous request ended
+    /// (the receiver's FIN, or an error FIN / broken connection): as a pml
+    /// FIN for send request `sreq`.
+    SendDone {
+        /// The send request.
+        sreq: u64,
+        /// The receiver read the data.
+        ok: bool,
     },
     /// A tagged receive failed (completion error).
     Failed {

@@ -277,22 +277,16 @@ fn tm_on_tight_nic_list_and_stale_sync_reading() {
 
 const FAULT_PROG: &str = env!("CARGO_BIN_EXE_openib-fault");
 
-/// Runs `openib-fault BYTES OFFSET` on 2 ranks with tag matching `tm` and,
-/// when given, the soft NIC's fault injection `inject` (`OP:N`).
-fn fault_run(
-    tm: &'static str,
-    inject: Option<&str>,
-    bytes: usize,
-    off: usize,
-) -> (i32, String, String) {
+/// Runs `openib-fault ARGS` on 2 ranks with tag matching `tm`, the
+/// `pml_stats` lines and `extra` parameters; returns (exit status, stdout,
+/// stderr).
+fn fault_run(tm: &'static str, extra: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
     let _g = serial();
     let mut m: Vec<(&str, &str)> = mca(tm);
     m.retain(|(k, _)| *k != "pml_tm_thresh");
-    if let Some(i) = inject {
-        m.push(("btl_openib_tmsoft_inject_error", i));
-    }
-    let (b, o) = (bytes.to_string(), off.to_string());
-    let out = run(2, 30, &m, FAULT_PROG, &[&b, &o]);
+    m.push(("pml_stats", "1"));
+    m.extend_from_slice(extra);
+    let out = run(2, 30, &m, FAULT_PROG, args);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -300,25 +294,76 @@ fn fault_run(
     )
 }
 
+/// A field of rank `r`'s `pml_ob1 stats: Stats { .. }` line.
+fn rank_stat(stderr: &str, r: u32, field: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with(&format!("[rank {r}] pml_ob1 stats:")))
+        .unwrap_or_else(|| panic!("no stats line of rank {r}: {stderr}"));
+    stat(line, field)
+}
+
+#[test]
+fn nic_matched_rendezvous_is_read_by_the_nic_sizes_and_offsets() {
+    for (bytes, off) in [(1 << 20, 0), (4 << 20, 0), (1 << 20, 100), (4 << 20, 4095)] {
+        let (b, o) = (bytes.to_string(), off.to_string());
+        // TM on, receive posted first: the NIC matches the request and
+        // reads the data into the receive buffer itself (and FINs).
+        let (code, so, se) = fault_run("1", &[], &[&b, &o]);
+        assert_eq!(code, 0, "{bytes}@{off}\n{so}\n{se}");
+        assert!(
+            so.contains(&format!("rank 1 recv ok bytes={bytes}")),
+            "{so}\n{se}"
+        );
+        assert!(so.contains("rank 0 send ok"), "{so}\n{se}");
+        assert_eq!(rank_stat(&se, 1, "rndv_nic_read"), 1, "{se}");
+        assert_eq!(rank_stat(&se, 1, "rndv_get"), 0, "{se}");
+        assert_eq!(pml_stats(&se, 2)[1]["nic_matches"], 1, "{se}");
+        // TM off: the same data by the pml's own RDMA read, no NIC read.
+        let (code, so, se) = fault_run("0", &[], &[&b, &o]);
+        assert_eq!(code, 0, "{so}\n{se}");
+        assert!(
+            so.contains(&format!("rank 1 recv ok bytes={bytes}")),
+            "{so}\n{se}"
+        );
+        assert_eq!(rank_stat(&se, 1, "rndv_nic_read"), 0, "{se}");
+        assert_eq!(rank_stat(&se, 1, "rndv_get"), 1, "{se}");
+    }
+    // Request unexpected (receive posted late): software reads and sends
+    // the FIN that completes the sender.
+    let (code, so, se) = fault_run("1", &[], &["1048576", "100", "late"]);
+    assert_eq!(code, 0, "{so}\n{se}");
+    assert!(so.contains("rank 1 recv ok bytes=1048576"), "{so}\n{se}");
+    assert!(so.contains("rank 0 send ok"), "{so}\n{se}");
+    assert_eq!(rank_stat(&se, 1, "rndv_nic_read"), 0, "{se}");
+    assert_eq!(rank_stat(&se, 1, "rndv_get"), 1, "{se}");
+    // pml_tm_rndv=0: the request travels as a tagged eager RNDV (the pml
+    // reads even when the NIC matched).
+    let (code, so, se) = fault_run("1", &[("pml_tm_rndv", "0")], &["1048576", "100"]);
+    assert_eq!(code, 0, "{so}\n{se}");
+    assert!(so.contains("rank 1 recv ok bytes=1048576"), "{so}\n{se}");
+    assert_eq!(rank_stat(&se, 1, "rndv_nic_read"), 0, "{se}");
+    assert_eq!(rank_stat(&se, 1, "rndv_get"), 1, "{se}");
+}
+
 #[test]
 fn completion_error_on_the_rendezvous_read_fails_the_receive_and_ends_the_job() {
     for tm in ["0", "1"] {
-        // Without injection the same transfer succeeds.
-        let (code, so, se) = fault_run(tm, None, 1 << 20, 100);
-        assert_eq!(code, 0, "tm={tm}\n{so}\n{se}");
-        assert!(
-            so.contains("rank 1 recv ok bytes=1048576"),
-            "tm={tm}\n{so}\n{se}"
-        );
-        // The receiver's first RDMA read completes with an error: its
-        // receive fails with an MPI error class (the program reports it and
-        // exits 3), the log names the failure, tmpirun ends the job (no
-        // timeout: status 3, not 124).
-        let (code, so, se) = fault_run(tm, Some("read:1"), 1 << 20, 100);
-        assert!(
-            so.contains("rank 1 recv error class=MPI_ERR_OTHER"),
-            "tm={tm}\n{so}\n{se}"
-        );
+        // The receiver's first RDMA read (the pml's, or with TM on the
+        // NIC's own) completes with an error: the affected request fails
+        // with an MPI error class (the program prints it and exits 3), the
+        // log names the failure, tmpirun ends the job (status 3, not its
+        // timeout). With TM on the NIC's error FIN fails the sender's send
+        // too; whichever rank reports first ends the job.
+        let inject = [("btl_openib_tmsoft_inject_error", "read:1")];
+        let (code, so, se) = fault_run(tm, &inject, &["1048576", "100"]);
+        let recv_err = so.contains("rank 1 recv error class=MPI_ERR_OTHER");
+        let send_err = so.contains("rank 0 send error class=MPI_ERR_OTHER");
+        if tm == "0" {
+            assert!(recv_err, "tm={tm}\n{so}\n{se}");
+        } else {
+            assert!(recv_err || send_err, "tm={tm}\n{so}\n{se}");
+        }
         assert!(!so.contains("recv ok"), "tm={tm}\n{so}\n{se}");
         assert!(se.contains("injected completion error"), "tm={tm}\n{se}");
         assert!(se.contains("RemAccessErr"), "tm={tm}\n{se}");
@@ -329,15 +374,14 @@ fn completion_error_on_the_rendezvous_read_fails_the_receive_and_ends_the_job() 
 
 #[test]
 fn completion_error_on_an_eager_send_ends_the_job() {
-    // The eager send completed (copied) before its completion error: no
-    // request can report it, so the sender's pml ends the process (like
-    // Open MPI's ob1) and the job ends instead of the receiver hanging.
-    let (code, so, se) = fault_run("0", None, 100, 0);
-    assert_eq!(code, 0, "{so}\n{se}");
-    let (code, so, se) = fault_run("0", Some("send:1"), 100, 0);
+    // Rank 1's "go" (an eager send) fails after it completed (copied): no
+    // request can report it, so rank 1's pml ends the process (like Open
+    // MPI's ob1) and the job ends instead of rank 0 waiting for ever.
+    let inject = [("btl_openib_tmsoft_inject_error", "send:1")];
+    let (code, so, se) = fault_run("0", &inject, &["100", "0"]);
     assert!(!so.contains("recv ok"), "{so}\n{se}");
     assert!(
-        se.contains("connection to rank 1 broken by a completion error"),
+        se.contains("connection to rank 0 broken by a completion error"),
         "{se}"
     );
     assert!(!se.contains("timed out"), "{se}");

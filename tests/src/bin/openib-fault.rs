@@ -1,13 +1,17 @@
-//! A two-rank rendezvous used by the fault-injection tests
-//! (`tests/tests/openib_soft.rs`): `tmpirun -n 2 openib-fault BYTES [OFFSET]`.
-//! Rank 0 sends `BYTES` bytes (taken at `OFFSET` inside a larger vector,
-//! so the buffer need not be page-aligned) to rank 1 with tag 5; rank 1
-//! receives them into a buffer at the same offset. Each rank prints one
-//! line: `rank R send ok`, `rank R recv ok bytes=N fnv=H` (the data checked
-//! against the pattern), or `rank R {send|recv} error class=CLASS: message`
-//! and then exits with status 3 without waiting for the other rank (the
-//! launcher ends the job). Both ranks finish with a barrier when they
-//! succeeded.
+//! A two-rank rendezvous used by the openib tests (`tests/tests/openib_soft.rs`):
+//! `tmpirun -n 2 openib-fault BYTES [OFFSET [late]]`.
+//!
+//! Rank 0 sends `BYTES` bytes (taken at `OFFSET` inside a larger vector, so
+//! the buffer need not be page-aligned) to rank 1 with tag 5; rank 1
+//! receives them into a buffer at the same offset. By default rank 1 posts
+//! its receive first and then tells rank 0 to go (so with tag matching the
+//! receive is in the NIC's list before the request arrives); with `late`
+//! rank 0 sends at once and rank 1 probes for the message before posting
+//! (the request arrives unexpected). Each rank prints one line: `rank R send ok`, `rank R recv ok
+//! bytes=N fnv=H` (the data checked against the pattern), or `rank R
+//! {send|recv} error class=CLASS: message` and then exits with status 3
+//! without waiting for the other rank (the launcher ends the job). Both
+//! ranks finish with a barrier when they succeeded.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -30,7 +34,7 @@ fn report(rank: i32, what: &str, e: &Error) -> ! {
     std::process::exit(3)
 }
 
-fn run(w: &Comm, len: usize, off: usize) -> Result<(), String> {
+fn run(w: &Comm, len: usize, off: usize, late: bool) -> Result<(), String> {
     let rank = w.rank();
     if w.size() != 2 {
         return Err("needs exactly 2 ranks".into());
@@ -40,15 +44,35 @@ fn run(w: &Comm, len: usize, off: usize) -> Result<(), String> {
         for (i, b) in v[off..].iter_mut().enumerate() {
             *b = byte(i);
         }
+        if !late {
+            let mut go = [0u8; 2];
+            if let Err(e) = w.recv(&mut go, 1, 6) {
+                report(rank, "recv", &e);
+            }
+        }
         if let Err(e) = w.send(&v[off..], 1, 5) {
             report(rank, "send", &e);
         }
         println!("rank 0 send ok");
     } else {
         let mut v = vec![0u8; off + len];
-        let st = match w.recv(&mut v[off..], 0, 5) {
+        if late {
+            // Wait until the request is here, unexpected (a probe
+            // progresses; the soft NIC moves data only then).
+            if let Err(e) = w.probe(0, 5) {
+                report(rank, "probe", &e);
+            }
+        }
+        let r = tmpi::scope(|s| -> Result<tmpi::Status, (&'static str, Error)> {
+            let r = w.irecv(s, &mut v[off..], 0, 5).map_err(|e| ("recv", e))?;
+            if !late {
+                w.send(b"go", 0, 6).map_err(|e| ("send", e))?;
+            }
+            r.wait().map_err(|e| ("recv", e))
+        });
+        let st = match r {
             Ok(st) => st,
-            Err(e) => report(rank, "recv", &e),
+            Err((what, e)) => report(rank, what, &e),
         };
         let got = &v[off..off + st.bytes()];
         if st.bytes() != len || got.iter().enumerate().any(|(i, &b)| b != byte(i)) {
@@ -64,6 +88,7 @@ fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let len: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1 << 20);
     let off: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);
+    let late = args.next().as_deref() == Some("late");
     let mpi = match tmpi::init() {
         Ok(m) => m,
         Err(x) => {
@@ -72,7 +97,7 @@ fn main() -> ExitCode {
         }
     };
     let w = mpi.world();
-    match run(&w, len, off) {
+    match run(&w, len, off, late) {
         Ok(()) => ExitCode::SUCCESS,
         Err(x) => {
             eprintln!("openib-fault: rank {} FAILED: {x}", w.rank());
