@@ -188,6 +188,13 @@ impl<P: Provider> RegCache<P> {
                 "cannot register {len} bytes at {a:#x}"
             )));
         }
+        // Entries unpinned since the last trim and beyond the bounds are
+        // gone before the lookup: with `max_entries == 0` only pinned
+        // entries (whose pages are mapped by contract) can be hit. Without
+        // this, a buffer freed and reallocated at the same address between
+        // two progress calls got the old pages' registration back (the
+        // cache-off hazard of docs/stress.md finding 2).
+        self.trim();
         self.clock += 1;
         let now = self.clock;
         if let Some(s) = self.slots.iter_mut().find(|s| {

@@ -39,22 +39,26 @@ fn lru_bounds_pins_and_invalidation() {
     drop(rw);
     drop(sub);
     drop(regs);
-    // Touch buffer 3 so buffer 0 is the least recently used.
-    drop(unsafe { c.register(&pd, bufs[3].as_ptr(), 1, rr) }.unwrap());
+    // Five unused entries, bound 2: the two most recently used stay
+    // (buffer 1, hit by `sub`, and the LOCAL_WRITE entry of buffer 2).
     c.trim();
     let st = c.stats();
     assert_eq!(st.entries, 2, "{st:?}");
     assert_eq!(st.evictions, 3);
-    // Buffer 3 (most recent) is still cached, buffer 0 (LRU) is not.
-    drop(unsafe { c.register(&pd, bufs[3].as_ptr(), 1, rr) }.unwrap());
-    assert_eq!(c.stats().misses, 5);
+    // Buffer 1 is still cached, buffer 0 (least recently used) is not.
+    drop(unsafe { c.register(&pd, bufs[1].as_ptr(), 1, rr) }.unwrap());
+    assert_eq!((c.stats().hits, c.stats().misses), (2, 5));
     drop(unsafe { c.register(&pd, bufs[0].as_ptr(), 1, rr) }.unwrap());
     assert_eq!(c.stats().misses, 6);
-    // Invalidation: a pinned entry turns stale (no more hits), dropped when unpinned.
+    // Three unused now: the next lookup first drops the LRU one (the
+    // bounds hold at every lookup, not only at progress).
     let pinned = unsafe { c.register(&pd, bufs[3].as_ptr(), 8, rr) }.unwrap();
+    assert_eq!(c.stats().misses, 7);
+    assert_eq!(c.stats().evictions, 4);
+    // Invalidation: a pinned entry turns stale (no more hits), dropped when unpinned.
     c.invalidate(bufs[3].as_ptr(), bufs[3].len());
     let again = unsafe { c.register(&pd, bufs[3].as_ptr(), 8, rr) }.unwrap();
-    assert_eq!(c.stats().misses, 7, "stale entry not handed out");
+    assert_eq!(c.stats().misses, 8, "stale entry not handed out");
     drop((pinned, again));
     c.invalidate(std::ptr::null(), usize::MAX);
     assert_eq!(c.stats().entries, 0);
@@ -86,4 +90,31 @@ fn byte_bound_and_no_caching() {
         0,
         "max_entries=0: dropped once unused"
     );
+}
+
+#[test]
+fn no_caching_never_hands_out_an_unused_registration() {
+    let pd = pd();
+    let buf = vec![0u8; 8 * 4096];
+    let rr = AccessFlags::REMOTE_READ;
+    let mut none: RegCache<P> = RegCache::new(0, 1 << 30);
+    // SAFETY: `buf` outlives the cache.
+    let r = unsafe { none.register(&pd, buf.as_ptr(), buf.len(), rr) }.unwrap();
+    // A second user while the first pins it: shared (its pages are mapped).
+    let r2 = unsafe { none.register(&pd, buf.as_ptr(), 100, rr) }.unwrap();
+    assert_eq!((none.stats().hits, none.stats().misses), (1, 1));
+    drop(r);
+    drop(r2);
+    // Unused now, and no progress (trim) in between, as when the pml
+    // deregisters after a FIN and the application reallocates the buffer
+    // at the same address before the next progress: a fresh registration.
+    let r3 = unsafe { none.register(&pd, buf.as_ptr(), buf.len(), rr) }.unwrap();
+    assert_eq!(none.stats().misses, 2, "{:?}", none.stats());
+    assert_eq!(none.stats().entries, 1, "{:?}", none.stats());
+    drop(r3);
+    // With caching on, an unused entry within the bounds is a hit.
+    let mut some: RegCache<P> = RegCache::new(4, 1 << 30);
+    drop(unsafe { some.register(&pd, buf.as_ptr(), buf.len(), rr) }.unwrap());
+    drop(unsafe { some.register(&pd, buf.as_ptr(), buf.len(), rr) }.unwrap());
+    assert_eq!((some.stats().hits, some.stats().misses), (1, 1));
 }
