@@ -412,9 +412,13 @@ impl Transport for BtlNet {
         // else until the request completes (irecv contract).
         let dst = unsafe { dst.as_mut_slice() };
         let m = &mut self.modules[i];
+        // openib: every failure of a read is final for the request (a NIC
+        // rendezvous request has no pipelined fallback); a full send queue
+        // is retried after progress.
         m.get(peer, &r, 0, dst).map_err(|e| match e {
             BtlError::WouldBlock => TxError::Busy,
-            e => tx_err(m.name(), e),
+            e if m.name() == "openib" => TxError::Broken(e.to_string()),
+            e => TxError::Fatal(e.to_string()),
         })
     }
 

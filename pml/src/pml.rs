@@ -216,6 +216,14 @@ impl Inner {
             } => {
                 match self.net.get(peer, &region, dst) {
                     Ok(()) => self.core.get_done(rreq, true),
+                    Err(TxError::Busy) => {
+                        return Err(Action::Get {
+                            peer,
+                            region,
+                            dst,
+                            rreq,
+                        })
+                    }
                     Err(TxError::Broken(e)) => {
                         tracing::error!(target: "pml_ob1", peer, "RDMA read from rank {peer} failed, connection broken: {e}; the receive fails");
                         self.core.get_failed(rreq, MpiErrorClass::Other);
