@@ -337,6 +337,22 @@ fn nic_matched_rendezvous_is_read_by_the_nic_sizes_and_offsets() {
     assert!(so.contains("rank 0 send ok"), "{so}\n{se}");
     assert_eq!(rank_stat(&se, 1, "rndv_nic_read"), 0, "{se}");
     assert_eq!(rank_stat(&se, 1, "rndv_get"), 1, "{se}");
+    // A request longer than the posted receive buffer: the NIC consumes the
+    // entry but cannot read (RNDV_INCOMPLETE); software reads what fits,
+    // the receive ends with MPI_ERR_TRUNCATE and the first half of the
+    // data, the sender's send completes normally.
+    for tm in ["1", "0"] {
+        let (code, so, se) = fault_run(tm, &[], &["1048576", "100", "trunc"]);
+        assert_eq!(code, 0, "tm={tm}\n{so}\n{se}");
+        assert!(
+            so.contains("rank 1 recv truncated bytes=524288"),
+            "{so}\n{se}"
+        );
+        assert!(so.contains("rank 0 send ok"), "{so}\n{se}");
+        assert_eq!(rank_stat(&se, 1, "rndv_get"), 1, "{se}");
+        let nic = if tm == "1" { 1 } else { 0 };
+        assert_eq!(pml_stats(&se, 2)[1]["nic_matches"], nic, "{se}");
+    }
     // pml_tm_rndv=0: the request travels as a tagged eager RNDV (the pml
     // reads even when the NIC matched).
     let (code, so, se) = fault_run("1", &[("pml_tm_rndv", "0")], &["1048576", "100"]);

@@ -1,5 +1,5 @@
 //! A two-rank rendezvous used by the openib tests (`tests/tests/openib_soft.rs`):
-//! `tmpirun -n 2 openib-fault BYTES [OFFSET [late]]`.
+//! `tmpirun -n 2 openib-fault BYTES [OFFSET [late|trunc]]`.
 //!
 //! Rank 0 sends `BYTES` bytes (taken at `OFFSET` inside a larger vector, so
 //! the buffer need not be page-aligned) to rank 1 with tag 5; rank 1
@@ -7,7 +7,10 @@
 //! its receive first and then tells rank 0 to go (so with tag matching the
 //! receive is in the NIC's list before the request arrives); with `late`
 //! rank 0 sends at once and rank 1 probes for the message before posting
-//! (the request arrives unexpected). Each rank prints one line: `rank R send ok`, `rank R recv ok
+//! (the request arrives unexpected); with `trunc` rank 1's buffer holds
+//! only half the message: it expects `MPI_ERR_TRUNCATE` with the first half
+//! of the data, prints `rank 1 recv truncated bytes=N` and goes on. Each
+//! rank prints one line: `rank R send ok`, `rank R recv ok
 //! bytes=N fnv=H` (the data checked against the pattern), or `rank R
 //! {send|recv} error class=CLASS: message` and then exits with status 3
 //! without waiting for the other rank (the launcher ends the job). Both
@@ -34,7 +37,9 @@ fn report(rank: i32, what: &str, e: &Error) -> ! {
     std::process::exit(3)
 }
 
-fn run(w: &Comm, len: usize, off: usize, late: bool) -> Result<(), String> {
+fn run(w: &Comm, len: usize, off: usize, mode: &str) -> Result<(), String> {
+    let late = mode == "late";
+    let trunc = mode == "trunc";
     let rank = w.rank();
     if w.size() != 2 {
         return Err("needs exactly 2 ranks".into());
@@ -55,7 +60,8 @@ fn run(w: &Comm, len: usize, off: usize, late: bool) -> Result<(), String> {
         }
         println!("rank 0 send ok");
     } else {
-        let mut v = vec![0u8; off + len];
+        let cap = if trunc { len / 2 } else { len };
+        let mut v = vec![0u8; off + cap];
         if late {
             // Wait until the request is here, unexpected (a probe
             // progresses; the soft NIC moves data only then).
@@ -71,7 +77,17 @@ fn run(w: &Comm, len: usize, off: usize, late: bool) -> Result<(), String> {
             r.wait().map_err(|e| ("recv", e))
         });
         let st = match r {
-            Ok(st) => st,
+            Ok(st) if !trunc => st,
+            Ok(st) => return Err(format!("not truncated ({} bytes)", st.bytes())),
+            Err(("recv", e)) if trunc && e.class() == tmpi::MpiErrorClass::Truncate => {
+                let got = &v[off..off + cap];
+                if got.iter().enumerate().any(|(i, &b)| b != byte(i)) {
+                    return Err("truncated receive: wrong data".into());
+                }
+                println!("rank 1 recv truncated bytes={cap}");
+                let _ = std::io::stdout().flush();
+                return w.barrier().map_err(|e| e.to_string());
+            }
             Err((what, e)) => report(rank, what, &e),
         };
         let got = &v[off..off + st.bytes()];
@@ -88,7 +104,7 @@ fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let len: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1 << 20);
     let off: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);
-    let late = args.next().as_deref() == Some("late");
+    let mode = args.next().unwrap_or_default();
     let mpi = match tmpi::init() {
         Ok(m) => m,
         Err(x) => {
@@ -97,7 +113,7 @@ fn main() -> ExitCode {
         }
     };
     let w = mpi.world();
-    match run(&w, len, off, late) {
+    match run(&w, len, off, &mode) {
         Ok(()) => ExitCode::SUCCESS,
         Err(x) => {
             eprintln!("openib-fault: rank {} FAILED: {x}", w.rank());
