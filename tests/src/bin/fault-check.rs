@@ -1,0 +1,304 @@
+//! Multi-process programs of tmpi's fault and resource-exhaustion tests,
+//! one case per run: `tmpirun -n N fault-check CASE [ARGS]`. Driven by
+//! `tests/tests/faults.rs` (see `docs/reliability.md`).
+//!
+//! * `traffic`: every rank exchanges eager and rendezvous messages around a
+//!   ring forever and prints `fault-check: rank R pid P running` once the
+//!   traffic is under way (rank 0 also prints the job id and session
+//!   directory). The test kills one rank from outside; the job never ends
+//!   by itself.
+//! * `nofinalize`: rank 1 returns from `main` without finalizing while
+//!   every other rank is blocked in a receive from it.
+//! * `flood N`: rank 0 floods rank 1, which only waits for a final
+//!   message, with N 8-byte eager messages (then, first, 2000 64 KiB
+//!   rendezvous messages); rank 1 measures its peak RSS growth and checks
+//!   it against the bounds of `docs/reliability.md`.
+//! * `outstanding N`: N receives posted at once, matched by N non-blocking
+//!   sends outstanding at once; every payload checked.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use tmpi::{Comm, Error, Request};
+
+type R = Result<(), String>;
+
+fn e(x: Error) -> String {
+    x.to_string()
+}
+
+macro_rules! ensure {
+    ($c:expr, $($f:tt)*) => {
+        if !$c {
+            return Err(format!($($f)*));
+        }
+    };
+}
+
+fn say(line: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{line}");
+    let _ = o.flush();
+}
+
+/// A field of `/proc/self/status` in bytes (`VmHWM`, `VmRSS`).
+fn status_bytes(field: &str) -> Result<u64, String> {
+    let s = std::fs::read_to_string("/proc/self/status").map_err(|x| x.to_string())?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .ok_or_else(|| format!("no {field} in /proc/self/status"))
+}
+
+/// Ring traffic until killed: eager (8 B) and rendezvous (100 KB)
+/// messages, payload checked.
+fn traffic(w: &Comm) -> R {
+    let (rank, size) = (w.rank(), w.size());
+    ensure!(size >= 2, "needs 2 ranks");
+    let right = (rank + 1) % size;
+    let left = (rank + size - 1) % size;
+    let mut announced = false;
+    for i in 0u64.. {
+        let len = if i % 4 == 3 { 100_000 } else { 8 };
+        let out: Vec<u8> = (0..len).map(|k| (i as usize + k) as u8).collect();
+        let mut inb = vec![0u8; len];
+        tmpi::scope(|s| -> Result<(), Error> {
+            let r = w.irecv(s, inb.as_mut_slice(), left, 5)?;
+            let q = w.isend(s, out.as_slice(), right, 5)?;
+            Request::wait_all(vec![r, q])?;
+            Ok(())
+        })
+        .map_err(e)?;
+        ensure!(inb == out, "iteration {i}: wrong payload from {left}");
+        if i == 40 && !announced {
+            announced = true;
+            if rank == 0 {
+                say(&format!(
+                    "fault-check: job {} {}",
+                    std::env::var("TMPI_JOB_ID").unwrap_or_default(),
+                    std::env::var("TMPI_SESSION_DIR").unwrap_or_default()
+                ));
+            }
+            say(&format!(
+                "fault-check: rank {rank} pid {} running",
+                std::process::id()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every rank but 1 waits for a message from rank 1, which never sends it.
+fn nofinalize_peer(w: &Comm) -> R {
+    let mut b = [0u8; 8];
+    // Let rank 1 know we are about to block (so it leaves while we wait).
+    w.send(&[1u8], 1, 1).map_err(e)?;
+    match w.recv(&mut b, 1, 2) {
+        Ok(_) => say(&format!(
+            "fault-check: UNEXPECTED rank {} received from the departed rank",
+            w.rank()
+        )),
+        Err(x) => say(&format!(
+            "fault-check: rank {} receive failed: {x}",
+            w.rank()
+        )),
+    }
+    Ok(())
+}
+
+/// Rank 0 floods rank 1 with `n` eager messages (after 2000 rendezvous
+/// ones); rank 1 receives nothing until the final message arrived.
+fn flood(mpi: &tmpi::Mpi, w: &Comm, n: usize) -> R {
+    const RNDV_N: usize = 2000;
+    const RNDV_LEN: usize = 64 * 1024;
+    const TAG_EAGER: i32 = 1;
+    const TAG_RNDV: i32 = 2;
+    const TAG_END: i32 = 3;
+    ensure!(w.size() >= 2, "needs 2 ranks");
+    match w.rank() {
+        0 => {
+            // Rendezvous flood: the sends stay outstanding until matched.
+            let big: Vec<Vec<u8>> = (0..RNDV_N)
+                .map(|i| vec![(i % 251) as u8; RNDV_LEN])
+                .collect();
+            tmpi::scope(|s| -> Result<(), Error> {
+                let reqs = big
+                    .iter()
+                    .map(|b| w.isend(s, b.as_slice(), 1, TAG_RNDV))
+                    .collect::<Result<Vec<_>, _>>()?;
+                w.send(&[0u64], 1, TAG_END)?;
+                Request::wait_all(reqs)?;
+                Ok(())
+            })
+            .map_err(e)?;
+            let t0 = Instant::now();
+            for i in 0..n as u64 {
+                w.send(&[i], 1, TAG_EAGER).map_err(e)?;
+            }
+            w.send(&[n as u64], 1, TAG_END).map_err(e)?;
+            say(&format!(
+                "fault-check: flood sent {n} eager messages in {:.3} s",
+                t0.elapsed().as_secs_f64()
+            ));
+        }
+        1 => {
+            let base = status_bytes("VmHWM")?;
+            let mut end = [0u64];
+            w.recv(&mut end, 0, TAG_END).map_err(e)?;
+            let after_rndv = status_bytes("VmHWM")?;
+            let unexp_rndv = mpi.stats().unexpected;
+            let mut buf = vec![0u8; RNDV_LEN];
+            for i in 0..RNDV_N {
+                w.recv(&mut buf, 0, TAG_RNDV).map_err(e)?;
+                ensure!(
+                    buf.iter().all(|&b| b == (i % 251) as u8),
+                    "rendezvous message {i} corrupt"
+                );
+            }
+            w.recv(&mut end, 0, TAG_END).map_err(e)?;
+            ensure!(end[0] == n as u64, "end marker {}", end[0]);
+            let after_eager = status_bytes("VmHWM")?;
+            let unexp_all = mpi.stats().unexpected;
+            let mut v = [0u64];
+            for i in 0..n as u64 {
+                w.recv(&mut v, 0, TAG_EAGER).map_err(e)?;
+                ensure!(v[0] == i, "eager message {i} arrived as {}", v[0]);
+            }
+            let rndv_growth = after_rndv.saturating_sub(base);
+            let eager_growth = after_eager.saturating_sub(base);
+            say(&format!(
+                "fault-check: flood rank 1 VmHWM base {base} B; after {RNDV_N} unexpected \
+                 {RNDV_LEN} B rendezvous messages +{rndv_growth} B ({} B/msg, {} of them \
+                 unexpected); after {n} unexpected 8 B eager messages +{eager_growth} B \
+                 ({} B/msg, {} unexpected)",
+                rndv_growth / RNDV_N as u64,
+                unexp_rndv,
+                eager_growth / n.max(1) as u64,
+                unexp_all - unexp_rndv
+            ));
+            // The bounds of docs/reliability.md: a rendezvous message is
+            // held as its header (never its payload), an eager one as its
+            // payload plus bookkeeping; 32 MiB for allocator and matching
+            // tables' growth slack.
+            const SLACK: u64 = 32 << 20;
+            const PER_RNDV: u64 = 2048;
+            const PER_EAGER: u64 = 1024;
+            ensure!(
+                rndv_growth <= SLACK + PER_RNDV * RNDV_N as u64,
+                "rendezvous flood grew rank 1 by {rndv_growth} B (payload total {} B)",
+                RNDV_N * RNDV_LEN
+            );
+            ensure!(
+                eager_growth <= SLACK + PER_EAGER * n as u64,
+                "eager flood grew rank 1 by {eager_growth} B for {n} messages"
+            );
+        }
+        _ => {}
+    }
+    w.barrier().map_err(e)
+}
+
+/// `n` receives posted at once, then `n` sends outstanding at once.
+fn outstanding(w: &Comm, n: usize) -> R {
+    ensure!(w.size() >= 2, "needs 2 ranks");
+    let t0 = Instant::now();
+    match w.rank() {
+        0 => {
+            let mut go = [0u8];
+            w.recv(&mut go, 1, 0).map_err(e)?;
+            let out: Vec<[u64; 2]> = (0..n as u64).map(|i| [i, !i]).collect();
+            tmpi::scope(|s| -> Result<(), Error> {
+                let reqs = out
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| w.isend(s, m.as_slice(), 1, (i % 32_000) as i32))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Request::wait_all(reqs)?;
+                Ok(())
+            })
+            .map_err(e)?;
+        }
+        1 => {
+            let mut inb = vec![[0u64; 2]; n];
+            tmpi::scope(|s| -> Result<(), Error> {
+                let reqs = inb
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, b)| w.irecv(s, b.as_mut_slice(), 0, (i % 32_000) as i32))
+                    .collect::<Result<Vec<_>, _>>()?;
+                // Every receive is posted before the first send starts.
+                w.send(&[1u8], 0, 0)?;
+                let st = Request::wait_all(reqs)?;
+                if st.len() != n {
+                    return Err(Error::new(
+                        tmpi::MpiErrorClass::Intern,
+                        format!("{} statuses for {n} requests", st.len()),
+                    ));
+                }
+                Ok(())
+            })
+            .map_err(e)?;
+            for (i, b) in inb.iter().enumerate() {
+                let i = i as u64;
+                ensure!(*b == [i, !i], "receive {i} got {b:?}");
+            }
+            say(&format!(
+                "fault-check: outstanding {n} requests completed in {:.3} s",
+                t0.elapsed().as_secs_f64()
+            ));
+        }
+        _ => {}
+    }
+    w.barrier().map_err(e)
+}
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let case = args.next().unwrap_or_default();
+    let num = args.next().and_then(|a| a.parse::<usize>().ok());
+    let mpi = match tmpi::init() {
+        Ok(m) => m,
+        Err(x) => {
+            eprintln!("fault-check: init: {x}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let w = mpi.world();
+    let r = match case.as_str() {
+        "traffic" => traffic(&w),
+        "nofinalize" => {
+            if w.rank() == 1 {
+                for p in (0..w.size()).filter(|&p| p != 1) {
+                    let mut b = [0u8];
+                    if let Err(x) = w.recv(&mut b, p, 1) {
+                        eprintln!("fault-check: rank 1: {x}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+                say("fault-check: rank 1 returns from main without finalize");
+                // What a C program does by returning without MPI_Finalize.
+                std::mem::forget(w);
+                std::mem::forget(mpi);
+                return ExitCode::SUCCESS;
+            }
+            nofinalize_peer(&w)
+        }
+        "flood" => flood(&mpi, &w, num.unwrap_or(200_000)),
+        "outstanding" => outstanding(&w, num.unwrap_or(100_000)),
+        _ => Err(format!("unknown case {case:?}")),
+    };
+    match r {
+        Ok(()) => {
+            if w.rank() == 0 {
+                say(&format!("fault-check {case}: OK ({} ranks)", w.size()));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(x) => {
+            eprintln!("fault-check {case}: rank {} FAILED: {x}", w.rank());
+            std::process::exit(1)
+        }
+    }
+}

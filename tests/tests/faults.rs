@@ -1,0 +1,271 @@
+//! Faults and resource exhaustion across real processes under `tmpirun`
+//! (btl self,sm): a rank killed with SIGKILL mid-traffic, a rank returning
+//! from main without finalize, an eager flood into a rank that does not
+//! receive, 100 000 outstanding requests. Each case is a `fault-check` run
+//! (`src/bin/fault-check.rs`); what each test proves is listed in
+//! `docs/reliability.md`.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use tmpi_tests::{assert_ok, run, serial, tmpirun};
+
+const PROG: &str = env!("CARGO_BIN_EXE_fault-check");
+/// Yield when idle: the tests run 2-4 busy ranks on 2 cores.
+const BASE: [(&str, &str); 2] = [("btl", "self,sm"), ("mpi_yield_when_idle", "1")];
+
+/// A marker unique to one job, put in the environment of `tmpirun` (and
+/// so of every rank and of anything they start).
+fn marker() -> String {
+    let ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{}-{ns}", std::process::id())
+}
+
+const MARKER_VAR: &str = "TMPI_FAULTS_MARKER";
+
+/// Pids of live (non-zombie) processes whose environment holds the marker.
+fn processes_with_marker(m: &str) -> Vec<u32> {
+    let needle = format!("{MARKER_VAR}={m}");
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for ent in dir.flatten() {
+        let Some(pid) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(ent.path().join("environ")) else {
+            continue;
+        };
+        if env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// `tmpirun` started with piped output and the marker in its environment.
+fn spawn_job(n: u32, timeout_s: u32, m: &str, args: &[&str]) -> Child {
+    let mut c = Command::new(tmpirun());
+    c.args(["-n", &n.to_string(), "--timeout", &timeout_s.to_string()]);
+    for (k, v) in BASE {
+        c.args(["--mca", k, v]);
+    }
+    c.arg(PROG)
+        .args(args)
+        .env(MARKER_VAR, m)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tmpirun")
+}
+
+/// Waits for `child` at most `limit`; kills it and panics when it hangs.
+fn wait_bounded(child: &mut Child, limit: Duration, what: &str) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            return st;
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: tmpirun still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Asserts nothing of the job survived: no process with its marker, no
+/// session directory, no shared-memory segment with its job id.
+fn assert_no_leftovers(m: &str, job: &str, session_dir: &str) {
+    // Processes killed by SIGKILL may need a moment to be reaped by the
+    // kernel after tmpirun saw them exit; they are never waited on longer.
+    let t0 = Instant::now();
+    let mut left = processes_with_marker(m);
+    while !left.is_empty() && t0.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(20));
+        left = processes_with_marker(m);
+    }
+    assert!(left.is_empty(), "processes of the job remain: {left:?}");
+    assert!(
+        job.starts_with("tmpi-") && job.len() > 10,
+        "bad job id {job:?}"
+    );
+    assert!(
+        !session_dir.is_empty() && !Path::new(session_dir).exists(),
+        "session directory {session_dir:?} left behind"
+    );
+    let segs: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.contains(job))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(segs.is_empty(), "segments of {job} left: {segs:?}");
+}
+
+/// A rank killed with SIGKILL while all four exchange eager and rendezvous
+/// traffic: tmpirun exits non-zero (137) within 5 s, names the rank, and
+/// leaves no process, no segment and no session directory.
+#[test]
+fn sigkill_mid_traffic_ends_job_and_cleans_up() {
+    let _g = serial();
+    let m = marker();
+    let mut child = spawn_job(4, 120, &m, &["traffic"]);
+    let mut err = child.stderr.take().unwrap();
+    let err_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    // Stdout lines through a channel, so waiting for them is bounded.
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    let out_t = std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let mut pids = std::collections::BTreeMap::new();
+    let (mut job, mut dir) = (String::new(), String::new());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while pids.len() < 4 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(l) = rx.recv_timeout(left) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "traffic did not start on all ranks ({pids:?}); stderr:\n{}",
+                err_t.join().unwrap()
+            );
+        };
+        let w: Vec<&str> = l.split_whitespace().collect();
+        match w.as_slice() {
+            ["fault-check:", "rank", r, "pid", p, "running"] => {
+                pids.insert(r.parse::<u32>().unwrap(), p.parse::<u32>().unwrap());
+            }
+            ["fault-check:", "job", j, d] => {
+                job = j.to_string();
+                dir = d.to_string();
+            }
+            _ => {}
+        }
+    }
+    let victim = pids[&2];
+    assert!(
+        processes_with_marker(&m).contains(&victim),
+        "the marker scan does not see rank 2 (pid {victim})"
+    );
+    assert!(Path::new(&dir).is_dir(), "session dir {dir:?} not there");
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(format!("kill -9 {victim}"))
+        .status()
+        .expect("run kill");
+    let t0 = Instant::now();
+    assert!(st.success(), "kill -9 {victim} failed");
+    let status = wait_bounded(&mut child, Duration::from_secs(15), "after SIGKILL");
+    let took = t0.elapsed();
+    let se = err_t.join().unwrap();
+    out_t.join().unwrap();
+    eprintln!("faults: SIGKILL of rank 2 to tmpirun exit: {took:?}");
+    assert_eq!(status.code(), Some(137), "exit status; stderr:\n{se}");
+    assert!(
+        se.contains(&format!("rank 2 (pid {victim}) was killed by SIGKILL")),
+        "stderr does not name the dead rank:\n{se}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "tmpirun took {took:?} to end the job"
+    );
+    assert_no_leftovers(&m, &job, &dir);
+}
+
+/// A rank that returns from main without finalizing while the others are
+/// blocked in a receive from it: the job ends with status 1 and a message
+/// naming it; nothing hangs or remains.
+#[test]
+fn return_without_finalize_ends_job() {
+    let _g = serial();
+    let m = marker();
+    let t0 = Instant::now();
+    let mut child = spawn_job(4, 60, &m, &["nofinalize"]);
+    let status = wait_bounded(&mut child, Duration::from_secs(75), "nofinalize");
+    let took = t0.elapsed();
+    let mut so = String::new();
+    let mut se = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut so)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut se)
+        .unwrap();
+    eprintln!("faults: job with a rank returning without finalize ended in {took:?}");
+    assert!(
+        so.contains("rank 1 returns from main without finalize"),
+        "rank 1 did not get there:\n{so}\n{se}"
+    );
+    assert_ne!(
+        status.code(),
+        Some(124),
+        "the job hung until --timeout:\n{se}"
+    );
+    assert_eq!(status.code(), Some(1), "exit status:\n{so}\n{se}");
+    assert!(
+        se.contains("rank 1 (pid") && se.contains("without finalizing"),
+        "no message naming rank 1:\n{se}"
+    );
+    assert!(
+        !so.contains("UNEXPECTED") && !so.contains("fault-check nofinalize: OK"),
+        "a peer's receive completed:\n{so}"
+    );
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    assert!(
+        processes_with_marker(&m).is_empty(),
+        "processes of the job remain"
+    );
+}
+
+/// Rank 0 floods rank 1 (which only waits for a final message) with
+/// 2000 unexpected 64 KiB rendezvous messages, then 200 000 unexpected
+/// 8-byte eager ones; rank 1 checks its peak RSS growth against the bounds
+/// of docs/reliability.md, then receives and checks everything in order.
+#[test]
+fn eager_flood_into_a_rank_that_does_not_receive() {
+    let _g = serial();
+    let out = run(2, 240, &BASE, PROG, &["flood", "200000"]);
+    assert_ok(&out, "fault-check flood: OK");
+    let so = String::from_utf8_lossy(&out.stdout);
+    for l in so.lines().filter(|l| l.contains("flood")) {
+        eprintln!("faults: {l}");
+    }
+}
+
+/// 100 000 receives posted at once, matched by 100 000 non-blocking sends
+/// outstanding at once: all complete with the right payloads.
+#[test]
+fn hundred_thousand_outstanding_requests() {
+    let _g = serial();
+    let out = run(2, 240, &BASE, PROG, &["outstanding", "100000"]);
+    assert_ok(&out, "fault-check outstanding: OK");
+    let so = String::from_utf8_lossy(&out.stdout);
+    for l in so.lines().filter(|l| l.contains("outstanding")) {
+        eprintln!("faults: {l}");
+    }
+}
