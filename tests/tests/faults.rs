@@ -241,3 +241,76 @@ fn return_without_finalize_ends_job() {
         "processes of the job remain"
     );
 }
+
+/// Rank 0 killed with SIGKILL while it waits in init for rank 1 (which
+/// sleeps before initializing): its btl-sm segment
+/// `/dev/shm/tmpi-sm.<job>.0` is still linked (a segment is unlinked only
+/// when every peer attached), so only `tmpirun`'s cleanup can remove it.
+/// The job ends (137, rank 0 named), the sleeping rank 1 is ended too, and
+/// neither the segment nor the session directory nor a process remains.
+#[test]
+fn sigkill_before_peers_attached_removes_the_segment() {
+    let _g = serial();
+    let m = marker();
+    let mut child = spawn_job(2, 60, &m, &["lateinit"]);
+    let mut err = child.stderr.take().unwrap();
+    let err_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    let out_t = std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let (mut pid0, mut job, mut dir) = (0u32, String::new(), String::new());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pid0 == 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(l) = rx.recv_timeout(left) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("rank 0 did not start; stderr:\n{}", err_t.join().unwrap());
+        };
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if let ["fault-check:", "early", "rank", "0", "pid", p, "job", j, d] = w.as_slice() {
+            pid0 = p.parse().unwrap();
+            job = j.to_string();
+            dir = d.to_string();
+        }
+    }
+    let seg = format!("/dev/shm/tmpi-sm.{job}.0");
+    let t0 = Instant::now();
+    while !Path::new(&seg).exists() {
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{seg} never appeared");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(Path::new(&dir).is_dir(), "session dir {dir:?} not there");
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(format!("kill -9 {pid0}"))
+        .status()
+        .expect("run kill");
+    let t1 = Instant::now();
+    assert!(st.success(), "kill -9 {pid0} failed");
+    let status = wait_bounded(&mut child, Duration::from_secs(15), "after SIGKILL");
+    let took = t1.elapsed();
+    let se = err_t.join().unwrap();
+    out_t.join().unwrap();
+    eprintln!("faults: SIGKILL of rank 0 in init to tmpirun exit: {took:?}");
+    assert_eq!(status.code(), Some(137), "exit status; stderr:\n{se}");
+    assert!(
+        se.contains(&format!("rank 0 (pid {pid0}) was killed by SIGKILL")),
+        "stderr does not name the dead rank:\n{se}"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(!Path::new(&seg).exists(), "{seg} left behind");
+    assert_no_leftovers(&m, &job, &dir);
+}

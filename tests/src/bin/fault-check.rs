@@ -7,6 +7,10 @@
 //!   traffic is under way (rank 0 also prints the job id and session
 //!   directory). The test kills one rank from outside; the job never ends
 //!   by itself.
+//! * `lateinit`: before `init`, each rank prints `fault-check: early rank
+//!   R pid P job J SESSION_DIR`; rank 1 then sleeps 60 s before initializing, so rank 0
+//!   waits in init's fence with its btl-sm segment still in `/dev/shm`
+//!   (unlinked only once every peer attached). The test kills rank 0.
 //! * `nofinalize`: rank 1 returns from `main` without finalizing while
 //!   every other rank is blocked in a receive from it.
 //! * `flood N`: rank 0 floods rank 1, which only waits for a final
@@ -258,6 +262,18 @@ fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let case = args.next().unwrap_or_default();
     let num = args.next().and_then(|a| a.parse::<usize>().ok());
+    if case == "lateinit" {
+        let rank = std::env::var("PMI_RANK").unwrap_or_default();
+        say(&format!(
+            "fault-check: early rank {rank} pid {} job {} {}",
+            std::process::id(),
+            std::env::var("TMPI_JOB_ID").unwrap_or_default(),
+            std::env::var("TMPI_SESSION_DIR").unwrap_or_default()
+        ));
+        if rank == "1" {
+            std::thread::sleep(std::time::Duration::from_secs(60));
+        }
+    }
     let mpi = match tmpi::init() {
         Ok(m) => m,
         Err(x) => {
@@ -268,6 +284,7 @@ fn main() -> ExitCode {
     let w = mpi.world();
     let r = match case.as_str() {
         "traffic" => traffic(&w),
+        "lateinit" => Ok(()),
         "nofinalize" => {
             if w.rank() == 1 {
                 for p in (0..w.size()).filter(|&p| p != 1) {
