@@ -188,7 +188,7 @@ fn flood(mpi: &tmpi::Mpi, w: &Comm, n: usize) -> R {
             // tables' growth slack.
             const SLACK: u64 = 32 << 20;
             const PER_RNDV: u64 = 2048;
-            const PER_EAGER: u64 = 1024;
+            const PER_EAGER: u64 = 512;
             ensure!(
                 rndv_growth <= SLACK + PER_RNDV * RNDV_N as u64,
                 "rendezvous flood grew rank 1 by {rndv_growth} B (payload total {} B)",
