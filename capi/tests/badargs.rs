@@ -107,8 +107,8 @@ fn invalid_arguments_return_their_error_class() {
         let classes = so.lines().find(|l| l.contains("classes:")).unwrap();
         eprintln!("{classes}");
         // MPICH numbering: BUFFER 1, COUNT 2, TYPE 3, TAG 4, COMM 5, RANK 6,
-        // ROOT 7, OP 9, ARG 12.
-        for c in [1, 2, 3, 4, 5, 6, 7, 9, 12] {
+        // ROOT 7, OP 9, ARG 12, REQUEST 19.
+        for c in [1, 2, 3, 4, 5, 6, 7, 9, 12, 19] {
             assert!(
                 classes.contains(&format!(" {c}:")),
                 "class {c} never returned: {classes}"

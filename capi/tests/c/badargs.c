@@ -2,14 +2,15 @@
  *
  * A seeded PRNG generates thousands of calls of MPI_Send, Recv, Isend,
  * Irecv, Bcast, Reduce, Allreduce, Comm_split and Type_contiguous /
- * Type_vector / Type_commit / Type_free / Type_size. Every argument is drawn
+ * Type_vector / Type_commit / Type_free / Type_size, Wait / Test. Every argument is drawn
  * from a valid or an invalid set; each call has at least one invalid
  * argument. The classes an invalid argument may raise are computed here from
  * the MPI standard's rules (independently of the library): bad communicator
  * MPI_ERR_COMM, bad rank MPI_ERR_RANK, bad root MPI_ERR_ROOT, bad tag
  * MPI_ERR_TAG, negative count MPI_ERR_COUNT, bad or uncommitted datatype
  * MPI_ERR_TYPE, bad op MPI_ERR_OP, NULL buffer with a non-zero count
- * MPI_ERR_BUFFER, NULL output handle / negative color MPI_ERR_ARG. With
+ * MPI_ERR_BUFFER, NULL output handle / negative color MPI_ERR_ARG,
+ * invalid or completed-and-freed request MPI_ERR_REQUEST. With
  * several invalid arguments the standard fixes no order, so any of their
  * classes is accepted. A call must return (no crash, no hang), must not
  * return MPI_SUCCESS, and its class must be one of the accepted ones.
@@ -47,6 +48,7 @@ static int rank, size, tag_ub;
 static MPI_Comm dup_comm, freed_comm;
 static MPI_Datatype contig, uncommitted, freed_type;
 static MPI_Op user_op, freed_op;
+static MPI_Request freed_req;
 
 /* want_bad: draw from the invalid set. */
 static Arg gen_comm(int want_bad) {
@@ -149,11 +151,11 @@ static void user_fn(void *in, void *inout, int *len, MPI_Datatype *t) {
 }
 
 enum { F_SEND, F_RECV, F_ISEND, F_IRECV, F_BCAST, F_REDUCE, F_ALLREDUCE, F_SPLIT,
-       F_CONTIG, F_VECTOR, F_COMMIT, F_FREE, F_SIZE, NF };
+       F_CONTIG, F_VECTOR, F_COMMIT, F_FREE, F_SIZE, F_WAIT, F_TEST, NF };
 static const char *fname[NF] = {"MPI_Send", "MPI_Recv", "MPI_Isend", "MPI_Irecv",
     "MPI_Bcast", "MPI_Reduce", "MPI_Allreduce", "MPI_Comm_split",
     "MPI_Type_contiguous", "MPI_Type_vector", "MPI_Type_commit", "MPI_Type_free",
-    "MPI_Type_size"};
+    "MPI_Type_size", "MPI_Wait", "MPI_Test"};
 static long calls[NF];
 static long by_class[64];
 
@@ -187,6 +189,8 @@ int main(int argc, char **argv) {
     unsigned long long seed = argc > 1 ? strtoull(argv[1], NULL, 10) : 1;
     long n = argc > 2 ? atol(argv[2]) : 6000;
     rng = seed * 0x9E3779B97F4A7C15ull + 1;
+    /* Big enough for 4 elements of any valid type (contig: 32 bytes). */
+    static double sbuf[64], rbuf[64];
     int *ub, flag;
     OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag));
     CHECK(flag);
@@ -207,9 +211,14 @@ int main(int argc, char **argv) {
     OK(MPI_Op_create(user_fn, 1, &freed_op));
     MPI_Op tmpo = freed_op;
     OK(MPI_Op_free(&tmpo));
+    /* A request completed by MPI_Wait (which frees it): its old handle
+     * value is invalid from then on. */
+    MPI_Request tmpr;
+    OK(MPI_Irecv(sbuf, 1, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &tmpr));
+    freed_req = tmpr;
+    OK(MPI_Wait(&tmpr, MPI_STATUS_IGNORE));
+    CHECK(tmpr == MPI_REQUEST_NULL && freed_req != MPI_REQUEST_NULL);
 
-    /* Big enough for 4 elements of any valid type (contig: 32 bytes). */
-    static double sbuf[64], rbuf[64];
     char d[256];
     for (long it = 0; it < n; it++) {
         int f = pick(NF);
@@ -309,6 +318,20 @@ int main(int argc, char **argv) {
                 rc = MPI_Type_commit(bad[1] ? NULL : &tv);
             else
                 rc = MPI_Type_size(tv, bad[1] ? NULL : &sz);
+            break;
+        }
+        case F_WAIT: case F_TEST: {
+            /* Always invalid: a never-allocated or freed request, NULL. */
+            int vals[3] = {31337, freed_req, -5};
+            int k = pick(4);
+            MPI_Request rq = k < 3 ? vals[k] : MPI_REQUEST_NULL;
+            int fl = 0;
+            acc = CL(MPI_ERR_REQUEST) | (k == 3 ? CL(MPI_ERR_ARG) : 0);
+            snprintf(d, sizeof d, "&request=%s request=%d", k < 3 ? "ptr" : "NULL", rq);
+            if (f == F_WAIT)
+                rc = MPI_Wait(k < 3 ? &rq : NULL, MPI_STATUS_IGNORE);
+            else
+                rc = MPI_Test(k < 3 ? &rq : NULL, &fl, MPI_STATUS_IGNORE);
             break;
         }
         case F_FREE: {
