@@ -314,3 +314,63 @@ fn sigkill_before_peers_attached_removes_the_segment() {
     assert!(!Path::new(&seg).exists(), "{seg} left behind");
     assert_no_leftovers(&m, &job, &dir);
 }
+
+/// A completion error on the soft NIC `tmsoft0` (`--mca btl self,openib`,
+/// fault injection `btl_openib_tmsoft_inject_error=read:1`): the
+/// receiver's rendezvous read fails, its receive fails with
+/// `MPI_ERR_OTHER` (`openib-fault` prints it and exits 3), the job ends
+/// with status 3 well before its timeout and no process of it remains.
+/// (`openib_soft.rs` checks the same with TM on and the eager-send case.)
+#[test]
+fn soft_nic_completion_error_ends_the_job_cleanly() {
+    let _g = serial();
+    let m = marker();
+    let t0 = Instant::now();
+    let mut child = Command::new(tmpirun())
+        .args(["-n", "2", "--timeout", "60"])
+        .args(["--mca", "btl", "self,openib"])
+        .args(["--mca", "btl_openib_if_include", "tmsoft0"])
+        .args(["--mca", "btl_openib_tm_enable", "0"])
+        .args(["--mca", "btl_openib_tmsoft_inject_error", "read:1"])
+        .args(["--mca", "mpi_yield_when_idle", "1"])
+        .arg(env!("CARGO_BIN_EXE_openib-fault"))
+        .args(["1048576", "100"])
+        .env(MARKER_VAR, &m)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tmpirun");
+    let status = wait_bounded(&mut child, Duration::from_secs(75), "completion error");
+    let took = t0.elapsed();
+    let mut so = String::new();
+    let mut se = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut so)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut se)
+        .unwrap();
+    eprintln!("faults: job with an injected completion error ended in {took:?}");
+    assert!(
+        so.contains("rank 1 recv error class=MPI_ERR_OTHER"),
+        "the receive did not fail:\n{so}\n{se}"
+    );
+    assert!(!so.contains("recv ok"), "{so}\n{se}");
+    assert!(se.contains("injected completion error"), "{se}");
+    assert_eq!(status.code(), Some(3), "exit status:\n{so}\n{se}");
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    let t1 = Instant::now();
+    let mut left = processes_with_marker(&m);
+    while !left.is_empty() && t1.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(20));
+        left = processes_with_marker(&m);
+    }
+    assert!(left.is_empty(), "processes of the job remain: {left:?}");
+}
