@@ -9,6 +9,7 @@ use tmpi_base::mca::{self, ParamInfo, Value};
 
 use crate::error::{Error, MpiErrorClass as C, Res};
 use crate::ffi::{cstr, get, put, put_cstr};
+use crate::state::Rt;
 
 static T_REFS: AtomicI32 = AtomicI32::new(0);
 
@@ -195,41 +196,136 @@ pub extern "C" fn MPI_T_cvar_write(_handle: c_int, _buf: *const c_void) -> c_int
     })
 }
 
-const PVARS: &[(&str, &str)] = &[
-    ("pml_eager_sent", "Eager messages sent"),
-    ("pml_rndv_sent", "Rendezvous messages sent"),
-    ("pml_rndv_get", "Rendezvous messages completed with a get"),
-    (
+const LEVEL: c_int = 241; // MPI_T_PVAR_CLASS_LEVEL
+const HIGHWATERMARK: c_int = 244; // MPI_T_PVAR_CLASS_HIGHWATERMARK
+const COUNTER: c_int = 246; // MPI_T_PVAR_CLASS_COUNTER
+
+/// One performance variable: name, description, class, and how to read it
+/// from the running library (all are `MPI_UNSIGNED_LONG_LONG`, bound to no
+/// object, continuous and read-only).
+struct Pvar {
+    name: &'static str,
+    desc: &'static str,
+    class: c_int,
+    read: fn(&Rt) -> u64,
+}
+
+const fn pv(name: &'static str, desc: &'static str, class: c_int, read: fn(&Rt) -> u64) -> Pvar {
+    Pvar {
+        name,
+        desc,
+        class,
+        read,
+    }
+}
+
+/// The order is part of the interface only through the names
+/// (`MPI_T_pvar_get_index`); new variables go at the end.
+const PVARS: &[Pvar] = &[
+    pv("pml_eager_sent", "Eager messages sent", COUNTER, |r| {
+        r.pml.stats().eager_sent
+    }),
+    pv("pml_rndv_sent", "Rendezvous messages sent", COUNTER, |r| {
+        r.pml.stats().rndv_sent
+    }),
+    pv(
+        "pml_rndv_get",
+        "Rendezvous messages completed with a get",
+        COUNTER,
+        |r| r.pml.stats().rndv_get,
+    ),
+    pv(
         "pml_rndv_pipelined",
         "Rendezvous messages completed with pipelined fragments",
+        COUNTER,
+        |r| r.pml.stats().rndv_pipelined,
     ),
-    (
+    pv(
         "pml_unexpected",
         "Messages that arrived before their receive was posted",
+        COUNTER,
+        |r| r.pml.stats().unexpected,
     ),
-    (
+    pv(
         "pml_out_of_order",
         "Fragments that arrived ahead of their sequence turn",
+        COUNTER,
+        |r| r.pml.stats().out_of_order,
     ),
-    ("pml_dropped", "Fragments dropped as malformed or unknown"),
-    ("pml_live_requests", "Requests not yet released"),
+    pv(
+        "pml_dropped",
+        "Fragments dropped as malformed or unknown",
+        COUNTER,
+        |r| r.pml.stats().dropped,
+    ),
+    pv(
+        "pml_live_requests",
+        "Requests not yet released",
+        LEVEL,
+        |r| r.pml.live_requests() as u64,
+    ),
+    pv(
+        "pml_posted_depth",
+        "Receives queued in the matcher now (software and offloaded)",
+        LEVEL,
+        |r| r.pml.queue_stats().posted_depth as u64,
+    ),
+    pv(
+        "pml_posted_high_water",
+        "Highest number of receives queued in the matcher at once",
+        HIGHWATERMARK,
+        |r| r.pml.queue_stats().posted_high_water as u64,
+    ),
+    pv(
+        "pml_unexpected_depth",
+        "Unexpected messages queued in the matcher now",
+        LEVEL,
+        |r| r.pml.queue_stats().unexpected_depth as u64,
+    ),
+    pv(
+        "pml_unexpected_high_water",
+        "Highest number of unexpected messages queued at once",
+        HIGHWATERMARK,
+        |r| r.pml.queue_stats().unexpected_high_water as u64,
+    ),
+    pv(
+        "pml_offloaded",
+        "Receives handed to the tag-matching NIC",
+        COUNTER,
+        |r| r.pml.match_counters().offloaded,
+    ),
+    pv(
+        "pml_nic_matches",
+        "Messages the NIC matched into an offloaded receive",
+        COUNTER,
+        |r| r.pml.match_counters().nic_matches,
+    ),
+    pv("pml_sw_matches", "Matches made in software", COUNTER, |r| {
+        r.pml.match_counters().sw_matches
+    }),
+    pv(
+        "pml_syncs",
+        "TAG_SYNC operations issued to the NIC",
+        COUNTER,
+        |r| r.pml.match_counters().syncs,
+    ),
+    pv(
+        "pml_del_lost",
+        "Receive removals (DEL) that lost the race to a NIC match",
+        COUNTER,
+        |r| r.pml.match_counters().del_lost,
+    ),
+    pv(
+        "pml_fallbacks",
+        "Offloadable receives that stayed in software (prefix rule, capacity, refused ADD)",
+        COUNTER,
+        |r| r.pml.match_counters().fallbacks,
+    ),
 ];
 
 fn pvar_value(i: usize) -> Res<u64> {
     let rt = crate::state::rt()?;
-    if i == 7 {
-        return Ok(rt.pml.live_requests() as u64);
-    }
-    let s = rt.pml.stats();
-    Ok([
-        s.eager_sent,
-        s.rndv_sent,
-        s.rndv_get,
-        s.rndv_pipelined,
-        s.unexpected,
-        s.out_of_order,
-        s.dropped,
-    ][i])
+    Ok((PVARS[i].read)(rt))
 }
 
 fn pvar_index(i: c_int) -> Res<usize> {
@@ -267,12 +363,12 @@ pub extern "C" fn MPI_T_pvar_get_info(
     t_guard(|| {
         need_init()?;
         let i = pvar_index(index)?;
-        put_name(name, name_len, PVARS[i].0)?;
-        put_name(desc, desc_len, PVARS[i].1)?;
+        put_name(name, name_len, PVARS[i].name)?;
+        put_name(desc, desc_len, PVARS[i].desc)?;
         let fields: [(*mut c_int, c_int); 8] = [
             (verb, 224),
-            (class, if i == 7 { 241 } else { 246 }), // LEVEL / COUNTER
-            (dtype, 13),                             // MPI_UNSIGNED_LONG_LONG
+            (class, PVARS[i].class),
+            (dtype, 13), // MPI_UNSIGNED_LONG_LONG
             (enumtype, 0),
             (bind, 9700),
             (readonly, 1),
@@ -291,15 +387,21 @@ pub extern "C" fn MPI_T_pvar_get_info(
 #[no_mangle]
 pub extern "C" fn MPI_T_pvar_get_index(
     name: *const c_char,
-    _class: c_int,
+    class: c_int,
     index: *mut c_int,
 ) -> c_int {
     t_guard(|| {
         need_init()?;
         let n = cstr(name, "name")?;
-        let i = PVARS.iter().position(|p| p.0 == n).ok_or_else(|| {
-            Error::new(C::TErrInvalidName, format!("no performance variable {n:?}"))
-        })?;
+        let i = PVARS
+            .iter()
+            .position(|p| p.name == n && p.class == class)
+            .ok_or_else(|| {
+                Error::new(
+                    C::TErrInvalidName,
+                    format!("no performance variable {n:?} of class {class}"),
+                )
+            })?;
         put(index, i as c_int, "pvar_index")
     })
 }

@@ -343,6 +343,11 @@ impl Core {
         self.matcher.counters()
     }
 
+    /// The matcher's queue depths and high-water marks.
+    pub fn queue_stats(&self) -> tmpi_tm_engine::Stats {
+        self.matcher.queue_stats()
+    }
+
     /// Requests not yet released.
     pub fn live_requests(&self) -> usize {
         self.live

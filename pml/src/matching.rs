@@ -91,6 +91,18 @@ pub trait MatchPoint {
     fn counters(&self) -> SplitStats {
         SplitStats::default()
     }
+    /// Queue depths and their high-water marks (the engine's counters;
+    /// the default knows only the current depths).
+    fn queue_stats(&self) -> tmpi_tm_engine::Stats {
+        let (p, u) = self.depth();
+        tmpi_tm_engine::Stats {
+            posted_depth: p,
+            unexpected_depth: u,
+            posted_high_water: p,
+            unexpected_high_water: u,
+            ..Default::default()
+        }
+    }
     /// The split matcher, when this is one (the offload path).
     fn as_split(&mut self) -> Option<&mut crate::offload::SplitMatch> {
         None
@@ -172,6 +184,9 @@ impl MatchPoint for EngineMatcher {
     }
     fn depth(&self) -> (usize, usize) {
         (self.engine.posted_len(), self.engine.unexpected_len())
+    }
+    fn queue_stats(&self) -> tmpi_tm_engine::Stats {
+        self.engine.stats()
     }
     fn counters(&self) -> SplitStats {
         let s = self.engine.stats();

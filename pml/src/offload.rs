@@ -265,6 +265,9 @@ impl MatchPoint for SplitMatch {
     fn counters(&self) -> SplitStats {
         self.split.stats()
     }
+    fn queue_stats(&self) -> tmpi_tm_engine::Stats {
+        self.split.engine_stats()
+    }
     fn as_split(&mut self) -> Option<&mut SplitMatch> {
         Some(self)
     }

@@ -801,6 +801,16 @@ impl Pml {
         self.lock().core.stats()
     }
 
+    /// The matcher's counters (the fields of the `pml_stats` line).
+    pub fn match_counters(&self) -> tmpi_tm_engine::split::SplitStats {
+        self.lock().core.match_counters()
+    }
+
+    /// The matcher's queue depths and their high-water marks.
+    pub fn queue_stats(&self) -> tmpi_tm_engine::Stats {
+        self.lock().core.queue_stats()
+    }
+
     /// Requests not yet released (for leak checks in tests).
     pub fn live_requests(&self) -> usize {
         self.lock().core.live_requests()

@@ -44,6 +44,87 @@ int main(int argc, char **argv) {
     OK(MPI_T_pvar_read(s, ph, &after));
     if (rank == 0) CHECK(after >= before + 10);
     OK(MPI_T_pvar_handle_free(s, &ph));
+
+    /* The matcher's queue depths (LEVEL), their high-water marks
+     * (HIGHWATERMARK) and the offload counters (COUNTER), read in the
+     * session. Rank 1 posts 5 receives nothing has been sent for yet, then
+     * lets rank 0 send 3 messages it has not posted receives for. */
+    const char *names[] = {"pml_posted_depth",     "pml_posted_high_water",
+                           "pml_unexpected_depth", "pml_unexpected_high_water",
+                           "pml_sw_matches",       "pml_offloaded",
+                           "pml_nic_matches",      "pml_syncs",
+                           "pml_del_lost",         "pml_fallbacks"};
+    const int classes[] = {MPI_T_PVAR_CLASS_LEVEL, MPI_T_PVAR_CLASS_HIGHWATERMARK,
+                           MPI_T_PVAR_CLASS_LEVEL, MPI_T_PVAR_CLASS_HIGHWATERMARK,
+                           MPI_T_PVAR_CLASS_COUNTER, MPI_T_PVAR_CLASS_COUNTER,
+                           MPI_T_PVAR_CLASS_COUNTER, MPI_T_PVAR_CLASS_COUNTER,
+                           MPI_T_PVAR_CLASS_COUNTER, MPI_T_PVAR_CLASS_COUNTER};
+    enum { NV = 10 };
+    MPI_T_pvar_handle hv[NV];
+    for (i = 0; i < NV; i++) {
+        int class_, bind_, ro, cont, atom;
+        MPI_Datatype pdt;
+        MPI_T_enum pen;
+        nl = sizeof name;
+        dl = sizeof desc;
+        OK(MPI_T_pvar_get_index(names[i], classes[i], &idx));
+        OK(MPI_T_pvar_get_info(idx, name, &nl, &verb, &class_, &pdt, &pen, desc, &dl, &bind_,
+                               &ro, &cont, &atom));
+        CHECK(strcmp(name, names[i]) == 0 && class_ == classes[i]);
+        CHECK(pdt == MPI_UNSIGNED_LONG_LONG && bind_ == MPI_T_BIND_NO_OBJECT && ro && cont);
+        OK(MPI_T_pvar_handle_alloc(s, idx, NULL, &hv[i], &count));
+        CHECK(count == 1);
+    }
+    /* A variable is named by name and class together. */
+    CHECK(MPI_T_pvar_get_index("pml_posted_depth", MPI_T_PVAR_CLASS_COUNTER, &idx) ==
+          MPI_T_ERR_INVALID_NAME);
+    unsigned long long v0[NV], v1[NV], v2[NV], v3[NV];
+    int go = 0, buf[5], ubuf[3];
+    MPI_Request rq[5];
+    if (rank == 1) {
+        for (i = 0; i < NV; i++) OK(MPI_T_pvar_read(s, hv[i], &v0[i]));
+        for (i = 0; i < 5; i++)
+            OK(MPI_Irecv(&buf[i], 1, MPI_INT, 0, 100 + i, MPI_COMM_WORLD, &rq[i]));
+        for (i = 0; i < NV; i++) OK(MPI_T_pvar_read(s, hv[i], &v1[i]));
+        CHECK(v1[0] == v0[0] + 5);   /* posted depth */
+        CHECK(v1[1] >= v1[0]);       /* posted high water */
+        CHECK(v1[2] == v0[2]);       /* unexpected depth unchanged */
+        /* Let rank 0 send the unexpected messages; wait until the last is
+         * here (one sender's messages arrive in order). */
+        OK(MPI_Send(&go, 1, MPI_INT, 0, 1, MPI_COMM_WORLD));
+        int flag = 0;
+        while (!flag) OK(MPI_Iprobe(0, 202, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE));
+        for (i = 0; i < NV; i++) OK(MPI_T_pvar_read(s, hv[i], &v2[i]));
+        CHECK(v2[2] == v0[2] + 3);   /* unexpected depth */
+        CHECK(v2[3] >= v2[2]);       /* unexpected high water */
+        CHECK(v2[0] == v1[0]);       /* the posted receives are still waiting */
+        for (i = 0; i < 3; i++)
+            OK(MPI_Recv(&ubuf[i], 1, MPI_INT, 0, 200 + i, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        for (i = 0; i < 3; i++) CHECK(ubuf[i] == 200 + i);
+        /* Now complete the posted receives. */
+        OK(MPI_Send(&go, 1, MPI_INT, 0, 2, MPI_COMM_WORLD));
+        OK(MPI_Waitall(5, rq, MPI_STATUSES_IGNORE));
+        for (i = 0; i < 5; i++) CHECK(buf[i] == 100 + i);
+        for (i = 0; i < NV; i++) OK(MPI_T_pvar_read(s, hv[i], &v3[i]));
+        CHECK(v3[0] == v0[0] && v3[2] == v0[2]);  /* queues drained */
+        CHECK(v3[1] >= v0[0] + 5 && v3[3] >= v0[2] + 3);  /* the marks stay */
+        /* 3 receives posted on unexpected messages + 5 arrivals on queued
+         * receives (at least: the go messages match too). */
+        CHECK(v3[4] >= v0[4] + 8);
+        for (i = 5; i < NV; i++) CHECK(v3[i] >= v0[i]);  /* counters never go down */
+    } else if (rank == 0) {
+        OK(MPI_Recv(&go, 1, MPI_INT, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        for (i = 0; i < 3; i++) {
+            int v = 200 + i;
+            OK(MPI_Send(&v, 1, MPI_INT, 1, 200 + i, MPI_COMM_WORLD));
+        }
+        OK(MPI_Recv(&go, 1, MPI_INT, 1, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        for (i = 0; i < 5; i++) {
+            int v = 100 + i;
+            OK(MPI_Send(&v, 1, MPI_INT, 1, 100 + i, MPI_COMM_WORLD));
+        }
+    }
+    for (i = 0; i < NV; i++) OK(MPI_T_pvar_handle_free(s, &hv[i]));
     OK(MPI_T_pvar_session_free(&s));
     report_ok("mpit");
     OK(MPI_Finalize());

@@ -194,6 +194,12 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
         self.engine.unexpected_len()
     }
 
+    /// The counters of the software engine underneath (queue depths and
+    /// their high-water marks, software and offloaded receives alike).
+    pub fn engine_stats(&self) -> crate::Stats {
+        self.engine.stats()
+    }
+
     /// Software-only receives queued now (counted only while offload is on).
     pub fn software_only_len(&self) -> usize {
         self.soft.len()
