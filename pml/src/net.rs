@@ -46,6 +46,7 @@ fn components() -> Vec<&'static dyn BtlComponent> {
         &tmpi_btl_self::SelfComponent,
         &tmpi_btl_sm::SmComponent,
         &tmpi_btl_openib::OpenibComponent,
+        &tmpi_btl_tcp::TcpComponent,
     ]
 }
 
