@@ -12,6 +12,7 @@
 //! `docs/pml.md` describes the protocols and the measured performance.
 
 pub mod comm;
+pub mod convertor;
 pub mod core;
 pub mod hdr;
 mod init;
