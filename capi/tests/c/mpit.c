@@ -112,6 +112,9 @@ int main(int argc, char **argv) {
          * receives (at least: the go messages match too). */
         CHECK(v3[4] >= v0[4] + 8);
         for (i = 5; i < NV; i++) CHECK(v3[i] >= v0[i]);  /* counters never go down */
+        /* Rank 0 waits for this before going on (its next messages would
+         * be unexpected here). */
+        OK(MPI_Send(&go, 1, MPI_INT, 0, 3, MPI_COMM_WORLD));
     } else if (rank == 0) {
         OK(MPI_Recv(&go, 1, MPI_INT, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
         for (i = 0; i < 3; i++) {
@@ -123,6 +126,7 @@ int main(int argc, char **argv) {
             int v = 100 + i;
             OK(MPI_Send(&v, 1, MPI_INT, 1, 100 + i, MPI_COMM_WORLD));
         }
+        OK(MPI_Recv(&go, 1, MPI_INT, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
     }
     for (i = 0; i < NV; i++) OK(MPI_T_pvar_handle_free(s, &hv[i]));
     OK(MPI_T_pvar_session_free(&s));
