@@ -192,6 +192,8 @@ pub struct TcpModule {
     readable: Vec<usize>,
     ticks: u64,
     stats: TcpStats,
+    /// Peers failed since the last `take_failed_peers` (for the pml).
+    newly_failed: Vec<(u32, String)>,
     finalized: bool,
 }
 
@@ -288,6 +290,7 @@ impl TcpModule {
             readable: Vec::new(),
             ticks: 0,
             stats: TcpStats::default(),
+            newly_failed: Vec::new(),
             finalized: false,
         })
     }
@@ -465,6 +468,7 @@ impl TcpModule {
         let dropped = p.queue.len() as u64;
         tracing::error!(target: "btl_tcp", peer, addr = %p.addr, dropped,
             "connection to rank {peer} ({}) failed: {why}; transfers with it fail", p.addr);
+        self.newly_failed.push((peer, why.clone()));
         p.state = PeerState::Failed(why);
         p.queue.clear();
         p.queued = 0;
@@ -1026,6 +1030,9 @@ impl BtlModule for TcpModule {
 
     fn exclusivity(&self) -> u32 {
         EXCLUSIVITY_LOW
+    }
+    fn take_failed_peers(&mut self) -> Vec<(u32, String)> {
+        std::mem::take(&mut self.newly_failed)
     }
     fn latency(&self) -> u32 {
         100

@@ -233,6 +233,14 @@ pub trait BtlModule: Send {
     /// fragments delivered. Bounded work per call; never blocks.
     fn progress(&mut self, handler: &mut dyn BtlRecvHandler) -> usize;
 
+    /// Peers this module found dead since the last call (connection reset,
+    /// EOF in the middle of a message, failed connect), with the reason;
+    /// each peer is reported once. The pml fails every request that depends
+    /// on them. Default: none (the module never declares a peer dead).
+    fn take_failed_peers(&mut self) -> Vec<(u32, String)> {
+        Vec::new()
+    }
+
     /// Releases the module's resources (after the pml's finalize fence:
     /// peers no longer read from this module). Idempotent.
     fn finalize(&mut self) -> Result<(), BtlError>;

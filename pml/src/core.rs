@@ -220,6 +220,9 @@ struct Slot {
     detached: bool,
     /// Bytes charged against the bsend buffer.
     bsend_bytes: usize,
+    /// A receive's (context, world source; `None`: MPI_ANY_SOURCE), for
+    /// failing it when that peer dies ([`Core::peer_failed`]).
+    dep: Option<(u32, Option<u32>)>,
 }
 
 #[derive(Debug, Default)]
@@ -259,6 +262,8 @@ pub struct Core {
     tm: bool,
     /// Per world rank: reached through the tag-matching NIC.
     tm_peers: Vec<bool>,
+    /// Per world rank: declared dead by its BTL ([`Core::peer_failed`]).
+    dead: Vec<bool>,
     /// Fragments the NIC placed for a receive (or its failure), until the
     /// split matcher reports the match.
     nic_bytes: HashMap<u64, Result<(u32, Vec<u8>), String>>,
@@ -294,6 +299,7 @@ impl Core {
             me,
             comms: Vec::new(),
             peers: (0..size).map(|_| PeerState::default()).collect(),
+            dead: vec![false; size as usize],
             slots: Vec::new(),
             free: Vec::new(),
             live: 0,
@@ -428,6 +434,7 @@ impl Core {
                     status: Status::empty(),
                     detached: false,
                     bsend_bytes: 0,
+                    dep: None,
                 });
                 (self.slots.len() - 1) as u32
             }
@@ -437,6 +444,7 @@ impl Core {
         s.status = Status::empty();
         s.detached = false;
         s.bsend_bytes = 0;
+        s.dep = None;
         ReqId::new(idx, s.gen)
     }
 
@@ -668,6 +676,84 @@ impl Core {
         }
     }
 
+    /// Whether a receive on `ctx` from world rank `src` (`None`: any
+    /// source) waits on a dead peer: its source, or for MPI_ANY_SOURCE any
+    /// member of the communicator (docs/pml.md, peer failure).
+    fn depends_on_dead(&self, ctx: u32, src: Option<u32>) -> bool {
+        match src {
+            Some(w) => self.dead.get(w as usize).copied().unwrap_or(false),
+            None => self.comm(ctx).is_ok_and(|c| {
+                c.world
+                    .iter()
+                    .any(|&w| self.dead.get(w as usize).copied().unwrap_or(false))
+            }),
+        }
+    }
+
+    /// World rank `peer` is dead (its BTL lost the connection): every
+    /// request that waits on it completes with `class`: receives naming it,
+    /// MPI_ANY_SOURCE receives on communicators that contain it, receives
+    /// of a message it was still sending, rendezvous sends to it. Later
+    /// receives of the same kind fail at once. Returns how many failed.
+    pub fn peer_failed(&mut self, peer: u32, class: MpiErrorClass) -> usize {
+        let Some(d) = self.dead.get_mut(peer as usize) else {
+            return 0;
+        };
+        *d = true;
+        let mut n = 0;
+        for idx in 0..self.slots.len() {
+            let s = &self.slots[idx];
+            let id = ReqId::new(idx as u32, s.gen);
+            let fail = match (&s.state, s.dep) {
+                (
+                    ReqState::Send {
+                        phase: SendPhase::Rndv { peer: p, .. },
+                        ..
+                    },
+                    _,
+                ) => *p == peer,
+                (
+                    ReqState::Recv {
+                        phase: RecvPhase::Posted { token: Some(tok) },
+                        ..
+                    },
+                    Some((ctx, src)),
+                ) => {
+                    let tok = *tok;
+                    self.depends_on_dead(ctx, src)
+                        && match self.matcher.as_split() {
+                            Some(sm) if self.tm => sm.cancel_recv(tok, id.0),
+                            _ => self.matcher.cancel(tok),
+                        }
+                }
+                (
+                    ReqState::Recv {
+                        phase: RecvPhase::Frags { .. } | RecvPhase::Pulling { .. },
+                        ..
+                    },
+                    Some((ctx, src)),
+                ) => {
+                    let from = src.or_else(|| {
+                        self.comm(ctx)
+                            .ok()
+                            .and_then(|c| c.world_rank(s.status.source).ok())
+                    });
+                    from == Some(peer)
+                }
+                _ => false,
+            };
+            if fail {
+                let st = Status {
+                    error: class,
+                    ..self.slots[idx].status
+                };
+                self.complete(id, st);
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Attaches a buffer of `cap` bytes for buffered sends.
     pub fn buffer_attach(&mut self, cap: usize) -> Result<(), PmlError> {
         if self.bsend_cap.is_some() {
@@ -735,6 +821,19 @@ impl Core {
             buf,
             phase: RecvPhase::Posted { token: None },
         });
+        let wsrc = match pat.src {
+            Some(r) => Some(self.comm(ctx)?.world_rank(r)?),
+            None => None,
+        };
+        self.slots[id.index()].dep = Some((ctx, wsrc));
+        if self.dead.iter().any(|&d| d) && self.depends_on_dead(ctx, wsrc) {
+            let st = Status {
+                error: MpiErrorClass::Other,
+                ..Status::empty()
+            };
+            self.complete(id, st);
+            return Ok(id);
+        }
         let posted = if self.tm {
             self.post_split(pat, id, buf.len())
         } else {

@@ -142,12 +142,13 @@ fn btl_err(e: BtlError) -> PmlError {
     PmlError::Transport(e.to_string())
 }
 
-/// A BTL error as a transport error: btl-openib's completion errors and
-/// broken connections are [`TxError::Broken`] (the request fails), the rest
-/// [`TxError::Fatal`] (the pml may fall back, e.g. from get to fragments).
+/// A BTL error as a transport error: btl-openib's and btl-tcp's completion
+/// errors and broken connections are [`TxError::Broken`] (the request
+/// fails), the rest [`TxError::Fatal`] (the pml may fall back, e.g. from get
+/// to fragments).
 fn tx_err(btl: &str, e: BtlError) -> TxError {
     match e {
-        BtlError::Io { .. } | BtlError::Protocol { .. } if btl == "openib" => {
+        BtlError::Io { .. } | BtlError::Protocol { .. } if btl == "openib" || btl == "tcp" => {
             TxError::Broken(e.to_string())
         }
         e => TxError::Fatal(e.to_string()),
@@ -454,6 +455,25 @@ impl Transport for BtlNet {
 
     fn tm_caps(&self) -> Option<(u32, u32)> {
         self.tm.as_ref().map(|t| t.caps)
+    }
+
+    fn take_failed(&mut self) -> Vec<(u32, String)> {
+        let mut out = Vec::new();
+        for (i, m) in self.modules.iter_mut().enumerate() {
+            for (peer, why) in m.take_failed_peers() {
+                // Only the module that carries the peer matters (a module
+                // that merely reaches it carries nothing to it).
+                if self.route.get(peer as usize) == Some(&i) {
+                    out.push((peer, format!("btl {}: {why}", m.name())));
+                }
+            }
+        }
+        out
+    }
+
+    fn peer_btl(&self, peer: u32) -> Option<&str> {
+        let &i = self.route.get(peer as usize)?;
+        Some(self.modules[i].name())
     }
 
     fn tm_inputs(&self) -> bool {

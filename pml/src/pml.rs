@@ -122,6 +122,12 @@ impl Inner {
         n += net.progress(&mut |peer, bytes| {
             let _ = core.on_frag(&mut w, peer, bytes);
         });
+        for (peer, why) in net.take_failed() {
+            let k = core.peer_failed(peer, MpiErrorClass::Other);
+            tracing::error!(target: "pml_ob1", peer,
+                "rank {peer} failed ({why}): {k} pending request(s) depending on it fail with MPI_ERR_OTHER");
+            n += 1;
+        }
         if self.tm_in {
             n += self.tm_progress();
         }
@@ -841,9 +847,33 @@ impl Pml {
             eprintln!("[rank {}] pml_ob1 stats: {s:?}", self.me);
             // One line per rank, exactly this form (docs/pml.md).
             eprintln!("pml_stats rank={} {m}", self.me);
+            eprintln!("{}", self.peers_line());
         }
         let Some(rt) = rt else { return Ok(()) };
         crate::init::finish(rt, self)
+    }
+
+    /// `pml_peers rank=R self=[..] sm=[..] tcp=[..] openib=[..]`: the BTL
+    /// that carried each peer (printed with `pml_stats`, docs/pml.md).
+    pub fn peers_line(&self) -> String {
+        let g = self.lock();
+        let mut by: Vec<(String, Vec<u32>)> = ["self", "sm", "tcp", "openib"]
+            .iter()
+            .map(|n| (n.to_string(), Vec::new()))
+            .collect();
+        for p in 0..g.net.size() {
+            let name = g.net.peer_btl(p).unwrap_or("none");
+            match by.iter_mut().find(|(n, _)| n == name) {
+                Some((_, v)) => v.push(p),
+                None => by.push((name.to_string(), vec![p])),
+            }
+        }
+        let mut line = format!("pml_peers rank={}", self.me);
+        for (n, v) in by {
+            let v: Vec<String> = v.iter().map(u32::to_string).collect();
+            line.push_str(&format!(" {n}=[{}]", v.join(",")));
+        }
+        line
     }
 
     /// Gives up without finalizing (a panic is unwinding): no fence, no

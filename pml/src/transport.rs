@@ -45,6 +45,15 @@ pub trait Transport: Send {
     fn progress(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize;
     /// Releases the BTLs (after the finalize fence).
     fn finalize(&mut self) {}
+    /// Peers found dead since the last call (each once), with the reason:
+    /// the pml fails the requests that depend on them. Default: none.
+    fn take_failed(&mut self) -> Vec<(u32, String)> {
+        Vec::new()
+    }
+    /// Name of the BTL that carries traffic to `peer` (`pml_peers` line).
+    fn peer_btl(&self, _peer: u32) -> Option<&str> {
+        None
+    }
 
     /// `(max_num_tags, max_ops)` of the one tag-matching module the pml
     /// offloads to; `None` (default): software matching only.

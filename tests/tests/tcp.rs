@@ -68,3 +68,127 @@ fn tcp_ssend_bsend_self_many_threads() {
         case(2, c, &[]);
     }
 }
+
+/// The `pml_peers` lines (stderr, `pml_stats=1`): per rank, BTL name →
+/// peers it carried.
+fn pml_peers(stderr: &str, n: u32) -> Vec<std::collections::HashMap<String, Vec<u32>>> {
+    let mut per_rank = vec![None; n as usize];
+    for line in stderr.lines().filter(|l| l.starts_with("pml_peers ")) {
+        let mut fields = line["pml_peers ".len()..].split(' ');
+        let rank: usize = fields
+            .next()
+            .and_then(|f| f.strip_prefix("rank="))
+            .and_then(|r| r.parse().ok())
+            .unwrap_or_else(|| panic!("bad line {line:?}"));
+        let mut m = std::collections::HashMap::new();
+        for f in fields {
+            let (k, v) = f
+                .split_once("=[")
+                .unwrap_or_else(|| panic!("bad field {f:?} in {line:?}"));
+            let v = v.strip_suffix(']').expect("]");
+            let peers: Vec<u32> = v
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(|s| s.parse().expect("peer"))
+                .collect();
+            m.insert(k.to_string(), peers);
+        }
+        assert!(per_rank[rank].is_none(), "two lines for rank {rank}");
+        per_rank[rank] = Some(m);
+    }
+    per_rank
+        .into_iter()
+        .enumerate()
+        .map(|(r, m)| m.unwrap_or_else(|| panic!("no pml_peers line of rank {r}:\n{stderr}")))
+        .collect()
+}
+
+#[test]
+fn pml_peers_self_tcp_uses_tcp_for_every_other_rank() {
+    let (_, err) = case(3, "order", &[("pml_stats", "1")]);
+    for (r, m) in pml_peers(&err, 3).iter().enumerate() {
+        let others: Vec<u32> = (0..3).filter(|&p| p != r as u32).collect();
+        assert_eq!(m["self"], [r as u32], "rank {r}: {m:?}");
+        assert_eq!(m["tcp"], others, "rank {r}: {m:?}");
+        assert!(
+            m["sm"].is_empty() && m["openib"].is_empty(),
+            "rank {r}: {m:?}"
+        );
+    }
+}
+
+#[test]
+fn pml_peers_default_on_one_node_uses_sm_not_tcp() {
+    let _g = serial();
+    let out = run(
+        3,
+        60,
+        &[
+            ("btl", "self,sm,tcp"),
+            ("pml_stats", "1"),
+            ("mpi_yield_when_idle", "1"),
+        ],
+        PROG,
+        &["order"],
+    );
+    assert_ok(&out, "p2p-check order: OK");
+    let err = String::from_utf8_lossy(&out.stderr);
+    for (r, m) in pml_peers(&err, 3).iter().enumerate() {
+        let others: Vec<u32> = (0..3).filter(|&p| p != r as u32).collect();
+        assert_eq!(m["self"], [r as u32], "rank {r}: {m:?}");
+        assert_eq!(m["sm"], others, "rank {r}: {m:?}");
+        assert!(m["tcp"].is_empty(), "rank {r}: {m:?}");
+    }
+}
+
+/// Rank 2 aborts mid-traffic (a rendezvous send to rank 1 under way) while
+/// ranks 0 and 1 wait for a message from it: their receives fail with
+/// MPI_ERR_OTHER naming the peer failure, an MPI_ANY_SOURCE receive posted
+/// afterwards fails at once, and tmpirun ends the job non-zero (rank 2's
+/// SIGABRT), well before its --timeout.
+#[test]
+fn peer_abort_fails_pending_receives() {
+    let _g = serial();
+    let prog = env!("CARGO_BIN_EXE_tcp-peer-fail");
+    let out = std::process::Command::new(tmpi_tests::tmpirun())
+        .args(["-n", "3", "--timeout", "40", "--kill-grace", "10"])
+        .args([
+            "--mca",
+            "btl",
+            "self,tcp",
+            "--mca",
+            "mpi_yield_when_idle",
+            "1",
+        ])
+        .arg(prog)
+        .output()
+        .expect("start tmpirun");
+    let so = String::from_utf8_lossy(&out.stdout);
+    let se = String::from_utf8_lossy(&out.stderr);
+    eprintln!("--- stdout\n{so}\n--- stderr\n{se}");
+    assert!(
+        so.contains("tcp-peer-fail: rank 2 aborts"),
+        "rank 2 did not get there"
+    );
+    for r in [0, 1] {
+        let l = so
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    "tcp-peer-fail: rank {r}: receive from rank 2 failed:"
+                ))
+            })
+            .unwrap_or_else(|| panic!("rank {r}'s receive did not fail"));
+        assert!(l.contains("class Other"), "rank {r}: {l}");
+        assert!(
+            so.contains(&format!(
+                "tcp-peer-fail: rank {r}: any-source receive failed:"
+            )),
+            "rank {r}: the any-source receive did not fail"
+        );
+    }
+    assert!(!so.contains("UNEXPECTED"), "a receive completed");
+    assert!(se.contains("rank 2 failed"), "no pml error line");
+    assert!(!out.status.success(), "job exit {:?}", out.status);
+    assert_ne!(out.status.code(), Some(124), "the job hung until --timeout");
+}
