@@ -54,6 +54,19 @@ pub(crate) struct Dtype {
     pub predefined: bool,
 }
 
+/// The pml's convertor reads the type map in place (no copy per message).
+impl tmpi_pml::convertor::TypeMap for Dtype {
+    fn blocks(&self) -> &[(isize, usize)] {
+        &self.blocks
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn extent(&self) -> isize {
+        Dtype::extent(self)
+    }
+}
+
 impl Dtype {
     pub(crate) fn extent(&self) -> isize {
         self.ub - self.lb

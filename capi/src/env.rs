@@ -17,6 +17,14 @@ use crate::state::{
 };
 
 static PARAM_CHECK: AtomicBool = AtomicBool::new(true);
+static PACK_PER_FRAGMENT: AtomicBool = AtomicBool::new(true);
+
+/// Whether non-contiguous point-to-point buffers are packed per fragment
+/// through a convertor (`mpi_pack_per_fragment`, default 1) rather than
+/// staged whole in a temporary.
+pub(crate) fn pack_per_fragment() -> bool {
+    PACK_PER_FRAGMENT.load(Ordering::Relaxed)
+}
 static INIT_LOCK: Mutex<()> = Mutex::new(());
 
 /// Whether argument checks are on (`mpi_param_check`, default 1).
@@ -50,6 +58,19 @@ fn init(required: c_int) -> Res<c_int> {
         )
         .map_err(|e| Error::new(C::Arg, e.to_string()))?;
     PARAM_CHECK.store(pc.value(), Ordering::Relaxed);
+    let ppf = reg
+        .register_bool(
+            ParamSpec::new("mpi", "", "pack_per_fragment")
+                .help(
+                    "Send and receive non-contiguous datatypes by packing each fragment \
+                     straight from/into the user layout (1) or through a whole-message \
+                     temporary (0)",
+                )
+                .level(Level::UserDetail),
+            true,
+        )
+        .map_err(|e| Error::new(C::Arg, e.to_string()))?;
+    PACK_PER_FRAGMENT.store(ppf.value(), Ordering::Relaxed);
     // The coll framework's parameters (selection list `coll`, verbosity,
     // context ids) and component descriptors, as tmpi_info shows them.
     let mut comps = tmpi_base::component::ComponentRegistry::new();

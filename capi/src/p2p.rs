@@ -68,6 +68,14 @@ fn check_buf(buf: *const c_void, count: usize, t: &Dtype) -> Res<()> {
     Ok(())
 }
 
+/// The convertor of `n` items of `t` (a non-contiguous type): the pml
+/// packs each outgoing fragment from, and unpacks each arriving one into,
+/// the user layout through it.
+fn convertor(t: &Arc<Dtype>, n: usize) -> Res<tmpi_pml::convertor::Convertor> {
+    tmpi_pml::convertor::Convertor::new(Arc::clone(t) as _, n)
+        .map_err(|e| Error::new(C::Count, e.to_string()))
+}
+
 /// Starts a send; returns the request record.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start_send(
@@ -86,6 +94,9 @@ pub(crate) fn start_send(
     let rt = rt()?;
     let (raw, stage) = if tg.t.is_contig() {
         (RawBuf::from_raw(buf.cast(), tg.t.size * n), Stage::Direct)
+    } else if crate::env::pack_per_fragment() {
+        let c = Box::new(convertor(&tg.t, n)?);
+        (RawBuf::typed(buf.cast(), &c), Stage::Typed(c))
     } else {
         let mut v = Vec::with_capacity(tg.t.size * n);
         crate::ffi::gather_blocks(buf.cast(), n, tg.t.extent(), &tg.t.blocks, &mut v);
@@ -121,6 +132,9 @@ pub(crate) fn start_recv(
     let len = tg.t.size * n;
     let (raw, stage) = if tg.t.is_contig() {
         (RawBufMut::from_raw(buf.cast(), len), Stage::Direct)
+    } else if crate::env::pack_per_fragment() {
+        let c = Box::new(convertor(&tg.t, n)?);
+        (RawBufMut::typed(buf.cast(), &c), Stage::Typed(c))
     } else {
         let mut v = vec![0u8; len];
         let raw = RawBufMut::from_slice(&mut v);
@@ -1020,6 +1034,9 @@ fn start_mrecv(buf: *mut c_void, count: c_int, dtype: c_int, message: *mut c_int
     let len = total_size(&t, n)?;
     let (raw, stage) = if t.is_contig() {
         (RawBufMut::from_raw(buf.cast(), len), Stage::Direct)
+    } else if crate::env::pack_per_fragment() {
+        let c = Box::new(convertor(&t, n)?);
+        (RawBufMut::typed(buf.cast(), &c), Stage::Typed(c))
     } else {
         let mut v = vec![0u8; len];
         let raw = RawBufMut::from_slice(&mut v);

@@ -92,6 +92,10 @@ pub(crate) enum Stage {
     /// Packed send data: owned here so that it lives until completion
     /// (the pml reads it through a raw view).
     Send(#[allow(dead_code)] Vec<u8>),
+    /// A non-contiguous buffer packed/unpacked per fragment: the pml's
+    /// typed view points at this convertor, so it lives (boxed, unmoved)
+    /// until the request completes.
+    Typed(#[allow(dead_code)] Box<tmpi_pml::convertor::Convertor>),
     /// Receive staging, unpacked into `dst` on completion.
     Recv {
         buf: Vec<u8>,

@@ -334,3 +334,45 @@ fn mpicc_show_forms() {
     assert!(p.dir.join("etc/tmpi-mca-params.conf").exists());
     assert!(p.dir.join("bin/mpiexec").exists() && p.dir.join("lib/libmpi.a").exists());
 }
+
+/// Each rank's `rss_delta_kib` line of vector16.c.
+fn rss_deltas(out: &str) -> Vec<(u32, i64)> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("rss_delta_kib rank="))
+        .filter_map(|l| {
+            let (r, v) = l.split_once(' ')?;
+            Some((r.parse().ok()?, v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn noncontiguous_vector_is_packed_per_fragment_without_a_whole_message_temporary() {
+    let exe = build("vector16");
+    let _g = serial();
+    // 16 MiB of strided doubles (vector -> vector, vector -> contiguous,
+    // contiguous -> vector), checked element by element in the program.
+    let (code, out, err) = run(&exe, 2, 90);
+    assert_eq!(code, Some(0), "vector16 failed\n{out}\n{err}");
+    let per_fragment = rss_deltas(&out);
+    assert_eq!(per_fragment.len(), 2, "{out}");
+    // The same transfers through whole-message temporaries: the measure
+    // sees a 16 MiB staging buffer on each side.
+    let (code, out0, err0) = run_with(&exe, 2, 90, &["--mca", "mpi_pack_per_fragment", "0"]);
+    assert_eq!(code, Some(0), "vector16 (staged) failed\n{out0}\n{err0}");
+    let staged = rss_deltas(&out0);
+    assert_eq!(staged.len(), 2, "{out0}");
+    for &(r, d) in &staged {
+        assert!(
+            d >= 12 * 1024,
+            "staged rank {r}: peak RSS grew by only {d} KiB\n{out0}"
+        );
+    }
+    // Per fragment: far below the 16 MiB message on both sides.
+    for &(r, d) in &per_fragment {
+        assert!(
+            d < 4 * 1024,
+            "rank {r}: peak RSS grew by {d} KiB (message 16384 KiB)\n{out}"
+        );
+    }
+}

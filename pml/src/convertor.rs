@@ -12,7 +12,43 @@
 //! the user base address; the safe core ([`Convertor::segments`]) only
 //! computes offsets and is what the tests check against a naive gather.
 
+use std::sync::{Arc, Mutex};
+
 use thiserror::Error;
+
+/// The type map of one item: blocks `(offset, len)` in type-map order, the
+/// item's packed size (the sum of the lens) and its extent. Shared, not
+/// copied: a type map can be as large as the message (a vector of single
+/// elements has one block per element).
+pub trait TypeMap: Send + Sync + std::fmt::Debug {
+    /// The blocks of one item.
+    fn blocks(&self) -> &[(isize, usize)];
+    /// Packed bytes per item (the sum of the block lengths).
+    fn size(&self) -> usize;
+    /// Distance between consecutive items.
+    fn extent(&self) -> isize;
+}
+
+/// A plain type map (tests, simple callers).
+#[derive(Debug, Clone)]
+pub struct Blocks {
+    /// Blocks of one item.
+    pub blocks: Vec<(isize, usize)>,
+    /// Extent of one item.
+    pub extent: isize,
+}
+
+impl TypeMap for Blocks {
+    fn blocks(&self) -> &[(isize, usize)] {
+        &self.blocks
+    }
+    fn size(&self) -> usize {
+        self.blocks.iter().map(|b| b.1).sum()
+    }
+    fn extent(&self) -> isize {
+        self.extent
+    }
+}
 
 /// A type map that cannot be used for conversion.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -39,45 +75,42 @@ pub struct Segment {
     pub len: usize,
 }
 
+/// Where the last conversion stopped: block `block` of item `item`, whose
+/// first byte is packed byte `bstart` of the item.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cursor {
+    item: usize,
+    block: usize,
+    bstart: usize,
+}
+
 /// `count` items of a type map, packed in order.
-#[derive(Debug, Clone)]
+///
+/// Seeking to a position resumes from where the previous conversion
+/// stopped when it is at or after it in the same item (fragments go in
+/// order: amortised O(1) per fragment, no index over the blocks), else from
+/// the item's first block.
+#[derive(Debug)]
 pub struct Convertor {
-    /// Non-empty blocks `(offset, len)` of one item, in type-map order.
-    blocks: Vec<(isize, usize)>,
-    /// Packed offset of each block within an item (prefix sums of lens).
-    starts: Vec<usize>,
-    /// Packed bytes per item.
+    map: Arc<dyn TypeMap>,
     size: usize,
     extent: isize,
     count: usize,
+    cursor: Mutex<Cursor>,
 }
 
 impl Convertor {
-    /// A convertor for `count` items of the type with `blocks` and `extent`.
-    /// Empty blocks are dropped.
-    pub fn new(blocks: &[(isize, usize)], extent: isize, count: usize) -> Result<Self, ConvError> {
-        let mut bl = Vec::with_capacity(blocks.len());
-        let mut starts = Vec::with_capacity(blocks.len());
-        let mut size = 0usize;
-        for &(off, len) in blocks {
-            if len == 0 {
-                continue;
-            }
-            starts.push(size);
-            bl.push((off, len));
-            size = size.checked_add(len).ok_or(ConvError::Overflow {
-                count: 1,
-                size: usize::MAX,
-            })?;
-        }
+    /// A convertor for `count` items of `map`.
+    pub fn new(map: Arc<dyn TypeMap>, count: usize) -> Result<Self, ConvError> {
+        let size = map.size();
         size.checked_mul(count)
             .ok_or(ConvError::Overflow { count, size })?;
         Ok(Convertor {
-            blocks: bl,
-            starts,
+            extent: map.extent(),
+            map,
             size,
-            extent,
             count,
+            cursor: Mutex::new(Cursor::default()),
         })
     }
 
@@ -86,42 +119,49 @@ impl Convertor {
         self.size * self.count
     }
 
-    /// Whether the packed form is the user memory itself (one block per item
-    /// starting at 0 and filling the extent, or at most one item of one
-    /// block at 0).
-    pub fn is_contiguous(&self) -> bool {
-        match self.blocks.as_slice() {
-            [] => true,
-            [(0, len)] => *len as isize == self.extent || self.count <= 1,
-            _ => false,
-        }
-    }
-
     /// The segments covering packed bytes `[pos, pos + n)` (clamped to the
     /// message), in packed order; adjacent pieces are merged.
     pub fn segments(&self, pos: usize, n: usize) -> Segments<'_> {
         let end = pos.saturating_add(n).min(self.packed_len());
-        let (item, block) = self.seek(pos.min(end));
+        let pos = pos.min(end);
+        let cur = self.seek(pos);
         Segments {
             c: self,
-            pos: pos.min(end),
+            blocks: self.map.blocks(),
+            pos,
             end,
-            item,
-            block,
+            cur,
         }
     }
 
-    /// The item and block holding packed byte `pos` (for `pos` at the end:
-    /// past the last item).
-    fn seek(&self, pos: usize) -> (usize, usize) {
-        if self.size == 0 {
-            return (self.count, 0);
+    /// The cursor at packed byte `pos` (< the packed length, or any cursor
+    /// when the range is empty).
+    fn seek(&self, pos: usize) -> Cursor {
+        if self.size == 0 || pos >= self.packed_len() {
+            return Cursor::default();
         }
         let item = pos / self.size;
         let within = pos % self.size;
-        // Last block whose start is <= within.
-        let block = self.starts.partition_point(|&s| s <= within) - 1;
-        (item, block)
+        let saved = *self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = if saved.item == item && saved.bstart <= within {
+            saved
+        } else {
+            Cursor {
+                item,
+                block: 0,
+                bstart: 0,
+            }
+        };
+        let blocks = self.map.blocks();
+        while c.bstart + blocks[c.block].1 <= within {
+            c.bstart += blocks[c.block].1;
+            c.block += 1;
+        }
+        c
+    }
+
+    fn save(&self, c: Cursor) {
+        *self.cursor.lock().unwrap_or_else(|p| p.into_inner()) = c;
     }
 
     /// Packs `out.len()` bytes starting at packed position `pos` from the
@@ -133,7 +173,8 @@ impl Convertor {
     /// of `count` items, valid for reads.
     pub unsafe fn pack(&self, base: *const u8, pos: usize, out: &mut [u8]) -> usize {
         let mut w = 0;
-        for s in self.segments(pos, out.len()) {
+        let mut it = self.segments(pos, out.len());
+        for s in &mut it {
             // SAFETY: the segment lies inside the type map of the message,
             // which the caller guarantees readable at `base`; `out` has room
             // for it (segments cover at most `out.len()` bytes from `pos`).
@@ -146,6 +187,7 @@ impl Convertor {
             };
             w += s.len;
         }
+        self.save(it.cur);
         w
     }
 
@@ -158,7 +200,8 @@ impl Convertor {
     /// of `count` items, valid for writes and not aliased by `data`.
     pub unsafe fn unpack(&self, base: *mut u8, pos: usize, data: &[u8]) -> usize {
         let mut r = 0;
-        for s in self.segments(pos, data.len()) {
+        let mut it = self.segments(pos, data.len());
+        for s in &mut it {
             // SAFETY: as for `pack`, with the type map writable at `base`.
             unsafe {
                 std::ptr::copy_nonoverlapping(
@@ -169,6 +212,7 @@ impl Convertor {
             };
             r += s.len;
         }
+        self.save(it.cur);
         r
     }
 }
@@ -177,10 +221,10 @@ impl Convertor {
 #[derive(Debug)]
 pub struct Segments<'a> {
     c: &'a Convertor,
+    blocks: &'a [(isize, usize)],
     pos: usize,
     end: usize,
-    item: usize,
-    block: usize,
+    cur: Cursor,
 }
 
 impl Iterator for Segments<'_> {
@@ -189,30 +233,36 @@ impl Iterator for Segments<'_> {
         let c = self.c;
         let mut out: Option<Segment> = None;
         while self.pos < self.end {
-            let (off, len) = c.blocks[self.block];
-            let within = self.pos - self.item * c.size - c.starts[self.block];
+            let (off, len) = self.blocks[self.cur.block];
+            let within = self.pos - self.cur.item * c.size - self.cur.bstart;
             let n = (len - within).min(self.end - self.pos);
-            let user = (self.item as isize)
-                .wrapping_mul(c.extent)
-                .wrapping_add(off)
-                .wrapping_add(within as isize);
-            match &mut out {
-                Some(s) if s.user.wrapping_add(s.len as isize) == user => s.len += n,
-                Some(_) => return out,
-                None => {
-                    out = Some(Segment {
-                        user,
-                        packed: self.pos,
-                        len: n,
-                    })
+            if n > 0 {
+                let user = (self.cur.item as isize)
+                    .wrapping_mul(c.extent)
+                    .wrapping_add(off)
+                    .wrapping_add(within as isize);
+                match &mut out {
+                    Some(s) if s.user.wrapping_add(s.len as isize) == user => s.len += n,
+                    Some(_) => return out,
+                    None => {
+                        out = Some(Segment {
+                            user,
+                            packed: self.pos,
+                            len: n,
+                        })
+                    }
                 }
+                self.pos += n;
             }
-            self.pos += n;
             if within + n == len {
-                self.block += 1;
-                if self.block == c.blocks.len() {
-                    self.block = 0;
-                    self.item += 1;
+                self.cur.bstart += len;
+                self.cur.block += 1;
+                if self.cur.block == self.blocks.len() {
+                    self.cur = Cursor {
+                        item: self.cur.item + 1,
+                        block: 0,
+                        bstart: 0,
+                    };
                 }
             }
         }
@@ -223,6 +273,14 @@ impl Iterator for Segments<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn conv(blocks: &[(isize, usize)], extent: isize, count: usize) -> Convertor {
+        let m = Blocks {
+            blocks: blocks.to_vec(),
+            extent,
+        };
+        Convertor::new(Arc::new(m), count).unwrap()
+    }
 
     /// Naive gather of the whole message from `mem` (base at `base`).
     fn gather(
@@ -262,7 +320,7 @@ mod tests {
         for (blocks, ext, count, base) in types() {
             let mem: Vec<u8> = (0..2048).map(|i| (i * 7 + 3) as u8).collect();
             let want = gather(&mem, base, &blocks, ext, count);
-            let c = Convertor::new(&blocks, ext, count).unwrap();
+            let c = conv(&blocks, ext, count);
             assert_eq!(c.packed_len(), want.len());
             for frag in [1, 3, 7, 16, 1000] {
                 let mut got = Vec::new();
@@ -285,7 +343,7 @@ mod tests {
         for (blocks, ext, count, base) in types() {
             let src: Vec<u8> = (0..2048).map(|i| (i * 13 + 1) as u8).collect();
             let packed = gather(&src, base, &blocks, ext, count);
-            let c = Convertor::new(&blocks, ext, count).unwrap();
+            let c = conv(&blocks, ext, count);
             let mut dst = vec![0u8; 2048];
             // Fragments of 5 bytes, delivered last first.
             let frags: Vec<usize> = (0..packed.len()).step_by(5).collect();
@@ -309,7 +367,7 @@ mod tests {
 
     #[test]
     fn segments_merge_and_clamp() {
-        let c = Convertor::new(&[(0, 4), (4, 4)], 8, 10).unwrap();
+        let c = conv(&[(0, 4), (4, 4)], 8, 10);
         assert_eq!(c.segments(0, 80).count(), 1);
         let s: Vec<_> = c.segments(70, 1000).collect();
         assert_eq!(
@@ -320,8 +378,7 @@ mod tests {
                 len: 10
             }]
         );
-        let v = Convertor::new(&[(0, 8)], 16, 4).unwrap();
-        assert!(!v.is_contiguous());
+        let v = conv(&[(0, 8)], 16, 4);
         let s: Vec<_> = v.segments(4, 8).collect();
         assert_eq!(
             s,
@@ -345,7 +402,13 @@ mod tests {
     #[test]
     fn overflowing_sizes_are_an_error() {
         assert!(matches!(
-            Convertor::new(&[(0, 1 << 40)], 1 << 40, 1 << 30),
+            Convertor::new(
+                Arc::new(Blocks {
+                    blocks: vec![(0, 1 << 40)],
+                    extent: 1 << 40
+                }),
+                1 << 30
+            ),
             Err(ConvError::Overflow { .. })
         ));
     }

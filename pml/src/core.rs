@@ -321,7 +321,8 @@ impl Core {
     /// that posts the user's buffer to the NIC).
     pub fn recv_buffer(&mut self, id: ReqId) -> Option<RawBufMut> {
         match self.slot(id)?.state {
-            ReqState::Recv { buf, .. } => Some(buf),
+            // A typed buffer is not one piece of memory the NIC could use.
+            ReqState::Recv { buf, .. } if buf.is_contiguous() => Some(buf),
             _ => None,
         }
     }
@@ -561,7 +562,7 @@ impl Core {
                 )));
             }
             // SAFETY contract of this function: `buf` is valid for reads now.
-            let v = unsafe { buf.as_slice() }.to_vec();
+            let v = unsafe { buf.to_vec() };
             let b = RawBuf::from_slice(&v);
             (b, Some(v), need)
         } else {
@@ -600,7 +601,9 @@ impl Core {
             });
         } else {
             self.stats.rndv_sent += 1;
-            let region = if lim.get && !buf.is_empty() {
+            // A typed (non-contiguous) buffer cannot be read remotely:
+            // it goes as pipelined fragments, packed one at a time.
+            let region = if lim.get && !buf.is_empty() && buf.is_contiguous() {
                 wire.register(peer, buf)
             } else {
                 None
@@ -1034,7 +1037,9 @@ impl Core {
             self.complete(id, st);
             return;
         }
-        if flags & FLAG_REGION != 0 && wire.limits(peer).get {
+        // A typed receive buffer takes fragments (unpacked one at a time),
+        // never a get into its memory.
+        if flags & FLAG_REGION != 0 && wire.limits(peer).get && buf.is_contiguous() {
             if let ReqState::Recv { phase, .. } = &mut self.slots[id.index()].state {
                 *phase = RecvPhase::Pulling { peer, sreq };
             }

@@ -183,8 +183,10 @@ impl Inner {
             } => {
                 // SAFETY: `data` belongs to a send request that is not
                 // complete (it completes only below, after the BTL took the
-                // bytes), so its buffer is valid (isend contract).
-                let bytes = unsafe { data.as_slice() };
+                // bytes), so its buffer is valid (isend contract). A typed
+                // buffer packs this fragment's bytes only.
+                let mut scratch = Vec::new();
+                let bytes = unsafe { data.bytes(&mut scratch) };
                 match self.net.send(peer, hdr.as_slice(), bytes) {
                     Ok(()) => {
                         if let Some(id) = done {

@@ -3,11 +3,21 @@
 //! of the pml lives here; callers uphold the validity contract documented
 //! on the `unsafe` entry points of [`crate::core::Core`] and [`crate::Pml`].
 
-/// A read-only buffer held by a send request.
+use std::ptr::NonNull;
+
+use crate::convertor::Convertor;
+
+/// A read-only buffer held by a send request: contiguous bytes, or a
+/// non-contiguous user layout seen through a [`Convertor`] (typed views:
+/// their bytes are the packed form, packed per fragment as it leaves).
 #[derive(Debug, Clone, Copy)]
 pub struct RawBuf {
     ptr: *const u8,
     len: usize,
+    /// A non-contiguous buffer: `ptr` is the user base address, `len` the
+    /// packed length of this view, `pos` its packed offset in the message.
+    conv: Option<NonNull<Convertor>>,
+    pos: usize,
 }
 
 /// A writable buffer held by a receive request.
@@ -15,9 +25,13 @@ pub struct RawBuf {
 pub struct RawBufMut {
     ptr: *mut u8,
     len: usize,
+    /// As for [`RawBuf`].
+    conv: Option<NonNull<Convertor>>,
+    pos: usize,
 }
 
-// SAFETY: a RawBuf is an address and a length; it is only dereferenced
+// SAFETY: a RawBuf is an address and a length (and, typed, a pointer to
+// a convertor the request's owner keeps alive, itself plain data); it is only dereferenced
 // under the pml's lock by whichever thread holds it, and the owner of the
 // memory guarantees (contract of the unsafe entry points) that the memory
 // stays valid and unaliased until the request completes, whatever thread
@@ -32,17 +46,42 @@ impl RawBuf {
         RawBuf {
             ptr: s.as_ptr(),
             len: s.len(),
+            conv: None,
+            pos: 0,
         }
     }
     /// A view from parts.
     pub fn from_raw(ptr: *const u8, len: usize) -> Self {
-        RawBuf { ptr, len }
+        RawBuf {
+            ptr,
+            len,
+            conv: None,
+            pos: 0,
+        }
+    }
+    /// A typed view: the message `conv` describes, laid out at `base`. The
+    /// caller keeps `conv` (and the memory) alive and unmoved while the view
+    /// is used (the unsafe accessors' contract).
+    pub fn typed(base: *const u8, conv: &Convertor) -> Self {
+        RawBuf {
+            ptr: base,
+            len: conv.packed_len(),
+            conv: Some(NonNull::from(conv)),
+            pos: 0,
+        }
+    }
+    /// Whether the view is plain bytes (`false`: a typed view, which cannot
+    /// be registered for a get or handed to a NIC as is).
+    pub fn is_contiguous(&self) -> bool {
+        self.conv.is_none()
     }
     /// The empty view.
     pub fn empty() -> Self {
         RawBuf {
             ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(),
             len: 0,
+            conv: None,
+            pos: 0,
         }
     }
     /// Length in bytes.
@@ -61,20 +100,67 @@ impl RawBuf {
     pub fn sub(&self, off: usize, len: usize) -> RawBuf {
         let off = off.min(self.len);
         let len = len.min(self.len - off);
+        if self.conv.is_some() {
+            return RawBuf {
+                len,
+                pos: self.pos + off,
+                ..*self
+            };
+        }
         RawBuf {
             // SAFETY: off <= self.len, so the result stays within (or one
             // past the end of) the same allocation.
             ptr: unsafe { self.ptr.add(off) },
             len,
+            conv: None,
+            pos: 0,
         }
     }
-    /// The bytes.
+    /// The bytes of the view: the memory itself when contiguous, else
+    /// packed into `scratch` (one fragment's worth, not the message).
+    ///
+    /// # Safety
+    /// As [`RawBuf::as_slice`]; a typed view's convertor must be alive.
+    pub unsafe fn bytes<'a>(&self, scratch: &'a mut Vec<u8>) -> &'a [u8] {
+        match self.conv {
+            None => {
+                // SAFETY: the caller's contract.
+                unsafe { self.as_slice() }
+            }
+            Some(c) => {
+                scratch.clear();
+                scratch.resize(self.len, 0);
+                // SAFETY: the convertor outlives the view and describes the
+                // memory at `ptr` (contract of `typed` and of the caller).
+                let n = unsafe { c.as_ref().pack(self.ptr, self.pos, scratch) };
+                scratch.truncate(n);
+                scratch
+            }
+        }
+    }
+    /// A copy of the view's bytes (packed for a typed view).
+    ///
+    /// # Safety
+    /// As [`RawBuf::bytes`].
+    pub unsafe fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        if self.conv.is_none() {
+            // SAFETY: the caller's contract.
+            return unsafe { self.as_slice() }.to_vec();
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.bytes(&mut v) };
+        v
+    }
+    /// The bytes of a contiguous view (a typed view has none: use
+    /// [`RawBuf::bytes`]; here it reads as empty).
     ///
     /// # Safety
     /// The memory must be valid for reads of `len` bytes and not mutated
     /// while the returned slice lives.
     pub unsafe fn as_slice<'a>(&self) -> &'a [u8] {
-        if self.len == 0 {
+        debug_assert!(self.conv.is_none(), "as_slice of a typed view");
+        if self.len == 0 || self.conv.is_some() {
             return &[];
         }
         // SAFETY: guaranteed by the caller.
@@ -88,11 +174,32 @@ impl RawBufMut {
         RawBufMut {
             ptr: s.as_mut_ptr(),
             len: s.len(),
+            conv: None,
+            pos: 0,
         }
     }
     /// A view from parts.
     pub fn from_raw(ptr: *mut u8, len: usize) -> Self {
-        RawBufMut { ptr, len }
+        RawBufMut {
+            ptr,
+            len,
+            conv: None,
+            pos: 0,
+        }
+    }
+    /// A typed view (see [`RawBuf::typed`]): arriving bytes are unpacked
+    /// into the layout at `base` fragment by fragment.
+    pub fn typed(base: *mut u8, conv: &Convertor) -> Self {
+        RawBufMut {
+            ptr: base,
+            len: conv.packed_len(),
+            conv: Some(NonNull::from(conv)),
+            pos: 0,
+        }
+    }
+    /// Whether the view is plain bytes (see [`RawBuf::is_contiguous`]).
+    pub fn is_contiguous(&self) -> bool {
+        self.conv.is_none()
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
@@ -109,8 +216,8 @@ impl RawBufMut {
     /// The first `n` bytes (clamped).
     pub fn prefix(&self, n: usize) -> RawBufMut {
         RawBufMut {
-            ptr: self.ptr,
             len: n.min(self.len),
+            ..*self
         }
     }
     /// Copies `data` to offset `off`; bytes beyond the view are never
@@ -124,17 +231,26 @@ impl RawBufMut {
             return;
         }
         let n = data.len().min(self.len - off);
+        if let Some(c) = self.conv {
+            // SAFETY: the convertor outlives the view (contract of `typed`)
+            // and the caller guarantees the layout at `ptr` writable and
+            // exclusive; `data` is not part of it.
+            unsafe { c.as_ref().unpack(self.ptr, self.pos + off, &data[..n]) };
+            return;
+        }
         // SAFETY: off + n <= len and the caller guarantees validity and
         // exclusivity; source and destination cannot overlap because the
         // destination is exclusively ours.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), n) };
     }
-    /// The bytes, mutably.
+    /// The bytes of a contiguous view, mutably (a typed view reads as
+    /// empty: it is never handed out whole).
     ///
     /// # Safety
     /// As [`RawBufMut::write_at`], for the life of the slice.
     pub unsafe fn as_mut_slice<'a>(&self) -> &'a mut [u8] {
-        if self.len == 0 {
+        debug_assert!(self.conv.is_none(), "as_mut_slice of a typed view");
+        if self.len == 0 || self.conv.is_some() {
             return &mut [];
         }
         // SAFETY: guaranteed by the caller.
