@@ -37,3 +37,9 @@ bash btl-openib/ci/run-rxe.sh
 
 echo "== pt2pt suite over btl-openib on real verbs (p2p-check on rxe in the VM)"
 bash ci/rxe/run-pt2pt-rxe.sh
+
+echo "== multi-host: PMI wire-up under Slurm (srun --mpi=pmi2) and Hydra across namespace hosts"
+timeout 300 bash ci/multinode/run-pmicheck.sh
+
+echo "== multi-host: pt2pt suite over btl tcp (tmpirun self,tcp; Hydra 2 and 4 hosts self,sm,tcp; srun)"
+timeout 900 bash ci/multinode/run-pt2pt.sh

@@ -6,9 +6,10 @@
 #   hydra4   mpiexec.hydra across 4 namespace hosts, 4 ranks, btl=self,sm,tcp
 #   slurm    srun --mpi=pmi2 -n 4 on the single-node cluster, btl=self,tcp
 # (default: all four). Every rank prints its tcp per-peer counters
-# (btl_tcp_stats=1); check-routes.py asserts for the `order` case that tcp
-# carried cross-host peers and never same-host peers (sm did), or, on one
-# host, that tcp carried the traffic. Every run has a timeout; hosts and
+# (btl_tcp_stats=1) and the pml's route per peer (pml_stats=1: pml_peers);
+# check-routes.py asserts for the `order` case that tcp carried cross-host
+# peers and never same-host peers (sm did), or, on one host, that tcp
+# carried the traffic, and that the pml's routes say the same. Every run has a timeout; hosts and
 # cluster this script started are removed on every exit path.
 # Env: BINDIR (holds p2p-check and tmpirun; default: built with cargo),
 # CASES (default: all), KEEP=1, RUN_TIMEOUT (per run, default 120 s).
@@ -40,15 +41,15 @@ run_case() {
     tmpirun)
       mn_run "$RT" "$out" "$TMPIRUN" -n 4 --timeout "$RT" --mca btl self,tcp \
         --mca "${MCA_COMMON[0]}" "${MCA_COMMON[1]}" --mca "${MCA_COMMON[2]}" "${MCA_COMMON[3]}" \
-        "$P2P" "$c" || rc=$? ;;
+        --mca pml_stats 1 "$P2P" "$c" || rc=$? ;;
     hydra2|hydra4)
       local hosts=host1,host2
       [ "$mode" = hydra4 ] && hosts=host1,host2,host3,host4
       mn_hydra "$hosts" 4 "$RT" "$out" -genv TMPI_MCA_btl self,sm,tcp \
-        -genv TMPI_MCA_mpi_yield_when_idle 1 -genv TMPI_MCA_btl_tcp_stats 1 "$P2P" "$c" || rc=$? ;;
+        -genv TMPI_MCA_mpi_yield_when_idle 1 -genv TMPI_MCA_btl_tcp_stats 1 -genv TMPI_MCA_pml_stats 1 "$P2P" "$c" || rc=$? ;;
     slurm)
       mn_run "$RT" "$out" env TMPI_MCA_btl=self,tcp TMPI_MCA_mpi_yield_when_idle=1 \
-        TMPI_MCA_btl_tcp_stats=1 srun --mpi=pmi2 -n 4 -t 3 "$P2P" "$c" || rc=$? ;;
+        TMPI_MCA_btl_tcp_stats=1 TMPI_MCA_pml_stats=1 srun --mpi=pmi2 -n 4 -t 3 "$P2P" "$c" || rc=$? ;;
   esac
   [ "$rc" = 0 ] || mn_fail "$mode $c: exit status $rc"
   grep -q "^p2p-check $c: OK (4 ranks" "$out" || mn_fail "$mode $c: no OK line"
