@@ -12,6 +12,7 @@
 //! the user base address; the safe core ([`Convertor::segments`]) only
 //! computes offsets and is what the tests check against a naive gather.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use thiserror::Error;
@@ -92,6 +93,8 @@ struct Cursor {
 /// the item's first block.
 #[derive(Debug)]
 pub struct Convertor {
+    /// Unique per convertor (never reused), naming cached packed bytes.
+    id: u64,
     map: Arc<dyn TypeMap>,
     size: usize,
     extent: isize,
@@ -105,13 +108,20 @@ impl Convertor {
         let size = map.size();
         size.checked_mul(count)
             .ok_or(ConvError::Overflow { count, size })?;
+        static NEXT: AtomicU64 = AtomicU64::new(1);
         Ok(Convertor {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
             extent: map.extent(),
             map,
             size,
             count,
             cursor: Mutex::new(Cursor::default()),
         })
+    }
+
+    /// This convertor's unique id.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Packed length of the whole message.

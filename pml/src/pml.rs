@@ -185,9 +185,9 @@ impl Inner {
                 // complete (it completes only below, after the BTL took the
                 // bytes), so its buffer is valid (isend contract). A typed
                 // buffer packs this fragment's bytes only.
-                let mut scratch = Vec::new();
-                let bytes = unsafe { data.bytes(&mut scratch) };
-                match self.net.send(peer, hdr.as_slice(), bytes) {
+                let net = &mut self.net;
+                let sent = unsafe { data.with_bytes(|b| net.send(peer, hdr.as_slice(), b)) };
+                match sent {
                     Ok(()) => {
                         if let Some(id) = done {
                             self.core.send_done(id);

@@ -7,6 +7,15 @@ use std::ptr::NonNull;
 
 use crate::convertor::Convertor;
 
+/// Names a packed fragment: (convertor id, packed offset, length).
+type PackKey = (u64, usize, usize);
+
+thread_local! {
+    /// The last packed fragment and its bytes.
+    static PACKED: std::cell::RefCell<(Option<PackKey>, Vec<u8>)> =
+        const { std::cell::RefCell::new((None, Vec::new())) };
+}
+
 /// A read-only buffer held by a send request: contiguous bytes, or a
 /// non-contiguous user layout seen through a [`Convertor`] (typed views:
 /// their bytes are the packed form, packed per fragment as it leaves).
@@ -116,41 +125,43 @@ impl RawBuf {
             pos: 0,
         }
     }
-    /// The bytes of the view: the memory itself when contiguous, else
-    /// packed into `scratch` (one fragment's worth, not the message).
+    /// Calls `f` with the bytes of the view: the memory itself when
+    /// contiguous, else this view's bytes packed (one fragment's worth, not
+    /// the message). The last packed view is kept per thread, so a fragment
+    /// retried after a busy transport is not packed again.
     ///
     /// # Safety
     /// As [`RawBuf::as_slice`]; a typed view's convertor must be alive.
-    pub unsafe fn bytes<'a>(&self, scratch: &'a mut Vec<u8>) -> &'a [u8] {
-        match self.conv {
-            None => {
-                // SAFETY: the caller's contract.
-                unsafe { self.as_slice() }
+    pub unsafe fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        let Some(c) = self.conv else {
+            // SAFETY: the caller's contract.
+            return f(unsafe { self.as_slice() });
+        };
+        // SAFETY: the convertor outlives the view (contract of `typed`).
+        let c = unsafe { c.as_ref() };
+        let key = (c.id(), self.pos, self.len);
+        PACKED.with(|p| {
+            let mut p = p.borrow_mut();
+            let (k, v) = &mut *p;
+            if *k != Some(key) {
+                v.clear();
+                v.resize(self.len, 0);
+                // SAFETY: the convertor describes the memory at `ptr`,
+                // readable (caller's contract).
+                let n = unsafe { c.pack(self.ptr, self.pos, v) };
+                v.truncate(n);
+                *k = Some(key);
             }
-            Some(c) => {
-                scratch.clear();
-                scratch.resize(self.len, 0);
-                // SAFETY: the convertor outlives the view and describes the
-                // memory at `ptr` (contract of `typed` and of the caller).
-                let n = unsafe { c.as_ref().pack(self.ptr, self.pos, scratch) };
-                scratch.truncate(n);
-                scratch
-            }
-        }
+            f(v)
+        })
     }
     /// A copy of the view's bytes (packed for a typed view).
     ///
     /// # Safety
-    /// As [`RawBuf::bytes`].
+    /// As [`RawBuf::with_bytes`].
     pub unsafe fn to_vec(&self) -> Vec<u8> {
-        let mut v = Vec::new();
-        if self.conv.is_none() {
-            // SAFETY: the caller's contract.
-            return unsafe { self.as_slice() }.to_vec();
-        }
         // SAFETY: the caller's contract.
-        unsafe { self.bytes(&mut v) };
-        v
+        unsafe { self.with_bytes(|b| b.to_vec()) }
     }
     /// The bytes of a contiguous view (a typed view has none: use
     /// [`RawBuf::bytes`]; here it reads as empty).
