@@ -262,7 +262,8 @@ pub struct Core {
     tm: bool,
     /// Per world rank: reached through the tag-matching NIC.
     tm_peers: Vec<bool>,
-    /// Per world rank: declared dead by its BTL ([`Core::peer_failed`]).
+    /// Per world rank: declared dead by its BTL ([`Core::peer_failed`]);
+    /// empty until the first failure (one test per receive posted).
     dead: Vec<bool>,
     /// Fragments the NIC placed for a receive (or its failure), until the
     /// split matcher reports the match.
@@ -299,7 +300,7 @@ impl Core {
             me,
             comms: Vec::new(),
             peers: (0..size).map(|_| PeerState::default()).collect(),
-            dead: vec![false; size as usize],
+            dead: Vec::new(),
             slots: Vec::new(),
             free: Vec::new(),
             live: 0,
@@ -699,10 +700,13 @@ impl Core {
     /// of a message it was still sending, rendezvous sends to it. Later
     /// receives of the same kind fail at once. Returns how many failed.
     pub fn peer_failed(&mut self, peer: u32, class: MpiErrorClass) -> usize {
-        let Some(d) = self.dead.get_mut(peer as usize) else {
+        if peer as usize >= self.peers.len() {
             return 0;
-        };
-        *d = true;
+        }
+        if self.dead.is_empty() {
+            self.dead = vec![false; self.peers.len()];
+        }
+        self.dead[peer as usize] = true;
         let mut n = 0;
         for idx in 0..self.slots.len() {
             let s = &self.slots[idx];
@@ -829,7 +833,7 @@ impl Core {
             None => None,
         };
         self.slots[id.index()].dep = Some((ctx, wsrc));
-        if self.dead.iter().any(|&d| d) && self.depends_on_dead(ctx, wsrc) {
+        if !self.dead.is_empty() && self.depends_on_dead(ctx, wsrc) {
             let st = Status {
                 error: MpiErrorClass::Other,
                 ..Status::empty()
