@@ -272,6 +272,10 @@ pub struct Core {
     /// into their buffer: envelope, whether the split matcher reported the
     /// match, and the read's outcome once known.
     nic_rndv: HashMap<u64, NicRndvState>,
+    /// Typed (non-contiguous) receives reading a rendezvous request of a
+    /// tag-matching NIC peer, which cannot be pipelined: the get lands in
+    /// this contiguous buffer, unpacked on success (by receive id).
+    typed_get: HashMap<u64, Vec<u8>>,
 }
 
 #[derive(Debug)]
@@ -315,6 +319,7 @@ impl Core {
             tm_peers: Vec::new(),
             nic_bytes: HashMap::new(),
             nic_rndv: HashMap::new(),
+            typed_get: HashMap::new(),
         }
     }
 
@@ -842,7 +847,7 @@ impl Core {
             return Ok(id);
         }
         let posted = if self.tm {
-            self.post_split(pat, id, buf.len())
+            self.post_split(pat, id, buf.len(), buf.is_contiguous())
         } else {
             self.matcher.post_recv(pat, id.0)
         };
@@ -1042,15 +1047,25 @@ impl Core {
             return;
         }
         // A typed receive buffer takes fragments (unpacked one at a time),
-        // never a get into its memory.
-        if flags & FLAG_REGION != 0 && wire.limits(peer).get && buf.is_contiguous() {
+        // never a get into its memory; except from a tag-matching NIC peer,
+        // whose rendezvous request may not be pipelined: read into a
+        // contiguous temporary, unpacked when the get is done.
+        let nic_peer = self.tm && self.tm_peers.get(peer as usize).copied().unwrap_or(false);
+        if flags & FLAG_REGION != 0 && wire.limits(peer).get && (buf.is_contiguous() || nic_peer) {
             if let ReqState::Recv { phase, .. } = &mut self.slots[id.index()].state {
                 *phase = RecvPhase::Pulling { peer, sreq };
             }
+            let dst = if buf.is_contiguous() {
+                buf.prefix(want)
+            } else {
+                let v = self.typed_get.entry(id.0).or_default();
+                *v = vec![0u8; want];
+                RawBufMut::from_slice(v)
+            };
             self.actions.push(Action::Get {
                 peer,
                 region,
-                dst: buf.prefix(want),
+                dst,
                 rreq: id,
             });
         } else {
@@ -1088,8 +1103,10 @@ impl Core {
     /// The driver finished an [`Action::Get`] (`ok == false`: it failed and
     /// the pipelined protocol takes over).
     pub fn get_done(&mut self, rreq: ReqId, ok: bool) {
+        let staged = self.typed_get.remove(&rreq.0);
         let Some(s) = self.slot(rreq) else { return };
         let ReqState::Recv {
+            buf,
             phase: RecvPhase::Pulling { peer, sreq },
             ..
         } = s.state
@@ -1097,6 +1114,12 @@ impl Core {
             return;
         };
         let st = s.status;
+        if let (true, Some(v)) = (ok, staged) {
+            // SAFETY: the receive is pulling (not complete), so its typed
+            // buffer is valid and ours (irecv contract); `v` is not part of
+            // it.
+            unsafe { buf.write_at(0, &v) };
+        }
         if ok {
             self.stats.rndv_get += 1;
             self.fin(peer, sreq, 0);
@@ -1274,7 +1297,13 @@ impl Core {
 
     // ----- the offload path (btl-openib with tag matching) ---------------
 
-    fn post_split(&mut self, pat: Pattern, id: ReqId, len: usize) -> Result<Posted, MatchError> {
+    fn post_split(
+        &mut self,
+        pat: Pattern,
+        id: ReqId,
+        len: usize,
+        contiguous: bool,
+    ) -> Result<Posted, MatchError> {
         let world = pat.src.and_then(|s| {
             let c = self.comms.get(pat.ctx as usize)?.as_ref()?;
             c.world.get(usize::try_from(s).ok()?).copied()
@@ -1285,9 +1314,11 @@ impl Core {
             }
             _ => None,
         };
+        // A typed (non-contiguous) buffer is never posted to the NIC as is:
+        // a bounce buffer when small, else the receive stays in software.
         let info = RecvInfo {
             len,
-            contiguous: true,
+            contiguous,
             nic,
         };
         match self.matcher.as_split() {
