@@ -348,8 +348,9 @@ fn rss_deltas(out: &str) -> Vec<(u32, i64)> {
 
 #[test]
 fn noncontiguous_vector_is_packed_per_fragment_without_a_whole_message_temporary() {
-    let exe = build("vector16");
+    // Built under the lock: both vector16 tests use the program.
     let _g = serial();
+    let exe = build("vector16");
     // 16 MiB of strided doubles (vector -> vector, vector -> contiguous,
     // contiguous -> vector), checked element by element in the program.
     let (code, out, err) = run(&exe, 2, 90);
@@ -374,5 +375,46 @@ fn noncontiguous_vector_is_packed_per_fragment_without_a_whole_message_temporary
             d < 4 * 1024,
             "rank {r}: peak RSS grew by {d} KiB (message 16384 KiB)\n{out}"
         );
+    }
+}
+
+#[test]
+fn noncontiguous_vector_over_the_soft_tag_matching_nic() {
+    // btl-openib on the soft NIC tmsoft0, tag matching on and off: typed
+    // receives are never posted to the NIC with the user's memory, and a
+    // NIC rendezvous request (contiguous sender, vector receiver) is read
+    // into a temporary and unpacked (it cannot be pipelined).
+    // Built under the lock: both vector16 tests use the program.
+    let _g = serial();
+    let exe = build("vector16");
+    for tm in ["1", "0"] {
+        let (code, out, err) = run_with(
+            &exe,
+            2,
+            120,
+            &[
+                "--mca",
+                "btl",
+                "self,openib",
+                "--mca",
+                "btl_openib_if_include",
+                "tmsoft0",
+                "--mca",
+                "btl_openib_tm_enable",
+                tm,
+                "--mca",
+                "pml_tm_thresh",
+                "0",
+                "--mca",
+                "mpi_yield_when_idle",
+                "1",
+            ],
+        );
+        assert_eq!(
+            code,
+            Some(0),
+            "vector16 over openib (tm {tm})\n{out}\n{err}"
+        );
+        assert!(out.contains("vector16: OK"), "{out}");
     }
 }
