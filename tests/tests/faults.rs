@@ -52,9 +52,15 @@ fn processes_with_marker(m: &str) -> Vec<u32> {
 
 /// `tmpirun` started with piped output and the marker in its environment.
 fn spawn_job(n: u32, timeout_s: u32, m: &str, args: &[&str]) -> Child {
+    spawn_job_btl(n, timeout_s, m, "self,sm", args)
+}
+
+/// [`spawn_job`] over the BTLs `btl`.
+fn spawn_job_btl(n: u32, timeout_s: u32, m: &str, btl: &str, args: &[&str]) -> Child {
     let mut c = Command::new(tmpirun());
     c.args(["-n", &n.to_string(), "--timeout", &timeout_s.to_string()]);
     for (k, v) in BASE {
+        let v = if k == "btl" { btl } else { v };
         c.args(["--mca", k, v]);
     }
     c.arg(PROG)
@@ -119,9 +125,22 @@ fn assert_no_leftovers(m: &str, job: &str, session_dir: &str) {
 /// leaves no process, no segment and no session directory.
 #[test]
 fn sigkill_mid_traffic_ends_job_and_cleans_up() {
+    sigkill_mid_traffic("self,sm");
+}
+
+/// The same over `--mca btl self,tcp`: the killed rank's TCP connections
+/// are reset under the peers' traffic (that the peers' pending requests
+/// fail is `tcp.rs::peer_abort_fails_pending_receives`); the job ends the
+/// same way.
+#[test]
+fn sigkill_mid_traffic_over_tcp_ends_job_and_cleans_up() {
+    sigkill_mid_traffic("self,tcp");
+}
+
+fn sigkill_mid_traffic(btl: &str) {
     let _g = serial();
     let m = marker();
-    let mut child = spawn_job(4, 120, &m, &["traffic"]);
+    let mut child = spawn_job_btl(4, 120, &m, btl, &["traffic"]);
     let mut err = child.stderr.take().unwrap();
     let err_t = std::thread::spawn(move || {
         let mut s = String::new();
@@ -178,7 +197,7 @@ fn sigkill_mid_traffic_ends_job_and_cleans_up() {
     let took = t0.elapsed();
     let se = err_t.join().unwrap();
     out_t.join().unwrap();
-    eprintln!("faults: SIGKILL of rank 2 to tmpirun exit: {took:?}");
+    eprintln!("faults: {btl}: SIGKILL of rank 2 to tmpirun exit: {took:?}");
     assert_eq!(status.code(), Some(137), "exit status; stderr:\n{se}");
     assert!(
         se.contains(&format!("rank 2 (pid {victim}) was killed by SIGKILL")),
