@@ -325,6 +325,12 @@ fn killed_child() {
             "peer death not noticed"
         );
     }
+    // The pml's query: the dead peer once, then nothing more.
+    let taken = m.take_failed_peers();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(taken[0].0, 1);
+    m.progress(&mut |_: u32, _: u8, _: &[u8]| received += 1);
+    assert!(m.take_failed_peers().is_empty());
     match m.send(1, TAG, b"", b"anyone?") {
         Err(BtlError::Protocol { peer: 1, reason }) => assert!(reason.contains("failed")),
         other => panic!("send to a dead peer: {other:?}"),
