@@ -39,9 +39,9 @@ pub struct RawBufMut {
     pos: usize,
 }
 
-// SAFETY: a RawBuf is an address and a length (and, typed, a pointer to
-// a convertor the request's owner keeps alive, itself plain data); it is only dereferenced
-// under the pml's lock by whichever thread holds it, and the owner of the
+// SAFETY: a RawBuf is an address and a length (and, typed, a pointer to a
+// convertor the request's owner keeps alive, which is Sync); it is only
+// dereferenced under the pml's lock by whichever thread holds it, and the owner of the
 // memory guarantees (contract of the unsafe entry points) that the memory
 // stays valid and unaliased until the request completes, whatever thread
 // completes it.
@@ -160,11 +160,21 @@ impl RawBuf {
     /// # Safety
     /// As [`RawBuf::with_bytes`].
     pub unsafe fn to_vec(&self) -> Vec<u8> {
-        // SAFETY: the caller's contract.
-        unsafe { self.with_bytes(|b| b.to_vec()) }
+        let Some(c) = self.conv else {
+            // SAFETY: the caller's contract.
+            return unsafe { self.as_slice() }.to_vec();
+        };
+        // Packed straight into the copy (not through the per-thread
+        // fragment cache, which would keep a message-sized buffer).
+        let mut v = vec![0u8; self.len];
+        // SAFETY: the convertor outlives the view (contract of `typed`) and
+        // describes the memory at `ptr`, readable (caller's contract).
+        let n = unsafe { c.as_ref().pack(self.ptr, self.pos, &mut v) };
+        v.truncate(n);
+        v
     }
     /// The bytes of a contiguous view (a typed view has none: use
-    /// [`RawBuf::bytes`]; here it reads as empty).
+    /// [`RawBuf::with_bytes`]; here it reads as empty).
     ///
     /// # Safety
     /// The memory must be valid for reads of `len` bytes and not mutated
