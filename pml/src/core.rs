@@ -556,6 +556,15 @@ impl Core {
             return Ok(id);
         }
         let peer = comm.world_rank(dest)?;
+        if self.dead.get(peer as usize).copied().unwrap_or(false) {
+            // A send to a dead rank fails at once (docs/pml.md).
+            let id = self.alloc(ReqState::Done);
+            self.slots[id.index()].status = Status {
+                error: MpiErrorClass::Other,
+                ..Status::empty()
+            };
+            return Ok(id);
+        }
         let (buf, owned, bsend_bytes) = if mode == SendMode::Buffered {
             let need = buf.len() + BSEND_OVERHEAD;
             let cap = self

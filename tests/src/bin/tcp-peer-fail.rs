@@ -6,10 +6,13 @@
 //! * ranks 0 and 1 ignore SIGTERM (so that `tmpirun` ending the job after
 //!   rank 2's death does not race with what they report; SIGKILL after the
 //!   kill grace still ends them), then wait for a message from rank 2 that
-//!   never comes: the receive must fail (`tcp-peer-fail: rank R: receive
-//!   from rank 2 failed: ...`); a receive from MPI_ANY_SOURCE posted after
-//!   the failure must fail at once too. They then exit with status 3 (no
-//!   finalize: its fence would wait for the dead rank).
+//!   never comes, with a receive from MPI_ANY_SOURCE and a 4 MiB
+//!   (rendezvous) send to rank 2 pending: all three must fail
+//!   (`tcp-peer-fail: rank R: receive from rank 2 failed: ...`, `pending
+//!   any-source receive failed`, `rendezvous send to rank 2 failed`); a
+//!   receive from MPI_ANY_SOURCE and a send to rank 2 issued afterwards
+//!   fail at once. They then exit with status 3 (no finalize: its fence
+//!   would wait for the dead rank).
 
 use std::io::Write;
 use std::time::Instant;
@@ -74,19 +77,47 @@ fn main() {
         std::process::exit(1);
     }
     let t0 = Instant::now();
+    let big = vec![1u8; 4 << 20];
+    let mut any = [0u8; 8];
     let mut b = [0u8; 8];
-    match w.recv(&mut b, 2, 5) {
-        Ok(st) => {
-            say(&format!(
-                "tcp-peer-fail: rank {me}: UNEXPECTED receive from rank 2 completed: {st:?}"
-            ));
-            std::process::exit(1);
+    let r: Result<(), tmpi::Error> = tmpi::scope(|s| {
+        // Pending when rank 2 dies: a receive from any source and a
+        // rendezvous send to rank 2 (it never receives it).
+        let any_req = w.irecv(s, &mut any, tmpi::ANY_SOURCE, 6)?;
+        let send_req = w.isend(s, &big, 2, 8)?;
+        match w.recv(&mut b, 2, 5) {
+            Ok(st) => {
+                say(&format!("tcp-peer-fail: rank {me}: UNEXPECTED receive from rank 2 completed: {st:?}"));
+                std::process::exit(1);
+            }
+            Err(x) => say(&format!(
+                "tcp-peer-fail: rank {me}: receive from rank 2 failed: {x} (class {:?}) after {:.3} s",
+                x.class(),
+                t0.elapsed().as_secs_f64()
+            )),
         }
-        Err(x) => say(&format!(
-            "tcp-peer-fail: rank {me}: receive from rank 2 failed: {x} (class {:?}) after {:.3} s",
-            x.class(),
-            t0.elapsed().as_secs_f64()
-        )),
+        for (what, req) in [
+            ("pending any-source receive", any_req),
+            ("rendezvous send to rank 2", send_req),
+        ] {
+            match req.wait() {
+                Ok(st) => {
+                    say(&format!(
+                        "tcp-peer-fail: rank {me}: UNEXPECTED {what} completed: {st:?}"
+                    ));
+                    std::process::exit(1);
+                }
+                Err(x) => say(&format!(
+                    "tcp-peer-fail: rank {me}: {what} failed: {x} (class {:?})",
+                    x.class()
+                )),
+            }
+        }
+        Ok(())
+    });
+    if let Err(x) = r {
+        say(&format!("tcp-peer-fail: rank {me}: UNEXPECTED error: {x}"));
+        std::process::exit(1);
     }
     match w.recv(&mut b, tmpi::ANY_SOURCE, 6) {
         Ok(st) => {
@@ -97,6 +128,18 @@ fn main() {
         }
         Err(x) => say(&format!(
             "tcp-peer-fail: rank {me}: any-source receive failed: {x} (class {:?})",
+            x.class()
+        )),
+    }
+    match w.send(&[0u8; 8], 2, 5) {
+        Ok(()) => {
+            say(&format!(
+                "tcp-peer-fail: rank {me}: UNEXPECTED send to rank 2 completed"
+            ));
+            std::process::exit(1);
+        }
+        Err(x) => say(&format!(
+            "tcp-peer-fail: rank {me}: later send to rank 2 failed: {x} (class {:?})",
             x.class()
         )),
     }
