@@ -1,4 +1,5 @@
-//! A tiny RGB bitmap and PNG writer (stored deflate blocks, no compression)
+//! A tiny RGB bitmap and PNG writer (one fixed-Huffman deflate block that
+//! codes byte runs as distance-1 matches: plots are mostly flat colour)
 //! so the report needs no image/font crates and no system libraries.
 
 /// An RGB canvas.
@@ -58,14 +59,7 @@ impl Canvas {
             raw.extend_from_slice(row);
         }
         let mut z = vec![0x78, 0x01];
-        let chunks: Vec<&[u8]> = raw.chunks(65535).collect();
-        for (i, c) in chunks.iter().enumerate() {
-            z.push(u8::from(i + 1 == chunks.len()));
-            let n = c.len() as u16;
-            z.extend_from_slice(&n.to_le_bytes());
-            z.extend_from_slice(&(!n).to_le_bytes());
-            z.extend_from_slice(c);
-        }
+        z.extend_from_slice(&deflate_runs(&raw));
         let (mut a, mut b) = (1u32, 0u32);
         for &x in &raw {
             a = (a + x as u32) % 65521;
@@ -105,4 +99,84 @@ fn chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
     body.extend_from_slice(data);
     out.extend_from_slice(&body);
     out.extend_from_slice(&crc32(&body).to_be_bytes());
+}
+
+/// LSB-first bit writer for deflate.
+struct Bits {
+    out: Vec<u8>,
+    acc: u64,
+    n: u32,
+}
+
+impl Bits {
+    fn put(&mut self, v: u32, len: u32) {
+        self.acc |= (v as u64) << self.n;
+        self.n += len;
+        while self.n >= 8 {
+            self.out.push(self.acc as u8);
+            self.acc >>= 8;
+            self.n -= 8;
+        }
+    }
+
+    /// A Huffman code, sent most significant bit first.
+    fn code(&mut self, code: u32, len: u32) {
+        let mut r = 0;
+        for i in 0..len {
+            r |= ((code >> i) & 1) << (len - 1 - i);
+        }
+        self.put(r, len);
+    }
+
+    fn sym(&mut self, s: u32) {
+        match s {
+            0..=143 => self.code(0x30 + s, 8),
+            144..=255 => self.code(0x190 + s - 144, 9),
+            256..=279 => self.code(s - 256, 7),
+            _ => self.code(0xc0 + s - 280, 8),
+        }
+    }
+}
+
+const LBASE: [u32; 29] = [
+    3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131,
+    163, 195, 227, 258,
+];
+const LEXTRA: [u32; 29] = [
+    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0,
+];
+
+/// Raw deflate stream: literals, runs of one byte as (length, distance 1).
+fn deflate_runs(data: &[u8]) -> Vec<u8> {
+    let mut b = Bits {
+        out: Vec::new(),
+        acc: 0,
+        n: 0,
+    };
+    b.put(1, 1); // final block
+    b.put(1, 2); // fixed Huffman codes
+    let mut i = 0;
+    while i < data.len() {
+        let v = data[i];
+        b.sym(v as u32);
+        i += 1;
+        let mut run = data[i..].iter().take_while(|&&x| x == v).count();
+        i += run;
+        while run >= 3 {
+            let l = run.min(258) as u32;
+            let k = LBASE.iter().rposition(|&base| base <= l).unwrap_or(0);
+            b.sym(257 + k as u32);
+            b.put(l - LBASE[k], LEXTRA[k]);
+            b.code(0, 5); // distance code 0 = distance 1
+            run -= l as usize;
+        }
+        for _ in 0..run {
+            b.sym(v as u32);
+        }
+    }
+    b.sym(256);
+    if b.n > 0 {
+        b.out.push(b.acc as u8);
+    }
+    b.out
 }
