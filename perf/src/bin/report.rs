@@ -453,7 +453,16 @@ fn table(md: &mut String, data: &Data, sec: &str, libs: &[&str], lower: bool, co
     for l in libs {
         let _ = write!(md, " {l} {} (min-max) |", cols[1]);
     }
-    let _ = writeln!(md, " tmpi / Open MPI |");
+    let _ = writeln!(
+        md,
+        " {} / {} |",
+        libs[0],
+        if cols[2] == "ompi" {
+            "Open MPI"
+        } else {
+            cols[2]
+        }
+    );
     let _ = writeln!(md, "|{}", "---|".repeat(libs.len() + 2));
     for x in xs {
         let _ = write!(md, "| {x} |");
@@ -470,7 +479,7 @@ fn table(md: &mut String, data: &Data, sec: &str, libs: &[&str], lower: bool, co
                 }
             }
         }
-        let ratio = match (med.get("tmpi"), med.get(cols[2])) {
+        let ratio = match (med.get(libs[0]), med.get(cols[2])) {
             (Some(t), Some(o)) if *o > 0.0 => format!(
                 "{:.2}{}",
                 t / o,
@@ -520,7 +529,6 @@ fn write_report(
             mlines.push((COLORS[1], series(data, &wl, "list")));
         }
     }
-    let _ = writeln!(md, "(the ratio column here is tm-engine / list.)\n");
     if !mlines.is_empty() {
         plot(&cfg.out.join("match-engine.png"), &mlines)?;
         let _ = writeln!(md, "![match engine](match-engine.png)\n");
