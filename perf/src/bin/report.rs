@@ -60,8 +60,13 @@ fn mpicc(cfg: &Cfg, lib: &str) -> String {
     }
 }
 
+/// Where the C benchmarks are built (outside OUT, which is committed).
+fn bin_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("tmpi-report-{}", std::process::id()))
+}
+
 fn build(cfg: &Cfg, lib: &str, prog: &str) -> Result<PathBuf, ReportError> {
-    let exe = cfg.out.join("bin").join(format!("{prog}-{lib}"));
+    let exe = bin_dir().join(format!("{prog}-{lib}"));
     let st = Command::new(mpicc(cfg, lib))
         .args(["-O2", "-Wno-stringop-overflow", "-o"])
         .arg(&exe)
@@ -213,7 +218,8 @@ fn main() {
 
 fn real_main() -> Result<(), ReportError> {
     let cfg = parse_args()?;
-    std::fs::create_dir_all(cfg.out.join("bin"))?;
+    std::fs::create_dir_all(&cfg.out)?;
+    std::fs::create_dir_all(bin_dir())?;
     let mut missing = vec![];
     for t in [
         "mpicc.openmpi",
@@ -357,6 +363,7 @@ fn real_main() -> Result<(), ReportError> {
         }
     }
     let up_after = sh("uptime");
+    let _ = std::fs::remove_dir_all(bin_dir());
     write_report(&cfg, &data, &libs, &started, &up_before, &up_after)
 }
 
