@@ -1,9 +1,11 @@
 //! `report`: the benchmark report of issue 11 (docs/perf.md).
 //!
-//! `cargo run --release -p tmpi-perf --bin report -- --out DIR --prefix TMPI_PREFIX [--quick]`
+//! `cargo run --release -p tmpi-perf --bin report -- --out DIR [--prefix TMPI_PREFIX] [--quick]`
 //!
 //! Builds perf/c's benchmarks with tmpi's `mpicc` (from the prefix made by
-//! `cargo xtask install --prefix DIR`), `mpicc.openmpi` and `mpicc.mpich`,
+//! `cargo xtask install --prefix DIR`; without `--prefix`, the report makes
+//! one under `target/report-prefix` with `cargo xtask install --release`),
+//! `mpicc.openmpi` and `mpicc.mpich`,
 //! runs them alternately (tmpi, Open MPI, MPICH, tmpi, ...), and writes
 //! `DIR/report.md` with medians, min-max and ratios to Open MPI, plus PNG
 //! plots (drawn by a built-in PNG writer: no font or image libraries).
@@ -18,7 +20,7 @@ use std::process::Command;
 
 #[derive(Debug, thiserror::Error)]
 enum ReportError {
-    #[error("usage: report --out DIR --prefix TMPI_PREFIX [--quick] [--reps N] ({0})")]
+    #[error("usage: report --out DIR [--prefix TMPI_PREFIX] [--quick] [--reps N] ({0})")]
     Usage(String),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
@@ -187,10 +189,11 @@ fn parse_args() -> Result<Cfg, ReportError> {
         }
     }
     let out = out.ok_or_else(|| ReportError::Usage("--out missing".into()))?;
-    let prefix = prefix.ok_or_else(|| {
-        ReportError::Usage("--prefix missing: run `cargo xtask install --prefix DIR` first".into())
-    })?;
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("c");
+    let prefix = match prefix {
+        Some(p) => p,
+        None => own_prefix()?,
+    };
     Ok(Cfg {
         out,
         prefix,
@@ -198,6 +201,41 @@ fn parse_args() -> Result<Cfg, ReportError> {
         reps: reps.unwrap_or(if quick { 1 } else { 3 }),
         src,
     })
+}
+
+/// The workspace root (perf/..).
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Runs `cargo ARGS` in the workspace; an error names the command.
+fn cargo(args: &[&str]) -> Result<(), ReportError> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("report: cargo {}", args.join(" "));
+    let st = Command::new(&cargo)
+        .args(args)
+        .current_dir(workspace())
+        .status()?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(ReportError::Build(format!("cargo {}", args.join(" "))))
+    }
+}
+
+/// Without `--prefix`: tmpi's own install prefix, built (release) under
+/// the workspace's target directory. Nothing is installed on the system.
+fn own_prefix() -> Result<PathBuf, ReportError> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target"));
+    let prefix = target.join("report-prefix");
+    let p = prefix.display().to_string();
+    cargo(&["xtask", "install", "--release", "--prefix", &p])?;
+    Ok(prefix)
 }
 
 fn sh(cmd: &str) -> String {
@@ -272,6 +310,17 @@ fn real_main() -> Result<(), ReportError> {
 
     // matchbench (in-process): tm-engine vs list baseline.
     let mb = std::env::current_exe()?.with_file_name("matchbench");
+    if !mb.exists() {
+        // Best effort: the section is skipped (and says so) if this fails.
+        let _ = cargo(&[
+            "build",
+            "--release",
+            "-p",
+            "tmpi-perf",
+            "--bin",
+            "matchbench",
+        ]);
+    }
     if mb.exists() {
         for _ in 0..cfg.reps {
             let args: &[&str] = if q {

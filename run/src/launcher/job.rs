@@ -32,6 +32,11 @@ const DRAIN: Duration = Duration::from_secs(1);
 const AFTER_KILL: Duration = Duration::from_secs(3);
 /// Safety-net rescan of children even without SIGCHLD.
 const RESCAN: Duration = Duration::from_millis(500);
+/// How long a rank's non-zero exit waits before it is judged the cause of
+/// the job's end: a peer killed by a signal is often the real cause, and
+/// its survivors can notice (a reset connection) and exit before the
+/// killed process has become a zombie that `reap` can see.
+const CAUSE_GRACE: Duration = Duration::from_millis(100);
 
 const SIGNALS: &[libc::c_int] = &[
     libc::SIGCHLD,
@@ -535,10 +540,16 @@ impl Job<'_> {
                 (Some(st), Some(at)) => {
                     // Once the job is ending, exits are not judged, so
                     // there is nothing to wait for.
-                    let pmi_known = r.disconnected.is_some()
-                        || !server_alive
+                    // A rank killed by a signal has nothing more to
+                    // say through PMI: it is settled at once, so that a
+                    // killed rank is named as the cause rather than a
+                    // peer that failed because of it.
+                    let signaled = st.signal().is_some();
+                    let graced = st.success() || now.duration_since(at) >= CAUSE_GRACE;
+                    let pmi_known = signaled
                         || self.ending.is_some()
-                        || now.duration_since(at) >= SETTLE;
+                        || now.duration_since(at) >= SETTLE
+                        || (graced && (r.disconnected.is_some() || !server_alive));
                     if !pmi_known {
                         continue;
                     }
@@ -572,6 +583,10 @@ impl Job<'_> {
                 }
             }
         }
+        // Deaths by signal first (stable otherwise): when a killed rank
+        // and a peer that gave up on it are reaped in one scan, the
+        // killed one is the cause.
+        failures.sort_by_key(|(_, _, f, _)| !matches!(f, RankFailure::Signaled(_)));
         for (rank, pid, f, c) in failures {
             self.fail(rank, pid, f, c);
         }
@@ -592,6 +607,9 @@ impl Job<'_> {
             if !r.settled {
                 if let Some(at) = r.exited_at {
                     t = t.min(at + SETTLE);
+                    if now < at + CAUSE_GRACE {
+                        t = t.min(at + CAUSE_GRACE);
+                    }
                 }
                 // Only a running rank that closed PMI without finalize is
                 // judged later (see `settle`).
