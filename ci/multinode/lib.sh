@@ -60,7 +60,10 @@ mn_run() {
   local t=$1 out=$2; shift 2
   mn_log "run: $*"
   local rc=0
-  timeout -k 5 "$t" "$@" >"$out" 2>&1 || rc=$?
+  # stdout and stderr apart, then joined (stdout first): in one file the
+  # launcher's two streams (Hydra forwards both) interleave mid-line.
+  timeout -k 5 "$t" "$@" >"$out.stdout" 2>"$out.stderr" || rc=$?
+  cat "$out.stdout" "$out.stderr" >"$out"
   sed 's/^/    | /' "$out"
   [ "$rc" = 124 ] && echo "    (timed out after ${t}s)"
   return "$rc"

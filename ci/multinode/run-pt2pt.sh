@@ -52,7 +52,7 @@ run_case() {
         TMPI_MCA_btl_tcp_stats=1 TMPI_MCA_pml_stats=1 srun --mpi=pmi2 -n 4 -t 3 "$P2P" "$c" || rc=$? ;;
   esac
   [ "$rc" = 0 ] || mn_fail "$mode $c: exit status $rc"
-  grep -q "^p2p-check $c: OK (4 ranks" "$out" || mn_fail "$mode $c: no OK line"
+  grep -q "p2p-check $c: OK (4 ranks" "$out.stdout" || mn_fail "$mode $c: no OK line"
   if [ "$c" = order ]; then
     local m=local
     [ "$mode" = hydra2 ] && m=hosts=2

@@ -846,10 +846,17 @@ impl Pml {
                 let g = self.lock();
                 (g.core.stats(), g.core.match_counters())
             };
-            eprintln!("[rank {}] pml_ob1 stats: {s:?}", self.me);
-            // One line per rank, exactly this form (docs/pml.md).
-            eprintln!("pml_stats rank={} {m}", self.me);
-            eprintln!("{}", self.peers_line());
+            // One line per rank, exactly this form (docs/pml.md). The
+            // three lines go out in one write: stderr is unbuffered and
+            // `eprintln!` writes piecewise, so lines of ranks sharing one
+            // stream (Hydra forwards them into one) would interleave.
+            let text = format!(
+                "[rank {me}] pml_ob1 stats: {s:?}\npml_stats rank={me} {m}\n{}\n",
+                self.peers_line(),
+                me = self.me
+            );
+            use std::io::Write as _;
+            let _ = std::io::stderr().lock().write_all(text.as_bytes());
         }
         let Some(rt) = rt else { return Ok(()) };
         crate::init::finish(rt, self)
