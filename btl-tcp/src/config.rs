@@ -27,6 +27,13 @@ pub struct TcpConfig {
     pub connect_timeout: Duration,
     /// `btl_tcp_stats`: print per-peer traffic counters at finalize.
     pub stats: bool,
+    /// `btl_tcp_inject_reset` (testing): once this process has sent this
+    /// many fragments on a connection, it aborts the connection with a
+    /// reset (RST). 0: off.
+    pub inject_reset: u64,
+    /// `btl_tcp_inject_reset_rank` (testing): the only rank that injects
+    /// the reset; -1: every rank.
+    pub inject_reset_rank: i64,
 }
 
 impl Default for TcpConfig {
@@ -39,6 +46,8 @@ impl Default for TcpConfig {
             sendq_bytes: 4 << 20,
             connect_timeout: Duration::from_secs(30),
             stats: false,
+            inject_reset: 0,
+            inject_reset_rank: -1,
         }
     }
 }
@@ -130,6 +139,31 @@ impl TcpConfig {
                 false,
             )?
             .value();
+        let inject_reset = reg
+            .register_int_range(
+                spec(
+                    "inject_reset",
+                    "For testing only (fault injection): after this process has sent this many \
+                     fragments on a connection, it aborts that connection with a TCP reset \
+                     (SO_LINGER 0, close); both ends then fail the transfers with that peer. \
+                     0: off",
+                    Level::DevDetail,
+                ),
+                0,
+                0..=i64::MAX,
+            )?
+            .value();
+        let inject_reset_rank = reg
+            .register_int_range(
+                spec(
+                    "inject_reset_rank",
+                    "For testing only: the rank that applies btl_tcp_inject_reset; -1: every rank",
+                    Level::DevDetail,
+                ),
+                d.inject_reset_rank,
+                -1..=i64::from(i32::MAX),
+            )?
+            .value();
         Ok((
             TcpConfig {
                 eager_limit,
@@ -139,6 +173,8 @@ impl TcpConfig {
                 sendq_bytes,
                 connect_timeout: Duration::from_secs(timeout as u64),
                 stats,
+                inject_reset: inject_reset as u64,
+                inject_reset_rank,
             },
             include,
             exclude,

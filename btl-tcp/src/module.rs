@@ -44,6 +44,16 @@
 //! dropped; every later `send` to it returns [`BtlError::Protocol`];
 //! [`TcpModule::failed_peers`] lists it. Nothing waits on a dead peer.
 //! `finalize` sends BYE to connected peers so that their EOF is orderly.
+//!
+//! # Fault injection (testing)
+//! `btl_tcp_inject_reset=N` (on the rank `btl_tcp_inject_reset_rank`, or
+//! every rank with -1): once `N` fragments were accepted for a peer (those
+//! queued while connecting included) and its connection is established,
+//! the connection is aborted with a reset (`SO_LINGER` {on, 0}, close;
+//! no FIN). This end marks the peer failed first ("connection reset by
+//! this process (fault injection ...)"), the other end then sees
+//! `ECONNRESET` ("read: Connection reset by peer"): both report the other
+//! through `take_failed_peers`, both processes stay alive.
 
 use std::collections::VecDeque;
 use std::io::{self, Read};
@@ -109,6 +119,8 @@ pub struct TcpStats {
     pub peer_failures: u64,
     /// Queued fragments dropped because their peer failed.
     pub dropped: u64,
+    /// Connections aborted by fault injection (`btl_tcp_inject_reset`).
+    pub injected_resets: u64,
 }
 
 #[derive(Debug)]
@@ -194,6 +206,8 @@ pub struct TcpModule {
     stats: TcpStats,
     /// Peers failed since the last `take_failed_peers` (for the pml).
     newly_failed: Vec<(u32, String)>,
+    /// `btl_tcp_inject_reset` when it applies to this rank.
+    inject_reset: Option<u64>,
     finalized: bool,
 }
 
@@ -271,6 +285,13 @@ impl TcpModule {
         };
         modex.put(MODEX_ADDR_KEY, ep.encode().as_bytes())?;
         tracing::debug!(target: "btl_tcp", rank = info.rank, port, addrs = %ep.encode(), "listening");
+        let inject_reset = (cfg.inject_reset > 0
+            && (cfg.inject_reset_rank < 0 || cfg.inject_reset_rank == i64::from(info.rank)))
+        .then_some(cfg.inject_reset);
+        if let Some(n) = inject_reset {
+            tracing::warn!(target: "btl_tcp", rank = info.rank,
+                "fault injection: btl_tcp_inject_reset={n}: every connection of this process is reset after {n} fragments sent on it");
+        }
         Ok(TcpModule {
             cfg,
             me: info.rank,
@@ -291,6 +312,7 @@ impl TcpModule {
             ticks: 0,
             stats: TcpStats::default(),
             newly_failed: Vec::new(),
+            inject_reset,
             finalized: false,
         })
     }
@@ -411,6 +433,53 @@ impl TcpModule {
             self.free_slots.push(slot);
         }
         self.readable.retain(|&s| s != slot);
+    }
+
+    /// Takes a connection out of the module (deregistered) with
+    /// `SO_LINGER` {on, 0}, so that dropping it aborts the connection with
+    /// a reset (no `shutdown`, which would send FIN first).
+    fn detach_for_abort(&mut self, slot: usize) -> Option<Conn> {
+        let mut c = self.conns.get_mut(slot).and_then(Option::take)?;
+        let _ = self.poll.registry().deregister(&mut c.stream);
+        if let Err(e) = sys::set_linger_zero(&c.stream) {
+            tracing::warn!(target: "btl_tcp", "SO_LINGER 0 before an injected reset: {e}");
+        }
+        self.free_slots.push(slot);
+        self.readable.retain(|&s| s != slot);
+        Some(c)
+    }
+
+    /// Fault injection (`btl_tcp_inject_reset=N`): once `N` fragments were
+    /// sent to `peer` and its connection is established, the connection is
+    /// aborted with a reset and the peer marked failed (this process stays
+    /// alive, so does the peer). Returns whether it did.
+    fn maybe_inject_reset(&mut self, peer: u32) -> bool {
+        let Some(n) = self.inject_reset else {
+            return false;
+        };
+        let Some(p) = self.peers.get(peer as usize).and_then(Option::as_ref) else {
+            return false;
+        };
+        let PeerState::Connected { conn } = p.state else {
+            return false;
+        };
+        let sent = p.stats.frags_sent;
+        if sent < n {
+            return false;
+        }
+        let doomed = self.detach_for_abort(conn);
+        self.stats.injected_resets += 1;
+        // Logged before the reset goes out, so the line is there even if
+        // the peer's reaction ends the job at once.
+        self.fail_peer(
+            peer,
+            format!(
+                "connection reset by this process (fault injection btl_tcp_inject_reset={n}, \
+                 after {sent} fragments sent to it)"
+            ),
+        );
+        drop(doomed); // close(2) with linger 0: RST
+        true
     }
 
     fn start_connect(&mut self, peer: u32) -> Result<(), BtlError> {
@@ -1126,6 +1195,9 @@ impl BtlModule for TcpModule {
         if matches!(p.state, PeerState::Idle) {
             self.start_connect(peer)?;
         }
+        // The fragment was accepted (as a write before a real reset would
+        // be); what the reset discards is lost with the connection.
+        self.maybe_inject_reset(peer);
         Ok(())
     }
 
@@ -1189,6 +1261,12 @@ impl BtlModule for TcpModule {
         for r in 0..self.peers.len() {
             if self.peers[r].as_ref().is_some_and(|p| !p.queue.is_empty()) {
                 self.flush(r as u32);
+            }
+        }
+        if self.inject_reset.is_some() {
+            // Fragments counted while the connection was being set up.
+            for r in 0..self.peers.len() {
+                self.maybe_inject_reset(r as u32);
             }
         }
         self.ticks += 1;

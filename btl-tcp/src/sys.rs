@@ -49,6 +49,32 @@ pub fn send_vectored(sock: &impl AsRawFd, bufs: &[&[u8]]) -> io::Result<usize> {
     }
 }
 
+/// Sets `SO_LINGER` {on, 0 s}: the next `close` of the socket aborts the
+/// connection with a reset (RST) instead of an orderly FIN, discarding
+/// unsent data (fault injection, `btl_tcp_inject_reset`).
+pub fn set_linger_zero(sock: &impl AsRawFd) -> io::Result<()> {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `l` is a live, initialized `linger` and the length passed is
+    // its size; the kernel only reads it.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast::<libc::c_void>(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +109,21 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn linger_zero_close_resets_the_peer() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        assert_eq!(send_vectored(&c, &[b"xyz"]).unwrap(), 3);
+        let mut got = [0u8; 3];
+        s.read_exact(&mut got).unwrap();
+        set_linger_zero(&c).unwrap();
+        drop(c);
+        // An orderly close would read as EOF (Ok(0)); a reset is an error.
+        let mut b = [0u8; 16];
+        let e = s.read(&mut b).expect_err("read after a reset must fail");
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
     }
 }

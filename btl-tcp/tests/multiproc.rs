@@ -339,6 +339,103 @@ fn killed_child() {
     m.finalize().unwrap();
 }
 
+/// Fragments rank 0 sends to rank 1 before it resets the connection.
+const RESET_AFTER: u64 = 40;
+
+/// `btl_tcp_inject_reset` on rank 0: after 40 fragments to rank 1, rank 0
+/// aborts the connection with an RST while both keep running; both mark
+/// the other failed (rank 0: the injection, rank 1: a reset by the peer),
+/// report it once through `take_failed_peers`, refuse later sends with a
+/// typed error and exit normally.
+#[test]
+fn injected_reset_fails_both_ends() {
+    let out = run_ranks(
+        "reset_child",
+        2,
+        &[
+            ("TMPI_MCA_btl_tcp_inject_reset", &RESET_AFTER.to_string()),
+            ("TMPI_MCA_btl_tcp_inject_reset_rank", "0"),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(!out.timed_out, "hung: {:?}", out.output);
+    for r in 0..2 {
+        assert_eq!(out.codes[r], Some(0), "rank {r}:\n{}", out.output[r]);
+        assert!(
+            out.output[r].contains(&format!("rank {r} saw the reset")),
+            "{}",
+            out.output[r]
+        );
+    }
+}
+
+#[test]
+fn reset_child() {
+    let Some(ctx) = child_context() else { return };
+    let info = ctx.process_info();
+    let mut modex = ctx.modex();
+    let mut m = open(&info, &mut modex);
+    modex.fence().unwrap();
+    let me = ctx.rank;
+    let other = 1 - me;
+    m.add_procs(&[0, 1], &mut modex).unwrap();
+    let msg = vec![me as u8; 3000];
+    let mut received = 0u64;
+    let mut sent = 0u64;
+    let t0 = Instant::now();
+    let (peer, why) = loop {
+        // Both sides keep sending (rank 1 only in answer, rank 0 once
+        // connected: fragments queued during connection set-up count
+        // too) until the failure.
+        if (me == 0 && (sent == 0 || m.is_connected(1))) || (me == 1 && received > sent) {
+            match m.send(other, TAG, b"h", &msg) {
+                Ok(()) => sent += 1,
+                Err(BtlError::WouldBlock) => {}
+                Err(e) => {
+                    panic!("rank {me}: send {sent} failed before the failure was recorded: {e}")
+                }
+            }
+        }
+        m.progress(&mut |_: u32, _: u8, _: &[u8]| received += 1);
+        if let Some(f) = m.failed_peers().into_iter().next() {
+            break f;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "rank {me}: no failure ({sent} sent, {received} received)"
+        );
+    };
+    assert_eq!(peer, other);
+    if me == 0 {
+        assert!(
+            why.contains("fault injection btl_tcp_inject_reset=40"),
+            "{why}"
+        );
+        assert_eq!(sent, RESET_AFTER, "rank 0 sent {sent}");
+        assert_eq!(m.peer_stats(1).unwrap().frags_sent, RESET_AFTER);
+        assert_eq!(m.stats().injected_resets, 1);
+    } else {
+        // The RST, not an orderly EOF, whether seen by a read or a write.
+        assert!(why.contains("reset by peer"), "rank 1: {why}");
+        assert!(received <= RESET_AFTER, "rank 1 received {received}");
+        assert_eq!(m.stats().injected_resets, 0);
+    }
+    let taken = m.take_failed_peers();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(taken[0].0, other);
+    m.progress(&mut |_: u32, _: u8, _: &[u8]| received += 1);
+    assert!(m.take_failed_peers().is_empty());
+    match m.send(other, TAG, b"", b"still there?") {
+        Err(BtlError::Protocol { peer, reason }) => {
+            assert_eq!(peer, other);
+            assert!(reason.contains("failed"), "{reason}");
+        }
+        r => panic!("rank {me}: send after the reset: {r:?}"),
+    }
+    println!("rank {me} saw the reset: {why} ({sent} sent, {received} received)");
+    m.finalize().unwrap();
+}
+
 #[test]
 fn interface_selection() {
     let dir = std::env::temp_dir().join(format!("tmpi-tcp-if-{}", std::process::id()));

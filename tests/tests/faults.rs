@@ -1,6 +1,7 @@
 //! Faults and resource exhaustion across real processes under `tmpirun`
-//! (btl self,sm): a rank killed with SIGKILL mid-traffic, a rank returning
-//! from main without finalize (the resource-exhaustion cases are in
+//! (btl self,sm; some over self,tcp): a rank killed with SIGKILL
+//! mid-traffic, a tcp connection reset while both ends live, a rank
+//! returning from main without finalize (the resource-exhaustion cases are in
 //! `exhaustion.rs`). Each case is a `fault-check` run
 //! (`src/bin/fault-check.rs`); what each test proves is listed in
 //! `docs/reliability.md`.
@@ -57,10 +58,25 @@ fn spawn_job(n: u32, timeout_s: u32, m: &str, args: &[&str]) -> Child {
 
 /// [`spawn_job`] over the BTLs `btl`.
 fn spawn_job_btl(n: u32, timeout_s: u32, m: &str, btl: &str, args: &[&str]) -> Child {
+    spawn_job_mca(n, timeout_s, m, btl, &[], args)
+}
+
+/// [`spawn_job_btl`] with more MCA parameters.
+fn spawn_job_mca(
+    n: u32,
+    timeout_s: u32,
+    m: &str,
+    btl: &str,
+    extra: &[(&str, &str)],
+    args: &[&str],
+) -> Child {
     let mut c = Command::new(tmpirun());
     c.args(["-n", &n.to_string(), "--timeout", &timeout_s.to_string()]);
     for (k, v) in BASE {
         let v = if k == "btl" { btl } else { v };
+        c.args(["--mca", k, v]);
+    }
+    for (k, v) in extra {
         c.args(["--mca", k, v]);
     }
     c.arg(PROG)
@@ -207,6 +223,140 @@ fn sigkill_mid_traffic(btl: &str) {
         took < Duration::from_secs(5),
         "tmpirun took {took:?} to end the job"
     );
+    assert_no_leftovers(&m, &job, &dir);
+}
+
+/// Fragments rank 0 sends to rank 1 before it resets their connection
+/// (`btl_tcp_inject_reset`): well after every rank announced its traffic
+/// (iteration 40 of the ring, about 60 fragments).
+const RESET_AFTER: &str = "400";
+
+/// A tcp connection reset with both ends alive, over `--mca btl self,tcp`:
+/// rank 0 aborts its connection to rank 1 with an RST after 400 fragments
+/// (`btl_tcp_inject_reset=400`, `btl_tcp_inject_reset_rank=0`) mid-traffic.
+/// Both ends log one ERROR line naming the other rank and the cause, their
+/// requests fail with `MPI_ERR_OTHER` (`fault-check` then exits 1), the job
+/// ends with status 1 within 5 s of the traffic being under way, tmpirun
+/// names rank 0 or 1, and nothing of the job remains.
+#[test]
+fn tcp_reset_with_peer_alive_ends_job_and_cleans_up() {
+    tcp_reset_mid_traffic(2);
+}
+
+/// The same with 3 ranks: rank 2, not part of the reset, is ended with the
+/// job (its peers' connections close under it) and nothing hangs.
+#[test]
+fn tcp_reset_with_peer_alive_three_ranks() {
+    tcp_reset_mid_traffic(3);
+}
+
+fn tcp_reset_mid_traffic(n: u32) {
+    let _g = serial();
+    let m = marker();
+    let mut child = spawn_job_mca(
+        n,
+        60,
+        &m,
+        "self,tcp",
+        &[
+            ("btl_tcp_inject_reset", RESET_AFTER),
+            ("btl_tcp_inject_reset_rank", "0"),
+        ],
+        &["traffic"],
+    );
+    let mut err = child.stderr.take().unwrap();
+    let err_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    let out_t = std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let mut pids = std::collections::BTreeMap::new();
+    let (mut job, mut dir) = (String::new(), String::new());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pids.len() < n as usize {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(l) = rx.recv_timeout(left) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "traffic did not start on all ranks ({pids:?}); stderr:\n{}",
+                err_t.join().unwrap()
+            );
+        };
+        let w: Vec<&str> = l.split_whitespace().collect();
+        match w.as_slice() {
+            ["fault-check:", "rank", r, "pid", p, "running"] => {
+                pids.insert(r.parse::<u32>().unwrap(), p.parse::<u32>().unwrap());
+            }
+            ["fault-check:", "job", j, d] => {
+                job = j.to_string();
+                dir = d.to_string();
+            }
+            _ => {}
+        }
+    }
+    let t0 = Instant::now();
+    let status = wait_bounded(&mut child, Duration::from_secs(30), "after the reset");
+    let took = t0.elapsed();
+    let se = err_t.join().unwrap();
+    out_t.join().unwrap();
+    eprintln!("faults: tcp reset, {n} ranks: traffic under way to tmpirun exit: {took:?}");
+    assert_ne!(
+        status.code(),
+        Some(124),
+        "the job hung until --timeout:\n{se}"
+    );
+    assert_eq!(status.code(), Some(1), "exit status; stderr:\n{se}");
+    assert!(
+        took < Duration::from_secs(5),
+        "tmpirun took {took:?}:\n{se}"
+    );
+    // The injecting end: one line naming rank 1 and the injected reset.
+    let line_of = |who: u32, peer: u32| -> Vec<&str> {
+        let head = format!("[rank {who}] btl_tcp: ERROR connection to rank {peer} (");
+        se.lines().filter(|l| l.starts_with(&head)).collect()
+    };
+    let l0 = line_of(0, 1);
+    assert_eq!(l0.len(), 1, "rank 0's line about rank 1:\n{se}");
+    assert!(
+        l0[0].contains(&format!(
+            "failed: connection reset by this process (fault injection \
+             btl_tcp_inject_reset={RESET_AFTER}"
+        )),
+        "{}",
+        l0[0]
+    );
+    // The reset end: rank 1 saw the RST (not an orderly EOF) from rank 0.
+    let l1 = line_of(1, 0);
+    assert_eq!(l1.len(), 1, "rank 1's line about rank 0:\n{se}");
+    assert!(l1[0].contains("reset by peer"), "{}", l1[0]);
+    // The requests failed with an MPI error, and tmpirun names the rank
+    // that exited because of it.
+    let named: Vec<u32> = (0..2)
+        .filter(|r| {
+            se.contains(&format!(
+                "tmpirun: rank {r} (pid {}) exited with status 1",
+                pids[r]
+            ))
+        })
+        .collect();
+    assert_eq!(named.len(), 1, "tmpirun names rank 0 or 1:\n{se}");
+    assert!(
+        se.contains(&format!(
+            "fault-check traffic: rank {} FAILED: MPI_ERR_OTHER",
+            named[0]
+        )),
+        "rank {}'s request did not fail with MPI_ERR_OTHER:\n{se}",
+        named[0]
+    );
+    assert!(!se.contains("panicked"), "{se}");
     assert_no_leftovers(&m, &job, &dir);
 }
 
