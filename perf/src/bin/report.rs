@@ -8,10 +8,12 @@
 //! `mpicc.openmpi` and `mpicc.mpich`,
 //! runs them alternately (tmpi, Open MPI, MPICH, tmpi, ...), and writes
 //! `DIR/report.md` with medians, min-max and ratios to Open MPI, plus PNG
-//! plots (drawn by a built-in PNG writer: no font or image libraries).
+//! plots (`plotters`, with the DejaVu Sans font embedded: no system font library).
 
-#[path = "../report/png.rs"]
-mod png;
+#[path = "../report/plot.rs"]
+mod plot;
+
+use plot::{Labels, Line, Series, COLORS};
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -20,16 +22,17 @@ use std::process::Command;
 
 #[derive(Debug, thiserror::Error)]
 enum ReportError {
-    #[error("usage: report --out DIR [--prefix TMPI_PREFIX] [--quick] [--reps N] ({0})")]
+    #[error("usage: report --out DIR [--prefix TMPI_PREFIX] [--quick] [--reps N] [--only GROUP,...] [--replot] ({0})")]
     Usage(String),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
     #[error("building {0} failed")]
     Build(String),
+    #[error("plot: {0}")]
+    Plot(#[from] plot::PlotError),
 }
 
 const LIBS: [&str; 3] = ["tmpi", "ompi", "mpich"];
-const COLORS: [[u8; 3]; 3] = [[0, 90, 200], [210, 40, 40], [30, 150, 60]];
 
 struct Cfg {
     out: PathBuf,
@@ -37,13 +40,84 @@ struct Cfg {
     quick: bool,
     reps: usize,
     src: PathBuf,
+    /// `--only match,deepq,sm,tcp,coll`: run these groups, keep the other sections' samples
+    /// from DIR/samples.csv.
+    only: Option<Vec<String>>,
+    /// `--replot`: run nothing, rewrite report.md and the plots from DIR/samples.csv.
+    replot: bool,
+}
+
+/// The benchmark groups `--only` selects.
+const GROUPS: [&str; 5] = ["match", "deepq", "sm", "tcp", "coll"];
+
+/// The group of a section key.
+fn group_of(sec: &str) -> &'static str {
+    if sec.starts_with("match-") {
+        "match"
+    } else if sec.starts_with("deepq-") {
+        "deepq"
+    } else if sec.ends_with("-sm") {
+        "sm"
+    } else if sec.ends_with("-tcp") {
+        "tcp"
+    } else {
+        "coll"
+    }
+}
+
+impl Cfg {
+    fn want(&self, group: &str) -> bool {
+        self.only
+            .as_ref()
+            .map_or(true, |o| o.iter().any(|g| g == group))
+    }
+}
+
+/// Raw samples, `section,x,lib,value` per line (kept beside the report so that a section can
+/// be rerun, `--only`, or the report redrawn, `--replot`).
+fn load_samples(path: &Path) -> Result<Data, ReportError> {
+    let mut data = Data::new();
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(data),
+        Err(e) => return Err(e.into()),
+    };
+    for (i, l) in text.lines().enumerate() {
+        if l.starts_with('#') || l.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = l.split(',').collect();
+        match (
+            f.len(),
+            f.get(1).map(|x| x.parse::<u64>()),
+            f.get(3).map(|v| v.parse::<f64>()),
+        ) {
+            (4, Some(Ok(x)), Some(Ok(v))) => add(&mut data, f[0], x, f[2], v),
+            _ => {
+                return Err(ReportError::Usage(format!(
+                    "{}:{}: not section,x,lib,value",
+                    path.display(),
+                    i + 1
+                )))
+            }
+        }
+    }
+    Ok(data)
+}
+
+fn save_samples(path: &Path, data: &Data) -> Result<(), ReportError> {
+    let mut s = String::from("# section,x,lib,value (one line per run)\n");
+    for ((sec, x, lib), v) in data {
+        for v in v {
+            let _ = writeln!(s, "{sec},{x},{lib},{v}");
+        }
+    }
+    std::fs::write(path, s)?;
+    Ok(())
 }
 
 /// (section, x, lib) -> samples
 type Data = BTreeMap<(String, u64, String), Vec<f64>>;
-
-/// (x, median, min, max) points of one line.
-type Series = Vec<(u64, f64, f64, f64)>;
 
 fn have(tool: &str) -> bool {
     Command::new("sh")
@@ -178,6 +252,8 @@ fn parse_args() -> Result<Cfg, ReportError> {
     let mut prefix = None;
     let mut quick = false;
     let mut reps = None;
+    let mut only = None;
+    let mut replot = false;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -185,6 +261,22 @@ fn parse_args() -> Result<Cfg, ReportError> {
             "--prefix" => prefix = it.next().map(PathBuf::from),
             "--quick" => quick = true,
             "--reps" => reps = it.next().and_then(|s| s.parse().ok()),
+            "--replot" => replot = true,
+            "--only" => {
+                let list: Vec<String> = it
+                    .next()
+                    .unwrap_or_default()
+                    .split(',')
+                    .map(str::to_string)
+                    .collect();
+                if let Some(g) = list.iter().find(|g| !GROUPS.contains(&g.as_str())) {
+                    return Err(ReportError::Usage(format!(
+                        "--only: unknown group {g:?} (groups: {})",
+                        GROUPS.join(",")
+                    )));
+                }
+                only = Some(list);
+            }
             x => return Err(ReportError::Usage(format!("unknown argument {x}"))),
         }
     }
@@ -192,6 +284,7 @@ fn parse_args() -> Result<Cfg, ReportError> {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("c");
     let prefix = match prefix {
         Some(p) => p,
+        None if replot => PathBuf::new(),
         None => own_prefix()?,
     };
     Ok(Cfg {
@@ -200,6 +293,8 @@ fn parse_args() -> Result<Cfg, ReportError> {
         quick,
         reps: reps.unwrap_or(if quick { 1 } else { 3 }),
         src,
+        only,
+        replot,
     })
 }
 
@@ -257,6 +352,18 @@ fn main() {
 fn real_main() -> Result<(), ReportError> {
     let cfg = parse_args()?;
     std::fs::create_dir_all(&cfg.out)?;
+    let samples = cfg.out.join("samples.csv");
+    let runs = cfg.out.join("runs.md");
+    if cfg.replot {
+        let data = load_samples(&samples)?;
+        let libs: Vec<&str> = LIBS
+            .iter()
+            .copied()
+            .filter(|l| data.keys().any(|k| k.2 == *l))
+            .collect();
+        let runs = std::fs::read_to_string(&runs).unwrap_or_default();
+        return write_report(&cfg, &data, &libs, &runs);
+    }
     std::fs::create_dir_all(bin_dir())?;
     let mut missing = vec![];
     for t in [
@@ -321,7 +428,9 @@ fn real_main() -> Result<(), ReportError> {
             "matchbench",
         ]);
     }
-    if mb.exists() {
+    if !cfg.want("match") {
+        // not selected
+    } else if mb.exists() {
         for _ in 0..cfg.reps {
             let args: &[&str] = if q {
                 &["--csv", "--samples", "3", "--sample-ms", "5"]
@@ -346,7 +455,12 @@ fn real_main() -> Result<(), ReportError> {
         for lib in &libs {
             let e = |p: &str| exe[&(p.to_string(), lib.to_string())].clone();
             // deep queues
-            for mode in ["posted", "unexpected"] {
+            let modes: &[&str] = if cfg.want("deepq") {
+                &["posted", "unexpected"]
+            } else {
+                &[]
+            };
+            for &mode in modes {
                 let mut a = vec![mode, "--iters", if q { "50" } else { "200" }];
                 a.extend_from_slice(depths);
                 for f in run(&launch(&cfg, lib, 2, false, to), &e("deepq"), &a) {
@@ -357,7 +471,7 @@ fn real_main() -> Result<(), ReportError> {
             }
             // point to point, sm and tcp (MPICH: sm only, see report)
             for tcp in [false, true] {
-                if tcp && *lib == "mpich" {
+                if (tcp && *lib == "mpich") || !cfg.want(if tcp { "tcp" } else { "sm" }) {
                     continue;
                 }
                 let tr = if tcp { "tcp" } else { "sm" };
@@ -385,7 +499,11 @@ fn real_main() -> Result<(), ReportError> {
                 }
             }
             // collectives
-            let ranks: &[usize] = if q { &[2, 4] } else { &[2, 4, 8] };
+            let ranks: &[usize] = match (cfg.want("coll"), q) {
+                (false, _) => &[],
+                (true, true) => &[2, 4],
+                (true, false) => &[2, 4, 8],
+            };
             for &n in ranks {
                 if n > 2 && *lib == "mpich" {
                     // busy-polls when oversubscribed: no output within 200 s (docs/coll.md)
@@ -413,18 +531,108 @@ fn real_main() -> Result<(), ReportError> {
     }
     let up_after = sh("uptime");
     let _ = std::fs::remove_dir_all(bin_dir());
-    write_report(&cfg, &data, &libs, &started, &up_before, &up_after)
+    // A partial run replaces only its groups' samples; a full run starts the run log anew.
+    let mut log = String::new();
+    if let Some(only) = &cfg.only {
+        let mut old = load_samples(&samples)?;
+        old.retain(|k, _| !only.iter().any(|g| g == group_of(&k.0)));
+        for (k, v) in std::mem::take(&mut data) {
+            old.insert(k, v);
+        }
+        data = old;
+        log = std::fs::read_to_string(&runs).unwrap_or_default();
+    }
+    let _ = writeln!(
+        log,
+        "- started {started}, {} round(s){}, groups {}: load before `{up_before}`, after `{up_after}`",
+        cfg.reps,
+        if cfg.quick { ", --quick" } else { "" },
+        cfg.only
+            .as_ref()
+            .map_or_else(|| GROUPS.join(","), |o| o.join(","))
+    );
+    std::fs::write(&runs, &log)?;
+    save_samples(&samples, &data)?;
+    write_report(&cfg, &data, &libs, &log)
 }
 
-/// Sections: (key, title, unit, lower is better, plot file)
-const SECTIONS: &[(&str, &str, &str, bool)] = &[
-    ("deepq-posted", "Deep posted queue: 0 B ping-pong behind D non-matching posted receives (x = D)", "µs one-way", true),
-    ("deepq-unexpected", "Deep unexpected queue: 0 B ping-pong with D unexpected messages waiting at the receiver (x = D)", "µs one-way", true),
-    ("lat-sm", "Latency over shared memory (x = bytes)", "µs one-way", true),
-    ("bw-sm", "Bandwidth over shared memory (x = bytes, window 64)", "MB/s", false),
-    ("lat-tcp", "Latency over tcp on loopback (x = bytes)", "µs one-way", true),
-    ("bw-tcp", "Bandwidth over tcp on loopback (x = bytes)", "MB/s", false),
+/// A report section: table key, heading, unit, lower is better, plot title, x and y axis labels.
+struct Section {
+    key: &'static str,
+    heading: &'static str,
+    unit: &'static str,
+    lower: bool,
+    title: &'static str,
+    x: &'static str,
+    y: &'static str,
+}
+
+const SECTIONS: &[Section] = &[
+    Section {
+        key: "deepq-posted",
+        heading: "Deep posted queue: 0 B ping-pong behind D non-matching posted receives (x = D)",
+        unit: "µs one-way",
+        lower: true,
+        title: "0 B ping-pong behind D non-matching posted receives (sm)",
+        x: "D = posted receives ahead in the queue",
+        y: "one-way latency (µs)",
+    },
+    Section {
+        key: "deepq-unexpected",
+        heading: "Deep unexpected queue: 0 B ping-pong with D unexpected messages waiting at the receiver (x = D)",
+        unit: "µs one-way",
+        lower: true,
+        title: "0 B ping-pong with D unexpected messages waiting (sm)",
+        x: "D = unexpected messages queued at the receiver",
+        y: "one-way latency (µs)",
+    },
+    Section {
+        key: "lat-sm",
+        heading: "Latency over shared memory (x = bytes)",
+        unit: "µs one-way",
+        lower: true,
+        title: "Ping-pong latency over shared memory",
+        x: "message size (bytes, K = 1024)",
+        y: "one-way latency (µs)",
+    },
+    Section {
+        key: "bw-sm",
+        heading: "Bandwidth over shared memory (x = bytes, window 64)",
+        unit: "MB/s",
+        lower: false,
+        title: "Bandwidth over shared memory (window of 64 messages)",
+        x: "message size (bytes, K = 1024)",
+        y: "bandwidth (MB/s)",
+    },
+    Section {
+        key: "lat-tcp",
+        heading: "Latency over tcp on loopback (x = bytes)",
+        unit: "µs one-way",
+        lower: true,
+        title: "Ping-pong latency over tcp (loopback)",
+        x: "message size (bytes, K = 1024)",
+        y: "one-way latency (µs)",
+    },
+    Section {
+        key: "bw-tcp",
+        heading: "Bandwidth over tcp on loopback (x = bytes)",
+        unit: "MB/s",
+        lower: false,
+        title: "Bandwidth over tcp (loopback, window of 64 messages)",
+        x: "message size (bytes, K = 1024)",
+        y: "bandwidth (MB/s)",
+    },
 ];
+
+/// The legend name of a library key.
+fn lib_name(lib: &str) -> &str {
+    match lib {
+        "tmpi" => "tmpi",
+        "ompi" => "Open MPI",
+        "mpich" => "MPICH",
+        other => other,
+    }
+}
 
 fn series(data: &Data, sec: &str, lib: &str) -> Series {
     data.iter()
@@ -434,62 +642,6 @@ fn series(data: &Data, sec: &str, lib: &str) -> Series {
             (*x, m, lo, hi)
         })
         .collect()
-}
-
-fn plot(path: &Path, lines: &[([u8; 3], Series)]) -> Result<(), ReportError> {
-    let (w, h, m) = (760i64, 460i64, 50i64);
-    let mut c = png::Canvas::new(w as usize, h as usize);
-    let pts: Vec<_> = lines.iter().flat_map(|(_, s)| s.iter()).collect();
-    if pts.is_empty() {
-        return Ok(());
-    }
-    let lx = |x: u64| ((x.max(1)) as f64).log10();
-    let ly = |y: f64| y.max(1e-3).log10();
-    let (x0, x1) = (
-        pts.iter().map(|p| lx(p.0)).fold(f64::MAX, f64::min).floor(),
-        pts.iter()
-            .map(|p| lx(p.0))
-            .fold(f64::MIN, f64::max)
-            .ceil()
-            .max(1.0),
-    );
-    let (y0, y1) = (
-        pts.iter().map(|p| ly(p.2)).fold(f64::MAX, f64::min).floor(),
-        pts.iter().map(|p| ly(p.3)).fold(f64::MIN, f64::max).ceil(),
-    );
-    let y1 = if y1 <= y0 { y0 + 1.0 } else { y1 };
-    let x1 = if x1 <= x0 { x0 + 1.0 } else { x1 };
-    let px = |x: f64| m + ((x - x0) / (x1 - x0) * (w - 2 * m) as f64) as i64;
-    let py = |y: f64| h - m - ((y - y0) / (y1 - y0) * (h - 2 * m) as f64) as i64;
-    let grey = [215, 215, 215];
-    for d in (x0 as i64)..=(x1 as i64) {
-        c.line(px(d as f64), m, px(d as f64), h - m, grey, 1);
-    }
-    for d in (y0 as i64)..=(y1 as i64) {
-        c.line(m, py(d as f64), w - m, py(d as f64), grey, 1);
-    }
-    c.line(m, h - m, w - m, h - m, [0, 0, 0], 2);
-    c.line(m, m, m, h - m, [0, 0, 0], 2);
-    for (col, s) in lines {
-        for p in s {
-            let x = px(lx(p.0));
-            c.line(x, py(ly(p.2)), x, py(ly(p.3)), *col, 1);
-            c.line(x - 4, py(ly(p.2)), x + 4, py(ly(p.2)), *col, 1);
-            c.line(x - 4, py(ly(p.3)), x + 4, py(ly(p.3)), *col, 1);
-        }
-        for win in s.windows(2) {
-            c.line(
-                px(lx(win[0].0)),
-                py(ly(win[0].1)),
-                px(lx(win[1].0)),
-                py(ly(win[1].1)),
-                *col,
-                3,
-            );
-        }
-    }
-    std::fs::write(path, c.png())?;
-    Ok(())
 }
 
 fn fmt(v: f64) -> String {
@@ -548,76 +700,97 @@ fn table(md: &mut String, data: &Data, sec: &str, libs: &[&str], lower: bool, co
     md.push('\n');
 }
 
-fn write_report(
-    cfg: &Cfg,
-    data: &Data,
-    libs: &[&str],
-    started: &str,
-    up0: &str,
-    up1: &str,
-) -> Result<(), ReportError> {
+fn write_report(cfg: &Cfg, data: &Data, libs: &[&str], runs: &str) -> Result<(), ReportError> {
     let mut md = String::new();
     let _ = writeln!(md, "# tmpi benchmark report\n");
-    let _ = writeln!(md, "Generated by `cargo run --release -p tmpi-perf --bin report -- --out {} --prefix {}{}` (started {started}). Method: docs/perf.md.\n", cfg.out.display(), cfg.prefix.display(), if cfg.quick { " --quick" } else { "" });
-    let _ = writeln!(md, "Every figure is the median of {} alternating runs (tmpi, Open MPI, MPICH, tmpi, ...) with min-max in brackets; each run itself reports a median or an average over many iterations (see the C sources in perf/c). Load: before `{up0}`, after `{up1}` (2-core machine shared with other engineers).\n", cfg.reps);
-    let _ = writeln!(md, "Plots: log-log, x = the table's first column, y = the value; lines join the medians, bars are min-max. Colours: **blue = tmpi, red = Open MPI, green = MPICH** (match plot: blue = tm-engine, red = list baseline). The plots carry no text labels (the report draws them with a built-in PNG writer, no font library); the axis ranges are the tables' ranges, grid lines are powers of 10.\n");
+    let _ = writeln!(md, "Generated by `cargo run --release -p tmpi-perf --bin report -- --out DIR [--only GROUPS]` (method and options: docs/perf.md); raw samples in `samples.csv`. Runs (2-core machine shared with other engineers; `uptime` before and after each):\n\n{runs}");
+    let _ = writeln!(md, "Every figure is the median of the alternating runs (tmpi, Open MPI, MPICH, tmpi, ...) with min-max in brackets; each run itself reports a median or an average over many iterations (see the C sources in perf/c).\n");
+    let _ = writeln!(md, "Plots (PNG, `plotters`): log-log, lines join the medians, error bars are min-max; the legend names the series. Points at x = 0 (0 bytes, D = 0) cannot sit on a log axis and are in the tables only.\n");
     // match latency
-    let mut mlines = vec![];
-    for (i, wl) in data
+    let workloads: Vec<String> = data
         .keys()
         .filter(|k| k.0.starts_with("match-"))
         .map(|k| k.0.clone())
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
-        .enumerate()
-    {
+        .collect();
+    for wl in &workloads {
         let _ = writeln!(md, "## Match latency vs queue depth (a): tm-engine vs list, in-process, workload `{}` (ns per match; x = depth)\n", &wl[6..]);
         table(
             &mut md,
             data,
-            &wl,
+            wl,
             &["tm-engine", "list"],
             true,
             ["depth", "ns", "list"],
         );
-        if i == 0 {
-            mlines.push((COLORS[0], series(data, &wl, "tm-engine")));
-            mlines.push((COLORS[1], series(data, &wl, "list")));
+    }
+    // The plot: the exact-source workload and the wildcard-source one (if measured).
+    let mut names = vec![];
+    for wl in ["specific", "any_source10"] {
+        if workloads.iter().any(|w| w[6..] == *wl) {
+            for imp in ["tm-engine", "list"] {
+                names.push((format!("{imp} ({wl})"), format!("match-{wl}"), imp));
+            }
         }
     }
+    let mlines: Vec<Line<'_>> = names
+        .iter()
+        .enumerate()
+        .map(|(i, (name, wl, imp))| Line {
+            name,
+            color: COLORS[[0, 1, 3, 2][i % 4]],
+            points: series(data, wl, imp),
+        })
+        .collect();
     if !mlines.is_empty() {
-        plot(&cfg.out.join("match-engine.png"), &mlines)?;
-        let _ = writeln!(md, "![match engine](match-engine.png)\n");
+        plot::plot(
+            &cfg.out.join("match-engine.png"),
+            &Labels {
+                title: "Match cost vs queue depth, in-process: tm-engine vs list",
+                x: "queue depth (entries searched past)",
+                y: "ns per match",
+                x_binary: false,
+            },
+            &mlines,
+        )?;
+        let _ = writeln!(md, "![Match cost per message vs queue depth: tm-engine flat, the list grows linearly](match-engine.png)\n");
     }
-    for (sec, title, unit, lower) in SECTIONS {
-        let _ = writeln!(md, "## {title}\n\nUnit: {unit}.\n");
-        if !data.keys().any(|k| k.0 == *sec) {
+    for sec in SECTIONS {
+        let _ = writeln!(md, "## {}\n\nUnit: {}.\n", sec.heading, sec.unit);
+        if !data.keys().any(|k| k.0 == sec.key) {
             let _ = writeln!(md, "No results.\n");
             continue;
         }
+        let deepq = sec.key.starts_with("deepq");
         table(
             &mut md,
             data,
-            sec,
+            sec.key,
             libs,
-            *lower,
-            [
-                if sec.starts_with("deepq") {
-                    "D"
-                } else {
-                    "bytes"
-                },
-                "",
-                "ompi",
-            ],
+            sec.lower,
+            [if deepq { "D" } else { "bytes" }, "", "ompi"],
         );
-        let lines: Vec<_> = libs
+        let lines: Vec<Line<'_>> = libs
             .iter()
             .enumerate()
-            .map(|(i, l)| (COLORS[i], series(data, sec, l)))
+            .map(|(i, l)| Line {
+                name: lib_name(l),
+                color: COLORS[i % COLORS.len()],
+                points: series(data, sec.key, l),
+            })
             .collect();
-        plot(&cfg.out.join(format!("{sec}.png")), &lines)?;
-        let _ = writeln!(md, "![{sec}]({sec}.png)\n");
+        plot::plot(
+            &cfg.out.join(format!("{}.png", sec.key)),
+            &Labels {
+                title: sec.title,
+                x: sec.x,
+                y: sec.y,
+                x_binary: !deepq,
+            },
+            &lines,
+        )?;
+        let _ = writeln!(md, "![{}]({}.png)\n", sec.title, sec.key);
     }
     let colls: std::collections::BTreeSet<String> = data
         .keys()
