@@ -804,6 +804,13 @@ fn write_report(cfg: &Cfg, data: &Data, libs: &[&str], runs: &str) -> Result<(),
             table(&mut md, data, s, libs, true, ["ranks", "", "ompi"]);
         }
     }
+    // Hand-written sections (the soft-NIC offload figures from the criterion/sync benches, the
+    // target verdicts) live in DIR/notes.md and are appended, so a rerun keeps them.
+    match std::fs::read_to_string(cfg.out.join("notes.md")) {
+        Ok(notes) => md.push_str(&notes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
     std::fs::write(cfg.out.join("report.md"), md)?;
     eprintln!("report: wrote {}", cfg.out.join("report.md").display());
     Ok(())
