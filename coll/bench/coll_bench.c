@@ -3,6 +3,8 @@
  * min(iters, 50) calls, then 5 timed loops of `iters` calls separated by a
  * barrier; rank 0 prints the median loop's time per call in microseconds.
  * iters = clamp(200e6 / (bytes * ranks + 20000), 5, 2000).
+ * COLL_BENCH_OPS=bcast,allreduce and COLL_BENCH_SIZES=65536,1048576
+ * restrict a run, as for coll-check.
  * Build: mpicc.openmpi -O2 coll_bench.c -o coll_bench.ompi (or mpicc.mpich). */
 #include <mpi.h>
 #include <stdio.h>
@@ -12,6 +14,22 @@
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* Whether `item` is in the comma-separated list of environment variable
+ * `var` (an unset or empty variable selects everything). */
+static int picked(const char *var, const char *item) {
+    const char *v = getenv(var);
+    if (!v || !*v) return 1;
+    size_t n = strlen(item);
+    for (const char *q = v; *q;) {
+        const char *e = strchr(q, ',');
+        size_t len = e ? (size_t)(e - q) : strlen(q);
+        if (len == n && !strncmp(q, item, n)) return 1;
+        if (!e) break;
+        q = e + 1;
+    }
+    return 0;
 }
 
 static void op(const char *name, size_t n, char *s, char *o, int p, int me) {
@@ -42,6 +60,9 @@ int main(int argc, char **argv) {
         for (int z = 0; z < 4; z++) {
             size_t n = sizes[z];
             if (!strcmp(names[k], "barrier") && n != 8) continue;
+            char nbuf[32];
+            snprintf(nbuf, sizeof nbuf, "%zu", n);
+            if (!picked("COLL_BENCH_OPS", names[k]) || !picked("COLL_BENCH_SIZES", nbuf)) continue;
             long iters = 200000000L / (long)(n * p + 20000);
             if (iters < 5) iters = 5;
             if (iters > 2000) iters = 2000;

@@ -754,7 +754,11 @@ impl Comm {
 
     /// Runs `call` to completion and returns its result buffer.
     pub fn run(&self, call: Call) -> Result<Vec<u8>> {
-        self.start_inner(&call)?.wait()
+        let req = self.start_inner(&call)?;
+        // The schedule shares the call's input: dropping the call first lets
+        // the schedule write into it without a copy.
+        drop(call);
+        req.wait()
     }
 
     // ---------------------------------------------------------------- call builders
@@ -765,7 +769,7 @@ impl Comm {
         c.root = root;
         c.block = len;
         if self.rank() == root {
-            c.send = data;
+            c.send = Arc::new(data);
         }
         Ok(c)
     }
@@ -783,14 +787,14 @@ impl Comm {
         c.root = root;
         c.dtype = dtype;
         c.op = Some(op.clone());
-        c.send = send;
+        c.send = Arc::new(send);
         Ok(c)
     }
 
     fn call_block(&self, kind: CollKind, send: Vec<u8>, block: usize, root: u32) -> Call {
         let mut c = Call::new(kind);
         c.root = root;
-        c.send = send;
+        c.send = Arc::new(send);
         c.block = block;
         c
     }

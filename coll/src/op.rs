@@ -164,6 +164,39 @@ impl Op {
     /// `inout = input op inout`, element-wise. Both slices must have the same
     /// length, a multiple of the element size.
     pub fn apply(&self, dtype: Datatype, input: &[u8], inout: &mut [u8]) -> Result<()> {
+        self.apply_dir::<false>(dtype, input, inout)
+    }
+
+    /// `inout = inout op input`, element-wise (the incoming operand on the
+    /// right): what a rank holding the lower ranks' partial result does with
+    /// a higher rank's data, without copying either vector. Predefined ops
+    /// swap the operands inside the typed kernel (exact even where the
+    /// order matters, e.g. MAX with NaN); user ops go through one copy.
+    pub fn apply_rev(&self, dtype: Datatype, input: &[u8], inout: &mut [u8]) -> Result<()> {
+        if let Op::User(u) = self {
+            if input.len() != inout.len() {
+                return Err(CollError::Intern(format!(
+                    "reduction over {} and {} bytes",
+                    input.len(),
+                    inout.len()
+                )));
+            }
+            let count = dtype.count_of(input.len())?;
+            let mut tmp = input.to_vec();
+            (u.f)(inout, &mut tmp, count, dtype);
+            inout.copy_from_slice(&tmp);
+            return Ok(());
+        }
+        self.apply_dir::<true>(dtype, input, inout)
+    }
+
+    /// The typed kernels; `REV` puts `input` on the right.
+    fn apply_dir<const REV: bool>(
+        &self,
+        dtype: Datatype,
+        input: &[u8],
+        inout: &mut [u8],
+    ) -> Result<()> {
         if input.len() != inout.len() {
             return Err(CollError::Intern(format!(
                 "reduction over {} and {} bytes",
@@ -173,28 +206,31 @@ impl Op {
         }
         let count = dtype.count_of(input.len())?;
         if let Op::User(u) = self {
+            if REV {
+                return Err(CollError::Intern("user op in the reversed kernel".into()));
+            }
             (u.f)(input, inout, count, dtype);
             return Ok(());
         }
         self.check(dtype)?;
         match dtype {
-            Datatype::I8 => int::<i8>(self, input, inout),
-            Datatype::U8 => int::<u8>(self, input, inout),
-            Datatype::I16 => int::<i16>(self, input, inout),
-            Datatype::U16 => int::<u16>(self, input, inout),
-            Datatype::I32 => int::<i32>(self, input, inout),
-            Datatype::U32 => int::<u32>(self, input, inout),
-            Datatype::I64 => int::<i64>(self, input, inout),
-            Datatype::U64 => int::<u64>(self, input, inout),
-            Datatype::F32 => float::<f32>(self, input, inout),
-            Datatype::F64 => float::<f64>(self, input, inout),
-            Datatype::Bool => int::<u8>(self, input, inout),
-            Datatype::Byte => int::<u8>(self, input, inout),
-            Datatype::FloatInt => pair::<f32>(self, input, inout, 8, 4),
-            Datatype::DoubleInt => pair::<f64>(self, input, inout, 16, 8),
-            Datatype::LongInt => pair::<i64>(self, input, inout, 16, 8),
-            Datatype::TwoInt => pair::<i32>(self, input, inout, 8, 4),
-            Datatype::ShortInt => pair::<i16>(self, input, inout, 8, 4),
+            Datatype::I8 => int::<i8, REV>(self, input, inout),
+            Datatype::U8 => int::<u8, REV>(self, input, inout),
+            Datatype::I16 => int::<i16, REV>(self, input, inout),
+            Datatype::U16 => int::<u16, REV>(self, input, inout),
+            Datatype::I32 => int::<i32, REV>(self, input, inout),
+            Datatype::U32 => int::<u32, REV>(self, input, inout),
+            Datatype::I64 => int::<i64, REV>(self, input, inout),
+            Datatype::U64 => int::<u64, REV>(self, input, inout),
+            Datatype::F32 => float::<f32, REV>(self, input, inout),
+            Datatype::F64 => float::<f64, REV>(self, input, inout),
+            Datatype::Bool => int::<u8, REV>(self, input, inout),
+            Datatype::Byte => int::<u8, REV>(self, input, inout),
+            Datatype::FloatInt => pair::<f32, REV>(self, input, inout, 8, 4),
+            Datatype::DoubleInt => pair::<f64, REV>(self, input, inout, 16, 8),
+            Datatype::LongInt => pair::<i64, REV>(self, input, inout, 16, 8),
+            Datatype::TwoInt => pair::<i32, REV>(self, input, inout, 8, 4),
+            Datatype::ShortInt => pair::<i16, REV>(self, input, inout, 8, 4),
             Datatype::Char => unreachable_class(self, dtype),
         }
     }
@@ -260,34 +296,38 @@ macro_rules! int_elem {
 int_elem!(i8, u8, i16, u16, i32, u32, i64, u64);
 
 #[inline(always)]
-fn zip<T: Elem>(input: &[u8], inout: &mut [u8], f: impl Fn(T, T) -> T) {
+fn zip<T: Elem, const REV: bool>(input: &[u8], inout: &mut [u8], f: impl Fn(T, T) -> T) {
     for (a, b) in input
         .chunks_exact(T::SIZE)
         .zip(inout.chunks_exact_mut(T::SIZE))
     {
-        let r = f(T::read(a), T::read(b));
+        let r = if REV {
+            f(T::read(b), T::read(a))
+        } else {
+            f(T::read(a), T::read(b))
+        };
         r.write(b);
     }
 }
 
-fn int<T: IntElem>(op: &Op, input: &[u8], inout: &mut [u8]) -> Result<()> {
+fn int<T: IntElem, const REV: bool>(op: &Op, input: &[u8], inout: &mut [u8]) -> Result<()> {
     match op {
-        Op::Max => zip::<T>(input, inout, |a, b| if a > b { a } else { b }),
-        Op::Min => zip::<T>(input, inout, |a, b| if a < b { a } else { b }),
-        Op::Sum => zip::<T>(input, inout, T::add),
-        Op::Prod => zip::<T>(input, inout, T::mul),
-        Op::Land => zip::<T>(input, inout, |a, b| {
+        Op::Max => zip::<T, REV>(input, inout, |a, b| if a > b { a } else { b }),
+        Op::Min => zip::<T, REV>(input, inout, |a, b| if a < b { a } else { b }),
+        Op::Sum => zip::<T, REV>(input, inout, T::add),
+        Op::Prod => zip::<T, REV>(input, inout, T::mul),
+        Op::Land => zip::<T, REV>(input, inout, |a, b| {
             T::from_bool(a.is_true() && b.is_true())
         }),
-        Op::Lor => zip::<T>(input, inout, |a, b| {
+        Op::Lor => zip::<T, REV>(input, inout, |a, b| {
             T::from_bool(a.is_true() || b.is_true())
         }),
-        Op::Lxor => zip::<T>(input, inout, |a, b| {
+        Op::Lxor => zip::<T, REV>(input, inout, |a, b| {
             T::from_bool(a.is_true() != b.is_true())
         }),
-        Op::Band => zip::<T>(input, inout, T::and),
-        Op::Bor => zip::<T>(input, inout, T::or),
-        Op::Bxor => zip::<T>(input, inout, T::xor),
+        Op::Band => zip::<T, REV>(input, inout, T::and),
+        Op::Bor => zip::<T, REV>(input, inout, T::or),
+        Op::Bxor => zip::<T, REV>(input, inout, T::xor),
         Op::Maxloc | Op::Minloc | Op::User(_) => {
             return Err(CollError::Intern(format!(
                 "{} in the integer kernel",
@@ -302,13 +342,13 @@ trait FloatElem: Elem + std::ops::Add<Output = Self> + std::ops::Mul<Output = Se
 impl FloatElem for f32 {}
 impl FloatElem for f64 {}
 
-fn float<T: FloatElem>(op: &Op, input: &[u8], inout: &mut [u8]) -> Result<()> {
+fn float<T: FloatElem, const REV: bool>(op: &Op, input: &[u8], inout: &mut [u8]) -> Result<()> {
     match op {
         // NaN handling follows C's `a > b ? a : b` as Open MPI's kernels do.
-        Op::Max => zip::<T>(input, inout, |a, b| if a > b { a } else { b }),
-        Op::Min => zip::<T>(input, inout, |a, b| if a < b { a } else { b }),
-        Op::Sum => zip::<T>(input, inout, |a, b| a + b),
-        Op::Prod => zip::<T>(input, inout, |a, b| a * b),
+        Op::Max => zip::<T, REV>(input, inout, |a, b| if a > b { a } else { b }),
+        Op::Min => zip::<T, REV>(input, inout, |a, b| if a < b { a } else { b }),
+        Op::Sum => zip::<T, REV>(input, inout, |a, b| a + b),
+        Op::Prod => zip::<T, REV>(input, inout, |a, b| a * b),
         _ => {
             return Err(CollError::Intern(format!(
                 "{} in the float kernel",
@@ -320,7 +360,7 @@ fn float<T: FloatElem>(op: &Op, input: &[u8], inout: &mut [u8]) -> Result<()> {
 }
 
 /// MAXLOC/MINLOC on `struct { V v; int i; }` of `stride` bytes with the index at `idx_off`.
-fn pair<V: Elem>(
+fn pair<V: Elem, const REV: bool>(
     op: &Op,
     input: &[u8],
     inout: &mut [u8],
@@ -341,8 +381,12 @@ fn pair<V: Elem>(
         .chunks_exact(stride)
         .zip(inout.chunks_exact_mut(stride))
     {
-        let (av, ai) = (V::read(a), i32::read(&a[idx_off..]));
-        let (bv, bi) = (V::read(b), i32::read(&b[idx_off..]));
+        let (mut av, mut ai) = (V::read(a), i32::read(&a[idx_off..]));
+        let (mut bv, mut bi) = (V::read(b), i32::read(&b[idx_off..]));
+        if REV {
+            std::mem::swap(&mut av, &mut bv);
+            std::mem::swap(&mut ai, &mut bi);
+        }
         let take_a = if max { av > bv } else { av < bv };
         let (v, i) = if take_a {
             (av, ai)
@@ -393,6 +437,58 @@ mod tests {
                 if !expect {
                     assert_eq!(r.unwrap_err().class(), tmpi_base::error::MpiErrorClass::Op);
                 }
+            }
+        }
+    }
+
+    /// `apply_rev(x, y)` gives `y op x` exactly: checked on a non-commutative
+    /// user op, on MAX with a NaN (where the operand order shows) and on
+    /// MAXLOC ties, against `apply` with the operands swapped.
+    #[test]
+    fn reversed_kernels_put_the_input_on_the_right() {
+        // 2x2 matrix product on i32: not commutative.
+        let mat = Op::User(UserOp::new("matmul", false, |a, b, n, _| {
+            for k in 0..n / 4 {
+                let x = i32s(&a[k * 16..k * 16 + 16]);
+                let y = i32s(&b[k * 16..k * 16 + 16]);
+                let r = [
+                    x[0] * y[0] + x[1] * y[2],
+                    x[0] * y[1] + x[1] * y[3],
+                    x[2] * y[0] + x[3] * y[2],
+                    x[2] * y[1] + x[3] * y[3],
+                ];
+                b[k * 16..k * 16 + 16].copy_from_slice(&bytes_i32(&r));
+            }
+        }));
+        let x = bytes_i32(&[1, 2, 3, 4, 0, 1, 1, 0]);
+        let y = bytes_i32(&[5, 6, 7, 8, 2, 0, 0, 3]);
+        let f64s = |v: &[f64]| v.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>();
+        let cases: Vec<(Op, Datatype, Vec<u8>, Vec<u8>)> = vec![
+            (mat, Datatype::I32, x.clone(), y.clone()),
+            (Op::Sum, Datatype::I32, x.clone(), y.clone()),
+            (
+                Op::Max,
+                Datatype::F64,
+                f64s(&[f64::NAN, 1.0, 2.0]),
+                f64s(&[3.0, f64::NAN, 1.0]),
+            ),
+            (
+                Op::Maxloc,
+                Datatype::TwoInt,
+                x.clone(),
+                bytes_i32(&[1, 9, 5, 0, 0, 1, 1, 1]),
+            ),
+        ];
+        for (op, t, input, inout) in cases {
+            let mut want = input.clone();
+            op.apply(t, &inout, &mut want).unwrap();
+            let mut got = inout.clone();
+            op.apply_rev(t, &input, &mut got).unwrap();
+            let mut forward = inout.clone();
+            op.apply(t, &input, &mut forward).unwrap();
+            assert_eq!(got, want, "{} on {t}", op.name());
+            if op.name() == "matmul" {
+                assert_ne!(forward, want, "the op must not commute for this case");
             }
         }
     }

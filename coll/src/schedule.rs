@@ -112,8 +112,15 @@ pub struct Round {
 #[derive(Debug, Clone, Default)]
 pub struct Schedule {
     /// Buffers owned by the schedule (shared with the transport while a
-    /// send from them is in flight; write through [`Arc::make_mut`]).
+    /// send from them is in flight; write through [`Arc::make_mut`]). A
+    /// buffer added by [`Schedule::zeros`] stays empty until first used
+    /// (see `lens`).
     pub bufs: Vec<Arc<Vec<u8>>>,
+    /// Length of every buffer. A buffer shorter than its length is a zeroed
+    /// one not allocated yet: a message that fills it whole becomes the
+    /// buffer without the allocation and zeroing of `len` bytes (the
+    /// receive side of a bcast, of linear gathers and reduces).
+    pub lens: Vec<usize>,
     /// Rounds in order.
     pub rounds: Vec<Round>,
     /// Element type of reductions.
@@ -141,23 +148,41 @@ impl Schedule {
 
     /// Adds a buffer and returns its id.
     pub fn buf(&mut self, data: Vec<u8>) -> BufId {
+        self.lens.push(data.len());
         self.bufs.push(Arc::new(data));
         self.bufs.len() - 1
     }
 
-    /// Adds a zeroed buffer of `len` bytes.
+    /// Adds a buffer shared with the caller (no copy: the first write to it
+    /// copies it if the caller still holds it, see [`Arc::make_mut`]).
+    pub fn shared(&mut self, data: &Arc<Vec<u8>>) -> BufId {
+        self.lens.push(data.len());
+        self.bufs.push(Arc::clone(data));
+        self.bufs.len() - 1
+    }
+
+    /// Adds a zeroed buffer of `len` bytes (allocated when first used).
     pub fn zeros(&mut self, len: usize) -> BufId {
-        self.buf(vec![0; len])
+        self.lens.push(len);
+        self.bufs.push(Arc::default());
+        self.bufs.len() - 1
+    }
+
+    /// Allocates buffer `b` (zeroed) if it is still a lazy one.
+    fn materialize(&mut self, b: BufId) {
+        if self.bufs[b].len() != self.lens[b] {
+            self.bufs[b] = Arc::new(vec![0; self.lens[b]]);
+        }
     }
 
     /// Length of buffer `b`.
     pub fn len_of(&self, b: BufId) -> usize {
-        self.bufs[b].len()
+        self.lens[b]
     }
 
     /// The whole of buffer `b`.
     pub fn all(&self, b: BufId) -> Slice {
-        Slice::new(b, 0, self.bufs[b].len())
+        Slice::new(b, 0, self.lens[b])
     }
 
     fn cur(&mut self) -> &mut Round {
@@ -241,8 +266,17 @@ impl Schedule {
             s.buf < self.bufs.len()
                 && s.off
                     .checked_add(s.len)
-                    .is_some_and(|e| e <= self.bufs[s.buf].len())
+                    .is_some_and(|e| e <= self.lens[s.buf])
         };
+        if self.lens.len() != self.bufs.len()
+            || self
+                .bufs
+                .iter()
+                .zip(&self.lens)
+                .any(|(b, &l)| !b.is_empty() && b.len() != l)
+        {
+            return Err(CollError::Intern("buffer lengths out of step".into()));
+        }
         for (i, r) in self.rounds.iter().enumerate() {
             for c in &r.comm {
                 let (s, reduces) = match c {
@@ -396,6 +430,12 @@ impl Exec {
                 });
             }
         }
+        for i in 0..self.sched.rounds[self.round].comm.len() {
+            if let CommOp::Send { src, .. } = self.sched.rounds[self.round].comm[i] {
+                self.sched.materialize(src.buf);
+            }
+        }
+        let round = &self.sched.rounds[self.round];
         for c in &round.comm {
             if let CommOp::Send { peer, src } = c {
                 let data = SharedBytes::new(Arc::clone(&self.sched.bufs[src.buf]), src.range())
@@ -410,7 +450,7 @@ impl Exec {
     }
 
     fn complete(&mut self, p: Pending, done: Done) -> Result<()> {
-        let ((peer, dst, mode), mut data) = match (p.recv, done) {
+        let ((peer, dst, mode), data) = match (p.recv, done) {
             (None, Done::Sent) => return Ok(()),
             (Some(r), Done::Received(data)) => (r, data),
             _ => {
@@ -426,11 +466,12 @@ impl Exec {
                 expected: dst.len,
             });
         }
-        if mode == RecvMode::Store && dst.off == 0 && dst.len == self.sched.bufs[dst.buf].len() {
+        if mode == RecvMode::Store && dst.off == 0 && dst.len == self.sched.lens[dst.buf] {
             // The message is the whole buffer: take it instead of copying.
             self.sched.bufs[dst.buf] = Arc::new(data);
             return Ok(());
         }
+        self.sched.materialize(dst.buf);
         let target = &mut Arc::make_mut(&mut self.sched.bufs[dst.buf])[dst.range()];
         match mode {
             RecvMode::Store => target.copy_from_slice(&data),
@@ -447,8 +488,7 @@ impl Exec {
                 if mode == RecvMode::ReduceLeft {
                     op.apply(dtype, &data, target)?;
                 } else {
-                    op.apply(dtype, target, &mut data)?;
-                    target.copy_from_slice(&data);
+                    op.apply_rev(dtype, &data, target)?;
                 }
             }
         }
@@ -456,6 +496,14 @@ impl Exec {
     }
 
     fn run_local(&mut self) -> Result<()> {
+        for i in 0..self.sched.rounds[self.round].local.len() {
+            let (a, b) = match self.sched.rounds[self.round].local[i] {
+                LocalOp::Copy { src, dst } => (src.buf, dst.buf),
+                LocalOp::Reduce { src, dst, .. } => (src.buf, dst.buf),
+            };
+            self.sched.materialize(a);
+            self.sched.materialize(b);
+        }
         let round = &self.sched.rounds[self.round];
         for l in &round.local {
             match *l {
@@ -478,9 +526,13 @@ impl Exec {
                         .op
                         .as_ref()
                         .ok_or_else(|| CollError::Intern("reduce without op".into()))?;
-                    if src_left && src.buf != dst.buf {
+                    if src.buf != dst.buf {
                         let (a, b) = split2(&mut self.sched.bufs, src.buf, dst.buf);
-                        op.apply(dtype, &a[src.range()], &mut b[dst.range()])?;
+                        if src_left {
+                            op.apply(dtype, &a[src.range()], &mut b[dst.range()])?;
+                        } else {
+                            op.apply_rev(dtype, &a[src.range()], &mut b[dst.range()])?;
+                        }
                     } else {
                         let mut tmp = self.sched.bufs[src.buf][src.range()].to_vec();
                         let d = &mut Arc::make_mut(&mut self.sched.bufs[dst.buf])[dst.range()];
@@ -501,6 +553,7 @@ impl Exec {
     pub fn take_result(&mut self) -> Vec<u8> {
         match self.sched.result {
             Some(b) => {
+                self.sched.materialize(b);
                 let a = std::mem::take(&mut self.sched.bufs[b]);
                 Arc::try_unwrap(a).unwrap_or_else(|a| a.as_ref().clone())
             }

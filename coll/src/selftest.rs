@@ -252,3 +252,72 @@ pub fn bench(w: &Comm) {
         }
     }
 }
+
+/// Round-trip time of a message between ranks 0 and 1 over the
+/// communicator's transport (the same `isend_shared`/`irecv`/`test` calls
+/// as the schedules), for the benchmark's sizes (`COLL_BENCH_SIZES`
+/// restricts them): the point-to-point floor of a 2-rank collective.
+/// Other ranks only take part in the barriers.
+pub fn pingpong(w: &Comm) {
+    use crate::p2p::{Done, P2pHandle, SharedBytes};
+    use std::sync::Arc;
+    let p2p = Arc::clone(w.context().p2p());
+    let ep = w.endpoint().clone();
+    let me = w.rank();
+    let wait = |h: P2pHandle| -> Done {
+        loop {
+            if let Some(d) = p2p.test(h).expect("pingpong test") {
+                return d;
+            }
+            if !p2p.progress() {
+                p2p.idle();
+            }
+        }
+    };
+    let only_sizes: Option<Vec<usize>> = std::env::var("COLL_BENCH_SIZES")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect());
+    const TAG: i32 = 7;
+    for n in [8usize, 1024, 64 * 1024, 1024 * 1024] {
+        if only_sizes.as_ref().is_some_and(|s| !s.contains(&n)) {
+            continue;
+        }
+        let data = Arc::new(vec![1u8; n]);
+        let iters = (200_000_000 / (2 * n + 20_000)).clamp(5, 2000);
+        let one = || match me {
+            0 => {
+                let s = SharedBytes::new(Arc::clone(&data), 0..n).expect("range");
+                let hs = p2p.isend_shared(&ep, 1, TAG, s).expect("isend");
+                wait(hs);
+                let hr = p2p.irecv(&ep, 1, TAG, n).expect("irecv");
+                wait(hr);
+            }
+            1 => {
+                let hr = p2p.irecv(&ep, 0, TAG, n).expect("irecv");
+                let Done::Received(b) = wait(hr) else {
+                    panic!("receive completed as a send")
+                };
+                let hs = p2p.isend(&ep, 0, TAG, b).expect("isend");
+                wait(hs);
+            }
+            _ => {}
+        };
+        for _ in 0..iters.min(50) {
+            one();
+        }
+        let mut runs = Vec::new();
+        for _ in 0..5 {
+            w.barrier().expect("barrier");
+            let t = Instant::now();
+            for _ in 0..iters {
+                one();
+            }
+            runs.push(t.elapsed().as_secs_f64() * 1e6 / iters as f64);
+        }
+        runs.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+        if me == 0 {
+            println!("pingpong {n} B: {:.2} us per round trip", runs[2]);
+        }
+    }
+}

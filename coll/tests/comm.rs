@@ -277,7 +277,7 @@ fn selection_forcing_underlying_and_missing_provider() {
         ],
         |w, _| {
             let mut c = Call::new(CollKind::Allreduce);
-            c.send = vec![0; 8];
+            c.send = vec![0; 8].into();
             c.op = Some(Op::Sum);
             c.dtype = Datatype::I32;
             let pos = Pos {
@@ -313,11 +313,11 @@ fn selection_forcing_underlying_and_missing_provider() {
             size: w.size(),
         };
         let mut small = Call::new(CollKind::Allreduce);
-        small.send = vec![0; 8];
+        small.send = vec![0; 8].into();
         small.op = Some(Op::Sum);
         small.dtype = Datatype::I32;
         let mut big = small.clone();
-        big.send = vec![0; 1 << 20];
+        big.send = vec![0; 1 << 20].into();
         let mut nc = big.clone();
         nc.op = Some(matmul());
         let st = w.context().clone();
@@ -328,7 +328,10 @@ fn selection_forcing_underlying_and_missing_provider() {
             w.table().algorithm(&nc, pos),
         )
     });
-    assert_eq!(out[0], ("recursive_doubling", "ring", "recursive_doubling"));
+    assert_eq!(
+        out[0],
+        ("recursive_doubling", "rabenseifner", "recursive_doubling")
+    );
     // Size-1 communicators go to self.
     let out = job(2, &[], |_, _| 0);
     assert_eq!(out, [0, 0]);

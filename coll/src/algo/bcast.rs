@@ -7,15 +7,14 @@ use crate::{CollError, Result};
 
 fn setup(c: &Call, pos: Pos) -> Result<(Schedule, BufId)> {
     let mut s = Schedule::new();
-    let data = if pos.rank == c.root {
+    let b = if pos.rank == c.root {
         if c.send.len() != c.block {
             return Err(CollError::Intern("bcast root data length".into()));
         }
-        c.send.clone()
+        s.shared(&c.send)
     } else {
-        vec![0; c.block]
+        s.zeros(c.block)
     };
-    let b = s.buf(data);
     s.result = Some(b);
     Ok((s, b))
 }

@@ -16,6 +16,7 @@ pub mod gather;
 pub mod reduce;
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::datatype::Datatype;
 use crate::op::Op;
@@ -146,8 +147,10 @@ pub struct Call {
     pub dtype: Datatype,
     /// Reduction op, for reductions.
     pub op: Option<Op>,
-    /// This rank's input.
-    pub send: Vec<u8>,
+    /// This rank's input, shared with the schedule without a copy (drop the
+    /// call before running the schedule, or the schedule's first write to it
+    /// copies it).
+    pub send: Arc<Vec<u8>>,
     /// Bytes per block (see the table).
     pub block: usize,
     /// Receive-side bytes per rank.
@@ -170,7 +173,7 @@ impl Call {
             root: 0,
             dtype: Datatype::Byte,
             op: None,
-            send: Vec::new(),
+            send: Arc::default(),
             block: 0,
             counts: Vec::new(),
             displs: Vec::new(),

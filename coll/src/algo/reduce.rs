@@ -6,7 +6,7 @@ use crate::schedule::{BufId, Schedule, Slice};
 use crate::{CollError, Result};
 
 fn input(c: &Call, s: &mut Schedule) -> BufId {
-    s.buf(c.send.clone())
+    s.shared(&c.send)
 }
 
 /// Linear reduce: the root receives every contribution into its own
@@ -125,13 +125,14 @@ pub fn allreduce_recursive_doubling(c: &Call, pos: Pos) -> Result<Schedule> {
         r - rem
     };
     let real = |nr: u32| if nr < rem { nr * 2 + 1 } else { nr + rem };
-    let tmp = s.zeros(c.send.len());
     let mut mask = 1;
     while mask < pof2 {
         let partner = newrank ^ mask;
+        // The partner's vector is combined straight into `all` from the
+        // received message: a round applies its receives only once its
+        // sends (of `all`) completed, so no temporary is needed.
         s.send(real(partner), all);
-        s.recv(real(partner), s.all(tmp));
-        s.reduce(s.all(tmp), all, partner < newrank);
+        s.recv_reduce(real(partner), all, partner < newrank);
         s.next_round();
         mask <<= 1;
     }
@@ -170,6 +171,89 @@ pub fn allreduce_ring(c: &Call, pos: Pos) -> Result<Schedule> {
         s.send(right, ch(r + 1 + p - k));
         s.recv(left, ch(r + p - k));
         s.next_round();
+    }
+    s.result = Some(acc);
+    Ok(s)
+}
+
+/// Rabenseifner: reduce-scatter by recursive halving, then allgather by
+/// recursive doubling, on the largest power of two `pof2 <= p` (the first
+/// `2 (p - pof2)` ranks fold in pairs first, as in recursive doubling).
+/// 2 log2(pof2) rounds moving about 2n bytes per rank in all (ring:
+/// 2(p-1) rounds), each block reduced once by its owner, so every rank ends
+/// with identical bits. Commutative ops with at least `pof2` elements only;
+/// falls back to recursive doubling otherwise.
+pub fn allreduce_rabenseifner(c: &Call, pos: Pos) -> Result<Schedule> {
+    let p = pos.size;
+    let pof2 = pof2_floor(p);
+    let e = c.dtype.size();
+    let n = c.send.len();
+    if !c.commutative() || e == 0 || n / e < pof2 as usize || pof2 < 2 {
+        return allreduce_recursive_doubling(c, pos);
+    }
+    let mut s = c.schedule();
+    let acc = input(c, &mut s);
+    let all = s.all(acc);
+    let r = pos.rank;
+    let rem = p - pof2;
+    let newrank = if r < 2 * rem {
+        if r % 2 == 0 {
+            s.send(r + 1, all);
+            s.next_round();
+            s.recv(r + 1, all);
+            s.result = Some(acc);
+            return Ok(s);
+        }
+        s.recv_reduce(r - 1, all, true);
+        s.next_round();
+        r / 2
+    } else {
+        r - rem
+    };
+    let real = |nr: u32| if nr < rem { nr * 2 + 1 } else { nr + rem };
+    // Blocks lo..hi of pof2 element-aligned blocks, as one byte range.
+    let span = |lo: u32, hi: u32| {
+        let (o, _) = chunk(n, e, pof2, lo);
+        let (eo, el) = chunk(n, e, pof2, hi - 1);
+        Slice::new(acc, o, eo + el - o)
+    };
+    // Recursive halving: keep the half of the window on this rank's side of
+    // the partner, reduce the partner's copy of it in, send the other half.
+    let (mut lo, mut hi) = (0, pof2);
+    let mut mask = pof2 / 2;
+    while mask > 0 {
+        let partner = newrank ^ mask;
+        let mid = (lo + hi) / 2;
+        let (keep, give) = if newrank & mask == 0 {
+            ((lo, mid), (mid, hi))
+        } else {
+            ((mid, hi), (lo, mid))
+        };
+        s.send(real(partner), span(give.0, give.1));
+        s.recv_reduce(real(partner), span(keep.0, keep.1), partner < newrank);
+        s.next_round();
+        (lo, hi) = keep;
+        mask >>= 1;
+    }
+    // Recursive doubling allgather: exchange windows with the sibling.
+    let mut mask = 1;
+    while mask < pof2 {
+        let partner = newrank ^ mask;
+        let w = hi - lo;
+        let theirs = if newrank & mask == 0 {
+            (hi, hi + w)
+        } else {
+            (lo - w, lo)
+        };
+        s.send(real(partner), span(lo, hi));
+        s.recv(real(partner), span(theirs.0, theirs.1));
+        s.next_round();
+        lo = lo.min(theirs.0);
+        hi = hi.max(theirs.1);
+        mask <<= 1;
+    }
+    if r < 2 * rem {
+        s.send(r - 1, all);
     }
     s.result = Some(acc);
     Ok(s)

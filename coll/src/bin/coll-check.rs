@@ -9,10 +9,14 @@
 //! * `bench`: latency of barrier, bcast, allreduce, reduce, allgather and
 //!   alltoall at 8 B, 1 KiB, 64 KiB and 1 MiB per rank (median of 5 runs of
 //!   a timed loop, rank 0 prints µs per call).
+//! * `pingpong`: the point-to-point floor under the collectives: ranks 0
+//!   and 1 bounce a message of each benchmark size through the same
+//!   transport calls the schedules use (median of 5 timed loops, rank 0
+//!   prints µs per round trip).
 
 use std::sync::Arc;
 use tmpi_coll::pml_adapter::PmlP2p;
-use tmpi_coll::selftest::{bench, check};
+use tmpi_coll::selftest::{bench, check, pingpong};
 use tmpi_coll::CollContext;
 use tmpi_pml::{InitOptions, Pml};
 
@@ -67,6 +71,7 @@ fn main() {
             }
         },
         "bench" => bench(&w),
+        "pingpong" => pingpong(&w),
         other => {
             eprintln!("unknown mode {other}");
             std::process::exit(2);

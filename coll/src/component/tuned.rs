@@ -52,7 +52,7 @@ pub const ALGORITHMS: &[(CollKind, &[&str])] = &[
     (CollKind::Reduce, &["linear", "binomial"]),
     (
         CollKind::Allreduce,
-        &["reduce_bcast", "recursive_doubling", "ring"],
+        &["reduce_bcast", "recursive_doubling", "ring", "rabenseifner"],
     ),
     (CollKind::Gather, &["linear", "binomial"]),
     (CollKind::Scatter, &["linear", "binomial"]),
@@ -221,7 +221,11 @@ impl TunedModule {
             CollKind::Allreduce => {
                 let count = n / c.dtype.size();
                 if c.commutative() && p > 2 && n >= K32 && count >= p {
-                    3
+                    if p.is_power_of_two() {
+                        4
+                    } else {
+                        3
+                    }
                 } else {
                     2
                 }
@@ -295,6 +299,7 @@ impl CollModule for TunedModule {
             (CollKind::Reduce, _) => reduce::reduce_binomial(c, pos),
             (CollKind::Allreduce, 1) => reduce::allreduce_reduce_bcast(c, pos),
             (CollKind::Allreduce, 3) => reduce::allreduce_ring(c, pos),
+            (CollKind::Allreduce, 4) => reduce::allreduce_rabenseifner(c, pos),
             (CollKind::Allreduce, _) => reduce::allreduce_recursive_doubling(c, pos),
             (CollKind::Gather, 1) => gather::gather_linear(c, pos),
             (CollKind::Gather, _) => gather::gather_binomial(c, pos),
