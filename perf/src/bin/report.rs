@@ -624,6 +624,84 @@ const SECTIONS: &[Section] = &[
     },
 ];
 
+/// Collectives as time ratios tmpi / Open MPI vs ranks, one line per operation and size; bars
+/// span tmpi's min / Open MPI's max to tmpi's max / Open MPI's min; a black line marks 1.0.
+fn coll_plot(
+    cfg: &Cfg,
+    data: &Data,
+    colls: &std::collections::BTreeSet<String>,
+    md: &mut String,
+) -> Result<(), ReportError> {
+    let mut named = vec![];
+    for s in colls {
+        let t = series(data, s, "tmpi");
+        let o = series(data, s, "ompi");
+        let pts: Series = t
+            .iter()
+            .filter_map(|p| {
+                let q = o.iter().find(|q| q.0 == p.0)?;
+                (q.1 > 0.0 && q.2 > 0.0 && q.3 > 0.0)
+                    .then(|| (p.0, p.1 / q.1, p.2 / q.3, p.3 / q.2))
+            })
+            .collect();
+        if !pts.is_empty() {
+            named.push((coll_name(&s[5..]), pts));
+        }
+    }
+    if named.is_empty() {
+        return Ok(());
+    }
+    let ranks: Vec<u64> = named.iter().flat_map(|n| n.1.iter().map(|p| p.0)).collect();
+    let (lo, hi) = (
+        ranks.iter().copied().min().unwrap_or(2),
+        ranks.iter().copied().max().unwrap_or(2),
+    );
+    let mut lines: Vec<Line<'_>> = named
+        .iter()
+        .enumerate()
+        .map(|(i, (name, pts))| Line {
+            name,
+            color: plot::MANY[i % plot::MANY.len()],
+            points: pts.clone(),
+        })
+        .collect();
+    lines.push(Line {
+        name: "1.0 = Open MPI (target: at or below)",
+        color: plotters::style::RGBColor(0, 0, 0),
+        points: vec![(lo, 1.0, 1.0, 1.0), (hi, 1.0, 1.0, 1.0)],
+    });
+    plot::plot(
+        &cfg.out.join("coll.png"),
+        &Labels {
+            title: "Collectives: time tmpi / Open MPI (below 1 = tmpi faster)",
+            x: "ranks (4 and 8 oversubscribe 2 cores)",
+            y: "time ratio tmpi / Open MPI",
+            x_binary: true,
+            legend_right: true,
+        },
+        &lines,
+    )?;
+    let _ = writeln!(
+        md,
+        "![Collectives: time ratio tmpi / Open MPI per operation and size vs ranks](coll.png)\n"
+    );
+    Ok(())
+}
+
+/// "bcast-1048576B" -> "bcast 1 MiB".
+fn coll_name(key: &str) -> String {
+    let Some((op, size)) = key.split_once('-') else {
+        return key.to_string();
+    };
+    let b: u64 = size.trim_end_matches('B').parse().unwrap_or(0);
+    let size = match b {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    };
+    format!("{op} {size}")
+}
+
 /// The legend name of a library key.
 fn lib_name(lib: &str) -> &str {
     match lib {
@@ -751,6 +829,7 @@ fn write_report(cfg: &Cfg, data: &Data, libs: &[&str], runs: &str) -> Result<(),
                 x: "queue depth (entries searched past)",
                 y: "ns per match",
                 x_binary: false,
+                legend_right: false,
             },
             &mlines,
         )?;
@@ -787,6 +866,7 @@ fn write_report(cfg: &Cfg, data: &Data, libs: &[&str], runs: &str) -> Result<(),
                 x: sec.x,
                 y: sec.y,
                 x_binary: !deepq,
+                legend_right: false,
             },
             &lines,
         )?;
@@ -803,6 +883,7 @@ fn write_report(cfg: &Cfg, data: &Data, libs: &[&str], runs: &str) -> Result<(),
             let _ = writeln!(md, "### {}\n", &s[5..]);
             table(&mut md, data, s, libs, true, ["ranks", "", "ompi"]);
         }
+        coll_plot(cfg, data, &colls, &mut md)?;
     }
     // Hand-written sections (the soft-NIC offload figures from the criterion/sync benches, the
     // target verdicts) live in DIR/notes.md and are appended, so a rerun keeps them.

@@ -31,6 +31,8 @@ pub struct Labels<'a> {
     pub y: &'a str,
     /// Tick values of x as binary sizes (1K = 1024) instead of decimal.
     pub x_binary: bool,
+    /// Leave room right of the data for the legend (plots with many lines).
+    pub legend_right: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +49,20 @@ pub const COLORS: [RGBColor; 4] = [
     RGBColor(210, 40, 40),
     RGBColor(30, 150, 60),
     RGBColor(230, 140, 0),
+];
+
+/// Colours for plots with many lines (the collectives' ratios).
+pub const MANY: [RGBColor; 10] = [
+    RGBColor(0, 90, 200),
+    RGBColor(210, 40, 40),
+    RGBColor(30, 150, 60),
+    RGBColor(230, 140, 0),
+    RGBColor(140, 60, 170),
+    RGBColor(0, 170, 190),
+    RGBColor(150, 100, 40),
+    RGBColor(230, 90, 170),
+    RGBColor(110, 110, 110),
+    RGBColor(170, 170, 0),
 ];
 
 const FONT: &str = "sans-serif";
@@ -104,7 +120,7 @@ pub fn plot(path: &Path, labels: &Labels<'_>, lines: &[Line<'_>]) -> Result<(), 
     let y0 = pts.iter().map(|p| p.2).fold(f64::MAX, f64::min);
     let y1 = pts.iter().map(|p| p.3).fold(f64::MIN, f64::max);
     // A little room either side on the log axes.
-    let xr = (x0 / 1.5)..(x1 * 1.5);
+    let xr = (x0 / 1.5)..(x1 * if labels.legend_right { 6.0 } else { 1.5 });
     let yr = (y0 / 1.6)..(y1 * 1.6);
     let err =
         |e: &dyn std::fmt::Display| PlotError::Draw(path.display().to_string(), e.to_string());
@@ -180,7 +196,11 @@ where
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(if labels.legend_right {
+            SeriesLabelPosition::UpperRight
+        } else {
+            SeriesLabelPosition::UpperLeft
+        })
         .label_font((FONT, 15))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
