@@ -28,6 +28,7 @@ fuzz_target!(|data: &[u8]| {
             Header::Ack(a) => (a.encode().to_vec(), &data[ACK_LEN..]),
             Header::Frag(f, d) => (f.encode().to_vec(), d),
             Header::Fin(f) => (f.encode().to_vec(), &data[FIN_LEN..]),
+            Header::Credit(c) => (c.encode().to_vec(), &data[CREDIT_LEN..]),
         };
         assert_within(data, tail);
         assert!(enc.len() <= data.len());

@@ -27,13 +27,13 @@
 //! otherwise accessed until the request completes"; this module only
 //! dereferences them through `crate::raw`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use tmpi_base::error::MpiErrorClass;
 
 use crate::comm::CommRecord;
 use crate::hdr::{
-    AckHdr, FinHdr, FragHdr, HdrError, Header, MatchHdr, RndvHdr, FLAG_REGION, FLAG_SYNC,
+    AckHdr, CreditHdr, FinHdr, FragHdr, HdrError, Header, MatchHdr, RndvHdr, FLAG_REGION, FLAG_SYNC,
 };
 use tmpi_tm_engine::split::{NicAction, NicEvent, NicTag, RecvInfo};
 
@@ -145,11 +145,34 @@ pub struct Stats {
     pub out_of_order: u64,
     /// Fragments dropped as malformed or unknown.
     pub dropped: u64,
+    /// Sends that waited for unexpected-message credit
+    /// (`pml_ob1_unexpected_limit`).
+    pub credit_waits: u64,
+    /// CREDIT fragments sent back to senders.
+    pub credits_sent: u64,
+    /// Credit requests sent (a sender found its peer's window full).
+    pub credit_requests: u64,
+}
+
+/// Fixed charge per MATCH/RNDV fragment against `pml_ob1_unexpected_limit`,
+/// on top of the payload bytes a MATCH carries: covers what an unexpected
+/// message costs the receiver besides its payload (queue entry, hash map
+/// slot, allocation; measured ~171 B for an eager and 333-430 B for a
+/// rendezvous message, docs/reliability.md).
+pub const CREDIT_OVERHEAD: usize = 512;
+
+/// Default of `pml_ob1_unexpected_limit` (bytes per sending peer).
+pub const DEFAULT_UNEXPECTED_LIMIT: usize = 4 << 20;
+
+/// The charge of a MATCH with `payload` bytes or (`None`) of a RNDV.
+fn charge_of(payload: Option<usize>) -> u64 {
+    (payload.unwrap_or(0) + CREDIT_OVERHEAD) as u64
 }
 
 #[derive(Debug)]
 enum Unexp {
     Eager {
+        peer: u32,
         data: Vec<u8>,
     },
     Rndv {
@@ -233,6 +256,26 @@ struct PeerState {
     recv_seq: Vec<u32>,
     /// Fragments ahead of their turn: (ctx, seq) -> bytes.
     ahead: HashMap<(u32, u32), Vec<u8>>,
+    /// Sender side: charge sent to this peer and not yet returned.
+    credit_out: u64,
+    /// Sender side: MATCH/RNDV sends waiting for credit, in order (with
+    /// their charge); while not empty every later one waits too.
+    blocked: VecDeque<(u64, Action)>,
+    /// Receiver side: charge of consumed messages not yet returned.
+    credit_owed: u64,
+    /// Sender side: a credit request is under way (answered by the next
+    /// CREDIT).
+    credit_asked: bool,
+    /// Receiver side: the peer waits for credit: return at the next
+    /// consumption, whatever the batch size.
+    credit_wanted: bool,
+}
+
+/// Whether a send of `charge` must wait with `out` outstanding under
+/// `limit`: it would pass the limit. With nothing outstanding a send always
+/// goes (a message whose charge alone exceeds the limit is not stuck).
+fn credit_full(out: u64, charge: u64, limit: u64) -> bool {
+    out > 0 && out + charge > limit
 }
 
 fn seq_slot(v: &mut Vec<u32>, ctx: u32) -> &mut u32 {
@@ -258,6 +301,9 @@ pub struct Core {
     bsend_cap: Option<usize>,
     bsend_used: usize,
     stats: Stats,
+    /// `pml_ob1_unexpected_limit` in bytes (0 = unbounded, no flow
+    /// control).
+    credit_limit: u64,
     /// The offload path is on (the matcher is a split matcher).
     tm: bool,
     /// Per world rank: reached through the tag-matching NIC.
@@ -315,6 +361,7 @@ impl Core {
             bsend_cap: None,
             bsend_used: 0,
             stats: Stats::default(),
+            credit_limit: DEFAULT_UNEXPECTED_LIMIT as u64,
             tm: false,
             tm_peers: Vec::new(),
             nic_bytes: HashMap::new(),
@@ -339,6 +386,156 @@ impl Core {
     pub fn set_tm_peers(&mut self, peers: Vec<bool>) {
         self.tm = self.matcher.as_split().is_some();
         self.tm_peers = peers;
+    }
+
+    /// Sets `pml_ob1_unexpected_limit`: the bytes (payload + a fixed
+    /// [`CREDIT_OVERHEAD`] per message) of MATCH/RNDV fragments this
+    /// process lets be outstanding at each peer until that peer consumed
+    /// them, and, as a receiver, the batch size (half of it) of the credit
+    /// it returns. 0 = unbounded. Must be the same on every rank; set before
+    /// any traffic.
+    pub fn set_unexpected_limit(&mut self, bytes: u64) {
+        self.credit_limit = bytes;
+        if bytes == 0 {
+            self.release_blocked_all();
+        }
+    }
+
+    /// The `pml_ob1_unexpected_limit` in force.
+    pub fn unexpected_limit(&self) -> u64 {
+        self.credit_limit
+    }
+
+    /// Sends waiting for credit, over all peers.
+    pub fn credit_blocked(&self) -> usize {
+        self.peers.iter().map(|p| p.blocked.len()).sum()
+    }
+
+    /// Hands every send waiting for credit to the driver regardless of the
+    /// limit (finalize, a dead peer, the limit turned off).
+    pub fn release_blocked_all(&mut self) {
+        for p in 0..self.peers.len() {
+            self.release_blocked(p as u32, true);
+        }
+    }
+
+    fn release_blocked(&mut self, peer: u32, force: bool) {
+        let lim = self.credit_limit;
+        let ps = &mut self.peers[peer as usize];
+        while let Some((c, _)) = ps.blocked.front() {
+            if !force && lim > 0 && credit_full(ps.credit_out, *c, lim) {
+                break;
+            }
+            let Some((c, a)) = ps.blocked.pop_front() else {
+                break;
+            };
+            ps.credit_out += c;
+            self.actions.push(a);
+        }
+    }
+
+    /// Sends a MATCH/RNDV action to `peer` under flow control: at once
+    /// while the credit allows, else queued behind earlier waiting sends.
+    fn push_charged(&mut self, peer: u32, charge: u64, a: Action) {
+        if self.credit_limit == 0 || peer == self.me {
+            self.actions.push(a);
+            return;
+        }
+        let lim = self.credit_limit;
+        let ps = &mut self.peers[peer as usize];
+        if ps.blocked.is_empty() && !credit_full(ps.credit_out, charge, lim) {
+            ps.credit_out += charge;
+            self.actions.push(a);
+        } else {
+            self.stats.credit_waits += 1;
+            ps.blocked.push_back((charge, a));
+            self.ask_credit(peer);
+        }
+    }
+
+    /// A send to `peer` waits for credit: ask the receiver to return what
+    /// it owes now instead of at its next batch (one request under way at
+    /// a time), so a sender whose peer consumed everything never waits.
+    fn ask_credit(&mut self, peer: u32) {
+        let ps = &mut self.peers[peer as usize];
+        if ps.credit_asked {
+            return;
+        }
+        ps.credit_asked = true;
+        self.stats.credit_requests += 1;
+        self.actions.push(Action::Send {
+            peer,
+            hdr: HdrBuf::from(
+                &CreditHdr {
+                    bytes: 0,
+                    request: true,
+                }
+                .encode(),
+            ),
+            data: RawBuf::empty(),
+            done: None,
+        });
+    }
+
+    fn return_credit(&mut self, peer: u32) {
+        let ps = &mut self.peers[peer as usize];
+        let bytes = std::mem::take(&mut ps.credit_owed);
+        ps.credit_wanted = false;
+        self.stats.credits_sent += 1;
+        self.actions.push(Action::Send {
+            peer,
+            hdr: HdrBuf::from(
+                &CreditHdr {
+                    bytes,
+                    request: false,
+                }
+                .encode(),
+            ),
+            data: RawBuf::empty(),
+            done: None,
+        });
+    }
+
+    /// The receiver consumed a message of `charge` from `peer` (matched on
+    /// arrival, taken from the unexpected queue, matched by the NIC, or
+    /// dropped): owes it back, returned in batches of half the limit.
+    fn consumed(&mut self, peer: u32, charge: u64) {
+        if self.credit_limit == 0 || peer == self.me {
+            return;
+        }
+        let Some(ps) = self.peers.get_mut(peer as usize) else {
+            return;
+        };
+        ps.credit_owed += charge;
+        if ps.credit_wanted || ps.credit_owed >= self.credit_limit / 2 {
+            self.return_credit(peer);
+        }
+    }
+
+    fn on_credit(&mut self, peer: u32, c: CreditHdr) {
+        if c.request {
+            let ps = &mut self.peers[peer as usize];
+            if ps.credit_owed > 0 {
+                self.return_credit(peer);
+            } else {
+                ps.credit_wanted = true;
+            }
+            return;
+        }
+        let ps = &mut self.peers[peer as usize];
+        ps.credit_asked = false;
+        if c.bytes > ps.credit_out {
+            self.stats.dropped += 1;
+            tracing::error!(target: "pml_ob1", peer, bytes = c.bytes, out = ps.credit_out,
+                "CREDIT returns more than was sent; clamped");
+        }
+        ps.credit_out = ps.credit_out.saturating_sub(c.bytes);
+        if !ps.blocked.is_empty() {
+            self.release_blocked(peer, false);
+            if !self.peers[peer as usize].blocked.is_empty() {
+                self.ask_credit(peer);
+            }
+        }
     }
 
     /// This process's world rank.
@@ -608,12 +805,13 @@ impl Core {
         self.bsend_used += bsend_bytes;
         if eager {
             self.stats.eager_sent += 1;
-            self.actions.push(Action::Send {
+            let a = Action::Send {
                 peer,
                 hdr: HdrBuf::from(&m.encode()),
                 data: buf,
                 done: Some(id),
-            });
+            };
+            self.push_charged(peer, charge_of(Some(buf.len())), a);
         } else {
             self.stats.rndv_sent += 1;
             // A typed (non-contiguous) buffer cannot be read remotely:
@@ -645,12 +843,13 @@ impl Core {
                     sync: mode == SendMode::Synchronous,
                 };
             }
-            self.actions.push(Action::Send {
+            let a = Action::Send {
                 peer,
                 hdr: HdrBuf::Heap(hdr),
                 data: RawBuf::empty(),
                 done: None,
-            });
+            };
+            self.push_charged(peer, charge_of(None), a);
         }
         if bsend_bytes > 0 {
             // The internal request (detached) owns the copy and completes on
@@ -721,6 +920,9 @@ impl Core {
             self.dead = vec![false; self.peers.len()];
         }
         self.dead[peer as usize] = true;
+        // Sends waiting for credit from a dead peer go to the BTL, which
+        // refuses them (the send fails), instead of waiting for ever.
+        self.release_blocked(peer, true);
         let mut n = 0;
         for idx in 0..self.slots.len() {
             let s = &self.slots[idx];
@@ -979,14 +1181,20 @@ impl Core {
 
     fn deliver_unexpected(&mut self, wire: &mut dyn Wire, id: ReqId, env: Envelope, msg: MsgId) {
         match self.unexp.remove(&msg) {
-            Some(Unexp::Eager { data, .. }) => self.deliver_eager(id, env, &data),
+            Some(Unexp::Eager { peer, data }) => {
+                self.consumed(peer, charge_of(Some(data.len())));
+                self.deliver_eager(id, env, &data)
+            }
             Some(Unexp::Rndv {
                 peer,
                 flags,
                 len,
                 sreq,
                 region,
-            }) => self.start_rndv(wire, id, env, peer, flags, len, sreq, region),
+            }) => {
+                self.consumed(peer, charge_of(None));
+                self.start_rndv(wire, id, env, peer, flags, len, sreq, region)
+            }
             None => {
                 tracing::error!(target: "pml_ob1", msg, "matched message has no stored data");
                 self.complete(
@@ -1227,6 +1435,10 @@ impl Core {
                 self.on_fin(wire, f);
                 Ok(())
             }
+            Header::Credit(c) => {
+                self.on_credit(peer, c);
+                Ok(())
+            }
         }
     }
 
@@ -1257,14 +1469,22 @@ impl Core {
         } else {
             self.matcher.arrive(env, msg)
         };
+        let charge = match &h {
+            Header::Match(_, data) => charge_of(Some(data.len())),
+            _ => charge_of(None),
+        };
         let arrived = match arrived {
             Ok(a) => a,
             Err(e) => {
                 self.stats.dropped += 1;
                 tracing::error!(target: "pml_ob1", peer, "message lost: {e}");
+                self.consumed(peer, charge);
                 return;
             }
         };
+        if arrived.is_some() {
+            self.consumed(peer, charge);
+        }
         match (arrived, h) {
             // Matched: deliver straight from the fragment, no copy kept.
             (Some(rid), Header::Match(_, data)) => self.deliver_eager(ReqId(rid), env, data),
@@ -1283,6 +1503,7 @@ impl Core {
                 self.unexp.insert(
                     msg,
                     Unexp::Eager {
+                        peer,
                         data: data.to_vec(),
                     },
                 );
@@ -1381,6 +1602,17 @@ impl Core {
                 });
             }
             TmInput::NicRndv { recv, id, envelope } => {
+                // A NIC rendezvous request matched at the NIC: its charge
+                // (a RNDV's) is consumed; the sender is the envelope's
+                // communicator rank.
+                let world = self
+                    .comms
+                    .get(envelope.context as usize)
+                    .and_then(|c| c.as_ref())
+                    .and_then(|c| c.world.get(envelope.source as usize).copied());
+                if let Some(w) = world {
+                    self.consumed(w, charge_of(None));
+                }
                 self.nic_rndv.insert(
                     recv,
                     NicRndvState {
@@ -1492,7 +1724,13 @@ impl Core {
                 ),
                 Late::ArrivalFailed(msg) => {
                     self.stats.dropped += 1;
-                    self.unexp.remove(&msg);
+                    match self.unexp.remove(&msg) {
+                        Some(Unexp::Eager { peer, data }) => {
+                            self.consumed(peer, charge_of(Some(data.len())))
+                        }
+                        Some(Unexp::Rndv { peer, .. }) => self.consumed(peer, charge_of(None)),
+                        None => {}
+                    }
                 }
             }
         }
@@ -1552,6 +1790,7 @@ impl Core {
         match self.nic_bytes.remove(&id.0) {
             Some(Ok((peer, bytes))) => match Header::parse(&bytes) {
                 Ok(Header::Match(m, data)) => {
+                    self.consumed(peer, charge_of(Some(data.len())));
                     let env = Envelope {
                         ctx: m.ctx,
                         src: m.src,
@@ -1560,6 +1799,7 @@ impl Core {
                     self.deliver_eager(id, env, data)
                 }
                 Ok(Header::Rndv(r)) => {
+                    self.consumed(peer, charge_of(None));
                     let env = Envelope {
                         ctx: r.m.ctx,
                         src: r.m.src,

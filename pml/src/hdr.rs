@@ -15,6 +15,7 @@
 //! | 3    | ACK   | sreq u64 @8, rreq u64 @16, want u64 @24                            | 32   |
 //! | 4    | FRAG  | rreq u64 @8, offset u64 @16, then data                             | 24   |
 //! | 5    | FIN   | sreq u64 @8, status i32 @16                                         | 20   |
+//! | 6    | CREDIT| pad u32 @4 (zero), bytes u64 @8; flag CREDIT_REQ                    | 16   |
 //!
 //! * MATCH is an eager message: match envelope + the whole payload.
 //! * RNDV (request to send) carries the envelope, the message length, the
@@ -24,6 +25,11 @@
 //!   sender then streams `want` bytes as FRAGs addressed to `rreq`.
 //! * FIN tells the sender its rendezvous is over (data pulled, or a
 //!   synchronous send matched); `status` is an MPI error class (0 = success).
+//! * CREDIT returns unexpected-message credit to a sender: `bytes` of the
+//!   charges of MATCH/RNDV fragments the receiver has consumed (flow
+//!   control of `pml_ob1_unexpected_limit`, docs/pml.md). With flag
+//!   [`FLAG_CREDIT_REQ`] (and `bytes` 0) it is a waiting sender's request
+//!   to return whatever is owed at once.
 
 use thiserror::Error;
 
@@ -37,11 +43,16 @@ pub const KIND_ACK: u8 = 3;
 pub const KIND_FRAG: u8 = 4;
 /// Kind byte of a rendezvous completion.
 pub const KIND_FIN: u8 = 5;
+/// Kind byte of an unexpected-message credit return.
+pub const KIND_CREDIT: u8 = 6;
 
 /// RNDV flag: the sender asked for a synchronous send (MPI_Ssend).
 pub const FLAG_SYNC: u8 = 0x01;
 /// RNDV flag: a registered region follows; the receiver may pull with get.
 pub const FLAG_REGION: u8 = 0x02;
+
+/// CREDIT flag: a request for credit (the sender waits), not a return.
+pub const FLAG_CREDIT_REQ: u8 = 0x01;
 
 /// Size of an encoded [`MatchHdr`].
 pub const MATCH_LEN: usize = 20;
@@ -53,6 +64,8 @@ pub const ACK_LEN: usize = 32;
 pub const FRAG_LEN: usize = 24;
 /// Size of an encoded [`FinHdr`].
 pub const FIN_LEN: usize = 20;
+/// Size of an encoded [`CreditHdr`].
+pub const CREDIT_LEN: usize = 16;
 /// Largest region description accepted (BTL registration handles are small).
 pub const MAX_REGION_LEN: usize = 256;
 
@@ -139,6 +152,15 @@ pub struct FinHdr {
     pub status: i32,
 }
 
+/// Credit returned by a receiver (flow control of unexpected messages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreditHdr {
+    /// Sum of the charges of consumed MATCH/RNDV fragments being returned.
+    pub bytes: u64,
+    /// [`FLAG_CREDIT_REQ`]: a sender asks for its credit (`bytes` is 0).
+    pub request: bool,
+}
+
 /// A parsed fragment: header plus the bytes that follow it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Header<'a> {
@@ -152,6 +174,8 @@ pub enum Header<'a> {
     Frag(FragHdr, &'a [u8]),
     /// Rendezvous end.
     Fin(FinHdr),
+    /// Credit return.
+    Credit(CreditHdr),
 }
 
 fn u32_at(b: &[u8], o: usize) -> u32 {
@@ -288,6 +312,25 @@ impl<'a> Header<'a> {
                     status: i32_at(b, 16),
                 }))
             }
+            KIND_CREDIT => {
+                need("CREDIT", b, CREDIT_LEN)?;
+                unused_zero("CREDIT", flags & !FLAG_CREDIT_REQ, &b[4..8])?;
+                let bytes = u64_at(b, 8);
+                let request = flags & FLAG_CREDIT_REQ != 0;
+                if request && bytes != 0 {
+                    return Err(HdrError::Invalid {
+                        kind: "CREDIT",
+                        what: "request carries bytes",
+                    });
+                }
+                if b.len() != CREDIT_LEN {
+                    return Err(HdrError::Invalid {
+                        kind: "CREDIT",
+                        what: "trailing bytes",
+                    });
+                }
+                Ok(Header::Credit(CreditHdr { bytes, request }))
+            }
             k => Err(HdrError::UnknownKind(k)),
         }
     }
@@ -380,6 +423,17 @@ impl FinHdr {
     }
 }
 
+impl CreditHdr {
+    /// Encodes the credit return.
+    pub fn encode(&self) -> [u8; CREDIT_LEN] {
+        let mut o = [0u8; CREDIT_LEN];
+        let flags = if self.request { FLAG_CREDIT_REQ } else { 0 };
+        prefix(&mut o, KIND_CREDIT, flags);
+        o[8..16].copy_from_slice(&self.bytes.to_le_bytes());
+        o
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -422,6 +476,26 @@ mod tests {
             status: 14,
         };
         assert_eq!(Header::parse(&fin.encode()).unwrap(), Header::Fin(fin));
+        let c = CreditHdr {
+            bytes: 1 << 35,
+            request: false,
+        };
+        assert_eq!(Header::parse(&c.encode()).unwrap(), Header::Credit(c));
+        let q = CreditHdr {
+            bytes: 0,
+            request: true,
+        };
+        assert_eq!(Header::parse(&q.encode()).unwrap(), Header::Credit(q));
+        // A request with bytes, or trailing bytes, is not a CREDIT.
+        let mut bad = q.encode();
+        bad[8] = 1;
+        assert!(matches!(Header::parse(&bad), Err(HdrError::Invalid { .. })));
+        let mut long = c.encode().to_vec();
+        long.push(0);
+        assert!(matches!(
+            Header::parse(&long),
+            Err(HdrError::Invalid { .. })
+        ));
     }
 
     #[test]
@@ -475,6 +549,12 @@ mod tests {
             .to_vec(),
             FragHdr { rreq: 1, offset: 2 }.encode().to_vec(),
             FinHdr { sreq: 1, status: 0 }.encode().to_vec(),
+            CreditHdr {
+                bytes: 7,
+                request: false,
+            }
+            .encode()
+            .to_vec(),
         ] {
             assert!(Header::parse(&h).is_ok());
             h[5] = 1;

@@ -48,6 +48,9 @@ pub struct PmlParams {
     pub yield_when_idle: bool,
     /// `pml_tm_thresh`: smallest receive offloaded to a tag-matching NIC.
     pub tm_thresh: u64,
+    /// `pml_ob1_unexpected_limit`: bytes of eager data + per-message
+    /// overhead a sender may have unconsumed at one peer (0 = unbounded).
+    pub unexpected_limit: u64,
 }
 
 /// Registers (idempotently) and reads the pml's parameters.
@@ -82,6 +85,20 @@ pub fn params(reg: &mca::Registry) -> Result<PmlParams, PmlError> {
             1024,
         )
         .map_err(tmpi_base::error::Error::from)?;
+    let unexpected_limit = reg
+        .register_size(
+            ParamSpec::new("pml", "ob1", "unexpected_limit")
+                .help(
+                    "Per-peer bound on the memory a receiver spends on unexpected messages from \
+                     one sender: payload bytes of eager messages + 512 B per message (eager or \
+                     rendezvous) not yet matched; a sender at the bound waits (its sends stay \
+                     incomplete) until the receiver receives. 0 = unbounded (Open MPI's \
+                     behaviour). Must be the same on every rank",
+                )
+                .level(Level::TunerBasic),
+            crate::core::DEFAULT_UNEXPECTED_LIMIT as u64,
+        )
+        .map_err(tmpi_base::error::Error::from)?;
     reg.register_verbose("pml", "ob1")
         .map_err(tmpi_base::error::Error::from)?;
     let yield_when_idle = mca::yield_when_idle(reg).map_err(tmpi_base::error::Error::from)?;
@@ -90,6 +107,7 @@ pub fn params(reg: &mca::Registry) -> Result<PmlParams, PmlError> {
         stats: stats.value(),
         yield_when_idle,
         tm_thresh: tm_thresh.value(),
+        unexpected_limit: unexpected_limit.value(),
     })
 }
 
@@ -120,6 +138,7 @@ pub(crate) fn start(opts: InitOptions) -> Result<Started, PmlError> {
         }
         None => Core::new(info.rank, info.size, Box::new(EngineMatcher::new())),
     };
+    core.set_unexpected_limit(p.unexpected_limit);
     core.add_comm(CommRecord::world(info.rank, info.size))?;
     core.add_comm(CommRecord::self_comm(info.rank))?;
     tracing::debug!(target: "pml_ob1", rank = info.rank, size = info.size, "pml ready");

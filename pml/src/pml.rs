@@ -528,6 +528,20 @@ impl Pml {
         }
     }
 
+    /// Sets `pml_ob1_unexpected_limit` (bytes per peer, 0 = unbounded; see
+    /// `Core::set_unexpected_limit`). For a pml built with
+    /// [`Pml::with_transport`] (tests); [`Pml::init`] reads the parameter.
+    pub fn set_unexpected_limit(&self, bytes: u64) {
+        let mut g = self.lock();
+        g.core.set_unexpected_limit(bytes);
+        g.flush();
+    }
+
+    /// Whether request `id` completed, without releasing it (no progress).
+    pub fn is_done(&self, id: ReqId) -> Result<bool, PmlError> {
+        self.lock().core.is_done(id)
+    }
+
     /// Polls the BTLs once.
     pub fn progress(&self) -> usize {
         self.lock().progress()
@@ -829,6 +843,10 @@ impl Pml {
     /// PMI. Called by drop if not called explicitly.
     pub fn finalize(&self) -> Result<(), PmlError> {
         let rt = self.rt.lock().unwrap_or_else(|p| p.into_inner()).take();
+        // Sends still waiting for unexpected-message credit go now: the
+        // peers keep progressing until the finalize fence, as before flow
+        // control (docs/pml.md).
+        self.lock().core.release_blocked_all();
         // Drain actions we still owe (FINs, ACKs, queued eager data).
         loop {
             let mut g = self.lock();

@@ -371,3 +371,146 @@ fn any_some_all_forms() {
     assert!(j[1].waitsome(&mut ids).unwrap().is_empty());
     assert_eq!(j[1].live_requests(), 0);
 }
+
+/// Drives both pmls (one thread, deterministic) until `done` holds.
+fn drive(j: &[Arc<Pml>], mut done: impl FnMut() -> bool) {
+    for _ in 0..1_000_000 {
+        if done() {
+            return;
+        }
+        for p in j {
+            p.progress();
+        }
+    }
+    panic!("no progress");
+}
+
+/// The message `i` of the flow-control stream: mostly 8-byte eager, every
+/// 100th (50, 150, ..) a 10 000-byte rendezvous, every 100th (99, ..) an
+/// 8-byte synchronous send; tag `i % 3`.
+fn flow_msg(i: usize) -> (Vec<u8>, SendMode) {
+    let len = if i % 100 == 50 { 10_000 } else { 8 };
+    let mode = if i % 100 == 99 {
+        SendMode::Synchronous
+    } else {
+        SendMode::Standard
+    };
+    (pattern(len, i as u8), mode)
+}
+
+/// `pml_ob1_unexpected_limit`: rank 0 starts 1000 sends to rank 1, which
+/// receives nothing; rank 1 holds at most `limit` bytes of charge (payload
+/// plus 512 B per message) of unexpected messages, rank 0's later sends
+/// stay incomplete; then probe, mprobe, cancel and wildcard receives take every
+/// message in order and every send completes. Limit 0: all 1000 arrive.
+fn flow_control(limit: u64, cfg: LoopbackConfig) {
+    const N: usize = 1000;
+    let j = job(2, cfg);
+    for p in &j {
+        p.set_unexpected_limit(limit);
+    }
+    let msgs: Vec<(Vec<u8>, SendMode)> = (0..N).map(flow_msg).collect();
+    let sends: Vec<_> = msgs
+        .iter()
+        .enumerate()
+        // SAFETY: `msgs` outlives every request (all waited for below).
+        .map(|(i, (d, m))| {
+            unsafe { j[0].isend(CTX_WORLD, 1, (i % 3) as i32, RawBuf::from_slice(d), *m) }.unwrap()
+        })
+        .collect();
+    for _ in 0..300 {
+        j[0].progress();
+        j[1].progress();
+    }
+    let unexp = j[1].stats().unexpected as usize;
+    let charge: usize = msgs[..unexp]
+        .iter()
+        .map(|(d, m)| {
+            512 + if *m == SendMode::Standard && d.len() <= 4096 {
+                d.len()
+            } else {
+                0
+            }
+        })
+        .sum();
+    if limit == 0 {
+        assert_eq!(unexp, N, "unbounded: every message arrives unexpected");
+        assert_eq!(j[0].stats().credit_waits, 0);
+    } else {
+        assert!(unexp > 0, "nothing arrived");
+        assert!(
+            charge as u64 <= limit,
+            "{unexp} unexpected messages, charge {charge} > limit {limit}"
+        );
+        assert!(j[0].stats().credit_waits > 0, "no send waited");
+        let done = sends.iter().filter(|&&s| j[0].is_done(s).unwrap()).count();
+        assert!(done < N, "every send completed without a receive");
+    }
+    // Probe, matched probe, a cancelled receive, then wildcard receives.
+    let st = j[1]
+        .iprobe(CTX_WORLD, ANY_SOURCE, ANY_TAG)
+        .unwrap()
+        .unwrap();
+    assert_eq!((st.source, st.tag, st.count), (0, 0, 8));
+    let (m, st) = j[1].improbe(CTX_WORLD, 0, 0).unwrap().unwrap();
+    assert_eq!(st.count, 8);
+    let mut first = [0u8; 8];
+    // SAFETY: `first` outlives the request (waited for at once).
+    let r = unsafe { j[1].imrecv(m, RawBufMut::from_slice(&mut first)) }.unwrap();
+    drive(&j, || j[1].is_done(r).unwrap());
+    assert_eq!(j[1].test(r).unwrap().unwrap().count, 8);
+    assert_eq!(first.to_vec(), msgs[0].0);
+    let mut never = [0u8; 8];
+    // SAFETY: `never` outlives the request (cancelled and tested below).
+    let c = unsafe { j[1].irecv(CTX_WORLD, 0, 77, RawBufMut::from_slice(&mut never)) }.unwrap();
+    assert!(j[1].cancel(c).unwrap());
+    assert!(j[1].test(c).unwrap().unwrap().cancelled);
+    let mut buf = vec![0u8; 10_000];
+    for (i, (d, _)) in msgs.iter().enumerate().skip(1) {
+        // SAFETY: `buf` outlives the request (completed in the loop).
+        let r = unsafe {
+            j[1].irecv(
+                CTX_WORLD,
+                ANY_SOURCE,
+                ANY_TAG,
+                RawBufMut::from_slice(&mut buf),
+            )
+        }
+        .unwrap();
+        let mut st = None;
+        drive(&j, || {
+            st = j[1].test(r).unwrap();
+            st.is_some()
+        });
+        let st = st.unwrap();
+        assert_eq!((st.tag, st.count), ((i % 3) as i32, d.len()), "message {i}");
+        assert_eq!(&buf[..d.len()], &d[..], "message {i}");
+    }
+    for s in sends {
+        drive(&j, || j[0].is_done(s).unwrap());
+        assert_eq!(j[0].test(s).unwrap().unwrap().error, MpiErrorClass::Success);
+    }
+    drive(&j, || {
+        j[1].live_requests() == 0 && j[0].live_requests() == 0
+    });
+}
+
+#[test]
+fn unexpected_limit_throttles_the_sender() {
+    flow_control(16 * 1024, LoopbackConfig::default());
+}
+
+#[test]
+fn unexpected_limit_with_busy_and_swapped_transport() {
+    let cfg = LoopbackConfig {
+        busy_every: 3,
+        swap_pairs: true,
+        ..LoopbackConfig::default()
+    };
+    flow_control(8 * 1024, cfg);
+}
+
+#[test]
+fn unexpected_limit_zero_is_unbounded() {
+    flow_control(0, LoopbackConfig::default());
+}

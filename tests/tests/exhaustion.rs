@@ -1,9 +1,10 @@
 //! Resource exhaustion across real processes under `tmpirun`: an eager
-//! (and rendezvous) flood into a rank that does not receive, with its peak
-//! RSS checked against the bound of `docs/reliability.md`; 100 000
-//! outstanding requests; more receives than the soft NIC's tag list holds.
-//! The first two are `fault-check` runs (`src/bin/fault-check.rs`), the
-//! last a `p2p-check` run.
+//! (and rendezvous) flood into a rank that does not receive, bounded by
+//! `pml_ob1_unexpected_limit` (held messages and peak RSS checked against
+//! the bound of `docs/reliability.md`); 100 000 outstanding requests; more
+//! receives than the soft NIC's tag list holds. The floods are
+//! `flood-check` runs (`src/bin/flood-check.rs`), the outstanding requests
+//! a `fault-check` run, the last a `p2p-check` run.
 
 use tmpi_tests::{assert_ok, run, serial};
 
@@ -11,19 +12,56 @@ const PROG: &str = env!("CARGO_BIN_EXE_fault-check");
 /// Yield when idle: the tests run 2 busy ranks on 2 cores.
 const BASE: [(&str, &str); 2] = [("btl", "self,sm"), ("mpi_yield_when_idle", "1")];
 
-/// Rank 0 floods rank 1 (which only waits for a final message) with
-/// 2000 unexpected 64 KiB rendezvous messages, then 200 000 unexpected
-/// 8-byte eager ones; rank 1 checks its peak RSS growth against the bounds
-/// of docs/reliability.md, then receives and checks everything in order.
+const FLOOD: &str = env!("CARGO_BIN_EXE_flood-check");
+
+/// Runs `flood-check RNDV EAGER8 EAGER4K LIMIT` over `self,sm` with `mca`
+/// added, checks its OK line and prints its figures.
+fn flood(mca: &[(&str, &str)], counts: [&str; 3], limit: u64) {
+    let mut m = BASE.to_vec();
+    m.extend_from_slice(mca);
+    let l = limit.to_string();
+    let out = run(2, 240, &m, FLOOD, &[counts[0], counts[1], counts[2], &l]);
+    assert_ok(&out, "flood-check: OK");
+    let so = String::from_utf8_lossy(&out.stdout);
+    for l in so.lines().filter(|l| l.contains("phase")) {
+        eprintln!("exhaustion: {l}");
+    }
+}
+
+/// Rank 0 floods rank 1, which posts no receive, with 500 unexpected
+/// 64 KiB rendezvous messages, then 200 000 unexpected 8-byte and 10 000
+/// 4 KiB eager messages, as non-blocking sends outstanding at once
+/// (`flood-check`). Under the default `pml_ob1_unexpected_limit` (4 MiB)
+/// rank 1 holds at most 4 MiB of charge (payload + 512 B per message),
+/// the END message after each eager flood is held back, rank 0's sends
+/// waited for credit, and rank 1's peak RSS growth stays under 4 MiB +
+/// 8 MiB (the unbounded pml grew it by ~34 MB for the 8-byte flood and
+/// ~43 MB for the 4 KiB one); then every message is received in order and
+/// checked, and every send completes.
 #[test]
 fn eager_flood_into_a_rank_that_does_not_receive() {
     let _g = serial();
-    let out = run(2, 240, &BASE, PROG, &["flood", "200000"]);
-    assert_ok(&out, "fault-check flood: OK");
-    let so = String::from_utf8_lossy(&out.stdout);
-    for l in so.lines().filter(|l| l.contains("flood")) {
-        eprintln!("faults: {l}");
-    }
+    flood(&[], ["500", "200000", "10000"], 4 << 20);
+}
+
+/// The bound is a parameter: `pml_ob1_unexpected_limit=64K` holds at most
+/// 64 KiB of charge (126 8-byte or 14 4 KiB messages) at rank 1, RSS
+/// growth under 64 KiB + 8 MiB; `0` restores the unbounded behaviour:
+/// every message of each flood arrives and is held unexpected at once,
+/// and no send waits.
+#[test]
+fn unexpected_limit_is_a_parameter_and_zero_is_unbounded() {
+    let _g = serial();
+    flood(
+        &[("pml_ob1_unexpected_limit", "64K")],
+        ["300", "20000", "2000"],
+        64 << 10,
+    );
+    flood(
+        &[("pml_ob1_unexpected_limit", "0")],
+        ["300", "20000", "2000"],
+        0,
+    );
 }
 
 /// 100 000 receives posted at once, matched by 100 000 non-blocking sends

@@ -13,10 +13,6 @@
 //!   (unlinked only once every peer attached). The test kills rank 0.
 //! * `nofinalize`: rank 1 returns from `main` without finalizing while
 //!   every other rank is blocked in a receive from it.
-//! * `flood N`: rank 0 floods rank 1, which only waits for a final
-//!   message, with N 8-byte eager messages (then, first, 2000 64 KiB
-//!   rendezvous messages); rank 1 measures its peak RSS growth and checks
-//!   it against the bounds of `docs/reliability.md`.
 //! * `outstanding N`: N receives posted at once, matched by N non-blocking
 //!   sends outstanding at once; every payload checked.
 
@@ -44,16 +40,6 @@ fn say(line: &str) {
     let mut o = std::io::stdout().lock();
     let _ = writeln!(o, "{line}");
     let _ = o.flush();
-}
-
-/// A field of `/proc/self/status` in bytes (`VmHWM`, `VmRSS`).
-fn status_bytes(field: &str) -> Result<u64, String> {
-    let s = std::fs::read_to_string("/proc/self/status").map_err(|x| x.to_string())?;
-    s.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .ok_or_else(|| format!("no {field} in /proc/self/status"))
 }
 
 /// Ring traffic until killed: eager (8 B) and rendezvous (100 KB)
@@ -110,98 +96,6 @@ fn nofinalize_peer(w: &Comm) -> R {
         )),
     }
     Ok(())
-}
-
-/// Rank 0 floods rank 1 with `n` eager messages (after 2000 rendezvous
-/// ones); rank 1 receives nothing until the final message arrived.
-fn flood(mpi: &tmpi::Mpi, w: &Comm, n: usize) -> R {
-    const RNDV_N: usize = 2000;
-    const RNDV_LEN: usize = 64 * 1024;
-    const TAG_EAGER: i32 = 1;
-    const TAG_RNDV: i32 = 2;
-    const TAG_END: i32 = 3;
-    ensure!(w.size() >= 2, "needs 2 ranks");
-    match w.rank() {
-        0 => {
-            // Rendezvous flood: the sends stay outstanding until matched.
-            let big: Vec<Vec<u8>> = (0..RNDV_N)
-                .map(|i| vec![(i % 251) as u8; RNDV_LEN])
-                .collect();
-            tmpi::scope(|s| -> Result<(), Error> {
-                let reqs = big
-                    .iter()
-                    .map(|b| w.isend(s, b.as_slice(), 1, TAG_RNDV))
-                    .collect::<Result<Vec<_>, _>>()?;
-                w.send(&[0u64], 1, TAG_END)?;
-                Request::wait_all(reqs)?;
-                Ok(())
-            })
-            .map_err(e)?;
-            let t0 = Instant::now();
-            for i in 0..n as u64 {
-                w.send(&[i], 1, TAG_EAGER).map_err(e)?;
-            }
-            w.send(&[n as u64], 1, TAG_END).map_err(e)?;
-            say(&format!(
-                "fault-check: flood sent {n} eager messages in {:.3} s",
-                t0.elapsed().as_secs_f64()
-            ));
-        }
-        1 => {
-            let base = status_bytes("VmHWM")?;
-            let mut end = [0u64];
-            w.recv(&mut end, 0, TAG_END).map_err(e)?;
-            let after_rndv = status_bytes("VmHWM")?;
-            let unexp_rndv = mpi.stats().unexpected;
-            let mut buf = vec![0u8; RNDV_LEN];
-            for i in 0..RNDV_N {
-                w.recv(&mut buf, 0, TAG_RNDV).map_err(e)?;
-                ensure!(
-                    buf.iter().all(|&b| b == (i % 251) as u8),
-                    "rendezvous message {i} corrupt"
-                );
-            }
-            w.recv(&mut end, 0, TAG_END).map_err(e)?;
-            ensure!(end[0] == n as u64, "end marker {}", end[0]);
-            let after_eager = status_bytes("VmHWM")?;
-            let unexp_all = mpi.stats().unexpected;
-            let mut v = [0u64];
-            for i in 0..n as u64 {
-                w.recv(&mut v, 0, TAG_EAGER).map_err(e)?;
-                ensure!(v[0] == i, "eager message {i} arrived as {}", v[0]);
-            }
-            let rndv_growth = after_rndv.saturating_sub(base);
-            let eager_growth = after_eager.saturating_sub(base);
-            say(&format!(
-                "fault-check: flood rank 1 VmHWM base {base} B; after {RNDV_N} unexpected \
-                 {RNDV_LEN} B rendezvous messages +{rndv_growth} B ({} B/msg, {} of them \
-                 unexpected); after {n} unexpected 8 B eager messages +{eager_growth} B \
-                 ({} B/msg, {} unexpected)",
-                rndv_growth / RNDV_N as u64,
-                unexp_rndv,
-                eager_growth / n.max(1) as u64,
-                unexp_all - unexp_rndv
-            ));
-            // The bounds of docs/reliability.md: a rendezvous message is
-            // held as its header (never its payload), an eager one as its
-            // payload plus bookkeeping; 32 MiB for allocator and matching
-            // tables' growth slack.
-            const SLACK: u64 = 32 << 20;
-            const PER_RNDV: u64 = 2048;
-            const PER_EAGER: u64 = 512;
-            ensure!(
-                rndv_growth <= SLACK + PER_RNDV * RNDV_N as u64,
-                "rendezvous flood grew rank 1 by {rndv_growth} B (payload total {} B)",
-                RNDV_N * RNDV_LEN
-            );
-            ensure!(
-                eager_growth <= SLACK + PER_EAGER * n as u64,
-                "eager flood grew rank 1 by {eager_growth} B for {n} messages"
-            );
-        }
-        _ => {}
-    }
-    w.barrier().map_err(e)
 }
 
 /// `n` receives posted at once, then `n` sends outstanding at once.
@@ -302,7 +196,6 @@ fn main() -> ExitCode {
             }
             nofinalize_peer(&w)
         }
-        "flood" => flood(&mpi, &w, num.unwrap_or(200_000)),
         "outstanding" => outstanding(&w, num.unwrap_or(100_000)),
         _ => Err(format!("unknown case {case:?}")),
     };
