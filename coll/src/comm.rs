@@ -312,6 +312,22 @@ impl CollRequest {
     }
 }
 
+/// A result buffer given back to [`crate::pool`] when dropped.
+struct Pooled(Vec<u8>);
+
+impl std::ops::Deref for Pooled {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        crate::pool::give(std::mem::take(&mut self.0));
+    }
+}
+
 fn root_ok(root: u32, size: u32) -> Result<()> {
     if root >= size {
         return Err(CollError::Root {
@@ -752,6 +768,12 @@ impl Comm {
         })
     }
 
+    /// [`Comm::run`] for the blocking calls, whose result is copied out and
+    /// dropped: the buffer goes back to [`crate::pool`] afterwards.
+    fn run_pooled(&self, call: Call) -> Result<Pooled> {
+        self.run(call).map(Pooled)
+    }
+
     /// Runs `call` to completion and returns its result buffer.
     pub fn run(&self, call: Call) -> Result<Vec<u8>> {
         let req = self.start_inner(&call)?;
@@ -810,9 +832,13 @@ impl Comm {
     /// root's is reported as `MPI_ERR_TRUNCATE` where detected.
     pub fn bcast(&self, buf: &mut [u8], root: u32) -> Result<()> {
         let is_root = self.rank() == root;
-        let data = if is_root { buf.to_vec() } else { Vec::new() };
+        let data = if is_root {
+            crate::pool::copy_of(buf)
+        } else {
+            Vec::new()
+        };
         let c = self.call_bcast(data, buf.len(), root)?;
-        let out = self.run(c)?;
+        let out = self.run_pooled(c)?;
         if !is_root {
             buf.copy_from_slice(&out);
         }
@@ -834,10 +860,10 @@ impl Comm {
         let data = match (send, &recv) {
             (Input::Buf(s), Some(r)) if is_root => {
                 same_len("reduce", s.len(), r.len())?;
-                s.to_vec()
+                crate::pool::copy_of(s)
             }
-            (Input::Buf(s), _) if !is_root => s.to_vec(),
-            (Input::InPlace, Some(r)) if is_root => r.to_vec(),
+            (Input::Buf(s), _) if !is_root => crate::pool::copy_of(s),
+            (Input::InPlace, Some(r)) if is_root => crate::pool::copy_of(r),
             (Input::InPlace, _) if !is_root => {
                 return Err(CollError::Arg(
                     "MPI_IN_PLACE in reduce is for the root only".into(),
@@ -850,7 +876,7 @@ impl Comm {
             }
         };
         let c = self.call_reduction(CollKind::Reduce, data, dtype, op, root)?;
-        let out = self.run(c)?;
+        let out = self.run_pooled(c)?;
         if let (true, Some(r)) = (is_root, recv) {
             r.copy_from_slice(&out);
         }
@@ -868,12 +894,12 @@ impl Comm {
         let data = match send {
             Input::Buf(s) => {
                 same_len("allreduce", s.len(), recv.len())?;
-                s.to_vec()
+                crate::pool::copy_of(s)
             }
-            Input::InPlace => recv.to_vec(),
+            Input::InPlace => crate::pool::copy_of(recv),
         };
         let c = self.call_reduction(CollKind::Allreduce, data, dtype, op, 0)?;
-        let out = self.run(c)?;
+        let out = self.run_pooled(c)?;
         recv.copy_from_slice(&out);
         Ok(())
     }
@@ -889,7 +915,7 @@ impl Comm {
                     "MPI_IN_PLACE in gather is for the root only".into(),
                 ));
             };
-            let c = self.call_block(CollKind::Gather, s.to_vec(), s.len(), root);
+            let c = self.call_block(CollKind::Gather, crate::pool::copy_of(s), s.len(), root);
             return self.run(c).map(drop);
         }
         let r = recv
@@ -904,11 +930,11 @@ impl Comm {
         let data = match send {
             Input::Buf(s) => {
                 same_len("gather (per block)", s.len(), b)?;
-                s.to_vec()
+                crate::pool::copy_of(s)
             }
-            Input::InPlace => r[root as usize * b..(root as usize + 1) * b].to_vec(),
+            Input::InPlace => crate::pool::copy_of(&r[root as usize * b..(root as usize + 1) * b]),
         };
-        let out = self.run(self.call_block(CollKind::Gather, data, b, root))?;
+        let out = self.run_pooled(self.call_block(CollKind::Gather, data, b, root))?;
         r.copy_from_slice(&out);
         Ok(())
     }
@@ -928,7 +954,7 @@ impl Comm {
                     "MPI_IN_PLACE in gatherv is for the root only".into(),
                 ));
             };
-            let c = self.call_block(CollKind::Gatherv, s.to_vec(), 0, root);
+            let c = self.call_block(CollKind::Gatherv, crate::pool::copy_of(s), 0, root);
             return self.run(c).map(drop);
         }
         let (r, counts, displs) = recv
@@ -936,14 +962,14 @@ impl Comm {
         check_v("gatherv", counts, displs, self.size(), r.len())?;
         let me = root as usize;
         let data = match send {
-            Input::Buf(s) => s.to_vec(),
+            Input::Buf(s) => crate::pool::copy_of(s),
             Input::InPlace => r[displs[me]..displs[me] + counts[me]].to_vec(),
         };
         let mut c = self.call_block(CollKind::Gatherv, data, 0, root);
         c.counts = counts.to_vec();
         c.displs = displs.to_vec();
         c.recv_len = r.len();
-        let out = self.run(c)?;
+        let out = self.run_pooled(c)?;
         copy_regions(r, &out, counts, displs);
         Ok(())
     }
@@ -956,7 +982,8 @@ impl Comm {
         if self.rank() != root {
             let r =
                 recv.ok_or_else(|| CollError::Buffer("scatter: receive buffer missing".into()))?;
-            let out = self.run(self.call_block(CollKind::Scatter, Vec::new(), r.len(), root))?;
+            let out =
+                self.run_pooled(self.call_block(CollKind::Scatter, Vec::new(), r.len(), root))?;
             r.copy_from_slice(&out);
             return Ok(());
         }
@@ -972,7 +999,8 @@ impl Comm {
         if let Some(r) = &recv {
             same_len("scatter (per block)", b, r.len())?;
         }
-        let out = self.run(self.call_block(CollKind::Scatter, s.to_vec(), b, root))?;
+        let out =
+            self.run_pooled(self.call_block(CollKind::Scatter, crate::pool::copy_of(s), b, root))?;
         if let Some(r) = recv {
             r.copy_from_slice(&out);
         }
@@ -991,7 +1019,8 @@ impl Comm {
         if self.rank() != root {
             let r =
                 recv.ok_or_else(|| CollError::Buffer("scatterv: receive buffer missing".into()))?;
-            let out = self.run(self.call_block(CollKind::Scatterv, Vec::new(), r.len(), root))?;
+            let out =
+                self.run_pooled(self.call_block(CollKind::Scatterv, Vec::new(), r.len(), root))?;
             r.copy_from_slice(&out);
             return Ok(());
         }
@@ -999,13 +1028,18 @@ impl Comm {
             send.ok_or_else(|| CollError::Buffer("scatterv: the root needs a send buffer".into()))?;
         check_v("scatterv", counts, displs, self.size(), s.len())?;
         let me = root as usize;
-        let mut c = self.call_block(CollKind::Scatterv, s.to_vec(), counts[me], root);
+        let mut c = self.call_block(
+            CollKind::Scatterv,
+            crate::pool::copy_of(s),
+            counts[me],
+            root,
+        );
         if let Some(r) = &recv {
             same_len("scatterv (root's block)", counts[me], r.len())?;
         }
         c.scounts = counts.to_vec();
         c.sdispls = displs.to_vec();
-        let out = self.run(c)?;
+        let out = self.run_pooled(c)?;
         if let Some(r) = recv {
             r.copy_from_slice(&out);
         }
@@ -1027,11 +1061,11 @@ impl Comm {
         let data = match send {
             Input::Buf(s) => {
                 same_len("allgather (per block)", s.len(), b)?;
-                s.to_vec()
+                crate::pool::copy_of(s)
             }
-            Input::InPlace => recv[me * b..(me + 1) * b].to_vec(),
+            Input::InPlace => crate::pool::copy_of(&recv[me * b..(me + 1) * b]),
         };
-        let out = self.run(self.call_block(CollKind::Allgather, data, b, 0))?;
+        let out = self.run_pooled(self.call_block(CollKind::Allgather, data, b, 0))?;
         recv.copy_from_slice(&out);
         Ok(())
     }
@@ -1049,7 +1083,7 @@ impl Comm {
         let data = match send {
             Input::Buf(s) => {
                 same_len("allgatherv (own block)", s.len(), counts[me])?;
-                s.to_vec()
+                crate::pool::copy_of(s)
             }
             Input::InPlace => recv[displs[me]..displs[me] + counts[me]].to_vec(),
         };
@@ -1057,7 +1091,7 @@ impl Comm {
         c.counts = counts.to_vec();
         c.displs = displs.to_vec();
         c.recv_len = recv.len();
-        let out = self.run(c)?;
+        let out = self.run_pooled(c)?;
         copy_regions(recv, &out, counts, displs);
         Ok(())
     }
@@ -1074,11 +1108,11 @@ impl Comm {
         let data = match send {
             Input::Buf(s) => {
                 same_len("alltoall", s.len(), recv.len())?;
-                s.to_vec()
+                crate::pool::copy_of(s)
             }
-            Input::InPlace => recv.to_vec(),
+            Input::InPlace => crate::pool::copy_of(recv),
         };
-        let out = self.run(self.call_block(CollKind::Alltoall, data, recv.len() / p, 0))?;
+        let out = self.run_pooled(self.call_block(CollKind::Alltoall, data, recv.len() / p, 0))?;
         recv.copy_from_slice(&out);
         Ok(())
     }
@@ -1142,9 +1176,13 @@ impl Comm {
         let (data, sc, sd) = match send {
             Input::Buf(s) => {
                 check_v(kind.name(), scounts, sdispls, self.size(), s.len())?;
-                (s.to_vec(), scounts.to_vec(), sdispls.to_vec())
+                (crate::pool::copy_of(s), scounts.to_vec(), sdispls.to_vec())
             }
-            Input::InPlace => (recv.to_vec(), rcounts.to_vec(), rdispls.to_vec()),
+            Input::InPlace => (
+                crate::pool::copy_of(recv),
+                rcounts.to_vec(),
+                rdispls.to_vec(),
+            ),
         };
         let mut c = self.call_block(kind, data, 0, 0);
         c.scounts = sc;
@@ -1152,7 +1190,7 @@ impl Comm {
         c.counts = rcounts.to_vec();
         c.displs = rdispls.to_vec();
         c.recv_len = recv.len();
-        let out = self.run(c)?;
+        let out = self.run_pooled(c)?;
         copy_regions(recv, &out, rcounts, rdispls);
         Ok(())
     }
@@ -1188,7 +1226,7 @@ impl Comm {
                         recv.len()
                     )));
                 }
-                s.to_vec()
+                crate::pool::copy_of(s)
             }
             Input::InPlace => {
                 if recv.len() < total {
@@ -1197,12 +1235,12 @@ impl Comm {
                         recv.len()
                     )));
                 }
-                recv[..total].to_vec()
+                crate::pool::copy_of(&recv[..total])
             }
         };
         let mut c = self.call_reduction(CollKind::ReduceScatter, data, dtype, op, 0)?;
         c.counts = bytes;
-        let out = self.run(c)?;
+        let out = self.run_pooled(c)?;
         recv[..mine].copy_from_slice(&out);
         Ok(())
     }
@@ -1224,7 +1262,7 @@ impl Comm {
                     s.len(),
                     recv.len() * p,
                 )?;
-                (s.to_vec(), recv.len())
+                (crate::pool::copy_of(s), recv.len())
             }
             Input::InPlace => {
                 if recv.len() % p != 0 {
@@ -1233,13 +1271,13 @@ impl Comm {
                         recv.len()
                     )));
                 }
-                (recv.to_vec(), recv.len() / p)
+                (crate::pool::copy_of(recv), recv.len() / p)
             }
         };
         let mut c = self.call_reduction(CollKind::ReduceScatterBlock, data, dtype, op, 0)?;
         dtype.count_of(b)?;
         c.counts = vec![b; p];
-        let out = self.run(c)?;
+        let out = self.run_pooled(c)?;
         recv[..b].copy_from_slice(&out);
         Ok(())
     }
@@ -1265,12 +1303,12 @@ impl Comm {
         let data = match send {
             Input::Buf(s) => {
                 same_len(kind.name(), s.len(), recv.len())?;
-                s.to_vec()
+                crate::pool::copy_of(s)
             }
-            Input::InPlace => recv.to_vec(),
+            Input::InPlace => crate::pool::copy_of(recv),
         };
         let c = self.call_reduction(kind, data, dtype, op, 0)?;
-        let out = self.run(c)?;
+        let out = self.run_pooled(c)?;
         if !(kind == CollKind::Exscan && self.rank() == 0) {
             recv.copy_from_slice(&out);
         }

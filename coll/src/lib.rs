@@ -28,6 +28,7 @@ pub mod group;
 pub mod op;
 pub mod p2p;
 pub mod pml_adapter;
+pub mod pool;
 pub mod schedule;
 pub mod selftest;
 pub mod sim;

@@ -128,7 +128,10 @@ impl P2p for PmlP2p {
         // Not zeroed (a large receive would otherwise pay a memset of the
         // whole buffer per message): the pml writes the bytes, and `test`
         // exposes only the `count` bytes it reports as received.
-        let mut buf: Vec<u8> = Vec::with_capacity(max_len);
+        // From the pool: a fresh allocation of a large size would be
+        // page-faulted in by the kernel on every message (see `crate::pool`).
+        let mut buf: Vec<u8> = crate::pool::take(max_len);
+        debug_assert!(buf.capacity() >= max_len);
         let raw = RawBufMut::from_raw(buf.as_mut_ptr(), max_len);
         // SAFETY: as for isend: the allocation (capacity `max_len`) lives in
         // `held`, untouched by anyone else, until the pml reports the

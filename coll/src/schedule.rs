@@ -171,7 +171,7 @@ impl Schedule {
     /// Allocates buffer `b` (zeroed) if it is still a lazy one.
     fn materialize(&mut self, b: BufId) {
         if self.bufs[b].len() != self.lens[b] {
-            self.bufs[b] = Arc::new(vec![0; self.lens[b]]);
+            self.bufs[b] = Arc::new(crate::pool::zeroed(self.lens[b]));
         }
     }
 
@@ -343,6 +343,17 @@ pub struct Exec {
     failed: Option<CollError>,
 }
 
+impl Drop for Exec {
+    /// Large buffers no transport request still shares go back to the pool.
+    fn drop(&mut self) {
+        for b in self.sched.bufs.drain(..) {
+            if let Ok(v) = Arc::try_unwrap(b) {
+                crate::pool::give(v);
+            }
+        }
+    }
+}
+
 impl Exec {
     /// Prepares `sched` to run with message tag `tag`. With `peer_map`, the
     /// schedule's ranks are translated through it before they reach the
@@ -473,8 +484,11 @@ impl Exec {
         }
         self.sched.materialize(dst.buf);
         let target = &mut Arc::make_mut(&mut self.sched.bufs[dst.buf])[dst.range()];
-        match mode {
-            RecvMode::Store => target.copy_from_slice(&data),
+        let r = match mode {
+            RecvMode::Store => {
+                target.copy_from_slice(&data);
+                Ok(())
+            }
             RecvMode::ReduceLeft | RecvMode::ReduceRight => {
                 let dtype = self
                     .sched
@@ -486,13 +500,14 @@ impl Exec {
                     .as_ref()
                     .ok_or_else(|| CollError::Intern("reduce without op".into()))?;
                 if mode == RecvMode::ReduceLeft {
-                    op.apply(dtype, &data, target)?;
+                    op.apply(dtype, &data, target)
                 } else {
-                    op.apply_rev(dtype, &data, target)?;
+                    op.apply_rev(dtype, &data, target)
                 }
             }
-        }
-        Ok(())
+        };
+        crate::pool::give(data);
+        r
     }
 
     fn run_local(&mut self) -> Result<()> {
@@ -555,7 +570,7 @@ impl Exec {
             Some(b) => {
                 self.sched.materialize(b);
                 let a = std::mem::take(&mut self.sched.bufs[b]);
-                Arc::try_unwrap(a).unwrap_or_else(|a| a.as_ref().clone())
+                Arc::try_unwrap(a).unwrap_or_else(|a| crate::pool::copy_of(&a))
             }
             None => Vec::new(),
         }
