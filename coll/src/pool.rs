@@ -9,8 +9,8 @@
 //! ~3.4 ms instead of ~0.55 ms (measured with and without
 //! `GLIBC_TUNABLES=glibc.malloc.mmap_threshold=...:trim_threshold=...`,
 //! docs/coll.md). Buffers of at least [`MIN_POOLED`] bytes are kept here
-//! instead (at most [`MAX_KEPT`] of them, [`MAX_BYTES`] in all) and reused
-//! best-fit.
+//! instead (at most [`MAX_KEPT`] of them, [`MAX_BYTES`] in all, the oldest
+//! dropped first) and reused best-fit.
 
 use std::sync::Mutex;
 
@@ -47,6 +47,36 @@ pub fn take(len: usize) -> Vec<u8> {
     Vec::with_capacity(len)
 }
 
+/// `len` bytes of unspecified content (initialised: old bytes of a kept
+/// buffer, zeros past them) in a pooled buffer, for a buffer every byte of
+/// which is written before it is read: no memset of the whole length when
+/// a kept buffer was at least that long.
+pub fn filled(len: usize) -> Vec<u8> {
+    if len < MIN_POOLED {
+        return vec![0; len];
+    }
+    let kept = {
+        let mut p = pool();
+        p.iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= len && b.capacity() / 4 <= len)
+            .min_by_key(|(_, b)| (b.len() < len, b.capacity()))
+            .map(|(i, _)| i)
+            .map(|i| p.swap_remove(i))
+    };
+    match kept {
+        Some(mut b) => {
+            if b.len() > len {
+                b.truncate(len);
+            } else {
+                b.resize(len, 0);
+            }
+            b
+        }
+        None => vec![0; len],
+    }
+}
+
 /// A copy of `data` in a pooled buffer.
 pub fn copy_of(data: &[u8]) -> Vec<u8> {
     let mut v = take(data.len());
@@ -64,16 +94,19 @@ pub fn zeroed(len: usize) -> Vec<u8> {
     v
 }
 
-/// Gives `buf` back for reuse (dropped when small or the pool is full).
+/// Gives `buf` back for reuse (dropped when small or larger than the
+/// whole pool). When the pool is full the buffers kept longest are
+/// dropped first, so the pool follows the sizes in current use.
 pub fn give(buf: Vec<u8>) {
-    if buf.capacity() < MIN_POOLED {
+    if buf.capacity() < MIN_POOLED || buf.capacity() > MAX_BYTES {
         return;
     }
     let mut p = pool();
-    let held: usize = p.iter().map(Vec::capacity).sum();
-    if p.len() < MAX_KEPT && held + buf.capacity() <= MAX_BYTES {
-        p.push(buf);
+    let mut held: usize = p.iter().map(Vec::capacity).sum();
+    while !p.is_empty() && (p.len() >= MAX_KEPT || held + buf.capacity() > MAX_BYTES) {
+        held -= p.remove(0).capacity();
     }
+    p.push(buf);
 }
 
 #[cfg(test)]
@@ -101,6 +134,26 @@ mod tests {
             }
         }
         assert!(found, "a given-back buffer is handed out again");
+        // `filled` hands back a kept buffer without clearing it, at the
+        // asked length.
+        for b in got.drain(..) {
+            give(b);
+        }
+        let mut c = filled(MIN_POOLED * 2);
+        c.fill(9);
+        let cptr = c.as_ptr();
+        give(c);
+        let mut found = false;
+        for _ in 0..MAX_KEPT + 1 {
+            let d = filled(MIN_POOLED * 2 - 1);
+            assert_eq!(d.len(), MIN_POOLED * 2 - 1);
+            found |= d.as_ptr() == cptr;
+            got.push(d);
+            if found {
+                break;
+            }
+        }
+        assert!(found, "a kept buffer is reused by filled");
         // A request far smaller than every kept buffer gets a new one.
         let small = copy_of(&[7u8; 10]);
         assert_eq!(small, [7u8; 10]);

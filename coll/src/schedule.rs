@@ -121,6 +121,9 @@ pub struct Schedule {
     /// buffer without the allocation and zeroing of `len` bytes (the
     /// receive side of a bcast, of linear gathers and reduces).
     pub lens: Vec<usize>,
+    /// Per buffer: added by [`Schedule::scratch`] (every byte is written
+    /// before it is read, so it is allocated without zeroing).
+    pub scratch: Vec<bool>,
     /// Rounds in order.
     pub rounds: Vec<Round>,
     /// Element type of reductions.
@@ -149,6 +152,7 @@ impl Schedule {
     /// Adds a buffer and returns its id.
     pub fn buf(&mut self, data: Vec<u8>) -> BufId {
         self.lens.push(data.len());
+        self.scratch.push(false);
         self.bufs.push(Arc::new(data));
         self.bufs.len() - 1
     }
@@ -157,6 +161,7 @@ impl Schedule {
     /// copies it if the caller still holds it, see [`Arc::make_mut`]).
     pub fn shared(&mut self, data: &Arc<Vec<u8>>) -> BufId {
         self.lens.push(data.len());
+        self.scratch.push(false);
         self.bufs.push(Arc::clone(data));
         self.bufs.len() - 1
     }
@@ -164,14 +169,50 @@ impl Schedule {
     /// Adds a zeroed buffer of `len` bytes (allocated when first used).
     pub fn zeros(&mut self, len: usize) -> BufId {
         self.lens.push(len);
+        self.scratch.push(false);
         self.bufs.push(Arc::default());
         self.bufs.len() - 1
+    }
+
+    /// Adds a buffer of `len` bytes every byte of which the schedule writes
+    /// (receives, copies) before reading it or returning it: like
+    /// [`Schedule::zeros`], but allocated without zeroing (a reused pooled
+    /// buffer keeps old bytes until they are overwritten).
+    pub fn scratch(&mut self, len: usize) -> BufId {
+        let b = self.zeros(len);
+        self.scratch[b] = true;
+        b
+    }
+
+    /// [`Schedule::scratch`] if the blocks `(offset, length)` cover
+    /// `0..len` exactly (no gap, no overlap), else [`Schedule::zeros`]
+    /// (bytes outside the blocks stay zero).
+    pub fn out_buf(&mut self, len: usize, blocks: impl Iterator<Item = (usize, usize)>) -> BufId {
+        let mut v: Vec<(usize, usize)> = blocks.filter(|b| b.1 > 0).collect();
+        v.sort_unstable();
+        let mut end = 0;
+        let tiles = v.iter().all(|&(o, l)| {
+            let ok = o == end;
+            end = o + l;
+            ok
+        }) && end == len;
+        if tiles {
+            self.scratch(len)
+        } else {
+            self.zeros(len)
+        }
     }
 
     /// Allocates buffer `b` (zeroed) if it is still a lazy one.
     fn materialize(&mut self, b: BufId) {
         if self.bufs[b].len() != self.lens[b] {
-            self.bufs[b] = Arc::new(crate::pool::zeroed(self.lens[b]));
+            let len = self.lens[b];
+            let v = if self.scratch.get(b).copied().unwrap_or(false) {
+                crate::pool::filled(len)
+            } else {
+                crate::pool::zeroed(len)
+            };
+            self.bufs[b] = Arc::new(v);
         }
     }
 
@@ -479,7 +520,10 @@ impl Exec {
         }
         if mode == RecvMode::Store && dst.off == 0 && dst.len == self.sched.lens[dst.buf] {
             // The message is the whole buffer: take it instead of copying.
-            self.sched.bufs[dst.buf] = Arc::new(data);
+            let old = std::mem::replace(&mut self.sched.bufs[dst.buf], Arc::new(data));
+            if let Ok(v) = Arc::try_unwrap(old) {
+                crate::pool::give(v);
+            }
             return Ok(());
         }
         self.sched.materialize(dst.buf);

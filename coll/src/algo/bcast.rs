@@ -13,7 +13,8 @@ fn setup(c: &Call, pos: Pos) -> Result<(Schedule, BufId)> {
         }
         s.shared(&c.send)
     } else {
-        s.zeros(c.block)
+        // Every bcast algorithm writes the whole buffer at a non-root.
+        s.scratch(c.block)
     };
     s.result = Some(b);
     Ok((s, b))
