@@ -9,9 +9,9 @@
 //! | function | algorithms (number) | automatic choice |
 //! |---|---|---|
 //! | barrier | linear 1, dissemination 2, tree 3 | dissemination (one round at p = 2, ceil(log2 p) rounds) |
-//! | bcast | linear 1, binomial 2, scatter_allgather 3, chain 4 | binomial if p <= 2 or n < 64 KiB; scatter_allgather if p >= 4; else chain (64 KiB segments) |
+//! | bcast | linear 1, binomial 2, scatter_allgather 3, chain 4 (64 KiB segments) | binomial if p <= 4 or n < 64 KiB; else scatter_allgather |
 //! | reduce | linear 1, binomial 2 | linear if p <= 2, else binomial |
-//! | allreduce | reduce_bcast 1, recursive_doubling 2, ring 3 | ring if the op commutes, p > 2, n >= 32 KiB and count >= p; else recursive_doubling |
+//! | allreduce | reduce_bcast 1, recursive_doubling 2, ring 3, rabenseifner 4 | if the op commutes, p > 2, n >= 32 KiB and count >= p: rabenseifner if p is a power of two, else ring; else recursive_doubling |
 //! | gather, scatter | linear 1, binomial 2 | binomial if p * block <= 16 KiB, else linear |
 //! | allgather | gather_bcast 1, ring 2, recursive_doubling 3, bruck 4 | p * block <= 64 KiB: recursive_doubling if p is a power of two, else bruck; larger: ring |
 //! | allgatherv | gatherv_bcast 1, ring 2 | ring |
@@ -203,12 +203,13 @@ impl TunedModule {
         match c.kind {
             CollKind::Barrier => 2,
             CollKind::Bcast => {
-                if p <= 2 || c.block < K64 {
+                // Binomial up to 4 ranks at every size: measured on btl-sm
+                // (docs/coll.md, "Buffer pool and scratch buffers") it beat
+                // scatter_allgather and chain at 4 ranks for 64 KiB and 1 MiB.
+                if p <= 4 || c.block < K64 {
                     2
-                } else if p >= 4 {
-                    3
                 } else {
-                    4
+                    3
                 }
             }
             CollKind::Reduce => {
