@@ -10,7 +10,8 @@
 #   --soak    ~10^6 messages per transport, release build (minutes each)
 #   --rxe     also run over btl openib on a real soft-RoCE device (rxe0)
 #             inside the qemu VM of ci/rxe/rxe-run.sh (root only)
-#   --only N  run only transport N (sm, tcp, openib-tm1, openib-tm0, rxe)
+#   --only N  run only transport N (sm, tcp, openib-tm1, openib-tm0, sm-credit,
+#             openib-tm1-credit, rxe)
 #   STRESS-ARGS are passed to every run (e.g. --seed 1234 to reproduce).
 #
 # env: STRESS_RANKS (default 3), STRESS_TIMEOUT (seconds per run; default
@@ -108,6 +109,13 @@ run tcp --mca btl self,tcp
 # pml_stats=1: each rank prints how many receives the NIC matched.
 run openib-tm1 --mca btl self,openib --mca btl_openib_if_include tmsoft0 --mca btl_openib_tm_enable 1 --mca pml_stats 1
 run openib-tm0 --mca btl self,openib --mca btl_openib_if_include tmsoft0 --mca btl_openib_tm_enable 0 --mca pml_stats 1
+# A 2 KiB window of unexpected-message credit (pml_ob1_unexpected_limit):
+# most eager-sized sends switch to rendezvous; checks that flow control
+# never holds a message back (a held send behind unreceived ones hung the
+# first design: MPI's progress rule) and keeps order, with and without the
+# NIC matching.
+run sm-credit --mca btl self,sm --mca pml_ob1_unexpected_limit 2K
+run openib-tm1-credit --mca btl self,openib --mca btl_openib_if_include tmsoft0 --mca btl_openib_tm_enable 1 --mca pml_stats 1 --mca pml_ob1_unexpected_limit 2K
 
 if [ "$RXE" = 1 ] && { [ -z "$ONLY" ] || [ "$ONLY" = rxe ]; }; then
     # openib on a real soft-RoCE device inside the VM: the two binaries

@@ -27,7 +27,7 @@
 //! otherwise accessed until the request completes"; this module only
 //! dereferences them through `crate::raw`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use tmpi_base::error::MpiErrorClass;
 
@@ -145,28 +145,37 @@ pub struct Stats {
     pub out_of_order: u64,
     /// Fragments dropped as malformed or unknown.
     pub dropped: u64,
-    /// Sends that waited for unexpected-message credit
-    /// (`pml_ob1_unexpected_limit`).
-    pub credit_waits: u64,
+    /// Eager-sized sends switched to rendezvous because the peer's window
+    /// of unexpected-message credit was full (`pml_ob1_unexpected_limit`).
+    pub credit_rndv: u64,
     /// CREDIT fragments sent back to senders.
     pub credits_sent: u64,
     /// Credit requests sent (a sender found its peer's window full).
     pub credit_requests: u64,
 }
 
-/// Fixed charge per MATCH/RNDV fragment against `pml_ob1_unexpected_limit`,
-/// on top of the payload bytes a MATCH carries: covers what an unexpected
-/// message costs the receiver besides its payload (queue entry, hash map
-/// slot, allocation; measured ~171 B for an eager and 333-430 B for a
-/// rendezvous message, docs/reliability.md).
+/// Fixed charge per eager (MATCH) fragment against
+/// `pml_ob1_unexpected_limit`, on top of its payload: covers what an
+/// unexpected message costs the receiver besides its payload (queue entry,
+/// hash map slot, allocation; measured ~171 B for an eager and 333-430 B
+/// for a rendezvous message, docs/reliability.md).
 pub const CREDIT_OVERHEAD: usize = 512;
+
+/// Eager payloads up to this size are never switched to rendezvous when the
+/// window is full: a rendezvous header costs the receiver as much as such a
+/// message (they are still charged).
+pub const CREDIT_SWITCH_MIN: usize = 256;
 
 /// Default of `pml_ob1_unexpected_limit` (bytes per sending peer).
 pub const DEFAULT_UNEXPECTED_LIMIT: usize = 4 << 20;
 
-/// The charge of a MATCH with `payload` bytes or (`None`) of a RNDV.
+/// The charge of a MATCH with `payload` bytes or (`None`) of a RNDV (0:
+/// its payload stays at the sender; RNDV headers are never held back).
 fn charge_of(payload: Option<usize>) -> u64 {
-    (payload.unwrap_or(0) + CREDIT_OVERHEAD) as u64
+    match payload {
+        Some(n) => (n + CREDIT_OVERHEAD) as u64,
+        None => 0,
+    }
 }
 
 #[derive(Debug)]
@@ -258,22 +267,19 @@ struct PeerState {
     ahead: HashMap<(u32, u32), Vec<u8>>,
     /// Sender side: charge sent to this peer and not yet returned.
     credit_out: u64,
-    /// Sender side: MATCH/RNDV sends waiting for credit, in order (with
-    /// their charge); while not empty every later one waits too.
-    blocked: VecDeque<(u64, Action)>,
     /// Receiver side: charge of consumed messages not yet returned.
     credit_owed: u64,
     /// Sender side: a credit request is under way (answered by the next
     /// CREDIT).
     credit_asked: bool,
-    /// Receiver side: the peer waits for credit: return at the next
+    /// Receiver side: the peer found its window full: return at the next
     /// consumption, whatever the batch size.
     credit_wanted: bool,
 }
 
-/// Whether a send of `charge` must wait with `out` outstanding under
-/// `limit`: it would pass the limit. With nothing outstanding a send always
-/// goes (a message whose charge alone exceeds the limit is not stuck).
+/// Whether an eager send of `charge` with `out` outstanding would pass
+/// `limit`. With nothing outstanding a send always fits (a message whose
+/// charge alone exceeds the limit still goes eager).
 fn credit_full(out: u64, charge: u64, limit: u64) -> bool {
     out > 0 && out + charge > limit
 }
@@ -389,16 +395,13 @@ impl Core {
     }
 
     /// Sets `pml_ob1_unexpected_limit`: the bytes (payload + a fixed
-    /// [`CREDIT_OVERHEAD`] per message) of MATCH/RNDV fragments this
-    /// process lets be outstanding at each peer until that peer consumed
-    /// them, and, as a receiver, the batch size (half of it) of the credit
-    /// it returns. 0 = unbounded. Must be the same on every rank; set before
-    /// any traffic.
+    /// [`CREDIT_OVERHEAD`] per message) of eager fragments this process
+    /// lets be outstanding at each peer until that peer consumed them (past
+    /// it, eager-sized sends go as rendezvous), and, as a receiver, the
+    /// batch size (half of it) of the credit it returns. 0 = no window.
+    /// Should be the same on every rank; set before any traffic.
     pub fn set_unexpected_limit(&mut self, bytes: u64) {
         self.credit_limit = bytes;
-        if bytes == 0 {
-            self.release_blocked_all();
-        }
     }
 
     /// The `pml_ob1_unexpected_limit` in force.
@@ -406,56 +409,44 @@ impl Core {
         self.credit_limit
     }
 
-    /// Sends waiting for credit, over all peers.
-    pub fn credit_blocked(&self) -> usize {
-        self.peers.iter().map(|p| p.blocked.len()).sum()
-    }
-
-    /// Hands every send waiting for credit to the driver regardless of the
-    /// limit (finalize, a dead peer, the limit turned off).
-    pub fn release_blocked_all(&mut self) {
-        for p in 0..self.peers.len() {
-            self.release_blocked(p as u32, true);
+    /// Whether an eager send of `len` bytes to `peer` must go as a
+    /// rendezvous instead: flow control is on, the payload is larger than
+    /// [`CREDIT_SWITCH_MIN`] and its charge does not fit in the peer's
+    /// window. Asks the peer for its credit when so. Nothing is ever held
+    /// back: MPI's progress rule requires that a started send can be
+    /// matched by a receive or probe the peer posts, whatever earlier
+    /// messages it has not received (docs/pml.md).
+    fn credit_switch(&mut self, peer: u32, len: usize) -> bool {
+        if self.credit_limit == 0 || peer == self.me || len <= CREDIT_SWITCH_MIN {
+            return false;
         }
-    }
-
-    fn release_blocked(&mut self, peer: u32, force: bool) {
         let lim = self.credit_limit;
-        let ps = &mut self.peers[peer as usize];
-        while let Some((c, _)) = ps.blocked.front() {
-            if !force && lim > 0 && credit_full(ps.credit_out, *c, lim) {
-                break;
-            }
-            let Some((c, a)) = ps.blocked.pop_front() else {
-                break;
-            };
-            ps.credit_out += c;
-            self.actions.push(a);
+        let Some(ps) = self.peers.get(peer as usize) else {
+            return false;
+        };
+        if !credit_full(ps.credit_out, charge_of(Some(len)), lim) {
+            return false;
         }
+        self.stats.credit_rndv += 1;
+        self.ask_credit(peer);
+        true
     }
 
-    /// Sends a MATCH/RNDV action to `peer` under flow control: at once
-    /// while the credit allows, else queued behind earlier waiting sends.
-    fn push_charged(&mut self, peer: u32, charge: u64, a: Action) {
+    /// An eager send of `len` bytes to `peer` went out: its charge is
+    /// outstanding until the peer returns it.
+    fn charge_eager(&mut self, peer: u32, len: usize) {
         if self.credit_limit == 0 || peer == self.me {
-            self.actions.push(a);
             return;
         }
-        let lim = self.credit_limit;
-        let ps = &mut self.peers[peer as usize];
-        if ps.blocked.is_empty() && !credit_full(ps.credit_out, charge, lim) {
-            ps.credit_out += charge;
-            self.actions.push(a);
-        } else {
-            self.stats.credit_waits += 1;
-            ps.blocked.push_back((charge, a));
-            self.ask_credit(peer);
+        if let Some(ps) = self.peers.get_mut(peer as usize) {
+            ps.credit_out += charge_of(Some(len));
         }
     }
 
-    /// A send to `peer` waits for credit: ask the receiver to return what
-    /// it owes now instead of at its next batch (one request under way at
-    /// a time), so a sender whose peer consumed everything never waits.
+    /// A send to `peer` found the window full: ask the receiver to return
+    /// what it owes now instead of at its next batch (one request under
+    /// way at a time), so a sender whose peer consumed everything goes
+    /// back to eager at once.
     fn ask_credit(&mut self, peer: u32) {
         let ps = &mut self.peers[peer as usize];
         if ps.credit_asked {
@@ -500,7 +491,7 @@ impl Core {
     /// arrival, taken from the unexpected queue, matched by the NIC, or
     /// dropped): owes it back, returned in batches of half the limit.
     fn consumed(&mut self, peer: u32, charge: u64) {
-        if self.credit_limit == 0 || peer == self.me {
+        if self.credit_limit == 0 || peer == self.me || charge == 0 {
             return;
         }
         let Some(ps) = self.peers.get_mut(peer as usize) else {
@@ -530,12 +521,6 @@ impl Core {
                 "CREDIT returns more than was sent; clamped");
         }
         ps.credit_out = ps.credit_out.saturating_sub(c.bytes);
-        if !ps.blocked.is_empty() {
-            self.release_blocked(peer, false);
-            if !self.peers[peer as usize].blocked.is_empty() {
-                self.ask_credit(peer);
-            }
-        }
     }
 
     /// This process's world rank.
@@ -783,7 +768,9 @@ impl Core {
         let lim = wire.limits(peer);
         let seq = self.next_send_seq(peer, ctx);
         let m = MatchHdr { ctx, src, tag, seq };
-        let eager = mode != SendMode::Synchronous && buf.len() <= lim.eager;
+        let eager = mode != SendMode::Synchronous
+            && buf.len() <= lim.eager
+            && !self.credit_switch(peer, buf.len());
         let id = self.alloc(ReqState::Send {
             buf,
             phase: SendPhase::Queued,
@@ -805,13 +792,13 @@ impl Core {
         self.bsend_used += bsend_bytes;
         if eager {
             self.stats.eager_sent += 1;
-            let a = Action::Send {
+            self.charge_eager(peer, buf.len());
+            self.actions.push(Action::Send {
                 peer,
                 hdr: HdrBuf::from(&m.encode()),
                 data: buf,
                 done: Some(id),
-            };
-            self.push_charged(peer, charge_of(Some(buf.len())), a);
+            });
         } else {
             self.stats.rndv_sent += 1;
             // A typed (non-contiguous) buffer cannot be read remotely:
@@ -843,13 +830,12 @@ impl Core {
                     sync: mode == SendMode::Synchronous,
                 };
             }
-            let a = Action::Send {
+            self.actions.push(Action::Send {
                 peer,
                 hdr: HdrBuf::Heap(hdr),
                 data: RawBuf::empty(),
                 done: None,
-            };
-            self.push_charged(peer, charge_of(None), a);
+            });
         }
         if bsend_bytes > 0 {
             // The internal request (detached) owns the copy and completes on
@@ -920,9 +906,6 @@ impl Core {
             self.dead = vec![false; self.peers.len()];
         }
         self.dead[peer as usize] = true;
-        // Sends waiting for credit from a dead peer go to the BTL, which
-        // refuses them (the send fails), instead of waiting for ever.
-        self.release_blocked(peer, true);
         let mut n = 0;
         for idx in 0..self.slots.len() {
             let s = &self.slots[idx];
@@ -1602,17 +1585,6 @@ impl Core {
                 });
             }
             TmInput::NicRndv { recv, id, envelope } => {
-                // A NIC rendezvous request matched at the NIC: its charge
-                // (a RNDV's) is consumed; the sender is the envelope's
-                // communicator rank.
-                let world = self
-                    .comms
-                    .get(envelope.context as usize)
-                    .and_then(|c| c.as_ref())
-                    .and_then(|c| c.world.get(envelope.source as usize).copied());
-                if let Some(w) = world {
-                    self.consumed(w, charge_of(None));
-                }
                 self.nic_rndv.insert(
                     recv,
                     NicRndvState {

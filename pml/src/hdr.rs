@@ -26,7 +26,7 @@
 //! * FIN tells the sender its rendezvous is over (data pulled, or a
 //!   synchronous send matched); `status` is an MPI error class (0 = success).
 //! * CREDIT returns unexpected-message credit to a sender: `bytes` of the
-//!   charges of MATCH/RNDV fragments the receiver has consumed (flow
+//!   charges of MATCH (eager) fragments the receiver has consumed (flow
 //!   control of `pml_ob1_unexpected_limit`, docs/pml.md). With flag
 //!   [`FLAG_CREDIT_REQ`] (and `bytes` 0) it is a waiting sender's request
 //!   to return whatever is owed at once.
@@ -155,7 +155,7 @@ pub struct FinHdr {
 /// Credit returned by a receiver (flow control of unexpected messages).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CreditHdr {
-    /// Sum of the charges of consumed MATCH/RNDV fragments being returned.
+    /// Sum of the charges of consumed MATCH (eager) fragments being returned.
     pub bytes: u64,
     /// [`FLAG_CREDIT_REQ`]: a sender asks for its credit (`bytes` is 0).
     pub request: bool,

@@ -49,7 +49,8 @@ pub struct PmlParams {
     /// `pml_tm_thresh`: smallest receive offloaded to a tag-matching NIC.
     pub tm_thresh: u64,
     /// `pml_ob1_unexpected_limit`: bytes of eager data + per-message
-    /// overhead a sender may have unconsumed at one peer (0 = unbounded).
+    /// overhead a sender may have unconsumed at one peer before it switches
+    /// to rendezvous (0 = no window).
     pub unexpected_limit: u64,
 }
 
@@ -89,11 +90,11 @@ pub fn params(reg: &mca::Registry) -> Result<PmlParams, PmlError> {
         .register_size(
             ParamSpec::new("pml", "ob1", "unexpected_limit")
                 .help(
-                    "Per-peer bound on the memory a receiver spends on unexpected messages from \
-                     one sender: payload bytes of eager messages + 512 B per message (eager or \
-                     rendezvous) not yet matched; a sender at the bound waits (its sends stay \
-                     incomplete) until the receiver receives. 0 = unbounded (Open MPI's \
-                     behaviour). Must be the same on every rank",
+                    "Per-peer window of eager data a receiver holds unexpected from one sender: payload \
+                     bytes + 512 B per eager message not yet matched; past it the sender sends \
+                     eager-sized messages above 256 B as rendezvous (payload left at the sender) \
+                     until the receiver receives. 0 = no window (Open MPI's behaviour). Should be \
+                     the same on every rank",
                 )
                 .level(Level::TunerBasic),
             crate::core::DEFAULT_UNEXPECTED_LIMIT as u64,

@@ -843,10 +843,6 @@ impl Pml {
     /// PMI. Called by drop if not called explicitly.
     pub fn finalize(&self) -> Result<(), PmlError> {
         let rt = self.rt.lock().unwrap_or_else(|p| p.into_inner()).take();
-        // Sends still waiting for unexpected-message credit go now: the
-        // peers keep progressing until the finalize fence, as before flow
-        // control (docs/pml.md).
-        self.lock().core.release_blocked_all();
         // Drain actions we still owe (FINs, ACKs, queued eager data).
         loop {
             let mut g = self.lock();

@@ -385,24 +385,33 @@ fn drive(j: &[Arc<Pml>], mut done: impl FnMut() -> bool) {
     panic!("no progress");
 }
 
-/// The message `i` of the flow-control stream: mostly 8-byte eager, every
-/// 100th (50, 150, ..) a 10 000-byte rendezvous, every 100th (99, ..) an
-/// 8-byte synchronous send; tag `i % 3`.
+/// The message `i` of the flow-control stream: mostly 1000-byte eager
+/// (above `CREDIT_SWITCH_MIN`, so they switch to rendezvous when the window
+/// is full), every 100th (50, 150, ..) a 10 000-byte rendezvous, every
+/// 100th (99, ..) an 8-byte synchronous send; tag `i % 3`.
 fn flow_msg(i: usize) -> (Vec<u8>, SendMode) {
-    let len = if i % 100 == 50 { 10_000 } else { 8 };
+    let len = if i % 100 == 50 { 10_000 } else { 1000 };
     let mode = if i % 100 == 99 {
         SendMode::Synchronous
     } else {
         SendMode::Standard
     };
+    let len = if mode == SendMode::Synchronous {
+        8
+    } else {
+        len
+    };
     (pattern(len, i as u8), mode)
 }
 
 /// `pml_ob1_unexpected_limit`: rank 0 starts 1000 sends to rank 1, which
-/// receives nothing; rank 1 holds at most `limit` bytes of charge (payload
-/// plus 512 B per message) of unexpected messages, rank 0's later sends
-/// stay incomplete; then probe, mprobe, cancel and wildcard receives take every
-/// message in order and every send completes. Limit 0: all 1000 arrive.
+/// receives nothing. Every message arrives (nothing is held back: MPI's
+/// progress rule), but rank 1 holds at most `limit` bytes of eager charge
+/// (payload + 512 B each); the sends past the window went as rendezvous
+/// (payload left at the sender, its request incomplete). Then probe,
+/// mprobe, cancel and wildcard receives take every message in order, every
+/// send completes, and the returned credit lets the next send go eager
+/// again. Limit 0: every eager-sized send goes eager.
 fn flow_control(limit: u64, cfg: LoopbackConfig) {
     const N: usize = 1000;
     let j = job(2, cfg);
@@ -418,31 +427,23 @@ fn flow_control(limit: u64, cfg: LoopbackConfig) {
             unsafe { j[0].isend(CTX_WORLD, 1, (i % 3) as i32, RawBuf::from_slice(d), *m) }.unwrap()
         })
         .collect();
-    for _ in 0..300 {
-        j[0].progress();
-        j[1].progress();
-    }
-    let unexp = j[1].stats().unexpected as usize;
-    let charge: usize = msgs[..unexp]
+    drive(&j, || j[1].stats().unexpected as usize == N);
+    let eager_sized = msgs
         .iter()
-        .map(|(d, m)| {
-            512 + if *m == SendMode::Standard && d.len() <= 4096 {
-                d.len()
-            } else {
-                0
-            }
-        })
-        .sum();
+        .filter(|(d, m)| *m == SendMode::Standard && d.len() <= 4096)
+        .count() as u64;
+    let st0 = j[0].stats();
+    assert_eq!(st0.eager_sent + st0.credit_rndv, eager_sized);
     if limit == 0 {
-        assert_eq!(unexp, N, "unbounded: every message arrives unexpected");
-        assert_eq!(j[0].stats().credit_waits, 0);
+        assert_eq!(st0.credit_rndv, 0, "unbounded: no send switched");
     } else {
-        assert!(unexp > 0, "nothing arrived");
+        assert!(st0.credit_rndv > 0, "no send switched to rendezvous");
+        let held = st0.eager_sent * (1000 + 512);
         assert!(
-            charge as u64 <= limit,
-            "{unexp} unexpected messages, charge {charge} > limit {limit}"
+            held <= limit.max(1512),
+            "{} eager messages held, charge {held} > limit {limit}",
+            st0.eager_sent
         );
-        assert!(j[0].stats().credit_waits > 0, "no send waited");
         let done = sends.iter().filter(|&&s| j[0].is_done(s).unwrap()).count();
         assert!(done < N, "every send completed without a receive");
     }
@@ -451,14 +452,14 @@ fn flow_control(limit: u64, cfg: LoopbackConfig) {
         .iprobe(CTX_WORLD, ANY_SOURCE, ANY_TAG)
         .unwrap()
         .unwrap();
-    assert_eq!((st.source, st.tag, st.count), (0, 0, 8));
+    assert_eq!((st.source, st.tag, st.count), (0, 0, msgs[0].0.len()));
     let (m, st) = j[1].improbe(CTX_WORLD, 0, 0).unwrap().unwrap();
-    assert_eq!(st.count, 8);
-    let mut first = [0u8; 8];
+    assert_eq!(st.count, msgs[0].0.len());
+    let mut first = vec![0u8; msgs[0].0.len()];
     // SAFETY: `first` outlives the request (waited for at once).
     let r = unsafe { j[1].imrecv(m, RawBufMut::from_slice(&mut first)) }.unwrap();
     drive(&j, || j[1].is_done(r).unwrap());
-    assert_eq!(j[1].test(r).unwrap().unwrap().count, 8);
+    assert_eq!(j[1].test(r).unwrap().unwrap().count, msgs[0].0.len());
     assert_eq!(first.to_vec(), msgs[0].0);
     let mut never = [0u8; 8];
     // SAFETY: `never` outlives the request (cancelled and tested below).
@@ -493,10 +494,22 @@ fn flow_control(limit: u64, cfg: LoopbackConfig) {
     drive(&j, || {
         j[1].live_requests() == 0 && j[0].live_requests() == 0
     });
+    // The credit came back: the next eager-sized send goes eager.
+    let switched = j[0].stats().credit_rndv;
+    let d = pattern(1000, 7);
+    // SAFETY: `d` and `back` outlive the requests (completed below).
+    let s =
+        unsafe { j[0].isend(CTX_WORLD, 1, 5, RawBuf::from_slice(&d), SendMode::Standard) }.unwrap();
+    let mut back = vec![0u8; 1000];
+    let r = unsafe { j[1].irecv(CTX_WORLD, 0, 5, RawBufMut::from_slice(&mut back)) }.unwrap();
+    drive(&j, || j[0].is_done(s).unwrap() && j[1].is_done(r).unwrap());
+    assert_eq!(j[1].test(r).unwrap().unwrap().count, 1000);
+    assert_eq!(back, d);
+    assert_eq!(j[0].stats().credit_rndv, switched, "credit not returned");
 }
 
 #[test]
-fn unexpected_limit_throttles_the_sender() {
+fn unexpected_limit_switches_to_rendezvous() {
     flow_control(16 * 1024, LoopbackConfig::default());
 }
 
