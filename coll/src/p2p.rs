@@ -73,6 +73,9 @@ pub enum Done {
     Sent,
     /// The received message.
     Received(Vec<u8>),
+    /// A receive started by [`P2p::irecv_into`] completed: this many bytes
+    /// were written into the caller's region.
+    ReceivedInPlace(usize),
 }
 
 /// Point-to-point operations used by collectives. Implementations must be
@@ -102,6 +105,30 @@ pub trait P2p: Send + Sync + 'static {
     }
     /// Starts a receive from communicator rank `source` with `tag` of at most `max_len` bytes.
     fn irecv(&self, ep: &Endpoint, source: u32, tag: i32, max_len: usize) -> Result<P2pHandle>;
+
+    /// Like [`P2p::irecv`], but the transport may write the message
+    /// straight into the `max_len` bytes at `dst` and complete with
+    /// [`Done::ReceivedInPlace`]. A transport that cannot (the default)
+    /// completes with [`Done::Received`] and the caller copies.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `max_len` bytes inside the
+    /// allocation of `keep`, and nothing may read or write that region
+    /// until the handle completed (`test` returned `Some`) or the transport
+    /// is dropped. The transport holds `keep` until then, so the memory
+    /// stays allocated even if the caller gives up.
+    unsafe fn irecv_into(
+        &self,
+        ep: &Endpoint,
+        source: u32,
+        tag: i32,
+        keep: std::sync::Arc<Vec<u8>>,
+        dst: *mut u8,
+        max_len: usize,
+    ) -> Result<P2pHandle> {
+        let _ = (keep, dst);
+        self.irecv(ep, source, tag, max_len)
+    }
     /// Whether the request completed; consumes it when it did.
     fn test(&self, h: P2pHandle) -> Result<Option<Done>>;
     /// Advances communication; `true` if anything happened.

@@ -19,6 +19,9 @@ enum Held {
     Send(Vec<u8>),
     Shared(SharedBytes),
     Recv(Vec<u8>),
+    /// A receive into the caller's region (`irecv_into`): keeps the
+    /// region's allocation alive; its length.
+    RecvInto(Arc<Vec<u8>>, usize),
 }
 
 /// The pml as coll's transport.
@@ -142,6 +145,27 @@ impl P2p for PmlP2p {
         Ok(P2pHandle(id.0))
     }
 
+    unsafe fn irecv_into(
+        &self,
+        ep: &Endpoint,
+        source: u32,
+        tag: i32,
+        keep: Arc<Vec<u8>>,
+        dst: *mut u8,
+        max_len: usize,
+    ) -> Result<P2pHandle> {
+        let raw = RawBufMut::from_raw(dst, max_len);
+        // SAFETY: the caller guarantees `dst..dst + max_len` is writable,
+        // inside `keep`'s allocation and untouched by anyone else until the
+        // request completes; `keep` stays in `held` until `test` sees the
+        // completion (leaked on teardown), so the memory outlives the
+        // pml's writes.
+        let id =
+            unsafe { self.pml.irecv(ep.context_id, source as i32, tag, raw) }.map_err(pml_err)?;
+        self.held().insert(id.0, Held::RecvInto(keep, max_len));
+        Ok(P2pHandle(id.0))
+    }
+
     fn test(&self, h: P2pHandle) -> Result<Option<Done>> {
         let Some(st) = self.pml.test(ReqId(h.0)).map_err(pml_err)? else {
             return Ok(None);
@@ -181,6 +205,17 @@ impl P2p for PmlP2p {
                 // allocation.
                 unsafe { b.set_len(st.count) };
                 Ok(Some(Done::Received(b)))
+            }
+            Some(Held::RecvInto(keep, max_len)) => {
+                // The pml is done writing: the caller may use the region.
+                drop(keep);
+                if st.count > max_len {
+                    return Err(CollError::Intern(format!(
+                        "pml reported {} bytes received into a {max_len}-byte region",
+                        st.count
+                    )));
+                }
+                Ok(Some(Done::ReceivedInPlace(st.count)))
             }
             None => Err(CollError::Intern(format!("unknown pml request {}", h.0))),
         }

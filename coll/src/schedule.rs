@@ -471,11 +471,39 @@ impl Exec {
 
     fn start_round(&mut self, p2p: &dyn P2p, ep: &Endpoint) -> Result<()> {
         self.started = true;
+        let bases = self.in_place_bases();
         let round = &self.sched.rounds[self.round];
         // Receives first, so that a matching send from the peer finds them posted.
         for c in &round.comm {
             if let CommOp::Recv { peer, dst, mode } = c {
-                let h = p2p.irecv(ep, self.wire(*peer)?, self.tag, dst.len)?;
+                let base = bases.iter().find(|(b, _)| *b == dst.buf).map(|&(_, p)| p);
+                let h = match base {
+                    Some(base) if Self::in_place_candidate(&self.sched, dst, *mode) => {
+                        let keep = Arc::clone(&self.sched.bufs[dst.buf]);
+                        // SAFETY: `base` is the start of buffer `dst.buf`'s
+                        // data, taken from the unique `Arc` just before
+                        // (`in_place_bases`), and `dst` lies inside it
+                        // (`Schedule::validate`). This round's in-place
+                        // receives into that buffer do not overlap, no send
+                        // of the round reads it, and the engine touches no
+                        // buffer's bytes until every request of the round
+                        // completed; `keep` keeps the allocation alive
+                        // (see `P2p::irecv_into`). The buffer is not
+                        // reallocated meanwhile: writes go through
+                        // `Arc::make_mut` only after the round.
+                        unsafe {
+                            p2p.irecv_into(
+                                ep,
+                                self.wire(*peer)?,
+                                self.tag,
+                                keep,
+                                base.add(dst.off),
+                                dst.len,
+                            )
+                        }?
+                    }
+                    _ => p2p.irecv(ep, self.wire(*peer)?, self.tag, dst.len)?,
+                };
                 self.pending.push(Pending {
                     h,
                     recv: Some((*peer, *dst, *mode)),
@@ -501,9 +529,79 @@ impl Exec {
         Ok(())
     }
 
+    /// Whether a receive may go straight into its target region: it stores
+    /// (no reduction) a non-empty part of a buffer (a whole-buffer message
+    /// is taken as the buffer instead, without a copy either).
+    fn in_place_candidate(sched: &Schedule, dst: &Slice, mode: RecvMode) -> bool {
+        mode == RecvMode::Store && dst.len > 0 && dst.len < sched.lens[dst.buf]
+    }
+
+    /// The buffers this round receives into in place, with the start of
+    /// their data: those with candidate receives (see
+    /// [`Exec::in_place_candidate`]) that no send of the round reads, whose
+    /// candidate regions do not overlap and whose `Arc` is not shared (a
+    /// shared one would be copied on the next write, losing the bytes).
+    fn in_place_bases(&mut self) -> Vec<(BufId, *mut u8)> {
+        let round = &self.sched.rounds[self.round];
+        let mut regions: Vec<(BufId, usize, usize)> = Vec::new();
+        for c in &round.comm {
+            if let CommOp::Recv { dst, mode, .. } = c {
+                if Self::in_place_candidate(&self.sched, dst, *mode) {
+                    regions.push((dst.buf, dst.off, dst.off + dst.len));
+                }
+            }
+        }
+        if regions.is_empty() {
+            return Vec::new();
+        }
+        let sent: Vec<BufId> = round
+            .comm
+            .iter()
+            .filter_map(|c| match c {
+                CommOp::Send { src, .. } => Some(src.buf),
+                _ => None,
+            })
+            .collect();
+        // Whether any two candidate regions of `b` overlap.
+        let overlapping = |b: BufId| {
+            let mut v: Vec<(usize, usize)> = regions
+                .iter()
+                .filter(|r| r.0 == b)
+                .map(|r| (r.1, r.2))
+                .collect();
+            v.sort_unstable();
+            v.windows(2).any(|w| w[1].0 < w[0].1)
+        };
+        let mut bufs: Vec<BufId> = regions.iter().map(|r| r.0).collect();
+        bufs.sort_unstable();
+        bufs.dedup();
+        let mut out = Vec::new();
+        for b in bufs {
+            if sent.contains(&b) || overlapping(b) {
+                continue;
+            }
+            self.sched.materialize(b);
+            if let Some(v) = Arc::get_mut(&mut self.sched.bufs[b]) {
+                out.push((b, v.as_mut_ptr()));
+            }
+        }
+        out
+    }
+
     fn complete(&mut self, p: Pending, done: Done) -> Result<()> {
         let ((peer, dst, mode), data) = match (p.recv, done) {
             (None, Done::Sent) => return Ok(()),
+            (Some((peer, dst, _)), Done::ReceivedInPlace(n)) => {
+                // The bytes are already in place.
+                if n != dst.len {
+                    return Err(CollError::Truncate {
+                        peer,
+                        got: n,
+                        expected: dst.len,
+                    });
+                }
+                return Ok(());
+            }
             (Some(r), Done::Received(data)) => (r, data),
             _ => {
                 return Err(CollError::Intern(

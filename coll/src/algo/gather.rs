@@ -335,7 +335,10 @@ fn ring_v(c: &Call, pos: Pos, counts: &[usize], displs: &[usize], len: usize) ->
     s.copy(s.all(own), blk(r));
     s.next_round();
     for k in 0..p - 1 {
-        s.send((r + 1) % p, blk(r + p - k));
+        // The first step sends the own block from the input (the same
+        // bytes), so that its receive can go in place (no send reads `out`).
+        let src = if k == 0 { s.all(own) } else { blk(r + p - k) };
+        s.send((r + 1) % p, src);
         s.recv((r + p - 1) % p, blk(r + 2 * p - k - 1));
         s.next_round();
     }
