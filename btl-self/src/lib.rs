@@ -307,6 +307,11 @@ impl BtlModule for SelfModule {
         Ok(())
     }
 
+    /// Its queue is filled by `send` only.
+    fn input_only_from_sends(&self) -> bool {
+        true
+    }
+
     fn progress(&mut self, handler: &mut dyn BtlRecvHandler) -> usize {
         // Deliver only what was queued before this call, so a handler that
         // (indirectly) sends again cannot make progress loop forever.

@@ -233,6 +233,14 @@ pub trait BtlModule: Send {
     /// fragments delivered. Bounded work per call; never blocks.
     fn progress(&mut self, handler: &mut dyn BtlRecvHandler) -> usize;
 
+    /// Whether fragments reach this module only through its own `send` /
+    /// `sendi` (a loopback such as btl-self): then a caller may skip
+    /// `progress` while it has sent nothing since the last progress that
+    /// delivered nothing. Default: `false` (input arrives from elsewhere).
+    fn input_only_from_sends(&self) -> bool {
+        false
+    }
+
     /// Peers this module found dead since the last call (connection reset,
     /// EOF in the middle of a message, failed connect), with the reason;
     /// each peer is reported once. The pml fails every request that depends

@@ -687,6 +687,27 @@ impl Core {
         }
     }
 
+    /// Waiting loops' check (cheaper than [`Core::test`]: no `Result` with
+    /// a heap-owning error to build and drop each round): the status of a
+    /// completed request, which is released; `Err(())` for an id that is
+    /// not a live, attached request (the caller reports
+    /// [`PmlError::Request`], as `test` would).
+    #[inline]
+    pub(crate) fn take_done(&mut self, id: ReqId) -> Result<Option<Status>, ()> {
+        let Some(s) = self.slots.get(id.index()) else {
+            return Err(());
+        };
+        if s.gen != id.gen() || s.detached || matches!(s.state, ReqState::Free) {
+            return Err(());
+        }
+        if !matches!(s.state, ReqState::Done) {
+            return Ok(None);
+        }
+        let st = s.status;
+        self.release(id);
+        Ok(Some(st))
+    }
+
     /// Whether `id` has completed, without releasing it.
     pub fn is_done(&mut self, id: ReqId) -> Result<bool, PmlError> {
         let s = self.slot(id).ok_or(PmlError::Request)?;

@@ -69,6 +69,13 @@ pub struct BtlNet {
     sendi: Vec<bool>,
     /// Whether a module carries some peer's traffic (is in `route`).
     carries: Vec<bool>,
+    /// Whether a module gets input only from its own sends (btl-self,
+    /// [`BtlModule::input_only_from_sends`]).
+    loopback: Vec<bool>,
+    /// For such a module: nothing sent to it since its last progress that
+    /// delivered nothing, so its poll is skipped (saves a virtual call per
+    /// progress round in a waiting loop).
+    quiet: Vec<bool>,
     /// Progress rounds so far (modules that carry nothing are polled only
     /// every [`IDLE_MODULE_POLL`] rounds).
     polls: u32,
@@ -257,6 +264,7 @@ pub(crate) fn open(
     // (every peer over sm) must not cost the sm path anything per poll.
     let any_openib = route.iter().any(|&i| modules[i].name() == "openib");
     let carries = (0..modules.len()).map(|i| route.contains(&i)).collect();
+    let loopback: Vec<bool> = modules.iter().map(|m| m.input_only_from_sends()).collect();
     let mut limits: Vec<Limits> = limits;
     let tm = tm_state(&mut modules, &route, &mut limits);
     Ok(Box::new(BtlNet {
@@ -265,6 +273,8 @@ pub(crate) fn open(
         route,
         limits,
         sendi,
+        quiet: loopback.clone(),
+        loopback,
         carries,
         polls: 0,
         regs: HashMap::new(),
@@ -394,6 +404,7 @@ impl Transport for BtlNet {
         let Some(&i) = self.route.get(peer as usize) else {
             return Err(TxError::Fatal(format!("no route to rank {peer}")));
         };
+        self.quiet[i] = false;
         if let Some(tm) = &self.tm {
             if tm.peers[peer as usize] && matches!(hdr.first(), Some(&KIND_MATCH | &KIND_RNDV)) {
                 return self.send_tagged(peer, hdr, data);
@@ -445,13 +456,11 @@ impl Transport for BtlNet {
         let dropped = &mut self.dropped;
         self.polls = self.polls.wrapping_add(1);
         let all = self.polls % IDLE_MODULE_POLL == 0;
-        for (m, _) in self
-            .modules
-            .iter_mut()
-            .zip(&self.carries)
-            .filter(|(_, &c)| c || all)
-        {
-            n += m.progress(&mut |peer: u32, tag: u8, bytes: &[u8]| {
+        for (i, m) in self.modules.iter_mut().enumerate() {
+            if !(all || (self.carries[i] && !self.quiet[i])) {
+                continue;
+            }
+            let k = m.progress(&mut |peer: u32, tag: u8, bytes: &[u8]| {
                 if tag == BTL_TAG_PML {
                     deliver(peer, bytes);
                 } else {
@@ -459,6 +468,11 @@ impl Transport for BtlNet {
                     tracing::error!(target: "pml_ob1", peer, tag, "fragment with a foreign BTL tag dropped");
                 }
             });
+            // A loopback that delivered something is polled again next
+            // round (conservative); one that delivered nothing waits for
+            // the next send to it.
+            self.quiet[i] = self.loopback[i] && k == 0;
+            n += k;
         }
         n
     }
