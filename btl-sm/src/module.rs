@@ -104,6 +104,9 @@ pub struct SmModule {
     /// Own fragments outstanding per destination local rank, per class
     /// (`[eager, max]`).
     held: Vec<[u32; 2]>,
+    /// Per local peer: the last value of that peer's fast-box `tail` we
+    /// read (see `Fbox::write_hinted`).
+    fbox_tail: Vec<u64>,
     /// Most fragments of each class one destination may hold.
     share: [u32; 2],
     get_enabled: bool,
@@ -173,6 +176,7 @@ impl SmModule {
                 .map(|i| layout.frag(Class::Max, i))
                 .collect(),
             held: vec![[0, 0]; local_world.len()],
+            fbox_tail: vec![0; local_world.len()],
             share: if local_world.len() > 2 {
                 [(layout.n_eager / 2).max(1), (layout.n_max / 2).max(1)]
             } else {
@@ -381,7 +385,7 @@ impl SmModule {
         let Some(fb) = peer_seg.fbox(self.me_local) else {
             return false;
         };
-        if fb.write(tag, header, payload) {
+        if fb.write_hinted(&mut self.fbox_tail[l], tag, header, payload) {
             self.stats.fbox_sends += 1;
             true
         } else {
