@@ -3,8 +3,10 @@
 //! The pml works on raw buffer views that must stay valid until the
 //! request completes; this adapter owns every buffer it hands over in a
 //! table keyed by request id and gives it back (receives, truncated to the
-//! received length) when `test` reports completion. This module is the
-//! only `unsafe` code of the crate.
+//! received length) when `test` reports completion; for `irecv_into` it
+//! keeps a reference to the caller's buffer instead. Besides
+//! `Exec::start_round` (the in-place receive's region pointer), this module
+//! is the only `unsafe` code of the crate.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
