@@ -31,11 +31,19 @@
 //! # Fast box (one per ordered pair of processes)
 //! A byte ring in the *receiver's* segment written by exactly one sender:
 //! `head` (bytes written, monotonic) is written only by the sender, `tail`
-//! (bytes consumed) only by the receiver; the sender publishes a record
-//! with a release store of `head`, the receiver frees it with a release
-//! store of `tail` *after* the record was handled. Records are
+//! (bytes consumed) only by the receiver. Records are
 //! `[len u32 | tag u8 | kind u8 | pad u16] ++ data`, padded to 8 bytes; a
 //! record never wraps: a `SKIP` record fills the end of the ring instead.
+//! The sender publishes a record with a release store of its header word
+//! (kind `DATA`/`SKIP`, never 0), after writing its data and a zero word
+//! right after it (so the word at the ring position of `head` is always 0
+//! or a published header: the ring keeps 8 bytes free for it). The
+//! receiver polls the header word at `tail` (one cache line, which holds
+//! the start of the data too: a small message costs the receiver one
+//! cross-core transfer, not two as with polling `head` first), and frees
+//! records with a release store of `tail` after handling them. `head`
+//! is the sender's own counter (and `drained`'s); the sender reads `tail`
+//! only when its cached copy shows no room (`write_hinted`).
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
@@ -48,6 +56,8 @@ pub const FRAG_HDR: usize = 64;
 /// Bytes of a fast-box record header.
 pub const FBOX_REC_HDR: usize = 8;
 
+/// No record (yet) at this position.
+const KIND_EMPTY: u8 = 0;
 const KIND_DATA: u8 = 1;
 const KIND_SKIP: u8 = 2;
 
@@ -276,7 +286,9 @@ impl<'a> Fbox<'a> {
         };
         let fits = |tail: u64| {
             // A hint above `head` cannot come from this ring: treat as full.
-            tail <= head && head.wrapping_sub(tail) as usize + skip + rec <= self.size
+            // FBOX_REC_HDR: the zero word after the record.
+            tail <= head
+                && head.wrapping_sub(tail) as usize + skip + rec + FBOX_REC_HDR <= self.size
         };
         if !fits(*tail_hint) {
             *tail_hint = self.ctl.tail.load(Ordering::Acquire);
@@ -284,23 +296,27 @@ impl<'a> Fbox<'a> {
                 return false;
             }
         }
-        // SAFETY: the bytes `pos..pos+skip` and the record's bytes lie in
-        // the free part of the ring (`used + skip + rec <= size`), which the
-        // receiver does not read until `head` is published below; `data`
+        // SAFETY: the bytes `pos..pos+skip`, the record's bytes and the
+        // word after them lie in the free part of the ring
+        // (`used + skip + rec + 8 <= size`); the receiver reads nothing
+        // there but the header word at `pos` (0 until the release stores
+        // below, which come after the data and the next zero word); `data`
         // covers `size` bytes (constructor contract); positions are 8-byte
-        // aligned so the header writes are aligned.
+        // aligned, so header words are aligned for atomic access.
         unsafe {
-            let mut at = pos;
-            if skip > 0 {
-                write_rec_hdr(self.data.add(at), 0, 0, KIND_SKIP);
-                at = 0;
-            }
+            let at = if skip > 0 { 0 } else { pos };
             let p = self.data.add(at);
-            write_rec_hdr(p, len as u32, tag, KIND_DATA);
             let d = p.add(FBOX_REC_HDR);
             std::ptr::copy_nonoverlapping(header.as_ptr(), d, header.len());
             std::ptr::copy_nonoverlapping(payload.as_ptr(), d.add(header.len()), payload.len());
+            let next = (at + rec) & (self.size - 1);
+            rec_word(self.data.add(next)).store(0, Ordering::Relaxed);
+            rec_word(p).store(rec_hdr(len as u32, tag, KIND_DATA), Ordering::Release);
+            if skip > 0 {
+                rec_word(self.data.add(pos)).store(rec_hdr(0, 0, KIND_SKIP), Ordering::Release);
+            }
         }
+        // The sender's own counter (the receiver does not read it).
         self.ctl
             .head
             .store(head + (skip + rec) as u64, Ordering::Release);
@@ -311,16 +327,19 @@ impl<'a> Fbox<'a> {
     /// after `f` returns. Returns the number of records handled, or the
     /// position of a corrupt record as `Err`.
     pub fn read(&self, budget: usize, f: &mut dyn FnMut(u8, &[u8])) -> Result<usize, u64> {
-        let head = self.ctl.head.load(Ordering::Acquire);
         let mut tail = self.ctl.tail.load(Ordering::Relaxed);
         let mut n = 0;
-        while tail != head && n < budget {
+        let res = loop {
+            if n >= budget {
+                break Ok(n);
+            }
             let pos = (tail as usize) & (self.size - 1);
-            // SAFETY: `tail < head`, so the sender published the record at
-            // `pos` (release store of `head`, acquired above) and will not
-            // touch it before we advance `tail`; aligned, in bounds.
-            let (len, tag, kind) = unsafe { read_rec_hdr(self.data.add(pos)) };
+            // SAFETY: `pos` is 8-byte aligned (records are padded to 8) and
+            // in bounds; the sender writes this word only atomically.
+            let w = unsafe { rec_word(self.data.add(pos)) }.load(Ordering::Acquire);
+            let (len, tag, kind) = (w as u32, (w >> 32) as u8, (w >> 40) as u8);
             match kind {
+                KIND_EMPTY => break Ok(n),
                 // The writer never puts a SKIP at position 0 (a record always
                 // fits an empty ring): one there would send `tail` round the
                 // ring forever without consuming anything (found by fuzzing:
@@ -332,8 +351,10 @@ impl<'a> Fbox<'a> {
                     if (len as usize) <= Self::max_record(self.size)
                         && pos + FBOX_REC_HDR + len as usize <= self.size =>
                 {
-                    // SAFETY: as above; the record's bytes are in bounds
-                    // (checked) and stable until `tail` moves past them.
+                    // SAFETY: the header was published (acquired above)
+                    // after the record's bytes; they are in bounds (checked)
+                    // and the sender does not touch them before `tail`
+                    // moves past them.
                     let bytes = unsafe {
                         std::slice::from_raw_parts(self.data.add(pos + FBOX_REC_HDR), len as usize)
                     };
@@ -341,28 +362,30 @@ impl<'a> Fbox<'a> {
                     tail += (FBOX_REC_HDR + (len as usize).div_ceil(8) * 8) as u64;
                     n += 1;
                 }
-                _ => return Err(tail),
+                _ => break Err(tail),
             }
-            self.ctl.tail.store(tail, Ordering::Release);
-        }
-        Ok(n)
+        };
+        // One release store for the whole batch: the sender may reuse the
+        // space once the records were handled.
+        self.ctl.tail.store(tail, Ordering::Release);
+        res
     }
 }
 
-/// # Safety
-/// `p` is 8-byte aligned, writable, 8 bytes.
-unsafe fn write_rec_hdr(p: *mut u8, len: u32, tag: u8, kind: u8) {
-    let w = (len as u64) | ((tag as u64) << 32) | ((kind as u64) << 40);
-    // SAFETY: caller contract.
-    unsafe { (p as *mut u64).write(w) };
+/// A record header word.
+fn rec_hdr(len: u32, tag: u8, kind: u8) -> u64 {
+    (len as u64) | ((tag as u64) << 32) | ((kind as u64) << 40)
 }
 
+/// The record header word at `p`, for atomic access.
+///
 /// # Safety
-/// `p` is 8-byte aligned, readable, 8 bytes.
-unsafe fn read_rec_hdr(p: *const u8) -> (u32, u8, u8) {
-    // SAFETY: caller contract.
-    let w = unsafe { (p as *const u64).read() };
-    (w as u32, (w >> 32) as u8, (w >> 40) as u8)
+/// `p` is 8-byte aligned and points to 8 bytes of the live ring mapping,
+/// which outlives the returned reference.
+unsafe fn rec_word<'a>(p: *mut u8) -> &'a AtomicU64 {
+    // SAFETY: caller contract (aligned, valid); the word is accessed
+    // atomically by both sides.
+    unsafe { &*(p as *const AtomicU64) }
 }
 
 /// Writes a fragment's header fields and data (owner, before pushing).
@@ -693,7 +716,9 @@ mod tests {
         while fb.write(1, b"12345678", &[]) {
             n += 1;
         }
-        assert_eq!(n, SIZE / 16);
+        // 16-byte records; the ring keeps one 8-byte word free (the zero
+        // word after the newest record).
+        assert_eq!(n, SIZE / 16 - 1);
         assert!(!fb.drained());
         assert_eq!(fb.read(100, &mut |_, b| assert_eq!(b, b"12345678")), Ok(n));
         assert!(fb.drained());
@@ -701,7 +726,7 @@ mod tests {
         assert!(fb.write(1, b"x", &[]));
         let pos = (fb.ctl.tail.load(Ordering::Relaxed) as usize) & (SIZE - 1);
         // SAFETY: in bounds, single thread.
-        unsafe { write_rec_hdr(fb.data.add(pos), 1, 1, 9) };
+        unsafe { rec_word(fb.data.add(pos)).store(rec_hdr(1, 1, 9), Ordering::Relaxed) };
         assert!(fb.read(1, &mut |_, _| panic!("corrupt delivered")).is_err());
     }
 
@@ -714,7 +739,7 @@ mod tests {
         // SAFETY: aligned, sized, single thread.
         let fb = unsafe { Fbox::at(mem.base() as *mut u8, SIZE) };
         // SAFETY: in bounds, single thread.
-        unsafe { write_rec_hdr(fb.data, 0, 0, KIND_SKIP) };
+        unsafe { rec_word(fb.data).store(rec_hdr(0, 0, KIND_SKIP), Ordering::Relaxed) };
         fb.ctl.head.store(u64::MAX / 2, Ordering::Release);
         assert_eq!(fb.read(4, &mut |_, _| panic!("delivered")), Err(0));
     }
