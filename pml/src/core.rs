@@ -870,6 +870,77 @@ impl Core {
         Ok(id)
     }
 
+    /// Blocking-send fast path (`Pml::send_blocking`): for a standard or
+    /// ready send of at most [`CREDIT_SWITCH_MIN`] bytes that goes eager
+    /// to a live peer, does the sender's bookkeeping of [`Core::isend`]
+    /// (sequence number, statistics, flow-control charge) without a
+    /// request or an action, and returns the peer, the match header and
+    /// the status the send completes with; the caller hands the fragment
+    /// to the transport at once (nothing may be queued before it). `None`:
+    /// not such a send (nothing was done; use `isend`). Errors as `isend`.
+    pub(crate) fn eager_direct(
+        &mut self,
+        limits: &[Limits],
+        ctx: u32,
+        dest: i32,
+        tag: i32,
+        len: usize,
+        mode: SendMode,
+    ) -> Result<Option<(u32, HdrBuf, Status)>, PmlError> {
+        if !matches!(mode, SendMode::Standard | SendMode::Ready)
+            || dest == PROC_NULL
+            || len > CREDIT_SWITCH_MIN
+        {
+            return Ok(None);
+        }
+        let comm = self.comm(ctx)?;
+        let src = comm.rank;
+        let peer = comm.world_rank(dest)?;
+        let over = match limits.get(peer as usize) {
+            Some(l) => len > l.eager,
+            None => true,
+        };
+        if over || self.dead.get(peer as usize).copied().unwrap_or(false) {
+            return Ok(None);
+        }
+        // len <= CREDIT_SWITCH_MIN: credit_switch would say "eager".
+        let seq = self.next_send_seq(peer, ctx);
+        self.stats.eager_sent += 1;
+        self.charge_eager(peer, len);
+        let hdr = HdrBuf::from(&MatchHdr { ctx, src, tag, seq }.encode());
+        let st = Status {
+            source: dest,
+            tag,
+            count: len,
+            ..Status::empty()
+        };
+        Ok(Some((peer, hdr, st)))
+    }
+
+    /// The transport refused [`Core::eager_direct`]'s fragment for now: it
+    /// becomes a send request queued as `isend` would have queued it.
+    pub(crate) fn queue_direct(
+        &mut self,
+        peer: u32,
+        hdr: HdrBuf,
+        buf: RawBuf,
+        st: Status,
+    ) -> ReqId {
+        let id = self.alloc(ReqState::Send {
+            buf,
+            phase: SendPhase::Queued,
+            _owned: None,
+        });
+        self.slots[id.index()].status = st;
+        self.actions.push(Action::Send {
+            peer,
+            hdr,
+            data: buf,
+            done: Some(id),
+        });
+        id
+    }
+
     /// The driver carried out an [`Action::Send`] whose `done` was `id`.
     pub fn send_done(&mut self, id: ReqId) {
         let Some(s) = self.slot(id) else { return };

@@ -486,6 +486,46 @@ impl Pml {
         check_send_tag(tag)?;
         let id = {
             let mut g = self.lock();
+            // Fast path: a small eager send with nothing queued before it
+            // goes straight to the transport, without a request or an
+            // action (docs/pml.md "Blocking calls and the lock").
+            if !g.tm && g.pending.is_empty() && !g.core.has_actions() {
+                let Inner {
+                    core, net, limits, ..
+                } = &mut *g;
+                if let Some((peer, hdr, st)) =
+                    core.eager_direct(limits, ctx, dest, tag, buf.len(), mode)?
+                {
+                    let net = &mut **net;
+                    // SAFETY: `buf` is valid for reads during this call
+                    // (contract); a typed buffer packs its bytes here.
+                    let sent = unsafe { buf.with_bytes(|b| net.send(peer, hdr.as_slice(), b)) };
+                    match sent {
+                        Ok(()) => return Ok(st),
+                        Err(TxError::Busy) => {
+                            let id = core.queue_direct(peer, hdr, buf, st);
+                            g.flush();
+                            if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
+                                return Ok(s);
+                            }
+                            drop(g);
+                            return self.wait(id);
+                        }
+                        // As `Inner::exec` for a queued send.
+                        Err(TxError::Fatal(e)) => {
+                            tracing::error!(target: "pml_ob1", peer, "send failed: {e}");
+                            return Ok(st);
+                        }
+                        Err(TxError::Broken(e)) => {
+                            tracing::error!(target: "pml_ob1", peer, "send to rank {peer} failed, connection broken: {e}");
+                            return Ok(Status {
+                                error: MpiErrorClass::Other,
+                                ..st
+                            });
+                        }
+                    }
+                }
+            }
             let Inner {
                 core, net, limits, ..
             } = &mut *g;
