@@ -1,8 +1,11 @@
 //! btl-sm fast-box records (`btl-sm/src/shm.rs`, compiled into the fuzz
 //! crate): the `[len u32 | tag u8 | kind u8 | pad] ++ data` records a peer
 //! process writes into this process's shared-memory ring and publishes with
-//! its `head` counter. A buggy or hostile peer controls the ring bytes and
-//! `head`; the receiver's own `tail` is sane.
+//! a release store of each record's header word (the receiver polls the
+//! header word at its `tail`; the sender's `head` counter is only the
+//! sender's bookkeeping since btl-sm 48ad7e8). A buggy or hostile peer
+//! controls the ring bytes (header words included) and `head`; the
+//! receiver's own `tail` is sane.
 //!
 //! Input: byte 0 = ring size (64 << (b % 5)) and mode.
 //! * mode hostile: `head` from the input, `tail` a multiple of 8 from the
