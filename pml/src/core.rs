@@ -1266,10 +1266,7 @@ impl Core {
                 len,
                 sreq,
                 region,
-            }) => {
-                self.consumed(peer, charge_of(None));
-                self.start_rndv(wire, id, env, peer, flags, len, sreq, region)
-            }
+            }) => self.start_rndv(wire, id, env, peer, flags, len, sreq, region),
             None => {
                 tracing::error!(target: "pml_ob1", msg, "matched message has no stored data");
                 self.complete(
@@ -1788,12 +1785,9 @@ impl Core {
                 ),
                 Late::ArrivalFailed(msg) => {
                     self.stats.dropped += 1;
-                    match self.unexp.remove(&msg) {
-                        Some(Unexp::Eager { peer, data }) => {
-                            self.consumed(peer, charge_of(Some(data.len())))
-                        }
-                        Some(Unexp::Rndv { peer, .. }) => self.consumed(peer, charge_of(None)),
-                        None => {}
+                    // Rendezvous headers carry no charge (charge_of(None)).
+                    if let Some(Unexp::Eager { peer, data }) = self.unexp.remove(&msg) {
+                        self.consumed(peer, charge_of(Some(data.len())));
                     }
                 }
             }
@@ -1863,7 +1857,6 @@ impl Core {
                     self.deliver_eager(id, env, data)
                 }
                 Ok(Header::Rndv(r)) => {
-                    self.consumed(peer, charge_of(None));
                     let env = Envelope {
                         ctx: r.m.ctx,
                         src: r.m.src,
