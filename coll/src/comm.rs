@@ -141,6 +141,12 @@ impl CollContext {
         any
     }
 
+    /// Whether any non-blocking collective may still be outstanding (a
+    /// cheap check before [`CollContext::progress`]).
+    fn may_have_outstanding(&self) -> bool {
+        !lock(&self.active).is_empty()
+    }
+
     /// Number of outstanding non-blocking collectives (for tests).
     pub fn outstanding(&self) -> usize {
         lock(&self.active)
@@ -301,12 +307,24 @@ impl CollRequest {
     /// waiting and yields the processor when nothing happens.
     pub fn wait(self) -> Result<Vec<u8>> {
         let ctx = Arc::clone(&self.inner.comm.ctx);
+        let p2p = ctx.p2p.as_ref();
+        let tests_progress = p2p.test_progresses();
         loop {
-            if self.test()? {
-                return Ok(lock(&self.inner.exec).take_result());
+            {
+                let mut e = lock(&self.inner.exec);
+                if e.poll(p2p, &self.inner.comm.ep)? {
+                    self.inner.done.store(true, Ordering::Release);
+                    return Ok(e.take_result());
+                }
             }
-            if !ctx.progress() && !ctx.p2p.progress() {
-                ctx.p2p.idle();
+            // One transport progress per round: the tests of `poll` already
+            // progressed when the transport's tests do.
+            let mut any = ctx.progress();
+            if !tests_progress {
+                any |= p2p.progress();
+            }
+            if !any {
+                p2p.idle();
             }
         }
     }
@@ -751,14 +769,20 @@ impl Comm {
         Ok(req)
     }
 
-    fn start_inner(&self, call: &Call) -> Result<CollRequest> {
+    /// Builds `call`'s schedule and takes the communicator's next sequence
+    /// number (tag) for it.
+    fn exec_for(&self, call: &Call) -> Result<Exec> {
         let pos = self.pos();
         let sched = self.inner.table.build(call, pos)?;
         let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
         let tag = self.inner.space.tag(seq);
         tracing::trace!(target: "coll_base", "{} #{seq} on cid {} by {}: {} rounds", call.kind, self.context_id(),
             self.inner.table.algorithm(call, pos), sched.rounds.len());
-        let exec = Exec::new(sched, tag, self.inner.peer_map.clone())?;
+        Exec::new(sched, tag, self.inner.peer_map.clone())
+    }
+
+    fn start_inner(&self, call: &Call) -> Result<CollRequest> {
+        let exec = self.exec_for(call)?;
         Ok(CollRequest {
             inner: Arc::new(ReqInner {
                 comm: Arc::clone(&self.inner),
@@ -775,12 +799,33 @@ impl Comm {
     }
 
     /// Runs `call` to completion and returns its result buffer.
+    ///
+    /// The blocking path: the schedule runs inline on this thread, without
+    /// the request `Arc`/`Mutex` of a non-blocking collective and without
+    /// entering the context's active list. It takes its sequence number
+    /// (hence its tag) at the same point as [`Comm::start`], so it stays in
+    /// step with non-blocking collectives outstanding on the communicator,
+    /// which it keeps progressing while it waits.
     pub fn run(&self, call: Call) -> Result<Vec<u8>> {
-        let req = self.start_inner(&call)?;
+        let mut exec = self.exec_for(&call)?;
         // The schedule shares the call's input: dropping the call first lets
         // the schedule write into it without a copy.
         drop(call);
-        req.wait()
+        let ctx = &self.inner.ctx;
+        let p2p = ctx.p2p.as_ref();
+        let tests_progress = p2p.test_progresses();
+        loop {
+            if exec.poll(p2p, &self.inner.ep)? {
+                return Ok(exec.take_result());
+            }
+            let mut any = ctx.may_have_outstanding() && ctx.progress();
+            if !tests_progress {
+                any |= p2p.progress();
+            }
+            if !any {
+                p2p.idle();
+            }
+        }
     }
 
     // ---------------------------------------------------------------- call builders

@@ -133,6 +133,12 @@ pub trait P2p: Send + Sync + 'static {
     fn test(&self, h: P2pHandle) -> Result<Option<Done>>;
     /// Advances communication; `true` if anything happened.
     fn progress(&self) -> bool;
+    /// Whether [`P2p::test`] of an incomplete request already advances
+    /// communication (the pml's does): a waiting loop then needs no
+    /// separate [`P2p::progress`] call per round.
+    fn test_progresses(&self) -> bool {
+        false
+    }
     /// Called by a waiting caller when [`P2p::progress`] found nothing to do:
     /// yield the processor or sleep briefly until something may have arrived.
     fn idle(&self) {

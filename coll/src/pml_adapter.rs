@@ -227,11 +227,16 @@ impl P2p for PmlP2p {
         self.pml.progress() > 0
     }
 
+    fn test_progresses(&self) -> bool {
+        // `Pml::test` polls the BTLs when the request is not complete yet.
+        true
+    }
+
     fn idle(&self) {
+        // No `spin_loop` hint when spinning: as in the pml's own waiting
+        // loop, the `pause` it emits delays noticing the peer's message.
         if self.pml.yields_when_idle() {
             std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
         }
     }
 
