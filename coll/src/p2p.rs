@@ -22,6 +22,11 @@ use std::sync::Arc;
 
 use crate::Result;
 
+/// Largest message [`P2p::send_small`] takes: the pml sends messages up to
+/// this size eagerly whatever its flow-control window (docs/pml.md), so a
+/// blocking send of one completes without the receiver's help.
+pub const SMALL_SEND: usize = 256;
+
 /// Bytes of a shared buffer: a send without a copy. While a transport
 /// holds one, the buffer cannot change (writers go through
 /// `Arc::make_mut`, which copies a shared buffer instead of mutating it).
@@ -102,6 +107,16 @@ pub trait P2p: Send + Sync + 'static {
         data: SharedBytes,
     ) -> Result<P2pHandle> {
         self.isend(ep, dest, tag, data.as_slice().to_vec())
+    }
+    /// Sends the small message `data` (at most [`SMALL_SEND`] bytes) to
+    /// communicator rank `dest` with `tag` and returns once the transport no
+    /// longer needs `data` (the message is buffered: it never waits for a
+    /// matching receive), without a request to test; `Ok(false)` when the
+    /// transport has no such path (the caller then uses
+    /// [`P2p::isend_shared`]).
+    fn send_small(&self, ep: &Endpoint, dest: u32, tag: i32, data: &[u8]) -> Result<bool> {
+        let _ = (ep, dest, tag, data);
+        Ok(false)
     }
     /// Starts a receive from communicator rank `source` with `tag` of at most `max_len` bytes.
     fn irecv(&self, ep: &Endpoint, source: u32, tag: i32, max_len: usize) -> Result<P2pHandle>;

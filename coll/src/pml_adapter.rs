@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tmpi_pml::raw::{RawBuf, RawBufMut};
 use tmpi_pml::{CommRecord, MpiErrorClass, Pml, ReqId, SendMode};
 
-use crate::p2p::{Done, Endpoint, P2p, P2pHandle, SharedBytes};
+use crate::p2p::{Done, Endpoint, P2p, P2pHandle, SharedBytes, SMALL_SEND};
 use crate::{CollError, Result};
 
 enum Held {
@@ -127,6 +127,30 @@ impl P2p for PmlP2p {
         .map_err(pml_err)?;
         self.held().insert(id.0, Held::Shared(data));
         Ok(P2pHandle(id.0))
+    }
+
+    fn send_small(&self, ep: &Endpoint, dest: u32, tag: i32, data: &[u8]) -> Result<bool> {
+        if data.len() > SMALL_SEND {
+            return Ok(false);
+        }
+        let raw = RawBuf::from_slice(data);
+        // SAFETY: `data` is borrowed, valid and unmodified for the whole
+        // call, and `send_blocking` returns only once the pml no longer
+        // needs it (a message this small is eager: copied to the transport,
+        // or queued with a copy when the transport is busy, and the call
+        // waits for that queued send without needing the receiver).
+        let st = unsafe {
+            self.pml
+                .send_blocking(ep.context_id, dest as i32, tag, raw, SendMode::Standard)
+        }
+        .map_err(pml_err)?;
+        if st.error != MpiErrorClass::Success {
+            return Err(CollError::P2p {
+                class: st.error,
+                message: format!("collective message to rank {dest}: {}", st.error.name()),
+            });
+        }
+        Ok(true)
     }
 
     fn irecv(&self, ep: &Endpoint, source: u32, tag: i32, max_len: usize) -> Result<P2pHandle> {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::datatype::Datatype;
 use crate::op::Op;
-use crate::p2p::{Done, Endpoint, P2p, P2pHandle, SharedBytes};
+use crate::p2p::{Done, Endpoint, P2p, P2pHandle, SharedBytes, SMALL_SEND};
 use crate::{CollError, Result};
 
 /// Index of a buffer of a [`Schedule`].
@@ -518,6 +518,15 @@ impl Exec {
         let round = &self.sched.rounds[self.round];
         for c in &round.comm {
             if let CommOp::Send { peer, src } = c {
+                if src.len <= SMALL_SEND {
+                    // Small: sent at once from the bytes, no request to test.
+                    let bytes = self.sched.bufs[src.buf].get(src.range()).ok_or_else(|| {
+                        CollError::Intern(format!("send outside its buffer: {src:?}"))
+                    })?;
+                    if p2p.send_small(ep, self.wire(*peer)?, self.tag, bytes)? {
+                        continue;
+                    }
+                }
                 let data = SharedBytes::new(Arc::clone(&self.sched.bufs[src.buf]), src.range())
                     .ok_or_else(|| {
                         CollError::Intern(format!("send outside its buffer: {src:?}"))
