@@ -136,6 +136,22 @@ pub fn check(w: &Comm) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let r3 = d.ibarrier().map_err(|e| e.to_string())?;
     let r4 = w.iallgather(vec![me as u8; 3]).map_err(|e| e.to_string())?;
+    // Blocking collectives on `w` while two non-blocking ones are
+    // outstanding on it: they take the next sequence numbers (tags) and
+    // must neither match the outstanding ones' messages nor stall them.
+    let mut x = [0u8; 8];
+    w.allreduce(
+        Input::Buf(&(u64::from(me) + 1).to_ne_bytes()),
+        &mut x,
+        Datatype::U64,
+        &Op::Sum,
+    )
+    .map_err(|e| e.to_string())?;
+    let mut y = if me == p - 1 { [9u8; 5] } else { [0u8; 5] };
+    w.bcast(&mut y, p - 1).map_err(|e| e.to_string())?;
+    if u64::from_ne_bytes(x) != u64::from(p) * (u64::from(p) + 1) / 2 || y != [9u8; 5] {
+        return Err("blocking collectives among outstanding non-blocking ones".into());
+    }
     let g4 = r4.wait().map_err(|e| e.to_string())?;
     r3.wait().map_err(|e| e.to_string())?;
     let s2 = r2.wait().map_err(|e| e.to_string())?;
