@@ -43,6 +43,47 @@ pub fn read(pid: u32, addr: u64, dst: &mut [u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Copies `src` to address `addr` of process `pid` (`process_vm_writev`).
+/// Loops over partial writes; a write that makes no progress is `EFAULT`.
+pub fn write(pid: u32, addr: u64, src: &[u8]) -> std::io::Result<()> {
+    let mut done = 0usize;
+    while done < src.len() {
+        let local = libc::iovec {
+            // SAFETY: `done < src.len()`, in bounds of `src`.
+            iov_base: unsafe { src.as_ptr().add(done) } as *mut libc::c_void,
+            iov_len: src.len() - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr as usize + done) as *mut libc::c_void,
+            iov_len: src.len() - done,
+        };
+        // SAFETY: `local` describes memory we borrow for reading (the
+        // kernel only reads it); `remote` is only interpreted by the kernel
+        // in the other process (bad addresses yield EFAULT).
+        let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::Error::from_raw_os_error(libc::EFAULT));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Whether process `pid` is gone (`kill(pid, 0)` says `ESRCH`).
+pub fn gone(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks existence and permission; no signal is
+    // sent and no memory is passed.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
 /// What this process's peers read to find out whether CMA works.
 pub static PROBE: u64 = 0x746d_7069_5f63_6d61; // "tmpi_cma"
 
@@ -79,5 +120,13 @@ mod tests {
         assert_eq!(e.raw_os_error(), Some(libc::EFAULT));
         // a pid that cannot exist
         assert!(read(0x3fff_fff0, src.as_ptr() as u64, &mut dst[..8]).is_err());
+        assert!(gone(0x3fff_fff0) && !gone(std::process::id()));
+        // write into our own memory, then the errors
+        let mut dst2 = vec![0u8; src.len()];
+        write(std::process::id(), dst2.as_mut_ptr() as u64, &src).unwrap();
+        assert_eq!(src, dst2);
+        let e = write(std::process::id(), 8, &src[..8]).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EFAULT));
+        assert!(write(0x3fff_fff0, dst2.as_mut_ptr() as u64, &src[..8]).is_err());
     }
 }

@@ -47,6 +47,19 @@ pub struct SmConfig {
     /// `btl_sm_poll_budget` (default 31, like vader): FIFO pops per
     /// progress call.
     pub poll_budget: usize,
+    /// `btl_sm_coop_min` (default 256 KiB, 0 = off): smallest registered
+    /// region for which the sender offers a cooperative copy slot (it then
+    /// writes part of the message into the receiver's buffer with
+    /// `process_vm_writev` while the receiver reads the rest).
+    pub coop_min: usize,
+    /// `btl_sm_coop_chunk` (default 128 KiB): smallest chunk of a
+    /// cooperative copy (a 4 KiB multiple >= 64 KiB; a message has at most
+    /// 64 chunks, so larger messages get larger chunks).
+    pub coop_chunk: usize,
+    /// `btl_sm_coop_fail_test` (default false, tests only): the sender's
+    /// cooperative writes are not done and reported as failed, so the
+    /// receiver re-reads those chunks.
+    pub coop_fail_test: bool,
 }
 
 impl Default for SmConfig {
@@ -60,6 +73,9 @@ impl Default for SmConfig {
             single_copy: SingleCopy::Auto,
             exclusivity: EXCLUSIVITY_HIGH - 1,
             poll_budget: 31,
+            coop_min: 256 * 1024,
+            coop_chunk: 128 * 1024,
+            coop_fail_test: false,
         }
     }
 }
@@ -98,6 +114,12 @@ impl SmConfig {
         }
         if self.poll_budget == 0 {
             return Err("btl_sm_poll_budget must be > 0".into());
+        }
+        if self.coop_chunk < 64 * 1024 || self.coop_chunk % 4096 != 0 || self.coop_chunk > 1 << 30 {
+            return Err(format!(
+                "btl_sm_coop_chunk {} is not a 4 KiB multiple in 64K..=1G",
+                self.coop_chunk
+            ));
         }
         Ok(())
     }
@@ -186,6 +208,28 @@ impl SmConfig {
             d.poll_budget as i64,
             1..=1 << 20,
         )?;
+        let coop_min = size(
+            "coop_min",
+            "Smallest single-copy message the sender helps copy into the receiver's buffer \
+             (process_vm_writev while the receiver reads the rest); 0 = off",
+            d.coop_min,
+        )?;
+        let coop_chunk = size(
+            "coop_chunk",
+            "Smallest chunk of a cooperative copy (4 KiB multiple >= 64K; at most 64 chunks \
+             per message)",
+            d.coop_chunk,
+        )?;
+        let coop_fail_test = reg
+            .register_bool(
+                spec(
+                    "coop_fail_test",
+                    "Testing only: the sender's cooperative writes fail, the receiver re-reads",
+                    Level::DevAll,
+                ),
+                d.coop_fail_test,
+            )?
+            .value();
         reg.register_verbose("btl", "sm")?;
         let single_copy = match sc.get().as_str() {
             "cma" => SingleCopy::Cma,
@@ -201,6 +245,9 @@ impl SmConfig {
             single_copy,
             exclusivity: excl.value() as u32,
             poll_budget: budget.value() as usize,
+            coop_min,
+            coop_chunk,
+            coop_fail_test,
         };
         cfg.validate().map_err(|why| McaError::InvalidValue {
             name: "btl_sm_*".into(),
@@ -251,6 +298,14 @@ mod tests {
             },
             SmConfig {
                 max_send_size: 10,
+                ..SmConfig::default()
+            },
+            SmConfig {
+                coop_chunk: 100_000,
+                ..SmConfig::default()
+            },
+            SmConfig {
+                coop_chunk: 4096,
                 ..SmConfig::default()
             },
         ];

@@ -21,6 +21,20 @@
 //! one peer, one destination may hold at most half of each fragment class,
 //! so a stalled receiver cannot starve the traffic to the others.
 //!
+//! # Cooperative copy of large messages
+//! `register_region` of at least `btl_sm_coop_min` bytes takes a
+//! [`CoopSlot`] of this process's segment and names it in the key
+//! ([`coop_key`]: pid, slot + 1, generation). A receiver's whole-region
+//! `get` arms the slot (destination, chunking) and copies chunks with
+//! `process_vm_readv` while this process's `progress` claims other chunks
+//! and writes them with `process_vm_writev`; the receiver returns once all
+//! chunks are done and the ones the sender failed to write are re-read.
+//! Ordering: the receiver closes the slot before `get` returns, hence
+//! before the pml's FIN; the sender deregisters (frees the slot, next
+//! generation) only after that FIN, so a slot is never reused while a
+//! receiver may touch it. A slot deregistered while still armed (a failed
+//! request) is quarantined until its receiver closes it. See docs/pml.md.
+//!
 //! # Segment lifetime
 //! Created at init (`/dev/shm/tmpi-sm.<job_id>.<rank>`, `O_CREAT|O_EXCL`,
 //! 0600), published through the modex, mapped by each local peer in
@@ -39,7 +53,9 @@ use tmpi_btl::{BtlError, BtlFlags, BtlModule, BtlRecvHandler, RemoteRegion};
 
 use crate::cma;
 use crate::config::{SingleCopy, SmConfig};
-use crate::segment::{Class, Segment};
+use std::sync::atomic::Ordering;
+
+use crate::segment::{coop_phase, Class, CoopSlot, Segment, COOP_SLOTS};
 use crate::shm::{self, FragHdr, Resolve};
 
 /// Modex key of the segment address.
@@ -47,6 +63,130 @@ pub const MODEX_KEY: &str = "btl.sm.seg";
 
 /// Records per fast box per progress call.
 const FBOX_BUDGET: usize = 64;
+
+/// Chunks the sender writes per progress call (cooperative copy).
+const COOP_BUDGET: usize = 2;
+
+/// Most chunks of one cooperative copy (bits of the failed mask).
+const COOP_MAX_CHUNKS: u64 = 64;
+
+/// Region key: `pid` in the low 32 bits, cooperative slot + 1 in bits
+/// 32..40 (0: plain key, no slot), its generation in bits 40..64.
+pub fn coop_key(pid: u32, slot: Option<usize>, generation: u32) -> u64 {
+    match slot {
+        None => pid as u64,
+        Some(s) => {
+            pid as u64
+                | (((s as u64 + 1) & 0xff) << 32)
+                | ((generation as u64 & ((1 << coop_phase::GEN_BITS) - 1)) << 40)
+        }
+    }
+}
+
+/// Inverse of [`coop_key`]: `(pid, slot, generation)`; the slot is not
+/// range-checked here.
+pub fn split_key(key: u64) -> (u32, Option<usize>, u32) {
+    let pid = key as u32;
+    let s = ((key >> 32) & 0xff) as usize;
+    let generation = (key >> 40) as u32;
+    (pid, s.checked_sub(1), generation)
+}
+
+/// Chunk size and count for a cooperative copy of `len` bytes with a
+/// smallest chunk of `min_chunk` (4 KiB multiple): at most
+/// [`COOP_MAX_CHUNKS`] chunks, each a 4 KiB multiple.
+pub fn coop_chunking(len: u64, min_chunk: u64) -> (u64, u64) {
+    let per = len.div_ceil(COOP_MAX_CHUNKS).div_ceil(4096) * 4096;
+    let chunk = per.max(min_chunk).max(4096);
+    (chunk, len.div_ceil(chunk))
+}
+
+/// The receiver's copy loop on an armed slot: claims and reads chunks,
+/// waits for the sender's claimed chunks, re-reads the failed ones.
+/// Returns (chunks read, chunks re-read); an error only after no sender
+/// write into `dst` can still be under way (or the sender is gone).
+#[allow(clippy::too_many_arguments)]
+fn coop_copy(
+    slot: &CoopSlot,
+    peer: u32,
+    pid: u32,
+    probe_addr: u64,
+    start: u64,
+    chunk: u64,
+    n: u64,
+    dst: &mut [u8],
+) -> std::io::Result<(u64, u64)> {
+    let len = dst.len() as u64;
+    let range = |k: u64| {
+        let off = k * chunk;
+        (off as usize, (off + chunk).min(len) as usize)
+    };
+    let mut read = 0u64;
+    let mut err = None;
+    // Chunks claimed by anyone; each claimed chunk bumps `done` once
+    // finished (copied, or failed by the sender).
+    let mut claimed = n;
+    loop {
+        let k = slot.next.fetch_add(1, Ordering::AcqRel) as u64;
+        if k >= n {
+            break;
+        }
+        let (a, b) = range(k);
+        let r = cma::read(pid, start + a as u64, &mut dst[a..b]);
+        slot.done.fetch_add(1, Ordering::AcqRel);
+        read += 1;
+        if let Err(e) = r {
+            // Stop further claims; the ones taken before still finish.
+            let p = slot.next.swap(1 << 30, Ordering::AcqRel) as u64;
+            claimed = p.min(n);
+            err = Some(e);
+            break;
+        }
+    }
+    // Wait for the sender's last chunks: no write into `dst` may be under
+    // way when we return.
+    let mut spins = 0u32;
+    while (slot.done.load(Ordering::Acquire) as u64) < claimed {
+        spins = spins.wrapping_add(1);
+        if spins % 64 == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+        if spins % 4096 == 0 {
+            if let Err(e) = cma::probe(pid, probe_addr) {
+                if e.raw_os_error() == Some(libc::ESRCH) {
+                    tracing::warn!(target: "btl_sm", "rank {peer} is gone during a cooperative copy");
+                    return Err(e);
+                }
+            }
+        }
+    }
+    if let Some(e) = err {
+        return Err(e);
+    }
+    let mut failed = slot.failed.load(Ordering::Acquire);
+    let mut reread = 0u64;
+    while failed != 0 {
+        let k = failed.trailing_zeros() as u64;
+        failed &= failed - 1;
+        if k >= n {
+            continue;
+        }
+        let (a, b) = range(k);
+        cma::read(pid, start + a as u64, &mut dst[a..b])?;
+        reread += 1;
+    }
+    Ok((read, reread))
+}
+
+/// The sender's side of one of its slots.
+#[derive(Debug, Clone, Copy, Default)]
+struct CoopLocal {
+    addr: u64,
+    len: u64,
+    generation: u32,
+}
 
 /// Counters of one module.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +203,21 @@ pub struct SmStats {
     pub returned: u64,
     /// Most own fragments outstanding at once.
     pub max_outstanding: u64,
+    /// Regions registered with a cooperative-copy slot.
+    pub coop_regs: u64,
+    /// Regions of at least `btl_sm_coop_min` bytes registered with a plain
+    /// key because no slot was free.
+    pub coop_exhausted: u64,
+    /// Gets done as cooperative copies (receiver).
+    pub coop_gets: u64,
+    /// Chunks this process read as a receiver of cooperative copies.
+    pub coop_chunks_read: u64,
+    /// Chunks this process wrote as a sender (helping).
+    pub coop_chunks_written: u64,
+    /// Chunks this process failed to write as a sender.
+    pub coop_chunks_failed: u64,
+    /// Chunks a receiver re-read because the sender failed them.
+    pub coop_rereads: u64,
 }
 
 /// The `/dev/shm` path of `rank`'s segment in job `job_id`.
@@ -113,6 +268,17 @@ pub struct SmModule {
     expected_attach: u32,
     stats: SmStats,
     pool_size: usize,
+    /// Free cooperative slots of our segment (stack of indices).
+    coop_free: Vec<u8>,
+    /// Registered slots (the ones `progress` looks at); empty: no cost.
+    coop_live: Vec<u8>,
+    /// Deregistered while a receiver still had them armed: freed once it
+    /// closes them.
+    coop_quarantine: Vec<u8>,
+    /// Per slot: our region and generation.
+    coop_local: Vec<CoopLocal>,
+    /// Per local peer: whether we still help it (off after a failed write).
+    coop_help: Vec<bool>,
 }
 
 impl std::fmt::Debug for SmModule {
@@ -157,6 +323,7 @@ impl SmModule {
             cma::allow_ptracer_any();
         }
         let layout = cfg.layout(local_world.len() as u32);
+        let nlocal = local_world.len();
         let path = segment_path(&info.job_id, info.rank);
         let own = Segment::create(&path, layout, me_local as u32, cma::probe_addr())?;
         let mut m = SmModule {
@@ -188,6 +355,11 @@ impl SmModule {
             own: Some(own),
             stats: SmStats::default(),
             pool_size: (layout.n_eager + layout.n_max) as usize,
+            coop_free: (0..COOP_SLOTS as u8).rev().collect(),
+            coop_live: Vec::with_capacity(COOP_SLOTS),
+            coop_quarantine: Vec::with_capacity(COOP_SLOTS),
+            coop_local: vec![CoopLocal::default(); COOP_SLOTS],
+            coop_help: vec![true; nlocal],
         };
         let value = format!("v1:{}", path.display());
         if let Err(e) = modex.put(MODEX_KEY, value.as_bytes()) {
@@ -393,6 +565,188 @@ impl SmModule {
         }
     }
 
+    /// A free cooperative slot (recovering quarantined ones that their
+    /// receiver closed meanwhile).
+    fn coop_take(&mut self) -> Option<usize> {
+        if self.coop_free.is_empty() && !self.coop_quarantine.is_empty() {
+            let own = self.own.as_ref()?;
+            let local = &self.coop_local;
+            let free = &mut self.coop_free;
+            self.coop_quarantine.retain(|&s| {
+                let g = local[s as usize].generation;
+                let st = own
+                    .coop_slot(s as usize)
+                    .map(|c| c.state.load(Ordering::Acquire));
+                if st == Some(coop_phase::state(g, coop_phase::CLOSED)) {
+                    free.push(s);
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+        self.coop_free.pop().map(usize::from)
+    }
+
+    /// Sender side of the cooperative copy: writes up to [`COOP_BUDGET`]
+    /// chunks of armed slots into their receivers' buffers.
+    fn coop_help(&mut self) {
+        let Some(own) = self.own.as_ref() else { return };
+        let mut budget = COOP_BUDGET;
+        for &s in &self.coop_live {
+            let loc = self.coop_local[s as usize];
+            let Some(slot) = own.coop_slot(s as usize) else {
+                continue;
+            };
+            if slot.state.load(Ordering::Acquire)
+                != coop_phase::state(loc.generation, coop_phase::ARMED)
+            {
+                continue;
+            }
+            // Armed with our generation: the receiver's fields are visible
+            // (release store of ARMED after writing them).
+            let reader = slot.reader.load(Ordering::Relaxed) as usize;
+            let pid = match self.peers.get(reader) {
+                Some(Some(seg)) if reader != self.me_local => seg.pid,
+                _ => 0,
+            };
+            let help = self.coop_help.get(reader).copied().unwrap_or(false);
+            if !help {
+                continue;
+            }
+            let n = (slot.nchunks.load(Ordering::Relaxed) as u64).min(COOP_MAX_CHUNKS);
+            let chunk = slot.chunk.load(Ordering::Relaxed);
+            let dst = slot.dst.load(Ordering::Relaxed);
+            while budget > 0 {
+                let k = slot.next.fetch_add(1, Ordering::AcqRel) as u64;
+                if k >= n {
+                    break;
+                }
+                budget -= 1;
+                let off = k.saturating_mul(chunk);
+                let end = off.saturating_add(chunk).min(loc.len);
+                let r = if off >= end {
+                    Ok(())
+                } else if self.cfg.coop_fail_test || pid == 0 {
+                    Err(std::io::Error::from_raw_os_error(libc::EFAULT))
+                } else {
+                    // SAFETY: `loc` is a region registered by our caller
+                    // and not yet deregistered (it is in `coop_live`):
+                    // readable for `loc.len` bytes; `off < end <= len`.
+                    let src = unsafe {
+                        std::slice::from_raw_parts(
+                            (loc.addr + off) as usize as *const u8,
+                            (end - off) as usize,
+                        )
+                    };
+                    cma::write(pid, dst.wrapping_add(off), src)
+                };
+                match r {
+                    Ok(()) => self.stats.coop_chunks_written += 1,
+                    Err(e) => {
+                        slot.failed.fetch_or(1 << k, Ordering::AcqRel);
+                        self.stats.coop_chunks_failed += 1;
+                        if !self.cfg.coop_fail_test {
+                            tracing::info!(target: "btl_sm",
+                                "cooperative write to local rank {reader} failed ({e}); \
+                                 no more help to it");
+                            if let Some(h) = self.coop_help.get_mut(reader) {
+                                *h = false;
+                            }
+                        }
+                    }
+                }
+                slot.done.fetch_add(1, Ordering::AcqRel);
+                if self.coop_help.get(reader) != Some(&true) {
+                    break;
+                }
+            }
+            if budget == 0 {
+                break;
+            }
+        }
+    }
+
+    /// Receiver side: arms `slot` (generation `generation`) of `peer`'s
+    /// segment and copies the whole region into `dst` with the sender's
+    /// help. `Ok(false)`: the slot could not be armed (plain path).
+    fn coop_get(
+        &mut self,
+        peer: u32,
+        l: usize,
+        s: usize,
+        generation: u32,
+        start: u64,
+        dst: &mut [u8],
+    ) -> Result<bool, BtlError> {
+        let seg = self.peers[l].as_ref().expect("checked reachable");
+        let Some(slot) = seg.coop_slot(s) else {
+            return Err(BtlError::BadRegion(format!(
+                "cooperative slot {s} of rank {peer} out of range"
+            )));
+        };
+        let (pid, probe_addr) = (seg.pid, seg.probe_addr);
+        let len = dst.len() as u64;
+        let (chunk, n) = coop_chunking(len, self.cfg.coop_chunk as u64);
+        if n < 2 {
+            return Ok(false);
+        }
+        if slot
+            .state
+            .compare_exchange(
+                coop_phase::state(generation, coop_phase::OWNED),
+                coop_phase::state(generation, coop_phase::ARMING),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            return Ok(false);
+        }
+        slot.dst
+            .store(dst.as_mut_ptr() as usize as u64, Ordering::Relaxed);
+        slot.len.store(len, Ordering::Relaxed);
+        slot.chunk.store(chunk, Ordering::Relaxed);
+        slot.nchunks.store(n as u32, Ordering::Relaxed);
+        slot.reader.store(self.me_local as u32, Ordering::Relaxed);
+        slot.next.store(0, Ordering::Relaxed);
+        slot.done.store(0, Ordering::Relaxed);
+        slot.failed.store(0, Ordering::Relaxed);
+        slot.state.store(
+            coop_phase::state(generation, coop_phase::ARMED),
+            Ordering::Release,
+        );
+        let r = coop_copy(slot, peer, pid, probe_addr, start, chunk, n, dst);
+        // Last access: the sender may free the slot once our FIN arrives.
+        slot.state.store(
+            coop_phase::state(generation, coop_phase::CLOSED),
+            Ordering::Release,
+        );
+        let (read, reread) = r.map_err(|e| self.cma_error(peer, e))?;
+        self.stats.coop_gets += 1;
+        self.stats.coop_chunks_read += read;
+        self.stats.coop_rereads += reread;
+        Ok(true)
+    }
+
+    fn cma_error(&mut self, peer: u32, e: std::io::Error) -> BtlError {
+        match e.raw_os_error() {
+            Some(libc::EPERM) => {
+                self.get_enabled = false;
+                tracing::info!(target: "btl_sm", "CMA from rank {peer} denied ({e}); disabling single copy");
+                BtlError::GetDenied { peer, source: e }
+            }
+            Some(libc::EFAULT) => {
+                BtlError::BadRegion(format!("address range not mapped in rank {peer}"))
+            }
+            Some(libc::ESRCH) => BtlError::Protocol {
+                peer,
+                reason: "peer process is gone".into(),
+            },
+            _ => BtlError::io(format!("process_vm_readv from rank {peer}"), e),
+        }
+    }
+
     fn fbox_drained(&self, l: usize) -> bool {
         self.peers[l]
             .as_ref()
@@ -476,7 +830,9 @@ impl BtlModule for SmModule {
         }
     }
 
-    /// Key: this process's pid. Nothing is pinned; peers read with CMA.
+    /// Key: this process's pid, plus a cooperative slot for regions of at
+    /// least `btl_sm_coop_min` bytes while one is free ([`coop_key`]).
+    /// Nothing is pinned; peers read with CMA.
     unsafe fn register_region(
         &mut self,
         ptr: *const u8,
@@ -494,11 +850,68 @@ impl BtlModule for SmModule {
         if addr.checked_add(len as u64).is_none() {
             return Err(BtlError::BadRegion("address range wraps".into()));
         }
+        let pid = std::process::id();
+        let mut key = coop_key(pid, None, 0);
+        if self.cfg.coop_min > 0 && len >= self.cfg.coop_min {
+            match self.coop_take() {
+                Some(s) => {
+                    let loc = &mut self.coop_local[s];
+                    loc.generation = (loc.generation + 1) & ((1 << coop_phase::GEN_BITS) - 1);
+                    loc.addr = addr;
+                    loc.len = len as u64;
+                    let g = loc.generation;
+                    if let Some(slot) = self.own.as_ref().and_then(|o| o.coop_slot(s)) {
+                        slot.state
+                            .store(coop_phase::state(g, coop_phase::OWNED), Ordering::Release);
+                    }
+                    self.coop_live.push(s as u8);
+                    self.stats.coop_regs += 1;
+                    key = coop_key(pid, Some(s), g);
+                }
+                None => self.stats.coop_exhausted += 1,
+            }
+        }
         Ok(RemoteRegion {
             addr,
             len: len as u64,
-            key: std::process::id() as u64,
+            key,
         })
+    }
+
+    /// Frees the region's cooperative slot (next registration: new
+    /// generation); a slot a receiver still has armed is quarantined.
+    fn deregister_region(&mut self, region: &RemoteRegion) {
+        let (pid, slot, generation) = split_key(region.key);
+        let Some(s) = slot else { return };
+        if pid != std::process::id() || s >= COOP_SLOTS {
+            return;
+        }
+        let Some(i) = self.coop_live.iter().position(|&x| x as usize == s) else {
+            return;
+        };
+        let loc = self.coop_local[s];
+        if loc.generation != generation || loc.addr != region.addr || loc.len != region.len {
+            return;
+        }
+        self.coop_live.swap_remove(i);
+        let Some(own) = self.own.as_ref() else { return };
+        let Some(slot) = own.coop_slot(s) else { return };
+        // OWNED (never armed) or CLOSED: free now. ARMING/ARMED: the
+        // receiver is inside its get (the request failed on our side):
+        // it closes the slot on its way out.
+        let owned = coop_phase::state(generation, coop_phase::OWNED);
+        let free = coop_phase::state(generation, coop_phase::FREE);
+        let freed = slot
+            .state
+            .compare_exchange(owned, free, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+            || slot.state.load(Ordering::Acquire)
+                == coop_phase::state(generation, coop_phase::CLOSED);
+        if freed {
+            self.coop_free.push(s as u8);
+        } else {
+            self.coop_quarantine.push(s as u8);
+        }
     }
 
     fn get(
@@ -516,9 +929,10 @@ impl BtlModule for SmModule {
             return Err(BtlError::Unsupported("get (single copy disabled)"));
         }
         let pid = self.peers[l].as_ref().map_or(0, |s| s.pid);
-        if region.key != pid as u64 {
+        let (key_pid, slot, generation) = split_key(region.key);
+        if key_pid != pid || region.key >> 32 != 0 && slot.map_or(true, |s| s >= COOP_SLOTS) {
             return Err(BtlError::BadRegion(format!(
-                "region of process {} read from rank {peer} (process {pid})",
+                "region key {:#x} (process {key_pid}) read from rank {peer} (process {pid})",
                 region.key
             )));
         }
@@ -526,22 +940,22 @@ impl BtlModule for SmModule {
         if dst.is_empty() {
             return Ok(());
         }
-        cma::read(pid, start, dst).map_err(|e| match e.raw_os_error() {
-            Some(libc::EPERM) => {
-                self.get_enabled = false;
-                tracing::info!(target: "btl_sm", "CMA from rank {peer} denied ({e}); disabling single copy");
-                BtlError::GetDenied { peer, source: e }
+        // The whole region (what the pml's rendezvous reads): cooperative
+        // copy if the key names a slot; pieces and prefixes: plain read.
+        if let (Some(s), 0) = (slot, offset) {
+            if dst.len() as u64 == region.len
+                && self.coop_get(peer, l, s, generation, start, dst)?
+            {
+                return Ok(());
             }
-            Some(libc::EFAULT) => BtlError::BadRegion(format!("address range not mapped in rank {peer}")),
-            Some(libc::ESRCH) => BtlError::Protocol {
-                peer,
-                reason: "peer process is gone".into(),
-            },
-            _ => BtlError::io(format!("process_vm_readv from rank {peer}"), e),
-        })
+        }
+        cma::read(pid, start, dst).map_err(|e| self.cma_error(peer, e))
     }
 
     fn progress(&mut self, handler: &mut dyn BtlRecvHandler) -> usize {
+        if !self.coop_live.is_empty() {
+            self.coop_help();
+        }
         let Some(own) = self.own.as_ref() else {
             return 0;
         };
@@ -636,5 +1050,40 @@ impl BtlModule for SmModule {
 impl Drop for SmModule {
     fn drop(&mut self) {
         let _ = self.finalize();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_and_plain_keys_stay_pids() {
+        let pid = 4_194_303u32;
+        assert_eq!(coop_key(pid, None, 77), pid as u64);
+        assert_eq!(split_key(pid as u64), (pid, None, 0));
+        for s in [0usize, 1, 31, COOP_SLOTS - 1] {
+            for g in [1u32, 2, (1 << coop_phase::GEN_BITS) - 1] {
+                let k = coop_key(pid, Some(s), g);
+                assert_eq!(split_key(k), (pid, Some(s), g), "slot {s} gen {g}");
+                assert_ne!(k, pid as u64);
+            }
+        }
+        // generations wrap to the key's width; distinct slots, distinct keys
+        assert_eq!(split_key(coop_key(1, Some(3), 1 << 24)).2, 0);
+        assert_ne!(coop_key(1, Some(3), 5), coop_key(1, Some(4), 5));
+        assert_ne!(coop_key(1, Some(3), 5), coop_key(1, Some(3), 6));
+    }
+
+    #[test]
+    fn chunking_bounds() {
+        for len in [256 << 10, 1 << 20, (1 << 20) + 1, 3 << 20, 8 << 20, 1 << 30] {
+            for min in [64 << 10, 128 << 10, 1 << 20] {
+                let (c, n) = coop_chunking(len, min);
+                assert!(c >= min && c % 4096 == 0, "{len} {min}: chunk {c}");
+                assert!(n <= COOP_MAX_CHUNKS && n * c >= len && (n - 1) * c < len);
+            }
+        }
+        assert_eq!(coop_chunking(1 << 20, 128 << 10), (128 << 10, 8));
     }
 }

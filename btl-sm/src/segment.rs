@@ -4,8 +4,10 @@
 //! ```text
 //! offset 0        header (one page): magic, version, owner, pid, layout,
 //!                 attach counter, ready flag, CMA probe address
-//! PAGE            receive FIFO control block (128 B)
-//! PAGE+128        fast boxes, one per sending local rank: ctl (128 B) + ring
+//! PAGE            cooperative-copy slots (COOP_SLOTS x 128 B, two pages):
+//!                 the owner's large send regions that a receiver may arm
+//! 3*PAGE          receive FIFO control block (128 B)
+//! 3*PAGE+128      fast boxes, one per sending local rank: ctl (128 B) + ring
 //! ...             eager fragment slots: 64 B header + eager capacity
 //! ...             max fragment slots:   64 B header + max capacity
 //! ```
@@ -17,7 +19,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use memmap2::MmapMut;
 use tmpi_btl::BtlError;
@@ -25,8 +27,72 @@ use tmpi_btl::BtlError;
 use crate::shm::{Fbox, Fifo, FragHdr, FBOX_CTL, FIFO_CTL, FRAG_HDR};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TMPISM01");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const PAGE: usize = 4096;
+
+/// Cooperative-copy slots per segment (the slot index travels in 8 bits of
+/// the region key, as index + 1).
+pub const COOP_SLOTS: usize = 64;
+/// Bytes of one [`CoopSlot`].
+pub const COOP_SLOT_BYTES: usize = 128;
+/// Start of the FIFO control block: header page + slot table.
+const HDR_AREA: usize = PAGE + COOP_SLOTS * COOP_SLOT_BYTES;
+
+/// One cooperative-copy slot in its owner's (the sender's) segment.
+///
+/// `state` is `generation << 3 | phase`. The owner moves it FREE -> OWNED
+/// (register, new generation); the receiver OWNED -> ARMING (compare-
+/// exchange with the generation of its key) -> ARMED (after writing the
+/// other fields, release) -> CLOSED (after its last access); the owner
+/// CLOSED/OWNED -> FREE (deregister). Both claim chunks with `next` and
+/// count finished ones in `done`; a chunk the owner could not write has
+/// its bit in `failed`. Zeroed file memory is a FREE slot of generation 0.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct CoopSlot {
+    /// Generation and phase.
+    pub state: AtomicU64,
+    /// Receiver's destination address (receiver writes while ARMING).
+    pub dst: AtomicU64,
+    /// Bytes to copy.
+    pub len: AtomicU64,
+    /// Chunk size.
+    pub chunk: AtomicU64,
+    /// Number of chunks (<= 64).
+    pub nchunks: AtomicU32,
+    /// Receiver's local rank (the owner writes to that peer's process).
+    pub reader: AtomicU32,
+    _pad0: [u64; 3],
+    /// Next chunk to claim (`fetch_add`).
+    pub next: AtomicU32,
+    /// Chunks finished (copied, or failed by the owner).
+    pub done: AtomicU32,
+    /// Chunks the owner failed to write (bit per chunk).
+    pub failed: AtomicU64,
+    _pad1: [u64; 6],
+}
+
+const _: () = assert!(std::mem::size_of::<CoopSlot>() == COOP_SLOT_BYTES);
+
+/// Phases of [`CoopSlot::state`].
+pub mod coop_phase {
+    /// Not registered.
+    pub const FREE: u64 = 0;
+    /// Registered by the owner, not (yet) used by a receiver.
+    pub const OWNED: u64 = 1;
+    /// A receiver is writing the copy parameters.
+    pub const ARMING: u64 = 2;
+    /// Copy in progress: both sides may claim chunks.
+    pub const ARMED: u64 = 3;
+    /// The receiver finished (no further access until a new generation).
+    pub const CLOSED: u64 = 4;
+    /// Generations are kept to this many bits (the key's width).
+    pub const GEN_BITS: u32 = 24;
+    /// `state` value of `generation` in `phase`.
+    pub const fn state(generation: u32, phase: u64) -> u64 {
+        ((generation as u64 & ((1 << GEN_BITS) - 1)) << 3) | phase
+    }
+}
 
 /// Fragment size class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,14 +127,14 @@ fn round64(x: usize) -> usize {
 impl Layout {
     /// Offset of the FIFO control block.
     pub fn fifo(&self) -> usize {
-        PAGE
+        HDR_AREA
     }
     fn fbox_stride(&self) -> usize {
         round64(FBOX_CTL + self.fbox_size as usize)
     }
     /// Offset of the fast box written by local rank `sender`.
     pub fn fbox(&self, sender: usize) -> usize {
-        PAGE + FIFO_CTL + sender * self.fbox_stride()
+        HDR_AREA + FIFO_CTL + sender * self.fbox_stride()
     }
     fn eager_start(&self) -> usize {
         self.fbox(self.slots as usize)
@@ -123,7 +189,7 @@ impl Layout {
         let total = (self.slots as u128) * (FBOX_CTL as u128 + self.fbox_size as u128)
             + self.n_eager as u128 * (FRAG_HDR as u128 + self.eager_cap as u128 + 64)
             + self.n_max as u128 * (FRAG_HDR as u128 + self.max_cap as u128 + 64)
-            + 2 * PAGE as u128;
+            + (HDR_AREA + PAGE) as u128;
         if total >= 1 << 32 {
             return Err(format!("segment of {total} bytes exceeds 4 GiB"));
         }
@@ -341,6 +407,19 @@ impl Segment {
         })
     }
 
+    /// Cooperative-copy slot `i` of this segment (`None` out of range).
+    pub fn coop_slot(&self, i: usize) -> Option<&CoopSlot> {
+        if i >= COOP_SLOTS {
+            return None;
+        }
+        // SAFETY: slot `i` lies in the slot table between the header page
+        // and the FIFO, inside the mapping (`total() >= HDR_AREA`), aligned
+        // to 128 (page-aligned base + PAGE + i * 128); all its fields are
+        // atomics or padding, for which zeroed file memory is a valid
+        // value; the reference lives no longer than the mapping (`&self`).
+        Some(unsafe { &*((self.base() + PAGE + i * COOP_SLOT_BYTES) as *const CoopSlot) })
+    }
+
     /// Address of the fragment slot at `off`, with its class and capacity.
     pub fn frag_at(&self, off: usize) -> Option<(*mut FragHdr, Class, usize)> {
         let (c, cap) = self.layout.classify(off)?;
@@ -417,6 +496,15 @@ mod tests {
         assert_eq!(peer.pid, std::process::id());
         assert_eq!(peer.mark_attached(), 1);
         assert_eq!(seg.attached(), 1);
+        // the slot table is shared and starts FREE
+        let a = seg.coop_slot(COOP_SLOTS - 1).unwrap();
+        assert_eq!(a.state.load(Ordering::Relaxed), coop_phase::FREE);
+        a.state
+            .store(coop_phase::state(7, coop_phase::OWNED), Ordering::Release);
+        let b = peer.coop_slot(COOP_SLOTS - 1).unwrap();
+        assert_eq!(b.state.load(Ordering::Acquire), (7 << 3) | 1);
+        assert!(peer.coop_slot(COOP_SLOTS).is_none());
+        assert!(seg.layout().fifo() >= PAGE + COOP_SLOTS * COOP_SLOT_BYTES);
         std::fs::remove_file(&path).unwrap();
         // garbage is refused
         std::fs::write(&path, vec![7u8; 8192]).unwrap();
