@@ -25,7 +25,7 @@ use crate::framework::{CollFramework, CommShape, FnTable};
 use crate::group::{Compare, Group};
 use crate::op::Op;
 use crate::p2p::{Endpoint, P2p};
-use crate::schedule::Exec;
+use crate::schedule::{Exec, ExtRef};
 use crate::tags::TagSpace;
 use crate::{CollError, Result};
 
@@ -782,6 +782,11 @@ impl Comm {
     }
 
     fn start_inner(&self, call: &Call) -> Result<CollRequest> {
+        if call.ext_send.is_some() || call.ext_out.is_some() {
+            return Err(CollError::Intern(
+                "a non-blocking collective cannot borrow caller memory".into(),
+            ));
+        }
         let exec = self.exec_for(call)?;
         Ok(CollRequest {
             inner: Arc::new(ReqInner {
@@ -807,16 +812,56 @@ impl Comm {
     /// step with non-blocking collectives outstanding on the communicator,
     /// which it keeps progressing while it waits.
     pub fn run(&self, call: Call) -> Result<Vec<u8>> {
+        if call.ext_send.is_some() || call.ext_out.is_some() {
+            return Err(CollError::Intern(
+                "Comm::run with caller memory: use run_borrowing".into(),
+            ));
+        }
         let mut exec = self.exec_for(&call)?;
         // The schedule shares the call's input: dropping the call first lets
         // the schedule write into it without a copy.
         drop(call);
+        self.drive(&mut exec)?;
+        Ok(exec.take_result())
+    }
+
+    /// The blocking path over the caller's memory: `call`'s schedule reads
+    /// `input` in place (instead of a copy in `call.send`) and may take
+    /// `out` as its result buffer (an algorithm that does writes the result
+    /// there: receives land in it, reductions combine into it). Returns
+    /// `None` when the result is in `out`, else the result buffer for the
+    /// caller to copy out. On error every transport request of the schedule
+    /// is drained before returning, so no transfer touches the borrowed
+    /// memory afterwards.
+    fn run_borrowing(
+        &self,
+        mut call: Call,
+        input: Option<&[u8]>,
+        out: Option<&mut [u8]>,
+    ) -> Result<Option<Pooled>> {
+        call.ext_send = input.map(ExtRef::read);
+        call.ext_out = out.map(ExtRef::write);
+        let mut exec = self.exec_for(&call)?;
+        drop(call);
+        if let Err(e) = self.drive(&mut exec) {
+            exec.drain(self.inner.ctx.p2p.as_ref());
+            return Err(e);
+        }
+        if exec.result_in_place() {
+            Ok(None)
+        } else {
+            Ok(Some(Pooled(exec.take_result())))
+        }
+    }
+
+    /// Runs `exec` to completion on this thread.
+    fn drive(&self, exec: &mut Exec) -> Result<()> {
         let ctx = &self.inner.ctx;
         let p2p = ctx.p2p.as_ref();
         let tests_progress = p2p.test_progresses();
         loop {
             if exec.poll(p2p, &self.inner.ep)? {
-                return Ok(exec.take_result());
+                return Ok(());
             }
             let mut any = ctx.may_have_outstanding() && ctx.progress();
             if !tests_progress {
@@ -936,16 +981,21 @@ impl Comm {
         dtype: Datatype,
         op: &Op,
     ) -> Result<()> {
-        let data = match send {
+        // The input is read in place and the result written straight into
+        // `recv` where the algorithm allows (`run_borrowing`); in place, the
+        // input is a copy of `recv` (it is overwritten while still sent).
+        let (data, input) = match send {
             Input::Buf(s) => {
                 same_len("allreduce", s.len(), recv.len())?;
-                crate::pool::copy_of(s)
+                (Vec::new(), Some(s))
             }
-            Input::InPlace => crate::pool::copy_of(recv),
+            Input::InPlace => (crate::pool::copy_of(recv), None),
         };
+        reduction_ok(dtype, op, recv.len())?;
         let c = self.call_reduction(CollKind::Allreduce, data, dtype, op, 0)?;
-        let out = self.run_pooled(c)?;
-        recv.copy_from_slice(&out);
+        if let Some(out) = self.run_borrowing(c, input, Some(&mut *recv))? {
+            recv.copy_from_slice(&out);
+        }
         Ok(())
     }
 

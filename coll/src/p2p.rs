@@ -121,6 +121,27 @@ pub trait P2p: Send + Sync + 'static {
     /// Starts a receive from communicator rank `source` with `tag` of at most `max_len` bytes.
     fn irecv(&self, ep: &Endpoint, source: u32, tag: i32, max_len: usize) -> Result<P2pHandle>;
 
+    /// Sends `len` bytes at `data` without taking or copying them (the
+    /// blocking collectives' path over the caller's memory). The default
+    /// copies them into an owned message ([`P2p::isend`]).
+    ///
+    /// # Safety
+    /// `data..data + len` must stay valid for reads and unmodified until
+    /// `test` reported the request complete (or, after an error, until it
+    /// reported it complete or failed).
+    unsafe fn isend_raw(
+        &self,
+        ep: &Endpoint,
+        dest: u32,
+        tag: i32,
+        data: *const u8,
+        len: usize,
+    ) -> Result<P2pHandle> {
+        // SAFETY: forwarded contract: valid for reads during this call.
+        let bytes = unsafe { std::slice::from_raw_parts(data, len) };
+        self.isend(ep, dest, tag, bytes.to_vec())
+    }
+
     /// Like [`P2p::irecv`], but the transport may write the message
     /// straight into the `max_len` bytes at `dst` and complete with
     /// [`Done::ReceivedInPlace`]. A transport that cannot (the default)

@@ -24,6 +24,8 @@ enum Held {
     /// A receive into the caller's region (`irecv_into`): keeps the
     /// region's allocation alive; its length.
     RecvInto(Arc<Vec<u8>>, usize),
+    /// A send from memory the caller keeps alive (`isend_raw`).
+    Raw,
 }
 
 /// The pml as coll's transport.
@@ -129,6 +131,26 @@ impl P2p for PmlP2p {
         Ok(P2pHandle(id.0))
     }
 
+    unsafe fn isend_raw(
+        &self,
+        ep: &Endpoint,
+        dest: u32,
+        tag: i32,
+        data: *const u8,
+        len: usize,
+    ) -> Result<P2pHandle> {
+        let raw = RawBuf::from_raw(data, len);
+        // SAFETY: the caller guarantees the bytes stay valid and unmodified
+        // until `test` reports the request complete (`P2p::isend_raw`).
+        let id = unsafe {
+            self.pml
+                .isend(ep.context_id, dest as i32, tag, raw, SendMode::Standard)
+        }
+        .map_err(pml_err)?;
+        self.held().insert(id.0, Held::Raw);
+        Ok(P2pHandle(id.0))
+    }
+
     fn send_small(&self, ep: &Endpoint, dest: u32, tag: i32, data: &[u8]) -> Result<bool> {
         if data.len() > SMALL_SEND {
             return Ok(false);
@@ -213,6 +235,7 @@ impl P2p for PmlP2p {
                 drop(buf);
                 Ok(Some(Done::Sent))
             }
+            Some(Held::Raw) => Ok(Some(Done::Sent)),
             Some(Held::Shared(data)) => {
                 // The pml is done with it: the schedule may write again.
                 drop(data);

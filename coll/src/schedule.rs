@@ -11,6 +11,15 @@
 //! order, then the next round starts. A receive may reduce straight into
 //! its target. Schedules own their buffers, so a non-blocking collective
 //! never borrows user memory; the caller copies the result out at the end.
+//!
+//! Blocking collectives may instead lend the caller's memory to their
+//! schedule ([`ExtRef`], [`Schedule::ext`]): the input is read in place (no
+//! copy unless the algorithm writes into it: it is copied into an owned
+//! buffer on the first write) and the output buffer is written in place
+//! (receives go straight into it, reductions combine into it), so the
+//! result needs no copy out either. Only [`crate::Comm`]'s blocking path
+//! builds such schedules; it holds the borrows for the whole run and drains
+//! every transport request before returning, also on error.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -22,6 +31,55 @@ use crate::{CollError, Result};
 
 /// Index of a buffer of a [`Schedule`].
 pub type BufId = usize;
+
+/// Caller memory lent to the schedule of a blocking collective: read-only
+/// (the input) or writable (the output). Built from borrows by the crate's
+/// blocking path only, which keeps the borrow alive until the schedule and
+/// every transport request on the memory are gone.
+#[derive(Debug, Clone, Copy)]
+pub struct ExtRef {
+    ptr: *mut u8,
+    len: usize,
+    writable: bool,
+}
+
+// SAFETY: an `ExtRef` is only a pointer/length pair; it is created from a
+// borrow by `Comm`'s blocking path and used on that caller's thread while
+// the borrow lasts (`Comm::start` refuses calls carrying one), so moving or
+// sharing the value itself between threads creates no access.
+unsafe impl Send for ExtRef {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for ExtRef {}
+
+impl ExtRef {
+    /// The caller's input, read in place.
+    pub(crate) fn read(s: &[u8]) -> Self {
+        ExtRef {
+            ptr: s.as_ptr() as *mut u8,
+            len: s.len(),
+            writable: false,
+        }
+    }
+
+    /// The caller's output, written in place.
+    pub(crate) fn write(s: &mut [u8]) -> Self {
+        ExtRef {
+            ptr: s.as_mut_ptr(),
+            len: s.len(),
+            writable: true,
+        }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
 
 /// A byte range of a schedule buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +190,9 @@ pub struct Schedule {
     pub op: Option<Op>,
     /// The buffer returned to the caller at the end.
     pub result: Option<BufId>,
+    /// Per buffer: caller memory lent by a blocking call (its `bufs` entry
+    /// stays empty), see [`ExtRef`].
+    pub ext: Vec<Option<ExtRef>>,
 }
 
 impl Schedule {
@@ -153,6 +214,7 @@ impl Schedule {
     pub fn buf(&mut self, data: Vec<u8>) -> BufId {
         self.lens.push(data.len());
         self.scratch.push(false);
+        self.ext.push(None);
         self.bufs.push(Arc::new(data));
         self.bufs.len() - 1
     }
@@ -162,6 +224,7 @@ impl Schedule {
     pub fn shared(&mut self, data: &Arc<Vec<u8>>) -> BufId {
         self.lens.push(data.len());
         self.scratch.push(false);
+        self.ext.push(None);
         self.bufs.push(Arc::clone(data));
         self.bufs.len() - 1
     }
@@ -170,8 +233,81 @@ impl Schedule {
     pub fn zeros(&mut self, len: usize) -> BufId {
         self.lens.push(len);
         self.scratch.push(false);
+        self.ext.push(None);
         self.bufs.push(Arc::default());
         self.bufs.len() - 1
+    }
+
+    /// Adds caller memory (see [`ExtRef`]): read in place, and for a
+    /// writable one written in place; a read-only one is copied into an
+    /// owned buffer on the first write.
+    pub fn ext(&mut self, e: ExtRef) -> BufId {
+        let b = self.zeros(e.len);
+        self.ext[b] = Some(e);
+        b
+    }
+
+    /// Whether buffer `b` is writable caller memory.
+    pub fn is_ext_out(&self, b: BufId) -> bool {
+        matches!(self.ext.get(b), Some(Some(e)) if e.writable)
+    }
+
+    /// The bytes of buffer `b` (empty for a lazy buffer not allocated yet).
+    fn bytes(&self, b: BufId) -> &[u8] {
+        match self.ext[b] {
+            // SAFETY: an `ExtRef` covers `len` bytes of a live borrow held by
+            // the blocking caller for the whole run (see `ExtRef`); nothing
+            // writes them through another path while this shared view lives
+            // (the engine writes only through `bytes_mut`, which needs `&mut
+            // self`, and the transport writes only into regions of a round
+            // whose requests are pending, which the engine does not read).
+            Some(e) => unsafe { std::slice::from_raw_parts(e.ptr, e.len) },
+            None => self.bufs[b].as_slice(),
+        }
+    }
+
+    /// Buffer `b` for writing: allocated if lazy, copied if a send still
+    /// shares it (owned) or if it is read-only caller memory.
+    fn bytes_mut(&mut self, b: BufId) -> &mut [u8] {
+        self.materialize(b);
+        match self.ext[b] {
+            Some(e) if e.writable => {
+                // SAFETY: a writable `ExtRef` is the caller's `&mut` borrow,
+                // held for the whole run; the engine writes only after the
+                // round's requests completed (no transport access pending on
+                // these bytes), and the returned borrow of `self` prevents
+                // another view through the schedule meanwhile.
+                unsafe { std::slice::from_raw_parts_mut(e.ptr, e.len) }
+            }
+            Some(_) => {
+                let v = crate::pool::copy_of(self.bytes(b));
+                self.ext[b] = None;
+                self.bufs[b] = Arc::new(v);
+                Arc::make_mut(&mut self.bufs[b]).as_mut_slice()
+            }
+            None => Arc::make_mut(&mut self.bufs[b]).as_mut_slice(),
+        }
+    }
+
+    /// Buffer `a` to read and a distinct buffer `b` to write.
+    fn pair(&mut self, a: BufId, b: BufId) -> (&[u8], &mut [u8]) {
+        debug_assert_ne!(a, b);
+        self.materialize(a);
+        // Make `b` writable first (this may copy it), then view `a`.
+        let (ap, al) = {
+            let x = self.bytes(a);
+            (x.as_ptr(), x.len())
+        };
+        let w = self.bytes_mut(b);
+        // SAFETY: `a` and `b` are distinct buffers: distinct owned
+        // allocations (`b` is unique after `bytes_mut`: `Arc::make_mut`), or
+        // caller memory of distinct arguments (the blocking path never lends
+        // one region as both input and output: `MPI_IN_PLACE` copies the
+        // input). `a`'s bytes are not moved by making `b` writable (only
+        // `b`'s entry changes), and nothing writes them while both views
+        // live.
+        let r = unsafe { std::slice::from_raw_parts(ap, al) };
+        (r, w)
     }
 
     /// Adds a buffer of `len` bytes every byte of which the schedule writes
@@ -205,7 +341,7 @@ impl Schedule {
 
     /// Allocates buffer `b` (zeroed) if it is still a lazy one.
     fn materialize(&mut self, b: BufId) {
-        if self.bufs[b].len() != self.lens[b] {
+        if self.ext[b].is_none() && self.bufs[b].len() != self.lens[b] {
             let len = self.lens[b];
             let v = if self.scratch.get(b).copied().unwrap_or(false) {
                 crate::pool::filled(len)
@@ -310,6 +446,7 @@ impl Schedule {
                     .is_some_and(|e| e <= self.lens[s.buf])
         };
         if self.lens.len() != self.bufs.len()
+            || self.ext.len() != self.bufs.len()
             || self
                 .bufs
                 .iter()
@@ -347,19 +484,6 @@ impl Schedule {
             }
         }
         Ok(())
-    }
-}
-
-/// Two distinct buffers, one read and one written (copied first if a
-/// send still shares it).
-fn split2(bufs: &mut [Arc<Vec<u8>>], a: BufId, b: BufId) -> (&[u8], &mut [u8]) {
-    debug_assert_ne!(a, b);
-    if a < b {
-        let (lo, hi) = bufs.split_at_mut(b);
-        (lo[a].as_slice(), Arc::make_mut(&mut hi[0]).as_mut_slice())
-    } else {
-        let (lo, hi) = bufs.split_at_mut(a);
-        (hi[0].as_slice(), Arc::make_mut(&mut lo[b]).as_mut_slice())
     }
 }
 
@@ -482,15 +606,18 @@ impl Exec {
                         let keep = Arc::clone(&self.sched.bufs[dst.buf]);
                         // SAFETY: `base` is the start of buffer `dst.buf`'s
                         // data, taken from the unique `Arc` just before
-                        // (`in_place_bases`), and `dst` lies inside it
+                        // (`in_place_bases`) or the caller's writable
+                        // memory (`ExtRef`, alive until the blocking run
+                        // drained its requests), and `dst` lies inside it
                         // (`Schedule::validate`). This round's in-place
                         // receives into that buffer do not overlap, no send
-                        // of the round reads it, and the engine touches no
-                        // buffer's bytes until every request of the round
-                        // completed; `keep` keeps the allocation alive
-                        // (see `P2p::irecv_into`). The buffer is not
-                        // reallocated meanwhile: writes go through
-                        // `Arc::make_mut` only after the round.
+                        // of the round reads it (caller memory: no send
+                        // reads an overlapping region), and the engine
+                        // touches no buffer's bytes until every request of
+                        // the round completed; `keep` keeps an owned
+                        // allocation alive (see `P2p::irecv_into`). The
+                        // buffer is not reallocated meanwhile: writes go
+                        // through `Arc::make_mut` only after the round.
                         unsafe {
                             p2p.irecv_into(
                                 ep,
@@ -520,12 +647,29 @@ impl Exec {
             if let CommOp::Send { peer, src } = c {
                 if src.len <= SMALL_SEND {
                     // Small: sent at once from the bytes, no request to test.
-                    let bytes = self.sched.bufs[src.buf].get(src.range()).ok_or_else(|| {
+                    let bytes = self.sched.bytes(src.buf).get(src.range()).ok_or_else(|| {
                         CollError::Intern(format!("send outside its buffer: {src:?}"))
                     })?;
                     if p2p.send_small(ep, self.wire(*peer)?, self.tag, bytes)? {
                         continue;
                     }
+                }
+                if self.sched.ext[src.buf].is_some() {
+                    let bytes = self.sched.bytes(src.buf).get(src.range()).ok_or_else(|| {
+                        CollError::Intern(format!("send outside its buffer: {src:?}"))
+                    })?;
+                    // SAFETY: caller memory (`ExtRef`) stays valid until the
+                    // blocking run drained every request, also on error
+                    // (`Comm::run_direct`), and is not written while the
+                    // send is pending: the engine writes only after the
+                    // round completed, and an in-place receive of the round
+                    // never overlaps a region a send of the round reads
+                    // (`in_place_bases`).
+                    let h = unsafe {
+                        p2p.isend_raw(ep, self.wire(*peer)?, self.tag, bytes.as_ptr(), bytes.len())
+                    }?;
+                    self.pending.push(Pending { h, recv: None });
+                    continue;
                 }
                 let data = SharedBytes::new(Arc::clone(&self.sched.bufs[src.buf]), src.range())
                     .ok_or_else(|| {
@@ -542,7 +686,9 @@ impl Exec {
     /// (no reduction) a non-empty part of a buffer (a whole-buffer message
     /// is taken as the buffer instead, without a copy either).
     fn in_place_candidate(sched: &Schedule, dst: &Slice, mode: RecvMode) -> bool {
-        mode == RecvMode::Store && dst.len > 0 && dst.len < sched.lens[dst.buf]
+        mode == RecvMode::Store
+            && dst.len > 0
+            && (dst.len < sched.lens[dst.buf] || sched.is_ext_out(dst.buf))
     }
 
     /// The buffers this round receives into in place, with the start of
@@ -563,14 +709,25 @@ impl Exec {
         if regions.is_empty() {
             return Vec::new();
         }
-        let sent: Vec<BufId> = round
+        let sent: Vec<Slice> = round
             .comm
             .iter()
             .filter_map(|c| match c {
-                CommOp::Send { src, .. } => Some(src.buf),
+                CommOp::Send { src, .. } => Some(*src),
                 _ => None,
             })
             .collect();
+        // Caller memory: whether a send of the round reads a region of `b`
+        // that a candidate receive writes (disjoint regions are fine: no
+        // copy-on-write can move caller memory).
+        let read_while_written = |b: BufId| {
+            sent.iter().filter(|x| x.buf == b && x.len > 0).any(|x| {
+                regions
+                    .iter()
+                    .filter(|r| r.0 == b)
+                    .any(|r| x.off < r.2 && r.1 < x.off + x.len)
+            })
+        };
         // Whether any two candidate regions of `b` overlap.
         let overlapping = |b: BufId| {
             let mut v: Vec<(usize, usize)> = regions
@@ -586,7 +743,16 @@ impl Exec {
         bufs.dedup();
         let mut out = Vec::new();
         for b in bufs {
-            if sent.contains(&b) || overlapping(b) {
+            if overlapping(b) {
+                continue;
+            }
+            if self.sched.is_ext_out(b) {
+                if !read_while_written(b) {
+                    out.push((b, self.sched.bytes_mut(b).as_mut_ptr()));
+                }
+                continue;
+            }
+            if sent.iter().any(|x| x.buf == b) || self.sched.ext[b].is_some() {
                 continue;
             }
             self.sched.materialize(b);
@@ -625,19 +791,23 @@ impl Exec {
                 expected: dst.len,
             });
         }
-        if mode == RecvMode::Store && dst.off == 0 && dst.len == self.sched.lens[dst.buf] {
-            // The message is the whole buffer: take it instead of copying.
+        if mode == RecvMode::Store
+            && dst.off == 0
+            && dst.len == self.sched.lens[dst.buf]
+            && !self.sched.is_ext_out(dst.buf)
+        {
+            // The message is the whole buffer: take it instead of copying
+            // (read-only caller memory is replaced, not written).
+            self.sched.ext[dst.buf] = None;
             let old = std::mem::replace(&mut self.sched.bufs[dst.buf], Arc::new(data));
             if let Ok(v) = Arc::try_unwrap(old) {
                 crate::pool::give(v);
             }
             return Ok(());
         }
-        self.sched.materialize(dst.buf);
-        let target = &mut Arc::make_mut(&mut self.sched.bufs[dst.buf])[dst.range()];
         let r = match mode {
             RecvMode::Store => {
-                target.copy_from_slice(&data);
+                self.sched.bytes_mut(dst.buf)[dst.range()].copy_from_slice(&data);
                 Ok(())
             }
             RecvMode::ReduceLeft | RecvMode::ReduceRight => {
@@ -648,8 +818,9 @@ impl Exec {
                 let op = self
                     .sched
                     .op
-                    .as_ref()
+                    .clone()
                     .ok_or_else(|| CollError::Intern("reduce without op".into()))?;
+                let target = &mut self.sched.bytes_mut(dst.buf)[dst.range()];
                 if mode == RecvMode::ReduceLeft {
                     op.apply(dtype, &data, target)
                 } else {
@@ -670,15 +841,16 @@ impl Exec {
             self.sched.materialize(a);
             self.sched.materialize(b);
         }
-        let round = &self.sched.rounds[self.round];
-        for l in &round.local {
-            match *l {
+        for i in 0..self.sched.rounds[self.round].local.len() {
+            let l = self.sched.rounds[self.round].local[i].clone();
+            match l {
                 LocalOp::Copy { src, dst } => {
                     if src.buf == dst.buf {
-                        Arc::make_mut(&mut self.sched.bufs[src.buf])
+                        self.sched
+                            .bytes_mut(src.buf)
                             .copy_within(src.range(), dst.off);
                     } else {
-                        let (a, b) = split2(&mut self.sched.bufs, src.buf, dst.buf);
+                        let (a, b) = self.sched.pair(src.buf, dst.buf);
                         b[dst.range()].copy_from_slice(&a[src.range()]);
                     }
                 }
@@ -690,18 +862,18 @@ impl Exec {
                     let op = self
                         .sched
                         .op
-                        .as_ref()
+                        .clone()
                         .ok_or_else(|| CollError::Intern("reduce without op".into()))?;
                     if src.buf != dst.buf {
-                        let (a, b) = split2(&mut self.sched.bufs, src.buf, dst.buf);
+                        let (a, b) = self.sched.pair(src.buf, dst.buf);
                         if src_left {
                             op.apply(dtype, &a[src.range()], &mut b[dst.range()])?;
                         } else {
                             op.apply_rev(dtype, &a[src.range()], &mut b[dst.range()])?;
                         }
                     } else {
-                        let mut tmp = self.sched.bufs[src.buf][src.range()].to_vec();
-                        let d = &mut Arc::make_mut(&mut self.sched.bufs[dst.buf])[dst.range()];
+                        let mut tmp = self.sched.bytes(src.buf)[src.range()].to_vec();
+                        let d = &mut self.sched.bytes_mut(dst.buf)[dst.range()];
                         if src_left {
                             op.apply(dtype, &tmp, d)?;
                         } else {
@@ -715,9 +887,50 @@ impl Exec {
         Ok(())
     }
 
-    /// Takes the result buffer (empty when the schedule has none).
+    /// Whether the result is already in the caller's output memory (a
+    /// writable [`ExtRef`]): then [`Exec::take_result`] has nothing to give.
+    pub fn result_in_place(&self) -> bool {
+        self.sched.result.is_some_and(|b| self.sched.is_ext_out(b))
+    }
+
+    /// Whether the schedule lends caller memory ([`ExtRef`]).
+    pub fn borrows(&self) -> bool {
+        self.sched.ext.iter().any(Option::is_some)
+    }
+
+    /// Waits until no transport request of this schedule is pending (after
+    /// an error, before the caller's memory lent to it may be released):
+    /// tests every pending request until it completes, with or without
+    /// error. Its peers run the same collective, so the requests of the
+    /// current round complete unless a peer died (then the transport reports
+    /// an error on them).
+    pub fn drain(&mut self, p2p: &dyn P2p) {
+        while !self.pending.is_empty() {
+            let mut i = 0;
+            while i < self.pending.len() {
+                match p2p.test(self.pending[i].h) {
+                    Ok(None) => i += 1,
+                    Ok(Some(_)) | Err(_) => {
+                        self.pending.swap_remove(i);
+                    }
+                }
+            }
+            if !self.pending.is_empty() {
+                if !p2p.test_progresses() {
+                    p2p.progress();
+                }
+                p2p.idle();
+            }
+        }
+        self.arrived.clear();
+    }
+
+    /// Takes the result buffer (empty when the schedule has none, or when
+    /// it is the caller's output: [`Exec::result_in_place`]).
     pub fn take_result(&mut self) -> Vec<u8> {
         match self.sched.result {
+            Some(b) if self.sched.is_ext_out(b) => Vec::new(),
+            Some(b) if self.sched.ext[b].is_some() => crate::pool::copy_of(self.sched.bytes(b)),
             Some(b) => {
                 self.sched.materialize(b);
                 let a = std::mem::take(&mut self.sched.bufs[b]);

@@ -3,7 +3,11 @@
  * 5 timed loops, max over ranks). Plain MPI: builds with tmpi's mpicc,
  * mpicc.openmpi and mpicc.mpich alike.
  *
- *   collbench [--csv]    output: "op,bytes,us" lines with --csv */
+ *   collbench [--csv]    output: "op,bytes,us" lines with --csv
+ *
+ * COLL_BENCH_OPS=allreduce,bcast and COLL_BENCH_SIZES=65536,1048576
+ * restrict a run (unset: everything); COLL_BENCH_ITERS_X=N multiplies
+ * every loop's iteration count (longer runs for perf record). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +16,22 @@
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* Whether `item` is in the comma-separated list of environment variable
+ * `var` (an unset or empty variable selects everything). */
+static int picked(const char *var, const char *item) {
+    const char *v = getenv(var);
+    if (!v || !*v) return 1;
+    size_t n = strlen(item);
+    for (const char *q = v; *q;) {
+        const char *e = strchr(q, ',');
+        size_t len = e ? (size_t)(e - q) : strlen(q);
+        if (len == n && !strncmp(q, item, n)) return 1;
+        if (!e) break;
+        q = e + 1;
+    }
+    return 0;
 }
 
 static double timed(const char *op, int bytes, char *sb, char *rb, int iters) {
@@ -52,7 +72,11 @@ int main(int argc, char **argv) {
     for (o = 0; o < sizeof ops / sizeof ops[0]; o++) {
         for (s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
             if (!strcmp(ops[o], "barrier") && s > 0) break;
+            char nbuf[24];
+            snprintf(nbuf, sizeof nbuf, "%d", sizes[s]);
+            if (!picked("COLL_BENCH_OPS", ops[o]) || !picked("COLL_BENCH_SIZES", nbuf)) continue;
             int iters = sizes[s] <= 1024 ? 2000 : sizes[s] <= 65536 ? 200 : 20;
+            if (getenv("COLL_BENCH_ITERS_X")) iters *= atoi(getenv("COLL_BENCH_ITERS_X")) > 0 ? atoi(getenv("COLL_BENCH_ITERS_X")) : 1;
             timed(ops[o], sizes[s], sb, rb, iters / 10 + 1);
             double us = timed(ops[o], sizes[s], sb, rb, iters);
             if (rank == 0) {

@@ -41,7 +41,7 @@ fn layout(c: &Call, p: u32) -> Result<(Blocks, Blocks, usize)> {
 pub fn linear(c: &Call, pos: Pos) -> Result<Schedule> {
     let (snd, rcv, len) = layout(c, pos.size)?;
     let mut s = Schedule::new();
-    let data = s.shared(&c.send);
+    let data = c.input(&mut s);
     let out = s.out_buf(len, rcv.iter().copied());
     let me = pos.rank as usize;
     for r in 0..pos.size {
@@ -75,7 +75,7 @@ pub fn linear(c: &Call, pos: Pos) -> Result<Schedule> {
 pub fn pairwise(c: &Call, pos: Pos) -> Result<Schedule> {
     let (snd, rcv, len) = layout(c, pos.size)?;
     let mut s = Schedule::new();
-    let data = s.shared(&c.send);
+    let data = c.input(&mut s);
     let out = s.out_buf(len, rcv.iter().copied());
     let p = pos.size;
     let me = pos.rank as usize;

@@ -8,10 +8,10 @@ use crate::{CollError, Result};
 fn setup(c: &Call, pos: Pos) -> Result<(Schedule, BufId)> {
     let mut s = Schedule::new();
     let b = if pos.rank == c.root {
-        if c.send.len() != c.block {
+        if c.send_len() != c.block {
             return Err(CollError::Intern("bcast root data length".into()));
         }
-        s.shared(&c.send)
+        c.input(&mut s)
     } else {
         // Every bcast algorithm writes the whole buffer at a non-root.
         s.scratch(c.block)

@@ -23,7 +23,7 @@ fn check_v(c: &Call, p: u32, send_side: bool) -> Result<()> {
 /// all of them at once.
 pub fn gather_linear(c: &Call, pos: Pos) -> Result<Schedule> {
     let mut s = Schedule::new();
-    let own = s.shared(&c.send);
+    let own = c.input(&mut s);
     let b = c.block;
     if pos.rank != c.root {
         s.send(c.root, s.all(own));
@@ -52,7 +52,7 @@ pub fn gather_binomial(c: &Call, pos: Pos) -> Result<Schedule> {
     let v = pos.vrank(c.root);
     let sub = lowbit(v).unwrap_or(p.next_power_of_two()).min(p - v);
     let tmp = s.zeros(sub as usize * b);
-    let own = s.shared(&c.send);
+    let own = c.input(&mut s);
     s.copy(s.all(own), Slice::new(tmp, 0, b));
     s.next_round();
     let mut mask = 1;
@@ -87,7 +87,7 @@ pub fn gather_binomial(c: &Call, pos: Pos) -> Result<Schedule> {
 /// Linear gatherv: blocks of `counts[r]` bytes land at `displs[r]`.
 pub fn gatherv_linear(c: &Call, pos: Pos) -> Result<Schedule> {
     let mut s = Schedule::new();
-    let own = s.shared(&c.send);
+    let own = c.input(&mut s);
     if pos.rank != c.root {
         s.send(c.root, s.all(own));
         return Ok(s);
@@ -97,10 +97,10 @@ pub fn gatherv_linear(c: &Call, pos: Pos) -> Result<Schedule> {
     for r in 0..pos.size {
         let dst = Slice::new(out, c.displs[r as usize], c.counts[r as usize]);
         if r == pos.rank {
-            if c.send.len() != dst.len {
+            if c.send_len() != dst.len {
                 return Err(CollError::Count(format!(
                     "gatherv root sends {} bytes to itself but expects {}",
-                    c.send.len(),
+                    c.send_len(),
                     dst.len
                 )));
             }
@@ -123,7 +123,7 @@ pub fn scatter_linear(c: &Call, pos: Pos) -> Result<Schedule> {
         s.recv(c.root, s.all(out));
         return Ok(s);
     }
-    let data = s.shared(&c.send);
+    let data = c.input(&mut s);
     for r in 0..pos.size {
         let src = Slice::new(data, r as usize * b, b);
         if r == pos.rank {
@@ -146,7 +146,7 @@ pub fn scatter_binomial(c: &Call, pos: Pos) -> Result<Schedule> {
     let sub = lowbit(v).unwrap_or(p.next_power_of_two()).min(p - v);
     let tmp = s.zeros(sub as usize * b);
     if v == 0 {
-        let data = s.shared(&c.send);
+        let data = c.input(&mut s);
         for j in 0..p {
             let r = pos.real(j, c.root) as usize;
             s.copy(
@@ -188,7 +188,7 @@ pub fn scatterv_linear(c: &Call, pos: Pos) -> Result<Schedule> {
         return Ok(s);
     }
     check_v(c, pos.size, true)?;
-    let data = s.shared(&c.send);
+    let data = c.input(&mut s);
     for r in 0..pos.size {
         let src = Slice::new(data, c.sdispls[r as usize], c.scounts[r as usize]);
         if r == pos.rank {
@@ -242,7 +242,7 @@ pub fn allgather_recursive_doubling(c: &Call, pos: Pos) -> Result<Schedule> {
     let b = c.block;
     let mut s = Schedule::new();
     let out = s.scratch(b * p as usize);
-    let own = s.shared(&c.send);
+    let own = c.input(&mut s);
     s.copy(s.all(own), Slice::new(out, pos.rank as usize * b, b));
     s.next_round();
     let mut mask = 1;
@@ -268,7 +268,7 @@ pub fn allgather_bruck(c: &Call, pos: Pos) -> Result<Schedule> {
     let mut s = Schedule::new();
     // tmp holds blocks of ranks r, r+1, ... (mod p) in that order.
     let tmp = s.scratch(b * p as usize);
-    let own = s.shared(&c.send);
+    let own = c.input(&mut s);
     s.copy(s.all(own), Slice::new(tmp, 0, b));
     s.next_round();
     let mut k = 1;
@@ -319,16 +319,16 @@ fn ring_v(c: &Call, pos: Pos, counts: &[usize], displs: &[usize], len: usize) ->
     let r = pos.rank;
     let mut s = Schedule::new();
     let out = s.out_buf(len, (0..p as usize).map(|i| (displs[i], counts[i])));
-    let own = s.shared(&c.send);
+    let own = c.input(&mut s);
     let blk = |i: u32| {
         let i = (i % p) as usize;
         Slice::new(out, displs[i], counts[i])
     };
-    if c.send.len() != counts[r as usize] {
+    if c.send_len() != counts[r as usize] {
         return Err(CollError::Count(format!(
             "{}: rank {r} contributes {} bytes, the counts say {}",
             c.kind,
-            c.send.len(),
+            c.send_len(),
             counts[r as usize]
         )));
     }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use crate::datatype::Datatype;
 use crate::op::Op;
-use crate::schedule::Schedule;
+use crate::schedule::{BufId, ExtRef, Schedule};
 use crate::{CollError, Result};
 
 /// The collective operations of the framework (the entries of a
@@ -163,6 +163,12 @@ pub struct Call {
     pub sdispls: Vec<usize>,
     /// Length of the result buffer where the table says `recv_len`.
     pub recv_len: usize,
+    /// Blocking calls: the caller's input, read in place instead of `send`
+    /// (see [`Call::input`]).
+    pub(crate) ext_send: Option<ExtRef>,
+    /// Blocking calls: the caller's output memory, which an algorithm may
+    /// take as its result buffer ([`Call::output`]).
+    pub(crate) ext_out: Option<ExtRef>,
 }
 
 impl Call {
@@ -180,7 +186,41 @@ impl Call {
             scounts: Vec::new(),
             sdispls: Vec::new(),
             recv_len: 0,
+            ext_send: None,
+            ext_out: None,
         }
+    }
+
+    /// Length of this rank's input in bytes.
+    pub fn send_len(&self) -> usize {
+        match &self.ext_send {
+            Some(e) => e.len(),
+            None => self.send.len(),
+        }
+    }
+
+    /// Adds this rank's input to `s`: the caller's memory for a blocking
+    /// call (read in place, copied on the first write), else `send` shared.
+    pub fn input(&self, s: &mut Schedule) -> BufId {
+        match self.ext_send {
+            Some(e) => s.ext(e),
+            None => s.shared(&self.send),
+        }
+    }
+
+    /// A result buffer of `len` bytes every byte of which the schedule
+    /// writes: the caller's output memory when a blocking call lent one of
+    /// that length (no copy out at the end), else a scratch buffer.
+    pub fn output(&self, s: &mut Schedule, len: usize) -> BufId {
+        match self.ext_out {
+            Some(e) if e.len() == len => s.ext(e),
+            _ => s.scratch(len),
+        }
+    }
+
+    /// Whether a blocking call lent its output memory.
+    pub fn has_ext_out(&self) -> bool {
+        self.ext_out.is_some()
     }
 
     /// The op, or an internal error for a reduction built without one.

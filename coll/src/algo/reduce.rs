@@ -6,7 +6,7 @@ use crate::schedule::{BufId, Schedule, Slice};
 use crate::{CollError, Result};
 
 fn input(c: &Call, s: &mut Schedule) -> BufId {
-    s.shared(&c.send)
+    c.input(s)
 }
 
 /// Linear reduce: the root receives every contribution into its own
@@ -14,7 +14,7 @@ fn input(c: &Call, s: &mut Schedule) -> BufId {
 pub fn reduce_linear(c: &Call, pos: Pos) -> Result<Schedule> {
     c.op()?;
     let mut s = c.schedule();
-    let n = c.send.len();
+    let n = c.send_len();
     let own = input(c, &mut s);
     if pos.rank != c.root {
         s.send(c.root, s.all(own));
@@ -101,25 +101,42 @@ pub fn allreduce_reduce_bcast(c: &Call, pos: Pos) -> Result<Schedule> {
 /// exchanges of the whole vector. The partial result of every rank always
 /// covers a contiguous rank range and the lower range is the left operand,
 /// so non-commutative ops stay in order. Best for small vectors.
+///
+/// The input is only read: the first exchange (or the fold) receives the
+/// partner's vector into the result buffer ([`Call::output`]: the caller's
+/// receive buffer for a blocking call) and combines the input into it, so a
+/// 2-rank allreduce is one exchange and one reduction, without copying the
+/// input or the result.
 pub fn allreduce_recursive_doubling(c: &Call, pos: Pos) -> Result<Schedule> {
     let mut s = c.schedule();
-    let acc = input(c, &mut s);
-    let all = s.all(acc);
+    let inp = input(c, &mut s);
+    let n = c.send_len();
     let p = pos.size;
     let r = pos.rank;
     let pof2 = pof2_floor(p);
+    if pof2 < 2 {
+        s.result = Some(inp);
+        return Ok(s);
+    }
+    let out = c.output(&mut s, n);
+    let (ia, oa) = (s.all(inp), s.all(out));
     let rem = p - pof2;
+    // Whether this rank's partial result is in `out` yet (else: `inp`).
+    let mut in_out = false;
     // Fold: among the first 2*rem ranks, even ones hand their data to r+1.
     let newrank = if r < 2 * rem {
         if r % 2 == 0 {
-            s.send(r + 1, all);
+            s.send(r + 1, ia);
             s.next_round();
-            s.recv(r + 1, all);
-            s.result = Some(acc);
+            s.recv(r + 1, oa);
+            s.result = Some(out);
             return Ok(s);
         }
-        s.recv_reduce(r - 1, all, true);
+        // out = x_{r-1} op x_r: the received (lower) vector on the left.
+        s.recv(r - 1, oa);
+        s.reduce(ia, oa, false);
         s.next_round();
+        in_out = true;
         r / 2
     } else {
         r - rem
@@ -128,18 +145,26 @@ pub fn allreduce_recursive_doubling(c: &Call, pos: Pos) -> Result<Schedule> {
     let mut mask = 1;
     while mask < pof2 {
         let partner = newrank ^ mask;
-        // The partner's vector is combined straight into `all` from the
-        // received message: a round applies its receives only once its
-        // sends (of `all`) completed, so no temporary is needed.
-        s.send(real(partner), all);
-        s.recv_reduce(real(partner), all, partner < newrank);
+        if in_out {
+            // The partner's vector is combined straight into `out` from the
+            // received message: a round applies its receives only once its
+            // sends (of `out`) completed, so no temporary is needed.
+            s.send(real(partner), oa);
+            s.recv_reduce(real(partner), oa, partner < newrank);
+        } else {
+            // Receive the partner's vector into `out`, combine the input in.
+            s.send(real(partner), ia);
+            s.recv(real(partner), oa);
+            s.reduce(ia, oa, newrank < partner);
+            in_out = true;
+        }
         s.next_round();
         mask <<= 1;
     }
     if r < 2 * rem {
-        s.send(r - 1, all);
+        s.send(r - 1, oa);
     }
-    s.result = Some(acc);
+    s.result = Some(out);
     Ok(s)
 }
 
@@ -154,7 +179,7 @@ pub fn allreduce_ring(c: &Call, pos: Pos) -> Result<Schedule> {
     let acc = input(c, &mut s);
     let p = pos.size;
     let r = pos.rank;
-    let n = c.send.len();
+    let n = c.send_len();
     let e = c.dtype.size();
     let ch = |i: u32| {
         let (o, l) = chunk(n, e, p, i % p);
@@ -187,35 +212,41 @@ pub fn allreduce_rabenseifner(c: &Call, pos: Pos) -> Result<Schedule> {
     let p = pos.size;
     let pof2 = pof2_floor(p);
     let e = c.dtype.size();
-    let n = c.send.len();
+    let n = c.send_len();
     if !c.commutative() || e == 0 || n / e < pof2 as usize || pof2 < 2 {
         return allreduce_recursive_doubling(c, pos);
     }
     let mut s = c.schedule();
-    let acc = input(c, &mut s);
-    let all = s.all(acc);
+    // The input is only read; partial results live in `out` (the caller's
+    // receive buffer for a blocking call), as in recursive doubling.
+    let inp = input(c, &mut s);
+    let out = c.output(&mut s, n);
+    let (ia, oa) = (s.all(inp), s.all(out));
     let r = pos.rank;
     let rem = p - pof2;
+    let mut in_out = false;
     let newrank = if r < 2 * rem {
         if r % 2 == 0 {
-            s.send(r + 1, all);
+            s.send(r + 1, ia);
             s.next_round();
-            s.recv(r + 1, all);
-            s.result = Some(acc);
+            s.recv(r + 1, oa);
+            s.result = Some(out);
             return Ok(s);
         }
-        s.recv_reduce(r - 1, all, true);
+        s.recv(r - 1, oa);
+        s.reduce(ia, oa, false);
         s.next_round();
+        in_out = true;
         r / 2
     } else {
         r - rem
     };
     let real = |nr: u32| if nr < rem { nr * 2 + 1 } else { nr + rem };
-    // Blocks lo..hi of pof2 element-aligned blocks, as one byte range.
-    let span = |lo: u32, hi: u32| {
+    // Blocks lo..hi of pof2 element-aligned blocks, as one byte range of `b`.
+    let span = |b: BufId, lo: u32, hi: u32| {
         let (o, _) = chunk(n, e, pof2, lo);
         let (eo, el) = chunk(n, e, pof2, hi - 1);
-        Slice::new(acc, o, eo + el - o)
+        Slice::new(b, o, eo + el - o)
     };
     // Recursive halving: keep the half of the window on this rank's side of
     // the partner, reduce the partner's copy of it in, send the other half.
@@ -229,8 +260,21 @@ pub fn allreduce_rabenseifner(c: &Call, pos: Pos) -> Result<Schedule> {
         } else {
             ((mid, hi), (lo, mid))
         };
-        s.send(real(partner), span(give.0, give.1));
-        s.recv_reduce(real(partner), span(keep.0, keep.1), partner < newrank);
+        if in_out {
+            s.send(real(partner), span(out, give.0, give.1));
+            s.recv_reduce(real(partner), span(out, keep.0, keep.1), partner < newrank);
+        } else {
+            // First step from the input: the partner's half lands in `out`
+            // (in place), then the input's half is combined into it.
+            s.send(real(partner), span(inp, give.0, give.1));
+            s.recv(real(partner), span(out, keep.0, keep.1));
+            s.reduce(
+                span(inp, keep.0, keep.1),
+                span(out, keep.0, keep.1),
+                newrank < partner,
+            );
+            in_out = true;
+        }
         s.next_round();
         (lo, hi) = keep;
         mask >>= 1;
@@ -245,17 +289,17 @@ pub fn allreduce_rabenseifner(c: &Call, pos: Pos) -> Result<Schedule> {
         } else {
             (lo - w, lo)
         };
-        s.send(real(partner), span(lo, hi));
-        s.recv(real(partner), span(theirs.0, theirs.1));
+        s.send(real(partner), span(out, lo, hi));
+        s.recv(real(partner), span(out, theirs.0, theirs.1));
         s.next_round();
         lo = lo.min(theirs.0);
         hi = hi.max(theirs.1);
         mask <<= 1;
     }
     if r < 2 * rem {
-        s.send(r - 1, all);
+        s.send(r - 1, oa);
     }
-    s.result = Some(acc);
+    s.result = Some(out);
     Ok(s)
 }
 
@@ -269,10 +313,10 @@ fn rs_offsets(c: &Call, p: u32) -> Result<Vec<usize>> {
         off.push(t);
         t += n;
     }
-    if t != c.send.len() {
+    if t != c.send_len() {
         return Err(CollError::Count(format!(
             "reduce_scatter: counts add up to {t} bytes, the send buffer has {}",
-            c.send.len()
+            c.send_len()
         )));
     }
     Ok(off)
@@ -331,7 +375,7 @@ pub fn reduce_scatter_ring(c: &Call, pos: Pos) -> Result<Schedule> {
 pub fn scan_linear(c: &Call, pos: Pos, exclusive: bool) -> Result<Schedule> {
     let mut s = c.schedule();
     let own = input(c, &mut s);
-    let n = c.send.len();
+    let n = c.send_len();
     let r = pos.rank;
     if r == 0 {
         if pos.size > 1 {
@@ -359,7 +403,7 @@ pub fn scan_linear(c: &Call, pos: Pos, exclusive: bool) -> Result<Schedule> {
 /// r-2^k (lower ranks, left operand). ceil(log2 p) steps; any op.
 pub fn scan_recursive_doubling(c: &Call, pos: Pos, exclusive: bool) -> Result<Schedule> {
     let mut s = c.schedule();
-    let n = c.send.len();
+    let n = c.send_len();
     let partial = input(c, &mut s);
     let tmp = s.zeros(n);
     let ex = s.zeros(n);

@@ -79,7 +79,7 @@ impl CollModule for SelfModule {
             ));
         }
         let mut s = Schedule::new();
-        let input = s.shared(&c.send);
+        let input = c.input(&mut s);
         let out = match c.kind {
             CollKind::Barrier | CollKind::Exscan => return Ok(s),
             CollKind::Bcast

@@ -199,7 +199,7 @@ impl TunedModule {
             return f;
         }
         let p = pos.size as usize;
-        let n = c.send.len();
+        let n = c.send_len();
         match c.kind {
             CollKind::Barrier => 2,
             CollKind::Bcast => {
