@@ -1,5 +1,6 @@
 //! Helpers of tmpi's multi-process integration tests: find (or build)
-//! `tmpirun` and run a program under it with a timeout.
+//! `tmpirun` and run a program under it with a timeout; and [`check`], the
+//! helpers the check programs (`src/bin/`) share.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -69,4 +70,48 @@ pub fn assert_ok(out: &Output, expect: &str) {
         "job failed ({:?})\n--- stdout\n{so}\n--- stderr\n{se}",
         out.status
     );
+}
+
+/// What the check programs run by the tests (`src/bin/*.rs`) share: their
+/// result type, failure messages and output lines.
+pub mod check {
+    use std::io::Write;
+
+    /// A check's outcome; `Err` is the message printed before the program
+    /// exits non-zero.
+    pub type R = Result<(), String>;
+
+    /// An MPI error as a check failure message.
+    pub fn e(x: tmpi::Error) -> String {
+        x.to_string()
+    }
+
+    /// Prints `line` to stdout and flushes it at once (tmpirun tags and
+    /// forwards lines; a rank killed later must not lose what it said).
+    pub fn say(line: &str) {
+        let mut o = std::io::stdout().lock();
+        let _ = writeln!(o, "{line}");
+        let _ = o.flush();
+    }
+
+    /// A field of `/proc/self/status` in bytes (`VmHWM`, `VmRSS`).
+    pub fn status_bytes(field: &str) -> Result<u64, String> {
+        let s = std::fs::read_to_string("/proc/self/status").map_err(|x| x.to_string())?;
+        s.lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+            .ok_or_else(|| format!("no {field} in /proc/self/status"))
+    }
+}
+
+/// Returns `Err(format!(...))` from the enclosing function (a check
+/// returning [`check::R`]) when the condition is false.
+#[macro_export]
+macro_rules! ensure {
+    ($c:expr, $($f:tt)*) => {
+        if !$c {
+            return Err(format!($($f)*));
+        }
+    };
 }

@@ -6,6 +6,7 @@
 //! (`src/bin/fault-check.rs`); what each test proves is listed in
 //! `docs/reliability.md`.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -136,6 +137,86 @@ fn assert_no_leftovers(m: &str, job: &str, session_dir: &str) {
     assert!(segs.is_empty(), "segments of {job} left: {segs:?}");
 }
 
+/// A `fault-check traffic` job whose ranks all announced their traffic.
+struct Traffic {
+    child: Child,
+    err_t: std::thread::JoinHandle<String>,
+    out_t: std::thread::JoinHandle<()>,
+    /// Rank -> pid.
+    pids: BTreeMap<u32, u32>,
+    job: String,
+    dir: String,
+}
+
+impl Traffic {
+    /// Reads the job's output until its `n` ranks said they are running
+    /// (kills the job and panics with its stderr after `wait`).
+    fn until_running(mut child: Child, n: u32, wait: Duration) -> Traffic {
+        let mut err = child.stderr.take().unwrap();
+        let err_t = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        // Stdout lines through a channel, so waiting for them is bounded.
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel::<String>();
+        let out_t = std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let mut pids = BTreeMap::new();
+        let (mut job, mut dir) = (String::new(), String::new());
+        let deadline = Instant::now() + wait;
+        while pids.len() < n as usize {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(l) = rx.recv_timeout(left) else {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "traffic did not start on all ranks ({pids:?}); stderr:\n{}",
+                    err_t.join().unwrap()
+                );
+            };
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                ["fault-check:", "rank", r, "pid", p, "running"] => {
+                    pids.insert(r.parse::<u32>().unwrap(), p.parse::<u32>().unwrap());
+                }
+                ["fault-check:", "job", j, d] => {
+                    job = j.to_string();
+                    dir = d.to_string();
+                }
+                _ => {}
+            }
+        }
+        Traffic {
+            child,
+            err_t,
+            out_t,
+            pids,
+            job,
+            dir,
+        }
+    }
+
+    /// Waits at most `limit` for tmpirun to exit: its status, the time from
+    /// this call, its stderr, the job id and the session directory.
+    fn end(
+        mut self,
+        limit: Duration,
+        what: &str,
+    ) -> (std::process::ExitStatus, Duration, String, String, String) {
+        let t0 = Instant::now();
+        let status = wait_bounded(&mut self.child, limit, what);
+        let took = t0.elapsed();
+        let se = self.err_t.join().unwrap();
+        self.out_t.join().unwrap();
+        (status, took, se, self.job, self.dir)
+    }
+}
+
 /// A rank killed with SIGKILL while all four exchange eager and rendezvous
 /// traffic: tmpirun exits non-zero (137) within 5 s, names the rank, and
 /// leaves no process, no segment and no session directory.
@@ -156,63 +237,25 @@ fn sigkill_mid_traffic_over_tcp_ends_job_and_cleans_up() {
 fn sigkill_mid_traffic(btl: &str) {
     let _g = serial();
     let m = marker();
-    let mut child = spawn_job_btl(4, 120, &m, btl, &["traffic"]);
-    let mut err = child.stderr.take().unwrap();
-    let err_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    // Stdout lines through a channel, so waiting for them is bounded.
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel::<String>();
-    let out_t = std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    let mut pids = std::collections::BTreeMap::new();
-    let (mut job, mut dir) = (String::new(), String::new());
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while pids.len() < 4 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Ok(l) = rx.recv_timeout(left) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "traffic did not start on all ranks ({pids:?}); stderr:\n{}",
-                err_t.join().unwrap()
-            );
-        };
-        let w: Vec<&str> = l.split_whitespace().collect();
-        match w.as_slice() {
-            ["fault-check:", "rank", r, "pid", p, "running"] => {
-                pids.insert(r.parse::<u32>().unwrap(), p.parse::<u32>().unwrap());
-            }
-            ["fault-check:", "job", j, d] => {
-                job = j.to_string();
-                dir = d.to_string();
-            }
-            _ => {}
-        }
-    }
-    let victim = pids[&2];
+    let child = spawn_job_btl(4, 120, &m, btl, &["traffic"]);
+    let t = Traffic::until_running(child, 4, Duration::from_secs(90));
+    let victim = t.pids[&2];
     assert!(
         processes_with_marker(&m).contains(&victim),
         "the marker scan does not see rank 2 (pid {victim})"
     );
-    assert!(Path::new(&dir).is_dir(), "session dir {dir:?} not there");
+    assert!(
+        Path::new(&t.dir).is_dir(),
+        "session dir {:?} not there",
+        t.dir
+    );
     let st = Command::new("sh")
         .arg("-c")
         .arg(format!("kill -9 {victim}"))
         .status()
         .expect("run kill");
-    let t0 = Instant::now();
     assert!(st.success(), "kill -9 {victim} failed");
-    let status = wait_bounded(&mut child, Duration::from_secs(15), "after SIGKILL");
-    let took = t0.elapsed();
-    let se = err_t.join().unwrap();
-    out_t.join().unwrap();
+    let (status, took, se, job, dir) = t.end(Duration::from_secs(15), "after SIGKILL");
     eprintln!("faults: {btl}: SIGKILL of rank 2 to tmpirun exit: {took:?}");
     assert_eq!(status.code(), Some(137), "exit status; stderr:\n{se}");
     assert!(
@@ -253,7 +296,7 @@ fn tcp_reset_with_peer_alive_three_ranks() {
 fn tcp_reset_mid_traffic(n: u32) {
     let _g = serial();
     let m = marker();
-    let mut child = spawn_job_mca(
+    let child = spawn_job_mca(
         n,
         60,
         &m,
@@ -264,49 +307,9 @@ fn tcp_reset_mid_traffic(n: u32) {
         ],
         &["traffic"],
     );
-    let mut err = child.stderr.take().unwrap();
-    let err_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel::<String>();
-    let out_t = std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    let mut pids = std::collections::BTreeMap::new();
-    let (mut job, mut dir) = (String::new(), String::new());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while pids.len() < n as usize {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Ok(l) = rx.recv_timeout(left) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "traffic did not start on all ranks ({pids:?}); stderr:\n{}",
-                err_t.join().unwrap()
-            );
-        };
-        let w: Vec<&str> = l.split_whitespace().collect();
-        match w.as_slice() {
-            ["fault-check:", "rank", r, "pid", p, "running"] => {
-                pids.insert(r.parse::<u32>().unwrap(), p.parse::<u32>().unwrap());
-            }
-            ["fault-check:", "job", j, d] => {
-                job = j.to_string();
-                dir = d.to_string();
-            }
-            _ => {}
-        }
-    }
-    let t0 = Instant::now();
-    let status = wait_bounded(&mut child, Duration::from_secs(30), "after the reset");
-    let took = t0.elapsed();
-    let se = err_t.join().unwrap();
-    out_t.join().unwrap();
+    let t = Traffic::until_running(child, n, Duration::from_secs(60));
+    let pids = t.pids.clone();
+    let (status, took, se, job, dir) = t.end(Duration::from_secs(30), "after the reset");
     eprintln!("faults: tcp reset, {n} ranks: traffic under way to tmpirun exit: {took:?}");
     assert_ne!(
         status.code(),

@@ -16,31 +16,12 @@
 //! * `outstanding N`: N receives posted at once, matched by N non-blocking
 //!   sends outstanding at once; every payload checked.
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use tmpi::{Comm, Error, Request};
-
-type R = Result<(), String>;
-
-fn e(x: Error) -> String {
-    x.to_string()
-}
-
-macro_rules! ensure {
-    ($c:expr, $($f:tt)*) => {
-        if !$c {
-            return Err(format!($($f)*));
-        }
-    };
-}
-
-fn say(line: &str) {
-    let mut o = std::io::stdout().lock();
-    let _ = writeln!(o, "{line}");
-    let _ = o.flush();
-}
+use tmpi_tests::check::{e, say, R};
+use tmpi_tests::ensure;
 
 /// Ring traffic until killed: eager (8 B) and rendezvous (100 KB)
 /// messages, payload checked.

@@ -23,41 +23,12 @@
 //!   512 B per message + the eager payload it may hold (`LIMIT` when
 //!   bounded and switching applies, else every payload).
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use tmpi::{Comm, Error};
-
-type R = Result<(), String>;
-
-fn e(x: Error) -> String {
-    x.to_string()
-}
-
-macro_rules! ensure {
-    ($c:expr, $($f:tt)*) => {
-        if !$c {
-            return Err(format!($($f)*));
-        }
-    };
-}
-
-fn say(line: &str) {
-    let mut o = std::io::stdout().lock();
-    let _ = writeln!(o, "{line}");
-    let _ = o.flush();
-}
-
-/// A field of `/proc/self/status` in bytes (`VmHWM`, `VmRSS`).
-fn status_bytes(field: &str) -> Result<u64, String> {
-    let s = std::fs::read_to_string("/proc/self/status").map_err(|x| x.to_string())?;
-    s.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .ok_or_else(|| format!("no {field} in /proc/self/status"))
-}
+use tmpi_tests::check::{e, say, status_bytes, R};
+use tmpi_tests::ensure;
 
 const TAG_END: i32 = 9;
 /// Fixed charge per eager message (`tmpi_pml::core::CREDIT_OVERHEAD`).

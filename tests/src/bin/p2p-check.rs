@@ -8,20 +8,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use tmpi::{Comm, Error, MpiErrorClass, Request, ANY_SOURCE, ANY_TAG};
-
-type R = Result<(), String>;
-
-fn e(x: Error) -> String {
-    x.to_string()
-}
-
-macro_rules! ensure {
-    ($c:expr, $($f:tt)*) => {
-        if !$c {
-            return Err(format!($($f)*));
-        }
-    };
-}
+use tmpi_tests::check::{e, R};
+use tmpi_tests::ensure;
 
 /// Deterministic payload for (seed, len) and its checksum (FNV-1a).
 fn payload(seed: u64, len: usize) -> Vec<u8> {

@@ -14,13 +14,9 @@
 //!   fail at once. They then exit with status 3 (no finalize: its fence
 //!   would wait for the dead rank).
 
-use std::io::Write;
 use std::time::Instant;
 
-fn say(s: &str) {
-    println!("{s}");
-    let _ = std::io::stdout().flush();
-}
+use tmpi_tests::check::say;
 
 fn main() {
     let mpi = match tmpi::init() {
