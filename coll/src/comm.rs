@@ -922,14 +922,12 @@ impl Comm {
     /// root's is reported as `MPI_ERR_TRUNCATE` where detected.
     pub fn bcast(&self, buf: &mut [u8], root: u32) -> Result<()> {
         let is_root = self.rank() == root;
-        let data = if is_root {
-            crate::pool::copy_of(buf)
-        } else {
-            Vec::new()
-        };
-        let c = self.call_bcast(data, buf.len(), root)?;
-        let out = self.run_pooled(c)?;
-        if !is_root {
+        let c = self.call_bcast(Vec::new(), buf.len(), root)?;
+        // The root sends from `buf` in place; elsewhere the message lands in
+        // `buf` (`run_borrowing`).
+        if is_root {
+            self.run_borrowing(c, Some(buf), None)?;
+        } else if let Some(out) = self.run_borrowing(c, None, Some(&mut *buf))? {
             buf.copy_from_slice(&out);
         }
         Ok(())
@@ -947,13 +945,15 @@ impl Comm {
     ) -> Result<()> {
         root_ok(root, self.size())?;
         let is_root = self.rank() == root;
-        let data = match (send, &recv) {
+        // The input is read in place (`run_borrowing`) unless it is the
+        // receive buffer (`MPI_IN_PLACE`: copied, as the result overwrites it).
+        let (data, input) = match (send, &recv) {
             (Input::Buf(s), Some(r)) if is_root => {
                 same_len("reduce", s.len(), r.len())?;
-                crate::pool::copy_of(s)
+                (Vec::new(), Some(s))
             }
-            (Input::Buf(s), _) if !is_root => crate::pool::copy_of(s),
-            (Input::InPlace, Some(r)) if is_root => crate::pool::copy_of(r),
+            (Input::Buf(s), _) if !is_root => (Vec::new(), Some(s)),
+            (Input::InPlace, Some(r)) if is_root => (crate::pool::copy_of(r), None),
             (Input::InPlace, _) if !is_root => {
                 return Err(CollError::Arg(
                     "MPI_IN_PLACE in reduce is for the root only".into(),
@@ -965,10 +965,17 @@ impl Comm {
                 ))
             }
         };
+        reduction_ok(dtype, op, input.map_or(data.len(), <[u8]>::len))?;
         let c = self.call_reduction(CollKind::Reduce, data, dtype, op, root)?;
-        let out = self.run_pooled(c)?;
-        if let (true, Some(r)) = (is_root, recv) {
-            r.copy_from_slice(&out);
+        match (is_root, recv) {
+            (true, Some(r)) => {
+                if let Some(out) = self.run_borrowing(c, input, Some(&mut *r))? {
+                    r.copy_from_slice(&out);
+                }
+            }
+            _ => {
+                self.run_borrowing(c, input, None)?;
+            }
         }
         Ok(())
     }
@@ -1010,8 +1017,8 @@ impl Comm {
                     "MPI_IN_PLACE in gather is for the root only".into(),
                 ));
             };
-            let c = self.call_block(CollKind::Gather, crate::pool::copy_of(s), s.len(), root);
-            return self.run(c).map(drop);
+            let c = self.call_block(CollKind::Gather, Vec::new(), s.len(), root);
+            return self.run_borrowing(c, Some(s), None).map(drop);
         }
         let r = recv
             .ok_or_else(|| CollError::Buffer("gather: the root needs a receive buffer".into()))?;
@@ -1022,15 +1029,20 @@ impl Comm {
             )));
         }
         let b = r.len() / p;
-        let data = match send {
+        let (data, input) = match send {
             Input::Buf(s) => {
                 same_len("gather (per block)", s.len(), b)?;
-                crate::pool::copy_of(s)
+                (Vec::new(), Some(s))
             }
-            Input::InPlace => crate::pool::copy_of(&r[root as usize * b..(root as usize + 1) * b]),
+            Input::InPlace => (
+                crate::pool::copy_of(&r[root as usize * b..(root as usize + 1) * b]),
+                None,
+            ),
         };
-        let out = self.run_pooled(self.call_block(CollKind::Gather, data, b, root))?;
-        r.copy_from_slice(&out);
+        let c = self.call_block(CollKind::Gather, data, b, root);
+        if let Some(out) = self.run_borrowing(c, input, Some(&mut *r))? {
+            r.copy_from_slice(&out);
+        }
         Ok(())
     }
 
@@ -1153,15 +1165,17 @@ impl Comm {
         }
         let b = recv.len() / p;
         let me = self.rank() as usize;
-        let data = match send {
+        let (data, input) = match send {
             Input::Buf(s) => {
                 same_len("allgather (per block)", s.len(), b)?;
-                crate::pool::copy_of(s)
+                (Vec::new(), Some(s))
             }
-            Input::InPlace => crate::pool::copy_of(&recv[me * b..(me + 1) * b]),
+            Input::InPlace => (crate::pool::copy_of(&recv[me * b..(me + 1) * b]), None),
         };
-        let out = self.run_pooled(self.call_block(CollKind::Allgather, data, b, 0))?;
-        recv.copy_from_slice(&out);
+        let c = self.call_block(CollKind::Allgather, data, b, 0);
+        if let Some(out) = self.run_borrowing(c, input, Some(&mut *recv))? {
+            recv.copy_from_slice(&out);
+        }
         Ok(())
     }
 
@@ -1200,15 +1214,18 @@ impl Comm {
                 recv.len()
             )));
         }
-        let data = match send {
+        let (data, input) = match send {
             Input::Buf(s) => {
                 same_len("alltoall", s.len(), recv.len())?;
-                crate::pool::copy_of(s)
+                (Vec::new(), Some(s))
             }
-            Input::InPlace => crate::pool::copy_of(recv),
+            // In place: the data to send are a copy (receives overwrite `recv`).
+            Input::InPlace => (crate::pool::copy_of(recv), None),
         };
-        let out = self.run_pooled(self.call_block(CollKind::Alltoall, data, recv.len() / p, 0))?;
-        recv.copy_from_slice(&out);
+        let c = self.call_block(CollKind::Alltoall, data, recv.len() / p, 0);
+        if let Some(out) = self.run_borrowing(c, input, Some(&mut *recv))? {
+            recv.copy_from_slice(&out);
+        }
         Ok(())
     }
 

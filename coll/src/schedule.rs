@@ -572,11 +572,17 @@ impl Exec {
             }
             let mut i = 0;
             while i < self.pending.len() {
-                match p2p.test(self.pending[i].h)? {
-                    None => i += 1,
-                    Some(done) => {
+                match p2p.test(self.pending[i].h) {
+                    Ok(None) => i += 1,
+                    Ok(Some(done)) => {
                         let p = self.pending.swap_remove(i);
                         self.arrived.push((p, done));
+                    }
+                    Err(e) => {
+                        // Completed with an error: the handle is consumed
+                        // (`Exec::drain` must not test it again).
+                        self.pending.swap_remove(i);
+                        return Err(e);
                     }
                 }
             }

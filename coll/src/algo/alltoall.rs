@@ -42,7 +42,7 @@ pub fn linear(c: &Call, pos: Pos) -> Result<Schedule> {
     let (snd, rcv, len) = layout(c, pos.size)?;
     let mut s = Schedule::new();
     let data = c.input(&mut s);
-    let out = s.out_buf(len, rcv.iter().copied());
+    let out = c.out_buf(&mut s, len, rcv.iter().copied());
     let me = pos.rank as usize;
     for r in 0..pos.size {
         let (ro, rl) = rcv[r as usize];
@@ -76,7 +76,7 @@ pub fn pairwise(c: &Call, pos: Pos) -> Result<Schedule> {
     let (snd, rcv, len) = layout(c, pos.size)?;
     let mut s = Schedule::new();
     let data = c.input(&mut s);
-    let out = s.out_buf(len, rcv.iter().copied());
+    let out = c.out_buf(&mut s, len, rcv.iter().copied());
     let p = pos.size;
     let me = pos.rank as usize;
     let (so, sl) = snd[me];

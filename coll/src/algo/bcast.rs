@@ -13,8 +13,9 @@ fn setup(c: &Call, pos: Pos) -> Result<(Schedule, BufId)> {
         }
         c.input(&mut s)
     } else {
-        // Every bcast algorithm writes the whole buffer at a non-root.
-        s.scratch(c.block)
+        // Every bcast algorithm writes the whole buffer at a non-root
+        // (straight into the caller's buffer for a blocking call).
+        c.output(&mut s, c.block)
     };
     s.result = Some(b);
     Ok((s, b))

@@ -29,7 +29,7 @@ pub fn gather_linear(c: &Call, pos: Pos) -> Result<Schedule> {
         s.send(c.root, s.all(own));
         return Ok(s);
     }
-    let out = s.scratch(b * pos.size as usize);
+    let out = c.output(&mut s, b * pos.size as usize);
     for r in 0..pos.size {
         let dst = Slice::new(out, r as usize * b, b);
         if r == pos.rank {
@@ -241,7 +241,7 @@ pub fn allgather_recursive_doubling(c: &Call, pos: Pos) -> Result<Schedule> {
     }
     let b = c.block;
     let mut s = Schedule::new();
-    let out = s.scratch(b * p as usize);
+    let out = c.output(&mut s, b * p as usize);
     let own = c.input(&mut s);
     s.copy(s.all(own), Slice::new(out, pos.rank as usize * b, b));
     s.next_round();
@@ -279,7 +279,7 @@ pub fn allgather_bruck(c: &Call, pos: Pos) -> Result<Schedule> {
         s.next_round();
         k <<= 1;
     }
-    let out = s.scratch(b * p as usize);
+    let out = c.output(&mut s, b * p as usize);
     for j in 0..p {
         let r = ((pos.rank + j) % p) as usize;
         s.copy(
@@ -318,7 +318,7 @@ fn ring_v(c: &Call, pos: Pos, counts: &[usize], displs: &[usize], len: usize) ->
     let p = pos.size;
     let r = pos.rank;
     let mut s = Schedule::new();
-    let out = s.out_buf(len, (0..p as usize).map(|i| (displs[i], counts[i])));
+    let out = c.out_buf(&mut s, len, (0..p as usize).map(|i| (displs[i], counts[i])));
     let own = c.input(&mut s);
     let blk = |i: u32| {
         let i = (i % p) as usize;

@@ -218,6 +218,22 @@ impl Call {
         }
     }
 
+    /// [`Schedule::out_buf`] (a buffer whose bytes outside `blocks` stay
+    /// zero), or the caller's output memory when a blocking call lent one of
+    /// that length (bytes outside the blocks then keep the caller's values,
+    /// as MPI requires of a receive buffer).
+    pub fn out_buf(
+        &self,
+        s: &mut Schedule,
+        len: usize,
+        blocks: impl Iterator<Item = (usize, usize)>,
+    ) -> BufId {
+        match self.ext_out {
+            Some(e) if e.len() == len => s.ext(e),
+            _ => s.out_buf(len, blocks),
+        }
+    }
+
     /// Whether a blocking call lent its output memory.
     pub fn has_ext_out(&self) -> bool {
         self.ext_out.is_some()

@@ -10,7 +10,10 @@ fn input(c: &Call, s: &mut Schedule) -> BufId {
 }
 
 /// Linear reduce: the root receives every contribution into its own
-/// buffer, then combines them in rank order (correct for any op).
+/// buffer, then combines them in rank order (correct for any op). The
+/// highest rank's contribution is received into the result buffer (the
+/// caller's receive buffer for a blocking call), the others are combined
+/// into it downwards; the input is only read.
 pub fn reduce_linear(c: &Call, pos: Pos) -> Result<Schedule> {
     c.op()?;
     let mut s = c.schedule();
@@ -21,15 +24,31 @@ pub fn reduce_linear(c: &Call, pos: Pos) -> Result<Schedule> {
         return Ok(s);
     }
     let p = pos.size;
+    if p == 1 {
+        s.result = Some(own);
+        return Ok(s);
+    }
+    let last = p - 1;
+    let acc = c.output(&mut s, n);
     // One buffer per rank, own data in place; acc = x_{p-1}, then x_i op acc downwards.
     let bufs: Vec<BufId> = (0..p)
-        .map(|r| if r == pos.rank { own } else { s.zeros(n) })
+        .map(|r| {
+            if r == pos.rank {
+                own
+            } else if r == last {
+                acc
+            } else {
+                s.zeros(n)
+            }
+        })
         .collect();
     for r in (0..p).filter(|&r| r != pos.rank) {
         s.recv(r, Slice::new(bufs[r as usize], 0, n));
     }
-    let acc = bufs[p as usize - 1];
-    for r in (0..p - 1).rev() {
+    if pos.rank == last {
+        s.copy(s.all(own), s.all(acc));
+    }
+    for r in (0..last).rev() {
         s.reduce(
             Slice::new(bufs[r as usize], 0, n),
             Slice::new(acc, 0, n),
@@ -48,52 +67,85 @@ pub fn reduce_linear(c: &Call, pos: Pos) -> Result<Schedule> {
 /// then rank 0 forwards to the root.
 pub fn reduce_binomial(c: &Call, pos: Pos) -> Result<Schedule> {
     let mut s = c.schedule();
-    let acc = input(c, &mut s);
+    let inp = input(c, &mut s);
+    let n = c.send_len();
+    // The caller's receive buffer at the root of a blocking call, else a
+    // scratch buffer allocated only if this rank receives.
+    let out = if pos.rank == c.root {
+        c.output(&mut s, n)
+    } else {
+        s.scratch(n)
+    };
     let root = if c.commutative() { c.root } else { 0 };
-    let at_tree_root = reduce_tree_into(&mut s, acc, root, pos, c.commutative());
+    let (at_tree_root, cur) = reduce_tree_into(&mut s, inp, out, root, pos);
     if root != c.root {
         if at_tree_root {
-            s.send(c.root, s.all(acc));
+            s.send(c.root, s.all(cur));
         } else if pos.rank == c.root {
-            s.recv(0, s.all(acc));
+            s.recv(0, s.all(out));
+            s.result = Some(out);
+            return Ok(s);
         }
     }
     if pos.rank == c.root {
-        s.result = Some(acc);
+        s.result = Some(cur);
     }
     Ok(s)
 }
 
-/// Appends a binomial fan-in of `acc` towards `root`; returns whether this
-/// rank is the tree's root. With `commutative = false`, `root` must be 0.
-fn reduce_tree_into(s: &mut Schedule, acc: BufId, root: u32, pos: Pos, _commutative: bool) -> bool {
+/// Appends a binomial fan-in towards `root` of this rank's input `inp`;
+/// partial results are built in `out` (the first received vector lands
+/// there and the input is combined into it, so the input is only read).
+/// Returns whether this rank is the tree's root and the buffer holding its
+/// partial result (`inp` if it received nothing). With a non-commutative
+/// op, `root` must be 0.
+fn reduce_tree_into(
+    s: &mut Schedule,
+    inp: BufId,
+    out: BufId,
+    root: u32,
+    pos: Pos,
+) -> (bool, BufId) {
     let p = pos.size;
     let v = pos.vrank(root);
+    let mut cur = inp;
     let mut mask = 1;
     while mask < p {
         if v & mask != 0 {
-            s.send(pos.real(v - mask, root), s.all(acc));
+            s.send(pos.real(v - mask, root), s.all(cur));
             s.next_round();
-            return false;
+            return (false, cur);
         }
         if v + mask < p {
             // The sender's partial covers ranks [v+mask, ...): right operand.
-            s.recv_reduce(pos.real(v + mask, root), s.all(acc), false);
+            if cur == inp {
+                s.recv(pos.real(v + mask, root), s.all(out));
+                s.reduce(s.all(inp), s.all(out), true);
+                cur = out;
+            } else {
+                s.recv_reduce(pos.real(v + mask, root), s.all(out), false);
+            }
             s.next_round();
         }
         mask <<= 1;
     }
-    true
+    (true, cur)
 }
 
 /// Reduce to rank 0 + binomial broadcast (basic's allreduce).
 pub fn allreduce_reduce_bcast(c: &Call, pos: Pos) -> Result<Schedule> {
     let mut s = c.schedule();
-    let acc = input(c, &mut s);
-    reduce_tree_into(&mut s, acc, 0, pos, c.commutative());
-    let all = s.all(acc);
+    let inp = input(c, &mut s);
+    let out = c.output(&mut s, c.send_len());
+    let (_, cur) = reduce_tree_into(&mut s, inp, out, 0, pos);
+    if pos.rank == 0 && cur != out {
+        // Rank 0 received nothing (p = 1): its input is the result.
+        s.copy(s.all(inp), s.all(out));
+        s.next_round();
+    }
+    let all = s.all(out);
     super::bcast::binomial_into(&mut s, all, 0, pos);
-    s.result = Some(acc);
+    s.result = Some(out);
     Ok(s)
 }
 
@@ -327,8 +379,9 @@ fn rs_offsets(c: &Call, p: u32) -> Result<Vec<usize>> {
 pub fn reduce_scatter_reduce_scatterv(c: &Call, pos: Pos) -> Result<Schedule> {
     let off = rs_offsets(c, pos.size)?;
     let mut s = c.schedule();
-    let acc = input(c, &mut s);
-    reduce_tree_into(&mut s, acc, 0, pos, c.commutative());
+    let inp = input(c, &mut s);
+    let tmp = s.scratch(c.send_len());
+    let (_, acc) = reduce_tree_into(&mut s, inp, tmp, 0, pos);
     let me = pos.rank as usize;
     let out = s.zeros(c.counts[me]);
     if pos.rank == 0 {
