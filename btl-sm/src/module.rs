@@ -67,6 +67,10 @@ const FBOX_BUDGET: usize = 64;
 /// Chunks the sender writes per progress call (cooperative copy).
 const COOP_BUDGET: usize = 2;
 
+/// Pause iterations a receiver spins waiting for the sender's last chunk
+/// before it yields at each further check.
+const COOP_SPINS: u64 = 1 << 14;
+
 /// Most chunks of one cooperative copy (bits of the failed mask).
 const COOP_MAX_CHUNKS: u64 = 64;
 
@@ -145,15 +149,17 @@ fn coop_copy(
     }
     // Wait for the sender's last chunks: no write into `dst` may be under
     // way when we return.
-    let mut spins = 0u32;
+    let mut spins = 0u64;
     while (slot.done.load(Ordering::Acquire) as u64) < claimed {
+        // Spin through the sender's usual chunk time, then yield (the
+        // sender may need this core: more ranks than cores).
         spins = spins.wrapping_add(1);
-        if spins % 64 == 0 {
+        if spins > COOP_SPINS {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
         }
-        if spins % 4096 == 0 {
+        if spins % 1024 == 0 {
             if let Err(e) = cma::probe(pid, probe_addr) {
                 if e.raw_os_error() == Some(libc::ESRCH) {
                     tracing::warn!(target: "btl_sm", "rank {peer} is gone during a cooperative copy");
