@@ -367,3 +367,66 @@ fn exhaust_child() {
     modex.fence().unwrap();
     m.finalize().unwrap();
 }
+
+#[test]
+fn sender_killed_during_cooperative_copy_no_hang() {
+    let out = run_ranks("killed_child", 2, &[], TIMEOUT);
+    assert!(!out.timed_out, "a dead sender must not hang the get");
+    for l in out.output[1].lines().filter(|l| l.starts_with("get")) {
+        eprintln!("{l}");
+    }
+    assert_eq!(out.codes[1], Some(0), "receiver: {}", out.output[1]);
+    assert_eq!(out.codes[0], None, "sender killed: {}", out.output[0]);
+}
+
+/// Rank 0 offers 64 MiB and helps; once it wrote a chunk, a thread of its
+/// own kills it with SIGKILL (most likely in the middle of a chunk it
+/// claimed). Rank 1's get must return: complete and correct if it was
+/// done, else `Protocol` (peer gone).
+#[test]
+fn killed_child() {
+    let Some(ctx) = child_context() else { return };
+    let (mut m, _modex, _) = wire(&ctx);
+    let mut rx = Ctl::default();
+    const LEN: usize = 64 << 20;
+    if ctx.rank == 0 {
+        let buf = payload(9, LEN);
+        // SAFETY: `buf` lives until this process is killed below.
+        let r = unsafe { m.register_region(buf.as_ptr(), buf.len()) }.unwrap();
+        send(&mut m, &mut rx, 1, &region_msg(&r, fnv(&buf)));
+        let helped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let h = helped.clone();
+        std::thread::spawn(move || {
+            while !h.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_micros(30));
+            // SAFETY: kill(2) on our own pid; no memory passed.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        });
+        let t0 = Instant::now();
+        loop {
+            m.progress(&mut rx);
+            if m.stats().coop_chunks_written > 0 {
+                helped.store(true, std::sync::atomic::Ordering::Release);
+            }
+            assert!(t0.elapsed() < Duration::from_secs(60), "never helped");
+        }
+    } else {
+        let (r, sum) = parse_region(&recv(&mut m, &mut rx));
+        let mut dst = vec![0u8; LEN];
+        match m.get(0, &r, 0, &mut dst) {
+            Ok(()) => {
+                assert_eq!(fnv(&dst), sum);
+                eprintln!("get completed before the sender died");
+            }
+            Err(BtlError::Protocol { peer: 0, reason }) => {
+                assert!(reason.contains("gone"), "{reason}");
+                eprintln!("get: peer gone");
+            }
+            Err(e) => panic!("unexpected error {e}"),
+        }
+        // no fence: the sender is dead
+        m.finalize().unwrap();
+    }
+}
