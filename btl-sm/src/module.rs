@@ -836,6 +836,19 @@ impl BtlModule for SmModule {
         }
     }
 
+    /// The fast box or nothing, answered in a register (see the trait).
+    fn try_sendi(&mut self, peer: u32, tag: u8, header: &[u8], payload: &[u8]) -> bool {
+        let Ok(l) = self.check_send(peer, header.len() + payload.len()) else {
+            return false;
+        };
+        if self.try_fbox(l, tag, header, payload) {
+            true
+        } else {
+            self.stats.would_block += 1;
+            false
+        }
+    }
+
     /// Key: this process's pid, plus a cooperative slot for regions of at
     /// least `btl_sm_coop_min` bytes while one is free ([`coop_key`]).
     /// Nothing is pinned; peers read with CMA.

@@ -177,6 +177,19 @@ pub trait BtlModule: Send {
         self.send(peer, tag, header, payload)
     }
 
+    /// [`BtlModule::sendi`] reduced to whether the fragment went out:
+    /// `false` means "use [`BtlModule::send`]", which then reports any error.
+    /// The answer comes back in a register. A `Result` with an error payload
+    /// is returned through memory, and the caller's read of it right after
+    /// the call failed store-to-load forwarding and waited until the
+    /// callee's stores reached the cache, i.e. until the fragment's stores
+    /// into the peer's shared-memory line had taken that line from the
+    /// receiver: a stall per message (~30% of a streaming sender's samples
+    /// over btl-sm). Default: `sendi(..).is_ok()`.
+    fn try_sendi(&mut self, peer: u32, tag: u8, header: &[u8], payload: &[u8]) -> bool {
+        self.sendi(peer, tag, header, payload).is_ok()
+    }
+
     /// Makes `len` bytes at `ptr` readable by peers through
     /// [`BtlModule::get`]. Default: [`BtlError::Unsupported`].
     ///

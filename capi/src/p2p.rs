@@ -159,6 +159,38 @@ pub(crate) fn start_recv(
     })
 }
 
+/// MPI_Send / MPI_Ssend / MPI_Rsend / MPI_Bsend. A contiguous type in
+/// standard, synchronous or ready mode goes through the pml's blocking
+/// send, whose fast path hands a small eager message to the transport
+/// without a request slot (what the Rust API's `Comm::send` uses);
+/// buffered mode and derived types start a request and wait for it.
+#[allow(clippy::too_many_arguments)]
+fn send_blocking(
+    buf: *const c_void,
+    count: c_int,
+    dtype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+    mode: SendMode,
+    what: &str,
+) -> Res<()> {
+    let n = ccount(count, C::Count, "count")?;
+    let tg = resolve(comm, dtype, dest, tag, n, false)?;
+    check_buf(buf, n, &tg.t)?;
+    if !tg.t.is_contig() || mode == SendMode::Buffered {
+        let r = start_send(buf, count, dtype, dest, tag, comm, mode, None)?;
+        return blocking(r, std::ptr::null_mut(), what);
+    }
+    let rt = rt()?;
+    let raw = RawBuf::from_raw(buf.cast(), tg.t.size * n);
+    // SAFETY: MPI gives the call the buffer (`count` elements of a
+    // contiguous type at `buf`) until it returns, and the pml's blocking
+    // send returns only once the data was handed over or copied.
+    let s = unsafe { rt.pml.send_blocking(tg.ctx, dest, tag, raw, mode) }?;
+    status_err(&St::from(s), what)
+}
+
 /// Completes a just-started operation of a blocking call without going
 /// through the request table (the fast path of MPI_Send / MPI_Recv).
 fn blocking(r: Req, status: *mut MpiStatus, what: &str) -> Res<()> {
@@ -205,8 +237,7 @@ macro_rules! send_fn {
             comm: c_int,
         ) -> c_int {
             guard(stringify!($name), comm, || {
-                let r = start_send(buf, count, dtype, dest, tag, comm, $mode, None)?;
-                blocking(r, std::ptr::null_mut(), stringify!($name))
+                send_blocking(buf, count, dtype, dest, tag, comm, $mode, stringify!($name))
             })
         }
         #[no_mangle]
@@ -271,8 +302,22 @@ pub extern "C" fn MPI_Recv(
     status: *mut MpiStatus,
 ) -> c_int {
     guard("MPI_Recv", comm, || {
-        let r = start_recv(buf, count, dtype, source, tag, comm, None)?;
-        blocking(r, status, "MPI_Recv")
+        let n = ccount(count, C::Count, "count")?;
+        let tg = resolve(comm, dtype, source, tag, n, true)?;
+        check_buf(buf, n, &tg.t)?;
+        if !tg.t.is_contig() {
+            let r = start_recv(buf, count, dtype, source, tag, comm, None)?;
+            return blocking(r, status, "MPI_Recv");
+        }
+        let rt = rt()?;
+        let raw = RawBufMut::from_raw(buf.cast(), tg.t.size * n);
+        // SAFETY: MPI gives the call the buffer (`count` elements of a
+        // contiguous type at `buf`) until it returns, and the pml's blocking
+        // receive returns only once the message was written.
+        let s = unsafe { rt.pml.recv_blocking(tg.ctx, source, tag, raw) }?;
+        let st = St::from(s);
+        put_status(status, st)?;
+        status_err(&st, "MPI_Recv")
     })
 }
 
@@ -592,12 +637,16 @@ pub extern "C" fn MPI_Waitall(
         let mut done = vec![false; n];
         let mut left = n;
         let mut err = false;
+        let rt = crate::state::rt()?;
         while left > 0 {
+            // One transport poll per round for all the point-to-point
+            // requests (each test below only checks; a collective's test
+            // still progresses its schedule).
             for i in 0..n {
                 if done[i] {
                     continue;
                 }
-                match test_handle(hs[i]) {
+                match crate::request::test_handle_with(hs[i], false) {
                     Ok(Tested::Pending) => {}
                     Ok(Tested::Inactive) => {
                         done[i] = true;
@@ -620,6 +669,7 @@ pub extern "C" fn MPI_Waitall(
                 }
             }
             if left > 0 {
+                rt.pml.progress();
                 crate::request::idle();
             }
         }

@@ -171,10 +171,50 @@ pub(crate) enum Tested {
 
 /// Tests request `h` once (progressing), completing it if done.
 pub(crate) fn test_handle(h: c_int) -> Res<Tested> {
+    test_handle_with(h, true)
+}
+
+/// Tests request `h` once, completing it if done; `progress`: whether the
+/// test of a point-to-point request polls the transports (callers that test
+/// many handles per round poll once for all of them instead).
+pub(crate) fn test_handle_with(h: c_int, progress: bool) -> Res<Tested> {
     if h == 0 {
         return Ok(Tested::Inactive);
     }
     let rt = rt()?;
+    // A running point-to-point request is tested in place: its entry stays
+    // in the table unless it completed (no remove + insert per poll). MPI
+    // forbids using one request from two threads at once, so the entry
+    // cannot change between the peek and the removal below.
+    let peek = match tables().reqs.get(&h) {
+        Some(Req::Pml { id, .. }) => Some(*id),
+        _ => None,
+    };
+    if let Some(id) = peek {
+        let r = if progress {
+            rt.pml.test(id)
+        } else {
+            rt.pml.test_no_progress(id)
+        };
+        return match r {
+            Ok(None) => Ok(Tested::Pending),
+            Ok(Some(s)) => {
+                let req = tables().reqs.remove(&h);
+                let Some(Req::Pml { stage, persist, .. }) = req else {
+                    return Err(Error::new(
+                        C::Intern,
+                        format!("request handle {h} changed while being tested"),
+                    ));
+                };
+                Ok(finish_pml(h, s, stage, persist))
+            }
+            Err(e) => {
+                // The pml no longer knows it: drop the handle, report.
+                tables().reqs.remove(&h);
+                Err(e.into())
+            }
+        };
+    }
     let req = {
         let mut t = tables();
         match t.reqs.remove(&h) {
@@ -192,45 +232,25 @@ pub(crate) fn test_handle(h: c_int) -> Res<Tested> {
         }
     };
     let (done, back) = match req {
+        // Handled above (a point-to-point request is never taken out of
+        // the table to be tested); kept for completeness.
         Req::Pml {
             id,
             stage,
             persist,
             comm,
-        } => match rt.pml.test(id) {
-            Err(e) => {
-                // The pml no longer knows it: drop the handle, report.
-                return Err(e.into());
-            }
-            Ok(None) => (
-                None,
+        } => {
+            tables().reqs.insert(
+                h,
                 Req::Pml {
                     id,
                     stage,
                     persist,
                     comm,
                 },
-            ),
-            Ok(Some(s)) => {
-                let st = St::from(s);
-                if let Stage::Recv { buf, dst, count, t } = &stage {
-                    let n = st.bytes.min(buf.len());
-                    crate::ffi::scatter_blocks(
-                        *dst as *mut u8,
-                        *count,
-                        t.extent(),
-                        &t.blocks,
-                        &buf[..n],
-                    );
-                }
-                (
-                    Some(st),
-                    persist
-                        .map(Req::Inactive)
-                        .unwrap_or(Req::Done { st, persist: None }),
-                )
-            }
-        },
+            );
+            return Ok(Tested::Pending);
+        }
         Req::Coll {
             req,
             finish,
@@ -311,6 +331,24 @@ pub(crate) fn test_handle(h: c_int) -> Res<Tested> {
             }
             _ => Ok(Tested::Complete(st, true)),
         },
+    }
+}
+
+/// Completes point-to-point request `h` (already out of the table) whose
+/// pml request finished with `s`: unpacks a staged receive, keeps a
+/// persistent request as inactive.
+fn finish_pml(h: c_int, s: Status, stage: Stage, persist: Option<Persist>) -> Tested {
+    let st = St::from(s);
+    if let Stage::Recv { buf, dst, count, t } = &stage {
+        let n = st.bytes.min(buf.len());
+        crate::ffi::scatter_blocks(*dst as *mut u8, *count, t.extent(), &t.blocks, &buf[..n]);
+    }
+    match persist {
+        Some(p) => {
+            tables().reqs.insert(h, Req::Inactive(p));
+            Tested::Complete(st, false)
+        }
+        None => Tested::Complete(st, true),
     }
 }
 

@@ -4,7 +4,9 @@
 //! Predefined handles are fixed numbers, user handles are allocated above
 //! them and never reused while live.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -56,23 +58,23 @@ pub(crate) struct Keyval {
 
 /// Every handle table.
 pub(crate) struct Tables {
-    pub comms: HashMap<c_int, CommEnt>,
+    pub comms: FxHashMap<c_int, CommEnt>,
     pub next_comm: c_int,
-    pub groups: HashMap<c_int, Group>,
+    pub groups: FxHashMap<c_int, Group>,
     pub next_group: c_int,
-    pub types: HashMap<c_int, Arc<Dtype>>,
+    pub types: FxHashMap<c_int, Arc<Dtype>>,
     pub next_type: c_int,
-    pub reqs: HashMap<c_int, Req>,
+    pub reqs: FxHashMap<c_int, Req>,
     pub next_req: c_int,
-    pub ops: HashMap<c_int, Op>,
+    pub ops: FxHashMap<c_int, Op>,
     pub next_op: c_int,
-    pub errhandlers: HashMap<c_int, crate::ErrFn>,
+    pub errhandlers: FxHashMap<c_int, crate::ErrFn>,
     pub next_errhandler: c_int,
-    pub infos: HashMap<c_int, Vec<(String, String)>>,
+    pub infos: FxHashMap<c_int, Vec<(String, String)>>,
     pub next_info: c_int,
-    pub keyvals: HashMap<c_int, Keyval>,
+    pub keyvals: FxHashMap<c_int, Keyval>,
     pub next_keyval: c_int,
-    pub messages: HashMap<c_int, tmpi_pml::MessageId>,
+    pub messages: FxHashMap<c_int, tmpi_pml::MessageId>,
     pub next_message: c_int,
     /// User error classes/codes: code -> (class, string).
     pub user_codes: BTreeMap<c_int, (c_int, String)>,
@@ -83,7 +85,7 @@ pub(crate) struct Tables {
     pub orphans: Vec<c_int>,
 }
 
-fn alloc_handle<T>(map: &HashMap<c_int, T>, next: &mut c_int, first: c_int) -> c_int {
+fn alloc_handle<T>(map: &FxHashMap<c_int, T>, next: &mut c_int, first: c_int) -> c_int {
     loop {
         let h = *next;
         *next = if *next == c_int::MAX {
@@ -99,30 +101,30 @@ fn alloc_handle<T>(map: &HashMap<c_int, T>, next: &mut c_int, first: c_int) -> c
 
 impl Tables {
     pub(crate) fn new() -> Self {
-        let mut types = HashMap::new();
+        let mut types = FxHashMap::default();
         for (i, t) in datatype::predefined().into_iter().enumerate() {
             types.insert(i as c_int + 1, t);
         }
-        let mut groups = HashMap::new();
+        let mut groups = FxHashMap::default();
         groups.insert(1, Group::empty());
         Tables {
-            comms: HashMap::new(),
+            comms: FxHashMap::default(),
             next_comm: 3,
             groups,
             next_group: 2,
             types,
             next_type: 1000,
-            reqs: HashMap::new(),
+            reqs: FxHashMap::default(),
             next_req: 1,
-            ops: HashMap::new(),
+            ops: FxHashMap::default(),
             next_op: 100,
-            errhandlers: HashMap::new(),
+            errhandlers: FxHashMap::default(),
             next_errhandler: 3,
-            infos: HashMap::new(),
+            infos: FxHashMap::default(),
             next_info: 2,
-            keyvals: HashMap::new(),
+            keyvals: FxHashMap::default(),
             next_keyval: 100,
-            messages: HashMap::new(),
+            messages: FxHashMap::default(),
             next_message: 2,
             user_codes: BTreeMap::new(),
             next_code: 100,

@@ -416,14 +416,13 @@ impl Transport for BtlNet {
             }
         }
         let m = &mut self.modules[i];
-        let r = if self.sendi[i] {
-            match m.sendi(peer, BTL_TAG_PML, hdr, data) {
-                Err(BtlError::WouldBlock) => m.send(peer, BTL_TAG_PML, hdr, data),
-                r => r,
-            }
-        } else {
-            m.send(peer, BTL_TAG_PML, hdr, data)
-        };
+        // The send-immediate answer comes back in a register (a `Result`
+        // read back from memory stalled the sender: `BtlModule::try_sendi`);
+        // `send` reports what made it refuse, if anything.
+        if self.sendi[i] && m.try_sendi(peer, BTL_TAG_PML, hdr, data) {
+            return Ok(());
+        }
+        let r = m.send(peer, BTL_TAG_PML, hdr, data);
         match r {
             Ok(()) => Ok(()),
             Err(BtlError::WouldBlock) => Err(TxError::Busy),

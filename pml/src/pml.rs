@@ -626,6 +626,12 @@ impl Pml {
         g.core.test(id)
     }
 
+    /// As [`Pml::test`] without polling the transports: for callers that
+    /// test many requests per round and progress once for all of them.
+    pub fn test_no_progress(&self, id: ReqId) -> Result<Option<Status>, PmlError> {
+        self.lock().core.test(id)
+    }
+
     /// `MPI_Wait`.
     pub fn wait(&self, id: ReqId) -> Result<Status, PmlError> {
         // The first round validates `id` (an error for a stale one); later

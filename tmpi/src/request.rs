@@ -12,8 +12,8 @@
 //! At the end of a scope, receives still in flight are first cancelled
 //! (if they have not matched), sends are waited for.
 
+use rustc_hash::FxHashSet;
 use std::cell::RefCell;
-use std::collections::HashSet;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -68,7 +68,7 @@ impl Status {
 
 pub(crate) struct ScopeState {
     pml: RefCell<Option<Arc<Pml>>>,
-    live: RefCell<HashSet<ReqId>>,
+    live: RefCell<FxHashSet<ReqId>>,
 }
 
 impl ScopeState {
@@ -109,7 +109,7 @@ where
     let s = Scope {
         state: ScopeState {
             pml: RefCell::new(None),
-            live: RefCell::new(HashSet::new()),
+            live: RefCell::new(FxHashSet::default()),
         },
         _scope: PhantomData,
         _env: PhantomData,
