@@ -47,14 +47,15 @@ pub struct SmConfig {
     /// `btl_sm_poll_budget` (default 31, like vader): FIFO pops per
     /// progress call.
     pub poll_budget: usize,
-    /// `btl_sm_coop_min` (default 256 KiB, 0 = off): smallest registered
+    /// `btl_sm_coop_min` (default 128 KiB, 0 = off): smallest registered
     /// region for which the sender offers a cooperative copy slot (it then
     /// writes part of the message into the receiver's buffer with
     /// `process_vm_writev` while the receiver reads the rest).
     pub coop_min: usize,
-    /// `btl_sm_coop_chunk` (default 128 KiB): smallest chunk of a
+    /// `btl_sm_coop_chunk` (default 128 KiB): preferred chunk of a
     /// cooperative copy (a 4 KiB multiple >= 64 KiB; a message has at most
-    /// 64 chunks, so larger messages get larger chunks).
+    /// 64 chunks, so larger messages get larger chunks, and at least two,
+    /// so messages below twice this size are cut in halves).
     pub coop_chunk: usize,
     /// `btl_sm_coop_fail_test` (default false, tests only): the sender's
     /// cooperative writes are not done and reported as failed, so the
@@ -73,7 +74,7 @@ impl Default for SmConfig {
             single_copy: SingleCopy::Auto,
             exclusivity: EXCLUSIVITY_HIGH - 1,
             poll_budget: 31,
-            coop_min: 256 * 1024,
+            coop_min: 128 * 1024,
             coop_chunk: 128 * 1024,
             coop_fail_test: false,
         }
@@ -216,8 +217,8 @@ impl SmConfig {
         )?;
         let coop_chunk = size(
             "coop_chunk",
-            "Smallest chunk of a cooperative copy (4 KiB multiple >= 64K; at most 64 chunks \
-             per message)",
+            "Preferred chunk of a cooperative copy (4 KiB multiple >= 64K; at least 2 and at \
+             most 64 chunks per message)",
             d.coop_chunk,
         )?;
         let coop_fail_test = reg

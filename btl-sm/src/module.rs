@@ -71,6 +71,9 @@ const COOP_BUDGET: usize = 2;
 /// before it yields at each further check.
 const COOP_SPINS: u64 = 1 << 14;
 
+/// Smallest chunk of a cooperative copy.
+const COOP_MIN_CHUNK: u64 = 64 * 1024;
+
 /// Most chunks of one cooperative copy (bits of the failed mask).
 const COOP_MAX_CHUNKS: u64 = 64;
 
@@ -97,11 +100,15 @@ pub fn split_key(key: u64) -> (u32, Option<usize>, u32) {
 }
 
 /// Chunk size and count for a cooperative copy of `len` bytes with a
-/// smallest chunk of `min_chunk` (4 KiB multiple): at most
-/// [`COOP_MAX_CHUNKS`] chunks, each a 4 KiB multiple.
+/// preferred chunk of `min_chunk` (4 KiB multiple >= 64 KiB): at most
+/// [`COOP_MAX_CHUNKS`] chunks, each a 4 KiB multiple of at least 64 KiB,
+/// and at least two chunks when `len` >= 128 KiB (a smaller message is cut
+/// in halves rather than left to one side).
 pub fn coop_chunking(len: u64, min_chunk: u64) -> (u64, u64) {
-    let per = len.div_ceil(COOP_MAX_CHUNKS).div_ceil(4096) * 4096;
-    let chunk = per.max(min_chunk).max(4096);
+    let up4k = |x: u64| x.div_ceil(4096) * 4096;
+    let per = up4k(len.div_ceil(COOP_MAX_CHUNKS));
+    let half = up4k(len.div_ceil(2));
+    let chunk = per.max(min_chunk.min(half)).max(COOP_MIN_CHUNK);
     (chunk, len.div_ceil(chunk))
 }
 
@@ -1096,13 +1103,33 @@ mod tests {
 
     #[test]
     fn chunking_bounds() {
-        for len in [256 << 10, 1 << 20, (1 << 20) + 1, 3 << 20, 8 << 20, 1 << 30] {
+        for len in [
+            128 << 10,
+            200 << 10,
+            256 << 10,
+            1 << 20,
+            (1 << 20) + 1,
+            3 << 20,
+            8 << 20,
+            1 << 30,
+        ] {
             for min in [64 << 10, 128 << 10, 1 << 20] {
                 let (c, n) = coop_chunking(len, min);
-                assert!(c >= min && c % 4096 == 0, "{len} {min}: chunk {c}");
-                assert!(n <= COOP_MAX_CHUNKS && n * c >= len && (n - 1) * c < len);
+                assert!(
+                    c >= COOP_MIN_CHUNK && c % 4096 == 0,
+                    "{len} {min}: chunk {c}"
+                );
+                assert!(c <= min.max(len.div_ceil(64).div_ceil(4096) * 4096));
+                assert!(
+                    (2..=COOP_MAX_CHUNKS).contains(&n),
+                    "{len} {min}: {n} chunks"
+                );
+                assert!(n * c >= len && (n - 1) * c < len);
             }
         }
         assert_eq!(coop_chunking(1 << 20, 128 << 10), (128 << 10, 8));
+        assert_eq!(coop_chunking(128 << 10, 128 << 10), (64 << 10, 2));
+        assert_eq!(coop_chunking(100 << 10, 128 << 10).1, 2);
+        assert_eq!(coop_chunking(64 << 10, 128 << 10).1, 1);
     }
 }
