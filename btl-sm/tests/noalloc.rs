@@ -106,3 +106,82 @@ fn noalloc_child() {
     assert_eq!(n, 0, "allocations in steady state ({st:?})");
     assert!(sink > 0);
 }
+
+#[test]
+fn cooperative_copies_allocate_nothing() {
+    let out = run_ranks("coop_noalloc_child", 2, &[], Duration::from_secs(120));
+    out.assert_success();
+}
+
+/// `cycles` cooperative copies of 1 MiB: rank 0 registers, announces the
+/// region (fast box), helps from progress until rank 1's one-byte answer,
+/// deregisters; rank 1 reads the whole region with `get` and checks it.
+fn coop_cycles(m: &mut SmModule, me: u32, cycles: u32, src: &[u8], dst: &mut [u8]) {
+    let t0 = Instant::now();
+    let msg = std::cell::Cell::new([0u8; tmpi_btl::REMOTE_REGION_BYTES]);
+    let got = std::cell::Cell::new(false);
+    for _ in 0..cycles {
+        let mut h = |_: u32, _: u8, b: &[u8]| {
+            let mut a = [0u8; tmpi_btl::REMOTE_REGION_BYTES];
+            if b.len() == a.len() {
+                a.copy_from_slice(b);
+                msg.set(a);
+            }
+            got.set(true);
+        };
+        if me == 0 {
+            // SAFETY: `src` outlives the deregistration below.
+            let r = unsafe { m.register_region(src.as_ptr(), src.len()) }.unwrap();
+            while m.send(1, 1, &r.to_bytes(), &[]).is_err() {
+                m.progress(&mut h);
+            }
+            while !got.get() {
+                m.progress(&mut h);
+                assert!(t0.elapsed() < Duration::from_secs(60), "stalled");
+            }
+            m.deregister_region(&r);
+        } else {
+            while !got.get() {
+                m.progress(&mut h);
+                assert!(t0.elapsed() < Duration::from_secs(60), "stalled");
+            }
+            let r = tmpi_btl::RemoteRegion::from_bytes(&msg.get()).unwrap();
+            dst.fill(0);
+            m.get(0, &r, 0, dst).unwrap();
+            assert!(dst == src, "cooperative copy corrupt");
+            while m.send(0, 1, b"k", &[]).is_err() {
+                m.progress(&mut |_: u32, _: u8, _: &[u8]| {});
+            }
+        }
+        got.set(false);
+    }
+}
+
+#[test]
+fn coop_noalloc_child() {
+    let Some(ctx) = child_context() else { return };
+    let info = ctx.process_info();
+    let mut modex = ctx.modex();
+    let mut m = SmModule::open(&info, &mut modex, SmConfig::default())
+        .unwrap()
+        .unwrap();
+    modex.fence().unwrap();
+    m.add_procs(&[0, 1], &mut modex).unwrap();
+    let src: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let mut dst = vec![0u8; src.len()];
+    coop_cycles(&mut m, ctx.rank, 5, &src, &mut dst); // warm-up
+    modex.fence().unwrap();
+    COUNTING.store(true, Ordering::SeqCst);
+    coop_cycles(&mut m, ctx.rank, 100, &src, &mut dst);
+    COUNTING.store(false, Ordering::SeqCst);
+    let n = ALLOCS.load(Ordering::SeqCst);
+    let st = m.stats();
+    modex.fence().unwrap();
+    m.finalize().unwrap();
+    if ctx.rank == 0 {
+        assert_eq!(st.coop_regs, 105, "{st:?}");
+    } else {
+        assert_eq!(st.coop_gets, 105, "{st:?}");
+    }
+    assert_eq!(n, 0, "allocations per cooperative copy ({st:?})");
+}
