@@ -5,7 +5,8 @@
 //!   (SPSC rings), the only code touching shared memory concurrently.
 //! * [`segment`]: one segment per process in `/dev/shm`, its layout and
 //!   header.
-//! * [`cma`]: single copy with `process_vm_readv`.
+//! * [`cma`]: single copy with `process_vm_readv` (the receiver) and, for
+//!   the cooperative copy of large messages, `process_vm_writev` (the sender).
 //! * [`module`]: wire-up, send paths, flow control, progress, get
 //!   ([`SmModule`] documents the protocol).
 //! * [`config`]: the `btl_sm_*` MCA parameters.
