@@ -859,6 +859,7 @@ impl Comm {
         let ctx = &self.inner.ctx;
         let p2p = ctx.p2p.as_ref();
         let tests_progress = p2p.test_progresses();
+        exec.set_small_blocking(!ctx.may_have_outstanding());
         loop {
             if exec.poll(p2p, &self.inner.ep)? {
                 return Ok(());

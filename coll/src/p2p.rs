@@ -121,6 +121,27 @@ pub trait P2p: Send + Sync + 'static {
     /// Starts a receive from communicator rank `source` with `tag` of at most `max_len` bytes.
     fn irecv(&self, ep: &Endpoint, source: u32, tag: i32, max_len: usize) -> Result<P2pHandle>;
 
+    /// Whether [`P2p::recv_small`] is available (it blocks in the
+    /// transport's own receive path, without a request to test).
+    fn has_recv_small(&self) -> bool {
+        false
+    }
+
+    /// Blocking receive of a message of at most `buf.len()` bytes into
+    /// `buf`: `Ok(Some(received bytes))`, or `Ok(None)` when the transport
+    /// has no such path (the default). Used by blocking collectives for
+    /// rounds whose messages are all small, once the round's sends are out.
+    fn recv_small(
+        &self,
+        ep: &Endpoint,
+        source: u32,
+        tag: i32,
+        buf: &mut [u8],
+    ) -> Result<Option<usize>> {
+        let _ = (ep, source, tag, buf);
+        Ok(None)
+    }
+
     /// Sends `len` bytes at `data` without taking or copying them (the
     /// blocking collectives' path over the caller's memory). The default
     /// copies them into an owned message ([`P2p::isend`]).

@@ -175,6 +175,42 @@ impl P2p for PmlP2p {
         Ok(true)
     }
 
+    fn has_recv_small(&self) -> bool {
+        true
+    }
+
+    fn recv_small(
+        &self,
+        ep: &Endpoint,
+        source: u32,
+        tag: i32,
+        buf: &mut [u8],
+    ) -> Result<Option<usize>> {
+        let raw = RawBufMut::from_raw(buf.as_mut_ptr(), buf.len());
+        // SAFETY: `buf` is borrowed mutably for the whole call, and
+        // `recv_blocking` returns only once the request completed (the pml
+        // no longer writes through the view).
+        let st = unsafe {
+            self.pml
+                .recv_blocking(ep.context_id, source as i32, tag, raw)
+        }
+        .map_err(pml_err)?;
+        if st.error != MpiErrorClass::Success {
+            return Err(CollError::P2p {
+                class: st.error,
+                message: format!("collective message from rank {source}: {}", st.error.name()),
+            });
+        }
+        if st.count > buf.len() {
+            return Err(CollError::Intern(format!(
+                "pml reported {} bytes received into a {}-byte buffer",
+                st.count,
+                buf.len()
+            )));
+        }
+        Ok(Some(st.count))
+    }
+
     fn irecv(&self, ep: &Endpoint, source: u32, tag: i32, max_len: usize) -> Result<P2pHandle> {
         // Not zeroed (a large receive would otherwise pay a memset of the
         // whole buffer per message): the pml writes the bytes, and `test`

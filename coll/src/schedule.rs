@@ -506,6 +506,9 @@ pub struct Exec {
     tag: i32,
     peer_map: Option<Arc<[u32]>>,
     failed: Option<CollError>,
+    /// Rounds whose messages are all small run with blocking receives
+    /// ([`Exec::set_small_blocking`]).
+    small_blocking: bool,
 }
 
 impl Drop for Exec {
@@ -534,6 +537,7 @@ impl Exec {
             tag,
             peer_map,
             failed: None,
+            small_blocking: false,
         })
     }
 
@@ -545,6 +549,68 @@ impl Exec {
                 .copied()
                 .ok_or_else(|| CollError::Intern(format!("schedule peer {peer} outside the view"))),
         }
+    }
+
+    /// Lets rounds whose sends and receives are all small (at most
+    /// [`SMALL_SEND`] bytes) run synchronously: the sends go out (eager,
+    /// [`P2p::send_small`]), then each receive blocks in the transport
+    /// ([`P2p::recv_small`]) and is applied at once: no request, no
+    /// receive buffer, no polling of the schedule. For a blocking
+    /// collective while no non-blocking one is outstanding on the context
+    /// (a blocking receive would stop progressing those). No deadlock is
+    /// added: every send of the round is out before the first receive
+    /// blocks, and the round could not end before these messages arrived
+    /// anyway.
+    pub fn set_small_blocking(&mut self, on: bool) {
+        self.small_blocking = on;
+    }
+
+    /// Whether the current round qualifies for [`Exec::set_small_blocking`].
+    fn small_round(&self, p2p: &dyn P2p) -> bool {
+        let round = &self.sched.rounds[self.round];
+        self.small_blocking
+            && p2p.has_recv_small()
+            && round.comm.iter().any(|c| matches!(c, CommOp::Recv { .. }))
+            && round.comm.iter().all(|c| match c {
+                CommOp::Send { src, .. } => src.len <= SMALL_SEND,
+                CommOp::Recv { dst, .. } => dst.len <= SMALL_SEND,
+            })
+    }
+
+    /// Runs the current round's communication synchronously (see
+    /// [`Exec::set_small_blocking`]).
+    fn run_small_round(&mut self, p2p: &dyn P2p, ep: &Endpoint) -> Result<()> {
+        let n = self.sched.rounds[self.round].comm.len();
+        for i in 0..n {
+            if let CommOp::Send { peer, src } = self.sched.rounds[self.round].comm[i] {
+                self.sched.materialize(src.buf);
+                let bytes = self.sched.bytes(src.buf).get(src.range()).ok_or_else(|| {
+                    CollError::Intern(format!("send outside its buffer: {src:?}"))
+                })?;
+                if !p2p.send_small(ep, self.wire(peer)?, self.tag, bytes)? {
+                    return Err(CollError::Intern(
+                        "transport with recv_small refused a small send".into(),
+                    ));
+                }
+            }
+        }
+        let mut tmp = [0u8; SMALL_SEND];
+        for i in 0..n {
+            if let CommOp::Recv { peer, dst, mode } = self.sched.rounds[self.round].comm[i] {
+                let got = p2p
+                    .recv_small(ep, self.wire(peer)?, self.tag, &mut tmp[..dst.len])?
+                    .ok_or_else(|| CollError::Intern("transport without recv_small".into()))?;
+                if got != dst.len {
+                    return Err(CollError::Truncate {
+                        peer,
+                        got,
+                        expected: dst.len,
+                    });
+                }
+                self.apply_data(dst, mode, &tmp[..got])?;
+            }
+        }
+        Ok(())
     }
 
     /// Whether every round completed.
@@ -601,6 +667,9 @@ impl Exec {
 
     fn start_round(&mut self, p2p: &dyn P2p, ep: &Endpoint) -> Result<()> {
         self.started = true;
+        if self.small_round(p2p) {
+            return self.run_small_round(p2p, ep);
+        }
         let bases = self.in_place_bases();
         let round = &self.sched.rounds[self.round];
         // Receives first, so that a matching send from the peer finds them posted.
@@ -811,9 +880,16 @@ impl Exec {
             }
             return Ok(());
         }
-        let r = match mode {
+        let r = self.apply_data(dst, mode, &data);
+        crate::pool::give(data);
+        r
+    }
+
+    /// Stores or combines received bytes into `dst`.
+    fn apply_data(&mut self, dst: Slice, mode: RecvMode, data: &[u8]) -> Result<()> {
+        match mode {
             RecvMode::Store => {
-                self.sched.bytes_mut(dst.buf)[dst.range()].copy_from_slice(&data);
+                self.sched.bytes_mut(dst.buf)[dst.range()].copy_from_slice(data);
                 Ok(())
             }
             RecvMode::ReduceLeft | RecvMode::ReduceRight => {
@@ -828,14 +904,12 @@ impl Exec {
                     .ok_or_else(|| CollError::Intern("reduce without op".into()))?;
                 let target = &mut self.sched.bytes_mut(dst.buf)[dst.range()];
                 if mode == RecvMode::ReduceLeft {
-                    op.apply(dtype, &data, target)
+                    op.apply(dtype, data, target)
                 } else {
-                    op.apply_rev(dtype, &data, target)
+                    op.apply_rev(dtype, data, target)
                 }
             }
-        };
-        crate::pool::give(data);
-        r
+        }
     }
 
     fn run_local(&mut self) -> Result<()> {
