@@ -211,7 +211,11 @@ fn launch(cfg: &Cfg, lib: &str, n: usize, tcp: bool, timeout: u32) -> Vec<String
         // Each rank on its own core, as in perf/c/capi-compare.sh (Open MPI
         // binds nothing with --oversubscribe; two unbound busy-polling ranks
         // may share a core for a while, which made its 2-rank figures bimodal).
-        let bind = if lib == "mpich" { "-bind-to" } else { "--bind-to" };
+        let bind = if lib == "mpich" {
+            "-bind-to"
+        } else {
+            "--bind-to"
+        };
         v.extend([bind, "core"].map(String::from));
     }
     if cfg.rt && n == "2" {
