@@ -100,6 +100,9 @@ fn init(required: c_int) -> Res<c_int> {
         },
     );
     let provided = required.clamp(0, 3);
+    let fast = state::FastHandles::new(&tables);
+    // MPI_THREAD_MULTIPLE = 3: below it calls are serialized by the user.
+    pml.set_serial_calls(provided < 3);
     let rt = Rt {
         world_rank: pml.rank(),
         world_size: pml.size(),
@@ -108,6 +111,7 @@ fn init(required: c_int) -> Res<c_int> {
         thread_level: provided,
         main_thread: std::thread::current().id(),
         tables: Mutex::new(tables),
+        fast,
     };
     state::set_rt(rt)?;
     PHASE.store(PHASE_INIT, Ordering::Release);

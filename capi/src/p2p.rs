@@ -15,7 +15,7 @@ use crate::request::{
     put_status, status_bytes, status_err, test_handle, wait_handle, MpiStatus, Persist, Req, St,
     Stage, Tested,
 };
-use crate::state::{rt, tables, COMM_WORLD};
+use crate::state::{rt, tables, Rt, COMM_SELF, COMM_WORLD};
 
 struct Target {
     ctx: u32,
@@ -56,6 +56,40 @@ fn resolve(
         ctx: ce.comm.context_id(),
         t: ty,
     })
+}
+
+/// [`resolve`] and [`check_buf`] for a call on MPI_COMM_WORLD or
+/// MPI_COMM_SELF with a predefined contiguous datatype, from the copy of
+/// those handles made at MPI_Init (no table lock, no `Arc`): the context id
+/// and the message's bytes, or `None` when the call is anything else or
+/// would fail a check (the general path then reports the error, with the
+/// same message as always).
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn resolve_fast(
+    rt: &Rt,
+    buf: *const c_void,
+    comm: c_int,
+    dtype: c_int,
+    peer: c_int,
+    tag: c_int,
+    count: c_int,
+    recv: bool,
+) -> Option<(u32, usize)> {
+    let f = &rt.fast;
+    let (ctx, size) = match comm {
+        COMM_WORLD => f.world,
+        COMM_SELF => f.self_,
+        _ => return None,
+    };
+    let ts = *f.type_size.get(usize::try_from(dtype).ok()?)? as usize;
+    let n = usize::try_from(count).ok()?;
+    let rank_ok = (0..size).contains(&peer) || peer == PROC_NULL || (recv && peer == ANY_SOURCE);
+    let tag_ok = (0..=TAG_UB).contains(&tag) || (recv && tag == ANY_TAG);
+    if ts == 0 || !rank_ok || !tag_ok || (buf.is_null() && n > 0) {
+        return None;
+    }
+    Some((ctx, ts.checked_mul(n)?))
 }
 
 fn check_buf(buf: *const c_void, count: usize, t: &Dtype) -> Res<()> {
@@ -175,6 +209,17 @@ fn send_blocking(
     mode: SendMode,
     what: &str,
 ) -> Res<()> {
+    if mode != SendMode::Buffered {
+        if let Ok(rt) = rt() {
+            if let Some((ctx, bytes)) = resolve_fast(rt, buf, comm, dtype, dest, tag, count, false)
+            {
+                let raw = RawBuf::from_raw(buf.cast(), bytes);
+                // SAFETY: as below (a predefined contiguous type).
+                let s = unsafe { rt.pml.send_blocking(ctx, dest, tag, raw, mode) }?;
+                return status_err(&St::from(s), what);
+            }
+        }
+    }
     let n = ccount(count, C::Count, "count")?;
     let tg = resolve(comm, dtype, dest, tag, n, false)?;
     check_buf(buf, n, &tg.t)?;
@@ -302,6 +347,17 @@ pub extern "C" fn MPI_Recv(
     status: *mut MpiStatus,
 ) -> c_int {
     guard("MPI_Recv", comm, || {
+        if let Ok(rt) = rt() {
+            if let Some((ctx, bytes)) = resolve_fast(rt, buf, comm, dtype, source, tag, count, true)
+            {
+                let raw = RawBufMut::from_raw(buf.cast(), bytes);
+                // SAFETY: as below (a predefined contiguous type).
+                let s = unsafe { rt.pml.recv_blocking(ctx, source, tag, raw) }?;
+                let st = St::from(s);
+                put_status(status, st)?;
+                return status_err(&st, "MPI_Recv");
+            }
+        }
         let n = ccount(count, C::Count, "count")?;
         let tg = resolve(comm, dtype, source, tag, n, true)?;
         check_buf(buf, n, &tg.t)?;

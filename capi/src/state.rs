@@ -258,6 +258,53 @@ pub(crate) struct Rt {
     pub thread_level: c_int,
     pub main_thread: std::thread::ThreadId,
     pub tables: Mutex<Tables>,
+    /// Predefined handles resolved without `tables` (blocking send/recv).
+    pub fast: FastHandles,
+}
+
+/// Datatype handles below this bound may be predefined (mpi.h numbers
+/// them from 1; user types start at 1000).
+pub(crate) const FAST_TYPES: usize = 64;
+
+/// What the blocking point-to-point calls need of MPI_COMM_WORLD,
+/// MPI_COMM_SELF and the predefined contiguous datatypes, copied out of
+/// the handle tables at MPI_Init. None of these entries can change until
+/// MPI_Finalize (the two communicators and predefined datatypes cannot be
+/// freed or modified), so reading the copy needs no lock; an 8-byte
+/// MPI_Send spent ~170 instructions and four atomic operations (the
+/// tables' mutex, an `Arc` clone and drop) resolving its handles
+/// (callgrind, docs/capi.md).
+pub(crate) struct FastHandles {
+    /// (context id, size) of MPI_COMM_WORLD and MPI_COMM_SELF.
+    pub world: (u32, c_int),
+    pub self_: (u32, c_int),
+    /// Size in bytes of predefined contiguous datatype `h` at index `h`;
+    /// 0 when `h` is not one (the general path decides).
+    pub type_size: [u32; FAST_TYPES],
+}
+
+impl FastHandles {
+    pub(crate) fn new(t: &Tables) -> FastHandles {
+        let comm = |h| {
+            t.comms
+                .get(&h)
+                .map(|c: &CommEnt| (c.comm.context_id(), c.comm.size() as c_int))
+                .unwrap_or((u32::MAX, 0))
+        };
+        let mut type_size = [0u32; FAST_TYPES];
+        for (h, slot) in type_size.iter_mut().enumerate() {
+            if let Some(d) = t.types.get(&(h as c_int)) {
+                if d.predefined && d.committed && d.is_contig() && d.true_lb == 0 {
+                    *slot = u32::try_from(d.size).unwrap_or(0);
+                }
+            }
+        }
+        FastHandles {
+            world: comm(COMM_WORLD),
+            self_: comm(COMM_SELF),
+            type_size,
+        }
+    }
 }
 
 static RT: OnceLock<Rt> = OnceLock::new();

@@ -161,6 +161,14 @@ fn param_check_off() {
     assert!(!err.to_lowercase().contains("unknown"), "{err}");
 }
 
+/// MPI_THREAD_MULTIPLE: a thread blocked in MPI_Recv leaves the library
+/// to the other threads (a receive from oneself completed by another
+/// thread's send; a ring with a receiving thread per rank).
+#[test]
+fn thread_multiple_blocking_receive_does_not_lock_out_other_threads() {
+    expect_ok("threads", &[1, 2, 3]);
+}
+
 #[test]
 fn persistent() {
     expect_ok("persistent", &[2, 3]);

@@ -606,6 +606,7 @@ impl Core {
     }
 
     /// Whether actions are waiting.
+    #[inline]
     pub fn has_actions(&self) -> bool {
         !self.actions.is_empty()
     }
