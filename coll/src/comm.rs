@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tmpi_base::mca::Registry;
@@ -21,6 +21,7 @@ use tmpi_base::mca::Registry;
 use crate::algo::{Call, CollKind, Pos};
 use crate::cid::{CidPool, SELF_CID, WORLD_CID};
 use crate::datatype::Datatype;
+use crate::direct::{self, Direct, Scratch};
 use crate::framework::{CollFramework, CommShape, FnTable};
 use crate::group::{Compare, Group};
 use crate::op::Op;
@@ -147,6 +148,18 @@ impl CollContext {
         !lock(&self.active).is_empty()
     }
 
+    /// Whether a non-blocking collective is still running: like
+    /// [`CollContext::may_have_outstanding`] (one lock when there is none),
+    /// but drops the entries of completed or released requests first.
+    fn has_running(&self) -> bool {
+        let mut a = lock(&self.active);
+        if a.is_empty() {
+            return false;
+        }
+        a.retain(|w| w.upgrade().is_some_and(|r| !r.done.load(Ordering::Acquire)));
+        !a.is_empty()
+    }
+
     /// Number of outstanding non-blocking collectives (for tests).
     pub fn outstanding(&self) -> usize {
         lock(&self.active)
@@ -226,6 +239,10 @@ pub(crate) struct CommInner {
     peer_map: Option<Arc<[u32]>>,
     owns_cid: bool,
     seq: AtomicU32,
+    /// Cap on the direct path's size (`Comm::set_direct_max`).
+    direct_cap: AtomicUsize,
+    /// Blocking collectives run on the direct path (`Comm::direct_calls`).
+    direct_calls: AtomicU64,
     name: Mutex<String>,
     attrs: Mutex<BTreeMap<u32, usize>>,
     freed: AtomicBool,
@@ -457,6 +474,8 @@ impl Comm {
                 peer_map,
                 owns_cid,
                 seq: AtomicU32::new(0),
+                direct_cap: AtomicUsize::new(usize::MAX),
+                direct_calls: AtomicU64::new(0),
                 name: Mutex::new(String::new()),
                 attrs: Mutex::new(BTreeMap::new()),
                 freed: AtomicBool::new(false),
@@ -769,6 +788,49 @@ impl Comm {
         Ok(req)
     }
 
+    /// Caps the size (bytes) up to which this communicator's blocking
+    /// barrier, bcast, reduce and allreduce run as direct algorithms
+    /// (below the module's own limit, `coll_tuned_direct_max`); 0 makes
+    /// them build schedules. For tests and measurements: both paths send
+    /// the same messages, so ranks may differ in this setting.
+    pub fn set_direct_max(&self, bytes: usize) {
+        self.inner.direct_cap.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Number of blocking collectives of this communicator that ran as
+    /// direct algorithms (for tests and diagnostics).
+    pub fn direct_calls(&self) -> u64 {
+        self.inner.direct_calls.load(Ordering::Relaxed)
+    }
+
+    /// The direct path for a blocking `kind` call of `bytes` bytes, if it
+    /// applies (`crate::direct`): the winning module offers it for this
+    /// size, the transport has request-less small sends and blocking
+    /// receives, and no non-blocking collective is outstanding on the
+    /// context (a blocking receive would stop progressing it). Takes the
+    /// communicator's next sequence number (tag), as [`Comm::exec_for`]
+    /// does, so it must be called after the arguments were checked.
+    fn direct(&self, kind: CollKind, bytes: usize) -> Option<Direct<'_>> {
+        let inner = &*self.inner;
+        let max = inner
+            .table
+            .direct_max(kind)
+            .min(inner.direct_cap.load(Ordering::Relaxed));
+        if max == 0 || bytes > max || !inner.ctx.p2p.has_recv_small() || inner.ctx.has_running() {
+            return None;
+        }
+        let seq = inner.seq.fetch_add(1, Ordering::Relaxed);
+        inner.direct_calls.fetch_add(1, Ordering::Relaxed);
+        tracing::trace!(target: "coll_base", "{kind} #{seq} on cid {}: direct, {bytes} bytes", inner.ep.context_id);
+        Some(Direct {
+            p2p: inner.ctx.p2p.as_ref(),
+            ep: &inner.ep,
+            map: inner.peer_map.as_deref(),
+            pos: self.pos(),
+            tag: inner.space.tag(seq),
+        })
+    }
+
     /// Builds `call`'s schedule and takes the communicator's next sequence
     /// number (tag) for it.
     fn exec_for(&self, call: &Call) -> Result<Exec> {
@@ -916,12 +978,19 @@ impl Comm {
 
     /// `MPI_Barrier`.
     pub fn barrier(&self) -> Result<()> {
+        if let Some(d) = self.direct(CollKind::Barrier, 0) {
+            return direct::barrier(&d);
+        }
         self.run(Call::new(CollKind::Barrier)).map(drop)
     }
 
     /// `MPI_Bcast` of `buf` from `root`. A length that differs from the
     /// root's is reported as `MPI_ERR_TRUNCATE` where detected.
     pub fn bcast(&self, buf: &mut [u8], root: u32) -> Result<()> {
+        root_ok(root, self.size())?;
+        if let Some(d) = self.direct(CollKind::Bcast, buf.len()) {
+            return direct::bcast(&d, buf, root);
+        }
         let is_root = self.rank() == root;
         let c = self.call_bcast(Vec::new(), buf.len(), root)?;
         // The root sends from `buf` in place; elsewhere the message lands in
@@ -948,13 +1017,13 @@ impl Comm {
         let is_root = self.rank() == root;
         // The input is read in place (`run_borrowing`) unless it is the
         // receive buffer (`MPI_IN_PLACE`: copied, as the result overwrites it).
-        let (data, input) = match (send, &recv) {
+        let input: Option<&[u8]> = match (send, &recv) {
             (Input::Buf(s), Some(r)) if is_root => {
                 same_len("reduce", s.len(), r.len())?;
-                (Vec::new(), Some(s))
+                Some(s)
             }
-            (Input::Buf(s), _) if !is_root => (Vec::new(), Some(s)),
-            (Input::InPlace, Some(r)) if is_root => (crate::pool::copy_of(r), None),
+            (Input::Buf(s), _) if !is_root => Some(s),
+            (Input::InPlace, Some(_)) if is_root => None,
             (Input::InPlace, _) if !is_root => {
                 return Err(CollError::Arg(
                     "MPI_IN_PLACE in reduce is for the root only".into(),
@@ -966,7 +1035,27 @@ impl Comm {
                 ))
             }
         };
-        reduction_ok(dtype, op, input.map_or(data.len(), <[u8]>::len))?;
+        let n = match (input, &recv) {
+            (Some(s), _) => s.len(),
+            (None, r) => r.as_ref().map_or(0, |r| r.len()),
+        };
+        reduction_ok(dtype, op, n)?;
+        if let Some(d) = self.direct(CollKind::Reduce, n) {
+            let mut copy = Scratch::new();
+            let inp: &[u8] = match (input, &recv) {
+                (Some(s), _) => s,
+                (None, r) => {
+                    let own = &mut copy.0[..n];
+                    own.copy_from_slice(r.as_deref().unwrap_or_default());
+                    own
+                }
+            };
+            return direct::reduce(&d, inp, recv, dtype, op, root);
+        }
+        let data = match (input, &recv) {
+            (None, Some(r)) => crate::pool::copy_of(r),
+            _ => Vec::new(),
+        };
         let c = self.call_reduction(CollKind::Reduce, data, dtype, op, root)?;
         match (is_root, recv) {
             (true, Some(r)) => {
@@ -992,14 +1081,26 @@ impl Comm {
         // The input is read in place and the result written straight into
         // `recv` where the algorithm allows (`run_borrowing`); in place, the
         // input is a copy of `recv` (it is overwritten while still sent).
+        if let Input::Buf(s) = send {
+            same_len("allreduce", s.len(), recv.len())?;
+        }
+        reduction_ok(dtype, op, recv.len())?;
+        if let Some(d) = self.direct(CollKind::Allreduce, recv.len()) {
+            let mut copy = Scratch::new();
+            let inp: &[u8] = match send {
+                Input::Buf(s) => s,
+                Input::InPlace => {
+                    let own = &mut copy.0[..recv.len()];
+                    own.copy_from_slice(recv);
+                    own
+                }
+            };
+            return direct::allreduce(&d, inp, recv, dtype, op);
+        }
         let (data, input) = match send {
-            Input::Buf(s) => {
-                same_len("allreduce", s.len(), recv.len())?;
-                (Vec::new(), Some(s))
-            }
+            Input::Buf(s) => (Vec::new(), Some(s)),
             Input::InPlace => (crate::pool::copy_of(recv), None),
         };
-        reduction_ok(dtype, op, recv.len())?;
         let c = self.call_reduction(CollKind::Allreduce, data, dtype, op, 0)?;
         if let Some(out) = self.run_borrowing(c, input, Some(&mut *recv))? {
             recv.copy_from_slice(&out);

@@ -101,6 +101,15 @@ pub trait CollModule: Send + Sync + fmt::Debug {
     fn algorithm(&self, _call: &Call, _pos: Pos) -> &'static str {
         "default"
     }
+    /// Largest vector (bytes) of a blocking barrier, bcast, reduce or
+    /// allreduce call that may run as a direct algorithm (`crate::direct`)
+    /// instead of this module's schedule; 0 (the default) = never. A module
+    /// returning more than 0 for `kind` must build, for such calls, exactly
+    /// the schedule the direct algorithm mirrors (same messages, same
+    /// reduction order), so ranks taking either path interoperate.
+    fn direct_max(&self, _kind: CollKind) -> usize {
+        0
+    }
 }
 
 /// A coll component, opened once per process with its parameters resolved.
@@ -131,6 +140,14 @@ impl FnTable {
             .iter()
             .map(|m| m.component())
             .collect()
+    }
+
+    /// Largest blocking `kind` call (bytes) the winner lets run as a direct
+    /// algorithm ([`CollModule::direct_max`]).
+    pub fn direct_max(&self, kind: CollKind) -> usize {
+        self.chains[kind.index()]
+            .first()
+            .map_or(0, |m| m.direct_max(kind))
     }
 
     /// The algorithm the winner would use for `call`.

@@ -22,6 +22,7 @@ pub mod cid;
 pub mod comm;
 pub mod component;
 pub mod datatype;
+mod direct;
 mod error;
 pub mod framework;
 pub mod group;

@@ -41,6 +41,12 @@ pub const PRIORITY: i64 = 30;
 /// Default pipeline segment of the chain broadcast.
 pub const BCAST_SEGMENT: u64 = 64 * 1024;
 
+/// Default of `coll_tuned_direct_max`: blocking barrier, bcast, reduce and
+/// allreduce of at most this many bytes run as direct algorithms
+/// (`crate::direct`) when their algorithm is decided (not forced). At most
+/// [`crate::p2p::SMALL_SEND`] (larger values are capped there).
+pub const DIRECT_MAX: u64 = crate::p2p::SMALL_SEND as u64;
+
 /// The functions tuned provides and the names of their algorithms
 /// (number = index + 1).
 pub const ALGORITHMS: &[(CollKind, &[&str])] = &[
@@ -94,6 +100,16 @@ fn algo_spec(kind: CollKind) -> ParamSpec {
         .level(Level::TunerAll)
 }
 
+fn direct_spec() -> ParamSpec {
+    ParamSpec::new("coll", "tuned", "direct_max")
+        .help(
+            "Blocking barrier, bcast, reduce and allreduce of at most this many bytes \
+             (capped at 256) run their decided algorithm directly on the pml's blocking \
+             eager calls instead of a schedule; 0 = always schedules",
+        )
+        .level(Level::TunerAll)
+}
+
 fn register_params(reg: &Registry) -> Result<(), McaError> {
     reg.register_priority("coll", "tuned", PRIORITY)?;
     for (k, names) in ALGORITHMS {
@@ -105,6 +121,7 @@ fn register_params(reg: &Registry) -> Result<(), McaError> {
             .level(Level::TunerAll),
         BCAST_SEGMENT,
     )?;
+    reg.register_size(direct_spec(), DIRECT_MAX)?;
     reg.register_verbose("coll", "tuned")?;
     Ok(())
 }
@@ -129,6 +146,7 @@ pub struct Tuned {
     priority: i64,
     forced: Arc<[u8; 17]>,
     segment: usize,
+    direct_max: usize,
 }
 
 impl Tuned {
@@ -153,10 +171,15 @@ impl Tuned {
             )?
             .value()
             .max(1) as usize;
+        let direct_max = reg
+            .register_size(direct_spec(), DIRECT_MAX)?
+            .value()
+            .min(crate::p2p::SMALL_SEND as u64) as usize;
         Ok(Tuned {
             priority,
             forced: Arc::new(forced),
             segment,
+            direct_max,
         })
     }
 }
@@ -175,6 +198,7 @@ impl CollComponent for Tuned {
             Arc::new(TunedModule {
                 forced: Arc::clone(&self.forced),
                 segment: self.segment,
+                direct_max: self.direct_max,
             }),
         )))
     }
@@ -185,6 +209,7 @@ impl CollComponent for Tuned {
 pub struct TunedModule {
     forced: Arc<[u8; 17]>,
     segment: usize,
+    direct_max: usize,
 }
 
 const K64: usize = 64 * 1024;
@@ -327,6 +352,21 @@ impl CollModule for TunedModule {
             (CollKind::Scan | CollKind::Exscan, 2) => reduce::scan_recursive_doubling(c, pos, excl),
             (CollKind::Scan | CollKind::Exscan, _) => reduce::scan_linear(c, pos, excl),
             (CollKind::Gatherv | CollKind::Scatterv, _) => under.build(c, pos),
+        }
+    }
+
+    fn direct_max(&self, kind: CollKind) -> usize {
+        // Below `SMALL_SEND` bytes the decided algorithms are dissemination,
+        // binomial, linear (p <= 2) / binomial, and recursive doubling:
+        // exactly what `crate::direct` runs. A forced algorithm keeps its
+        // schedule.
+        match kind {
+            CollKind::Barrier | CollKind::Bcast | CollKind::Reduce | CollKind::Allreduce
+                if self.forced[kind.index()] == 0 =>
+            {
+                self.direct_max
+            }
+            _ => 0,
         }
     }
 

@@ -1,0 +1,293 @@
+//! Direct algorithms of small blocking collectives (issue 8): barrier,
+//! bcast, reduce and allreduce of at most [`SMALL_SEND`] bytes run straight
+//! on the transport's request-less calls ([`P2p::send_small`], eager, and
+//! [`P2p::recv_small`], a blocking receive into caller or stack memory),
+//! without building a schedule: no heap allocation, no request, no map
+//! entry per call.
+//!
+//! Each function mirrors, message for message and reduction for
+//! reduction, the schedule tuned's decision table picks for the same call
+//! (`algo::barrier::dissemination`, `algo::bcast::binomial`,
+//! `algo::reduce::reduce_linear` at p <= 2 and `reduce_binomial` above,
+//! `algo::reduce::allreduce_recursive_doubling`), so results are
+//! bit-identical to the schedule path for every op and datatype, and
+//! non-commutative ops combine in the same (rank) order. [`Comm`] decides
+//! when to take this path (`Comm::direct_ok`): the winning module offers it
+//! ([`crate::framework::CollModule::direct_max`]), the transport has the
+//! request-less calls, and no non-blocking collective is outstanding on
+//! the context (a blocking receive would stop progressing it).
+//!
+//! No deadlock is added: every send is eager (at most [`SMALL_SEND`] bytes,
+//! which the pml always sends eagerly) and returns without the receiver,
+//! and each rank sends everything a round needs before it blocks in that
+//! round's receive, as the schedule's small rounds do.
+//!
+//! [`Comm`]: crate::Comm
+
+use crate::algo::{lowbit, pof2_floor, Pos};
+use crate::datatype::Datatype;
+use crate::op::Op;
+use crate::p2p::{Endpoint, P2p, SMALL_SEND};
+use crate::{CollError, Result};
+
+/// A stack buffer for one small message, aligned for any element type.
+#[repr(C, align(16))]
+pub(crate) struct Scratch(pub(crate) [u8; SMALL_SEND]);
+
+impl Scratch {
+    pub(crate) fn new() -> Self {
+        Scratch([0; SMALL_SEND])
+    }
+}
+
+/// One call's transport context: the communicator's endpoint and view map,
+/// this rank's position and the call's tag.
+pub(crate) struct Direct<'a> {
+    pub(crate) p2p: &'a dyn P2p,
+    pub(crate) ep: &'a Endpoint,
+    pub(crate) map: Option<&'a [u32]>,
+    pub(crate) pos: Pos,
+    pub(crate) tag: i32,
+}
+
+impl Direct<'_> {
+    fn wire(&self, peer: u32) -> Result<u32> {
+        match self.map {
+            None => Ok(peer),
+            Some(m) => m
+                .get(peer as usize)
+                .copied()
+                .ok_or_else(|| CollError::Intern(format!("peer {peer} outside the view"))),
+        }
+    }
+
+    fn send(&self, peer: u32, data: &[u8]) -> Result<()> {
+        if !self
+            .p2p
+            .send_small(self.ep, self.wire(peer)?, self.tag, data)?
+        {
+            return Err(CollError::Intern(
+                "transport with recv_small refused a small send".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Receives exactly `buf.len()` bytes from `peer` (another length is
+    /// `MPI_ERR_TRUNCATE`, as on the schedule path).
+    fn recv(&self, peer: u32, buf: &mut [u8]) -> Result<()> {
+        let expected = buf.len();
+        let got = self
+            .p2p
+            .recv_small(self.ep, self.wire(peer)?, self.tag, buf)?
+            .ok_or_else(|| CollError::Intern("transport without recv_small".into()))?;
+        if got != expected {
+            return Err(CollError::Truncate {
+                peer,
+                got,
+                expected,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// `out = incoming op out` when `incoming_left`, else `out = out op incoming`.
+fn combine(
+    op: &Op,
+    dtype: Datatype,
+    incoming: &[u8],
+    out: &mut [u8],
+    incoming_left: bool,
+) -> Result<()> {
+    if incoming_left {
+        op.apply(dtype, incoming, out)
+    } else {
+        op.apply_rev(dtype, incoming, out)
+    }
+}
+
+/// Dissemination barrier (`algo::barrier::dissemination`): in round k rank
+/// r signals `r + 2^k` and waits for `r - 2^k`.
+pub(crate) fn barrier(d: &Direct<'_>) -> Result<()> {
+    let (p, r) = (d.pos.size, d.pos.rank);
+    let mut k = 1;
+    while k < p {
+        d.send((r + k) % p, &[])?;
+        d.recv((r + p - k) % p, &mut [])?;
+        k <<= 1;
+    }
+    Ok(())
+}
+
+/// Binomial broadcast of `buf` from `root` (`algo::bcast::binomial`): the
+/// message lands in `buf`; the root returns once its eager sends are out.
+pub(crate) fn bcast(d: &Direct<'_>, buf: &mut [u8], root: u32) -> Result<()> {
+    let pos = d.pos;
+    let p = pos.size;
+    let v = pos.vrank(root);
+    let top = lowbit(v).unwrap_or(p.next_power_of_two());
+    if v != 0 {
+        d.recv(pos.real(v - top, root), buf)?;
+    }
+    let mut mask = top >> 1;
+    while mask > 0 {
+        if v + mask < p {
+            d.send(pos.real(v + mask, root), buf)?;
+        }
+        mask >>= 1;
+    }
+    Ok(())
+}
+
+/// Reduce of `inp` to `root`, the result in `out` (the root's receive
+/// buffer, `inp.len()` bytes; `None` elsewhere). At p <= 2 tuned's linear
+/// order (`x0 op x1`), above its binomial tree: relative to the root for a
+/// commutative op, else on absolute ranks rooted at 0 and forwarded.
+pub(crate) fn reduce(
+    d: &Direct<'_>,
+    inp: &[u8],
+    out: Option<&mut [u8]>,
+    dtype: Datatype,
+    op: &Op,
+    root: u32,
+) -> Result<()> {
+    let pos = d.pos;
+    let n = inp.len();
+    let mut scratch = Scratch::new();
+    let is_root = pos.rank == root;
+    let out: &mut [u8] = match out {
+        Some(o) if is_root => o,
+        _ => &mut scratch.0[..n],
+    };
+    if out.len() != n {
+        return Err(CollError::Intern(format!(
+            "reduce into {} bytes from {n}",
+            out.len()
+        )));
+    }
+    if pos.size <= 2 {
+        // `reduce_linear`: the root combines x0 op x1.
+        if !is_root {
+            return d.send(root, inp);
+        }
+        let other = 1 - pos.rank;
+        if pos.rank == 0 {
+            d.recv(other, out)?;
+            return op.apply(dtype, inp, out);
+        }
+        let mut tmp = Scratch::new();
+        let tmp = &mut tmp.0[..n];
+        d.recv(other, tmp)?;
+        out.copy_from_slice(inp);
+        return op.apply(dtype, tmp, out);
+    }
+    // `reduce_binomial` / `reduce_tree_into`.
+    let tree_root = if op.is_commutative() { root } else { 0 };
+    let p = pos.size;
+    let v = pos.vrank(tree_root);
+    let mut in_out = false;
+    let mut mask = 1;
+    let mut at_tree_root = true;
+    while mask < p {
+        if v & mask != 0 {
+            let cur: &[u8] = if in_out { out } else { inp };
+            d.send(pos.real(v - mask, tree_root), cur)?;
+            at_tree_root = false;
+            break;
+        }
+        if v + mask < p {
+            let from = pos.real(v + mask, tree_root);
+            if in_out {
+                let mut tmp = Scratch::new();
+                let tmp = &mut tmp.0[..n];
+                d.recv(from, tmp)?;
+                combine(op, dtype, tmp, out, false)?;
+            } else {
+                d.recv(from, out)?;
+                op.apply(dtype, inp, out)?;
+                in_out = true;
+            }
+        }
+        mask <<= 1;
+    }
+    if tree_root != root {
+        if at_tree_root {
+            let cur: &[u8] = if in_out { out } else { inp };
+            return d.send(root, cur);
+        } else if is_root {
+            return d.recv(tree_root, out);
+        }
+        return Ok(());
+    }
+    if is_root && !in_out {
+        // Unreachable with p > 2 (the tree root receives), kept exact.
+        out.copy_from_slice(inp);
+    }
+    Ok(())
+}
+
+/// Recursive-doubling allreduce of `inp` into `out` (same length), with
+/// the fold of the first `2 (p - pof2)` ranks
+/// (`algo::reduce::allreduce_recursive_doubling`).
+pub(crate) fn allreduce(
+    d: &Direct<'_>,
+    inp: &[u8],
+    out: &mut [u8],
+    dtype: Datatype,
+    op: &Op,
+) -> Result<()> {
+    let pos = d.pos;
+    let n = inp.len();
+    if out.len() != n {
+        return Err(CollError::Intern(format!(
+            "allreduce into {} bytes from {n}",
+            out.len()
+        )));
+    }
+    let (p, r) = (pos.size, pos.rank);
+    let pof2 = pof2_floor(p);
+    if pof2 < 2 {
+        out.copy_from_slice(inp);
+        return Ok(());
+    }
+    let rem = p - pof2;
+    let mut in_out = false;
+    let newrank = if r < 2 * rem {
+        if r % 2 == 0 {
+            d.send(r + 1, inp)?;
+            return d.recv(r + 1, out);
+        }
+        // out = x_{r-1} op x_r.
+        d.recv(r - 1, out)?;
+        op.apply_rev(dtype, inp, out)?;
+        in_out = true;
+        r / 2
+    } else {
+        r - rem
+    };
+    let real = |nr: u32| if nr < rem { nr * 2 + 1 } else { nr + rem };
+    let mut tmp = Scratch::new();
+    let tmp = &mut tmp.0[..n];
+    let mut mask = 1;
+    while mask < pof2 {
+        let partner = newrank ^ mask;
+        let peer = real(partner);
+        if in_out {
+            d.send(peer, out)?;
+            d.recv(peer, tmp)?;
+            combine(op, dtype, tmp, out, partner < newrank)?;
+        } else {
+            d.send(peer, inp)?;
+            d.recv(peer, out)?;
+            // `reduce(inp, out, src_left = newrank < partner)`.
+            combine(op, dtype, inp, out, newrank < partner)?;
+            in_out = true;
+        }
+        mask <<= 1;
+    }
+    if r < 2 * rem {
+        d.send(r - 1, out)?;
+    }
+    Ok(())
+}
