@@ -1,9 +1,11 @@
 //! Direct algorithms of small blocking collectives (issue 8): barrier,
-//! bcast, reduce and allreduce of at most [`SMALL_SEND`] bytes run straight
-//! on the transport's request-less calls ([`P2p::send_small`], eager, and
+//! bcast, reduce and allreduce of at most [`DIRECT_CAP`] bytes run straight
+//! on the transport's request-less calls ([`P2p::send_small`], eager, or
+//! [`P2p::send_blocking`] above [`SMALL_SEND`] bytes, and
 //! [`P2p::recv_small`], a blocking receive into caller or stack memory),
-//! without building a schedule: no heap allocation, no request, no map
-//! entry per call.
+//! without building a schedule: no heap allocation, no map entry per call
+//! (one transport request only for the exchanges of an allreduce above
+//! [`SMALL_SEND`] bytes).
 //!
 //! Each function mirrors, message for message and reduction for
 //! reduction, the schedule tuned's decision table picks for the same call
@@ -17,10 +19,14 @@
 //! request-less calls, and no non-blocking collective is outstanding on
 //! the context (a blocking receive would stop progressing it).
 //!
-//! No deadlock is added: every send is eager (at most [`SMALL_SEND`] bytes,
-//! which the pml always sends eagerly) and returns without the receiver,
+//! No deadlock is added: a send of at most [`SMALL_SEND`] bytes is eager
+//! (the pml always sends those eagerly) and returns without the receiver,
 //! and each rank sends everything a round needs before it blocks in that
-//! round's receive, as the schedule's small rounds do.
+//! round's receive, as the schedule's small rounds do. A larger send may
+//! wait for its receiver: the trees (bcast, reduce, the allreduce fold)
+//! only send to a rank that is waiting for, or about to post, that very
+//! receive, and the allreduce's exchanges start their send as a request
+//! ([`P2p::isend_raw`]) and wait for it after the blocking receive.
 //!
 //! [`Comm`]: crate::Comm
 
@@ -30,13 +36,17 @@ use crate::op::Op;
 use crate::p2p::{Endpoint, P2p, SMALL_SEND};
 use crate::{CollError, Result};
 
-/// A stack buffer for one small message, aligned for any element type.
+/// Largest vector (bytes) a direct algorithm takes (the size of its stack
+/// buffers); `coll_tuned_direct_max` is capped here.
+pub const DIRECT_CAP: usize = 1024;
+
+/// A stack buffer for one message, aligned for any element type.
 #[repr(C, align(16))]
-pub(crate) struct Scratch(pub(crate) [u8; SMALL_SEND]);
+pub(crate) struct Scratch(pub(crate) [u8; DIRECT_CAP]);
 
 impl Scratch {
     pub(crate) fn new() -> Self {
-        Scratch([0; SMALL_SEND])
+        Scratch([0; DIRECT_CAP])
     }
 }
 
@@ -61,16 +71,56 @@ impl Direct<'_> {
         }
     }
 
+    /// Blocking send: eager up to [`SMALL_SEND`] bytes, else it may wait
+    /// for the receiver.
     fn send(&self, peer: u32, data: &[u8]) -> Result<()> {
-        if !self
-            .p2p
-            .send_small(self.ep, self.wire(peer)?, self.tag, data)?
-        {
+        let wire = self.wire(peer)?;
+        let sent = if data.len() <= SMALL_SEND {
+            self.p2p.send_small(self.ep, wire, self.tag, data)?
+        } else {
+            self.p2p.send_blocking(self.ep, wire, self.tag, data)?
+        };
+        if !sent {
             return Err(CollError::Intern(
-                "transport with recv_small refused a small send".into(),
+                "transport with recv_small refused a blocking send".into(),
             ));
         }
         Ok(())
+    }
+
+    /// Sends `data` to `peer` and receives `buf.len()` bytes from it, where
+    /// `peer` does the same: above [`SMALL_SEND`] bytes the send is a
+    /// request started before the blocking receive and waited for after
+    /// it (also after an error of the receive: `data` is borrowed).
+    fn exchange(&self, peer: u32, data: &[u8], buf: &mut [u8]) -> Result<()> {
+        if data.len() <= SMALL_SEND {
+            self.send(peer, data)?;
+            return self.recv(peer, buf);
+        }
+        let wire = self.wire(peer)?;
+        // SAFETY: `data` is borrowed (valid, unmodified) for this whole
+        // call, and the request is waited for below before returning, on
+        // every path after it started.
+        let h = unsafe {
+            self.p2p
+                .isend_raw(self.ep, wire, self.tag, data.as_ptr(), data.len())
+        }?;
+        let r = self.recv(peer, buf);
+        let w = self.wait(h);
+        r.and(w)
+    }
+
+    /// Waits for a transport request (consumed also when it fails).
+    fn wait(&self, h: crate::p2p::P2pHandle) -> Result<()> {
+        loop {
+            if self.p2p.test(h)?.is_some() {
+                return Ok(());
+            }
+            if !self.p2p.test_progresses() && self.p2p.progress() {
+                continue;
+            }
+            self.p2p.idle();
+        }
     }
 
     /// Receives exactly `buf.len()` bytes from `peer` (another length is
@@ -274,12 +324,10 @@ pub(crate) fn allreduce(
         let partner = newrank ^ mask;
         let peer = real(partner);
         if in_out {
-            d.send(peer, out)?;
-            d.recv(peer, tmp)?;
+            d.exchange(peer, out, tmp)?;
             combine(op, dtype, tmp, out, partner < newrank)?;
         } else {
-            d.send(peer, inp)?;
-            d.recv(peer, out)?;
+            d.exchange(peer, inp, out)?;
             // `reduce(inp, out, src_left = newrank < partner)`.
             combine(op, dtype, inp, out, newrank < partner)?;
             in_out = true;

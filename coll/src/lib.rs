@@ -22,7 +22,7 @@ pub mod cid;
 pub mod comm;
 pub mod component;
 pub mod datatype;
-mod direct;
+pub mod direct;
 mod error;
 pub mod framework;
 pub mod group;

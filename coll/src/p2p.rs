@@ -118,6 +118,19 @@ pub trait P2p: Send + Sync + 'static {
         let _ = (ep, dest, tag, data);
         Ok(false)
     }
+    /// Blocking standard-mode send of `data` (any size) to communicator rank
+    /// `dest` with `tag`, without a request to test: returns once the
+    /// transport no longer needs `data`, which above [`SMALL_SEND`] bytes
+    /// may mean once the receiver matched it (rendezvous). `Ok(false)` when
+    /// the transport has no such path (the default). Used by the direct
+    /// tree algorithms of blocking collectives (`crate::direct`), where no
+    /// rank sends to a peer that is itself blocked sending to it.
+    fn send_blocking(&self, ep: &Endpoint, dest: u32, tag: i32, data: &[u8]) -> Result<bool> {
+        if data.len() <= SMALL_SEND {
+            return self.send_small(ep, dest, tag, data);
+        }
+        Ok(false)
+    }
     /// Starts a receive from communicator rank `source` with `tag` of at most `max_len` bytes.
     fn irecv(&self, ep: &Endpoint, source: u32, tag: i32, max_len: usize) -> Result<P2pHandle>;
 

@@ -155,12 +155,17 @@ impl P2p for PmlP2p {
         if data.len() > SMALL_SEND {
             return Ok(false);
         }
+        self.send_blocking(ep, dest, tag, data)
+    }
+
+    fn send_blocking(&self, ep: &Endpoint, dest: u32, tag: i32, data: &[u8]) -> Result<bool> {
         let raw = RawBuf::from_slice(data);
         // SAFETY: `data` is borrowed, valid and unmodified for the whole
         // call, and `send_blocking` returns only once the pml no longer
-        // needs it (a message this small is eager: copied to the transport,
-        // or queued with a copy when the transport is busy, and the call
-        // waits for that queued send without needing the receiver).
+        // needs it (a small message is eager: copied to the transport, or
+        // queued with a copy when the transport is busy, and the call waits
+        // for that queued send without needing the receiver; a larger one
+        // may wait for the receiver's match and copy).
         let st = unsafe {
             self.pml
                 .send_blocking(ep.context_id, dest as i32, tag, raw, SendMode::Standard)

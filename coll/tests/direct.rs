@@ -1,5 +1,5 @@
 //! The direct algorithms of small blocking collectives (barrier, bcast,
-//! reduce, allreduce <= 256 bytes, `coll/src/direct.rs`) over the real pml
+//! reduce, allreduce <= 1 KiB, `coll/src/direct.rs`) over the real pml
 //! (one `Pml` per rank thread over the in-process loopback transport, as
 //! `over_pml.rs`), at 1, 2, 3, 4, 5 and 8 ranks, every root, in place and
 //! not, every predefined op on every type it applies to and a
@@ -12,7 +12,9 @@
 //! send the same messages), a `create_group` view and `split` sub-
 //! communicators, no direct path while a non-blocking collective is
 //! outstanding or when the algorithm is forced, and a length mismatch
-//! reported as `MPI_ERR_TRUNCATE`.
+//! reported as `MPI_ERR_TRUNCATE`. With the transport's eager limit at 256
+//! bytes, messages above it go rendezvous: the direct path's blocking
+//! sends and exchanges must not deadlock.
 
 mod common;
 
@@ -28,6 +30,16 @@ use tmpi_pml::{MpiErrorClass, Pml};
 
 /// Runs `f(world)` on `n` ranks over the pml with MCA parameters `params`.
 fn job(n: u32, params: &[(&str, &str)], f: impl Fn(Comm) + Send + Sync + 'static) {
+    job_cfg(n, LoopbackConfig::default(), params, f)
+}
+
+/// [`job`] over a configured loopback transport.
+fn job_cfg(
+    n: u32,
+    cfg: LoopbackConfig,
+    params: &[(&str, &str)],
+    f: impl Fn(Comm) + Send + Sync + 'static,
+) {
     let pairs: Vec<(String, String)> = params
         .iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -35,10 +47,7 @@ fn job(n: u32, params: &[(&str, &str)], f: impl Fn(Comm) + Send + Sync + 'static
     let reg = Arc::new(Registry::new(Sources::default().with_cmdline(pairs)));
     let f = Arc::new(f);
     let (tx, rx) = std::sync::mpsc::channel();
-    for (r, lb) in Loopback::job(n, LoopbackConfig::default())
-        .into_iter()
-        .enumerate()
-    {
+    for (r, lb) in Loopback::job(n, cfg).into_iter().enumerate() {
         let tx = tx.clone();
         let reg = Arc::clone(&reg);
         let f = Arc::clone(&f);
@@ -183,7 +192,7 @@ fn check_comm(c: &Comm, seed: u64, full: bool) {
 
     // bcast: every root, 0 to 256 bytes.
     for root in 0..p {
-        for len in [0usize, 1, 13, 256] {
+        for len in [0usize, 1, 13, 256, 300, 1024] {
             let want = input(Datatype::U8, len, root, seed ^ 0xb);
             let (d, s) = both(c, || {
                 let mut b = if me == root {
@@ -203,7 +212,7 @@ fn check_comm(c: &Comm, seed: u64, full: bool) {
     for (ci, (op, dtype)) in cases().into_iter().enumerate() {
         let e = dtype.size();
         let counts: Vec<usize> = if full || matches!(dtype, Datatype::F64 | Datatype::I32) {
-            vec![0, 1, 3, 256 / e]
+            vec![0, 1, 3, 256 / e, 1024 / e]
         } else {
             vec![3]
         };
@@ -311,6 +320,22 @@ fn direct_matches_schedules_8_ranks_and_sub_communicators() {
         }
         w.barrier().unwrap();
     });
+}
+
+#[test]
+fn direct_over_rendezvous_reordering_and_busy_transport() {
+    // Eager limit 256 B: the 300 B-1 KiB messages go rendezvous (a blocking
+    // send waits for its receiver); fragments reordered, sends refused now
+    // and then.
+    for n in [2u32, 3, 5] {
+        let mut cfg = LoopbackConfig {
+            swap_pairs: true,
+            busy_every: 7,
+            ..LoopbackConfig::default()
+        };
+        cfg.limits.eager = 256;
+        job_cfg(n, cfg, &[], move |w| check_comm(&w, 41, false));
+    }
 }
 
 #[test]

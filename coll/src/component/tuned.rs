@@ -44,8 +44,8 @@ pub const BCAST_SEGMENT: u64 = 64 * 1024;
 /// Default of `coll_tuned_direct_max`: blocking barrier, bcast, reduce and
 /// allreduce of at most this many bytes run as direct algorithms
 /// (`crate::direct`) when their algorithm is decided (not forced). At most
-/// [`crate::p2p::SMALL_SEND`] (larger values are capped there).
-pub const DIRECT_MAX: u64 = crate::p2p::SMALL_SEND as u64;
+/// [`crate::direct::DIRECT_CAP`] (larger values are capped there).
+pub const DIRECT_MAX: u64 = crate::direct::DIRECT_CAP as u64;
 
 /// The functions tuned provides and the names of their algorithms
 /// (number = index + 1).
@@ -104,7 +104,7 @@ fn direct_spec() -> ParamSpec {
     ParamSpec::new("coll", "tuned", "direct_max")
         .help(
             "Blocking barrier, bcast, reduce and allreduce of at most this many bytes \
-             (capped at 256) run their decided algorithm directly on the pml's blocking \
+             (capped at 1024) run their decided algorithm directly on the pml's blocking \
              eager calls instead of a schedule; 0 = always schedules",
         )
         .level(Level::TunerAll)
@@ -174,7 +174,7 @@ impl Tuned {
         let direct_max = reg
             .register_size(direct_spec(), DIRECT_MAX)?
             .value()
-            .min(crate::p2p::SMALL_SEND as u64) as usize;
+            .min(crate::direct::DIRECT_CAP as u64) as usize;
         Ok(Tuned {
             priority,
             forced: Arc::new(forced),
@@ -356,7 +356,7 @@ impl CollModule for TunedModule {
     }
 
     fn direct_max(&self, kind: CollKind) -> usize {
-        // Below `SMALL_SEND` bytes the decided algorithms are dissemination,
+        // Up to `DIRECT_CAP` (1 KiB) the decided algorithms are dissemination,
         // binomial, linear (p <= 2) / binomial, and recursive doubling:
         // exactly what `crate::direct` runs. A forced algorithm keeps its
         // schedule.
