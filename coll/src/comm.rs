@@ -1045,7 +1045,7 @@ impl Comm {
             let inp: &[u8] = match (input, &recv) {
                 (Some(s), _) => s,
                 (None, r) => {
-                    let own = &mut copy.0[..n];
+                    let own = copy.get(n);
                     own.copy_from_slice(r.as_deref().unwrap_or_default());
                     own
                 }
@@ -1090,7 +1090,7 @@ impl Comm {
             let inp: &[u8] = match send {
                 Input::Buf(s) => s,
                 Input::InPlace => {
-                    let own = &mut copy.0[..recv.len()];
+                    let own = copy.get(recv.len());
                     own.copy_from_slice(recv);
                     own
                 }
