@@ -122,6 +122,20 @@ pub(crate) fn start_send(
     mode: SendMode,
     persist: Option<Persist>,
 ) -> Res<Req> {
+    if let Ok(rt) = rt() {
+        if let Some((ctx, bytes)) = resolve_fast(rt, buf, comm, dtype, dest, tag, count, false) {
+            let raw = RawBuf::from_raw(buf.cast(), bytes);
+            // SAFETY: as below (a predefined contiguous type, the caller's
+            // buffer).
+            let id = unsafe { rt.pml.isend(ctx, dest, tag, raw, mode) }?;
+            return Ok(Req::Pml {
+                id,
+                stage: Stage::Direct,
+                persist,
+                comm,
+            });
+        }
+    }
     let n = ccount(count, C::Count, "count")?;
     let tg = resolve(comm, dtype, dest, tag, n, false)?;
     check_buf(buf, n, &tg.t)?;
@@ -159,6 +173,20 @@ pub(crate) fn start_recv(
     comm: c_int,
     persist: Option<Persist>,
 ) -> Res<Req> {
+    if let Ok(rt) = rt() {
+        if let Some((ctx, bytes)) = resolve_fast(rt, buf, comm, dtype, src, tag, count, true) {
+            let raw = RawBufMut::from_raw(buf.cast(), bytes);
+            // SAFETY: as below (a predefined contiguous type, the caller's
+            // buffer).
+            let id = unsafe { rt.pml.irecv(ctx, src, tag, raw) }?;
+            return Ok(Req::Pml {
+                id,
+                stage: Stage::Direct,
+                persist,
+                comm,
+            });
+        }
+    }
     let n = ccount(count, C::Count, "count")?;
     let tg = resolve(comm, dtype, src, tag, n, true)?;
     check_buf(buf, n, &tg.t)?;
