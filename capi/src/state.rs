@@ -199,28 +199,13 @@ impl Tables {
         h
     }
     pub(crate) fn op(&self, h: c_int) -> Res<Op> {
-        let op = match h {
-            1 => Op::Max,
-            2 => Op::Min,
-            3 => Op::Sum,
-            4 => Op::Prod,
-            5 => Op::Land,
-            6 => Op::Band,
-            7 => Op::Lor,
-            8 => Op::Bor,
-            9 => Op::Lxor,
-            10 => Op::Bxor,
-            11 => Op::Minloc,
-            12 => Op::Maxloc,
-            _ => {
-                return self
-                    .ops
-                    .get(&h)
-                    .cloned()
-                    .ok_or_else(|| Error::new(C::Op, format!("invalid op handle {h}")))
-            }
-        };
-        Ok(op)
+        if let Some(op) = predefined_op(h) {
+            return Ok(op);
+        }
+        self.ops
+            .get(&h)
+            .cloned()
+            .ok_or_else(|| Error::new(C::Op, format!("invalid op handle {h}")))
     }
     pub(crate) fn add_op(&mut self, op: Op) -> c_int {
         let h = alloc_handle(&self.ops, &mut self.next_op, 100);
@@ -262,6 +247,26 @@ pub(crate) struct Rt {
     pub fast: FastHandles,
 }
 
+/// The reduction of a predefined op handle (`MPI_MAX` 1 .. `MPI_MAXLOC`
+/// 12 in mpi.h), without the tables.
+pub(crate) fn predefined_op(h: c_int) -> Option<Op> {
+    Some(match h {
+        1 => Op::Max,
+        2 => Op::Min,
+        3 => Op::Sum,
+        4 => Op::Prod,
+        5 => Op::Land,
+        6 => Op::Band,
+        7 => Op::Lor,
+        8 => Op::Bor,
+        9 => Op::Lxor,
+        10 => Op::Bxor,
+        11 => Op::Minloc,
+        12 => Op::Maxloc,
+        _ => return None,
+    })
+}
+
 /// Datatype handles below this bound may be predefined (mpi.h numbers
 /// them from 1; user types start at 1000).
 pub(crate) const FAST_TYPES: usize = 64;
@@ -281,6 +286,13 @@ pub(crate) struct FastHandles {
     /// Size in bytes of predefined contiguous datatype `h` at index `h`;
     /// 0 when `h` is not one (the general path decides).
     pub type_size: [u32; FAST_TYPES],
+    /// The two predefined communicators and the predefined datatypes
+    /// (index = handle), borrowed by the blocking collectives. A name given
+    /// later with MPI_Type_set_name goes to the table's copy only (names
+    /// serve error messages; nothing else of a predefined type changes).
+    pub world_comm: Option<tmpi_coll::Comm>,
+    pub self_comm: Option<tmpi_coll::Comm>,
+    pub dtypes: Vec<Option<Arc<crate::datatype::Dtype>>>,
 }
 
 impl FastHandles {
@@ -292,10 +304,14 @@ impl FastHandles {
                 .unwrap_or((u32::MAX, 0))
         };
         let mut type_size = [0u32; FAST_TYPES];
+        let mut dtypes = vec![None; FAST_TYPES];
         for (h, slot) in type_size.iter_mut().enumerate() {
             if let Some(d) = t.types.get(&(h as c_int)) {
-                if d.predefined && d.committed && d.is_contig() && d.true_lb == 0 {
-                    *slot = u32::try_from(d.size).unwrap_or(0);
+                if d.predefined && d.committed {
+                    dtypes[h] = Some(Arc::clone(d));
+                    if d.is_contig() && d.true_lb == 0 {
+                        *slot = u32::try_from(d.size).unwrap_or(0);
+                    }
                 }
             }
         }
@@ -303,6 +319,9 @@ impl FastHandles {
             world: comm(COMM_WORLD),
             self_: comm(COMM_SELF),
             type_size,
+            world_comm: t.comms.get(&COMM_WORLD).map(|c| c.comm.clone()),
+            self_comm: t.comms.get(&COMM_SELF).map(|c| c.comm.clone()),
+            dtypes,
         }
     }
 }
