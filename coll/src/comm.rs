@@ -789,7 +789,8 @@ impl Comm {
     }
 
     /// Caps the size (bytes) up to which this communicator's blocking
-    /// barrier, bcast, reduce and allreduce run as direct algorithms
+    /// barrier, bcast, reduce, allreduce, allgather (block size) and
+    /// alltoall (receive buffer size) run as direct algorithms
     /// (below the module's own limit, `coll_tuned_direct_max`); 0 makes
     /// them build schedules. For tests and measurements: both paths send
     /// the same messages, so ranks may differ in this setting.
@@ -1267,11 +1268,26 @@ impl Comm {
         }
         let b = recv.len() / p;
         let me = self.rank() as usize;
+        if let Input::Buf(s) = send {
+            same_len("allgather (per block)", s.len(), b)?;
+        }
+        // Limit on the block; Bruck (p not a power of two) also needs the
+        // whole result in its stack buffer.
+        let fits = p.is_power_of_two() || recv.len() <= direct::DIRECT_CAP;
+        if let Some(d) = fits.then(|| self.direct(CollKind::Allgather, b)).flatten() {
+            let mut copy = Scratch::new();
+            let own: &[u8] = match send {
+                Input::Buf(s) => s,
+                Input::InPlace => {
+                    let own = copy.get(b);
+                    own.copy_from_slice(&recv[me * b..(me + 1) * b]);
+                    own
+                }
+            };
+            return direct::allgather(&d, own, recv);
+        }
         let (data, input) = match send {
-            Input::Buf(s) => {
-                same_len("allgather (per block)", s.len(), b)?;
-                (Vec::new(), Some(s))
-            }
+            Input::Buf(s) => (Vec::new(), Some(s)),
             Input::InPlace => (crate::pool::copy_of(&recv[me * b..(me + 1) * b]), None),
         };
         let c = self.call_block(CollKind::Allgather, data, b, 0);
@@ -1316,11 +1332,27 @@ impl Comm {
                 recv.len()
             )));
         }
-        let (data, input) = match send {
-            Input::Buf(s) => {
-                same_len("alltoall", s.len(), recv.len())?;
-                (Vec::new(), Some(s))
+        if let Input::Buf(s) = send {
+            same_len("alltoall", s.len(), recv.len())?;
+        }
+        // Direct only with eager blocks (its sends all go out before the
+        // first receive).
+        if recv.len() / p <= crate::p2p::SMALL_SEND {
+            if let Some(d) = self.direct(CollKind::Alltoall, recv.len()) {
+                let mut copy = Scratch::new();
+                let data: &[u8] = match send {
+                    Input::Buf(s) => s,
+                    Input::InPlace => {
+                        let data = copy.get(recv.len());
+                        data.copy_from_slice(recv);
+                        data
+                    }
+                };
+                return direct::alltoall(&d, data, recv);
             }
+        }
+        let (data, input) = match send {
+            Input::Buf(s) => (Vec::new(), Some(s)),
             // In place: the data to send are a copy (receives overwrite `recv`).
             Input::InPlace => (crate::pool::copy_of(recv), None),
         };

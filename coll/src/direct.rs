@@ -1,17 +1,21 @@
 //! Direct algorithms of small blocking collectives (issue 8): barrier,
-//! bcast, reduce and allreduce of at most [`DIRECT_CAP`] bytes run straight
-//! on the transport's request-less calls ([`P2p::send_small`], eager, or
+//! bcast, reduce, allreduce, allgather (per block; the whole result when p
+//! is not a power of two) and alltoall (blocks of at most [`SMALL_SEND`])
+//! of at most [`DIRECT_CAP`] bytes run straight on the transport's
+//! request-less calls ([`P2p::send_small`], eager, or
 //! [`P2p::send_blocking`] above [`SMALL_SEND`] bytes, and
 //! [`P2p::recv_small`], a blocking receive into caller or stack memory),
 //! without building a schedule: no heap allocation, no map entry per call
-//! (one transport request only for the exchanges of an allreduce above
-//! [`SMALL_SEND`] bytes).
+//! (one transport request only for the exchanges of allreduce and
+//! allgather above [`SMALL_SEND`] bytes).
 //!
 //! Each function mirrors, message for message and reduction for
 //! reduction, the schedule tuned's decision table picks for the same call
 //! (`algo::barrier::dissemination`, `algo::bcast::binomial`,
 //! `algo::reduce::reduce_linear` at p <= 2 and `reduce_binomial` above,
-//! `algo::reduce::allreduce_recursive_doubling`), so results are
+//! `algo::reduce::allreduce_recursive_doubling`,
+//! `algo::gather::allgather_recursive_doubling` / `allgather_bruck`,
+//! `algo::alltoall::linear`), so results are
 //! bit-identical to the schedule path for every op and datatype, and
 //! non-commutative ops combine in the same (rank) order. [`Comm`] decides
 //! when to take this path (`Comm::direct_ok`): the winning module offers it
@@ -107,11 +111,18 @@ impl Direct<'_> {
     /// request started before the blocking receive and waited for after
     /// it (also after an error of the receive: `data` is borrowed).
     fn exchange(&self, peer: u32, data: &[u8], buf: &mut [u8]) -> Result<()> {
+        self.sendrecv(peer, data, peer, buf)
+    }
+
+    /// Sends `data` to `dest` and receives `buf.len()` bytes from `source`
+    /// (each of them doing the same with its own partners): as
+    /// [`Direct::exchange`].
+    fn sendrecv(&self, dest: u32, data: &[u8], source: u32, buf: &mut [u8]) -> Result<()> {
         if data.len() <= SMALL_SEND {
-            self.send(peer, data)?;
-            return self.recv(peer, buf);
+            self.send(dest, data)?;
+            return self.recv(source, buf);
         }
-        let wire = self.wire(peer)?;
+        let wire = self.wire(dest)?;
         // SAFETY: `data` is borrowed (valid, unmodified) for this whole
         // call, and the request is waited for below before returning, on
         // every path after it started.
@@ -119,7 +130,7 @@ impl Direct<'_> {
             self.p2p
                 .isend_raw(self.ep, wire, self.tag, data.as_ptr(), data.len())
         }?;
-        let r = self.recv(peer, buf);
+        let r = self.recv(source, buf);
         let w = self.wait(h);
         r.and(w)
     }
@@ -351,5 +362,85 @@ pub(crate) fn allreduce(
     if r < 2 * rem {
         d.send(r - 1, out)?;
     }
+    Ok(())
+}
+
+/// Allgather of `own` (one block) into `out` (p blocks): recursive
+/// doubling when p is a power of two
+/// (`algo::gather::allgather_recursive_doubling`), else Bruck
+/// (`algo::gather::allgather_bruck`: blocks in rotated order in a stack
+/// buffer, rotated into `out` at the end).
+pub(crate) fn allgather(d: &Direct<'_>, own: &[u8], out: &mut [u8]) -> Result<()> {
+    let (p, r) = (d.pos.size, d.pos.rank);
+    let b = own.len();
+    if out.len() != b * p as usize {
+        return Err(CollError::Intern(format!(
+            "allgather of {b}-byte blocks into {} bytes",
+            out.len()
+        )));
+    }
+    if p.is_power_of_two() {
+        out[r as usize * b..(r as usize + 1) * b].copy_from_slice(own);
+        let mut mask = 1;
+        while mask < p {
+            let partner = r ^ mask;
+            let mine = (r & !(mask - 1)) as usize * b;
+            let theirs = (partner & !(mask - 1)) as usize * b;
+            let len = mask as usize * b;
+            if mine < theirs {
+                let (lo, hi) = out.split_at_mut(theirs);
+                d.exchange(partner, &lo[mine..mine + len], &mut hi[..len])?;
+            } else {
+                let (lo, hi) = out.split_at_mut(mine);
+                d.exchange(partner, &hi[..len], &mut lo[theirs..theirs + len])?;
+            }
+            mask <<= 1;
+        }
+        return Ok(());
+    }
+    let mut scratch = Scratch::new();
+    let tmp = scratch.get(out.len());
+    tmp[..b].copy_from_slice(own);
+    let mut k = 1;
+    while k < p {
+        let n = k.min(p - k) as usize;
+        let (held, rest) = tmp.split_at_mut(k as usize * b);
+        d.sendrecv(
+            (r + p - k) % p,
+            &held[..n * b],
+            (r + k) % p,
+            &mut rest[..n * b],
+        )?;
+        k <<= 1;
+    }
+    for j in 0..p {
+        let src = ((r + j) % p) as usize;
+        out[src * b..(src + 1) * b].copy_from_slice(&tmp[j as usize * b..(j as usize + 1) * b]);
+    }
+    Ok(())
+}
+
+/// Alltoall of `data` (p blocks, block i for rank i) into `out`
+/// (`algo::alltoall::linear`): every block is sent eagerly (blocks of at
+/// most [`SMALL_SEND`] bytes only: the caller checks), starting with the
+/// right neighbour, then each incoming block is received in place.
+pub(crate) fn alltoall(d: &Direct<'_>, data: &[u8], out: &mut [u8]) -> Result<()> {
+    let (p, r) = (d.pos.size, d.pos.rank as usize);
+    let b = out.len() / p as usize;
+    if data.len() != out.len() || b * p as usize != out.len() || b > SMALL_SEND {
+        return Err(CollError::Intern(format!(
+            "direct alltoall of {} bytes into {}",
+            data.len(),
+            out.len()
+        )));
+    }
+    for k in 1..p as usize {
+        let to = (r + k) % p as usize;
+        d.send(to as u32, &data[to * b..(to + 1) * b])?;
+    }
+    for from in (0..p as usize).filter(|&f| f != r) {
+        d.recv(from as u32, &mut out[from * b..(from + 1) * b])?;
+    }
+    out[r * b..(r + 1) * b].copy_from_slice(&data[r * b..(r + 1) * b]);
     Ok(())
 }

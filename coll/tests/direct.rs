@@ -1,5 +1,5 @@
 //! The direct algorithms of small blocking collectives (barrier, bcast,
-//! reduce, allreduce <= 1 KiB, `coll/src/direct.rs`) over the real pml
+//! reduce, allreduce, allgather, alltoall <= 1 KiB, `coll/src/direct.rs`) over the real pml
 //! (one `Pml` per rank thread over the in-process loopback transport, as
 //! `over_pml.rs`), at 1, 2, 3, 4, 5 and 8 ranks, every root, in place and
 //! not, every predefined op on every type it applies to and a
@@ -208,6 +208,52 @@ fn check_comm(c: &Comm, seed: u64, full: bool) {
         }
     }
 
+    // allgather (recursive doubling or Bruck) and alltoall (linear): blocks
+    // up to the 1 KiB receive buffer (alltoall: up to 256-byte blocks).
+    let pu = p as usize;
+    let top = if p.is_power_of_two() { 1024 } else { 1024 / pu };
+    for b in [0usize, 1, 8, top] {
+        let blocks: Vec<Vec<u8>> = (0..p)
+            .map(|r| input(Datatype::U8, b, r, seed ^ 0xa))
+            .collect();
+        let want: Vec<u8> = blocks.concat();
+        for in_place in [false, true] {
+            let (d, s) = both(c, || {
+                let mut out = vec![0xA5u8; b * pu];
+                if in_place {
+                    out[me as usize * b..(me as usize + 1) * b]
+                        .copy_from_slice(&blocks[me as usize]);
+                    c.allgather(Input::InPlace, &mut out).unwrap();
+                } else {
+                    c.allgather(Input::Buf(&blocks[me as usize]), &mut out)
+                        .unwrap();
+                }
+                out
+            });
+            assert_eq!(d, want, "allgather {b}-byte blocks in place {in_place}");
+            assert_eq!(s, want);
+        }
+        let b = b.min(256).min(1024 / pu);
+        // Rank r's block for rank t: input of (r, t).
+        let block = |r: u32, t: u32| input(Datatype::U8, b, r * 64 + t, seed ^ 0xc);
+        let mine: Vec<u8> = (0..p).flat_map(|t| block(me, t)).collect();
+        let want: Vec<u8> = (0..p).flat_map(|r| block(r, me)).collect();
+        for in_place in [false, true] {
+            let (d, s) = both(c, || {
+                let mut out = vec![0xA5u8; b * pu];
+                if in_place {
+                    out.copy_from_slice(&mine);
+                    c.alltoall(Input::InPlace, &mut out).unwrap();
+                } else {
+                    c.alltoall(Input::Buf(&mine), &mut out).unwrap();
+                }
+                out
+            });
+            assert_eq!(d, want, "alltoall {b}-byte blocks in place {in_place}");
+            assert_eq!(s, want);
+        }
+    }
+
     // reduce and allreduce.
     for (ci, (op, dtype)) in cases().into_iter().enumerate() {
         let e = dtype.size();
@@ -380,7 +426,23 @@ fn ranks_on_different_paths_interoperate() {
                     assert_eq!(out, reference);
                     calls += 2;
                 }
-                calls += 2;
+                let mut out = vec![0u8; 24 * n as usize];
+                w.allgather(Input::Buf(&[me as u8 + root as u8; 24]), &mut out)
+                    .unwrap();
+                for r in 0..n as usize {
+                    assert!(out[r * 24..(r + 1) * 24]
+                        .iter()
+                        .all(|&x| x == r as u8 + root as u8));
+                }
+                let send: Vec<u8> = (0..n).flat_map(|t| [(me * 16 + t) as u8; 5]).collect();
+                let mut out = vec![0u8; 5 * n as usize];
+                w.alltoall(Input::Buf(&send), &mut out).unwrap();
+                for r in 0..n {
+                    assert!(out[r as usize * 5..(r as usize + 1) * 5]
+                        .iter()
+                        .all(|&x| x == (r * 16 + me) as u8));
+                }
+                calls += 4;
             }
             let expect = if direct { calls } else { 0 };
             assert_eq!(w.direct_calls() - before, expect);

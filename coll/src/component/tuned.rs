@@ -357,11 +357,17 @@ impl CollModule for TunedModule {
 
     fn direct_max(&self, kind: CollKind) -> usize {
         // Up to `DIRECT_CAP` (1 KiB) the decided algorithms are dissemination,
-        // binomial, linear (p <= 2) / binomial, and recursive doubling:
+        // binomial, linear (p <= 2) / binomial, recursive doubling,
+        // recursive doubling / Bruck (allgather) and linear (alltoall):
         // exactly what `crate::direct` runs. A forced algorithm keeps its
         // schedule.
         match kind {
-            CollKind::Barrier | CollKind::Bcast | CollKind::Reduce | CollKind::Allreduce
+            CollKind::Barrier
+            | CollKind::Bcast
+            | CollKind::Reduce
+            | CollKind::Allreduce
+            | CollKind::Allgather
+            | CollKind::Alltoall
                 if self.forced[kind.index()] == 0 =>
             {
                 self.direct_max
