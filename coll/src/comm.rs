@@ -789,8 +789,8 @@ impl Comm {
     }
 
     /// Caps the size (bytes) up to which this communicator's blocking
-    /// barrier, bcast, reduce, allreduce, allgather (block size) and
-    /// alltoall (receive buffer size) run as direct algorithms
+    /// barrier, bcast, reduce, allreduce, allgather and alltoall (block
+    /// size) run as direct algorithms
     /// (below the module's own limit, `coll_tuned_direct_max`); 0 makes
     /// them build schedules. For tests and measurements: both paths send
     /// the same messages, so ranks may differ in this setting.
@@ -1335,10 +1335,14 @@ impl Comm {
         if let Input::Buf(s) = send {
             same_len("alltoall", s.len(), recv.len())?;
         }
-        // Direct only with eager blocks (its sends all go out before the
-        // first receive).
-        if recv.len() / p <= crate::p2p::SMALL_SEND {
-            if let Some(d) = self.direct(CollKind::Alltoall, recv.len()) {
+        // The limit is on the block; above 256 B the direct path holds one
+        // send request per peer on the stack, and in place it copies the
+        // whole buffer to its stack.
+        let b = recv.len() / p;
+        let fits = (b <= crate::p2p::SMALL_SEND || p - 1 <= direct::ALLTOALL_MAX_PENDING)
+            && (matches!(send, Input::Buf(_)) || recv.len() <= direct::DIRECT_CAP);
+        if fits {
+            if let Some(d) = self.direct(CollKind::Alltoall, b) {
                 let mut copy = Scratch::new();
                 let data: &[u8] = match send {
                     Input::Buf(s) => s,

@@ -1,13 +1,13 @@
 //! Direct algorithms of small blocking collectives (issue 8): barrier,
 //! bcast, reduce, allreduce, allgather (per block; the whole result when p
-//! is not a power of two) and alltoall (blocks of at most [`SMALL_SEND`])
-//! of at most [`DIRECT_CAP`] bytes run straight on the transport's
+//! is not a power of two) and alltoall (per block; at most 9 ranks above
+//! [`SMALL_SEND`] bytes) of at most [`DIRECT_CAP`] bytes run straight on the transport's
 //! request-less calls ([`P2p::send_small`], eager, or
 //! [`P2p::send_blocking`] above [`SMALL_SEND`] bytes, and
 //! [`P2p::recv_small`], a blocking receive into caller or stack memory),
 //! without building a schedule: no heap allocation, no map entry per call
-//! (one transport request only for the exchanges of allreduce and
-//! allgather above [`SMALL_SEND`] bytes).
+//! (transport requests only for the sends above [`SMALL_SEND`] bytes of
+//! allreduce's and allgather's exchanges and of alltoall).
 //!
 //! Each function mirrors, message for message and reduction for
 //! reduction, the schedule tuned's decision table picks for the same call
@@ -420,27 +420,61 @@ pub(crate) fn allgather(d: &Direct<'_>, own: &[u8], out: &mut [u8]) -> Result<()
     Ok(())
 }
 
+/// Most sends a direct alltoall keeps outstanding (blocks above
+/// [`SMALL_SEND`] bytes: one request per peer, held on the stack).
+pub const ALLTOALL_MAX_PENDING: usize = 8;
+
 /// Alltoall of `data` (p blocks, block i for rank i) into `out`
-/// (`algo::alltoall::linear`): every block is sent eagerly (blocks of at
-/// most [`SMALL_SEND`] bytes only: the caller checks), starting with the
-/// right neighbour, then each incoming block is received in place.
+/// (`algo::alltoall::linear`): every block is sent, starting with the right
+/// neighbour, then each incoming block is received in place. Blocks of at
+/// most [`SMALL_SEND`] bytes go out eagerly; larger ones as requests
+/// (at most [`ALLTOALL_MAX_PENDING`], the caller checks) waited for after
+/// the receives, also after an error (they read the caller's memory).
 pub(crate) fn alltoall(d: &Direct<'_>, data: &[u8], out: &mut [u8]) -> Result<()> {
-    let (p, r) = (d.pos.size, d.pos.rank as usize);
-    let b = out.len() / p as usize;
-    if data.len() != out.len() || b * p as usize != out.len() || b > SMALL_SEND {
+    let (p, r) = (d.pos.size as usize, d.pos.rank as usize);
+    let b = out.len() / p;
+    if data.len() != out.len()
+        || b * p != out.len()
+        || (b > SMALL_SEND && p - 1 > ALLTOALL_MAX_PENDING)
+    {
         return Err(CollError::Intern(format!(
             "direct alltoall of {} bytes into {}",
             data.len(),
             out.len()
         )));
     }
-    for k in 1..p as usize {
-        let to = (r + k) % p as usize;
-        d.send(to as u32, &data[to * b..(to + 1) * b])?;
+    let mut pending = [None; ALLTOALL_MAX_PENDING];
+    let mut res = Ok(());
+    for k in 1..p {
+        let to = (r + k) % p;
+        let block = &data[to * b..(to + 1) * b];
+        if b <= SMALL_SEND {
+            res = d.send(to as u32, block);
+        } else {
+            // SAFETY: `data` is borrowed for this whole call and every
+            // request started here is waited for below before returning.
+            let started = d.wire(to as u32).and_then(|w| unsafe {
+                d.p2p.isend_raw(d.ep, w, d.tag, block.as_ptr(), block.len())
+            });
+            res = started.map(|h| pending[k - 1] = Some(h));
+        }
+        if res.is_err() {
+            break;
+        }
     }
-    for from in (0..p as usize).filter(|&f| f != r) {
-        d.recv(from as u32, &mut out[from * b..(from + 1) * b])?;
+    if res.is_ok() {
+        for from in (0..p).filter(|&f| f != r) {
+            res = d.recv(from as u32, &mut out[from * b..(from + 1) * b]);
+            if res.is_err() {
+                break;
+            }
+        }
     }
+    for h in pending.into_iter().flatten() {
+        let w = d.wait(h);
+        res = res.and(w);
+    }
+    res?;
     out[r * b..(r + 1) * b].copy_from_slice(&data[r * b..(r + 1) * b]);
     Ok(())
 }

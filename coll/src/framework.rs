@@ -101,8 +101,7 @@ pub trait CollModule: Send + Sync + fmt::Debug {
     fn algorithm(&self, _call: &Call, _pos: Pos) -> &'static str {
         "default"
     }
-    /// Largest vector (bytes; the block for allgather, the whole receive
-    /// buffer for alltoall) of a blocking barrier, bcast, reduce, allreduce, allgather
+    /// Largest vector (bytes; the block for allgather and alltoall) of a blocking barrier, bcast, reduce, allreduce, allgather
     /// or alltoall call that may run as a direct algorithm (`crate::direct`)
     /// instead of this module's schedule; 0 (the default) = never. A module
     /// returning more than 0 for `kind` must build, for such calls, exactly

@@ -147,6 +147,7 @@ pub struct Tuned {
     forced: Arc<[u8; 17]>,
     segment: usize,
     direct_max: usize,
+    yielding: bool,
 }
 
 impl Tuned {
@@ -175,11 +176,17 @@ impl Tuned {
             .register_size(direct_spec(), DIRECT_MAX)?
             .value()
             .min(crate::direct::DIRECT_CAP as u64) as usize;
+        // Ranks that yield while waiting (mpi_yield_when_idle, on by itself
+        // when the launcher reports more ranks than cores) pay a trip
+        // through the scheduler per communication round: decisions then
+        // prefer fewer rounds.
+        let yielding = tmpi_base::mca::yield_when_idle(reg)?;
         Ok(Tuned {
             priority,
             forced: Arc::new(forced),
             segment,
             direct_max,
+            yielding,
         })
     }
 }
@@ -199,6 +206,7 @@ impl CollComponent for Tuned {
                 forced: Arc::clone(&self.forced),
                 segment: self.segment,
                 direct_max: self.direct_max,
+                yielding: self.yielding,
             }),
         )))
     }
@@ -210,6 +218,7 @@ pub struct TunedModule {
     forced: Arc<[u8; 17]>,
     segment: usize,
     direct_max: usize,
+    yielding: bool,
 }
 
 const K64: usize = 64 * 1024;
@@ -230,8 +239,12 @@ impl TunedModule {
             CollKind::Bcast => {
                 // Binomial up to 4 ranks at every size: measured on btl-sm
                 // (docs/coll.md, "Buffer pool and scratch buffers") it beat
-                // scatter_allgather and chain at 4 ranks for 64 KiB and 1 MiB.
-                if p <= 4 || c.block < K64 {
+                // scatter_allgather and chain at 4 ranks for 64 KiB and 1 MiB;
+                // at every size when ranks yield (8 ranks on 2 cores, C
+                // collbench, 2 runs: 64 KiB 46-91 vs 246-318 us, 1 MiB
+                // 348-475 vs 700-1200 us; scatter_allgather's log p + p - 1
+                // rounds each wait for the scheduler).
+                if p <= 4 || c.block < K64 || self.yielding {
                     2
                 } else {
                     3
