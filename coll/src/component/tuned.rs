@@ -9,7 +9,7 @@
 //! | function | algorithms (number) | automatic choice |
 //! |---|---|---|
 //! | barrier | linear 1, dissemination 2, tree 3 | dissemination (one round at p = 2, ceil(log2 p) rounds) |
-//! | bcast | linear 1, binomial 2, scatter_allgather 3, chain 4 (64 KiB segments) | binomial if p <= 4 or n < 64 KiB; else scatter_allgather |
+//! | bcast | linear 1, binomial 2, scatter_allgather 3, chain 4 (64 KiB segments) | binomial if p <= 4, n < 64 KiB or ranks yield when idle (oversubscribed); else scatter_allgather |
 //! | reduce | linear 1, binomial 2 | linear if p <= 2, else binomial |
 //! | allreduce | reduce_bcast 1, recursive_doubling 2, ring 3, rabenseifner 4 | if the op commutes, p > 2, n >= 32 KiB and count >= p: rabenseifner if p is a power of two, else ring; else recursive_doubling |
 //! | gather, scatter | linear 1, binomial 2 | binomial if p * block <= 16 KiB, else linear |
