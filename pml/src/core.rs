@@ -29,6 +29,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use tmpi_base::error::MpiErrorClass;
 
 use crate::comm::CommRecord;
@@ -182,7 +184,7 @@ fn charge_of(payload: Option<usize>) -> u64 {
 enum Unexp {
     Eager {
         peer: u32,
-        data: Vec<u8>,
+        data: Payload,
     },
     Rndv {
         peer: u32,
@@ -191,6 +193,41 @@ enum Unexp {
         sreq: u64,
         region: Vec<u8>,
     },
+}
+
+/// Bytes kept inline in an unexpected eager message.
+const PAYLOAD_INLINE: usize = 48;
+
+/// The data of an unexpected eager message: inline up to
+/// [`PAYLOAD_INLINE`] bytes, on the heap beyond. A sender that runs ahead
+/// of its receiver makes most small messages unexpected; an allocation and
+/// a free each (plus SipHash on the table, now FxHash) were a visible part
+/// of an 8-byte stream's receive cost (docs/pml.md).
+#[derive(Debug)]
+enum Payload {
+    Inline(u8, [u8; PAYLOAD_INLINE]),
+    Heap(Vec<u8>),
+}
+
+impl Payload {
+    fn new(d: &[u8]) -> Payload {
+        if d.len() <= PAYLOAD_INLINE {
+            let mut b = [0u8; PAYLOAD_INLINE];
+            b[..d.len()].copy_from_slice(d);
+            Payload::Inline(d.len() as u8, b)
+        } else {
+            Payload::Heap(d.to_vec())
+        }
+    }
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Payload::Inline(n, b) => &b[..*n as usize],
+            Payload::Heap(v) => v,
+        }
+    }
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
 }
 
 impl Unexp {
@@ -300,7 +337,7 @@ pub struct Core {
     slots: Vec<Slot>,
     free: Vec<u32>,
     live: usize,
-    unexp: HashMap<MsgId, Unexp>,
+    unexp: FxHashMap<MsgId, Unexp>,
     next_msg: MsgId,
     matcher: Box<dyn MatchPoint + Send>,
     actions: Vec<Action>,
@@ -360,7 +397,7 @@ impl Core {
             slots: Vec::new(),
             free: Vec::new(),
             live: 0,
-            unexp: HashMap::new(),
+            unexp: FxHashMap::default(),
             next_msg: 1,
             matcher,
             actions: Vec::new(),
@@ -1259,7 +1296,7 @@ impl Core {
         match self.unexp.remove(&msg) {
             Some(Unexp::Eager { peer, data }) => {
                 self.consumed(peer, charge_of(Some(data.len())));
-                self.deliver_eager(id, env, &data)
+                self.deliver_eager(id, env, data.as_slice())
             }
             Some(Unexp::Rndv {
                 peer,
@@ -1577,7 +1614,7 @@ impl Core {
                     msg,
                     Unexp::Eager {
                         peer,
-                        data: data.to_vec(),
+                        data: Payload::new(data),
                     },
                 );
             }
