@@ -125,8 +125,9 @@ pub(crate) fn start_send(
     if let Ok(rt) = rt() {
         if let Some((ctx, bytes)) = resolve_fast(rt, buf, comm, dtype, dest, tag, count, false) {
             let raw = RawBuf::from_raw(buf.cast(), bytes);
-            // SAFETY: as below (a predefined contiguous type, the caller's
-            // buffer).
+            // SAFETY: `raw` is the caller's `count` elements of a predefined
+            // contiguous type at `buf`, which MPI forbids touching until the
+            // request completes.
             let id = unsafe { rt.pml.isend(ctx, dest, tag, raw, mode) }?;
             return Ok(Req::Pml {
                 id,
@@ -176,8 +177,9 @@ pub(crate) fn start_recv(
     if let Ok(rt) = rt() {
         if let Some((ctx, bytes)) = resolve_fast(rt, buf, comm, dtype, src, tag, count, true) {
             let raw = RawBufMut::from_raw(buf.cast(), bytes);
-            // SAFETY: as below (a predefined contiguous type, the caller's
-            // buffer).
+            // SAFETY: `raw` is the caller's `count` elements of a predefined
+            // contiguous type at `buf`, which MPI forbids touching until the
+            // request completes.
             let id = unsafe { rt.pml.irecv(ctx, src, tag, raw) }?;
             return Ok(Req::Pml {
                 id,
@@ -242,7 +244,10 @@ fn send_blocking(
             if let Some((ctx, bytes)) = resolve_fast(rt, buf, comm, dtype, dest, tag, count, false)
             {
                 let raw = RawBuf::from_raw(buf.cast(), bytes);
-                // SAFETY: as below (a predefined contiguous type).
+                // SAFETY: `raw` is the caller's `count` elements of a
+                // predefined contiguous type at `buf`, given to this call
+                // until it returns; the pml's blocking send returns only
+                // once the data was handed over or copied.
                 let s = unsafe { rt.pml.send_blocking(ctx, dest, tag, raw, mode) }?;
                 return status_err(&St::from(s), what);
             }
@@ -379,7 +384,10 @@ pub extern "C" fn MPI_Recv(
             if let Some((ctx, bytes)) = resolve_fast(rt, buf, comm, dtype, source, tag, count, true)
             {
                 let raw = RawBufMut::from_raw(buf.cast(), bytes);
-                // SAFETY: as below (a predefined contiguous type).
+                // SAFETY: `raw` is the caller's `count` elements of a
+                // predefined contiguous type at `buf`, given to this call
+                // until it returns; the pml's blocking receive returns only
+                // once the message was written.
                 let s = unsafe { rt.pml.recv_blocking(ctx, source, tag, raw) }?;
                 let st = St::from(s);
                 put_status(status, st)?;
