@@ -246,6 +246,16 @@ pub trait BtlModule: Send {
     /// fragments delivered. Bounded work per call; never blocks.
     fn progress(&mut self, handler: &mut dyn BtlRecvHandler) -> usize;
 
+    /// [`BtlModule::progress`] for a caller blocked on one message (a
+    /// blocking receive): a module may hand over fewer of the fragments
+    /// already waiting, leaving the rest for the next call, so that a
+    /// receiver behind a fast sender takes each message when its receive
+    /// is posted instead of queueing a burst as unexpected. Default: the
+    /// same as `progress`.
+    fn progress_waiting(&mut self, handler: &mut dyn BtlRecvHandler) -> usize {
+        self.progress(handler)
+    }
+
     /// Whether fragments reach this module only through its own `send` /
     /// `sendi` (a loopback such as btl-self): then a caller may skip
     /// `progress` while it has sent nothing since the last progress that

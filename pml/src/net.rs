@@ -354,6 +354,42 @@ fn envelope_of(hdr: &[u8]) -> Option<Envelope> {
     }
 }
 
+impl BtlNet {
+    /// One polling round of the modules (`Transport::progress`);
+    /// `waiting`: the caller is blocked on one message
+    /// (`Transport::progress_waiting`).
+    fn poll(&mut self, deliver: &mut dyn FnMut(u32, &[u8]), waiting: bool) -> usize {
+        let mut n = 0;
+        let dropped = &mut self.dropped;
+        self.polls = self.polls.wrapping_add(1);
+        let all = self.polls % IDLE_MODULE_POLL == 0;
+        for (i, m) in self.modules.iter_mut().enumerate() {
+            if !(all || (self.carries[i] && !self.quiet[i])) {
+                continue;
+            }
+            let mut handler = |peer: u32, tag: u8, bytes: &[u8]| {
+                if tag == BTL_TAG_PML {
+                    deliver(peer, bytes);
+                } else {
+                    *dropped += 1;
+                    tracing::error!(target: "pml_ob1", peer, tag, "fragment with a foreign BTL tag dropped");
+                }
+            };
+            let k = if waiting {
+                m.progress_waiting(&mut handler)
+            } else {
+                m.progress(&mut handler)
+            };
+            // A loopback that delivered something is polled again next
+            // round (conservative); one that delivered nothing waits for
+            // the next send to it.
+            self.quiet[i] = self.loopback[i] && k == 0;
+            n += k;
+        }
+        n
+    }
+}
+
 impl Transport for BtlNet {
     fn size(&self) -> u32 {
         self.size
@@ -451,29 +487,11 @@ impl Transport for BtlNet {
     }
 
     fn progress(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize {
-        let mut n = 0;
-        let dropped = &mut self.dropped;
-        self.polls = self.polls.wrapping_add(1);
-        let all = self.polls % IDLE_MODULE_POLL == 0;
-        for (i, m) in self.modules.iter_mut().enumerate() {
-            if !(all || (self.carries[i] && !self.quiet[i])) {
-                continue;
-            }
-            let k = m.progress(&mut |peer: u32, tag: u8, bytes: &[u8]| {
-                if tag == BTL_TAG_PML {
-                    deliver(peer, bytes);
-                } else {
-                    *dropped += 1;
-                    tracing::error!(target: "pml_ob1", peer, tag, "fragment with a foreign BTL tag dropped");
-                }
-            });
-            // A loopback that delivered something is polled again next
-            // round (conservative); one that delivered nothing waits for
-            // the next send to it.
-            self.quiet[i] = self.loopback[i] && k == 0;
-            n += k;
-        }
-        n
+        self.poll(deliver, false)
+    }
+
+    fn progress_waiting(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize {
+        self.poll(deliver, true)
     }
 
     fn finalize(&mut self) {

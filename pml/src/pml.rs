@@ -117,6 +117,17 @@ impl Inner {
     /// Polls the transport once and carries out everything that results.
     /// Returns the number of events (fragments + actions) handled.
     pub(crate) fn progress(&mut self) -> usize {
+        self.progress_with(false)
+    }
+
+    /// [`Inner::progress`] for a caller blocked on one message (a blocking
+    /// receive): the transports hand over fewer of the fragments already
+    /// waiting (`Transport::progress_waiting`).
+    pub(crate) fn progress_waiting(&mut self) -> usize {
+        self.progress_with(true)
+    }
+
+    fn progress_with(&mut self, waiting: bool) -> usize {
         let mut n = self.flush();
         let Inner {
             core,
@@ -126,9 +137,14 @@ impl Inner {
             ..
         } = self;
         let mut w = DeferWire { limits, dereg };
-        n += net.progress(&mut |peer, bytes| {
+        let mut deliver = |peer, bytes: &[u8]| {
             let _ = core.on_frag(&mut w, peer, bytes);
-        });
+        };
+        n += if waiting {
+            net.progress_waiting(&mut deliver)
+        } else {
+            net.progress(&mut deliver)
+        };
         // Failed peers are collected once in FAILED_POLL rounds: asking
         // every module every round (virtual calls, an empty `Vec`) measured
         // ~10% of an 8-byte sm ping-pong's waiting loop (perf record); a
@@ -608,7 +624,7 @@ impl Pml {
             if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
                 return Ok(s);
             }
-            g.progress();
+            g.progress_waiting();
             if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
                 return Ok(s);
             }

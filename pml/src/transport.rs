@@ -43,6 +43,12 @@ pub trait Transport: Send {
     /// Polls every BTL once, handing each received fragment to `deliver`
     /// as (source world rank, bytes). Returns the number of fragments.
     fn progress(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize;
+    /// [`Transport::progress`] for a caller blocked on one message: the
+    /// BTLs may hand over fewer of the fragments already waiting
+    /// (`BtlModule::progress_waiting`). Default: `progress`.
+    fn progress_waiting(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize {
+        self.progress(deliver)
+    }
     /// Releases the BTLs (after the finalize fence).
     fn finalize(&mut self) {}
     /// Peers found dead since the last call (each once), with the reason:
