@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tmpi_base::modex::Modex;
-use tmpi_btl::testing::{child_context, run_ranks};
+use tmpi_btl::testing::{child_context, run_ranks, ChildContext, FileModex};
 use tmpi_btl::{BtlError, BtlModule};
 use tmpi_btl_sm::{SmConfig, SmModule};
 
@@ -76,9 +76,10 @@ fn exchange(m: &mut SmModule, me: u32, rounds: u32, sink: &mut u64) {
     }
 }
 
-#[test]
-fn noalloc_child() {
-    let Some(ctx) = child_context() else { return };
+/// In a child rank: the context, its modex and a default btl-sm module
+/// wired to both ranks; `None` in the parent test process.
+fn open_child() -> Option<(ChildContext, FileModex, SmModule)> {
+    let ctx = child_context()?;
     let info = ctx.process_info();
     let mut modex = ctx.modex();
     let mut m = SmModule::open(&info, &mut modex, SmConfig::default())
@@ -86,6 +87,14 @@ fn noalloc_child() {
         .unwrap();
     modex.fence().unwrap();
     m.add_procs(&[0, 1], &mut modex).unwrap();
+    Some((ctx, modex, m))
+}
+
+#[test]
+fn noalloc_child() {
+    let Some((ctx, mut modex, mut m)) = open_child() else {
+        return;
+    };
     let mut sink = 0u64;
     exchange(&mut m, ctx.rank, 500, &mut sink); // warm-up
     modex.fence().unwrap();
@@ -159,14 +168,9 @@ fn coop_cycles(m: &mut SmModule, me: u32, cycles: u32, src: &[u8], dst: &mut [u8
 
 #[test]
 fn coop_noalloc_child() {
-    let Some(ctx) = child_context() else { return };
-    let info = ctx.process_info();
-    let mut modex = ctx.modex();
-    let mut m = SmModule::open(&info, &mut modex, SmConfig::default())
-        .unwrap()
-        .unwrap();
-    modex.fence().unwrap();
-    m.add_procs(&[0, 1], &mut modex).unwrap();
+    let Some((ctx, mut modex, mut m)) = open_child() else {
+        return;
+    };
     let src: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
     let mut dst = vec![0u8; src.len()];
     coop_cycles(&mut m, ctx.rank, 5, &src, &mut dst); // warm-up

@@ -21,60 +21,6 @@ fn ty(h: c_int) -> Res<Arc<Dtype>> {
     tables().comm_type(h)
 }
 
-/// A communicator or datatype of a blocking collective: borrowed from the
-/// copy of the predefined handles made at MPI_Init (`state::FastHandles`:
-/// no table mutex, no reference-count traffic), otherwise held from the
-/// tables.
-enum Held<T: 'static, O> {
-    Fast(&'static T),
-    Table(O),
-}
-
-impl std::ops::Deref for Held<Comm, Comm> {
-    type Target = Comm;
-    fn deref(&self) -> &Comm {
-        match self {
-            Held::Fast(c) => c,
-            Held::Table(c) => c,
-        }
-    }
-}
-
-impl std::ops::Deref for Held<Dtype, Arc<Dtype>> {
-    type Target = Dtype;
-    fn deref(&self) -> &Dtype {
-        match self {
-            Held::Fast(t) => t,
-            Held::Table(t) => t,
-        }
-    }
-}
-
-/// [`comm_of`] without the tables for MPI_COMM_WORLD and MPI_COMM_SELF.
-fn comm_ref(h: c_int) -> Res<Held<Comm, Comm>> {
-    if let Ok(rt) = crate::state::rt() {
-        let fast = match h {
-            crate::state::COMM_WORLD => rt.fast.world_comm.as_ref(),
-            crate::state::COMM_SELF => rt.fast.self_comm.as_ref(),
-            _ => None,
-        };
-        if let Some(c) = fast {
-            return Ok(Held::Fast(c));
-        }
-    }
-    comm_of(h).map(Held::Table)
-}
-
-/// [`ty`] without the tables for predefined datatypes.
-fn ty_ref(h: c_int) -> Res<Held<Dtype, Arc<Dtype>>> {
-    if let Ok(rt) = crate::state::rt() {
-        if let Some(Some(t)) = usize::try_from(h).ok().and_then(|i| rt.fast.dtypes.get(i)) {
-            return Ok(Held::Fast(t));
-        }
-    }
-    ty(h).map(Held::Table)
-}
-
 fn pack(buf: *const c_void, n: usize, t: &Dtype) -> Vec<u8> {
     let mut v = Vec::with_capacity(t.size * n);
     gather_blocks(buf.cast(), n, t.extent(), &t.blocks, &mut v);
@@ -140,7 +86,9 @@ fn red(t: &Dtype, op: c_int, dtype: c_int) -> Res<(Elem, Op)> {
 
 #[no_mangle]
 pub extern "C" fn MPI_Barrier(comm: c_int) -> c_int {
-    guard("MPI_Barrier", comm, || Ok(comm_ref(comm)?.barrier()?))
+    guard("MPI_Barrier", comm, || {
+        Ok(crate::state::comm_ref(comm)?.barrier()?)
+    })
 }
 
 #[no_mangle]
@@ -152,10 +100,10 @@ pub extern "C" fn MPI_Bcast(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Bcast", comm, || {
-        let c = comm_ref(comm)?;
+        let c = crate::state::comm_ref(comm)?;
         let r = root_of(root, &c)?;
         let n = ccount(count, C::Count, "count")?;
-        let t = ty_ref(dtype)?;
+        let t = crate::state::type_ref(dtype)?;
         if let Some(b) = direct_mut(buf, n, &t)? {
             c.bcast(b, r)?;
             return Ok(());
@@ -178,10 +126,10 @@ pub extern "C" fn MPI_Reduce(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Reduce", comm, || {
-        let c = comm_ref(comm)?;
+        let c = crate::state::comm_ref(comm)?;
         let r = root_of(root, &c)?;
         let n = ccount(count, C::Count, "count")?;
-        let t = ty_ref(dtype)?;
+        let t = crate::state::type_ref(dtype)?;
         let (e, o) = red(&t, op, dtype)?;
         let is_root = c.rank() == r;
         if t.is_contig() {
@@ -232,9 +180,9 @@ macro_rules! allred {
             comm: c_int,
         ) -> c_int {
             guard(stringify!($name), comm, || {
-                let c = comm_ref(comm)?;
+                let c = crate::state::comm_ref(comm)?;
                 let n = ccount(count, C::Count, "count")?;
-                let t = ty_ref(dtype)?;
+                let t = crate::state::type_ref(dtype)?;
                 let (e, o) = red(&t, op, dtype)?;
                 if let Some(out) = direct_mut(recvbuf, n, &t)? {
                     let input = if is_in_place(sendbuf) {
@@ -392,10 +340,10 @@ macro_rules! allx {
             comm: c_int,
         ) -> c_int {
             guard(stringify!($name), comm, || {
-                let c = comm_ref(comm)?;
+                let c = crate::state::comm_ref(comm)?;
                 let p = c.size() as usize;
                 let rn = ccount(recvcount, C::Count, "recvcount")?;
-                let rt = ty_ref(recvtype)?;
+                let rt = crate::state::type_ref(recvtype)?;
                 if let Some(out) = direct_mut(recvbuf, rn * p, &rt)? {
                     if is_in_place(sendbuf) {
                         c.$m(Input::InPlace, out)?;
@@ -403,7 +351,7 @@ macro_rules! allx {
                     }
                     let mult = if stringify!($m) == "alltoall" { p } else { 1 };
                     let sn = ccount(sendcount, C::Count, "sendcount")? * mult;
-                    let st = ty_ref(sendtype)?;
+                    let st = crate::state::type_ref(sendtype)?;
                     if let Some(s) = direct(sendbuf, sn, &st)? {
                         c.$m(Input::Buf(s), out)?;
                     } else {

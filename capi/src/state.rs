@@ -271,58 +271,129 @@ pub(crate) fn predefined_op(h: c_int) -> Option<Op> {
 /// them from 1; user types start at 1000).
 pub(crate) const FAST_TYPES: usize = 64;
 
-/// What the blocking point-to-point calls need of MPI_COMM_WORLD,
-/// MPI_COMM_SELF and the predefined contiguous datatypes, copied out of
-/// the handle tables at MPI_Init. None of these entries can change until
-/// MPI_Finalize (the two communicators and predefined datatypes cannot be
-/// freed or modified), so reading the copy needs no lock; an 8-byte
-/// MPI_Send spent ~170 instructions and four atomic operations (the
-/// tables' mutex, an `Arc` clone and drop) resolving its handles
-/// (callgrind, docs/capi.md).
+/// MPI_COMM_WORLD, MPI_COMM_SELF and the predefined datatypes, copied out
+/// of the handle tables at MPI_Init for the point-to-point and collective
+/// calls' fast paths. None of these entries can change until MPI_Finalize
+/// (the two communicators and predefined datatypes cannot be freed or
+/// modified), so reading the copy needs no lock; an 8-byte MPI_Send spent
+/// ~170 instructions and four atomic operations (the tables' mutex, an
+/// `Arc` clone and drop) resolving its handles (callgrind, docs/capi.md).
+/// A name given later with MPI_Type_set_name goes to the table's copy only
+/// (names serve error messages; nothing else of a predefined type changes).
 pub(crate) struct FastHandles {
-    /// (context id, size) of MPI_COMM_WORLD and MPI_COMM_SELF.
-    pub world: (u32, c_int),
-    pub self_: (u32, c_int),
-    /// Size in bytes of predefined contiguous datatype `h` at index `h`;
-    /// 0 when `h` is not one (the general path decides).
-    pub type_size: [u32; FAST_TYPES],
-    /// The two predefined communicators and the predefined datatypes
-    /// (index = handle), borrowed by the blocking collectives. A name given
-    /// later with MPI_Type_set_name goes to the table's copy only (names
-    /// serve error messages; nothing else of a predefined type changes).
-    pub world_comm: Option<tmpi_coll::Comm>,
-    pub self_comm: Option<tmpi_coll::Comm>,
-    pub dtypes: Vec<Option<Arc<crate::datatype::Dtype>>>,
+    world: Option<FastComm>,
+    self_: Option<FastComm>,
+    /// Predefined datatype `h` at index `h`.
+    dtypes: Vec<Option<FastType>>,
+}
+
+/// A predefined communicator with what the message path reads of it
+/// (computing the size from the group on every call cost more than the
+/// lookup it replaced).
+pub(crate) struct FastComm {
+    pub comm: tmpi_coll::Comm,
+    pub ctx: u32,
+    pub size: c_int,
+}
+
+/// A predefined datatype; `plain_size` is its size when it is contiguous
+/// from offset 0 (the message path's case), 0 otherwise.
+pub(crate) struct FastType {
+    pub t: Arc<crate::datatype::Dtype>,
+    pub plain_size: usize,
 }
 
 impl FastHandles {
     pub(crate) fn new(t: &Tables) -> FastHandles {
         let comm = |h| {
-            t.comms
-                .get(&h)
-                .map(|c: &CommEnt| (c.comm.context_id(), c.comm.size() as c_int))
-                .unwrap_or((u32::MAX, 0))
+            t.comms.get(&h).map(|c: &CommEnt| FastComm {
+                comm: c.comm.clone(),
+                ctx: c.comm.context_id(),
+                size: c.comm.size() as c_int,
+            })
         };
-        let mut type_size = [0u32; FAST_TYPES];
-        let mut dtypes = vec![None; FAST_TYPES];
-        for (h, slot) in type_size.iter_mut().enumerate() {
-            if let Some(d) = t.types.get(&(h as c_int)) {
-                if d.predefined && d.committed {
-                    dtypes[h] = Some(Arc::clone(d));
-                    if d.is_contig() && d.true_lb == 0 {
-                        *slot = u32::try_from(d.size).unwrap_or(0);
-                    }
-                }
-            }
-        }
+        let dtypes = (0..FAST_TYPES as c_int)
+            .map(|h| {
+                let d = t.types.get(&h).filter(|d| d.predefined && d.committed)?;
+                let plain = d.is_contig() && d.true_lb == 0;
+                Some(FastType {
+                    t: Arc::clone(d),
+                    plain_size: if plain { d.size } else { 0 },
+                })
+            })
+            .collect();
         FastHandles {
             world: comm(COMM_WORLD),
             self_: comm(COMM_SELF),
-            type_size,
-            world_comm: t.comms.get(&COMM_WORLD).map(|c| c.comm.clone()),
-            self_comm: t.comms.get(&COMM_SELF).map(|c| c.comm.clone()),
             dtypes,
         }
+    }
+
+    /// MPI_COMM_WORLD or MPI_COMM_SELF; `None` for any other handle.
+    #[inline]
+    pub(crate) fn comm(&self, h: c_int) -> Option<&FastComm> {
+        match h {
+            COMM_WORLD => self.world.as_ref(),
+            COMM_SELF => self.self_.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Predefined datatype `h`; `None` for any other handle.
+    #[inline]
+    pub(crate) fn dtype(&self, h: c_int) -> Option<&FastType> {
+        self.dtypes.get(usize::try_from(h).ok()?)?.as_ref()
+    }
+}
+
+/// A datatype handle's object: the copy of a predefined datatype made at
+/// MPI_Init, borrowed ([`FastHandles`]), or the table's entry, held.
+pub(crate) enum TypeRef {
+    Fast(&'static Arc<crate::datatype::Dtype>),
+    Table(Arc<crate::datatype::Dtype>),
+}
+
+impl std::ops::Deref for TypeRef {
+    type Target = Arc<crate::datatype::Dtype>;
+    fn deref(&self) -> &Self::Target {
+        match self {
+            TypeRef::Fast(t) => t,
+            TypeRef::Table(t) => t,
+        }
+    }
+}
+
+/// A communicator handle's object, the same way: MPI_COMM_WORLD and
+/// MPI_COMM_SELF borrowed from [`FastHandles`], any other held.
+pub(crate) enum CommRef {
+    Fast(&'static tmpi_coll::Comm),
+    Table(tmpi_coll::Comm),
+}
+
+impl std::ops::Deref for CommRef {
+    type Target = tmpi_coll::Comm;
+    fn deref(&self) -> &Self::Target {
+        match self {
+            CommRef::Fast(c) => c,
+            CommRef::Table(c) => c,
+        }
+    }
+}
+
+/// Communicator `h`: without the tables' lock for the predefined ones.
+pub(crate) fn comm_ref(h: c_int) -> Res<CommRef> {
+    match rt().ok().and_then(|rt| rt.fast.comm(h)) {
+        Some(c) => Ok(CommRef::Fast(&c.comm)),
+        None => Ok(CommRef::Table(tables().comm(h)?.comm.clone())),
+    }
+}
+
+/// Datatype `h`, usable for communication (committed): without the
+/// tables' lock for the predefined ones.
+pub(crate) fn type_ref(h: c_int) -> Res<TypeRef> {
+    match rt().ok().and_then(|rt| rt.fast.dtype(h)) {
+        Some(t) => Ok(TypeRef::Fast(&t.t)),
+        None => tables().comm_type(h).map(TypeRef::Table),
     }
 }
 

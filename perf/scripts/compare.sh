@@ -19,17 +19,7 @@ make -s -C perf/c OUT="$OUT" all
 cargo build --release --quiet -p tmpi-perf --bin tmpi-bench -p tmpi-run --bin tmpirun
 TD=${CARGO_TARGET_DIR:-target}/release
 
-# RT=1 (root): each job under the real-time FIFO class with RT throttling
-# off (restored on exit), so other work on the machine cannot preempt the
-# two busy-polling ranks (see perf/src/bin/report.rs --rt); a timeout at a
-# higher priority still ends a hung job.
-RTW=()
-if [ "${RT:-0}" = 1 ]; then
-    old_rt=$(cat /proc/sys/kernel/sched_rt_runtime_us)
-    trap 'echo "$old_rt" >/proc/sys/kernel/sched_rt_runtime_us' EXIT
-    echo -1 >/proc/sys/kernel/sched_rt_runtime_us
-    RTW=(chrt -f 90 timeout 660 chrt -f 20)
-fi
+. perf/scripts/rt.sh   # RT=1: real-time jobs (sets RTW)
 run() { # impl mode round
     local impl=$1 mode=$2 r=$3 f="$OUT/$1.$2.$3.csv"
     case $impl in

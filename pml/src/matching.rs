@@ -125,11 +125,10 @@ pub trait MatchPoint {
 #[derive(Debug, Default)]
 pub struct EngineMatcher {
     engine: Engine<RecvId, MsgId>,
-    /// The lone receive: pattern, receive id, cancel token.
-    lone: Option<(Pattern, RecvId, u64)>,
-    /// Generation of the lone slot's tokens.
-    lone_gen: u32,
-    /// Counters of the lone slot, added to the engine's in the statistics.
+    /// The lone receive: pattern and receive id.
+    lone: Option<(Pattern, RecvId)>,
+    /// Counters of the lone slot, added to the engine's in the statistics;
+    /// `lone_posts` is also the generation in the slot's cancel tokens.
     lone_posts: u64,
     lone_matches: u64,
     lone_cancels: u64,
@@ -170,6 +169,12 @@ impl EngineMatcher {
     pub fn new() -> Self {
         Self::default()
     }
+    /// The cancel token of the receive in the lone slot (its generation is
+    /// the number of slot posts, unchanged while the slot is taken).
+    fn lone_token(&self) -> u64 {
+        (u64::from(self.lone_posts as u32) << 32) | LONE_INDEX
+    }
+
     /// The engine's counters, with the lone slot's receives counted as
     /// the engine would have counted them.
     pub fn stats(&self) -> tmpi_tm_engine::Stats {
@@ -189,12 +194,10 @@ impl MatchPoint for EngineMatcher {
     fn post_recv(&mut self, pat: Pattern, id: RecvId) -> Result<Posted, MatchError> {
         if self.lone.is_none() && self.engine.posted_len() == 0 && self.engine.unexpected_len() == 0
         {
-            self.lone_gen = self.lone_gen.wrapping_add(1);
-            let token = ((self.lone_gen as u64) << 32) | LONE_INDEX;
-            self.lone = Some((pat, id, token));
+            self.lone = Some((pat, id));
             self.lone_posts += 1;
             self.lone_high_water = self.lone_high_water.max(1);
-            return Ok(Posted::Queued(token));
+            return Ok(Posted::Queued(self.lone_token()));
         }
         match self.engine.post_recv(spec(&pat), id) {
             Ok(PostOutcome::Matched { envelope, msg }) => {
@@ -211,7 +214,7 @@ impl MatchPoint for EngineMatcher {
         }
     }
     fn arrive(&mut self, env: Envelope, msg: MsgId) -> Result<Option<RecvId>, MatchError> {
-        if let Some((pat, id, _)) = self.lone {
+        if let Some((pat, id)) = self.lone {
             if pat.accepts(&env) {
                 self.lone = None;
                 self.lone_matches += 1;
@@ -236,7 +239,7 @@ impl MatchPoint for EngineMatcher {
             .map(|(e, m)| (from_env(e), m))
     }
     fn cancel(&mut self, token: u64) -> bool {
-        if matches!(self.lone, Some((_, _, t)) if t == token) {
+        if self.lone.is_some() && token == self.lone_token() {
             self.lone = None;
             self.lone_cancels += 1;
             return true;

@@ -148,24 +148,37 @@ struct Traffic {
     dir: String,
 }
 
+/// Reads a job's stderr to the end on one thread and passes its stdout
+/// lines through a channel on another, so that waiting for a line is
+/// bounded (`recv_timeout`).
+fn read_output(
+    child: &mut Child,
+) -> (
+    std::thread::JoinHandle<String>,
+    std::thread::JoinHandle<()>,
+    mpsc::Receiver<String>,
+) {
+    let mut err = child.stderr.take().unwrap();
+    let err_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    let out_t = std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    (err_t, out_t, rx)
+}
+
 impl Traffic {
     /// Reads the job's output until its `n` ranks said they are running
     /// (kills the job and panics with its stderr after `wait`).
     fn until_running(mut child: Child, n: u32, wait: Duration) -> Traffic {
-        let mut err = child.stderr.take().unwrap();
-        let err_t = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = err.read_to_string(&mut s);
-            s
-        });
-        // Stdout lines through a channel, so waiting for them is bounded.
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel::<String>();
-        let out_t = std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(l);
-            }
-        });
+        let (err_t, out_t, rx) = read_output(&mut child);
         let mut pids = BTreeMap::new();
         let (mut job, mut dir) = (String::new(), String::new());
         let deadline = Instant::now() + wait;
@@ -425,19 +438,7 @@ fn sigkill_before_peers_attached_removes_the_segment() {
     let _g = serial();
     let m = marker();
     let mut child = spawn_job(2, 60, &m, &["lateinit"]);
-    let mut err = child.stderr.take().unwrap();
-    let err_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel::<String>();
-    let out_t = std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
+    let (err_t, out_t, rx) = read_output(&mut child);
     let (mut pid0, mut job, mut dir) = (0u32, String::new(), String::new());
     let deadline = Instant::now() + Duration::from_secs(30);
     while pid0 == 0 {
