@@ -21,6 +21,7 @@
 
 pub mod cma;
 pub mod config;
+mod direct;
 pub mod module;
 pub mod segment;
 pub mod shm;

@@ -46,17 +46,19 @@
 //! crashed job.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tmpi_base::identity::ProcessInfo;
 use tmpi_base::modex::Modex;
-use tmpi_btl::{BtlError, BtlFlags, BtlModule, BtlRecvHandler, RemoteRegion};
+use tmpi_btl::{BtlError, BtlFlags, BtlModule, BtlRecvHandler, DirectSend, RemoteRegion};
 
 use crate::cma;
 use crate::config::{SingleCopy, SmConfig};
 use std::sync::atomic::Ordering;
 
+use crate::direct::PeerTx;
 use crate::segment::{coop_phase, Class, CoopSlot, Segment, COOP_SLOTS};
-use crate::shm::{self, FragHdr, Resolve};
+use crate::shm::{self, Fbox, FragHdr, Resolve};
 
 /// Modex key of the segment address.
 pub const MODEX_KEY: &str = "btl.sm.seg";
@@ -274,12 +276,10 @@ pub struct SmModule {
     peers: Vec<Option<Segment>>,
     free_eager: Vec<usize>,
     free_max: Vec<usize>,
-    /// Own fragments outstanding per destination local rank, per class
-    /// (`[eager, max]`).
-    held: Vec<[u32; 2]>,
-    /// Per local peer: the last value of that peer's fast-box `tail` we
-    /// read (see `Fbox::write_hinted`).
-    fbox_tail: Vec<u64>,
+    /// Per local peer: the fast box, the hint of its `tail` and the own
+    /// FIFO fragments outstanding to it, shared with the pml's
+    /// [`DirectSend`] handles (`crate::direct`).
+    tx: Vec<Arc<PeerTx>>,
     /// Most fragments of each class one destination may hold.
     share: [u32; 2],
     get_enabled: bool,
@@ -360,8 +360,7 @@ impl SmModule {
                 .rev()
                 .map(|i| layout.frag(Class::Max, i))
                 .collect(),
-            held: vec![[0, 0]; local_world.len()],
-            fbox_tail: vec![0; local_world.len()],
+            tx: (0..local_world.len()).map(|_| Arc::default()).collect(),
             share: if local_world.len() > 2 {
                 [(layout.n_eager / 2).max(1), (layout.n_max / 2).max(1)]
             } else {
@@ -406,7 +405,10 @@ impl SmModule {
 
     /// Counters.
     pub fn stats(&self) -> SmStats {
-        self.stats
+        SmStats {
+            fbox_sends: self.tx.iter().map(|t| t.sends()).sum(),
+            ..self.stats
+        }
     }
 
     /// Fragments in this process's pool (fixed at init).
@@ -495,6 +497,9 @@ impl SmModule {
         }
         seg.mark_attached();
         tracing::debug!(target: "btl_sm", peer, path, "attached");
+        if let Some((fbox, size)) = seg.fbox_raw(self.me_local) {
+            self.tx[l].attach(fbox, size, self.cfg.fbox_max.min(Fbox::max_record(size)));
+        }
         self.peers[l] = Some(seg);
         Ok(())
     }
@@ -509,7 +514,7 @@ impl SmModule {
         let len = header.len() + payload.len();
         let own = self.own.as_ref().ok_or(BtlError::Finalized)?;
         let eager_cap = own.layout().eager_cap as usize;
-        let [he, hm] = self.held[l];
+        let [he, hm] = self.tx[l].held();
         let eager_ok = len <= eager_cap && he < self.share[0];
         let max_ok = hm < self.share[1];
         let off = eager_ok
@@ -544,7 +549,7 @@ impl SmModule {
                 reason: "FIFO tail is corrupt".into(),
             });
         }
-        self.held[l][class as usize] += 1;
+        self.tx[l].held_add(class as usize);
         self.stats.fifo_sends += 1;
         let out = (self.pool_size - self.free_fragments()) as u64;
         self.stats.max_outstanding = self.stats.max_outstanding.max(out);
@@ -567,20 +572,11 @@ impl SmModule {
 
     /// Tries the fast box; `Ok(false)` when it cannot be used now.
     fn try_fbox(&mut self, l: usize, tag: u8, header: &[u8], payload: &[u8]) -> bool {
-        let len = header.len() + payload.len();
-        if len > self.cfg.fbox_max || self.held[l] != [0, 0] {
-            return false;
-        }
-        let peer_seg = self.peers[l].as_ref().expect("checked reachable");
-        let Some(fb) = peer_seg.fbox(self.me_local) else {
-            return false;
-        };
-        if fb.write_hinted(&mut self.fbox_tail[l], tag, header, payload) {
-            self.stats.fbox_sends += 1;
-            true
-        } else {
-            false
-        }
+        // SAFETY: `&mut self`: no other send of this module (nor of its
+        // direct handles, which the pml serializes with the module's calls)
+        // is in progress; the peer's segment is mapped while `tx[l]` is
+        // attached.
+        unsafe { self.tx[l].try_write(tag, header, payload) }
     }
 
     /// A free cooperative slot (recovering quarantined ones that their
@@ -819,8 +815,8 @@ impl SmModule {
                 };
                 // SAFETY: our fragment came back: popped, stable.
                 if let Ok((_, dst, _)) = unsafe { shm::frag_data(ptr, cap) } {
-                    if let Some(h) = self.held.get_mut(dst as usize) {
-                        h[class as usize] = h[class as usize].saturating_sub(1);
+                    if let Some(t) = self.tx.get(dst as usize) {
+                        t.held_sub(class as usize);
                     }
                 }
                 match class {
@@ -1079,12 +1075,23 @@ impl BtlModule for SmModule {
         self.poll(handler, FBOX_BUDGET_WAITING)
     }
 
+    /// The peer's fast box, shared with the module (`crate::direct`).
+    fn direct_send(&self, peer: u32) -> Option<Arc<dyn DirectSend>> {
+        let l = self.local_of(peer).ok()?;
+        if l == self.me_local || self.peers[l].is_none() {
+            return None;
+        }
+        Some(Arc::clone(&self.tx[l]) as Arc<dyn DirectSend>)
+    }
+
     fn finalize(&mut self) -> Result<(), BtlError> {
         if self.own.is_some() {
             self.unlink();
+            // Direct handles still held by the pml refuse from now on.
+            self.tx.iter().for_each(|t| t.detach());
             self.peers.iter_mut().for_each(|p| *p = None);
             self.own = None;
-            tracing::debug!(target: "btl_sm", stats = ?self.stats, "finalized");
+            tracing::debug!(target: "btl_sm", stats = ?self.stats(), "finalized");
         }
         Ok(())
     }

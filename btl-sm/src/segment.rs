@@ -391,6 +391,19 @@ impl Segment {
         unsafe { Fifo::at((self.base() + self.layout.fifo()) as *mut u8) }
     }
 
+    /// Address and ring size of the fast box written by local rank
+    /// `sender` (`None` out of range), for [`Fbox::at`] by a holder that
+    /// knows the mapping outlives its use (btl-sm's direct sends).
+    pub fn fbox_raw(&self, sender: usize) -> Option<(*mut u8, usize)> {
+        if sender >= self.layout.slots as usize {
+            return None;
+        }
+        Some((
+            (self.base() + self.layout.fbox(sender)) as *mut u8,
+            self.layout.fbox_size as usize,
+        ))
+    }
+
     /// The fast box written by local rank `sender` (`None` out of range).
     pub fn fbox(&self, sender: usize) -> Option<Fbox<'_>> {
         if sender >= self.layout.slots as usize {

@@ -181,9 +181,20 @@ const SIZES: [usize; 10] = [0, 8, 100, 236, 1000, 4000, 4200, 9000, 20000, 32768
 /// Every rank sends `per_peer` fragments of mixed sizes (fast box, eager,
 /// max) to every other rank, interleaved, and checks what it receives.
 fn all_to_all(ctx: &ChildContext, cfg: SmConfig, per_peer: u32) {
+    all_to_all_with(ctx, cfg, per_peer, false)
+}
+
+/// `all_to_all`; with `direct`, every fragment is first offered to the
+/// peer's direct handle (`BtlModule::direct_send`, the pml's blocking-send
+/// path) and goes through `send` only when the handle refuses: the
+/// checker then proves that handle writes never overtake FIFO fragments.
+fn all_to_all_with(ctx: &ChildContext, cfg: SmConfig, per_peer: u32, direct: bool) {
     let (mut m, mut modex) = wire(ctx, cfg);
     let mut rx = Checker::new(ctx.rank, ctx.size);
     let mut blocked = 0;
+    let handles: Vec<_> = (0..ctx.size).map(|p| m.direct_send(p)).collect();
+    assert!(handles[ctx.rank as usize].is_none(), "no handle to oneself");
+    let mut direct_sent = 0u64;
     for seq in 0..per_peer {
         for peer in (0..ctx.size).filter(|&p| p != ctx.rank) {
             let p = pattern(
@@ -193,9 +204,27 @@ fn all_to_all(ctx: &ChildContext, cfg: SmConfig, per_peer: u32) {
                 SIZES[(seq as usize + peer as usize) % SIZES.len()],
             );
             let h = header(ctx.rank, seq, &p);
-            blocked += send_retry(&mut m, &mut rx, peer, (seq % 200) as u8, &h, &p);
+            let tag = (seq % 200) as u8;
+            if direct {
+                let tx = handles[peer as usize].as_ref().expect("a handle per peer");
+                // SAFETY: this test is single-threaded: the handle's writes,
+                // the module's sends and its progress never overlap, and the
+                // module is finalized only after the last use.
+                if unsafe { tx.try_send(tag, &h, &p) } {
+                    direct_sent += 1;
+                    continue;
+                }
+            }
+            blocked += send_retry(&mut m, &mut rx, peer, tag, &h, &p);
         }
         m.progress(&mut rx);
+    }
+    if direct {
+        assert!(direct_sent > 0, "the direct handles took some fragments");
+        eprintln!(
+            "rank {}: {direct_sent} fragments through direct handles",
+            ctx.rank
+        );
     }
     let expect = per_peer as u64 * (ctx.size as u64 - 1);
     wait_for(&mut m, &mut rx, "all fragments", |rx| rx.received == expect);
@@ -218,6 +247,14 @@ fn all_to_all(ctx: &ChildContext, cfg: SmConfig, per_peer: u32) {
     }
     modex.fence().unwrap();
     m.finalize().unwrap();
+    for tx in handles.iter().flatten() {
+        // SAFETY: single-threaded (above); a finalized module's handles
+        // refuse without touching the unmapped segments.
+        assert!(
+            !unsafe { tx.try_send(1, b"late", &[]) },
+            "handle refuses after finalize"
+        );
+    }
     assert_eq!(rx.received, expect);
     for (src, &n) in rx.next.iter().enumerate() {
         assert_eq!(n, if src as u32 == ctx.rank { 0 } else { per_peer });
@@ -235,6 +272,25 @@ fn ordering_exactly_once_checksums_4_ranks() {
 fn ordering_child() {
     let Some(ctx) = child_context() else { return };
     all_to_all(&ctx, SmConfig::default(), 1000);
+}
+
+#[test]
+fn direct_handles_keep_order_3_ranks() {
+    let out = run_ranks("direct_child", 3, &[], TIMEOUT);
+    out.assert_success();
+    no_segments_left(&out.job_id);
+}
+
+#[test]
+fn direct_child() {
+    let Some(ctx) = child_context() else { return };
+    // Small fast boxes: the handles often find them full or the FIFO in
+    // use, so both paths interleave to every peer.
+    let cfg = SmConfig {
+        fbox_size: 1024,
+        ..SmConfig::default()
+    };
+    all_to_all_with(&ctx, cfg, 800, true);
 }
 
 #[test]

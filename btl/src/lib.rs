@@ -256,6 +256,16 @@ pub trait BtlModule: Send {
         self.progress(handler)
     }
 
+    /// A handle that writes small fragments to `peer` without going
+    /// through this module's `send` (btl-sm: the peer's fast box), for the
+    /// pml's blocking-send fast path; `None` (the default): not offered.
+    /// What goes through it is ordered with this module's own sends to the
+    /// peer: the handle refuses while the module has fragments to the peer
+    /// that the handle could overtake. See [`DirectSend`] for the rules.
+    fn direct_send(&self, _peer: u32) -> Option<std::sync::Arc<dyn DirectSend>> {
+        None
+    }
+
     /// Whether fragments reach this module only through its own `send` /
     /// `sendi` (a loopback such as btl-self): then a caller may skip
     /// `progress` while it has sent nothing since the last progress that
@@ -282,4 +292,22 @@ pub trait BtlModule: Send {
     fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
         None
     }
+}
+
+/// A module's direct channel to one peer ([`BtlModule::direct_send`]): one
+/// indirect call from the pml to the bytes in shared memory, instead of
+/// the transport, the module's `try_sendi`, its checks and its fast-box
+/// lookup (~250 instructions of a 794-instruction `MPI_Send`, callgrind).
+pub trait DirectSend: Send + Sync {
+    /// Sends `header ++ payload` tagged `tag` if it can be done at once
+    /// without reordering against the module's other sends to the peer;
+    /// `false` (nothing was sent): use the module's `send`/`sendi`.
+    ///
+    /// # Safety
+    /// Calls on this handle, on every other handle of the same module and
+    /// on the module's own send and progress functions are serialized (the
+    /// pml makes them all under its lock), and the module has not been
+    /// finalized or dropped (the pml drops its handles before it finalizes
+    /// the modules).
+    unsafe fn try_send(&self, tag: u8, header: &[u8], payload: &[u8]) -> bool;
 }

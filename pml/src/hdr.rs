@@ -224,6 +224,17 @@ fn need(kind: &'static str, b: &[u8], n: usize) -> Result<(), HdrError> {
     }
 }
 
+/// The common case of [`Header::parse`] on its own: a MATCH fragment
+/// (valid exactly when `parse` would return `Header::Match`), its header
+/// and payload; `None` for anything else, which `parse` then handles.
+#[inline]
+pub fn parse_match(b: &[u8]) -> Option<(MatchHdr, &[u8])> {
+    if b.len() < MATCH_LEN || b[..4] != [KIND_MATCH, 0, 0, 0] {
+        return None;
+    }
+    Some((match_at(b), &b[MATCH_LEN..]))
+}
+
 impl<'a> Header<'a> {
     /// Parses a received fragment. Validates lengths, reserved bytes and
     /// flags; never panics on any input.

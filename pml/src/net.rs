@@ -494,6 +494,16 @@ impl Transport for BtlNet {
         self.poll(deliver, true)
     }
 
+    fn direct_send(&self, peer: u32) -> Option<std::sync::Arc<dyn tmpi_btl::DirectSend>> {
+        let &i = self.route.get(peer as usize)?;
+        // The tagged path and loopbacks keep their own send logic
+        // (`BtlNet::send`); so do modules without send-immediate.
+        if self.tm_peer(peer) || self.loopback[i] || !self.sendi[i] {
+            return None;
+        }
+        self.modules[i].direct_send(peer)
+    }
+
     fn finalize(&mut self) {
         for m in self.modules.iter_mut() {
             if let Err(e) = m.finalize() {

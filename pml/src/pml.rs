@@ -19,6 +19,7 @@ use tmpi_base::error::MpiErrorClass;
 use crate::comm::CommRecord;
 use crate::core::{Action, Core, Limits, Stats, Wire};
 use crate::matching::{EngineMatcher, Envelope, MsgId};
+use crate::net::BTL_TAG_PML;
 use crate::raw::{RawBuf, RawBufMut};
 use crate::request::{MessageId, ReqId, SendMode, Status};
 use crate::transport::{Transport, TxError};
@@ -51,6 +52,9 @@ pub(crate) struct Inner {
     /// Progress rounds so far (failed peers are collected every
     /// [`FAILED_POLL`]th).
     rounds: u32,
+    /// Per world rank: the carrying BTL's direct channel
+    /// (`Transport::direct_send`), used by the blocking-send fast path.
+    direct: Vec<Option<std::sync::Arc<dyn tmpi_btl::DirectSend>>>,
 }
 
 /// See [`Inner::progress`]: progress rounds per collection of failed peers.
@@ -99,7 +103,9 @@ impl Inner {
         let limits = (0..n).map(|p| net.limits(p)).collect();
         let tm = net.tm_caps().is_some();
         let tm_in = net.tm_inputs();
+        let direct = (0..n).map(|p| net.direct_send(p)).collect();
         Inner {
+            direct,
             tm,
             tm_in,
             tm_inputs: Vec::new(),
@@ -539,19 +545,33 @@ impl Pml {
             // action (docs/pml.md "Blocking calls and the lock").
             if !g.tm && g.pending.is_empty() && !g.core.has_actions() {
                 let Inner {
-                    core, net, limits, ..
+                    core,
+                    net,
+                    limits,
+                    direct,
+                    ..
                 } = &mut *g;
-                if let Some((peer, hdr, st)) =
-                    core.eager_direct(limits, ctx, dest, tag, buf.len(), mode)?
-                {
+                if let Some(e) = core.eager_direct(limits, ctx, dest, tag, buf.len(), mode)? {
+                    let (peer, st) = (e.peer, e.st);
+                    if let (Some(Some(tx)), true) = (direct.get(peer as usize), buf.is_contiguous())
+                    {
+                        // SAFETY: every use of the BTL modules and of their
+                        // direct handles happens under the pml's lock, held
+                        // here (DirectSend's contract; a finalized module's
+                        // handle refuses); `buf` is valid for reads during
+                        // this call (contract) and contiguous.
+                        if unsafe { tx.try_send(BTL_TAG_PML, &e.hdr, buf.as_slice()) } {
+                            return Ok(st);
+                        }
+                    }
                     let net = &mut **net;
                     // SAFETY: `buf` is valid for reads during this call
                     // (contract); a typed buffer packs its bytes here.
-                    let sent = unsafe { buf.with_bytes(|b| net.send(peer, hdr.as_slice(), b)) };
+                    let sent = unsafe { buf.with_bytes(|b| net.send(peer, &e.hdr, b)) };
                     match sent {
                         Ok(()) => return Ok(st),
                         Err(TxError::Busy) => {
-                            let id = core.queue_direct(peer, hdr, buf, st);
+                            let id = core.queue_direct(&e, buf);
                             g.flush();
                             if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
                                 return Ok(s);

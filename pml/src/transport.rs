@@ -49,6 +49,12 @@ pub trait Transport: Send {
     fn progress_waiting(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize {
         self.progress(deliver)
     }
+    /// The direct channel to `peer` of the BTL that carries its traffic
+    /// (`BtlModule::direct_send`), for small MATCH fragments of blocking
+    /// sends; `None` (default): every fragment goes through `send`.
+    fn direct_send(&self, _peer: u32) -> Option<std::sync::Arc<dyn tmpi_btl::DirectSend>> {
+        None
+    }
     /// Releases the BTLs (after the finalize fence).
     fn finalize(&mut self) {}
     /// Peers found dead since the last call (each once), with the reason:

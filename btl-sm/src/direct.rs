@@ -1,0 +1,105 @@
+//! The per-peer sending state shared by [`crate::SmModule`] and the
+//! [`DirectSend`] handles it gives the pml: the peer's fast box, the
+//! sender's hint of its `tail`, and the FIFO fragments outstanding to the
+//! peer (while there are any, a fast-box record could overtake them, so
+//! both the module and the handle fall back to the FIFO).
+//!
+//! The fields are atomics accessed with relaxed loads and stores (plain
+//! moves on x86): the module and the handles are used under one lock (the
+//! pml's), so there is no concurrent writer; the atomics only make the
+//! sharing expressible without `unsafe impl Sync`.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+use tmpi_btl::DirectSend;
+
+use crate::shm::Fbox;
+
+/// Sending state for one local peer.
+#[derive(Debug, Default)]
+pub(crate) struct PeerTx {
+    /// Address of the fast box this process writes in the peer's segment
+    /// (0 until attached).
+    fbox: AtomicUsize,
+    /// Its ring size in bytes.
+    size: AtomicUsize,
+    /// Largest fragment that goes through the fast box (`btl_sm_fbox_max`).
+    fbox_max: AtomicUsize,
+    /// The last value of the peer's `tail` read (`Fbox::write_hinted`).
+    tail_hint: AtomicU64,
+    /// Own FIFO fragments outstanding to the peer, per class
+    /// (`[eager, max]`).
+    held: [AtomicU32; 2],
+    /// Records written to the fast box.
+    sends: AtomicU64,
+}
+
+impl PeerTx {
+    /// Records the peer's fast box once its segment is attached.
+    pub(crate) fn attach(&self, fbox: *mut u8, size: usize, fbox_max: usize) {
+        self.size.store(size, Relaxed);
+        self.fbox_max.store(fbox_max, Relaxed);
+        self.fbox.store(fbox as usize, Relaxed);
+    }
+
+    /// Forgets the fast box (the segment is about to be unmapped).
+    pub(crate) fn detach(&self) {
+        self.fbox.store(0, Relaxed);
+    }
+
+    pub(crate) fn held(&self) -> [u32; 2] {
+        [self.held[0].load(Relaxed), self.held[1].load(Relaxed)]
+    }
+
+    pub(crate) fn held_add(&self, class: usize) {
+        let h = &self.held[class];
+        h.store(h.load(Relaxed) + 1, Relaxed);
+    }
+
+    pub(crate) fn held_sub(&self, class: usize) {
+        let h = &self.held[class];
+        h.store(h.load(Relaxed).saturating_sub(1), Relaxed);
+    }
+
+    pub(crate) fn sends(&self) -> u64 {
+        self.sends.load(Relaxed)
+    }
+
+    /// Writes one fast-box record if the fragment fits, nothing is
+    /// outstanding in the FIFO to this peer and the ring has room.
+    ///
+    /// # Safety
+    /// No other write to this fast box is in progress (all writers are
+    /// serialized: [`DirectSend::try_send`]'s contract), and the peer's
+    /// segment is still mapped (the module detaches before unmapping).
+    pub(crate) unsafe fn try_write(&self, tag: u8, header: &[u8], payload: &[u8]) -> bool {
+        let addr = self.fbox.load(Relaxed);
+        if addr == 0
+            || header.len() + payload.len() > self.fbox_max.load(Relaxed)
+            || self.held[0].load(Relaxed) | self.held[1].load(Relaxed) != 0
+        {
+            return false;
+        }
+        // SAFETY: `addr` is the 64-aligned fast box of `size` bytes that
+        // `attach` recorded from the peer's validated segment, still mapped
+        // (contract); this process is its only writer and no other write is
+        // in progress (contract).
+        let fb = unsafe { Fbox::at(addr as *mut u8, self.size.load(Relaxed)) };
+        let mut hint = self.tail_hint.load(Relaxed);
+        let ok = fb.write_hinted(&mut hint, tag, header, payload);
+        self.tail_hint.store(hint, Relaxed);
+        if ok {
+            self.sends.store(self.sends.load(Relaxed) + 1, Relaxed);
+        }
+        ok
+    }
+}
+
+impl DirectSend for PeerTx {
+    unsafe fn try_send(&self, tag: u8, header: &[u8], payload: &[u8]) -> bool {
+        // SAFETY: the caller serializes every send of the module and keeps
+        // the module alive and unfinalized (the trait's contract), which is
+        // `try_write`'s.
+        unsafe { self.try_write(tag, header, payload) }
+    }
+}
