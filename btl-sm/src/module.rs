@@ -280,6 +280,9 @@ pub struct SmModule {
     /// FIFO fragments outstanding to it, shared with the pml's
     /// [`DirectSend`] handles (`crate::direct`).
     tx: Vec<Arc<PeerTx>>,
+    /// Per attached peer: (world rank, address and size of the fast box it
+    /// writes in our segment), the list `poll` walks every round.
+    rx: Vec<(u32, usize, usize)>,
     /// Most fragments of each class one destination may hold.
     share: [u32; 2],
     get_enabled: bool,
@@ -361,6 +364,7 @@ impl SmModule {
                 .map(|i| layout.frag(Class::Max, i))
                 .collect(),
             tx: (0..local_world.len()).map(|_| Arc::default()).collect(),
+            rx: Vec::new(),
             share: if local_world.len() > 2 {
                 [(layout.n_eager / 2).max(1), (layout.n_max / 2).max(1)]
             } else {
@@ -499,6 +503,9 @@ impl SmModule {
         tracing::debug!(target: "btl_sm", peer, path, "attached");
         if let Some((fbox, size)) = seg.fbox_raw(self.me_local) {
             self.tx[l].attach(fbox, size, self.cfg.fbox_max.min(Fbox::max_record(size)));
+        }
+        if let Some((fbox, size)) = self.own.as_ref().and_then(|o| o.fbox_raw(l)) {
+            self.rx.push((peer, fbox as usize, size));
         }
         self.peers[l] = Some(seg);
         Ok(())
@@ -780,12 +787,12 @@ impl SmModule {
             return 0;
         };
         let mut n = 0usize;
-        for s in 0..self.peers.len() {
-            if s == self.me_local || self.peers[s].is_none() {
-                continue;
-            }
-            let Some(fb) = own.fbox(s) else { continue };
-            let world = self.local_world[s];
+        for &(world, addr, size) in &self.rx {
+            // SAFETY: `addr` is the fast box of `size` bytes that this peer
+            // writes in our own segment (`Segment::fbox_raw` at attach),
+            // mapped while `own` is (checked above); we are its only
+            // reader.
+            let fb = unsafe { Fbox::at(addr as *mut u8, size) };
             match fb.read(fbox_budget, &mut |tag, b| {
                 handler.on_fragment(world, tag, b)
             }) {
@@ -1089,6 +1096,7 @@ impl BtlModule for SmModule {
             self.unlink();
             // Direct handles still held by the pml refuse from now on.
             self.tx.iter().for_each(|t| t.detach());
+            self.rx.clear();
             self.peers.iter_mut().for_each(|p| *p = None);
             self.own = None;
             tracing::debug!(target: "btl_sm", stats = ?self.stats(), "finalized");

@@ -69,6 +69,10 @@ pub struct BtlNet {
     sendi: Vec<bool>,
     /// Whether a module carries some peer's traffic (is in `route`).
     carries: Vec<bool>,
+    /// Indices of those modules (polled every round), and of all modules
+    /// (every [`IDLE_MODULE_POLL`]th round).
+    carrying: Vec<usize>,
+    every: Vec<usize>,
     /// Whether a module gets input only from its own sends (btl-self,
     /// [`BtlModule::input_only_from_sends`]).
     loopback: Vec<bool>,
@@ -263,7 +267,9 @@ pub(crate) fn open(
     // Only when openib carries traffic: an RDMA device on a one-node job
     // (every peer over sm) must not cost the sm path anything per poll.
     let any_openib = route.iter().any(|&i| modules[i].name() == "openib");
-    let carries = (0..modules.len()).map(|i| route.contains(&i)).collect();
+    let carries: Vec<bool> = (0..modules.len()).map(|i| route.contains(&i)).collect();
+    let carrying = (0..modules.len()).filter(|&i| carries[i]).collect();
+    let every = (0..modules.len()).collect();
     let loopback: Vec<bool> = modules.iter().map(|m| m.input_only_from_sends()).collect();
     let mut limits: Vec<Limits> = limits;
     let tm = tm_state(&mut modules, &route, &mut limits);
@@ -276,6 +282,8 @@ pub(crate) fn open(
         quiet: loopback.clone(),
         loopback,
         carries,
+        carrying,
+        every,
         polls: 0,
         regs: HashMap::new(),
         dropped: 0,
@@ -363,10 +371,12 @@ impl BtlNet {
         let dropped = &mut self.dropped;
         self.polls = self.polls.wrapping_add(1);
         let all = self.polls % IDLE_MODULE_POLL == 0;
-        for (i, m) in self.modules.iter_mut().enumerate() {
-            if !(all || (self.carries[i] && !self.quiet[i])) {
+        let which = if all { &self.every } else { &self.carrying };
+        for &i in which {
+            if !all && self.quiet[i] {
                 continue;
             }
+            let m = &mut self.modules[i];
             let mut handler = |peer: u32, tag: u8, bytes: &[u8]| {
                 if tag == BTL_TAG_PML {
                     deliver(peer, bytes);
