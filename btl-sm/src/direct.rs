@@ -97,9 +97,10 @@ impl PeerTx {
 
 impl DirectSend for PeerTx {
     unsafe fn try_send(&self, tag: u8, header: &[u8], payload: &[u8]) -> bool {
-        // SAFETY: the caller serializes every send of the module and keeps
-        // the module alive and unfinalized (the trait's contract), which is
-        // `try_write`'s.
+        // SAFETY: the caller serializes every send of the module (the
+        // trait's contract); the module detaches this state before it
+        // unmaps the peer's segment (finalize, also run on drop), after
+        // which `try_write` refuses without touching it.
         unsafe { self.try_write(tag, header, payload) }
     }
 }

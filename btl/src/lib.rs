@@ -303,11 +303,13 @@ pub trait DirectSend: Send + Sync {
     /// without reordering against the module's other sends to the peer;
     /// `false` (nothing was sent): use the module's `send`/`sendi`.
     ///
+    /// An implementation makes its handles refuse once the module is
+    /// finalized or dropped (the memory they write may be unmapped then):
+    /// a caller may keep a handle longer than the module.
+    ///
     /// # Safety
     /// Calls on this handle, on every other handle of the same module and
     /// on the module's own send and progress functions are serialized (the
-    /// pml makes them all under its lock), and the module has not been
-    /// finalized or dropped (the pml drops its handles before it finalizes
-    /// the modules).
+    /// pml makes them all under its lock).
     unsafe fn try_send(&self, tag: u8, header: &[u8], payload: &[u8]) -> bool;
 }
