@@ -59,6 +59,16 @@ struct Cfg {
     rt: bool,
 }
 
+/// The operations of perf/c/collbench.c, in the order the report lists them.
+const COLL_OPS: [&str; 6] = [
+    "barrier",
+    "bcast",
+    "allreduce",
+    "reduce",
+    "allgather",
+    "alltoall",
+];
+
 /// The benchmark groups `--only` selects.
 const GROUPS: [&str; 5] = ["match", "deepq", "sm", "tcp", "coll"];
 
@@ -582,7 +592,7 @@ fn real_main() -> Result<(), ReportError> {
                     &e("collbench"),
                     &["--csv"],
                 ) {
-                    if f.len() == 3 && ["barrier", "bcast", "allreduce"].contains(&f[0].as_str()) {
+                    if f.len() == 3 && COLL_OPS.contains(&f[0].as_str()) {
                         if let (Ok(b), Ok(us)) = (f[1].parse::<u64>(), f[2].parse()) {
                             add(
                                 &mut data,
@@ -693,66 +703,159 @@ const SECTIONS: &[Section] = &[
     },
 ];
 
-/// Collectives as time ratios tmpi / Open MPI vs ranks, one line per operation and size; bars
-/// span tmpi's min / Open MPI's max to tmpi's max / Open MPI's min; a black line marks 1.0.
-fn coll_plot(
-    cfg: &Cfg,
-    data: &Data,
-    colls: &std::collections::BTreeSet<String>,
-    md: &mut String,
-) -> Result<(), ReportError> {
-    let mut named = vec![];
-    for s in colls {
-        let t = series(data, s, "tmpi");
-        let o = series(data, s, "ompi");
-        let pts: Series = t
-            .iter()
-            .filter_map(|p| {
-                let q = o.iter().find(|q| q.0 == p.0)?;
-                (q.1 > 0.0 && q.2 > 0.0 && q.3 > 0.0)
-                    .then(|| (p.0, p.1 / q.1, p.2 / q.3, p.3 / q.2))
-            })
-            .collect();
-        if !pts.is_empty() {
-            named.push((coll_name(&s[5..]), pts));
+/// The collectives' section keys ("coll-bcast-65536B") in report order: operation as in
+/// `COLL_OPS` (unknown ones last), then size.
+fn coll_keys(data: &Data) -> Vec<String> {
+    let mut keys: Vec<String> = data
+        .keys()
+        .filter(|k| k.0.starts_with("coll-"))
+        .map(|k| k.0.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    keys.sort_by_key(|k| coll_order(k));
+    keys
+}
+
+/// Sort key of a collectives' section key: operation index, bytes, the key itself.
+fn coll_order(key: &str) -> (usize, u64, String) {
+    let (op, size) = key[5..].split_once('-').unwrap_or((&key[5..], ""));
+    let b = size.trim_end_matches('B').parse().unwrap_or(u64::MAX);
+    let i = COLL_OPS
+        .iter()
+        .position(|o| *o == op)
+        .unwrap_or(COLL_OPS.len());
+    (i, b, key.to_string())
+}
+
+/// Time ratios tmpi / Open MPI of one collectives' section per rank count: (ranks, median
+/// ratio, low, high), the bars spanning tmpi's min / Open MPI's max to tmpi's max / Open MPI's min.
+fn coll_ratios(data: &Data, key: &str) -> Series {
+    let o = series(data, key, "ompi");
+    series(data, key, "tmpi")
+        .iter()
+        .filter_map(|p| {
+            let q = o.iter().find(|q| q.0 == p.0)?;
+            (q.1 > 0.0 && q.2 > 0.0 && q.3 > 0.0).then(|| (p.0, p.1 / q.1, p.2 / q.3, p.3 / q.2))
+        })
+        .collect()
+}
+
+/// The collectives' summary: one row per operation and size, one column per rank count, the
+/// median time ratio tmpi / Open MPI in each cell, and how many cells are at or below 1.0.
+fn coll_summary(data: &Data, colls: &[String], md: &mut String) {
+    let ranks: Vec<u64> = colls
+        .iter()
+        .flat_map(|k| coll_ratios(data, k).into_iter().map(|p| p.0))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if ranks.is_empty() {
+        return;
+    }
+    let _ = write!(
+        md,
+        "### Summary: time tmpi / Open MPI (medians)\n\n| operation |"
+    );
+    for n in &ranks {
+        let _ = write!(md, " {n} ranks |");
+    }
+    let _ = writeln!(md, "\n|---|{}", "---|".repeat(ranks.len()));
+    let (mut met, mut cells) = (0, 0);
+    for k in colls {
+        let r = coll_ratios(data, k);
+        let _ = write!(md, "| {} |", coll_name(&k[5..]));
+        for n in &ranks {
+            match r.iter().find(|p| p.0 == *n) {
+                Some(p) => {
+                    cells += 1;
+                    if p.1 <= 1.0 {
+                        met += 1;
+                        let _ = write!(md, " **{:.2}** |", p.1);
+                    } else {
+                        let _ = write!(md, " {:.2} |", p.1);
+                    }
+                }
+                None => {
+                    let _ = write!(md, " - |");
+                }
+            }
+        }
+        md.push('\n');
+    }
+    let _ = writeln!(md, "\nAt or below 1.0 (bold): {met} of {cells} cells.\n");
+}
+
+/// Collectives as time ratios tmpi / Open MPI vs ranks, one panel per operation with one line
+/// per size (`coll_ratios`); a black line marks 1.0.
+fn coll_plot(cfg: &Cfg, data: &Data, colls: &[String], md: &mut String) -> Result<(), ReportError> {
+    // (operation, [(size name, points)]) in report order
+    let mut ops: Vec<(String, Vec<(String, Series)>)> = vec![];
+    for k in colls {
+        let pts = coll_ratios(data, k);
+        if pts.is_empty() {
+            continue;
+        }
+        let name = coll_name(&k[5..]);
+        let (op, size) = name.split_once(' ').unwrap_or((&name, ""));
+        match ops.last_mut() {
+            Some(o) if o.0 == op => o.1.push((size.to_string(), pts)),
+            _ => ops.push((op.to_string(), vec![(size.to_string(), pts)])),
         }
     }
-    if named.is_empty() {
+    if ops.is_empty() {
         return Ok(());
     }
-    let ranks: Vec<u64> = named.iter().flat_map(|n| n.1.iter().map(|p| p.0)).collect();
+    let ranks: Vec<u64> = ops
+        .iter()
+        .flat_map(|o| o.1.iter().flat_map(|s| s.1.iter().map(|p| p.0)))
+        .collect();
     let (lo, hi) = (
         ranks.iter().copied().min().unwrap_or(2),
         ranks.iter().copied().max().unwrap_or(2),
     );
-    let mut lines: Vec<Line<'_>> = named
+    // One colour per size, the same in every panel.
+    let mut sizes: Vec<&str> = vec![];
+    for s in ops.iter().flat_map(|o| o.1.iter()) {
+        if !sizes.contains(&s.0.as_str()) {
+            sizes.push(&s.0);
+        }
+    }
+    let panels: Vec<(String, Vec<Line<'_>>)> = ops
         .iter()
-        .enumerate()
-        .map(|(i, (name, pts))| Line {
-            name,
-            color: plot::MANY[i % plot::MANY.len()],
-            points: pts.clone(),
+        .map(|(op, series)| {
+            let mut lines: Vec<Line<'_>> = series
+                .iter()
+                .map(|(size, pts)| Line {
+                    name: size,
+                    color: plot::MANY
+                        [sizes.iter().position(|s| s == size).unwrap_or(0) % plot::MANY.len()],
+                    points: pts.clone(),
+                })
+                .collect();
+            lines.push(Line {
+                name: "1.0 = Open MPI",
+                color: plotters::style::RGBColor(0, 0, 0),
+                points: vec![(lo, 1.0, 1.0, 1.0), (hi, 1.0, 1.0, 1.0)],
+            });
+            (op.clone(), lines)
         })
         .collect();
-    lines.push(Line {
-        name: "1.0 = Open MPI (target: at or below)",
-        color: plotters::style::RGBColor(0, 0, 0),
-        points: vec![(lo, 1.0, 1.0, 1.0), (hi, 1.0, 1.0, 1.0)],
-    });
-    plot::plot(
+    plot::plot_grid(
         &cfg.out.join("coll.png"),
         &Labels {
-            title: "Collectives: time tmpi / Open MPI (below 1 = tmpi faster)",
-            x: "ranks (4 and 8 oversubscribe 2 cores)",
+            title: "Collectives: time tmpi / Open MPI (below 1 = tmpi faster; 4 and 8 ranks oversubscribe 2 cores)",
+            x: "ranks",
             y: "time ratio tmpi / Open MPI",
             x_binary: true,
             legend_right: true,
         },
-        &lines,
+        &panels,
+        3,
     )?;
     let _ = writeln!(
         md,
-        "![Collectives: time ratio tmpi / Open MPI per operation and size vs ranks](coll.png)\n"
+        "![Collectives: time ratio tmpi / Open MPI per operation (panels) and size (lines) vs ranks](coll.png)\n"
     );
     Ok(())
 }
@@ -941,18 +1044,15 @@ fn write_report(cfg: &Cfg, data: &Data, libs: &[&str], runs: &str) -> Result<(),
         )?;
         let _ = writeln!(md, "![{}]({}.png)\n", sec.title, sec.key);
     }
-    let colls: std::collections::BTreeSet<String> = data
-        .keys()
-        .filter(|k| k.0.starts_with("coll-"))
-        .map(|k| k.0.clone())
-        .collect();
+    let colls = coll_keys(data);
     if !colls.is_empty() {
         let _ = writeln!(md, "## Collectives (µs, x = ranks; 4 and 8 ranks oversubscribe 2 cores: tmpi and Open MPI with `--mca mpi_yield_when_idle 1`, MPICH only at 2 ranks: it busy-polls when oversubscribed and produced no output within 200 s at 4 ranks, docs/coll.md)\n");
+        coll_summary(data, &colls, &mut md);
+        coll_plot(cfg, data, &colls, &mut md)?;
         for s in &colls {
-            let _ = writeln!(md, "### {}\n", &s[5..]);
+            let _ = writeln!(md, "### {}\n", coll_name(&s[5..]));
             table(&mut md, data, s, libs, true, ["ranks", "", "ompi"]);
         }
-        coll_plot(cfg, data, &colls, &mut md)?;
     }
     // Hand-written sections (the soft-NIC offload figures from the criterion/sync benches, the
     // target verdicts) live in DIR/notes.md and are appended, so a rerun keeps them.

@@ -135,6 +135,57 @@ pub fn plot(path: &Path, labels: &Labels<'_>, lines: &[Line<'_>]) -> Result<(), 
     Ok(())
 }
 
+/// Draws one panel per `(title, lines)` of `panels`, `cols` to a row, to `path` (500 × 420
+/// pixels per panel, `labels.title` above them all). Every panel has the same axis ranges, so
+/// their lines compare across panels. Nothing is written when no line has a point.
+pub fn plot_grid(
+    path: &Path,
+    labels: &Labels<'_>,
+    panels: &[(String, Vec<Line<'_>>)],
+    cols: usize,
+) -> Result<(), PlotError> {
+    let pts: Vec<_> = panels
+        .iter()
+        .flat_map(|p| p.1.iter())
+        .flat_map(|l| l.points.iter())
+        .filter(|p| p.0 > 0 && p.2 > 0.0)
+        .collect();
+    if pts.is_empty() {
+        return Ok(());
+    }
+    register()?;
+    let cols = cols.max(1);
+    let rows = panels.len().div_ceil(cols);
+    let x0 = pts.iter().map(|p| p.0).min().unwrap_or(1) as f64;
+    let x1 = pts.iter().map(|p| p.0).max().unwrap_or(1) as f64;
+    let y0 = pts.iter().map(|p| p.2).fold(f64::MAX, f64::min);
+    let y1 = pts.iter().map(|p| p.3).fold(f64::MIN, f64::max);
+    let err =
+        |e: &dyn std::fmt::Display| PlotError::Draw(path.display().to_string(), e.to_string());
+    let size = (500 * cols as u32, 420 * rows as u32 + 40);
+    let root = BitMapBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let body = root
+        .titled(labels.title, (FONT, 24).into_font().style(FontStyle::Bold))
+        .map_err(|e| err(&e))?;
+    for (area, (title, lines)) in body.split_evenly((rows, cols)).iter().zip(panels) {
+        let xr = ((x0 / 1.5)..(x1 * if labels.legend_right { 5.0 } else { 1.5 }))
+            .log_scale()
+            .base(if labels.x_binary { 2.0 } else { 10.0 });
+        let yr = ((y0 / 1.6)..(y1 * 1.6)).log_scale();
+        let panel = Labels {
+            title,
+            x: labels.x,
+            y: labels.y,
+            x_binary: labels.x_binary,
+            legend_right: labels.legend_right,
+        };
+        draw(area, &panel, lines, xr, yr).map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
 fn draw<X, Y>(
     root: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
     labels: &Labels<'_>,
