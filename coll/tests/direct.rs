@@ -1,5 +1,6 @@
 //! The direct algorithms of small blocking collectives (barrier, bcast,
-//! reduce, allreduce, allgather, alltoall <= 1 KiB, `coll/src/direct.rs`) over the real pml
+//! reduce, allreduce, allgather, alltoall <= 1 KiB; bcast also above, where
+//! tuned decides binomial; `coll/src/direct.rs`) over the real pml
 //! (one `Pml` per rank thread over the in-process loopback transport, as
 //! `over_pml.rs`), at 1, 2, 3, 4, 5 and 8 ranks, every root, in place and
 //! not, every predefined op on every type it applies to and a
@@ -190,9 +191,10 @@ fn check_comm(c: &Comm, seed: u64, full: bool) {
     }
     let (_, _) = both(c, || c.barrier().unwrap());
 
-    // bcast: every root, 0 to 256 bytes.
+    // bcast: every root, 0 bytes to above the 1 KiB stack buffers (bcast
+    // receives into the caller's buffer; the children's sends start together).
     for root in 0..p {
-        for len in [0usize, 1, 13, 256, 300, 1024] {
+        for len in [0usize, 1, 13, 256, 300, 1024, 5000] {
             let want = input(Datatype::U8, len, root, seed ^ 0xb);
             let (d, s) = both(c, || {
                 let mut b = if me == root {
@@ -407,6 +409,16 @@ fn ranks_on_different_paths_interoperate() {
                 };
                 w.bcast(&mut b, root).unwrap();
                 assert_eq!(b, want);
+                // Above the stack buffers: requests to the children.
+                let want = input(Datatype::U8, 5000, root, 4);
+                let mut b = if me == root {
+                    want.clone()
+                } else {
+                    vec![0; 5000]
+                };
+                w.bcast(&mut b, root).unwrap();
+                assert_eq!(b, want);
+                calls += 1;
                 for (op, dtype) in [(Op::Sum, Datatype::I64), (matmul(), Datatype::I32)] {
                     let all: Vec<Vec<u8>> = (0..n).map(|r| input(dtype, 16, r, 5)).collect();
                     let reference = fold(&op, dtype, &all);
@@ -504,6 +516,58 @@ fn no_direct_path_with_nonblocking_outstanding_or_forced_algorithm() {
             assert_eq!(w.direct_calls(), before + 1);
         },
     );
+}
+
+#[test]
+fn large_bcast_direct_where_binomial() {
+    // Above 1 KiB a blocking bcast runs directly wherever tuned decides
+    // binomial: at every size up to 4 ranks, below 64 KiB above 4 ranks (the
+    // loopback pml does not yield); `coll_tuned_direct_bcast_large=0` keeps
+    // schedules above `coll_tuned_direct_max`. Eager limit 256 B: every
+    // message here is a rendezvous, fragments reordered, sends refused now
+    // and then.
+    for (n, large) in [
+        (2u32, true),
+        (3, true),
+        (4, true),
+        (5, true),
+        (8, true),
+        (4, false),
+    ] {
+        let mut cfg = LoopbackConfig {
+            swap_pairs: true,
+            busy_every: 5,
+            ..LoopbackConfig::default()
+        };
+        cfg.limits.eager = 256;
+        let params: &[(&str, &str)] = if large {
+            &[]
+        } else {
+            &[("coll_tuned_direct_bcast_large", "0")]
+        };
+        job_cfg(n, cfg, params, move |w| {
+            let me = w.rank();
+            for root in 0..n {
+                for len in [1025usize, 4099, 65535, 65536, 200_001] {
+                    let want = input(Datatype::U8, len, root, 77);
+                    let mut b = if me == root {
+                        want.clone()
+                    } else {
+                        vec![0x5A; len]
+                    };
+                    let before = w.direct_calls();
+                    w.bcast(&mut b, root).unwrap();
+                    assert!(b == want, "bcast {len} B from {root} at {n} ranks");
+                    let direct = large && (n <= 4 || len < 65536);
+                    assert_eq!(
+                        w.direct_calls() - before,
+                        u64::from(direct),
+                        "{len} B at {n} ranks, large {large}"
+                    );
+                }
+            }
+        });
+    }
 }
 
 #[test]

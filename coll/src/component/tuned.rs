@@ -110,6 +110,17 @@ fn direct_spec() -> ParamSpec {
         .level(Level::TunerAll)
 }
 
+fn direct_bcast_spec() -> ParamSpec {
+    ParamSpec::new("coll", "tuned", "direct_bcast_large")
+        .help(
+            "Blocking bcast above coll_tuned_direct_max also runs directly (binomial tree on \
+             the pml's blocking receive into the caller's buffer, the children's sends \
+             started together) wherever the decided algorithm is binomial; 0 = only up to \
+             coll_tuned_direct_max",
+        )
+        .level(Level::TunerAll)
+}
+
 fn register_params(reg: &Registry) -> Result<(), McaError> {
     reg.register_priority("coll", "tuned", PRIORITY)?;
     for (k, names) in ALGORITHMS {
@@ -122,6 +133,7 @@ fn register_params(reg: &Registry) -> Result<(), McaError> {
         BCAST_SEGMENT,
     )?;
     reg.register_size(direct_spec(), DIRECT_MAX)?;
+    reg.register_bool(direct_bcast_spec(), true)?;
     reg.register_verbose("coll", "tuned")?;
     Ok(())
 }
@@ -147,6 +159,7 @@ pub struct Tuned {
     forced: Arc<[u8; 17]>,
     segment: usize,
     direct_max: usize,
+    direct_bcast_large: bool,
     yielding: bool,
 }
 
@@ -176,6 +189,7 @@ impl Tuned {
             .register_size(direct_spec(), DIRECT_MAX)?
             .value()
             .min(crate::direct::DIRECT_CAP as u64) as usize;
+        let direct_bcast_large = reg.register_bool(direct_bcast_spec(), true)?.value();
         // Ranks that yield while waiting (mpi_yield_when_idle, on by itself
         // when the launcher reports more ranks than cores) pay a trip
         // through the scheduler per communication round: decisions then
@@ -186,6 +200,7 @@ impl Tuned {
             forced: Arc::new(forced),
             segment,
             direct_max,
+            direct_bcast_large,
             yielding,
         })
     }
@@ -206,7 +221,9 @@ impl CollComponent for Tuned {
                 forced: Arc::clone(&self.forced),
                 segment: self.segment,
                 direct_max: self.direct_max,
+                direct_bcast_large: self.direct_bcast_large,
                 yielding: self.yielding,
+                size: shape.size() as usize,
             }),
         )))
     }
@@ -218,7 +235,10 @@ pub struct TunedModule {
     forced: Arc<[u8; 17]>,
     segment: usize,
     direct_max: usize,
+    direct_bcast_large: bool,
     yielding: bool,
+    /// Ranks of the communicator.
+    size: usize,
 }
 
 const K64: usize = 64 * 1024;
@@ -375,6 +395,21 @@ impl CollModule for TunedModule {
         // exactly what `crate::direct` runs. A forced algorithm keeps its
         // schedule.
         match kind {
+            // Bcast needs no stack buffer: above `DIRECT_CAP` it receives
+            // into the caller's buffer (`coll_tuned_direct_bcast_large`),
+            // up to where `decide` leaves binomial (64 KiB above 4 ranks
+            // when ranks do not yield).
+            CollKind::Bcast
+                if self.forced[kind.index()] == 0
+                    && self.direct_max > 0
+                    && self.direct_bcast_large =>
+            {
+                if self.size <= 4 || self.yielding {
+                    usize::MAX
+                } else {
+                    K64 - 1
+                }
+            }
             CollKind::Barrier
             | CollKind::Bcast
             | CollKind::Reduce
