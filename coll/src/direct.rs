@@ -1,9 +1,10 @@
 //! Direct algorithms of small blocking collectives (issue 8): barrier,
 //! bcast, reduce, allreduce, allgather (per block; the whole result when p
 //! is not a power of two) and alltoall (per block; at most 9 ranks above
-//! [`SMALL_SEND`] bytes) of at most [`DIRECT_CAP`] bytes, and bcast of any
-//! size where tuned decides binomial (it needs no stack buffer: the message
-//! lands in the caller's buffer), run straight on the transport's
+//! [`SMALL_SEND`] bytes) of at most [`DIRECT_CAP`] bytes, and bcast and
+//! alltoall (not in place) of any size where tuned decides binomial /
+//! linear (they need no stack buffer: the messages land in the caller's
+//! buffer), run straight on the transport's
 //! request-less calls ([`P2p::send_small`], eager, or
 //! [`P2p::send_blocking`] above [`SMALL_SEND`] bytes, and
 //! [`P2p::recv_small`], a blocking receive into caller or stack memory),

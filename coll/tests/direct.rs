@@ -1,6 +1,6 @@
 //! The direct algorithms of small blocking collectives (barrier, bcast,
-//! reduce, allreduce, allgather, alltoall <= 1 KiB; bcast also above, where
-//! tuned decides binomial; `coll/src/direct.rs`) over the real pml
+//! reduce, allreduce, allgather, alltoall <= 1 KiB; bcast and alltoall also
+//! above, where tuned decides binomial / linear; `coll/src/direct.rs`) over the real pml
 //! (one `Pml` per rank thread over the in-process loopback transport, as
 //! `over_pml.rs`), at 1, 2, 3, 4, 5 and 8 ranks, every root, in place and
 //! not, every predefined op on every type it applies to and a
@@ -519,20 +519,22 @@ fn no_direct_path_with_nonblocking_outstanding_or_forced_algorithm() {
 }
 
 #[test]
-fn large_bcast_direct_where_binomial() {
+fn large_bcast_and_alltoall_direct_where_binomial_or_linear() {
     // Above 1 KiB a blocking bcast runs directly wherever tuned decides
-    // binomial: at every size up to 4 ranks, below 64 KiB above 4 ranks (the
-    // loopback pml does not yield); `coll_tuned_direct_bcast_large=0` keeps
-    // schedules above `coll_tuned_direct_max`. Eager limit 256 B: every
-    // message here is a rendezvous, fragments reordered, sends refused now
-    // and then.
-    for (n, large) in [
-        (2u32, true),
-        (3, true),
-        (4, true),
-        (5, true),
-        (8, true),
-        (4, false),
+    // binomial (every size up to 4 ranks or when ranks yield, below 64 KiB
+    // otherwise) and an alltoall (not in place, at most 9 ranks) wherever it
+    // decides linear (every block size at 2 ranks or when ranks yield, blocks
+    // below 32 KiB otherwise); `coll_tuned_direct_large=0` keeps schedules
+    // above `coll_tuned_direct_max`. Eager limit 256 B: every message here
+    // is a rendezvous, fragments reordered, sends refused now and then.
+    for (n, large, yielding) in [
+        (2u32, true, false),
+        (3, true, false),
+        (4, true, false),
+        (5, true, false),
+        (8, true, false),
+        (5, true, true),
+        (4, false, false),
     ] {
         let mut cfg = LoopbackConfig {
             swap_pairs: true,
@@ -540,13 +542,16 @@ fn large_bcast_direct_where_binomial() {
             ..LoopbackConfig::default()
         };
         cfg.limits.eager = 256;
-        let params: &[(&str, &str)] = if large {
-            &[]
-        } else {
-            &[("coll_tuned_direct_bcast_large", "0")]
-        };
-        job_cfg(n, cfg, params, move |w| {
+        let mut params = vec![];
+        if !large {
+            params.push(("coll_tuned_direct_large", "0"));
+        }
+        if yielding {
+            params.push(("mpi_yield_when_idle", "1"));
+        }
+        job_cfg(n, cfg, &params, move |w| {
             let me = w.rank();
+            let what = format!("{n} ranks, large {large}, yielding {yielding}");
             for root in 0..n {
                 for len in [1025usize, 4099, 65535, 65536, 200_001] {
                     let want = input(Datatype::U8, len, root, 77);
@@ -557,12 +562,39 @@ fn large_bcast_direct_where_binomial() {
                     };
                     let before = w.direct_calls();
                     w.bcast(&mut b, root).unwrap();
-                    assert!(b == want, "bcast {len} B from {root} at {n} ranks");
-                    let direct = large && (n <= 4 || len < 65536);
+                    assert!(b == want, "bcast {len} B from {root}, {what}");
+                    let direct = large && (n <= 4 || yielding || len < 65536);
                     assert_eq!(
                         w.direct_calls() - before,
                         u64::from(direct),
-                        "{len} B at {n} ranks, large {large}"
+                        "bcast {len} B, {what}"
+                    );
+                }
+            }
+            for b in [1025usize, 32767, 32768, 70_001] {
+                // Rank r's block for rank t: input of (r, t).
+                let block = |r: u32, t: u32| input(Datatype::U8, b, r * 64 + t, 78);
+                let mine: Vec<u8> = (0..n).flat_map(|t| block(me, t)).collect();
+                let want: Vec<u8> = (0..n).flat_map(|r| block(r, me)).collect();
+                for in_place in [false, true] {
+                    let mut out = vec![0xA5u8; b * n as usize];
+                    let before = w.direct_calls();
+                    if in_place {
+                        out.copy_from_slice(&mine);
+                        w.alltoall(Input::InPlace, &mut out).unwrap();
+                    } else {
+                        w.alltoall(Input::Buf(&mine), &mut out).unwrap();
+                    }
+                    assert!(
+                        out == want,
+                        "alltoall {b}-byte blocks in place {in_place}, {what}"
+                    );
+                    // In place the direct path would copy the whole buffer to its stack.
+                    let direct = large && !in_place && (n <= 2 || yielding || b < 32768);
+                    assert_eq!(
+                        w.direct_calls() - before,
+                        u64::from(direct),
+                        "alltoall {b}-byte blocks in place {in_place}, {what}"
                     );
                 }
             }

@@ -110,12 +110,13 @@ fn direct_spec() -> ParamSpec {
         .level(Level::TunerAll)
 }
 
-fn direct_bcast_spec() -> ParamSpec {
-    ParamSpec::new("coll", "tuned", "direct_bcast_large")
+fn direct_large_spec() -> ParamSpec {
+    ParamSpec::new("coll", "tuned", "direct_large")
         .help(
-            "Blocking bcast above coll_tuned_direct_max also runs directly (binomial tree on \
-             the pml's blocking receive into the caller's buffer, the children's sends \
-             started together) wherever the decided algorithm is binomial; 0 = only up to \
+            "Blocking bcast and alltoall (not in place) above coll_tuned_direct_max also run \
+             directly, on the pml's blocking receives into the caller's buffer with the \
+             larger sends started together as requests, wherever the decided algorithm is \
+             binomial (bcast) or linear (alltoall, at most 9 ranks); 0 = only up to \
              coll_tuned_direct_max",
         )
         .level(Level::TunerAll)
@@ -133,7 +134,7 @@ fn register_params(reg: &Registry) -> Result<(), McaError> {
         BCAST_SEGMENT,
     )?;
     reg.register_size(direct_spec(), DIRECT_MAX)?;
-    reg.register_bool(direct_bcast_spec(), true)?;
+    reg.register_bool(direct_large_spec(), true)?;
     reg.register_verbose("coll", "tuned")?;
     Ok(())
 }
@@ -159,7 +160,7 @@ pub struct Tuned {
     forced: Arc<[u8; 17]>,
     segment: usize,
     direct_max: usize,
-    direct_bcast_large: bool,
+    direct_large: bool,
     yielding: bool,
 }
 
@@ -189,7 +190,7 @@ impl Tuned {
             .register_size(direct_spec(), DIRECT_MAX)?
             .value()
             .min(crate::direct::DIRECT_CAP as u64) as usize;
-        let direct_bcast_large = reg.register_bool(direct_bcast_spec(), true)?.value();
+        let direct_large = reg.register_bool(direct_large_spec(), true)?.value();
         // Ranks that yield while waiting (mpi_yield_when_idle, on by itself
         // when the launcher reports more ranks than cores) pay a trip
         // through the scheduler per communication round: decisions then
@@ -200,7 +201,7 @@ impl Tuned {
             forced: Arc::new(forced),
             segment,
             direct_max,
-            direct_bcast_large,
+            direct_large,
             yielding,
         })
     }
@@ -221,7 +222,7 @@ impl CollComponent for Tuned {
                 forced: Arc::clone(&self.forced),
                 segment: self.segment,
                 direct_max: self.direct_max,
-                direct_bcast_large: self.direct_bcast_large,
+                direct_large: self.direct_large,
                 yielding: self.yielding,
                 size: shape.size() as usize,
             }),
@@ -235,7 +236,7 @@ pub struct TunedModule {
     forced: Arc<[u8; 17]>,
     segment: usize,
     direct_max: usize,
-    direct_bcast_large: bool,
+    direct_large: bool,
     yielding: bool,
     /// Ranks of the communicator.
     size: usize,
@@ -309,7 +310,11 @@ impl TunedModule {
             }
             CollKind::Allgatherv => 2,
             CollKind::Alltoall | CollKind::Alltoallv | CollKind::Alltoallw => {
-                if p > 2 && n / p >= K32 {
+                // Pairwise's p - 1 rounds each wait for the scheduler when
+                // ranks yield (2 cores, C collbench, RT, 9 rounds: 64 KiB
+                // blocks 92.6 -> 81.2 us at 4 ranks, 610 -> 445 at 8; 1 MiB
+                // 967 -> 944, 6620 -> 5930 with linear).
+                if p > 2 && n / p >= K32 && !self.yielding {
                     2
                 } else {
                     1
@@ -395,19 +400,23 @@ impl CollModule for TunedModule {
         // exactly what `crate::direct` runs. A forced algorithm keeps its
         // schedule.
         match kind {
-            // Bcast needs no stack buffer: above `DIRECT_CAP` it receives
-            // into the caller's buffer (`coll_tuned_direct_bcast_large`),
-            // up to where `decide` leaves binomial (64 KiB above 4 ranks
-            // when ranks do not yield).
-            CollKind::Bcast
-                if self.forced[kind.index()] == 0
-                    && self.direct_max > 0
-                    && self.direct_bcast_large =>
+            // Bcast and alltoall need no stack buffer above `DIRECT_CAP`
+            // (the messages land in the caller's buffer;
+            // `coll_tuned_direct_large`): up to where `decide` leaves
+            // binomial (bcast: 64 KiB above 4 ranks) or linear (alltoall:
+            // 32 KiB blocks above 2 ranks) when ranks do not yield.
+            CollKind::Bcast | CollKind::Alltoall
+                if self.forced[kind.index()] == 0 && self.direct_max > 0 && self.direct_large =>
             {
-                if self.size <= 4 || self.yielding {
+                let (all_sizes, below) = if kind == CollKind::Bcast {
+                    (self.size <= 4, K64)
+                } else {
+                    (self.size <= 2, K32)
+                };
+                if all_sizes || self.yielding {
                     usize::MAX
                 } else {
-                    K64 - 1
+                    below - 1
                 }
             }
             CollKind::Barrier
