@@ -1047,10 +1047,11 @@ impl Comm {
         reduction_ok(dtype, op, n)?;
         if let Some(d) = self.direct(CollKind::Reduce, n) {
             let mut copy = Scratch::new();
+            let mut big = direct::Heap::default();
             let inp: &[u8] = match (input, &recv) {
                 (Some(s), _) => s,
                 (None, r) => {
-                    let own = copy.get(n);
+                    let own = direct::tmp_bytes(&mut copy, &mut big, n);
                     own.copy_from_slice(r.as_deref().unwrap_or_default());
                     own
                 }
@@ -1275,10 +1276,22 @@ impl Comm {
         if let Input::Buf(s) = send {
             same_len("allgather (per block)", s.len(), b)?;
         }
-        // Limit on the block; Bruck (p not a power of two) also needs the
-        // whole result in its stack buffer.
-        let fits = p.is_power_of_two() || recv.len() <= direct::DIRECT_CAP;
+        // Limit on the block; Bruck (p not a power of two, up to tuned's
+        // ring threshold) also needs the whole result in its stack buffer.
+        // Ring works in `recv` alone; the others copy an in-place block to
+        // the stack.
+        let ring = recv.len() > crate::component::tuned::ALLGATHER_RING_ABOVE;
+        let fits = ring
+            || ((p.is_power_of_two() || recv.len() <= direct::DIRECT_CAP)
+                && (matches!(send, Input::Buf(_)) || b <= direct::DIRECT_CAP));
         if let Some(d) = fits.then(|| self.direct(CollKind::Allgather, b)).flatten() {
+            if ring {
+                let own = match send {
+                    Input::Buf(s) => Some(s),
+                    Input::InPlace => None,
+                };
+                return direct::allgather_ring(&d, own, recv);
+            }
             let mut copy = Scratch::new();
             let own: &[u8] = match send {
                 Input::Buf(s) => s,

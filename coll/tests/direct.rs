@@ -418,7 +418,42 @@ fn ranks_on_different_paths_interoperate() {
                 };
                 w.bcast(&mut b, root).unwrap();
                 assert_eq!(b, want);
-                calls += 1;
+                // Allgather of blocks above 1 KiB (direct at 2 ranks: ring
+                // here) and alltoall (requests to every peer).
+                let big = 70_001;
+                let mut out = vec![0u8; big * n as usize];
+                w.allgather(Input::Buf(&vec![me as u8 ^ root as u8; big]), &mut out)
+                    .unwrap();
+                for r in 0..n as usize {
+                    assert!(out[r * big..(r + 1) * big]
+                        .iter()
+                        .all(|&x| x == r as u8 ^ root as u8));
+                }
+                let send: Vec<u8> = (0..n)
+                    .flat_map(|t| vec![(me * 16 + t) as u8; 5000])
+                    .collect();
+                let mut out = vec![0u8; 5000 * n as usize];
+                w.alltoall(Input::Buf(&send), &mut out).unwrap();
+                for r in 0..n {
+                    assert!(out[r as usize * 5000..(r as usize + 1) * 5000]
+                        .iter()
+                        .all(|&x| x == (r * 16 + me) as u8));
+                }
+                // Reduce above 1 KiB (direct at 2 ranks).
+                let all: Vec<Vec<u8>> = (0..n).map(|r| input(Datatype::I64, 8192, r, 6)).collect();
+                let mut out = vec![0u8; all[0].len()];
+                w.reduce(
+                    Input::Buf(&all[me as usize]),
+                    Some(&mut out),
+                    Datatype::I64,
+                    &Op::Sum,
+                    root,
+                )
+                .unwrap();
+                if me == root {
+                    assert_eq!(out, fold(&Op::Sum, Datatype::I64, &all));
+                }
+                calls += if n == 2 { 4 } else { 2 };
                 for (op, dtype) in [(Op::Sum, Datatype::I64), (matmul(), Datatype::I32)] {
                     let all: Vec<Vec<u8>> = (0..n).map(|r| input(dtype, 16, r, 5)).collect();
                     let reference = fold(&op, dtype, &all);
@@ -519,12 +554,13 @@ fn no_direct_path_with_nonblocking_outstanding_or_forced_algorithm() {
 }
 
 #[test]
-fn large_bcast_and_alltoall_direct_where_binomial_or_linear() {
+fn large_bcast_alltoall_allgather_reduce_direct_where_decided() {
     // Above 1 KiB a blocking bcast runs directly wherever tuned decides
     // binomial (every size up to 4 ranks or when ranks yield, below 64 KiB
     // otherwise) and an alltoall (not in place, at most 9 ranks) wherever it
     // decides linear (every block size at 2 ranks or when ranks yield, blocks
-    // below 32 KiB otherwise); `coll_tuned_direct_large=0` keeps schedules
+    // below 32 KiB otherwise), and an allgather and a reduce at 2 ranks;
+    // `coll_tuned_direct_large=0` keeps schedules
     // above `coll_tuned_direct_max`. Eager limit 256 B: every message here
     // is a rendezvous, fragments reordered, sends refused now and then.
     for (n, large, yielding) in [
@@ -595,6 +631,69 @@ fn large_bcast_and_alltoall_direct_where_binomial_or_linear() {
                         w.direct_calls() - before,
                         u64::from(direct),
                         "alltoall {b}-byte blocks in place {in_place}, {what}"
+                    );
+                }
+            }
+            // Reduce above 1 KiB: direct at 2 ranks (linear), every root,
+            // in place and not, against the reference.
+            for count in [129usize, 8192, 25_000] {
+                let dtype = Datatype::I64;
+                let all: Vec<Vec<u8>> = (0..n).map(|r| input(dtype, count, r, 80)).collect();
+                let reference = fold(&Op::Sum, dtype, &all);
+                let mine = &all[me as usize];
+                for root in 0..n {
+                    for in_place in [false, true] {
+                        let mut out = vec![0xA5u8; mine.len()];
+                        let before = w.direct_calls();
+                        if me != root {
+                            w.reduce(Input::Buf(mine), None, dtype, &Op::Sum, root)
+                                .unwrap();
+                        } else if in_place {
+                            out.copy_from_slice(mine);
+                            w.reduce(Input::InPlace, Some(&mut out), dtype, &Op::Sum, root)
+                                .unwrap();
+                        } else {
+                            w.reduce(Input::Buf(mine), Some(&mut out), dtype, &Op::Sum, root)
+                                .unwrap();
+                        }
+                        if me == root {
+                            assert!(out == reference, "reduce x{count} to {root}, {what}");
+                        }
+                        assert_eq!(
+                            w.direct_calls() - before,
+                            u64::from(large && n == 2),
+                            "reduce x{count} to {root}, {what}"
+                        );
+                    }
+                }
+            }
+            // Allgather above 1 KiB blocks: direct at 2 ranks only (one
+            // exchange in the caller's buffer, recursive doubling or ring).
+            for b in [1025usize, 4099, 32769, 70_001] {
+                let blocks: Vec<Vec<u8>> = (0..n).map(|r| input(Datatype::U8, b, r, 79)).collect();
+                let want: Vec<u8> = blocks.concat();
+                for in_place in [false, true] {
+                    let mut out = vec![0xA5u8; b * n as usize];
+                    let before = w.direct_calls();
+                    if in_place {
+                        out[me as usize * b..(me as usize + 1) * b]
+                            .copy_from_slice(&blocks[me as usize]);
+                        w.allgather(Input::InPlace, &mut out).unwrap();
+                    } else {
+                        w.allgather(Input::Buf(&blocks[me as usize]), &mut out)
+                            .unwrap();
+                    }
+                    assert!(
+                        out == want,
+                        "allgather {b}-byte blocks in place {in_place}, {what}"
+                    );
+                    // In place, recursive doubling (result <= 64 KiB) copies
+                    // the block to its 1 KiB stack buffer; ring needs none.
+                    let direct = large && n == 2 && (!in_place || 2 * b > 65536);
+                    assert_eq!(
+                        w.direct_calls() - before,
+                        u64::from(direct),
+                        "allgather {b}-byte blocks in place {in_place}, {what}"
                     );
                 }
             }

@@ -243,6 +243,10 @@ pub struct TunedModule {
 }
 
 const K64: usize = 64 * 1024;
+
+/// Largest allgather result (bytes, p x block) for which tuned decides
+/// recursive doubling / Bruck; ring above (`crate::direct` follows it).
+pub const ALLGATHER_RING_ABOVE: usize = K64;
 const K32: usize = 32 * 1024;
 const K16: usize = 16 * 1024;
 
@@ -298,7 +302,7 @@ impl TunedModule {
                 }
             }
             CollKind::Allgather => {
-                if p * c.block <= K64 {
+                if p * c.block <= ALLGATHER_RING_ABOVE {
                     if p.is_power_of_two() {
                         3
                     } else {
@@ -405,6 +409,20 @@ impl CollModule for TunedModule {
             // `coll_tuned_direct_large`): up to where `decide` leaves
             // binomial (bcast: 64 KiB above 4 ranks) or linear (alltoall:
             // 32 KiB blocks above 2 ranks) when ranks do not yield.
+            // Allgather at 2 ranks: recursive doubling and ring are the same
+            // exchange, in the caller's buffer at every size. (The direct
+            // ring at 4 and 8 ranks measured 0.94-1.34x the schedule, not
+            // kept: docs/coll.md.)
+            // Reduce at 2 ranks (linear: the non-root sends, the root
+            // receives into its result or, at rank 1, a pooled buffer).
+            CollKind::Allgather | CollKind::Reduce
+                if self.forced[kind.index()] == 0
+                    && self.direct_max > 0
+                    && self.direct_large
+                    && self.size == 2 =>
+            {
+                usize::MAX
+            }
             CollKind::Bcast | CollKind::Alltoall
                 if self.forced[kind.index()] == 0 && self.direct_max > 0 && self.direct_large =>
             {
