@@ -522,8 +522,9 @@ pub(crate) fn allgather_ring(d: &Direct<'_>, own: Option<&[u8]>, out: &mut [u8])
         let ri = (r + 2 * p - k - 1) % p;
         if let (0, Some(own)) = (k, own) {
             // The first step sends the own block from the input, as the
-            // schedule does: from `out`, while the peer's block lands in the
-            // adjacent bytes, it was 1.8-5x slower at 2 ranks (btl-sm).
+            // schedule does: sending the copy just written into `out` was
+            // 1.8-5x slower at 2 ranks (the peer's single-copy read pulls
+            // the lines this core has just dirtied; Open MPI alike).
             d.sendrecv(right, own, left, &mut out[ri * b..(ri + 1) * b])?;
         } else if si < ri {
             let (lo, hi) = out.split_at_mut(ri * b);
