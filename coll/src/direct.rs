@@ -463,7 +463,11 @@ pub(crate) fn allgather(d: &Direct<'_>, own: &[u8], out: &mut [u8]) -> Result<()
             let mine = (r & !(mask - 1)) as usize * b;
             let theirs = (partner & !(mask - 1)) as usize * b;
             let len = mask as usize * b;
-            if mine < theirs {
+            if mask == 1 {
+                // The own block from the input, not the copy just written
+                // into `out` (see `allgather_ring`): the same bytes.
+                d.exchange(partner, own, &mut out[theirs..theirs + len])?;
+            } else if mine < theirs {
                 let (lo, hi) = out.split_at_mut(theirs);
                 d.exchange(partner, &lo[mine..mine + len], &mut hi[..len])?;
             } else {
@@ -481,12 +485,9 @@ pub(crate) fn allgather(d: &Direct<'_>, own: &[u8], out: &mut [u8]) -> Result<()
     while k < p {
         let n = k.min(p - k) as usize;
         let (held, rest) = tmp.split_at_mut(k as usize * b);
-        d.sendrecv(
-            (r + p - k) % p,
-            &held[..n * b],
-            (r + k) % p,
-            &mut rest[..n * b],
-        )?;
+        // The first step's one block from the input (as the schedule).
+        let src = if k == 1 { own } else { &held[..n * b] };
+        d.sendrecv((r + p - k) % p, src, (r + k) % p, &mut rest[..n * b])?;
         k <<= 1;
     }
     for j in 0..p {

@@ -250,7 +250,16 @@ pub fn allgather_recursive_doubling(c: &Call, pos: Pos) -> Result<Schedule> {
         let partner = pos.rank ^ mask;
         let mine = (pos.rank & !(mask - 1)) as usize;
         let theirs = (partner & !(mask - 1)) as usize;
-        s.send(partner, Slice::new(out, mine * b, mask as usize * b));
+        // The first step sends the own block from the input (the same
+        // bytes as the copy just written to `out`): the peer's single-copy
+        // read of freshly written lines made 16 KiB blocks 2.7x slower at
+        // 2 ranks (docs/coll.md).
+        let src = if mask == 1 {
+            s.all(own)
+        } else {
+            Slice::new(out, mine * b, mask as usize * b)
+        };
+        s.send(partner, src);
         s.recv(partner, Slice::new(out, theirs * b, mask as usize * b));
         s.next_round();
         mask <<= 1;
@@ -274,7 +283,13 @@ pub fn allgather_bruck(c: &Call, pos: Pos) -> Result<Schedule> {
     let mut k = 1;
     while k < p {
         let n = k.min(p - k) as usize;
-        s.send((pos.rank + p - k) % p, Slice::new(tmp, 0, n * b));
+        // The first step's one block is the input (as recursive doubling).
+        let src = if k == 1 {
+            s.all(own)
+        } else {
+            Slice::new(tmp, 0, n * b)
+        };
+        s.send((pos.rank + p - k) % p, src);
         s.recv((pos.rank + k) % p, Slice::new(tmp, k as usize * b, n * b));
         s.next_round();
         k <<= 1;
