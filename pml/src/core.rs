@@ -1584,7 +1584,10 @@ impl Core {
     }
 
     /// [`Core::on_match_from`] for a MATCH fragment that arrived in its
-    /// turn through a BTL (not from the NIC), without the header enum.
+    /// turn through a BTL (not from the NIC), without the header enum. It
+    /// repeats that function's eager arm on purpose: calling it with a
+    /// rebuilt `Header::Match` instead measured 377 instead of 330
+    /// instructions per 8-byte message in `on_frag` (callgrind).
     fn on_eager(&mut self, peer: u32, m: MatchHdr, data: &[u8]) {
         let env = Envelope {
             ctx: m.ctx,

@@ -69,10 +69,9 @@ pub struct BtlNet {
     sendi: Vec<bool>,
     /// Whether a module carries some peer's traffic (is in `route`).
     carries: Vec<bool>,
-    /// Indices of those modules (polled every round), and of all modules
-    /// (every [`IDLE_MODULE_POLL`]th round).
+    /// Indices of those modules (polled every round; all modules are
+    /// polled every [`IDLE_MODULE_POLL`]th round).
     carrying: Vec<usize>,
-    every: Vec<usize>,
     /// Whether a module gets input only from its own sends (btl-self,
     /// [`BtlModule::input_only_from_sends`]).
     loopback: Vec<bool>,
@@ -269,7 +268,6 @@ pub(crate) fn open(
     let any_openib = route.iter().any(|&i| modules[i].name() == "openib");
     let carries: Vec<bool> = (0..modules.len()).map(|i| route.contains(&i)).collect();
     let carrying = (0..modules.len()).filter(|&i| carries[i]).collect();
-    let every = (0..modules.len()).collect();
     let loopback: Vec<bool> = modules.iter().map(|m| m.input_only_from_sends()).collect();
     let mut limits: Vec<Limits> = limits;
     let tm = tm_state(&mut modules, &route, &mut limits);
@@ -283,7 +281,6 @@ pub(crate) fn open(
         loopback,
         carries,
         carrying,
-        every,
         polls: 0,
         regs: HashMap::new(),
         dropped: 0,
@@ -371,8 +368,13 @@ impl BtlNet {
         let dropped = &mut self.dropped;
         self.polls = self.polls.wrapping_add(1);
         let all = self.polls % IDLE_MODULE_POLL == 0;
-        let which = if all { &self.every } else { &self.carrying };
-        for &i in which {
+        let rounds = if all {
+            self.modules.len()
+        } else {
+            self.carrying.len()
+        };
+        for k in 0..rounds {
+            let i = if all { k } else { self.carrying[k] };
             if !all && self.quiet[i] {
                 continue;
             }

@@ -104,21 +104,29 @@ fn tick(v: f64, binary: bool) -> String {
     }
 }
 
-/// Draws `lines` to `path` (900 × 560 PNG). Nothing is written when no line has a point.
-pub fn plot(path: &Path, labels: &Labels<'_>, lines: &[Line<'_>]) -> Result<(), PlotError> {
+/// `(x min, x max, y min, y max)` over the drawable points of `lines` (x > 0 and
+/// a positive minimum: log axes), `None` when there is none.
+fn extent<'a>(lines: impl Iterator<Item = &'a Line<'a>>) -> Option<(f64, f64, f64, f64)> {
     let pts: Vec<_> = lines
-        .iter()
         .flat_map(|l| l.points.iter())
         .filter(|p| p.0 > 0 && p.2 > 0.0)
         .collect();
     if pts.is_empty() {
-        return Ok(());
+        return None;
     }
-    register()?;
     let x0 = pts.iter().map(|p| p.0).min().unwrap_or(1) as f64;
     let x1 = pts.iter().map(|p| p.0).max().unwrap_or(1) as f64;
     let y0 = pts.iter().map(|p| p.2).fold(f64::MAX, f64::min);
     let y1 = pts.iter().map(|p| p.3).fold(f64::MIN, f64::max);
+    Some((x0, x1, y0, y1))
+}
+
+/// Draws `lines` to `path` (900 × 560 PNG). Nothing is written when no line has a point.
+pub fn plot(path: &Path, labels: &Labels<'_>, lines: &[Line<'_>]) -> Result<(), PlotError> {
+    let Some((x0, x1, y0, y1)) = extent(lines.iter()) else {
+        return Ok(());
+    };
+    register()?;
     // A little room either side on the log axes.
     let xr = (x0 / 1.5)..(x1 * if labels.legend_right { 6.0 } else { 1.5 });
     let yr = (y0 / 1.6)..(y1 * 1.6);
@@ -144,22 +152,12 @@ pub fn plot_grid(
     panels: &[(String, Vec<Line<'_>>)],
     cols: usize,
 ) -> Result<(), PlotError> {
-    let pts: Vec<_> = panels
-        .iter()
-        .flat_map(|p| p.1.iter())
-        .flat_map(|l| l.points.iter())
-        .filter(|p| p.0 > 0 && p.2 > 0.0)
-        .collect();
-    if pts.is_empty() {
+    let Some((x0, x1, y0, y1)) = extent(panels.iter().flat_map(|p| p.1.iter())) else {
         return Ok(());
-    }
+    };
     register()?;
     let cols = cols.max(1);
     let rows = panels.len().div_ceil(cols);
-    let x0 = pts.iter().map(|p| p.0).min().unwrap_or(1) as f64;
-    let x1 = pts.iter().map(|p| p.0).max().unwrap_or(1) as f64;
-    let y0 = pts.iter().map(|p| p.2).fold(f64::MAX, f64::min);
-    let y1 = pts.iter().map(|p| p.3).fold(f64::MIN, f64::max);
     let err =
         |e: &dyn std::fmt::Display| PlotError::Draw(path.display().to_string(), e.to_string());
     let size = (500 * cols as u32, 420 * rows as u32 + 40);
