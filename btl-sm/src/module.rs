@@ -779,6 +779,9 @@ impl SmModule {
 impl SmModule {
     /// One polling round: cooperative copies, up to `fbox_budget` records
     /// of each peer's fast box, then up to `poll_budget` FIFO fragments.
+    /// Inlined into `progress` / `progress_waiting`: one call frame less
+    /// per polling round (~20 instructions of an idle round).
+    #[inline(always)]
     fn poll(&mut self, handler: &mut dyn BtlRecvHandler, fbox_budget: usize) -> usize {
         if !self.coop_live.is_empty() {
             self.coop_help();

@@ -47,6 +47,8 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+use tmpi_btl::bytes::copy_bytes;
+
 /// Null relative pointer.
 pub const FREE: i64 = -2;
 
@@ -307,8 +309,8 @@ impl<'a> Fbox<'a> {
             let at = if skip > 0 { 0 } else { pos };
             let p = self.data.add(at);
             let d = p.add(FBOX_REC_HDR);
-            std::ptr::copy_nonoverlapping(header.as_ptr(), d, header.len());
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), d.add(header.len()), payload.len());
+            copy_bytes(header.as_ptr(), d, header.len());
+            copy_bytes(payload.as_ptr(), d.add(header.len()), payload.len());
             let next = (at + rec) & (self.size - 1);
             rec_word(self.data.add(next)).store(0, Ordering::Relaxed);
             rec_word(p).store(rec_hdr(len as u32, tag, KIND_DATA), Ordering::Release);
@@ -327,7 +329,8 @@ impl<'a> Fbox<'a> {
     /// after `f` returns. Returns the number of records handled, or the
     /// position of a corrupt record as `Err`.
     pub fn read(&self, budget: usize, f: &mut dyn FnMut(u8, &[u8])) -> Result<usize, u64> {
-        let mut tail = self.ctl.tail.load(Ordering::Relaxed);
+        let start = self.ctl.tail.load(Ordering::Relaxed);
+        let mut tail = start;
         let mut n = 0;
         let res = loop {
             if n >= budget {
@@ -366,8 +369,11 @@ impl<'a> Fbox<'a> {
             }
         };
         // One release store for the whole batch: the sender may reuse the
-        // space once the records were handled.
-        self.ctl.tail.store(tail, Ordering::Release);
+        // space once the records were handled. None for an empty round: the
+        // line stays shared with a sender that read it.
+        if tail != start {
+            self.ctl.tail.store(tail, Ordering::Release);
+        }
         res
     }
 }

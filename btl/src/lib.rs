@@ -43,6 +43,7 @@
 //! peer, which copies from it with [`BtlModule::get`]. Reads are
 //! bounds-checked against the region: only `addr..addr+len` can be read.
 
+pub mod bytes;
 mod error;
 mod region;
 pub mod select;

@@ -179,7 +179,9 @@ pub enum Header<'a> {
 }
 
 fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[o..o + 4]);
+    u32::from_le_bytes(a)
 }
 fn i32_at(b: &[u8], o: usize) -> i32 {
     u32_at(b, o) as i32
@@ -229,10 +231,11 @@ fn need(kind: &'static str, b: &[u8], n: usize) -> Result<(), HdrError> {
 /// and payload; `None` for anything else, which `parse` then handles.
 #[inline]
 pub fn parse_match(b: &[u8]) -> Option<(MatchHdr, &[u8])> {
-    if b.len() < MATCH_LEN || b[..4] != [KIND_MATCH, 0, 0, 0] {
+    let (h, data) = b.split_first_chunk::<MATCH_LEN>()?;
+    if h[..4] != [KIND_MATCH, 0, 0, 0] {
         return None;
     }
-    Some((match_at(b), &b[MATCH_LEN..]))
+    Some((match_fixed(h), data))
 }
 
 impl<'a> Header<'a> {
@@ -347,12 +350,31 @@ impl<'a> Header<'a> {
     }
 }
 
+/// The MATCH fields of a header whose length the caller checked (`need`).
 fn match_at(b: &[u8]) -> MatchHdr {
+    debug_assert!(b.len() >= MATCH_LEN);
+    b.first_chunk().map_or(
+        MatchHdr {
+            ctx: 0,
+            src: 0,
+            tag: 0,
+            seq: 0,
+        },
+        match_fixed,
+    )
+}
+
+/// The MATCH fields of a fixed-size header: four loads, no bounds checks
+/// (reading them byte by byte through `u32_at` cost ~150 instructions per
+/// message on the receive path, callgrind).
+#[inline]
+fn match_fixed(h: &[u8; MATCH_LEN]) -> MatchHdr {
+    let w = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
     MatchHdr {
-        ctx: u32_at(b, 4),
-        src: i32_at(b, 8),
-        tag: i32_at(b, 12),
-        seq: u32_at(b, 16),
+        ctx: w(4),
+        src: w(8) as i32,
+        tag: w(12) as i32,
+        seq: w(16),
     }
 }
 

@@ -362,7 +362,9 @@ fn envelope_of(hdr: &[u8]) -> Option<Envelope> {
 impl BtlNet {
     /// One polling round of the modules (`Transport::progress`);
     /// `waiting`: the caller is blocked on one message
-    /// (`Transport::progress_waiting`).
+    /// (`Transport::progress_waiting`). Inlined into both: one call frame
+    /// less per polling round.
+    #[inline(always)]
     fn poll(&mut self, deliver: &mut dyn FnMut(u32, &[u8]), waiting: bool) -> usize {
         let mut n = 0;
         let dropped = &mut self.dropped;

@@ -133,6 +133,7 @@ impl Inner {
         self.progress_with(true)
     }
 
+    #[inline(always)]
     fn progress_with(&mut self, waiting: bool) -> usize {
         let mut n = self.flush();
         let Inner {
@@ -156,16 +157,8 @@ impl Inner {
         // ~10% of an 8-byte sm ping-pong's waiting loop (perf record); a
         // failure is still noticed within microseconds.
         self.rounds = self.rounds.wrapping_add(1);
-        let failed = if self.rounds % FAILED_POLL == 0 {
-            net.take_failed()
-        } else {
-            Vec::new()
-        };
-        for (peer, why) in failed {
-            let k = core.peer_failed(peer, MpiErrorClass::Other);
-            tracing::error!(target: "pml_ob1", peer,
-                "rank {peer} failed ({why}): {k} pending request(s) depending on it fail with MPI_ERR_OTHER");
-            n += 1;
+        if self.rounds % FAILED_POLL == 0 {
+            n += self.collect_failed();
         }
         if self.tm_in {
             n += self.tm_progress();
@@ -176,6 +169,23 @@ impl Inner {
             }
         }
         n + self.flush()
+    }
+
+    /// Fails the requests that depend on peers the transports found dead
+    /// since the last call; returns their number. Out of line: most rounds
+    /// do not call it (an empty `Vec` and its loop cost ~20 instructions
+    /// per polling round inline).
+    #[cold]
+    #[inline(never)]
+    fn collect_failed(&mut self) -> usize {
+        let failed = self.net.take_failed();
+        let n = failed.len();
+        for (peer, why) in failed {
+            let k = self.core.peer_failed(peer, MpiErrorClass::Other);
+            tracing::error!(target: "pml_ob1", peer,
+                "rank {peer} failed ({why}): {k} pending request(s) depending on it fail with MPI_ERR_OTHER");
+        }
+        n
     }
 
     /// The offload path, under the pml's lock: NIC inputs in CQ order into
@@ -640,10 +650,14 @@ impl Pml {
         // returns only once the request completed).
         let id = unsafe { core.irecv(&mut w, ctx, src, tag, buf) }?;
         let serial = self.serial.load(std::sync::atomic::Ordering::Relaxed);
+        if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
+            return Ok(s);
+        }
+        // One completion check per polling round, after it (the request
+        // cannot complete between the check and the next round: in serial
+        // mode the lock is held throughout, otherwise it is taken again
+        // right before the round).
         loop {
-            if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
-                return Ok(s);
-            }
             g.progress_waiting();
             if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
                 return Ok(s);

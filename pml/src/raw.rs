@@ -262,7 +262,7 @@ impl RawBufMut {
         // SAFETY: off + n <= len and the caller guarantees validity and
         // exclusivity; source and destination cannot overlap because the
         // destination is exclusively ours.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), n) };
+        unsafe { tmpi_btl::bytes::copy_bytes(data.as_ptr(), self.ptr.add(off), n) };
     }
     /// The bytes of a contiguous view, mutably (a typed view reads as
     /// empty: it is never handed out whole).
