@@ -178,6 +178,13 @@ impl<'a> Fifo<'a> {
         true
     }
 
+    /// Whether the queue holds nothing right now (consumer side; a push
+    /// racing with this check is seen by the next one).
+    #[inline]
+    pub fn looks_empty(&self) -> bool {
+        self.ctl.head.load(Ordering::Relaxed) == FREE
+    }
+
     /// Dequeues one fragment (consumer only: the process owning the FIFO).
     /// `None` when empty or when a producer is mid-push (retry later).
     ///
@@ -267,6 +274,7 @@ impl<'a> Fbox<'a> {
     /// nothing unread is overwritten; in the common case the write touches
     /// no cache line the receiver modified (a cross-core miss on the
     /// critical path of every small message otherwise).
+    #[inline(always)]
     pub fn write_hinted(
         &self,
         tail_hint: &mut u64,
@@ -542,6 +550,8 @@ mod tests {
                     // SAFETY: only this thread pops its return FIFO.
                     if let Some(r) = unsafe { mine.pop(&res) } {
                         free.push(r);
+                    } else {
+                        std::thread::yield_now();
                     }
                 }
                 free.sort();
@@ -706,6 +716,11 @@ mod tests {
                 next += 1;
             })
             .unwrap();
+            if next < N {
+                // Two cores run every test thread of the crate: a reader
+                // spinning without yielding made the run take 1-30 s.
+                std::thread::yield_now();
+            }
         }
         writer.join().unwrap();
         assert!(fb.drained());

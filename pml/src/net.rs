@@ -363,44 +363,73 @@ impl BtlNet {
     /// One polling round of the modules (`Transport::progress`);
     /// `waiting`: the caller is blocked on one message
     /// (`Transport::progress_waiting`). Inlined into both: one call frame
-    /// less per polling round.
+    /// less per polling round. Most rounds poll only the modules that
+    /// carry traffic (`carrying`, a quiet loopback skipped); every
+    /// [`IDLE_MODULE_POLL`]th round polls them all, out of line.
     #[inline(always)]
     fn poll(&mut self, deliver: &mut dyn FnMut(u32, &[u8]), waiting: bool) -> usize {
-        let mut n = 0;
-        let dropped = &mut self.dropped;
         self.polls = self.polls.wrapping_add(1);
-        let all = self.polls % IDLE_MODULE_POLL == 0;
-        let rounds = if all {
-            self.modules.len()
-        } else {
-            self.carrying.len()
-        };
-        for k in 0..rounds {
-            let i = if all { k } else { self.carrying[k] };
-            if !all && self.quiet[i] {
+        if self.polls % IDLE_MODULE_POLL == 0 {
+            return self.poll_all(deliver, waiting);
+        }
+        let BtlNet {
+            modules,
+            carrying,
+            loopback,
+            quiet,
+            dropped,
+            ..
+        } = self;
+        let mut n = 0;
+        for &i in carrying.iter() {
+            if quiet[i] {
                 continue;
             }
-            let m = &mut self.modules[i];
-            let mut handler = |peer: u32, tag: u8, bytes: &[u8]| {
-                if tag == BTL_TAG_PML {
-                    deliver(peer, bytes);
-                } else {
-                    *dropped += 1;
-                    tracing::error!(target: "pml_ob1", peer, tag, "fragment with a foreign BTL tag dropped");
-                }
-            };
-            let k = if waiting {
-                m.progress_waiting(&mut handler)
-            } else {
-                m.progress(&mut handler)
-            };
+            let k = poll_module(&mut *modules[i], dropped, deliver, waiting);
             // A loopback that delivered something is polled again next
             // round (conservative); one that delivered nothing waits for
             // the next send to it.
+            quiet[i] = loopback[i] && k == 0;
+            n += k;
+        }
+        n
+    }
+
+    /// A round that polls every module, carrying traffic or not.
+    #[cold]
+    #[inline(never)]
+    fn poll_all(&mut self, deliver: &mut dyn FnMut(u32, &[u8]), waiting: bool) -> usize {
+        let mut n = 0;
+        for (i, m) in self.modules.iter_mut().enumerate() {
+            let k = poll_module(&mut **m, &mut self.dropped, deliver, waiting);
             self.quiet[i] = self.loopback[i] && k == 0;
             n += k;
         }
         n
+    }
+}
+
+/// One module's polling: its pml fragments to `deliver`, anything else
+/// counted in `dropped`.
+#[inline(always)]
+fn poll_module(
+    m: &mut dyn BtlModule,
+    dropped: &mut u64,
+    deliver: &mut dyn FnMut(u32, &[u8]),
+    waiting: bool,
+) -> usize {
+    let mut handler = |peer: u32, tag: u8, bytes: &[u8]| {
+        if tag == BTL_TAG_PML {
+            deliver(peer, bytes);
+        } else {
+            *dropped += 1;
+            tracing::error!(target: "pml_ob1", peer, tag, "fragment with a foreign BTL tag dropped");
+        }
+    };
+    if waiting {
+        m.progress_waiting(&mut handler)
+    } else {
+        m.progress(&mut handler)
     }
 }
 
