@@ -260,14 +260,40 @@ fn send_blocking(
             // contiguous type at `buf`, given to this call until it returns;
             // the pml's blocking send returns only once the data was handed
             // over or copied.
-            let s = unsafe { rt.pml.send_blocking(ctx, dest, tag, raw, mode) }?;
+            let r = unsafe { rt.pml.send_blocking(ctx, dest, tag, raw, mode) };
             // The status itself is not wanted: only its error class.
-            if s.error == C::Success {
+            if matches!(&r, Ok(s) if s.error == C::Success) {
                 return Ok(());
             }
-            return status_err(&St::from(s), what);
+            return send_outcome(r, what);
         }
     }
+    send_general(buf, count, dtype, dest, tag, comm, mode, what)
+}
+
+/// A blocking send's error (out of line: the fast path above stays small).
+#[cold]
+#[inline(never)]
+fn send_outcome(r: Result<tmpi_pml::Status, tmpi_pml::PmlError>, what: &str) -> Res<()> {
+    status_err(&St::from(r?), what)
+}
+
+/// [`send_blocking`] for what `resolve_fast` does not take: other
+/// communicators and types, buffered mode, and every call that fails a
+/// check (reported here).
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn send_general(
+    buf: *const c_void,
+    count: c_int,
+    dtype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+    mode: SendMode,
+    what: &str,
+) -> Res<()> {
     let n = ccount(count, C::Count, "count")?;
     let tg = resolve(comm, dtype, dest, tag, n, false)?;
     check_buf(buf, n, &tg.t)?;
@@ -406,23 +432,40 @@ pub extern "C" fn MPI_Recv(
             put_status(status, st)?;
             return status_err(&st, "MPI_Recv");
         }
-        let n = ccount(count, C::Count, "count")?;
-        let tg = resolve(comm, dtype, source, tag, n, true)?;
-        check_buf(buf, n, &tg.t)?;
-        if !tg.t.is_contig() {
-            let r = start_recv(buf, count, dtype, source, tag, comm, None)?;
-            return blocking(r, status, "MPI_Recv");
-        }
-        let rt = rt()?;
-        let raw = RawBufMut::from_raw(buf.cast(), tg.t.size * n);
-        // SAFETY: MPI gives the call the buffer (`count` elements of a
-        // contiguous type at `buf`) until it returns, and the pml's blocking
-        // receive returns only once the message was written.
-        let s = unsafe { rt.pml.recv_blocking(tg.ctx, source, tag, raw) }?;
-        let st = St::from(s);
-        put_status(status, st)?;
-        status_err(&st, "MPI_Recv")
+        recv_general(buf, count, dtype, source, tag, comm, status)
     })
+}
+
+/// MPI_Recv for what `resolve_fast` does not take: other communicators
+/// and types, and every call that fails a check (reported here). Out of
+/// line: the fast path stays small.
+#[cold]
+#[inline(never)]
+fn recv_general(
+    buf: *mut c_void,
+    count: c_int,
+    dtype: c_int,
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    status: *mut MpiStatus,
+) -> Res<()> {
+    let n = ccount(count, C::Count, "count")?;
+    let tg = resolve(comm, dtype, source, tag, n, true)?;
+    check_buf(buf, n, &tg.t)?;
+    if !tg.t.is_contig() {
+        let r = start_recv(buf, count, dtype, source, tag, comm, None)?;
+        return blocking(r, status, "MPI_Recv");
+    }
+    let rt = rt()?;
+    let raw = RawBufMut::from_raw(buf.cast(), tg.t.size * n);
+    // SAFETY: MPI gives the call the buffer (`count` elements of a
+    // contiguous type at `buf`) until it returns, and the pml's blocking
+    // receive returns only once the message was written.
+    let s = unsafe { rt.pml.recv_blocking(tg.ctx, source, tag, raw) }?;
+    let st = St::from(s);
+    put_status(status, st)?;
+    status_err(&st, "MPI_Recv")
 }
 
 #[no_mangle]

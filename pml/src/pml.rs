@@ -548,78 +548,112 @@ impl Pml {
         mode: SendMode,
     ) -> Result<Status, PmlError> {
         check_send_tag(tag)?;
-        let id = {
-            let mut g = self.lock();
-            // Fast path: a small eager send with nothing queued before it
-            // goes straight to the transport, without a request or an
-            // action (docs/pml.md "Blocking calls and the lock").
-            if !g.tm && g.pending.is_empty() && !g.core.has_actions() {
-                let Inner {
-                    core,
-                    net,
-                    limits,
-                    direct,
-                    ..
-                } = &mut *g;
-                if let Some(e) = core.eager_direct(limits, ctx, dest, tag, buf.len(), mode)? {
-                    let (peer, st) = (e.peer, e.st);
-                    if let (Some(Some(tx)), true) = (direct.get(peer as usize), buf.is_contiguous())
-                    {
-                        // SAFETY: every use of the BTL modules and of their
-                        // direct handles happens under the pml's lock, held
-                        // here (DirectSend's contract; a finalized module's
-                        // handle refuses); `buf` is valid for reads during
-                        // this call (contract) and contiguous.
-                        if unsafe { tx.try_send(BTL_TAG_PML, &e.hdr, buf.as_slice()) } {
-                            return Ok(st);
-                        }
-                    }
-                    let net = &mut **net;
-                    // SAFETY: `buf` is valid for reads during this call
-                    // (contract); a typed buffer packs its bytes here.
-                    let sent = unsafe { buf.with_bytes(|b| net.send(peer, &e.hdr, b)) };
-                    match sent {
-                        Ok(()) => return Ok(st),
-                        Err(TxError::Busy) => {
-                            let id = core.queue_direct(&e, buf);
-                            g.flush();
-                            if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
-                                return Ok(s);
-                            }
-                            drop(g);
-                            return self.wait(id);
-                        }
-                        // As `Inner::exec` for a queued send.
-                        Err(TxError::Fatal(e)) => {
-                            tracing::error!(target: "pml_ob1", peer, "send failed: {e}");
-                            return Ok(st);
-                        }
-                        Err(TxError::Broken(e)) => {
-                            tracing::error!(target: "pml_ob1", peer, "send to rank {peer} failed, connection broken: {e}");
-                            return Ok(Status {
-                                error: MpiErrorClass::Other,
-                                ..st
-                            });
-                        }
+        let mut g = self.lock();
+        // Fast path: a small eager send with nothing queued before it
+        // goes straight to the transport, without a request or an
+        // action (docs/pml.md "Blocking calls and the lock").
+        if !g.tm && g.pending.is_empty() && !g.core.has_actions() {
+            let Inner {
+                core,
+                limits,
+                direct,
+                ..
+            } = &mut *g;
+            if let Some(e) = core.eager_direct(limits, ctx, dest, tag, buf.len(), mode)? {
+                if let (Some(Some(tx)), true) = (direct.get(e.peer as usize), buf.is_contiguous()) {
+                    // SAFETY: every use of the BTL modules and of their
+                    // direct handles happens under the pml's lock, held
+                    // here (DirectSend's contract; a finalized module's
+                    // handle refuses); `buf` is valid for reads during
+                    // this call (contract) and contiguous.
+                    if unsafe { tx.try_send(BTL_TAG_PML, &e.hdr, buf.as_slice()) } {
+                        return Ok(e.st);
                     }
                 }
+                // SAFETY: forwarded contract.
+                return unsafe { self.send_eager_transport(g, e, buf) };
             }
-            let Inner {
-                core, net, limits, ..
-            } = &mut *g;
-            let mut w = NetWire {
-                net: &mut **net,
-                limits,
-            };
-            // SAFETY: forwarded contract (the buffer outlives this call,
-            // which returns only once the request completed).
-            let id = unsafe { core.isend(&mut w, ctx, dest, tag, buf, mode) }?;
-            g.flush();
-            if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
-                return Ok(s);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.send_started(g, ctx, dest, tag, buf, mode) }
+    }
+
+    /// [`Pml::send_blocking`]'s eager fragment when the direct handle
+    /// refused it: through the transport, queued when the BTL is busy.
+    /// Out of line, as the next function: the fast path stays small.
+    ///
+    /// # Safety
+    /// As [`Pml::send_blocking`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn send_eager_transport(
+        &self,
+        mut g: MutexGuard<'_, Inner>,
+        e: crate::core::EagerSend,
+        buf: RawBuf,
+    ) -> Result<Status, PmlError> {
+        let (peer, st) = (e.peer, e.st);
+        let net = &mut *g.net;
+        // SAFETY: `buf` is valid for reads during this call (contract); a
+        // typed buffer packs its bytes here.
+        let sent = unsafe { buf.with_bytes(|b| net.send(peer, &e.hdr, b)) };
+        match sent {
+            Ok(()) => Ok(st),
+            Err(TxError::Busy) => {
+                let id = g.core.queue_direct(&e, buf);
+                g.flush();
+                if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
+                    return Ok(s);
+                }
+                drop(g);
+                self.wait(id)
             }
-            id
+            // As `Inner::exec` for a queued send.
+            Err(TxError::Fatal(e)) => {
+                tracing::error!(target: "pml_ob1", peer, "send failed: {e}");
+                Ok(st)
+            }
+            Err(TxError::Broken(e)) => {
+                tracing::error!(target: "pml_ob1", peer, "send to rank {peer} failed, connection broken: {e}");
+                Ok(Status {
+                    error: MpiErrorClass::Other,
+                    ..st
+                })
+            }
+        }
+    }
+
+    /// [`Pml::send_blocking`] for everything but an eager fragment to
+    /// send at once: a send request, completed here or waited for.
+    ///
+    /// # Safety
+    /// As [`Pml::send_blocking`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn send_started(
+        &self,
+        mut g: MutexGuard<'_, Inner>,
+        ctx: u32,
+        dest: i32,
+        tag: i32,
+        buf: RawBuf,
+        mode: SendMode,
+    ) -> Result<Status, PmlError> {
+        let Inner {
+            core, net, limits, ..
+        } = &mut *g;
+        let mut w = NetWire {
+            net: &mut **net,
+            limits,
         };
+        // SAFETY: forwarded contract (the buffer outlives this call,
+        // which returns only once the request completed).
+        let id = unsafe { core.isend(&mut w, ctx, dest, tag, buf, mode) }?;
+        g.flush();
+        if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
+            return Ok(s);
+        }
+        drop(g);
         self.wait(id)
     }
 
