@@ -58,6 +58,10 @@ pub struct CollContext {
     framework: CollFramework,
     cids: Mutex<CidPool>,
     active: Mutex<Vec<Weak<ReqInner>>>,
+    /// `active.len()` as of its last change (stored under its lock): the
+    /// blocking direct path asks "anything outstanding?" without taking the
+    /// lock (a lock and an unlock per small blocking collective otherwise).
+    active_n: AtomicUsize,
     keyvals: Mutex<BTreeMap<u32, Keyval>>,
     next_keyval: AtomicU32,
     creating: Mutex<()>,
@@ -94,6 +98,7 @@ impl CollContext {
             framework,
             cids: Mutex::new(CidPool::new(limit)),
             active: Mutex::new(Vec::new()),
+            active_n: AtomicUsize::new(0),
             keyvals: Mutex::new(BTreeMap::new()),
             next_keyval: AtomicU32::new(FIRST_KEYVAL),
             creating: Mutex::new(()),
@@ -126,6 +131,7 @@ impl CollContext {
         let reqs: Vec<Arc<ReqInner>> = {
             let mut a = lock(&self.active);
             a.retain(|w| w.upgrade().is_some_and(|r| !r.done.load(Ordering::Acquire)));
+            self.active_n.store(a.len(), Ordering::Release);
             a.iter().filter_map(Weak::upgrade).collect()
         };
         let mut any = false;
@@ -145,19 +151,27 @@ impl CollContext {
     /// Whether any non-blocking collective may still be outstanding (a
     /// cheap check before [`CollContext::progress`]).
     fn may_have_outstanding(&self) -> bool {
-        !lock(&self.active).is_empty()
+        self.active_n.load(Ordering::Acquire) != 0
     }
 
     /// Whether a non-blocking collective is still running: like
     /// [`CollContext::may_have_outstanding`] (one lock when there is none),
     /// but drops the entries of completed or released requests first.
     fn has_running(&self) -> bool {
-        let mut a = lock(&self.active);
-        if a.is_empty() {
+        if !self.may_have_outstanding() {
             return false;
         }
+        let mut a = lock(&self.active);
         a.retain(|w| w.upgrade().is_some_and(|r| !r.done.load(Ordering::Acquire)));
+        self.active_n.store(a.len(), Ordering::Release);
         !a.is_empty()
+    }
+
+    /// Enters a started non-blocking collective into the active list.
+    fn add_active(&self, r: Weak<ReqInner>) {
+        let mut a = lock(&self.active);
+        a.push(r);
+        self.active_n.store(a.len(), Ordering::Release);
     }
 
     /// Number of outstanding non-blocking collectives (for tests).
@@ -784,7 +798,7 @@ impl Comm {
     /// (the typed methods check their arguments before they get here).
     pub fn start(&self, call: Call) -> Result<CollRequest> {
         let req = self.start_inner(&call)?;
-        lock(&self.inner.ctx.active).push(Arc::downgrade(&req.inner));
+        self.inner.ctx.add_active(Arc::downgrade(&req.inner));
         Ok(req)
     }
 
@@ -821,7 +835,11 @@ impl Comm {
             return None;
         }
         let seq = inner.seq.fetch_add(1, Ordering::Relaxed);
-        inner.direct_calls.fetch_add(1, Ordering::Relaxed);
+        // A diagnostic count: a plain add, not a locked read-modify-write
+        // (a lost increment from racing threads, which MPI does not allow
+        // on one communicator anyway, only skews the statistic).
+        let calls = inner.direct_calls.load(Ordering::Relaxed);
+        inner.direct_calls.store(calls + 1, Ordering::Relaxed);
         tracing::trace!(target: "coll_base", "{kind} #{seq} on cid {}: direct, {bytes} bytes", inner.ep.context_id);
         Some(Direct {
             p2p: inner.ctx.p2p.as_ref(),

@@ -57,6 +57,10 @@ pub(crate) struct Inner {
     direct: Vec<Option<std::sync::Arc<dyn tmpi_btl::DirectSend>>>,
 }
 
+/// Polling rounds a blocking eager send spends waiting for room in the
+/// peer's fast box before it takes the FIFO path (`send_eager_transport`).
+const DIRECT_RETRY_ROUNDS: usize = 32;
+
 /// See [`Inner::progress`]: progress rounds per collection of failed peers.
 const FAILED_POLL: u32 = 64;
 
@@ -593,6 +597,25 @@ impl Pml {
         buf: RawBuf,
     ) -> Result<Status, PmlError> {
         let (peer, st) = (e.peer, e.st);
+        if let (Some(Some(tx)), true) = (g.direct.get(peer as usize).cloned(), buf.is_contiguous())
+        {
+            // The fast box was full, or FIFO fragments to the peer are
+            // still out (only a polling round takes their return): poll a
+            // few rounds and try it again before taking the FIFO path,
+            // after which every later send would wait for the FIFO
+            // fragments to come back too.
+            for _ in 0..DIRECT_RETRY_ROUNDS {
+                g.progress();
+                if !g.pending.is_empty() || g.core.has_actions() {
+                    break;
+                }
+                // SAFETY: as in `send_blocking` (lock held, `buf` valid
+                // and contiguous).
+                if unsafe { tx.try_send(BTL_TAG_PML, &e.hdr, buf.as_slice()) } {
+                    return Ok(st);
+                }
+            }
+        }
         let net = &mut *g.net;
         // SAFETY: `buf` is valid for reads during this call (contract); a
         // typed buffer packs its bytes here.
