@@ -103,4 +103,12 @@ impl DirectSend for PeerTx {
         // which `try_write` refuses without touching it.
         unsafe { self.try_write(tag, header, payload) }
     }
+
+    fn max_fragment(&self) -> usize {
+        if self.fbox.load(Relaxed) == 0 {
+            0
+        } else {
+            self.fbox_max.load(Relaxed)
+        }
+    }
 }

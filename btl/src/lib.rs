@@ -313,4 +313,9 @@ pub trait DirectSend: Send + Sync {
     /// on the module's own send and progress functions are serialized (the
     /// pml makes them all under its lock).
     unsafe fn try_send(&self, tag: u8, header: &[u8], payload: &[u8]) -> bool;
+
+    /// The largest `header ++ payload` this handle ever takes (0 once it
+    /// refuses everything): a larger fragment is refused whatever the
+    /// peer does, so waiting for room is pointless.
+    fn max_fragment(&self) -> usize;
 }

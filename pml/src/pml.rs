@@ -603,8 +603,14 @@ impl Pml {
             // still out (only a polling round takes their return): poll a
             // few rounds and try it again before taking the FIFO path,
             // after which every later send would wait for the FIFO
-            // fragments to come back too.
-            for _ in 0..DIRECT_RETRY_ROUNDS {
+            // fragments to come back too. Not for a fragment the fast box
+            // never takes (above `btl_sm_fbox_max`).
+            let rounds = if e.hdr.len() + buf.len() <= tx.max_fragment() {
+                DIRECT_RETRY_ROUNDS
+            } else {
+                0
+            };
+            for _ in 0..rounds {
                 g.progress();
                 if !g.pending.is_empty() || g.core.has_actions() {
                     break;
