@@ -611,6 +611,8 @@ impl Pml {
                 0
             };
             for _ in 0..rounds {
+                // Oversubscribed, the receiver may need this core.
+                self.idle();
                 g.progress();
                 if !g.pending.is_empty() || g.core.has_actions() {
                     break;
