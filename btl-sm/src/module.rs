@@ -805,14 +805,25 @@ impl SmModule {
                 }
             }
         }
-        let fifo = own.fifo();
-        if fifo.looks_empty() {
-            // The common idle round: nothing queued (a fragment pushed
-            // after this check is seen next round).
-            self.stats.delivered += n as u64;
-            self.maybe_unlink();
-            return n;
+        // The common idle round finds the FIFO empty (a fragment pushed
+        // after this check is seen next round).
+        if !own.fifo().looks_empty() {
+            n += self.poll_fifo(handler);
         }
+        self.stats.delivered += n as u64;
+        self.maybe_unlink();
+        n
+    }
+
+    /// Up to `poll_budget` fragments of this process's FIFO: peers'
+    /// fragments to `handler` (and back to their owners), our own returned
+    /// fragments to the free lists. Returns the number delivered.
+    fn poll_fifo(&mut self, handler: &mut dyn BtlRecvHandler) -> usize {
+        let Some(own) = self.own.as_ref() else {
+            return 0;
+        };
+        let fifo = own.fifo();
+        let mut n = 0usize;
         let segs = Segs {
             me: self.me_local,
             own,
@@ -868,8 +879,6 @@ impl SmModule {
             }
         }
         self.stats.returned += returned;
-        self.stats.delivered += n as u64;
-        self.maybe_unlink();
         n
     }
 }

@@ -175,6 +175,48 @@ impl Inner {
         n + self.flush()
     }
 
+    /// Starts a send request (`Core::isend` over the transport) and carries
+    /// out what it produced.
+    ///
+    /// # Safety
+    /// As [`Core::isend`].
+    unsafe fn start_send(
+        &mut self,
+        ctx: u32,
+        dest: i32,
+        tag: i32,
+        buf: RawBuf,
+        mode: SendMode,
+    ) -> Result<ReqId, PmlError> {
+        let mut w = NetWire {
+            net: &mut *self.net,
+            limits: &self.limits,
+        };
+        // SAFETY: forwarded contract.
+        let id = unsafe { self.core.isend(&mut w, ctx, dest, tag, buf, mode) }?;
+        self.flush();
+        Ok(id)
+    }
+
+    /// Posts a receive (`Core::irecv` over the transport).
+    ///
+    /// # Safety
+    /// As [`Core::irecv`].
+    unsafe fn post_recv(
+        &mut self,
+        ctx: u32,
+        src: i32,
+        tag: i32,
+        buf: RawBufMut,
+    ) -> Result<ReqId, PmlError> {
+        let mut w = NetWire {
+            net: &mut *self.net,
+            limits: &self.limits,
+        };
+        // SAFETY: forwarded contract.
+        unsafe { self.core.irecv(&mut w, ctx, src, tag, buf) }
+    }
+
     /// Fails the requests that depend on peers the transports found dead
     /// since the last call; returns their number. Out of line: most rounds
     /// do not call it (an empty `Vec` and its loop cost ~20 instructions
@@ -491,18 +533,8 @@ impl Pml {
         mode: SendMode,
     ) -> Result<ReqId, PmlError> {
         check_send_tag(tag)?;
-        let mut g = self.lock();
-        let Inner {
-            core, net, limits, ..
-        } = &mut *g;
-        let mut w = NetWire {
-            net: &mut **net,
-            limits,
-        };
         // SAFETY: forwarded contract.
-        let id = unsafe { core.isend(&mut w, ctx, dest, tag, buf, mode) }?;
-        g.flush();
-        Ok(id)
+        unsafe { self.lock().start_send(ctx, dest, tag, buf, mode) }
     }
 
     /// Posts a receive.
@@ -519,15 +551,8 @@ impl Pml {
     ) -> Result<ReqId, PmlError> {
         check_recv_tag(tag)?;
         let mut g = self.lock();
-        let Inner {
-            core, net, limits, ..
-        } = &mut *g;
-        let mut w = NetWire {
-            net: &mut **net,
-            limits,
-        };
         // SAFETY: forwarded contract.
-        let id = unsafe { core.irecv(&mut w, ctx, src, tag, buf) }?;
+        let id = unsafe { g.post_recv(ctx, src, tag, buf) }?;
         g.flush();
         if g.tm {
             // Post the receive's ADD now (in pull order), not at the next
@@ -670,17 +695,9 @@ impl Pml {
         buf: RawBuf,
         mode: SendMode,
     ) -> Result<Status, PmlError> {
-        let Inner {
-            core, net, limits, ..
-        } = &mut *g;
-        let mut w = NetWire {
-            net: &mut **net,
-            limits,
-        };
         // SAFETY: forwarded contract (the buffer outlives this call,
         // which returns only once the request completed).
-        let id = unsafe { core.isend(&mut w, ctx, dest, tag, buf, mode) }?;
-        g.flush();
+        let id = unsafe { g.start_send(ctx, dest, tag, buf, mode) }?;
         if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
             return Ok(s);
         }
@@ -704,16 +721,9 @@ impl Pml {
     ) -> Result<Status, PmlError> {
         check_recv_tag(tag)?;
         let mut g = self.lock();
-        let Inner {
-            core, net, limits, ..
-        } = &mut *g;
-        let mut w = NetWire {
-            net: &mut **net,
-            limits,
-        };
         // SAFETY: forwarded contract (the buffer outlives this call, which
         // returns only once the request completed).
-        let id = unsafe { core.irecv(&mut w, ctx, src, tag, buf) }?;
+        let id = unsafe { g.post_recv(ctx, src, tag, buf) }?;
         let serial = self.serial.load(std::sync::atomic::Ordering::Relaxed);
         if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
             return Ok(s);
