@@ -1,5 +1,7 @@
-//! The per-peer sending state shared by [`crate::SmModule`] and the
-//! [`DirectSend`] handles it gives the pml: the peer's fast box, the
+//! The per-peer state shared by [`crate::SmModule`] and the direct
+//! handles it gives the pml. [`PeerRx`] ([`DirectRecv`]): the fast box the
+//! peer writes in this process's segment, whose head record the pml's
+//! blocking receive may take. [`PeerTx`] ([`DirectSend`]): the peer's fast box, the
 //! sender's hint of its `tail`, and the FIFO fragments outstanding to the
 //! peer (while there are any, a fast-box record could overtake them, so
 //! both the module and the handle fall back to the FIFO).
@@ -11,7 +13,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-use tmpi_btl::DirectSend;
+use tmpi_btl::{DirectRecv, DirectSend};
 
 use crate::shm::Fbox;
 
@@ -110,5 +112,55 @@ impl DirectSend for PeerTx {
         } else {
             self.fbox_max.load(Relaxed)
         }
+    }
+}
+
+/// Receiving state for one local peer: the fast box it writes in this
+/// process's segment.
+#[derive(Debug, Default)]
+pub(crate) struct PeerRx {
+    /// Address of the fast box (0 until attached, and after detach).
+    fbox: AtomicUsize,
+    /// Its ring size in bytes.
+    size: AtomicUsize,
+    /// Records taken through the handle.
+    takes: AtomicU64,
+}
+
+impl PeerRx {
+    /// Records the fast box once the peer is attached.
+    pub(crate) fn attach(&self, fbox: *mut u8, size: usize) {
+        self.size.store(size, Relaxed);
+        self.fbox.store(fbox as usize, Relaxed);
+    }
+
+    /// Forgets the fast box (the segment is about to be unmapped).
+    pub(crate) fn detach(&self) {
+        self.fbox.store(0, Relaxed);
+    }
+
+    pub(crate) fn takes(&self) -> u64 {
+        self.takes.load(Relaxed)
+    }
+}
+
+impl DirectRecv for PeerRx {
+    #[inline]
+    unsafe fn take_head(&self, take: &mut dyn FnMut(u8, &[u8]) -> bool) -> bool {
+        let addr = self.fbox.load(Relaxed);
+        if addr == 0 {
+            return false;
+        }
+        // SAFETY: `addr` is the fast box of `size` bytes in this process's
+        // own segment that `attach` recorded, mapped until the module
+        // detaches this state (finalize, also run on drop); this process
+        // is its only reader and the caller serializes every read of it
+        // (the trait's contract).
+        let fb = unsafe { Fbox::at(addr as *mut u8, self.size.load(Relaxed)) };
+        let taken = fb.take_head(take);
+        if taken {
+            self.takes.store(self.takes.load(Relaxed) + 1, Relaxed);
+        }
+        taken
     }
 }

@@ -50,13 +50,15 @@ use std::sync::Arc;
 
 use tmpi_base::identity::ProcessInfo;
 use tmpi_base::modex::Modex;
-use tmpi_btl::{BtlError, BtlFlags, BtlModule, BtlRecvHandler, DirectSend, RemoteRegion};
+use tmpi_btl::{
+    BtlError, BtlFlags, BtlModule, BtlRecvHandler, DirectRecv, DirectSend, RemoteRegion,
+};
 
 use crate::cma;
 use crate::config::{SingleCopy, SmConfig};
 use std::sync::atomic::Ordering;
 
-use crate::direct::PeerTx;
+use crate::direct::{PeerRx, PeerTx};
 use crate::segment::{coop_phase, Class, CoopSlot, Segment, COOP_SLOTS};
 use crate::shm::{self, Fbox, FragHdr, Resolve};
 
@@ -283,6 +285,8 @@ pub struct SmModule {
     /// Per attached peer: (world rank, address and size of the fast box it
     /// writes in our segment), the list `poll` walks every round.
     rx: Vec<(u32, usize, usize)>,
+    /// Per local rank: the same fast boxes for [`DirectRecv`] handles.
+    rx_direct: Vec<Arc<PeerRx>>,
     /// Most fragments of each class one destination may hold.
     share: [u32; 2],
     get_enabled: bool,
@@ -365,6 +369,7 @@ impl SmModule {
                 .collect(),
             tx: (0..local_world.len()).map(|_| Arc::default()).collect(),
             rx: Vec::new(),
+            rx_direct: (0..local_world.len()).map(|_| Arc::default()).collect(),
             share: if local_world.len() > 2 {
                 [(layout.n_eager / 2).max(1), (layout.n_max / 2).max(1)]
             } else {
@@ -411,6 +416,7 @@ impl SmModule {
     pub fn stats(&self) -> SmStats {
         SmStats {
             fbox_sends: self.tx.iter().map(|t| t.sends()).sum(),
+            delivered: self.stats.delivered + self.rx_direct.iter().map(|r| r.takes()).sum::<u64>(),
             ..self.stats
         }
     }
@@ -506,6 +512,7 @@ impl SmModule {
         }
         if let Some((fbox, size)) = self.own.as_ref().and_then(|o| o.fbox_raw(l)) {
             self.rx.push((peer, fbox as usize, size));
+            self.rx_direct[l].attach(fbox, size);
         }
         self.peers[l] = Some(seg);
         Ok(())
@@ -1101,6 +1108,16 @@ impl BtlModule for SmModule {
         self.poll(handler, FBOX_BUDGET_WAITING)
     }
 
+    /// The fast box the peer writes in our segment, shared with the
+    /// module (`crate::direct`).
+    fn direct_recv(&self, peer: u32) -> Option<Arc<dyn DirectRecv>> {
+        let l = self.local_of(peer).ok()?;
+        if l == self.me_local || self.peers[l].is_none() {
+            return None;
+        }
+        Some(Arc::clone(&self.rx_direct[l]) as Arc<dyn DirectRecv>)
+    }
+
     /// The peer's fast box, shared with the module (`crate::direct`).
     fn direct_send(&self, peer: u32) -> Option<Arc<dyn DirectSend>> {
         let l = self.local_of(peer).ok()?;
@@ -1115,6 +1132,7 @@ impl BtlModule for SmModule {
             self.unlink();
             // Direct handles still held by the pml refuse from now on.
             self.tx.iter().for_each(|t| t.detach());
+            self.rx_direct.iter().for_each(|r| r.detach());
             self.rx.clear();
             self.peers.iter_mut().for_each(|p| *p = None);
             self.own = None;

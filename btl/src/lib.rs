@@ -267,6 +267,14 @@ pub trait BtlModule: Send {
         None
     }
 
+    /// A handle that offers the next small fragment from `peer` to the
+    /// pml's blocking receive without a polling round (btl-sm: the head
+    /// record of the peer's fast box); `None` (the default): not offered.
+    /// See [`DirectRecv`] for the rules.
+    fn direct_recv(&self, _peer: u32) -> Option<std::sync::Arc<dyn DirectRecv>> {
+        None
+    }
+
     /// Whether fragments reach this module only through its own `send` /
     /// `sendi` (a loopback such as btl-self): then a caller may skip
     /// `progress` while it has sent nothing since the last progress that
@@ -293,6 +301,26 @@ pub trait BtlModule: Send {
     fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
         None
     }
+}
+
+/// A module's direct receive channel from one peer
+/// ([`BtlModule::direct_recv`]): the pml's blocking receive looks at the
+/// fragment the module would deliver next from that peer and takes it
+/// only if it is the message that receive wants next, with no request,
+/// no matching queue and no polling round. A fragment left in place is
+/// delivered by the module's next `progress` as usual. Taking the head
+/// fragment keeps the module's per-peer order (it is the next one).
+pub trait DirectRecv: Send + Sync {
+    /// Hands the fragment at the head of the channel, if any, to `take`
+    /// as (tag, bytes): consumed when `take` returns `true`, left in
+    /// place otherwise. Returns whether one was consumed. A finalized
+    /// module's handles offer nothing.
+    ///
+    /// # Safety
+    /// Calls on this handle, on every other handle of the same module and
+    /// on the module's own progress functions are serialized (the pml
+    /// makes them all under its lock).
+    unsafe fn take_head(&self, take: &mut dyn FnMut(u8, &[u8]) -> bool) -> bool;
 }
 
 /// A module's direct channel to one peer ([`BtlModule::direct_send`]): one

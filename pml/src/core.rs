@@ -164,6 +164,9 @@ pub struct Stats {
     pub credits_sent: u64,
     /// Credit requests sent (a sender found its peer's window full).
     pub credit_requests: u64,
+    /// Eager messages a blocking receive took straight from the BTL's
+    /// direct channel (`Core::take_direct`: no request, no queue).
+    pub direct_recv: u64,
 }
 
 /// Fixed charge per eager (MATCH) fragment against
@@ -1145,6 +1148,77 @@ impl Core {
             Some(tag)
         };
         Ok(Pattern { ctx, src, tag })
+    }
+
+    /// The world rank whose next eager message a blocking receive
+    /// `(ctx, src, tag)` may take straight from the BTL
+    /// ([`Core::take_direct`]): only a named source, with no receive
+    /// posted and no message queued anywhere (so the next message from
+    /// `src` in its turn is the first one this receive could match, and
+    /// no earlier receive wants it), on the software matcher, from a
+    /// live peer with nothing held out of order. `None`: the regular path.
+    #[inline(always)]
+    pub(crate) fn direct_source(&self, ctx: u32, src: i32) -> Option<u32> {
+        if src < 0 || self.tm {
+            return None;
+        }
+        let peer = self.comm(ctx).ok()?.world_rank(src).ok()?;
+        let ps = self.peers.get(peer as usize)?;
+        if !ps.ahead.is_empty()
+            || self.dead.get(peer as usize).copied().unwrap_or(false)
+            || self.matcher.depth() != (0, 0)
+        {
+            return None;
+        }
+        Some(peer)
+    }
+
+    /// Takes fragment `bytes` from `peer` (found by [`Core::direct_source`])
+    /// for the blocking receive `(ctx, src, tag)` into `buf` if it is that
+    /// receive's message: an eager MATCH in its sequence turn that the
+    /// pattern accepts and `buf` holds. Then the message is delivered as
+    /// `on_frag` would have matched it to the posted receive, and its
+    /// status returned; `None` (nothing changed) otherwise.
+    ///
+    /// # Safety
+    /// `buf` is valid for writes (the receive's buffer, contract of
+    /// `irecv`).
+    #[inline(always)]
+    pub(crate) unsafe fn take_direct(
+        &mut self,
+        peer: u32,
+        ctx: u32,
+        src: i32,
+        tag: i32,
+        buf: RawBufMut,
+        bytes: &[u8],
+    ) -> Option<Status> {
+        let (m, data) = crate::hdr::parse_match(bytes)?;
+        let tag_ok = if tag == crate::request::ANY_TAG {
+            m.tag >= 0
+        } else {
+            m.tag == tag
+        };
+        if m.ctx != ctx || m.src != src || !tag_ok || data.len() > buf.len() {
+            return None;
+        }
+        let exp = seq_slot(&mut self.peers[peer as usize].recv_seq, ctx);
+        if m.seq != *exp {
+            return None;
+        }
+        *exp = exp.wrapping_add(1);
+        self.stats.direct_recv += 1;
+        self.consumed(peer, charge_of(Some(data.len())));
+        // SAFETY: `buf` is valid for writes (contract); `data` fits it
+        // (checked above).
+        unsafe { buf.write_at(0, data) };
+        Some(Status {
+            source: m.src,
+            tag: m.tag,
+            count: data.len(),
+            error: MpiErrorClass::Success,
+            cancelled: false,
+        })
     }
 
     /// Posts a receive into `buf`.

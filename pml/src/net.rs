@@ -537,6 +537,16 @@ impl Transport for BtlNet {
         self.poll(deliver, true)
     }
 
+    fn direct_recv(&self, peer: u32) -> Option<std::sync::Arc<dyn tmpi_btl::DirectRecv>> {
+        let &i = self.route.get(peer as usize)?;
+        // As `direct_send`: the tagged path and loopbacks keep their own
+        // receive logic.
+        if self.tm_peer(peer) || self.loopback[i] {
+            return None;
+        }
+        self.modules[i].direct_recv(peer)
+    }
+
     fn direct_send(&self, peer: u32) -> Option<std::sync::Arc<dyn tmpi_btl::DirectSend>> {
         let &i = self.route.get(peer as usize)?;
         // The tagged path and loopbacks keep their own send logic

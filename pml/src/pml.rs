@@ -55,6 +55,9 @@ pub(crate) struct Inner {
     /// Per world rank: the carrying BTL's direct channel
     /// (`Transport::direct_send`), used by the blocking-send fast path.
     direct: Vec<Option<std::sync::Arc<dyn tmpi_btl::DirectSend>>>,
+    /// Per world rank: the carrying BTL's direct receive channel
+    /// (`Transport::direct_recv`), used by the blocking-receive fast path.
+    direct_rx: Vec<Option<std::sync::Arc<dyn tmpi_btl::DirectRecv>>>,
 }
 
 /// Polling rounds a blocking eager send spends waiting for room in the
@@ -108,8 +111,10 @@ impl Inner {
         let tm = net.tm_caps().is_some();
         let tm_in = net.tm_inputs();
         let direct = (0..n).map(|p| net.direct_send(p)).collect();
+        let direct_rx = (0..n).map(|p| net.direct_recv(p)).collect();
         Inner {
             direct,
+            direct_rx,
             tm,
             tm_in,
             tm_inputs: Vec::new(),
@@ -173,6 +178,50 @@ impl Inner {
             }
         }
         n + self.flush()
+    }
+
+    /// The blocking receive's fast path: the next eager message of `src`
+    /// taken straight from its BTL's direct channel when it is this
+    /// receive's (`Core::direct_source`, `Core::take_direct`): no
+    /// request, no matching queue, no polling round. A receiver behind a
+    /// faster sender (a stream, a bcast or reduce at 2 ranks) finds its
+    /// message there; otherwise it costs one look at the channel.
+    ///
+    /// # Safety
+    /// `buf` is valid for writes during the call.
+    #[inline(always)]
+    unsafe fn recv_direct(
+        &mut self,
+        ctx: u32,
+        src: i32,
+        tag: i32,
+        buf: RawBufMut,
+    ) -> Option<Status> {
+        if !self.pending.is_empty() {
+            return None;
+        }
+        let peer = self.core.direct_source(ctx, src)?;
+        let rx = self.direct_rx.get(peer as usize)?.as_ref()?;
+        let core = &mut self.core;
+        let mut st = None;
+        let mut take = |btl_tag, bytes: &[u8]| {
+            if btl_tag != BTL_TAG_PML {
+                return false;
+            }
+            // SAFETY: `buf` is valid for writes (contract).
+            st = unsafe { core.take_direct(peer, ctx, src, tag, buf, bytes) };
+            st.is_some()
+        };
+        // SAFETY: every use of the BTL modules and of their direct handles
+        // happens under the pml's lock, held by the caller (DirectRecv's
+        // contract; a finalized module's handle offers nothing).
+        unsafe { rx.take_head(&mut take) };
+        if st.is_some() && self.core.has_actions() {
+            // Credit owed back to the sender (`Core::consumed`) goes out
+            // now, as after a polling round.
+            self.flush();
+        }
+        st
     }
 
     /// Starts a send request (`Core::isend` over the transport) and carries
@@ -721,6 +770,10 @@ impl Pml {
     ) -> Result<Status, PmlError> {
         check_recv_tag(tag)?;
         let mut g = self.lock();
+        // SAFETY: forwarded contract.
+        if let Some(s) = unsafe { g.recv_direct(ctx, src, tag, buf) } {
+            return Ok(s);
+        }
         // SAFETY: forwarded contract (the buffer outlives this call, which
         // returns only once the request completed).
         let id = unsafe { g.post_recv(ctx, src, tag, buf) }?;

@@ -49,6 +49,12 @@ pub trait Transport: Send {
     fn progress_waiting(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize {
         self.progress(deliver)
     }
+    /// The direct receive channel from `peer` of the BTL that carries its
+    /// traffic (`BtlModule::direct_recv`), for the blocking receive's fast
+    /// path; `None` (default): every fragment comes through `progress`.
+    fn direct_recv(&self, _peer: u32) -> Option<std::sync::Arc<dyn tmpi_btl::DirectRecv>> {
+        None
+    }
     /// The direct channel to `peer` of the BTL that carries its traffic
     /// (`BtlModule::direct_send`), for small MATCH fragments of blocking
     /// sends; `None` (default): every fragment goes through `send`.

@@ -43,6 +43,15 @@ fn cancel_receive() {
 }
 
 #[test]
+fn blocking_receive_straight_from_the_fast_box() {
+    let out = case(2, "direct", &[]);
+    assert!(
+        out.contains("stream messages taken from the fast box"),
+        "{out}"
+    );
+}
+
+#[test]
 fn truncation() {
     case(2, "truncate", &[]);
 }

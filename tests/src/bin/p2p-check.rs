@@ -245,6 +245,110 @@ fn cancel(w: &Comm) -> R {
     Ok(())
 }
 
+/// The blocking receive's direct path (docs/pml.md "Blocking receive
+/// straight from the fast box"): rank 1's small messages wait in the fast
+/// box while rank 0 sleeps, so each of rank 0's receives finds one at the
+/// head. Checks that the path is taken for a stream (the `direct_recv`
+/// counter) and that it leaves alone every head message that is not the
+/// receive's: another tag (taken later by its own receive), one that
+/// does not fit (MPI_ERR_TRUNCATE as usual), one an earlier posted
+/// receive wants, and one behind a message already in the unexpected
+/// queue. ANY_TAG takes the head.
+fn direct(mpi: &tmpi::Mpi, w: &Comm) -> R {
+    const STREAM: u32 = 400;
+    let pause = || std::thread::sleep(Duration::from_millis(30));
+    let tagged = |i: u32| {
+        let mut m = payload(i as u64, 24);
+        m[..4].copy_from_slice(&i.to_le_bytes());
+        m
+    };
+    let mut go = [0u8];
+    if w.rank() == 1 {
+        // Stream: all sent before rank 0 starts receiving.
+        for i in 0..STREAM {
+            w.send(&tagged(i), 0, 5).map_err(e)?;
+        }
+        w.recv(&mut go, 0, 100).map_err(e)?;
+        // Tag 1 then tag 2; rank 0 asks for tag 2 first.
+        w.send(&tagged(1001), 0, 1).map_err(e)?;
+        w.send(&tagged(1002), 0, 2).map_err(e)?;
+        // 24 bytes into an 8-byte buffer, then a message that fits.
+        w.send(&tagged(1003), 0, 3).map_err(e)?;
+        w.send(&tagged(1004), 0, 3).map_err(e)?;
+        // Any tag.
+        w.send(&tagged(1005), 0, 7).map_err(e)?;
+        w.recv(&mut go, 0, 100).map_err(e)?;
+        // Two on tag 9: the first is for rank 0's earlier irecv.
+        w.send(&tagged(1006), 0, 9).map_err(e)?;
+        w.send(&tagged(1007), 0, 9).map_err(e)?;
+        w.recv(&mut go, 0, 100).map_err(e)?;
+        // Tag 4: the first goes to the unexpected queue (rank 0 probes it)
+        // before the second is sent.
+        w.send(&tagged(1008), 0, 4).map_err(e)?;
+        w.recv(&mut go, 0, 100).map_err(e)?;
+        w.send(&tagged(1009), 0, 4).map_err(e)?;
+    } else if w.rank() == 0 {
+        let mut b = [0u8; 24];
+        let check = |b: &[u8], st: &tmpi::Status, i: u32, tag: i32| -> R {
+            ensure!(
+                st.source() == 1 && st.tag() == tag && st.bytes() == 24,
+                "message {i}: status {st:?}"
+            );
+            ensure!(b == &tagged(i)[..], "message {i}: payload");
+            Ok(())
+        };
+        let before = mpi.stats().direct_recv;
+        pause();
+        for i in 0..STREAM {
+            let st = w.recv(&mut b, 1, 5).map_err(e)?;
+            check(&b, &st, i, 5)?;
+        }
+        let taken = mpi.stats().direct_recv - before;
+        ensure!(taken > 0, "no stream message took the direct path");
+        w.send(&[1u8], 1, 100).map_err(e)?;
+        pause();
+        let st = w.recv(&mut b, 1, 2).map_err(e)?;
+        check(&b, &st, 1002, 2)?;
+        let st = w.recv(&mut b, 1, 1).map_err(e)?;
+        check(&b, &st, 1001, 1)?;
+        let mut small = [0u8; 8];
+        let err = w
+            .recv(&mut small, 1, 3)
+            .expect_err("truncation not reported");
+        ensure!(
+            err.class() == MpiErrorClass::Truncate,
+            "class {:?}",
+            err.class()
+        );
+        ensure!(small[..] == tagged(1003)[..8], "truncated prefix");
+        let st = w.recv(&mut b, 1, 3).map_err(e)?;
+        check(&b, &st, 1004, 3)?;
+        let st = w.recv(&mut b, 1, ANY_TAG).map_err(e)?;
+        check(&b, &st, 1005, 7)?;
+        let mut first = [0u8; 24];
+        let (st0, st) = tmpi::scope(|s| -> Result<_, Error> {
+            let r = w.irecv(s, &mut first, 1, 9)?;
+            w.send(&[1u8], 1, 100)?;
+            pause();
+            let st = w.recv(&mut b, 1, 9)?;
+            Ok((r.wait()?, st))
+        })
+        .map_err(e)?;
+        check(&first, &st0, 1006, 9).map_err(|m| format!("earlier irecv: {m}"))?;
+        check(&b, &st, 1007, 9)?;
+        w.send(&[1u8], 1, 100).map_err(e)?;
+        while w.iprobe(1, 4).map_err(e)?.is_none() {}
+        w.send(&[1u8], 1, 100).map_err(e)?;
+        pause();
+        let st = w.recv(&mut b, 1, 4).map_err(e)?;
+        check(&b, &st, 1008, 4)?;
+        let st = w.recv(&mut b, 1, 4).map_err(e)?;
+        check(&b, &st, 1009, 4)?;
+        println!("direct: {taken} of {STREAM} stream messages taken from the fast box");
+    }
+    w.barrier().map_err(e)
+}
+
 /// Truncation: the buffer is filled, nothing is written past it, the error
 /// is MPI_ERR_TRUNCATE with the status, and later traffic is unaffected.
 fn truncate(w: &Comm) -> R {
@@ -524,6 +628,7 @@ fn main() -> ExitCode {
         "probe" => probe(&w),
         "cancel" => cancel(&w),
         "truncate" => truncate(&w),
+        "direct" => direct(&mpi, &w),
         "zero" => zero(&w),
         "big" => big(&w),
         "many" => many(&w),
