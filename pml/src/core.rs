@@ -1152,13 +1152,15 @@ impl Core {
 
     /// The world rank whose next eager message a blocking receive
     /// `(ctx, src, tag)` may take straight from the BTL
-    /// ([`Core::take_direct`]): only a named source, with no receive
-    /// posted and no message queued anywhere (so the next message from
-    /// `src` in its turn is the first one this receive could match, and
-    /// no earlier receive wants it), on the software matcher, from a
-    /// live peer with nothing held out of order. `None`: the regular path.
+    /// ([`Core::take_direct`]): only a named source, on the software
+    /// matcher, from a live peer with nothing held out of order, with no
+    /// message queued anywhere and `posted` receives posted (0 before the
+    /// receive posts its own, 1 after: then it is the only one). So the
+    /// next message from `src` in its turn is the first one this receive
+    /// could match, and no other receive wants it. `None`: the regular
+    /// path.
     #[inline(always)]
-    pub(crate) fn direct_source(&self, ctx: u32, src: i32) -> Option<u32> {
+    pub(crate) fn direct_source(&self, ctx: u32, src: i32, posted: usize) -> Option<u32> {
         if src < 0 || self.tm {
             return None;
         }
@@ -1166,7 +1168,7 @@ impl Core {
         let ps = self.peers.get(peer as usize)?;
         if !ps.ahead.is_empty()
             || self.dead.get(peer as usize).copied().unwrap_or(false)
-            || self.matcher.depth() != (0, 0)
+            || self.matcher.depth() != (posted, 0)
         {
             return None;
         }
@@ -1176,14 +1178,17 @@ impl Core {
     /// Takes fragment `bytes` from `peer` (found by [`Core::direct_source`])
     /// for the blocking receive `(ctx, src, tag)` into `buf` if it is that
     /// receive's message: an eager MATCH in its sequence turn that the
-    /// pattern accepts and `buf` holds. Then the message is delivered as
-    /// `on_frag` would have matched it to the posted receive, and its
-    /// status returned; `None` (nothing changed) otherwise.
+    /// pattern accepts and `buf` holds. `posted`: the receive's request,
+    /// if it is posted; it is withdrawn from the matcher and released.
+    /// Then the message is delivered as `on_frag` would have matched it
+    /// to the receive, and its status returned; `None` (nothing changed)
+    /// otherwise.
     ///
     /// # Safety
     /// `buf` is valid for writes (the receive's buffer, contract of
     /// `irecv`).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn take_direct(
         &mut self,
         peer: u32,
@@ -1191,6 +1196,7 @@ impl Core {
         src: i32,
         tag: i32,
         buf: RawBufMut,
+        posted: Option<ReqId>,
         bytes: &[u8],
     ) -> Option<Status> {
         let (m, data) = crate::hdr::parse_match(bytes)?;
@@ -1202,10 +1208,24 @@ impl Core {
         if m.ctx != ctx || m.src != src || !tag_ok || data.len() > buf.len() {
             return None;
         }
-        let exp = seq_slot(&mut self.peers[peer as usize].recv_seq, ctx);
-        if m.seq != *exp {
+        if *seq_slot(&mut self.peers[peer as usize].recv_seq, ctx) != m.seq {
             return None;
         }
+        if let Some(id) = posted {
+            let s = self.slots.get(id.index())?;
+            let ReqState::Recv {
+                phase: RecvPhase::Posted { token: Some(tok) },
+                ..
+            } = s.state
+            else {
+                return None;
+            };
+            if s.gen != id.gen() || !self.matcher.withdraw(tok) {
+                return None;
+            }
+            self.release(id);
+        }
+        let exp = seq_slot(&mut self.peers[peer as usize].recv_seq, ctx);
         *exp = exp.wrapping_add(1);
         self.stats.direct_recv += 1;
         self.consumed(peer, charge_of(Some(data.len())));

@@ -83,6 +83,13 @@ pub trait MatchPoint {
     /// Removes the queued receive named by `token`; `false` if it is no
     /// longer queued (matched).
     fn cancel(&mut self, token: u64) -> bool;
+    /// Removes the queued receive named by `token` because its message
+    /// was matched to it outside the matcher (the pml's direct receive);
+    /// `false` if it is no longer queued. Counted as a match where the
+    /// matcher counts. Default: [`MatchPoint::cancel`].
+    fn withdraw(&mut self, token: u64) -> bool {
+        self.cancel(token)
+    }
     /// Number of posted receives and of unexpected messages.
     fn depth(&self) -> (usize, usize);
     /// The matching counters of the `pml_stats` line (the split matcher's
@@ -248,6 +255,14 @@ impl MatchPoint for EngineMatcher {
             self.engine.cancel(RecvKey::from_u64(token)),
             CancelOutcome::Removed(_)
         )
+    }
+    fn withdraw(&mut self, token: u64) -> bool {
+        if self.lone.is_some() && token == self.lone_token() {
+            self.lone = None;
+            self.lone_matches += 1;
+            return true;
+        }
+        self.cancel(token)
     }
     fn depth(&self) -> (usize, usize) {
         (

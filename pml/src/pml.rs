@@ -196,11 +196,14 @@ impl Inner {
         src: i32,
         tag: i32,
         buf: RawBufMut,
+        posted: Option<ReqId>,
     ) -> Option<Status> {
         if !self.pending.is_empty() {
             return None;
         }
-        let peer = self.core.direct_source(ctx, src)?;
+        let peer = self
+            .core
+            .direct_source(ctx, src, usize::from(posted.is_some()))?;
         let rx = self.direct_rx.get(peer as usize)?.as_ref()?;
         let core = &mut self.core;
         let mut st = None;
@@ -209,7 +212,7 @@ impl Inner {
                 return false;
             }
             // SAFETY: `buf` is valid for writes (contract).
-            st = unsafe { core.take_direct(peer, ctx, src, tag, buf, bytes) };
+            st = unsafe { core.take_direct(peer, ctx, src, tag, buf, posted, bytes) };
             st.is_some()
         };
         // SAFETY: every use of the BTL modules and of their direct handles
@@ -771,7 +774,7 @@ impl Pml {
         check_recv_tag(tag)?;
         let mut g = self.lock();
         // SAFETY: forwarded contract.
-        if let Some(s) = unsafe { g.recv_direct(ctx, src, tag, buf) } {
+        if let Some(s) = unsafe { g.recv_direct(ctx, src, tag, buf, None) } {
             return Ok(s);
         }
         // SAFETY: forwarded contract (the buffer outlives this call, which
@@ -786,6 +789,10 @@ impl Pml {
         // mode the lock is held throughout, otherwise it is taken again
         // right before the round).
         loop {
+            // SAFETY: forwarded contract.
+            if let Some(s) = unsafe { g.recv_direct(ctx, src, tag, buf, Some(id)) } {
+                return Ok(s);
+            }
             g.progress_waiting();
             if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
                 return Ok(s);

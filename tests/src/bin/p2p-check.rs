@@ -248,14 +248,16 @@ fn cancel(w: &Comm) -> R {
 /// The blocking receive's direct path (docs/pml.md "Blocking receive
 /// straight from the fast box"): rank 1's small messages wait in the fast
 /// box while rank 0 sleeps, so each of rank 0's receives finds one at the
-/// head. Checks that the path is taken for a stream (the `direct_recv`
-/// counter) and that it leaves alone every head message that is not the
+/// head; then a ping-pong, where rank 0's receive is posted and waiting
+/// when the reply lands. Checks that the path is taken in both (the
+/// `direct_recv` counter) and that it leaves alone every head message that is not the
 /// receive's: another tag (taken later by its own receive), one that
 /// does not fit (MPI_ERR_TRUNCATE as usual), one an earlier posted
 /// receive wants, and one behind a message already in the unexpected
 /// queue. ANY_TAG takes the head.
 fn direct(mpi: &tmpi::Mpi, w: &Comm) -> R {
     const STREAM: u32 = 400;
+    const PINGS: u32 = 200;
     let pause = || std::thread::sleep(Duration::from_millis(30));
     let tagged = |i: u32| {
         let mut m = payload(i as u64, 24);
@@ -269,6 +271,13 @@ fn direct(mpi: &tmpi::Mpi, w: &Comm) -> R {
             w.send(&tagged(i), 0, 5).map_err(e)?;
         }
         w.recv(&mut go, 0, 100).map_err(e)?;
+        // Ping-pong: rank 0's receive waits, posted, for each reply.
+        let mut b = [0u8; 24];
+        for i in 0..PINGS {
+            w.recv(&mut b, 0, 6).map_err(e)?;
+            ensure!(b == tagged(2000 + i)[..], "ping {i}: payload");
+            w.send(&tagged(3000 + i), 0, 6).map_err(e)?;
+        }
         // Tag 1 then tag 2; rank 0 asks for tag 2 first.
         w.send(&tagged(1001), 0, 1).map_err(e)?;
         w.send(&tagged(1002), 0, 2).map_err(e)?;
@@ -306,6 +315,22 @@ fn direct(mpi: &tmpi::Mpi, w: &Comm) -> R {
         let taken = mpi.stats().direct_recv - before;
         ensure!(taken > 0, "no stream message took the direct path");
         w.send(&[1u8], 1, 100).map_err(e)?;
+        let before = mpi.stats().direct_recv;
+        for i in 0..PINGS {
+            w.send(&tagged(2000 + i), 1, 6).map_err(e)?;
+            let st = w.recv(&mut b, 1, 6).map_err(e)?;
+            check(&b, &st, 3000 + i, 6)?;
+        }
+        let pong = mpi.stats().direct_recv - before;
+        ensure!(pong > 0, "no reply was taken by a waiting receive");
+        // A receive satisfied straight from the fast box leaves nothing
+        // behind: no posted receive in the matcher, no live request.
+        let q = mpi.pml().queue_stats();
+        ensure!(
+            q.posted_depth == 0 && q.unexpected_depth == 0,
+            "queues after the ping-pong: {q:?}"
+        );
+        ensure!(mpi.pml().live_requests() == 0, "requests left after the ping-pong");
         pause();
         let st = w.recv(&mut b, 1, 2).map_err(e)?;
         check(&b, &st, 1002, 2)?;
@@ -344,7 +369,10 @@ fn direct(mpi: &tmpi::Mpi, w: &Comm) -> R {
         check(&b, &st, 1008, 4)?;
         let st = w.recv(&mut b, 1, 4).map_err(e)?;
         check(&b, &st, 1009, 4)?;
-        println!("direct: {taken} of {STREAM} stream messages taken from the fast box");
+        println!(
+            "direct: {taken} of {STREAM} stream messages and {pong} of {PINGS} replies taken from \
+             the fast box"
+        );
     }
     w.barrier().map_err(e)
 }
