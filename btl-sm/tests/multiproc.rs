@@ -288,6 +288,7 @@ fn direct_child() {
     // use, so both paths interleave to every peer.
     let cfg = SmConfig {
         fbox_size: 1024,
+        fbox_max: 256,
         ..SmConfig::default()
     };
     all_to_all_with(&ctx, cfg, 800, true);
@@ -309,6 +310,7 @@ fn small_pool_child() {
     let cfg = SmConfig {
         fifo_size: 80 * 1024,
         fbox_size: 1024,
+        fbox_max: 256,
         ..SmConfig::default()
     };
     all_to_all(&ctx, cfg, 800);

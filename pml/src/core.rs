@@ -482,6 +482,17 @@ impl Core {
         true
     }
 
+    /// Whether [`Core::credit_switch`] could turn an eager send of `len`
+    /// bytes to `peer` into a rendezvous (without its side effects).
+    fn credit_may_switch(&self, peer: u32, len: usize) -> bool {
+        if self.credit_limit == 0 || peer == self.me {
+            return false;
+        }
+        self.peers
+            .get(peer as usize)
+            .is_some_and(|ps| credit_full(ps.credit_out, charge_of(Some(len)), self.credit_limit))
+    }
+
     /// An eager send of `len` bytes to `peer` went out: its charge is
     /// outstanding until the peer returns it.
     fn charge_eager(&mut self, peer: u32, len: usize) {
@@ -928,8 +939,9 @@ impl Core {
     }
 
     /// Blocking-send fast path (`Pml::send_blocking`): for a standard or
-    /// ready send of at most [`CREDIT_SWITCH_MIN`] bytes that goes eager
-    /// to a live peer, does the sender's bookkeeping of [`Core::isend`]
+    /// ready send that goes eager to a live peer (within the eager limit,
+    /// and for more than [`CREDIT_SWITCH_MIN`] bytes only while the
+    /// peer's credit window has room: otherwise `isend` decides), does the sender's bookkeeping of [`Core::isend`]
     /// (sequence number, statistics, flow-control charge) without a
     /// request or an action, and returns the peer, the match header and
     /// the status the send completes with; the caller hands the fragment
@@ -944,10 +956,7 @@ impl Core {
         len: usize,
         mode: SendMode,
     ) -> Result<Option<EagerSend>, PmlError> {
-        if !matches!(mode, SendMode::Standard | SendMode::Ready)
-            || dest == PROC_NULL
-            || len > CREDIT_SWITCH_MIN
-        {
+        if !matches!(mode, SendMode::Standard | SendMode::Ready) || dest == PROC_NULL {
             return Ok(None);
         }
         let comm = self.comm(ctx)?;
@@ -957,10 +966,12 @@ impl Core {
             Some(l) => len > l.eager,
             None => true,
         };
-        if over || self.dead.get(peer as usize).copied().unwrap_or(false) {
+        if over
+            || self.dead.get(peer as usize).copied().unwrap_or(false)
+            || (len > CREDIT_SWITCH_MIN && self.credit_may_switch(peer, len))
+        {
             return Ok(None);
         }
-        // len <= CREDIT_SWITCH_MIN: credit_switch would say "eager".
         let seq = self.next_send_seq(peer, ctx);
         self.stats.eager_sent += 1;
         self.charge_eager(peer, len);

@@ -186,6 +186,9 @@ impl Inner {
     /// request, no matching queue, no polling round. A receiver behind a
     /// faster sender (a stream, a bcast or reduce at 2 ranks) finds its
     /// message there; otherwise it costs one look at the channel.
+    /// `posted`: the receive's request once it is posted (a waiting
+    /// round), withdrawn from the matcher and released when the message
+    /// is taken.
     ///
     /// # Safety
     /// `buf` is valid for writes during the call.

@@ -330,7 +330,10 @@ fn direct(mpi: &tmpi::Mpi, w: &Comm) -> R {
             q.posted_depth == 0 && q.unexpected_depth == 0,
             "queues after the ping-pong: {q:?}"
         );
-        ensure!(mpi.pml().live_requests() == 0, "requests left after the ping-pong");
+        ensure!(
+            mpi.pml().live_requests() == 0,
+            "requests left after the ping-pong"
+        );
         pause();
         let st = w.recv(&mut b, 1, 2).map_err(e)?;
         check(&b, &st, 1002, 2)?;
