@@ -162,6 +162,11 @@ impl Direct<'_> {
             return self.recv(source, buf);
         }
         let wire = self.wire(dest)?;
+        // Eager now (within the eager limit and the peer's credit): no
+        // request; it never waits for the peer, which sends first too.
+        if self.p2p.send_eager(self.ep, wire, self.tag, data)? {
+            return self.recv(source, buf);
+        }
         // SAFETY: `data` is borrowed (valid, unmodified) for this whole
         // call, and the request is waited for below before returning, on
         // every path after it started.

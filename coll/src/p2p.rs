@@ -131,6 +131,15 @@ pub trait P2p: Send + Sync + 'static {
         }
         Ok(false)
     }
+    /// Blocking send of `data` (any size) that goes out only if the
+    /// transport sends it eagerly at once, so that it never waits for the
+    /// receiver's match: `Ok(false)` (nothing sent) otherwise, and the
+    /// default. Lets the exchanges of the direct algorithms skip a request
+    /// above [`SMALL_SEND`] bytes.
+    fn send_eager(&self, ep: &Endpoint, dest: u32, tag: i32, data: &[u8]) -> Result<bool> {
+        let _ = (ep, dest, tag, data);
+        Ok(false)
+    }
     /// Starts a receive from communicator rank `source` with `tag` of at most `max_len` bytes.
     fn irecv(&self, ep: &Endpoint, source: u32, tag: i32, max_len: usize) -> Result<P2pHandle>;
 

@@ -180,6 +180,22 @@ impl P2p for PmlP2p {
         Ok(true)
     }
 
+    fn send_eager(&self, ep: &Endpoint, dest: u32, tag: i32, data: &[u8]) -> Result<bool> {
+        let raw = RawBuf::from_slice(data);
+        // SAFETY: `data` is borrowed, valid and unmodified for the whole
+        // call; an eager send returns once the pml no longer needs it.
+        let st = unsafe { self.pml.send_eager(ep.context_id, dest as i32, tag, raw) }
+            .map_err(pml_err)?;
+        match st {
+            None => Ok(false),
+            Some(st) if st.error == MpiErrorClass::Success => Ok(true),
+            Some(st) => Err(CollError::P2p {
+                class: st.error,
+                message: format!("collective message to rank {dest}: {}", st.error.name()),
+            }),
+        }
+    }
+
     fn has_recv_small(&self) -> bool {
         true
     }

@@ -947,6 +947,7 @@ impl Core {
     /// the status the send completes with; the caller hands the fragment
     /// to the transport at once (nothing may be queued before it). `None`:
     /// not such a send (nothing was done; use `isend`). Errors as `isend`.
+    #[inline(always)]
     pub(crate) fn eager_direct(
         &mut self,
         limits: &[Limits],

@@ -180,6 +180,47 @@ impl Inner {
         n + self.flush()
     }
 
+    /// The blocking send's fast path: an eager send with nothing queued
+    /// before it goes straight to the transport's direct channel, without
+    /// a request or an action (docs/pml.md "Blocking calls and the
+    /// lock"): `Some(Ok(status))` sent; `Some(Err(e))` the sender's
+    /// bookkeeping is done but the direct channel refused, the fragment
+    /// goes through the transport (`Pml::send_eager_transport`); `None`
+    /// not such a send, nothing was done.
+    ///
+    /// # Safety
+    /// `buf` is valid for reads and unmodified during the call.
+    #[inline(always)]
+    unsafe fn eager_now(
+        &mut self,
+        ctx: u32,
+        dest: i32,
+        tag: i32,
+        buf: RawBuf,
+        mode: SendMode,
+    ) -> Result<Option<Result<Status, crate::core::EagerSend>>, PmlError> {
+        if self.tm || !self.pending.is_empty() || self.core.has_actions() {
+            return Ok(None);
+        }
+        let Some(e) = self
+            .core
+            .eager_direct(&self.limits, ctx, dest, tag, buf.len(), mode)?
+        else {
+            return Ok(None);
+        };
+        if let (Some(Some(tx)), true) = (self.direct.get(e.peer as usize), buf.is_contiguous()) {
+            // SAFETY: every use of the BTL modules and of their direct
+            // handles happens under the pml's lock, held by the caller
+            // (DirectSend's contract; a finalized module's handle
+            // refuses); `buf` is valid for reads during this call
+            // (contract) and contiguous.
+            if unsafe { tx.try_send(BTL_TAG_PML, &e.hdr, buf.as_slice()) } {
+                return Ok(Some(Ok(e.st)));
+            }
+        }
+        Ok(Some(Err(e)))
+    }
+
     /// The blocking receive's fast path: the next eager message of `src`
     /// taken straight from its BTL's direct channel when it is this
     /// receive's (`Core::direct_source`, `Core::take_direct`): no
@@ -633,33 +674,41 @@ impl Pml {
     ) -> Result<Status, PmlError> {
         check_send_tag(tag)?;
         let mut g = self.lock();
-        // Fast path: a small eager send with nothing queued before it
-        // goes straight to the transport, without a request or an
-        // action (docs/pml.md "Blocking calls and the lock").
-        if !g.tm && g.pending.is_empty() && !g.core.has_actions() {
-            let Inner {
-                core,
-                limits,
-                direct,
-                ..
-            } = &mut *g;
-            if let Some(e) = core.eager_direct(limits, ctx, dest, tag, buf.len(), mode)? {
-                if let (Some(Some(tx)), true) = (direct.get(e.peer as usize), buf.is_contiguous()) {
-                    // SAFETY: every use of the BTL modules and of their
-                    // direct handles happens under the pml's lock, held
-                    // here (DirectSend's contract; a finalized module's
-                    // handle refuses); `buf` is valid for reads during
-                    // this call (contract) and contiguous.
-                    if unsafe { tx.try_send(BTL_TAG_PML, &e.hdr, buf.as_slice()) } {
-                        return Ok(e.st);
-                    }
-                }
-                // SAFETY: forwarded contract.
-                return unsafe { self.send_eager_transport(g, e, buf) };
-            }
-        }
         // SAFETY: forwarded contract.
-        unsafe { self.send_started(g, ctx, dest, tag, buf, mode) }
+        match unsafe { g.eager_now(ctx, dest, tag, buf, mode) }? {
+            Some(Ok(st)) => Ok(st),
+            // SAFETY: forwarded contract.
+            Some(Err(e)) => unsafe { self.send_eager_transport(g, e, buf) },
+            // SAFETY: forwarded contract.
+            None => unsafe { self.send_started(g, ctx, dest, tag, buf, mode) },
+        }
+    }
+
+    /// A blocking standard send of `buf` that goes out only if it goes
+    /// eager at once: `Ok(None)` (nothing was done) when it would not
+    /// (above the eager limit, the peer's credit window full, actions
+    /// queued, the offload path). Such a send never waits for the
+    /// receiver to match it, so two ranks may both send this way before
+    /// they receive from each other (the collectives' exchanges).
+    ///
+    /// # Safety
+    /// As [`Pml::send_blocking`].
+    pub unsafe fn send_eager(
+        &self,
+        ctx: u32,
+        dest: i32,
+        tag: i32,
+        buf: RawBuf,
+    ) -> Result<Option<Status>, PmlError> {
+        check_send_tag(tag)?;
+        let mut g = self.lock();
+        // SAFETY: forwarded contract.
+        match unsafe { g.eager_now(ctx, dest, tag, buf, SendMode::Standard) }? {
+            Some(Ok(st)) => Ok(Some(st)),
+            // SAFETY: forwarded contract.
+            Some(Err(e)) => unsafe { self.send_eager_transport(g, e, buf) }.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// [`Pml::send_blocking`]'s eager fragment when the direct handle
