@@ -10,7 +10,8 @@
 //! [`P2p::recv_small`], a blocking receive into caller or stack memory),
 //! without building a schedule: no heap allocation, no map entry per call
 //! (transport requests only for the sends above [`SMALL_SEND`] bytes of
-//! allreduce's and allgather's exchanges and of alltoall).
+//! allreduce's and allgather's exchanges that do not go eager at once,
+//! and of alltoall).
 //!
 //! Each function mirrors, message for message and reduction for
 //! reduction, the schedule tuned's decision table picks for the same call
@@ -32,8 +33,10 @@
 //! round's receive, as the schedule's small rounds do. A larger send may
 //! wait for its receiver: the trees (bcast, reduce, the allreduce fold)
 //! only send to a rank that is waiting for, or about to post, that very
-//! receive, and the allreduce's exchanges start their send as a request
-//! ([`P2p::isend_raw`]) and wait for it after the blocking receive. A bcast
+//! receive, and the allreduce's exchanges send with [`P2p::send_eager`]
+//! (the pml's eager fast path or nothing: never waits for the peer) and
+//! otherwise start their send as a request ([`P2p::isend_raw`]) and wait
+//! for it after the blocking receive. A bcast
 //! above [`DIRECT_CAP`] bytes with more than one child starts all the
 //! children's sends as requests and then waits for them (one after the
 //! other, each would wait for its receiver's rendezvous in turn).
