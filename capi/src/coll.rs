@@ -11,7 +11,7 @@ use crate::datatype::Dtype;
 use crate::error::{guard, Error, MpiErrorClass as C, Res};
 use crate::ffi::{count as ccount, gather_blocks, is_in_place, put, scatter_blocks};
 use crate::request::{Finish, Req};
-use crate::state::tables;
+use crate::state::{tables, FastComm, FastType};
 
 fn comm_of(h: c_int) -> Res<Comm> {
     Ok(tables().comm(h)?.comm.clone())
@@ -53,6 +53,33 @@ fn direct_mut<'a>(buf: *mut c_void, n: usize, t: &Dtype) -> Res<Option<&'a mut [
         .checked_mul(t.size)
         .ok_or_else(|| Error::new(C::Count, "count x datatype size overflows"))?;
     crate::ffi::bytes_mut(buf.cast(), len).map(Some)
+}
+
+/// What a common small call needs, read without the tables' lock or a
+/// reference count: a predefined communicator, a predefined contiguous
+/// datatype and the byte length of `count` items of it. `None`: the
+/// general path, which also reports every error. Saves ~90 of the ~250
+/// instructions the C layer of an 8-byte MPI_Bcast cost (callgrind).
+#[inline]
+fn fast(
+    comm: c_int,
+    dtype: c_int,
+    count: c_int,
+) -> Option<(&'static FastComm, &'static FastType, usize)> {
+    let rt = crate::state::rt().ok()?;
+    let c = rt.fast.comm(comm)?;
+    let t = rt.fast.dtype(dtype)?;
+    let n = usize::try_from(count).ok()?;
+    if t.plain_size == 0 {
+        return None;
+    }
+    Some((c, t, t.plain_size.checked_mul(n)?))
+}
+
+/// `root` when it is a rank of `c` (`None`: the general path reports it).
+#[inline]
+fn fast_root(root: c_int, c: &FastComm) -> Option<u32> {
+    (0..c.size).contains(&root).then_some(root as u32)
 }
 
 fn root_of(root: c_int, c: &Comm) -> Res<u32> {
@@ -100,6 +127,12 @@ pub extern "C" fn MPI_Bcast(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Bcast", comm, || {
+        if let Some((c, _, len)) = fast(comm, dtype, count) {
+            if let Some(r) = fast_root(root, c) {
+                c.comm.bcast(crate::ffi::bytes_mut(buf.cast(), len)?, r)?;
+                return Ok(());
+            }
+        }
         let c = crate::state::comm_ref(comm)?;
         let r = root_of(root, &c)?;
         let n = ccount(count, C::Count, "count")?;
@@ -126,6 +159,24 @@ pub extern "C" fn MPI_Reduce(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Reduce", comm, || {
+        if let (Some((c, t, len)), Some(o)) =
+            (fast(comm, dtype, count), crate::state::predefined_op(op))
+        {
+            if let (Some(e), Some(r)) = (t.t.reduce_elem(), fast_root(root, c)) {
+                let input = if is_in_place(sendbuf) {
+                    Input::InPlace
+                } else {
+                    Input::Buf(crate::ffi::bytes(sendbuf.cast(), len)?)
+                };
+                let out = if c.comm.rank() == r {
+                    Some(crate::ffi::bytes_mut(recvbuf.cast(), len)?)
+                } else {
+                    None
+                };
+                c.comm.reduce(input, out, e, &o, r)?;
+                return Ok(());
+            }
+        }
         let c = crate::state::comm_ref(comm)?;
         let r = root_of(root, &c)?;
         let n = ccount(count, C::Count, "count")?;
@@ -180,6 +231,20 @@ macro_rules! allred {
             comm: c_int,
         ) -> c_int {
             guard(stringify!($name), comm, || {
+                if let (Some((c, t, len)), Some(o)) =
+                    (fast(comm, dtype, count), crate::state::predefined_op(op))
+                {
+                    if let Some(e) = t.t.reduce_elem() {
+                        let out = crate::ffi::bytes_mut(recvbuf.cast(), len)?;
+                        let input = if is_in_place(sendbuf) {
+                            Input::InPlace
+                        } else {
+                            Input::Buf(crate::ffi::bytes(sendbuf.cast(), len)?)
+                        };
+                        c.comm.$m(input, out, e, &o)?;
+                        return Ok(());
+                    }
+                }
                 let c = crate::state::comm_ref(comm)?;
                 let n = ccount(count, C::Count, "count")?;
                 let t = crate::state::type_ref(dtype)?;
