@@ -467,14 +467,7 @@ impl Core {
     /// matched by a receive or probe the peer posts, whatever earlier
     /// messages it has not received (docs/pml.md).
     fn credit_switch(&mut self, peer: u32, len: usize) -> bool {
-        if self.credit_limit == 0 || peer == self.me || len <= CREDIT_SWITCH_MIN {
-            return false;
-        }
-        let lim = self.credit_limit;
-        let Some(ps) = self.peers.get(peer as usize) else {
-            return false;
-        };
-        if !credit_full(ps.credit_out, charge_of(Some(len)), lim) {
+        if len <= CREDIT_SWITCH_MIN || !self.credit_may_switch(peer, len) {
             return false;
         }
         self.stats.credit_rndv += 1;
@@ -1162,32 +1155,35 @@ impl Core {
         Ok(Pattern { ctx, src, tag })
     }
 
-    /// The world rank whose next eager message a blocking receive
-    /// `(ctx, src, tag)` may take straight from the BTL
-    /// ([`Core::take_direct`]): only a named source, on the software
-    /// matcher, from a live peer with nothing held out of order, with no
-    /// message queued anywhere and `posted` receives posted (0 before the
-    /// receive posts its own, 1 after: then it is the only one). So the
-    /// next message from `src` in its turn is the first one this receive
-    /// could match, and no other receive wants it. `None`: the regular
-    /// path.
-    #[inline(always)]
-    pub(crate) fn direct_source(&self, ctx: u32, src: i32, posted: usize) -> Option<u32> {
+    /// The world rank whose next eager message a blocking receive from
+    /// `(ctx, src)` may take straight from the BTL ([`Core::take_direct`]):
+    /// only a named source on the software matcher. Fixed for the whole
+    /// receive (the communicator cannot go away under a call on it).
+    /// `None`: the regular path.
+    pub(crate) fn direct_source(&self, ctx: u32, src: i32) -> Option<u32> {
         if src < 0 || self.tm {
             return None;
         }
-        let peer = self.comm(ctx).ok()?.world_rank(src).ok()?;
-        let ps = self.peers.get(peer as usize)?;
-        if !ps.ahead.is_empty()
-            || self.dead.get(peer as usize).copied().unwrap_or(false)
-            || self.matcher.depth() != (posted, 0)
-        {
-            return None;
-        }
-        Some(peer)
+        self.comm(ctx).ok()?.world_rank(src).ok()
     }
 
-    /// Takes fragment `bytes` from `peer` (found by [`Core::direct_source`])
+    /// Whether the next message of `peer` (from [`Core::direct_source`])
+    /// may be taken now: the peer is alive with nothing held out of
+    /// order, no message is queued anywhere and `posted` receives are
+    /// posted (0 before the receive posts its own, 1 after: then it is
+    /// the only one). So the next message from the peer in its turn is
+    /// the first one this receive could match, and no other receive
+    /// wants it.
+    #[inline(always)]
+    pub(crate) fn direct_ready(&self, peer: u32, posted: usize) -> bool {
+        self.peers
+            .get(peer as usize)
+            .is_some_and(|ps| ps.ahead.is_empty())
+            && !self.dead.get(peer as usize).copied().unwrap_or(false)
+            && self.matcher.depth() == (posted, 0)
+    }
+
+    /// Takes fragment `bytes` from `peer` ([`Core::direct_ready`] said yes)
     /// for the blocking receive `(ctx, src, tag)` into `buf` if it is that
     /// receive's message: an eager MATCH in its sequence turn that the
     /// pattern accepts and `buf` holds. `posted`: the receive's request,

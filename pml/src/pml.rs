@@ -222,8 +222,9 @@ impl Inner {
     }
 
     /// The blocking receive's fast path: the next eager message of `src`
-    /// taken straight from its BTL's direct channel when it is this
-    /// receive's (`Core::direct_source`, `Core::take_direct`): no
+    /// (world rank `peer`, `Core::direct_source`) taken straight from its
+    /// BTL's direct channel when it is this receive's (`Core::direct_ready`,
+    /// `Core::take_direct`): no
     /// request, no matching queue, no polling round. A receiver behind a
     /// faster sender (a stream, a bcast or reduce at 2 ranks) finds its
     /// message there; otherwise it costs one look at the channel.
@@ -236,18 +237,17 @@ impl Inner {
     #[inline(always)]
     unsafe fn recv_direct(
         &mut self,
+        peer: u32,
         ctx: u32,
         src: i32,
         tag: i32,
         buf: RawBufMut,
         posted: Option<ReqId>,
     ) -> Option<Status> {
-        if !self.pending.is_empty() {
+        if !self.pending.is_empty() || !self.core.direct_ready(peer, usize::from(posted.is_some()))
+        {
             return None;
         }
-        let peer = self
-            .core
-            .direct_source(ctx, src, usize::from(posted.is_some()))?;
         let rx = self.direct_rx.get(peer as usize)?.as_ref()?;
         let core = &mut self.core;
         let mut st = None;
@@ -825,9 +825,16 @@ impl Pml {
     ) -> Result<Status, PmlError> {
         check_recv_tag(tag)?;
         let mut g = self.lock();
-        // SAFETY: forwarded contract.
-        if let Some(s) = unsafe { g.recv_direct(ctx, src, tag, buf, None) } {
-            return Ok(s);
+        // The source's direct channel, if any: looked up once, not per round.
+        let direct = g
+            .core
+            .direct_source(ctx, src)
+            .filter(|&p| matches!(g.direct_rx.get(p as usize), Some(Some(_))));
+        if let Some(peer) = direct {
+            // SAFETY: forwarded contract.
+            if let Some(s) = unsafe { g.recv_direct(peer, ctx, src, tag, buf, None) } {
+                return Ok(s);
+            }
         }
         // SAFETY: forwarded contract (the buffer outlives this call, which
         // returns only once the request completed).
@@ -841,9 +848,11 @@ impl Pml {
         // mode the lock is held throughout, otherwise it is taken again
         // right before the round).
         loop {
-            // SAFETY: forwarded contract.
-            if let Some(s) = unsafe { g.recv_direct(ctx, src, tag, buf, Some(id)) } {
-                return Ok(s);
+            if let Some(peer) = direct {
+                // SAFETY: forwarded contract.
+                if let Some(s) = unsafe { g.recv_direct(peer, ctx, src, tag, buf, Some(id)) } {
+                    return Ok(s);
+                }
             }
             g.progress_waiting();
             if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
