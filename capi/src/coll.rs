@@ -76,6 +76,15 @@ fn fast(
     Some((c, t, t.plain_size.checked_mul(n)?))
 }
 
+/// A reduction's input on the fast path: `MPI_IN_PLACE`, or the user's
+/// `len` contiguous bytes at `sendbuf`.
+fn fast_input<'a>(sendbuf: *const c_void, len: usize) -> Res<Input<'a>> {
+    if is_in_place(sendbuf) {
+        return Ok(Input::InPlace);
+    }
+    crate::ffi::bytes(sendbuf.cast(), len).map(Input::Buf)
+}
+
 /// `root` when it is a rank of `c` (`None`: the general path reports it).
 #[inline]
 fn fast_root(root: c_int, c: &FastComm) -> Option<u32> {
@@ -163,11 +172,7 @@ pub extern "C" fn MPI_Reduce(
             (fast(comm, dtype, count), crate::state::predefined_op(op))
         {
             if let (Some(e), Some(r)) = (t.t.reduce_elem(), fast_root(root, c)) {
-                let input = if is_in_place(sendbuf) {
-                    Input::InPlace
-                } else {
-                    Input::Buf(crate::ffi::bytes(sendbuf.cast(), len)?)
-                };
+                let input = fast_input(sendbuf, len)?;
                 let out = if c.comm.rank() == r {
                     Some(crate::ffi::bytes_mut(recvbuf.cast(), len)?)
                 } else {
@@ -236,11 +241,7 @@ macro_rules! allred {
                 {
                     if let Some(e) = t.t.reduce_elem() {
                         let out = crate::ffi::bytes_mut(recvbuf.cast(), len)?;
-                        let input = if is_in_place(sendbuf) {
-                            Input::InPlace
-                        } else {
-                            Input::Buf(crate::ffi::bytes(sendbuf.cast(), len)?)
-                        };
+                        let input = fast_input(sendbuf, len)?;
                         c.comm.$m(input, out, e, &o)?;
                         return Ok(());
                     }
