@@ -1184,8 +1184,8 @@ impl Core {
     }
 
     /// Takes fragment `bytes` from `peer` ([`Core::direct_ready`] said yes)
-    /// for the blocking receive `(ctx, src, tag)` into `buf` if it is that
-    /// receive's message: an eager MATCH in its sequence turn that the
+    /// for the blocking receive `pat` (a named source) into `buf` if it is
+    /// that receive's message: an eager MATCH in its sequence turn that the
     /// pattern accepts and `buf` holds. `posted`: the receive's request,
     /// if it is posted; it is withdrawn from the matcher and released.
     /// Then the message is delivered as `on_frag` would have matched it
@@ -1200,23 +1200,21 @@ impl Core {
     pub(crate) unsafe fn take_direct(
         &mut self,
         peer: u32,
-        ctx: u32,
-        src: i32,
-        tag: i32,
+        pat: &Pattern,
         buf: RawBufMut,
         posted: Option<ReqId>,
         bytes: &[u8],
     ) -> Option<Status> {
         let (m, data) = crate::hdr::parse_match(bytes)?;
-        let tag_ok = if tag == crate::request::ANY_TAG {
-            m.tag >= 0
-        } else {
-            m.tag == tag
+        let env = Envelope {
+            ctx: m.ctx,
+            src: m.src,
+            tag: m.tag,
         };
-        if m.ctx != ctx || m.src != src || !tag_ok || data.len() > buf.len() {
+        if !pat.accepts(&env) || data.len() > buf.len() {
             return None;
         }
-        if *seq_slot(&mut self.peers[peer as usize].recv_seq, ctx) != m.seq {
+        if *seq_slot(&mut self.peers[peer as usize].recv_seq, m.ctx) != m.seq {
             return None;
         }
         if let Some(id) = posted {
@@ -1233,7 +1231,7 @@ impl Core {
             }
             self.release(id);
         }
-        let exp = seq_slot(&mut self.peers[peer as usize].recv_seq, ctx);
+        let exp = seq_slot(&mut self.peers[peer as usize].recv_seq, m.ctx);
         *exp = exp.wrapping_add(1);
         self.stats.direct_recv += 1;
         self.consumed(peer, charge_of(Some(data.len())));

@@ -18,7 +18,7 @@ use tmpi_base::error::MpiErrorClass;
 
 use crate::comm::CommRecord;
 use crate::core::{Action, Core, Limits, Stats, Wire};
-use crate::matching::{EngineMatcher, Envelope, MsgId};
+use crate::matching::{EngineMatcher, Envelope, MsgId, Pattern};
 use crate::net::BTL_TAG_PML;
 use crate::raw::{RawBuf, RawBufMut};
 use crate::request::{MessageId, ReqId, SendMode, Status};
@@ -238,9 +238,7 @@ impl Inner {
     unsafe fn recv_direct(
         &mut self,
         peer: u32,
-        ctx: u32,
-        src: i32,
-        tag: i32,
+        pat: &Pattern,
         buf: RawBufMut,
         posted: Option<ReqId>,
     ) -> Option<Status> {
@@ -256,7 +254,7 @@ impl Inner {
                 return false;
             }
             // SAFETY: `buf` is valid for writes (contract).
-            st = unsafe { core.take_direct(peer, ctx, src, tag, buf, posted, bytes) };
+            st = unsafe { core.take_direct(peer, pat, buf, posted, bytes) };
             st.is_some()
         };
         // SAFETY: every use of the BTL modules and of their direct handles
@@ -830,9 +828,14 @@ impl Pml {
             .core
             .direct_source(ctx, src)
             .filter(|&p| matches!(g.direct_rx.get(p as usize), Some(Some(_))));
+        let pat = Pattern {
+            ctx,
+            src: Some(src),
+            tag: (tag != crate::request::ANY_TAG).then_some(tag),
+        };
         if let Some(peer) = direct {
             // SAFETY: forwarded contract.
-            if let Some(s) = unsafe { g.recv_direct(peer, ctx, src, tag, buf, None) } {
+            if let Some(s) = unsafe { g.recv_direct(peer, &pat, buf, None) } {
                 return Ok(s);
             }
         }
@@ -850,7 +853,7 @@ impl Pml {
         loop {
             if let Some(peer) = direct {
                 // SAFETY: forwarded contract.
-                if let Some(s) = unsafe { g.recv_direct(peer, ctx, src, tag, buf, Some(id)) } {
+                if let Some(s) = unsafe { g.recv_direct(peer, &pat, buf, Some(id)) } {
                     return Ok(s);
                 }
             }
