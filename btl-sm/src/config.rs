@@ -4,7 +4,7 @@ use tmpi_base::mca::{Level, McaError, ParamSpec, Registry, Source};
 use tmpi_btl::EXCLUSIVITY_HIGH;
 
 use crate::segment::Layout;
-use crate::shm::Fbox;
+use crate::shm::{Fbox, FBOX_MIN_SIZE};
 
 /// Room reserved for upper-layer headers in eager fragments, on top of the
 /// eager limit.
@@ -103,9 +103,10 @@ impl SmConfig {
                 self.eager_limit
             ));
         }
-        if !self.fbox_size.is_power_of_two() || !(64..=1 << 20).contains(&self.fbox_size) {
+        if !self.fbox_size.is_power_of_two() || !(FBOX_MIN_SIZE..=1 << 20).contains(&self.fbox_size)
+        {
             return Err(format!(
-                "btl_sm_fbox_size {} is not a power of two in 64..=1M",
+                "btl_sm_fbox_size {} is not a power of two in {FBOX_MIN_SIZE}..=1M",
                 self.fbox_size
             ));
         }

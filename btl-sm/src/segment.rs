@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use memmap2::MmapMut;
 use tmpi_btl::BtlError;
 
-use crate::shm::{Fbox, Fifo, FragHdr, FBOX_CTL, FIFO_CTL, FRAG_HDR};
+use crate::shm::{Fbox, Fifo, FragHdr, FBOX_CTL, FBOX_MIN_SIZE, FIFO_CTL, FRAG_HDR};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TMPISM01");
 const VERSION: u32 = 2;
@@ -177,9 +177,9 @@ impl Layout {
         if self.slots == 0 || self.slots > 4096 {
             return Err(format!("{} local processes", self.slots));
         }
-        if !self.fbox_size.is_power_of_two() || self.fbox_size < 64 {
+        if !self.fbox_size.is_power_of_two() || (self.fbox_size as usize) < FBOX_MIN_SIZE {
             return Err(format!(
-                "fast box size {} is not a power of two >= 64",
+                "fast box size {} is not a power of two >= {FBOX_MIN_SIZE}",
                 self.fbox_size
             ));
         }
@@ -485,11 +485,33 @@ mod tests {
         .validate()
         .is_err());
         assert!(Layout {
+            fbox_size: 128,
+            ..l
+        }
+        .validate()
+        .is_err());
+        assert!(Layout {
             n_max: u32::MAX,
             ..l
         }
         .validate()
         .is_err());
+    }
+
+    /// Records are placed on 128-byte line pairs relative to the ring
+    /// start: the ring itself must start on one.
+    #[test]
+    fn fast_box_rings_start_on_a_line_pair() {
+        for fbox_size in [256, 4096, 1 << 20] {
+            let l = Layout {
+                fbox_size,
+                ..layout()
+            };
+            l.validate().unwrap();
+            for s in 0..l.slots as usize {
+                assert_eq!((l.fbox(s) + FBOX_CTL) % crate::shm::FBOX_REC_ALIGN, 0);
+            }
+        }
     }
 
     #[test]
