@@ -28,6 +28,7 @@ pub(crate) mod ffi;
 pub mod misc;
 pub mod mpit;
 pub mod p2p;
+pub(crate) mod req_table;
 pub mod request;
 pub(crate) mod state;
 pub mod stubs;

@@ -772,6 +772,95 @@ fn statuses_at(p: *mut MpiStatus, i: usize, st: St) -> Res<()> {
     put(p.wrapping_add(i), st.to_c(), "array_of_statuses")
 }
 
+/// `MPI_Waitall` when every handle is null or a running point-to-point
+/// request on the user's memory (no staging to unpack, not persistent):
+/// the table is read once for all, each round tests and polls under one
+/// pml lock (`Pml::waitall_round`), and the handles are removed once all
+/// completed. `None` (nothing done) for any other mix: the general loop
+/// takes it.
+fn waitall_direct(
+    rt: &Rt,
+    requests: *mut c_int,
+    hs: &mut [c_int],
+    statuses: *mut MpiStatus,
+) -> Option<Res<()>> {
+    let mut ids = Vec::with_capacity(hs.len());
+    {
+        let t = tables();
+        for h in hs.iter() {
+            ids.push(match t.reqs.get(h) {
+                _ if *h == 0 => None,
+                Some(Req::Pml {
+                    id,
+                    stage: Stage::Direct,
+                    persist: None,
+                    ..
+                }) => Some(*id),
+                _ => return None,
+            });
+        }
+    }
+    let mut out = vec![tmpi_pml::Status::empty(); hs.len()];
+    let (mut test, mut round) = (true, 0u32);
+    loop {
+        match rt
+            .pml
+            .waitall_round(&mut ids, &mut out, test || round % 16 == 0)
+        {
+            Ok((_, 0)) => break,
+            Ok((events, _)) => {
+                // Test again after a round that handled something, and
+                // every 16th round (another thread may have progressed).
+                test = events > 0;
+                round = round.wrapping_add(1);
+                if events == 0 {
+                    crate::request::idle();
+                }
+            }
+            Err(e) => {
+                // The pml no longer knows a request: drop the handles of
+                // those that completed or failed, report.
+                let mut t = tables();
+                for (h, id) in hs.iter_mut().zip(&ids) {
+                    if *h != 0 && id.is_none() {
+                        t.reqs.remove(h);
+                        *h = 0;
+                    }
+                }
+                drop(t);
+                return Some(put_array(requests, hs, "array_of_requests").and(Err(e.into())));
+            }
+        }
+    }
+    {
+        let mut t = tables();
+        for h in hs.iter_mut() {
+            if *h != 0 {
+                t.reqs.remove(h);
+                *h = 0;
+            }
+        }
+    }
+    let mut err = false;
+    for (i, s) in out.into_iter().enumerate() {
+        let st = St::from(s);
+        err |= st.error != C::Success;
+        if let Err(e) = statuses_at(statuses, i, st) {
+            return Some(Err(e));
+        }
+    }
+    Some(put_array(requests, hs, "array_of_requests").and_then(|()| {
+        if err {
+            Err(Error::new(
+                C::InStatus,
+                "MPI_Waitall: a request failed (see the statuses)",
+            ))
+        } else {
+            Ok(())
+        }
+    }))
+}
+
 #[no_mangle]
 pub extern "C" fn MPI_Waitall(
     count: c_int,
@@ -781,10 +870,13 @@ pub extern "C" fn MPI_Waitall(
     guard("MPI_Waitall", COMM_WORLD, || {
         let n = ccount(count, C::Count, "count")?;
         let mut hs = crate::ffi::array(requests, n, "array_of_requests")?;
+        let rt = crate::state::rt()?;
+        if let Some(r) = waitall_direct(rt, requests, &mut hs, statuses) {
+            return r;
+        }
         let mut done = vec![false; n];
         let mut left = n;
         let mut err = false;
-        let rt = crate::state::rt()?;
         // A collective's test progresses its schedule: with one among the
         // handles, every round tests every handle.
         let colls = {

@@ -64,8 +64,7 @@ pub(crate) struct Tables {
     pub next_group: c_int,
     pub types: FxHashMap<c_int, Arc<Dtype>>,
     pub next_type: c_int,
-    pub reqs: FxHashMap<c_int, Req>,
-    pub next_req: c_int,
+    pub reqs: crate::req_table::ReqTable,
     pub ops: FxHashMap<c_int, Op>,
     pub next_op: c_int,
     pub errhandlers: FxHashMap<c_int, crate::ErrFn>,
@@ -114,8 +113,7 @@ impl Tables {
             next_group: 2,
             types,
             next_type: 1000,
-            reqs: FxHashMap::default(),
-            next_req: 1,
+            reqs: Default::default(),
             ops: FxHashMap::default(),
             next_op: 100,
             errhandlers: FxHashMap::default(),
@@ -194,9 +192,7 @@ impl Tables {
         h
     }
     pub(crate) fn add_req(&mut self, r: Req) -> c_int {
-        let h = alloc_handle(&self.reqs, &mut self.next_req, 1);
-        self.reqs.insert(h, r);
-        h
+        self.reqs.add(r)
     }
     pub(crate) fn op(&self, h: c_int) -> Res<Op> {
         if let Some(op) = predefined_op(h) {

@@ -981,6 +981,14 @@ impl Core {
         }))
     }
 
+    /// A request already complete with `st` ([`Core::eager_direct`]'s
+    /// send started by `isend` whose fragment went out at once).
+    pub(crate) fn done_request(&mut self, st: Status) -> ReqId {
+        let id = self.alloc(ReqState::Done);
+        self.slots[id.index()].status = st;
+        id
+    }
+
     /// The transport refused [`Core::eager_direct`]'s fragment for now: it
     /// becomes a send request queued as `isend` would have queued it.
     pub(crate) fn queue_direct(&mut self, e: &EagerSend, buf: RawBuf) -> ReqId {

@@ -627,8 +627,25 @@ impl Pml {
         mode: SendMode,
     ) -> Result<ReqId, PmlError> {
         check_send_tag(tag)?;
-        // SAFETY: forwarded contract.
-        unsafe { self.lock().start_send(ctx, dest, tag, buf, mode) }
+        let mut g = self.lock();
+        // An eager message whose fragment goes out at once (the blocking
+        // send's path) makes a request born complete: no queued action,
+        // no transport round. A windowed stream of small isends (the
+        // message-rate pattern) spent most of its time in that round.
+        // SAFETY: forwarded contract (`buf` is read during the call).
+        match unsafe { g.eager_now(ctx, dest, tag, buf, mode) }? {
+            Some(Ok(st)) => Ok(g.core.done_request(st)),
+            Some(Err(e)) => {
+                // The direct handle refused it (the fast box is full, or
+                // FIFO fragments are out): queued as `isend` would queue
+                // it, and handed to the transport now.
+                let id = g.core.queue_direct(&e, buf);
+                g.flush();
+                Ok(id)
+            }
+            // SAFETY: forwarded contract.
+            None => unsafe { g.start_send(ctx, dest, tag, buf, mode) },
+        }
     }
 
     /// Posts a receive.
@@ -1022,6 +1039,40 @@ impl Pml {
             }
         }
         Ok(Some(out))
+    }
+
+    /// One round of a caller's `MPI_Waitall` loop, under one lock: when
+    /// `test`, tests every pending request of `ids` (a completed one is
+    /// released, its status put in `out` at its index and its slot set to
+    /// `None`); then, if any is still pending, polls the transports once.
+    /// Returns the polling round's events (0 when it did not poll) and the
+    /// number still pending. The caller decides when to test again (after
+    /// a round that handled something: testing 64 pending requests between
+    /// two arrivals was most of a windowed receiver's time) and what to do
+    /// between rounds (collectives' progress, yielding).
+    pub fn waitall_round(
+        &self,
+        ids: &mut [Option<ReqId>],
+        out: &mut [Status],
+        test: bool,
+    ) -> Result<(usize, usize), PmlError> {
+        let mut g = self.lock();
+        let mut left = 0;
+        for (i, slot) in ids.iter_mut().enumerate() {
+            let Some(id) = *slot else { continue };
+            if test {
+                if let Some(s) = g.core.test(id)? {
+                    if let Some(o) = out.get_mut(i) {
+                        *o = s;
+                    }
+                    *slot = None;
+                    continue;
+                }
+            }
+            left += 1;
+        }
+        let events = if left > 0 { g.progress() } else { 0 };
+        Ok((events, left))
     }
 
     /// `MPI_Waitall`: waits for every request; statuses in input order

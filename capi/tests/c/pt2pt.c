@@ -149,6 +149,38 @@ int main(int argc, char **argv) {
         OK(MPI_Error_class(rc, &cls));
         CHECK(cls == MPI_ERR_TRUNCATE);
         CHECK(small[0] == 1 && small[3] == 4);
+
+        /* A window of small messages, one of them truncated, with a null
+         * handle among the requests: MPI_Waitall returns
+         * MPI_ERR_IN_STATUS, every status says what happened and every
+         * handle is MPI_REQUEST_NULL afterwards. */
+        int w, vals[16], got[16];
+        MPI_Request rq[2 * 16 + 1];
+        MPI_Status sts[2 * 16 + 1];
+        for (w = 0; w < 16; w++) { vals[w] = rank * 100 + w; got[w] = -1; }
+        int pair[2] = {7, 8};
+        for (w = 0; w < 16; w++)
+            OK(MPI_Irecv(&got[w], 1, MPI_INT, prev, 41, MPI_COMM_WORLD, &rq[w]));
+        for (w = 0; w < 16; w++) {
+            /* message 5 carries two ints into a one-int receive */
+            OK(MPI_Isend(w == 5 ? pair : &vals[w], w == 5 ? 2 : 1, MPI_INT, next, 41,
+                         MPI_COMM_WORLD, &rq[16 + w]));
+        }
+        rq[32] = MPI_REQUEST_NULL;
+        rc = MPI_Waitall(33, rq, sts);
+        OK(MPI_Error_class(rc, &cls));
+        CHECK(cls == MPI_ERR_IN_STATUS);
+        for (w = 0; w < 33; w++) CHECK(rq[w] == MPI_REQUEST_NULL);
+        for (w = 0; w < 16; w++) {
+            CHECK(sts[w].MPI_SOURCE == prev && sts[w].MPI_TAG == 41);
+            if (w == 5) {
+                CHECK(sts[w].MPI_ERROR == MPI_ERR_TRUNCATE && got[w] == 7);
+            } else {
+                CHECK(sts[w].MPI_ERROR == MPI_SUCCESS && got[w] == prev * 100 + w);
+            }
+            CHECK(sts[16 + w].MPI_ERROR == MPI_SUCCESS);
+        }
+        CHECK(sts[32].MPI_SOURCE == MPI_ANY_SOURCE && sts[32].MPI_TAG == MPI_ANY_TAG);
         OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
     }
 
