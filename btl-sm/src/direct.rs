@@ -11,11 +11,12 @@
 //! pml's), so there is no concurrent writer; the atomics only make the
 //! sharing expressible without `unsafe impl Sync`.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 
 use tmpi_btl::{DirectRecv, DirectSend};
 
-use crate::shm::Fbox;
+use crate::shm::{Fbox, TailHint};
 
 /// Sending state for one local peer.
 #[derive(Debug, Default)]
@@ -29,11 +30,17 @@ pub(crate) struct PeerTx {
     fbox_max: AtomicUsize,
     /// The last value of the peer's `tail` read (`Fbox::write_hinted`).
     tail_hint: AtomicU64,
+    /// This sender's `head` when it read it.
+    tail_hint_at: AtomicU64,
     /// Own FIFO fragments outstanding to the peer, per class
     /// (`[eager, max]`).
     held: [AtomicU32; 2],
     /// Records written to the fast box.
     sends: AtomicU64,
+    /// Whether a record of this peer was read since the last record to
+    /// it was written: the exchange is a ping-pong (pad the next record
+    /// to its own cache-line pair) rather than a stream (pack it).
+    heard: AtomicBool,
 }
 
 impl PeerTx {
@@ -63,6 +70,12 @@ impl PeerTx {
         h.store(h.load(Relaxed).saturating_sub(1), Relaxed);
     }
 
+    /// A record of this peer was read (its fast box to us).
+    #[inline]
+    pub(crate) fn heard(&self) {
+        self.heard.store(true, Relaxed);
+    }
+
     pub(crate) fn sends(&self) -> u64 {
         self.sends.load(Relaxed)
     }
@@ -87,11 +100,19 @@ impl PeerTx {
         // (contract); this process is its only writer and no other write is
         // in progress (contract).
         let fb = unsafe { Fbox::at(addr as *mut u8, self.size.load(Relaxed)) };
-        let mut hint = self.tail_hint.load(Relaxed);
-        let ok = fb.write_hinted(&mut hint, tag, header, payload);
-        self.tail_hint.store(hint, Relaxed);
+        let mut hint = TailHint {
+            tail: self.tail_hint.load(Relaxed),
+            at: self.tail_hint_at.load(Relaxed),
+        };
+        let reply = self.heard.load(Relaxed);
+        let ok = fb.write_hinted(&mut hint, reply, tag, header, payload);
+        self.tail_hint.store(hint.tail, Relaxed);
+        self.tail_hint_at.store(hint.at, Relaxed);
         if ok {
             self.sends.store(self.sends.load(Relaxed) + 1, Relaxed);
+            if reply {
+                self.heard.store(false, Relaxed);
+            }
         }
         ok
     }
@@ -117,8 +138,10 @@ impl DirectSend for PeerTx {
 
 /// Receiving state for one local peer: the fast box it writes in this
 /// process's segment.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct PeerRx {
+    /// The sending state for the same peer (told when a record is taken).
+    tx: Arc<PeerTx>,
     /// Address of the fast box (0 until attached, and after detach).
     fbox: AtomicUsize,
     /// Its ring size in bytes.
@@ -128,6 +151,15 @@ pub(crate) struct PeerRx {
 }
 
 impl PeerRx {
+    pub(crate) fn new(tx: Arc<PeerTx>) -> Self {
+        PeerRx {
+            tx,
+            fbox: AtomicUsize::new(0),
+            size: AtomicUsize::new(0),
+            takes: AtomicU64::new(0),
+        }
+    }
+
     /// Records the fast box once the peer is attached.
     pub(crate) fn attach(&self, fbox: *mut u8, size: usize) {
         self.size.store(size, Relaxed);
@@ -160,6 +192,7 @@ impl DirectRecv for PeerRx {
         let taken = fb.take_head(take);
         if taken {
             self.takes.store(self.takes.load(Relaxed) + 1, Relaxed);
+            self.tx.heard();
         }
         taken
     }

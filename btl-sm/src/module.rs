@@ -284,7 +284,7 @@ pub struct SmModule {
     tx: Vec<Arc<PeerTx>>,
     /// Per attached peer: (world rank, address and size of the fast box it
     /// writes in our segment), the list `poll` walks every round.
-    rx: Vec<(u32, usize, usize)>,
+    rx: Vec<(u32, usize, usize, usize)>,
     /// Per local rank: the same fast boxes for [`DirectRecv`] handles.
     rx_direct: Vec<Arc<PeerRx>>,
     /// Most fragments of each class one destination may hold.
@@ -351,6 +351,11 @@ impl SmModule {
         let nlocal = local_world.len();
         let path = segment_path(&info.job_id, info.rank);
         let own = Segment::create(&path, layout, me_local as u32, cma::probe_addr())?;
+        let tx: Vec<Arc<PeerTx>> = (0..local_world.len()).map(|_| Arc::default()).collect();
+        let rx_direct = tx
+            .iter()
+            .map(|t| Arc::new(PeerRx::new(Arc::clone(t))))
+            .collect();
         let mut m = SmModule {
             cfg,
             me: info.rank,
@@ -367,9 +372,9 @@ impl SmModule {
                 .rev()
                 .map(|i| layout.frag(Class::Max, i))
                 .collect(),
-            tx: (0..local_world.len()).map(|_| Arc::default()).collect(),
+            tx,
             rx: Vec::new(),
-            rx_direct: (0..local_world.len()).map(|_| Arc::default()).collect(),
+            rx_direct,
             share: if local_world.len() > 2 {
                 [(layout.n_eager / 2).max(1), (layout.n_max / 2).max(1)]
             } else {
@@ -511,7 +516,7 @@ impl SmModule {
             self.tx[l].attach(fbox, size, self.cfg.fbox_max.min(Fbox::max_record(size)));
         }
         if let Some((fbox, size)) = self.own.as_ref().and_then(|o| o.fbox_raw(l)) {
-            self.rx.push((peer, fbox as usize, size));
+            self.rx.push((peer, fbox as usize, size, l));
             self.rx_direct[l].attach(fbox, size);
         }
         self.peers[l] = Some(seg);
@@ -797,7 +802,7 @@ impl SmModule {
             return 0;
         };
         let mut n = 0usize;
-        for &(world, addr, size) in &self.rx {
+        for &(world, addr, size, l) in &self.rx {
             // SAFETY: `addr` is the fast box of `size` bytes that this peer
             // writes in our own segment (`Segment::fbox_raw` at attach),
             // mapped while `own` is (checked above); we are its only
@@ -806,7 +811,12 @@ impl SmModule {
             match fb.read(fbox_budget, &mut |tag, b| {
                 handler.on_fragment(world, tag, b)
             }) {
-                Ok(k) => n += k,
+                Ok(k) => {
+                    if k > 0 {
+                        self.tx[l].heard();
+                    }
+                    n += k
+                }
                 Err(pos) => {
                     tracing::error!(target: "btl_sm", "corrupt fast-box record from rank {world} at {pos}")
                 }

@@ -284,21 +284,26 @@ impl<'a> Fbox<'a> {
     /// Writes one record `header ++ payload` tagged `tag` (sender only).
     /// `false` when there is no room now.
     pub fn write(&self, tag: u8, header: &[u8], payload: &[u8]) -> bool {
-        let mut tail = self.ctl.tail.load(Ordering::Acquire);
-        self.write_hinted(&mut tail, tag, header, payload)
+        let mut hint = TailHint {
+            tail: self.ctl.tail.load(Ordering::Acquire),
+            at: self.ctl.head.load(Ordering::Relaxed),
+        };
+        self.write_hinted(&mut hint, true, tag, header, payload)
     }
 
     /// As [`Fbox::write`], with the sender's last seen value of the
-    /// receiver's `tail` in `tail_hint` (0 for a fresh ring): the shared
-    /// `tail` is read only when the hint shows no room, and the hint is
-    /// then updated. A stale hint only underestimates the free space, so
+    /// receiver's `tail` in `tail_hint` (zeros for a fresh ring): the
+    /// shared `tail` is read only when the hint shows no room, or no room
+    /// for a padded record and the last read was a while ago, and the
+    /// hint is then updated. A stale hint only underestimates the free space, so
     /// nothing unread is overwritten; in the common case the write touches
     /// no cache line the receiver modified (a cross-core miss on the
     /// critical path of every small message otherwise).
     #[inline(always)]
     pub fn write_hinted(
         &self,
-        tail_hint: &mut u64,
+        tail_hint: &mut TailHint,
+        pad_ok: bool,
         tag: u8,
         header: &[u8],
         payload: &[u8],
@@ -320,7 +325,7 @@ impl<'a> Fbox<'a> {
         // size is a multiple of the pair, so it never passes the ring end),
         // for records of one pair at most: larger ones measured no better
         // padded (512 B ping-pong 4% slower), see FBOX_REC_ALIGN.
-        let pad = if packed <= FBOX_REC_ALIGN {
+        let pad = if pad_ok && packed <= FBOX_REC_ALIGN {
             (at + packed).wrapping_neg() & (FBOX_REC_ALIGN - 1)
         } else {
             0
@@ -343,15 +348,20 @@ impl<'a> Fbox<'a> {
         // the hint below costs a cross-core miss, so it is not done early.)
         let roomy = |tail: u64| pad > 0 && used_after(tail, packed + pad) <= self.size / 2;
         let fits = |tail: u64| used_after(tail, packed).saturating_add(FBOX_REC_HDR) <= self.size;
-        let rec = if roomy(*tail_hint) {
+        // A stream the receiver lags behind by more than half the ring
+        // would otherwise refresh on every record: at most once per
+        // REFRESH_EVERY bytes written unless the record does not fit.
+        let recent = head.wrapping_sub(tail_hint.at) < (self.size / REFRESH_EVERY) as u64;
+        let rec = if roomy(tail_hint.tail) {
             packed + pad
-        } else if pad == 0 && fits(*tail_hint) {
+        } else if (pad == 0 || recent) && fits(tail_hint.tail) {
             packed
         } else {
-            *tail_hint = self.ctl.tail.load(Ordering::Acquire);
-            if roomy(*tail_hint) {
+            tail_hint.tail = self.ctl.tail.load(Ordering::Acquire);
+            tail_hint.at = head;
+            if roomy(tail_hint.tail) {
                 packed + pad
-            } else if fits(*tail_hint) {
+            } else if fits(tail_hint.tail) {
                 packed
             } else {
                 return false;
@@ -482,6 +492,21 @@ impl<'a> Fbox<'a> {
         taken
     }
 }
+
+/// The sender's view of a fast box's reader ([`Fbox::write_hinted`]): the
+/// last value of `tail` it read, and its own `head` when it read it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TailHint {
+    /// The receiver's `tail` as last read.
+    pub tail: u64,
+    /// The sender's `head` at that read.
+    pub at: u64,
+}
+
+/// A sender that found no room for a padded record reads the shared `tail`
+/// again only after writing `size / REFRESH_EVERY` more bytes (while the
+/// record still fits packed).
+const REFRESH_EVERY: usize = 8;
 
 /// What [`Fbox::head`] found at a reader position.
 enum Head<'b> {
@@ -790,13 +815,13 @@ mod tests {
             // SAFETY: aligned, sized, one writer.
             let fb = unsafe { Fbox::at(m2.base() as *mut u8, SIZE) };
             let mut i = 0u32;
-            let mut hint = 0u64;
+            let mut hint = TailHint::default();
             while i < N {
                 let len = (i as usize * 7) % (Fbox::max_record(SIZE) - 4);
                 let payload: Vec<u8> = (0..len).map(|k| (k as u32 ^ i) as u8).collect();
                 let tag = (i % 251) as u8;
                 let ok = if hinted {
-                    fb.write_hinted(&mut hint, tag, &i.to_le_bytes(), &payload)
+                    fb.write_hinted(&mut hint, i % 3 != 0, tag, &i.to_le_bytes(), &payload)
                 } else {
                     fb.write(tag, &i.to_le_bytes(), &payload)
                 };
