@@ -197,3 +197,55 @@ impl DirectRecv for PeerRx {
         taken
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::{FBOX_CTL, FBOX_REC_ALIGN};
+
+    #[repr(C, align(128))]
+    struct Ring([u8; FBOX_CTL + 1024]);
+
+    /// Takes every record there is; returns how many.
+    fn take_all(rx: &PeerRx) -> usize {
+        let mut at = 0;
+        // SAFETY: single thread; the ring outlives the call.
+        while unsafe { rx.take_head(&mut |_, _| true) } {
+            at += 1;
+        }
+        at
+    }
+
+    #[test]
+    fn records_are_padded_only_when_answering_the_peer() {
+        let mut ring = Box::new(Ring([0; FBOX_CTL + 1024]));
+        let tx = Arc::new(PeerTx::default());
+        let rx = PeerRx::new(Arc::clone(&tx));
+        let p = ring.0.as_mut_ptr();
+        tx.attach(p, 1024, 512);
+        rx.attach(p, 1024);
+        let head = || {
+            // SAFETY: the control block's first word is `head` (repr C).
+            unsafe { (p as *const u64).read_volatile() }
+        };
+        // A stream: packed (8-byte header + 16 bytes).
+        // SAFETY: single thread, ring mapped for the test's duration.
+        assert!(unsafe { tx.try_write(1, &[1; 8], &[2; 8]) });
+        assert!(unsafe { tx.try_write(1, &[1; 8], &[2; 8]) });
+        assert_eq!(head(), 48);
+        // Reading the peer's records marks the next send as an answer...
+        assert_eq!(take_all(&rx), 2);
+        // SAFETY: as above.
+        assert!(unsafe { tx.try_write(1, &[1; 8], &[2; 8]) });
+        assert_eq!(
+            head() % FBOX_REC_ALIGN as u64,
+            0,
+            "answer padded to a line pair"
+        );
+        // ...once: the following one streams again.
+        // SAFETY: as above.
+        assert!(unsafe { tx.try_write(1, &[1; 8], &[2; 8]) });
+        assert_eq!(head() % FBOX_REC_ALIGN as u64, 24);
+        assert_eq!(take_all(&rx), 2);
+    }
+}
