@@ -2,7 +2,11 @@
  * The hardware floor of a shared-memory ping-pong: two processes pinned to
  * cores 0 and 1 pass one 64-byte line back and forth (a sequence word and
  * 8 bytes of data, as a fast-box record of an 8-byte message), no MPI.
- * Prints the one-way time of 5 runs of 2 000 000 round trips.
+ * Prints the one-way time of RUNS runs (default 5) of ROUNDTRIPS round trips
+ * (default 2 000 000). The benchmark report runs it briefly around each
+ * 2-rank job as a placement probe (`cacheline_floor 20000 1`): on a shared
+ * host the two vCPUs move between physical placements whose floor differs
+ * several-fold (docs/report/notes.md).
  *
  *   gcc -O2 -o cacheline_floor perf/c/cacheline_floor.c && ./cacheline_floor
  */
@@ -10,6 +14,7 @@
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -21,7 +26,6 @@ struct line {
     char pad[48];
 } __attribute__((aligned(64)));
 
-enum { N = 2000000 };
 
 static void pin(int cpu) {
     cpu_set_t s;
@@ -30,11 +34,17 @@ static void pin(int cpu) {
     sched_setaffinity(0, sizeof s, &s);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    uint64_t N = argc > 1 ? strtoull(argv[1], 0, 10) : 2000000;
+    int runs = argc > 2 ? atoi(argv[2]) : 5;
+    if (N == 0 || runs <= 0) {
+        fprintf(stderr, "usage: cacheline_floor [ROUNDTRIPS [RUNS]]\n");
+        return 2;
+    }
     char *m = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return 1;
     struct line *a2b = (struct line *)m, *b2a = (struct line *)(m + 128);
-    for (int r = 0; r < 5; r++) {
+    for (int r = 0; r < runs; r++) {
         a2b->seq = 0;
         b2a->seq = 0;
         /* The child starts on core 1: under a real-time policy a child
@@ -63,7 +73,7 @@ int main(void) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
         waitpid(p, 0, 0);
         double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
-        printf("one-way %.1f ns\n", ns / N / 2);
+        printf("one-way %.1f ns\n", ns / (double)N / 2);
     }
     return 0;
 }
