@@ -65,10 +65,17 @@ pub struct SmConfig {
     pub coop_fail_test: bool,
 }
 
-/// Default of `btl_sm_fbox_max`: a 512-byte message (532 bytes with the
-/// pml's match header) still goes through the fast box. 256 B ping-pong
-/// 0.234 -> 0.185 us, 512 B 0.230 -> 0.208 against 256 (docs/pml.md).
-pub const DEFAULT_FBOX_MAX: usize = 1024;
+/// Default of `btl_sm_fbox_max`: a 1 KiB message with the pml's match
+/// header (1 044 bytes) still goes through the fast box, with room for a
+/// longer header. 256 B ping-pong 0.234 -> 0.185 us, 512 B 0.230 -> 0.208
+/// against 256; 1 KiB collectives at 2 ranks (7 alternating rounds, 1024
+/// -> 1100): allgather 0.60 -> 0.34 us, allreduce 0.61 -> 0.35, alltoall
+/// 0.75 -> 0.45, bcast 0.38 -> 0.16, reduce 0.46 -> 0.23 (docs/pml.md).
+pub const DEFAULT_FBOX_MAX: usize = 1088;
+
+/// Default of `btl_sm_fbox_max` in an oversubscribed launch (more ranks
+/// than cores): 1 KiB messages go through the FIFO.
+pub const OVERSUBSCRIBED_FBOX_MAX: usize = 1024;
 
 impl Default for SmConfig {
     fn default() -> Self {
@@ -182,14 +189,22 @@ impl SmConfig {
         let fbox_max = reg.register_size(
             spec(
                 "fbox_max",
-                "Largest fragment sent through a fast box (default: 1024, capped at the largest \
+                "Largest fragment sent through a fast box (default: 1088, capped at the largest \
                  record of the btl_sm_fbox_size ring)",
                 Level::TunerBasic,
             ),
             d.fbox_max as u64,
         )?;
         let fbox_max = match fbox_max.source() {
-            // Not set: the default, within what the configured ring holds.
+            // Not set: the default, within what the configured ring holds;
+            // in an oversubscribed launch 1 KiB messages keep the FIFO,
+            // whose many fragments let a sender run ahead of a descheduled
+            // receiver (a 4 KiB ring holds three such records): bcast 1 KiB
+            // at 4 ranks on 2 cores read 1.1 us through the FIFO and 3.3
+            // through the fast box.
+            Source::Default if reg.launch_oversubscribed() => OVERSUBSCRIBED_FBOX_MAX
+                .min(fbox_max.value() as usize)
+                .min(Fbox::max_record(fbox_size)),
             Source::Default => (fbox_max.value() as usize).min(Fbox::max_record(fbox_size)),
             _ => fbox_max.value() as usize,
         };
@@ -326,6 +341,17 @@ mod tests {
             SmConfig::from_registry(&big).unwrap().fbox_max,
             DEFAULT_FBOX_MAX
         );
+        let over =
+            Registry::new(Sources::default().with_env([(tmpi_base::mca::OVERSUBSCRIBED_ENV, "1")]));
+        assert_eq!(
+            SmConfig::from_registry(&over).unwrap().fbox_max,
+            OVERSUBSCRIBED_FBOX_MAX
+        );
+        let over_set = Registry::new(Sources::default().with_env([
+            (tmpi_base::mca::OVERSUBSCRIBED_ENV, "1"),
+            ("TMPI_MCA_btl_sm_fbox_max", "1100"),
+        ]));
+        assert_eq!(SmConfig::from_registry(&over_set).unwrap().fbox_max, 1100);
         let too_big = Registry::new(Sources::default().with_env([
             ("TMPI_MCA_btl_sm_fbox_size", "1024"),
             ("TMPI_MCA_btl_sm_fbox_max", "1024"),
