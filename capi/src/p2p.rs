@@ -97,17 +97,11 @@ fn resolve_fast(
     count: c_int,
     recv: bool,
 ) -> Option<(&'static Rt, u32, usize)> {
-    let rt = rt().ok()?;
-    let c = rt.fast.comm(comm)?;
-    let t = rt.fast.dtype(dtype)?;
-    let n = usize::try_from(count).ok()?;
-    if t.plain_size == 0 || !rank_ok(peer, c.size, recv) || !tag_ok(tag, recv) {
+    let (rt, c, _, bytes) = crate::state::fast_call(comm, dtype, count)?;
+    if !rank_ok(peer, c.size, recv) || !tag_ok(tag, recv) || (buf.is_null() && bytes > 0) {
         return None;
     }
-    if buf.is_null() && n > 0 {
-        return None;
-    }
-    Some((rt, c.ctx, t.plain_size.checked_mul(n)?))
+    Some((rt, c.ctx, bytes))
 }
 
 fn check_buf(buf: *const c_void, count: usize, t: &Dtype) -> Res<()> {
@@ -788,8 +782,11 @@ fn waitall_direct(
     {
         let t = tables();
         for h in hs.iter() {
+            if *h == 0 {
+                ids.push(None);
+                continue;
+            }
             ids.push(match t.reqs.get(h) {
-                _ if *h == 0 => None,
                 Some(Req::Pml {
                     id,
                     stage: Stage::Direct,

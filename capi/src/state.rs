@@ -342,6 +342,28 @@ impl FastHandles {
     }
 }
 
+/// The fast paths' common resolution (point-to-point and collective
+/// calls): the runtime, a predefined communicator, a predefined contiguous
+/// datatype and the byte length of `count` items of it, read without the
+/// tables' lock or a reference count. `None` (a negative count, another
+/// handle, a zero-size or overflowing length, before MPI_Init or after
+/// MPI_Finalize): the caller's general path, which reports every error.
+#[inline(always)]
+pub(crate) fn fast_call(
+    comm: c_int,
+    dtype: c_int,
+    count: c_int,
+) -> Option<(&'static Rt, &'static FastComm, &'static FastType, usize)> {
+    let rt = rt().ok()?;
+    let c = rt.fast.comm(comm)?;
+    let t = rt.fast.dtype(dtype)?;
+    let n = usize::try_from(count).ok()?;
+    if t.plain_size == 0 {
+        return None;
+    }
+    Some((rt, c, t, t.plain_size.checked_mul(n)?))
+}
+
 /// A datatype handle's object: the copy of a predefined datatype made at
 /// MPI_Init, borrowed ([`FastHandles`]), or the table's entry, held.
 pub(crate) enum TypeRef {
