@@ -49,13 +49,13 @@ pub struct SmConfig {
     /// `btl_sm_poll_budget` (default 31, like vader): FIFO pops per
     /// progress call.
     pub poll_budget: usize,
-    /// `btl_sm_coop_min` (default 128 KiB, 0 = off): smallest registered
+    /// `btl_sm_coop_min` (default 32 KiB, 0 = off): smallest registered
     /// region for which the sender offers a cooperative copy slot (it then
     /// writes part of the message into the receiver's buffer with
     /// `process_vm_writev` while the receiver reads the rest).
     pub coop_min: usize,
     /// `btl_sm_coop_chunk` (default 128 KiB): preferred chunk of a
-    /// cooperative copy (a 4 KiB multiple >= 64 KiB; a message has at most
+    /// cooperative copy (a 4 KiB multiple >= 16 KiB; a message has at most
     /// 64 chunks, so larger messages get larger chunks, and at least two,
     /// so messages below twice this size are cut in halves).
     pub coop_chunk: usize,
@@ -88,7 +88,7 @@ impl Default for SmConfig {
             single_copy: SingleCopy::Auto,
             exclusivity: EXCLUSIVITY_HIGH - 1,
             poll_budget: 31,
-            coop_min: 128 * 1024,
+            coop_min: 32 * 1024,
             coop_chunk: 128 * 1024,
             coop_fail_test: false,
         }
@@ -131,9 +131,9 @@ impl SmConfig {
         if self.poll_budget == 0 {
             return Err("btl_sm_poll_budget must be > 0".into());
         }
-        if self.coop_chunk < 64 * 1024 || self.coop_chunk % 4096 != 0 || self.coop_chunk > 1 << 30 {
+        if self.coop_chunk < 16 * 1024 || self.coop_chunk % 4096 != 0 || self.coop_chunk > 1 << 30 {
             return Err(format!(
-                "btl_sm_coop_chunk {} is not a 4 KiB multiple in 64K..=1G",
+                "btl_sm_coop_chunk {} is not a 4 KiB multiple in 16K..=1G",
                 self.coop_chunk
             ));
         }
@@ -245,8 +245,9 @@ impl SmConfig {
             spec(
                 "coop_min",
                 "Smallest single-copy message the sender helps copy into the receiver's buffer \
-                 (process_vm_writev while the receiver reads the rest); 0 = off. Off by default \
-                 when tmpirun reports more ranks than cores",
+                 (process_vm_writev while the receiver reads the rest, when the sender waits in \
+                 its progress loop); 0 = off. Off by default when tmpirun reports more ranks \
+                 than cores",
                 Level::TunerBasic,
             ),
             d.coop_min as u64,
@@ -262,7 +263,7 @@ impl SmConfig {
         };
         let coop_chunk = size(
             "coop_chunk",
-            "Preferred chunk of a cooperative copy (4 KiB multiple >= 64K; at least 2 and at \
+            "Preferred chunk of a cooperative copy (4 KiB multiple >= 16K; at least 2 and at \
              most 64 chunks per message)",
             d.coop_chunk,
         )?;
@@ -368,10 +369,7 @@ mod tests {
     fn coop_off_by_default_when_oversubscribed() {
         use tmpi_base::mca::OVERSUBSCRIBED_ENV;
         let plain = Registry::new(Sources::default());
-        assert_eq!(
-            SmConfig::from_registry(&plain).unwrap().coop_min,
-            128 * 1024
-        );
+        assert_eq!(SmConfig::from_registry(&plain).unwrap().coop_min, 32 * 1024);
         let over = Registry::new(Sources::default().with_env([(OVERSUBSCRIBED_ENV, "1")]));
         assert_eq!(SmConfig::from_registry(&over).unwrap().coop_min, 0);
         let forced = Registry::new(Sources::default().with_env([

@@ -62,7 +62,12 @@ pub struct CoopSlot {
     pub nchunks: AtomicU32,
     /// Receiver's local rank (the owner writes to that peer's process).
     pub reader: AtomicU32,
-    _pad0: [u64; 3],
+    /// Written by the owner only: [`coop_phase::waiting`] of the slot's
+    /// generation while the owner sits in idle progress rounds (it would
+    /// help at once), 0 while it has other work. A receiver arms the slot
+    /// only when its owner waits; else one plain read is cheaper.
+    pub owner_waiting: AtomicU64,
+    _pad0: [u64; 2],
     /// Next chunk to claim (`fetch_add`).
     pub next: AtomicU32,
     /// Chunks finished (copied, or failed by the owner).
@@ -91,6 +96,11 @@ pub mod coop_phase {
     /// `state` value of `generation` in `phase`.
     pub const fn state(generation: u32, phase: u64) -> u64 {
         ((generation as u64 & ((1 << GEN_BITS) - 1)) << 3) | phase
+    }
+    /// `owner_waiting` value while the owner of `generation` waits (never
+    /// 0, never equal for two generations within [`GEN_BITS`]).
+    pub const fn waiting(generation: u32) -> u64 {
+        (1 << 63) | state(generation, 0)
     }
 }
 

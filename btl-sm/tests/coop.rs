@@ -2,6 +2,7 @@
 //! binary re-executed), real segments and CMA: 1-8 MiB checksummed
 //! messages read with `get` while the sender helps from `progress`, with
 //! the helper off, with a sender that never progresses during the get,
+//! with a sender that never waited (the receiver reads plain),
 //! with every sender write failing (the receiver re-reads), and with more
 //! outstanding registrations than slots.
 
@@ -120,6 +121,9 @@ enum Mode {
     Lazy,
     /// `btl_sm_coop_fail_test=1`: every sender write fails.
     Fail,
+    /// The sender never has an idle progress round before the get: the
+    /// receiver reads plain without arming the slot.
+    Busy,
 }
 
 fn mode() -> Mode {
@@ -127,6 +131,7 @@ fn mode() -> Mode {
         Ok("off") => Mode::Off,
         Ok("lazy") => Mode::Lazy,
         Ok("fail") => Mode::Fail,
+        Ok("busy") => Mode::Busy,
         _ => Mode::On,
     }
 }
@@ -154,8 +159,13 @@ fn transfer(ctx: &ChildContext) {
             // SAFETY: `buf` lives until the receiver answered, after which
             // the region is deregistered.
             let r = unsafe { m.register_region(buf.as_ptr(), buf.len()) }.unwrap();
+            if mode != Mode::Busy {
+                // One idle round: the slot shows its owner waiting, so the
+                // receiver arms it (Busy: never shown, plain read).
+                m.progress(&mut rx);
+            }
             send(&mut m, &mut rx, 1, &region_msg(&r, fnv(&buf)));
-            let more = if mode == Mode::Lazy {
+            let more = if matches!(mode, Mode::Lazy | Mode::Busy) {
                 // No progress (no help) until the receiver is done.
                 let t0 = Instant::now();
                 while !flag(seq).exists() {
@@ -173,7 +183,7 @@ fn transfer(ctx: &ChildContext) {
             let sender_path = match mode {
                 Mode::On => st.coop_chunks_written > 0,
                 Mode::Fail => st.coop_chunks_failed > 0,
-                Mode::Off | Mode::Lazy => true,
+                Mode::Off | Mode::Lazy | Mode::Busy => true,
             };
             if seq >= SIZES.len() && sender_path && !more {
                 break;
@@ -185,7 +195,7 @@ fn transfer(ctx: &ChildContext) {
         eprintln!("sender {mode:?}: {seq} messages, {st:?}");
         match mode {
             Mode::Off => assert_eq!((st.coop_regs, st.coop_chunks_written), (0, 0)),
-            Mode::Lazy => {
+            Mode::Lazy | Mode::Busy => {
                 assert_eq!(st.coop_regs, seq as u64);
                 assert_eq!(st.coop_chunks_written + st.coop_chunks_failed, 0);
             }
@@ -208,7 +218,13 @@ fn transfer(ctx: &ChildContext) {
             assert_eq!(fnv(&dst), sum, "message {seq}: checksum");
             let st = m.stats();
             let n = coop_chunking(r.len, cfg.coop_chunk as u64).1;
-            if mode != Mode::Off {
+            if mode == Mode::Busy {
+                assert_eq!(
+                    (st.coop_gets, st.coop_owner_busy),
+                    (before.coop_gets, before.coop_owner_busy + 1),
+                    "a sender that never waited: one plain read"
+                );
+            } else if mode != Mode::Off {
                 chunks += n;
                 assert_eq!(st.coop_gets, before.coop_gets + 1);
             }
@@ -220,7 +236,7 @@ fn transfer(ctx: &ChildContext) {
                 );
             }
             let more = u8::from(mode == Mode::Fail && st.coop_rereads == 0);
-            if mode == Mode::Lazy {
+            if matches!(mode, Mode::Lazy | Mode::Busy) {
                 let tmp = ctx.dir.join("got.tmp");
                 std::fs::write(&tmp, [more]).unwrap();
                 std::fs::rename(&tmp, flag(seq)).unwrap();
@@ -233,6 +249,10 @@ fn transfer(ctx: &ChildContext) {
         eprintln!("receiver {mode:?}: {seq} messages, {st:?}");
         match mode {
             Mode::Off => assert_eq!((st.coop_gets, st.coop_chunks_read), (0, 0)),
+            Mode::Busy => assert_eq!(
+                (st.coop_gets, st.coop_chunks_read, st.coop_owner_busy),
+                (0, 0, seq as u64)
+            ),
             Mode::Fail => {
                 assert!(st.coop_rereads > 0);
                 assert_eq!(st.coop_chunks_read + st.coop_rereads, chunks);
@@ -285,6 +305,11 @@ fn coop_sender_never_progresses_receiver_copies_alone() {
 }
 
 #[test]
+fn coop_sender_busy_receiver_reads_plain() {
+    run("busy", &[]);
+}
+
+#[test]
 fn coop_failed_sender_writes_are_reread() {
     run("fail", &[("TMPI_MCA_btl_sm_coop_fail_test", "1")]);
 }
@@ -322,6 +347,8 @@ fn exhaust_child() {
             COOP_SLOTS + 1,
             "distinct slot keys + the plain key"
         );
+        // An idle round: every slot shows its owner waiting.
+        m.progress(&mut rx);
         for (r, b) in regs.iter().zip(&bufs) {
             send(&mut m, &mut rx, 1, &region_msg(r, fnv(b)));
         }
@@ -393,6 +420,7 @@ fn killed_child() {
         let buf = payload(9, LEN);
         // SAFETY: `buf` lives until this process is killed below.
         let r = unsafe { m.register_region(buf.as_ptr(), buf.len()) }.unwrap();
+        m.progress(&mut rx);
         send(&mut m, &mut rx, 1, &region_msg(&r, fnv(&buf)));
         let helped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let h = helped.clone();
