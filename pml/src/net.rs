@@ -15,6 +15,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use tmpi_base::identity::ProcessInfo;
 use tmpi_base::mca::{Registry, SelectionList};
 use tmpi_base::modex::Modex;
@@ -55,8 +57,11 @@ fn components() -> Vec<&'static dyn BtlComponent> {
 /// progress rounds, not every round: its poll may be a system call
 /// (`epoll_wait`), which measured ~45% of an 8-byte sm ping-pong's time
 /// when it ran every round. It is still polled, rarely, so that it accepts
-/// (and rejects) connections and reports failures.
-const IDLE_MODULE_POLL: u32 = 256;
+/// (and rejects) connections and reports failures. Once in 256 rounds
+/// still cost one `epoll_wait` per ~5 us of waiting, about one per 8 KiB
+/// ping-pong iteration (Open MPI: 186 in a whole run); a round is 20-50 ns
+/// when spinning, ~1 us when yielding, so 16384 rounds are 0.3-16 ms.
+const IDLE_MODULE_POLL: u32 = 16384;
 
 /// The pml's transport over BTL modules.
 pub struct BtlNet {
@@ -84,7 +89,7 @@ pub struct BtlNet {
     polls: u32,
     /// Registrations in use: region bytes → (module index, how many sends
     /// use it: one buffer may be in several rendezvous at once).
-    regs: HashMap<[u8; tmpi_btl::REMOTE_REGION_BYTES], (usize, usize)>,
+    regs: FxHashMap<[u8; tmpi_btl::REMOTE_REGION_BYTES], (usize, usize)>,
     dropped: u64,
     /// The offload path, when one openib module has tag matching.
     tm: Option<TmState>,
@@ -282,7 +287,7 @@ pub(crate) fn open(
         carries,
         carrying,
         polls: 0,
-        regs: HashMap::new(),
+        regs: FxHashMap::default(),
         dropped: 0,
         tm,
         any_openib,
