@@ -21,13 +21,13 @@ static void lat_iters(size_t n, int *warm, int *iters) {
 
 int main(int argc, char **argv) {
     int rank, size, csv = 0, force_iters = 0;
-    size_t max = 4u << 20;
+    size_t max = 4u << 20, min = 0;
     const char *mode;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (argc < 2 || (strcmp(argv[1], "pingpong") && strcmp(argv[1], "bw"))) {
-        if (rank == 0) fprintf(stderr, "usage: p2pbench pingpong|bw [--csv] [--max BYTES] [--iters N]\n");
+        if (rank == 0) fprintf(stderr, "usage: p2pbench pingpong|bw [--csv] [--min BYTES] [--max BYTES] [--iters N]\n");
         MPI_Finalize();
         return 2;
     }
@@ -35,6 +35,7 @@ int main(int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--csv")) csv = 1;
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--min") && i + 1 < argc) min = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--iters") && i + 1 < argc) force_iters = atoi(argv[++i]);
     }
     if (size < 2) {
@@ -47,7 +48,7 @@ int main(int argc, char **argv) {
     memset(sbuf, 'a', max);
     if (!strcmp(mode, "pingpong")) {
         if (rank == 0 && !csv) printf("# p2pbench pingpong (one-way latency)\n# %-10s %14s\n", "Size", "Latency (us)");
-        for (size_t n = 0; n <= max; n = n ? n * 2 : 1) {
+        for (size_t n = min; n <= max; n = n ? n * 2 : 1) {
             int warm, iters;
             lat_iters(n, &warm, &iters);
             if (force_iters) iters = force_iters;
@@ -73,7 +74,7 @@ int main(int argc, char **argv) {
         MPI_Request reqs[WINDOW];
         char ack[4] = {0};
         if (rank == 0 && !csv) printf("# p2pbench bw (window %d)\n# %-10s %16s\n", WINDOW, "Size", "Bandwidth (MB/s)");
-        for (size_t n = 1; n <= max; n *= 2) {
+        for (size_t n = min ? min : 1; n <= max; n *= 2) {
             int warm = n <= 8192 ? 10 : 2, iters = n <= 8192 ? 100 : 20;
             if (force_iters) iters = force_iters;
             double t0 = 0;
