@@ -78,6 +78,7 @@ fuzz_target!(|data: &[u8]| {
                 len: a,
                 sreq: b,
                 region,
+                data: &[],
             };
             assert_eq!(Header::parse(&r.encode()), Ok(Header::Rndv(r.clone())));
         }

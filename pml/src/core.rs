@@ -35,13 +35,15 @@ use tmpi_base::error::MpiErrorClass;
 
 use crate::comm::CommRecord;
 use crate::hdr::{
-    AckHdr, CreditHdr, FinHdr, FragHdr, HdrError, Header, MatchHdr, RndvHdr, FLAG_REGION, FLAG_SYNC,
+    AckHdr, CreditHdr, FinHdr, FragHdr, HdrError, Header, MatchHdr, RndvHdr, FLAG_INLINE,
+    FLAG_REGION, FLAG_SYNC,
 };
 use tmpi_tm_engine::split::{NicAction, NicEvent, NicTag, RecvInfo};
 
 use crate::matching::{Envelope, MatchError, MatchPoint, MsgId, Pattern, Posted};
 use crate::offload::Late;
 use crate::raw::{RawBuf, RawBufMut};
+use crate::region::Region;
 use crate::request::{ReqId, SendMode, Status, BSEND_OVERHEAD, PROC_NULL};
 use crate::transport::TmInput;
 use crate::PmlError;
@@ -64,7 +66,7 @@ pub trait Wire {
     /// Registers `buf` (this process's memory) so that `peer` can get from
     /// it; returns the region description to put into the RNDV, or `None`
     /// when registration is not possible (the pipelined path is used).
-    fn register(&mut self, peer: u32, buf: RawBuf) -> Option<Vec<u8>>;
+    fn register(&mut self, peer: u32, buf: RawBuf) -> Option<Region>;
     /// Releases a registration made by [`Wire::register`].
     fn deregister(&mut self, peer: u32, region: &[u8]);
 }
@@ -79,24 +81,40 @@ pub(crate) struct EagerSend {
     pub(crate) st: Status,
 }
 
-/// An encoded pml header: inline for the fixed-size ones (no allocation on
-/// the eager path), on the heap for a RNDV with its region.
+/// An encoded pml header: inline up to [`HDR_INLINE`] bytes (every
+/// fixed-size header, and a RNDV with a BTL's 24-byte region: no
+/// allocation), on the heap beyond.
 #[derive(Debug, Clone)]
 pub enum HdrBuf {
-    /// Up to 40 bytes.
-    Inline([u8; 40], u8),
+    /// Up to [`HDR_INLINE`] bytes.
+    Inline([u8; HDR_INLINE], u8),
     /// Anything longer.
     Heap(Vec<u8>),
 }
 
+/// Header bytes [`HdrBuf`] keeps inline.
+pub const HDR_INLINE: usize = 64;
+
 impl HdrBuf {
     fn from(b: &[u8]) -> Self {
-        if b.len() <= 40 {
-            let mut a = [0u8; 40];
+        if b.len() <= HDR_INLINE {
+            let mut a = [0u8; HDR_INLINE];
             a[..b.len()].copy_from_slice(b);
             HdrBuf::Inline(a, b.len() as u8)
         } else {
             HdrBuf::Heap(b.to_vec())
+        }
+    }
+
+    /// A rendezvous request, encoded in place when it fits.
+    fn rndv(h: &RndvHdr<'_>) -> Self {
+        let n = h.encoded_len();
+        if n <= HDR_INLINE {
+            let mut a = [0u8; HDR_INLINE];
+            h.encode_into(&mut a[..n]);
+            HdrBuf::Inline(a, n as u8)
+        } else {
+            HdrBuf::Heap(h.encode())
         }
     }
     /// The header bytes.
@@ -129,7 +147,7 @@ pub enum Action {
         /// World rank owning the region.
         peer: u32,
         /// Region description from the RNDV.
-        region: Vec<u8>,
+        region: Region,
         /// Destination (the receive buffer's prefix).
         dst: RawBufMut,
         /// The receive request.
@@ -144,6 +162,9 @@ pub struct Stats {
     pub eager_sent: u64,
     /// Rendezvous messages sent.
     pub rndv_sent: u64,
+    /// Of those, synchronous sends within the eager limit carried whole in
+    /// their RNDV (`FLAG_INLINE`: no get, answered with FIN on match).
+    pub sync_inline: u64,
     /// Rendezvous completed with a get.
     pub rndv_get: u64,
     /// Rendezvous completed with pipelined fragments.
@@ -199,12 +220,19 @@ enum Unexp {
         peer: u32,
         data: Payload,
     },
+    /// A synchronous send carried whole in its RNDV ([`FLAG_INLINE`]):
+    /// delivered like eager data, then answered with FIN to `sreq`.
+    Sync {
+        peer: u32,
+        sreq: u64,
+        data: Payload,
+    },
     Rndv {
         peer: u32,
         flags: u8,
         len: u64,
         sreq: u64,
-        region: Vec<u8>,
+        region: Region,
     },
 }
 
@@ -246,7 +274,7 @@ impl Payload {
 impl Unexp {
     fn len(&self) -> usize {
         match self {
-            Unexp::Eager { data, .. } => data.len(),
+            Unexp::Eager { data, .. } | Unexp::Sync { data, .. } => data.len(),
             Unexp::Rndv { len, .. } => *len as usize,
         }
     }
@@ -270,7 +298,7 @@ enum SendPhase {
     /// RNDV sent; waiting for FIN or ACK.
     Rndv {
         peer: u32,
-        region: Option<Vec<u8>>,
+        region: Option<Region>,
         sync: bool,
     },
 }
@@ -853,6 +881,16 @@ impl Core {
         let eager = mode != SendMode::Synchronous
             && buf.len() <= lim.eager
             && !self.credit_switch(peer, buf.len());
+        // A synchronous send within the eager limit carries its data in the
+        // RNDV (answered with FIN once matched): no registration, no read.
+        // Not to a tag-matching NIC peer, whose RNDV becomes a NIC
+        // rendezvous request.
+        let sync_inline = mode == SendMode::Synchronous
+            && buf.len() <= lim.eager
+            // the longer header still fits the BTL's largest fragment
+            && buf.len() + crate::hdr::RNDV_LEN <= lim.max_send + crate::hdr::FRAG_LEN
+            && !(self.tm && self.tm_peers.get(peer as usize).copied().unwrap_or(false))
+            && !self.credit_switch(peer, buf.len());
         let id = self.alloc(ReqState::Send {
             buf,
             phase: SendPhase::Queued,
@@ -881,6 +919,33 @@ impl Core {
                 data: buf,
                 done: Some(id),
             });
+        } else if sync_inline {
+            self.stats.rndv_sent += 1;
+            self.stats.sync_inline += 1;
+            self.charge_eager(peer, buf.len());
+            let hdr = HdrBuf::rndv(&RndvHdr {
+                m,
+                flags: FLAG_SYNC | FLAG_INLINE,
+                len: buf.len() as u64,
+                sreq: id.0,
+                region: &[],
+                data: &[],
+            });
+            if let ReqState::Send { phase, .. } = &mut self.slots[id.index()].state {
+                *phase = SendPhase::Rndv {
+                    peer,
+                    region: None,
+                    sync: true,
+                };
+            }
+            // The data follows the header in the same fragment; the request
+            // completes on FIN, not when the transport took the data.
+            self.actions.push(Action::Send {
+                peer,
+                hdr,
+                data: buf,
+                done: None,
+            });
         } else {
             self.stats.rndv_sent += 1;
             // A typed (non-contiguous) buffer cannot be read remotely:
@@ -897,14 +962,14 @@ impl Core {
             if region.is_some() {
                 flags |= FLAG_REGION;
             }
-            let hdr = RndvHdr {
+            let hdr = HdrBuf::rndv(&RndvHdr {
                 m,
                 flags,
                 len: buf.len() as u64,
                 sreq: id.0,
                 region: region.as_deref().unwrap_or(&[]),
-            }
-            .encode();
+                data: &[],
+            });
             if let ReqState::Send { phase, .. } = &mut self.slots[id.index()].state {
                 *phase = SendPhase::Rndv {
                     peer,
@@ -914,7 +979,7 @@ impl Core {
             }
             self.actions.push(Action::Send {
                 peer,
-                hdr: HdrBuf::Heap(hdr),
+                hdr,
                 data: RawBuf::empty(),
                 done: None,
             });
@@ -1424,6 +1489,10 @@ impl Core {
                 self.consumed(peer, charge_of(Some(data.len())));
                 self.deliver_eager(id, env, data.as_slice())
             }
+            Some(Unexp::Sync { peer, sreq, data }) => {
+                self.consumed(peer, charge_of(Some(data.len())));
+                self.deliver_sync(id, env, peer, sreq, data.as_slice())
+            }
             Some(Unexp::Rndv {
                 peer,
                 flags,
@@ -1442,6 +1511,13 @@ impl Core {
                 );
             }
         }
+    }
+
+    /// A synchronous send's inline data ([`FLAG_INLINE`]): delivered as
+    /// eager data (truncation included), then FIN tells the sender.
+    fn deliver_sync(&mut self, id: ReqId, env: Envelope, peer: u32, sreq: u64, data: &[u8]) {
+        self.fin(peer, sreq, 0);
+        self.deliver_eager(id, env, data);
     }
 
     fn deliver_eager(&mut self, id: ReqId, env: Envelope, data: &[u8]) {
@@ -1476,7 +1552,7 @@ impl Core {
         flags: u8,
         len: u64,
         sreq: u64,
-        region: Vec<u8>,
+        region: Region,
     ) {
         let ReqState::Recv { buf, .. } = self.slots[id.index()].state else {
             return;
@@ -1756,6 +1832,7 @@ impl Core {
         };
         let charge = match &h {
             Header::Match(_, data) => charge_of(Some(data.len())),
+            Header::Rndv(r) if r.flags & FLAG_INLINE != 0 => charge_of(Some(r.data.len())),
             _ => charge_of(None),
         };
         let arrived = match arrived {
@@ -1773,6 +1850,9 @@ impl Core {
         match (arrived, h) {
             // Matched: deliver straight from the fragment, no copy kept.
             (Some(rid), Header::Match(_, data)) => self.deliver_eager(ReqId(rid), env, data),
+            (Some(rid), Header::Rndv(r)) if r.flags & FLAG_INLINE != 0 => {
+                self.deliver_sync(ReqId(rid), env, peer, r.sreq, r.data)
+            }
             (Some(rid), Header::Rndv(r)) => self.start_rndv(
                 wire,
                 ReqId(rid),
@@ -1781,7 +1861,7 @@ impl Core {
                 r.flags,
                 r.len,
                 r.sreq,
-                r.region.to_vec(),
+                Region::new(r.region),
             ),
             (None, Header::Match(_, data)) => {
                 self.stats.unexpected += 1;
@@ -1790,6 +1870,17 @@ impl Core {
                     Unexp::Eager {
                         peer,
                         data: Payload::new(data),
+                    },
+                );
+            }
+            (None, Header::Rndv(r)) if r.flags & FLAG_INLINE != 0 => {
+                self.stats.unexpected += 1;
+                self.unexp.insert(
+                    msg,
+                    Unexp::Sync {
+                        peer,
+                        sreq: r.sreq,
+                        data: Payload::new(r.data),
                     },
                 );
             }
@@ -1802,7 +1893,7 @@ impl Core {
                         flags: r.flags,
                         len: r.len,
                         sreq: r.sreq,
-                        region: r.region.to_vec(),
+                        region: Region::new(r.region),
                     },
                 );
             }
@@ -1999,7 +2090,9 @@ impl Core {
                 Late::ArrivalFailed(msg) => {
                     self.stats.dropped += 1;
                     // Rendezvous headers carry no charge (charge_of(None)).
-                    if let Some(Unexp::Eager { peer, data }) = self.unexp.remove(&msg) {
+                    if let Some(Unexp::Eager { peer, data } | Unexp::Sync { peer, data, .. }) =
+                        self.unexp.remove(&msg)
+                    {
                         self.consumed(peer, charge_of(Some(data.len())));
                     }
                 }
@@ -2075,6 +2168,10 @@ impl Core {
                         src: r.m.src,
                         tag: r.m.tag,
                     };
+                    if r.flags & FLAG_INLINE != 0 {
+                        self.deliver_sync(id, env, peer, r.sreq, r.data);
+                        return;
+                    }
                     self.start_rndv(
                         wire,
                         id,
@@ -2083,7 +2180,7 @@ impl Core {
                         r.flags,
                         r.len,
                         r.sreq,
-                        r.region.to_vec(),
+                        Region::new(r.region),
                     )
                 }
                 _ => {

@@ -50,6 +50,9 @@ pub const KIND_CREDIT: u8 = 6;
 pub const FLAG_SYNC: u8 = 0x01;
 /// RNDV flag: a registered region follows; the receiver may pull with get.
 pub const FLAG_REGION: u8 = 0x02;
+/// RNDV flag: the whole message follows the header (`len` bytes, no
+/// region): a small synchronous send, answered with FIN once matched.
+pub const FLAG_INLINE: u8 = 0x04;
 
 /// CREDIT flag: a request for credit (the sender waits), not a return.
 pub const FLAG_CREDIT_REQ: u8 = 0x01;
@@ -121,6 +124,9 @@ pub struct RndvHdr<'a> {
     pub sreq: u64,
     /// Registered region description (empty unless [`FLAG_REGION`]).
     pub region: &'a [u8],
+    /// The message itself with [`FLAG_INLINE`] (empty otherwise): sent as
+    /// the fragment's payload after the header, not by `encode`.
+    pub data: &'a [u8],
 }
 
 /// Clear to send (pipelined protocol).
@@ -264,7 +270,7 @@ impl<'a> Header<'a> {
             }
             KIND_RNDV => {
                 need("RNDV", b, RNDV_LEN)?;
-                if flags & !(FLAG_SYNC | FLAG_REGION) != 0 {
+                if flags & !(FLAG_SYNC | FLAG_REGION | FLAG_INLINE) != 0 {
                     return Err(HdrError::Invalid {
                         kind: "RNDV",
                         what: "unknown flags",
@@ -284,7 +290,16 @@ impl<'a> Header<'a> {
                     });
                 }
                 need("RNDV", b, RNDV_LEN + rlen)?;
-                if b.len() != RNDV_LEN + rlen {
+                let len = u64_at(b, 20);
+                let data = &b[RNDV_LEN + rlen..];
+                if flags & FLAG_INLINE != 0 {
+                    if rlen != 0 || data.len() as u64 != len {
+                        return Err(HdrError::Invalid {
+                            kind: "RNDV",
+                            what: "inline data disagrees with its length",
+                        });
+                    }
+                } else if !data.is_empty() {
                     return Err(HdrError::Invalid {
                         kind: "RNDV",
                         what: "trailing bytes",
@@ -293,9 +308,10 @@ impl<'a> Header<'a> {
                 Ok(Header::Rndv(RndvHdr {
                     m: match_at(b),
                     flags,
-                    len: u64_at(b, 20),
+                    len,
                     sreq: u64_at(b, 28),
                     region: &b[RNDV_LEN..RNDV_LEN + rlen],
+                    data,
                 }))
             }
             KIND_ACK => {
@@ -409,16 +425,31 @@ impl RndvHdr<'_> {
     /// programming error of the BTL and are rejected by `debug_assert`, then
     /// truncated to an invalid (flag-less) header that the peer rejects.
     pub fn encode(&self) -> Vec<u8> {
+        let mut o = vec![0u8; self.encoded_len()];
+        self.encode_into(&mut o);
+        o
+    }
+
+    /// Bytes [`RndvHdr::encode`] produces.
+    pub fn encoded_len(&self) -> usize {
+        RNDV_LEN + self.region.len().min(MAX_REGION_LEN)
+    }
+
+    /// Encodes into `o`, which must be [`RndvHdr::encoded_len`] bytes of
+    /// zeros (a caller's inline buffer: no allocation).
+    ///
+    /// # Panics
+    /// If `o` has another length.
+    pub fn encode_into(&self, o: &mut [u8]) {
         let rlen = self.region.len().min(MAX_REGION_LEN);
         debug_assert_eq!(rlen, self.region.len());
-        let mut o = vec![0u8; RNDV_LEN + rlen];
-        prefix(&mut o, KIND_RNDV, self.flags);
-        self.m.put(&mut o);
+        assert_eq!(o.len(), RNDV_LEN + rlen, "RNDV header buffer");
+        prefix(o, KIND_RNDV, self.flags);
+        self.m.put(o);
         o[20..28].copy_from_slice(&self.len.to_le_bytes());
         o[28..36].copy_from_slice(&self.sreq.to_le_bytes());
         o[36..38].copy_from_slice(&(rlen as u16).to_le_bytes());
         o[RNDV_LEN..].copy_from_slice(&self.region[..rlen]);
-        o
     }
 }
 
@@ -489,6 +520,7 @@ mod tests {
             len: 1 << 40,
             sreq: 99,
             region: &[1, 2, 3],
+            data: &[],
         };
         assert_eq!(Header::parse(&r.encode()).unwrap(), Header::Rndv(r.clone()));
         let a = AckHdr {
@@ -560,6 +592,7 @@ mod tests {
             len: 1,
             sreq: 1,
             region: &[],
+            data: &[],
         }
         .encode();
         r[1] = FLAG_REGION;
@@ -615,6 +648,7 @@ mod tests {
             len: 10,
             sreq: 11,
             region: &[0xaa; 16],
+            data: &[],
         }
         .encode();
         for n in 0..r.len() {

@@ -21,6 +21,7 @@ mod net;
 pub mod offload;
 mod pml;
 pub mod raw;
+pub mod region;
 pub mod request;
 pub mod transport;
 

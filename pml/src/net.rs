@@ -32,6 +32,7 @@ use crate::hdr::{
 };
 use crate::matching::Envelope;
 use crate::raw::{RawBuf, RawBufMut};
+use crate::region::Region;
 use crate::transport::{TmInput, Transport, TxError};
 use crate::PmlError;
 
@@ -447,7 +448,7 @@ impl Transport for BtlNet {
         self.limits[peer as usize]
     }
 
-    fn register(&mut self, peer: u32, buf: RawBuf) -> Option<Vec<u8>> {
+    fn register(&mut self, peer: u32, buf: RawBuf) -> Option<Region> {
         let i = *self.route.get(peer as usize)?;
         // SAFETY: the buffer belongs to a send request that stays incomplete
         // (its memory valid and unmodified, isend contract) until FIN/ACK,
@@ -457,7 +458,7 @@ impl Transport for BtlNet {
             Ok(r) => {
                 let b = r.to_bytes();
                 self.regs.entry(b).or_insert((i, 0)).1 += 1;
-                Some(b.to_vec())
+                Some(Region::new(&b))
             }
             Err(e) => {
                 tracing::debug!(target: "pml_ob1", peer, "register_region: {e}; pipelined");
@@ -902,6 +903,7 @@ fn rts_hdr(
         len: u64::from(rvh.len),
         sreq: token,
         region: &region,
+        data: &[],
     }
     .encode();
     rts_in.insert((peer, token), (tmh, rvh));

@@ -21,6 +21,7 @@ use crate::core::{Action, Core, Limits, Stats, Wire};
 use crate::matching::{EngineMatcher, Envelope, MsgId, Pattern};
 use crate::net::BTL_TAG_PML;
 use crate::raw::{RawBuf, RawBufMut};
+use crate::region::Region;
 use crate::request::{MessageId, ReqId, SendMode, Status};
 use crate::transport::{Transport, TxError};
 use crate::PmlError;
@@ -38,7 +39,7 @@ pub(crate) struct Inner {
     pub(crate) net: Box<dyn Transport>,
     pub(crate) limits: Vec<Limits>,
     /// Deregistrations requested while the transport was busy polling.
-    dereg: Vec<(u32, Vec<u8>)>,
+    dereg: Vec<(u32, Region)>,
     /// Actions a BTL could not take yet (resource busy), in order.
     pending: VecDeque<Action>,
     scratch: Vec<Action>,
@@ -85,7 +86,7 @@ impl Wire for NetWire<'_> {
     fn limits(&self, peer: u32) -> Limits {
         self.limits[peer as usize]
     }
-    fn register(&mut self, peer: u32, buf: RawBuf) -> Option<Vec<u8>> {
+    fn register(&mut self, peer: u32, buf: RawBuf) -> Option<Region> {
         self.net.register(peer, buf)
     }
     fn deregister(&mut self, peer: u32, region: &[u8]) {
@@ -97,19 +98,31 @@ impl Wire for NetWire<'_> {
 /// deregistrations are deferred, registration is never needed there.
 struct DeferWire<'a> {
     limits: &'a [Limits],
-    dereg: &'a mut Vec<(u32, Vec<u8>)>,
+    dereg: &'a mut Vec<(u32, Region)>,
 }
 
 impl Wire for DeferWire<'_> {
     fn limits(&self, peer: u32) -> Limits {
         self.limits[peer as usize]
     }
-    fn register(&mut self, _peer: u32, _buf: RawBuf) -> Option<Vec<u8>> {
+    fn register(&mut self, _peer: u32, _buf: RawBuf) -> Option<Region> {
         None
     }
     fn deregister(&mut self, peer: u32, region: &[u8]) {
-        self.dereg.push((peer, region.to_vec()));
+        self.dereg.push((peer, Region::new(region)));
     }
+}
+
+/// What one look at a direct channel found ([`Inner::recv_direct`]).
+enum DirectLook {
+    /// The receive's message, taken.
+    Taken(Status),
+    /// Nothing yet.
+    Empty,
+    /// Something the direct path does not take for this receive (another
+    /// kind of fragment, another tag, a message it cannot deliver), or no
+    /// direct path now: looking again cannot help before a polling round.
+    Other,
 }
 
 impl Inner {
@@ -181,7 +194,9 @@ impl Inner {
             n += self.tm_progress();
         }
         if !self.dereg.is_empty() {
-            for (peer, r) in std::mem::take(&mut self.dereg) {
+            // Drained in place: the list keeps its capacity (no allocation
+            // per rendezvous).
+            for (peer, r) in self.dereg.drain(..) {
                 self.net.deregister(peer, &r);
             }
         }
@@ -249,15 +264,19 @@ impl Inner {
         pat: &Pattern,
         buf: RawBufMut,
         posted: Option<ReqId>,
-    ) -> Option<Status> {
+    ) -> DirectLook {
         if !self.pending.is_empty() || !self.core.direct_ready(peer, usize::from(posted.is_some()))
         {
-            return None;
+            return DirectLook::Other;
         }
-        let rx = self.direct_rx.get(peer as usize)?.as_ref()?;
+        let Some(rx) = self.direct_rx.get(peer as usize).and_then(Option::as_ref) else {
+            return DirectLook::Other;
+        };
         let core = &mut self.core;
         let mut st = None;
+        let mut seen = false;
         let mut take = |btl_tag, bytes: &[u8]| {
+            seen = true;
             if btl_tag != BTL_TAG_PML {
                 return false;
             }
@@ -269,12 +288,18 @@ impl Inner {
         // happens under the pml's lock, held by the caller (DirectRecv's
         // contract; a finalized module's handle offers nothing).
         unsafe { rx.take_head(&mut take) };
-        if st.is_some() && self.core.has_actions() {
-            // Credit owed back to the sender (`Core::consumed`) goes out
-            // now, as after a polling round.
-            self.flush();
+        match st {
+            Some(st) => {
+                if self.core.has_actions() {
+                    // Credit owed back to the sender (`Core::consumed`)
+                    // goes out now, as after a polling round.
+                    self.flush();
+                }
+                DirectLook::Taken(st)
+            }
+            None if seen => DirectLook::Other,
+            None => DirectLook::Empty,
         }
-        st
     }
 
     /// Starts a send request (`Core::isend` over the transport) and carries
@@ -879,8 +904,13 @@ impl Pml {
             round_looks = if spin { DIRECT_LOOKS } else { 1 };
             for _ in 0..looks {
                 // SAFETY: forwarded contract.
-                if let Some(s) = unsafe { g.recv_direct(peer, &pat, buf, None) } {
-                    return Ok(s);
+                match unsafe { g.recv_direct(peer, &pat, buf, None) } {
+                    DirectLook::Taken(s) => return Ok(s),
+                    DirectLook::Empty => {}
+                    // Something else is next (a rendezvous request, another
+                    // tag): the full path, at once (an 8-byte MPI_Ssend
+                    // ping-pong spent 64 looks at its RNDV).
+                    DirectLook::Other => break,
                 }
             }
         }
@@ -904,8 +934,10 @@ impl Pml {
                 // completion) instead of this one.
                 for _ in 0..round_looks {
                     // SAFETY: forwarded contract.
-                    if let Some(s) = unsafe { g.recv_direct(peer, &pat, buf, Some(id)) } {
-                        return Ok(s);
+                    match unsafe { g.recv_direct(peer, &pat, buf, Some(id)) } {
+                        DirectLook::Taken(s) => return Ok(s),
+                        DirectLook::Empty => {}
+                        DirectLook::Other => break,
                     }
                 }
             }

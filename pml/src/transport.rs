@@ -11,6 +11,7 @@ use tmpi_tm_engine::split::{NicAction, NicEvent, NicId};
 
 use crate::core::Limits;
 use crate::raw::{RawBuf, RawBufMut};
+use crate::region::Region;
 
 /// A transport operation that did not happen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +33,7 @@ pub trait Transport: Send {
     fn limits(&self, peer: u32) -> Limits;
     /// Registers `buf` so that `peer` can get from it; the description goes
     /// into a RNDV. `None`: not possible (pipelined fallback).
-    fn register(&mut self, peer: u32, buf: RawBuf) -> Option<Vec<u8>>;
+    fn register(&mut self, peer: u32, buf: RawBuf) -> Option<Region>;
     /// Releases a registration.
     fn deregister(&mut self, peer: u32, region: &[u8]);
     /// Sends one fragment `hdr ++ data` to `peer` (copies it before
@@ -233,10 +234,11 @@ impl Transport for Loopback {
     fn limits(&self, _peer: u32) -> Limits {
         self.cfg.limits
     }
-    fn register(&mut self, _peer: u32, buf: RawBuf) -> Option<Vec<u8>> {
-        let mut v = (buf.ptr() as usize as u64).to_le_bytes().to_vec();
-        v.extend_from_slice(&(buf.len() as u64).to_le_bytes());
-        Some(v)
+    fn register(&mut self, _peer: u32, buf: RawBuf) -> Option<Region> {
+        let mut v = [0u8; 16];
+        v[..8].copy_from_slice(&(buf.ptr() as usize as u64).to_le_bytes());
+        v[8..].copy_from_slice(&(buf.len() as u64).to_le_bytes());
+        Some(Region::new(&v))
     }
     fn deregister(&mut self, _peer: u32, _region: &[u8]) {}
     fn send(&mut self, peer: u32, hdr: &[u8], data: &[u8]) -> Result<(), TxError> {

@@ -221,6 +221,67 @@ fn ssend_completes_only_after_match() {
     assert_eq!(buf, data);
 }
 
+/// A synchronous send within the eager limit carries its data in the RNDV
+/// (no get): probed with its full length while unexpected, truncated into a
+/// short receive (MPI_ERR_TRUNCATE, the prefix delivered), and the sender
+/// completes only once it was matched. Above the limit: the get, as before.
+#[test]
+fn small_ssend_goes_inline_and_truncates_like_eager() {
+    let j = job(2, LoopbackConfig::default());
+    let eager = LoopbackConfig::default().limits.eager;
+    let data = pattern(100, 3);
+    // SAFETY: data outlives the wait.
+    let s = unsafe {
+        j[0].isend(
+            CTX_WORLD,
+            1,
+            4,
+            RawBuf::from_slice(&data),
+            SendMode::Synchronous,
+        )
+    }
+    .unwrap();
+    let st = loop {
+        if let Some(st) = j[1].iprobe(CTX_WORLD, 0, 4).unwrap() {
+            break st;
+        }
+    };
+    assert_eq!(st.count, 100, "probe of an unexpected inline ssend");
+    assert!(
+        j[0].test(s).unwrap().is_none(),
+        "completed before the match"
+    );
+    let mut short = [0u8; 50];
+    let st = recv(&j[1], 0, 4, &mut short);
+    assert_eq!(st.error, MpiErrorClass::Truncate);
+    assert_eq!(&short[..], &data[..50]);
+    j[0].wait(s).unwrap();
+    let (a, b) = (j[0].stats(), j[1].stats());
+    assert_eq!((a.sync_inline, a.rndv_sent, b.rndv_get), (1, 1, 0));
+
+    // Posted first, at the eager limit, then one byte above it.
+    for len in [eager, eager + 1] {
+        let data = pattern(len, 9);
+        let mut buf = vec![0u8; len];
+        let t = {
+            let b = j[1].clone();
+            std::thread::spawn(move || {
+                recv(&b, 0, 5, &mut buf);
+                buf
+            })
+        };
+        send(&j[0], 1, 5, &data, SendMode::Synchronous);
+        assert_eq!(t.join().unwrap(), data, "{len} bytes");
+    }
+    let (a, b) = (j[0].stats(), j[1].stats());
+    assert_eq!(
+        (a.sync_inline, a.rndv_sent),
+        (2, 3),
+        "only the larger one by get"
+    );
+    assert_eq!(b.rndv_get, 1);
+}
+
 #[test]
 fn cancel_probe_mprobe_proc_null_self() {
     let j = job(2, LoopbackConfig::default());
