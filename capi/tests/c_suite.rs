@@ -161,6 +161,25 @@ fn param_check_off() {
     assert!(!err.to_lowercase().contains("unknown"), "{err}");
 }
 
+/// A coll component's parameter set on the command line is known when the
+/// pml reports unknown names at start-up (it warned before coll had
+/// registered its components' parameters, while honouring them), and the
+/// forced algorithm runs the collective suite.
+#[test]
+fn coll_component_parameter_is_known() {
+    let exe = build("collectives");
+    let _g = serial();
+    let (code, out, err) = run_with(
+        &exe,
+        3,
+        120,
+        &["--mca", "coll_tuned_allreduce_algorithm", "1"],
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains("collectives: OK"), "{out}\n{err}");
+    assert!(!err.to_lowercase().contains("unknown"), "{err}");
+}
+
 /// MPI_THREAD_MULTIPLE: a thread blocked in MPI_Recv leaves the library
 /// to the other threads (a receive from oneself completed by another
 /// thread's send; a ring with a receiving thread per rank).
