@@ -464,7 +464,6 @@ pub(crate) fn allgather(d: &Direct<'_>, own: &[u8], out: &mut [u8]) -> Result<()
         )));
     }
     if p.is_power_of_two() {
-        out[r as usize * b..(r as usize + 1) * b].copy_from_slice(own);
         let mut mask = 1;
         while mask < p {
             let partner = r ^ mask;
@@ -472,9 +471,11 @@ pub(crate) fn allgather(d: &Direct<'_>, own: &[u8], out: &mut [u8]) -> Result<()
             let theirs = (partner & !(mask - 1)) as usize * b;
             let len = mask as usize * b;
             if mask == 1 {
-                // The own block from the input, not the copy just written
-                // into `out` (see `allgather_ring`): the same bytes.
+                // The own block from the input (see `allgather_ring`),
+                // copied into `out` after this first exchange, which does
+                // not wait for the copy (the next step sends it).
                 d.exchange(partner, own, &mut out[theirs..theirs + len])?;
+                out[r as usize * b..(r as usize + 1) * b].copy_from_slice(own);
             } else if mine < theirs {
                 let (lo, hi) = out.split_at_mut(theirs);
                 d.exchange(partner, &lo[mine..mine + len], &mut hi[..len])?;
@@ -521,9 +522,6 @@ pub(crate) fn allgather_ring(d: &Direct<'_>, own: Option<&[u8]>, out: &mut [u8])
             out.len()
         )));
     }
-    if let Some(own) = own {
-        out[r * b..(r + 1) * b].copy_from_slice(own);
-    }
     let (right, left) = (((r + 1) % p) as u32, ((r + p - 1) % p) as u32);
     for k in 0..p - 1 {
         // Blocks `si` (sent, r - k) and `ri` (received, r - k - 1) differ.
@@ -542,6 +540,11 @@ pub(crate) fn allgather_ring(d: &Direct<'_>, own: Option<&[u8]>, out: &mut [u8])
             let (lo, hi) = out.split_at_mut(si * b);
             d.sendrecv(right, &hi[..b], left, &mut lo[ri * b..(ri + 1) * b])?;
         }
+    }
+    // The own block is sent from the input only (step 0), so it is copied
+    // last, after the exchanges that wait for the neighbours.
+    if let Some(own) = own {
+        out[r * b..(r + 1) * b].copy_from_slice(own);
     }
     Ok(())
 }
