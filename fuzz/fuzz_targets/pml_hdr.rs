@@ -23,7 +23,13 @@ fuzz_target!(|data: &[u8]| {
                 assert_within(data, r.region);
                 assert!(r.region.len() <= MAX_REGION_LEN);
                 assert_eq!(r.region.is_empty(), r.flags & FLAG_REGION == 0);
-                (r.encode(), &[])
+                // Inline data (a small synchronous send) follows the header
+                // and is exactly `len` bytes; none without the flag.
+                assert_eq!(r.data.is_empty(), r.flags & FLAG_INLINE == 0 || r.len == 0);
+                if r.flags & FLAG_INLINE != 0 {
+                    assert_eq!(r.data.len() as u64, r.len);
+                }
+                (r.encode(), r.data)
             }
             Header::Ack(a) => (a.encode().to_vec(), &data[ACK_LEN..]),
             Header::Frag(f, d) => (f.encode().to_vec(), d),
@@ -50,7 +56,7 @@ fuzz_target!(|data: &[u8]| {
         seq: inp.u32(),
     };
     let kind = inp.byte();
-    let flags = inp.byte() & (FLAG_SYNC | FLAG_REGION);
+    let flags = inp.byte() & (FLAG_SYNC | FLAG_REGION | FLAG_INLINE);
     let a = inp.u64();
     let b = inp.u64();
     let c = inp.u64();
@@ -72,6 +78,20 @@ fuzz_target!(|data: &[u8]| {
             } else {
                 &[][..]
             };
+            if flags & FLAG_INLINE != 0 {
+                // The message follows the header; no region.
+                let r = RndvHdr {
+                    m,
+                    flags: flags & !FLAG_REGION,
+                    len: rest.len() as u64,
+                    sreq: b,
+                    region: &[],
+                    data: rest,
+                };
+                let e = [&r.encode()[..], rest].concat();
+                assert_eq!(Header::parse(&e), Ok(Header::Rndv(r.clone())));
+                return;
+            }
             let r = RndvHdr {
                 m,
                 flags,

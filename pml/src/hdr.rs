@@ -11,7 +11,7 @@
 //! | kind | name  | layout after the prefix (byte offsets from 0)                    | size |
 //! |------|-------|------------------------------------------------------------------|------|
 //! | 1    | MATCH | ctx u32 @4, src i32 @8, tag i32 @12, seq u32 @16, then payload    | 20   |
-//! | 2    | RNDV  | MATCH fields, len u64 @20, sreq u64 @28, rlen u16 @36, pad, region| 40+r |
+//! | 2    | RNDV  | MATCH fields, len u64 @20, sreq u64 @28, rlen u16 @36, pad, region or inline data| 40+r (+len) |
 //! | 3    | ACK   | sreq u64 @8, rreq u64 @16, want u64 @24                            | 32   |
 //! | 4    | FRAG  | rreq u64 @8, offset u64 @16, then data                             | 24   |
 //! | 5    | FIN   | sreq u64 @8, status i32 @16                                         | 20   |
@@ -20,7 +20,10 @@
 //! * MATCH is an eager message: match envelope + the whole payload.
 //! * RNDV (request to send) carries the envelope, the message length, the
 //!   sender's request id and, when flag [`FLAG_REGION`] is set, the BTL's
-//!   description of the registered send buffer (`rlen` bytes) for a get.
+//!   description of the registered send buffer (`rlen` bytes) for a get;
+//!   with flag [`FLAG_INLINE`] (a synchronous send within the eager limit)
+//!   the `len` bytes of the message follow instead (`rlen` 0), and the
+//!   receiver answers FIN once it matched.
 //! * ACK (clear to send) is the receiver's answer when it cannot pull: the
 //!   sender then streams `want` bytes as FRAGs addressed to `rreq`.
 //! * FIN tells the sender its rendezvous is over (data pulled, or a
