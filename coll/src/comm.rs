@@ -255,6 +255,11 @@ pub(crate) struct CommInner {
     seq: AtomicU32,
     /// Cap on the direct path's size (`Comm::set_direct_max`).
     direct_cap: AtomicUsize,
+    /// Per collective kind, the largest call the selected module runs on
+    /// the direct path, 0 when the transport has no blocking small
+    /// receive: resolved once (the table and the transport do not change),
+    /// not through the module chain on every call.
+    direct_max: [usize; CollKind::ALL.len()],
     /// Blocking collectives run on the direct path (`Comm::direct_calls`).
     direct_calls: AtomicU64,
     name: Mutex<String>,
@@ -474,6 +479,8 @@ impl Comm {
                 .collect(),
         };
         let table = ctx.framework.select(&shape)?;
+        let recv_small = ctx.p2p.has_recv_small();
+        let direct_max = CollKind::ALL.map(|k| if recv_small { table.direct_max(k) } else { 0 });
         if owns_cid {
             ctx.p2p.comm_added(&ep)?;
         }
@@ -489,6 +496,7 @@ impl Comm {
                 owns_cid,
                 seq: AtomicU32::new(0),
                 direct_cap: AtomicUsize::new(usize::MAX),
+                direct_max,
                 direct_calls: AtomicU64::new(0),
                 name: Mutex::new(String::new()),
                 attrs: Mutex::new(BTreeMap::new()),
@@ -827,11 +835,8 @@ impl Comm {
     /// does, so it must be called after the arguments were checked.
     fn direct(&self, kind: CollKind, bytes: usize) -> Option<Direct<'_>> {
         let inner = &*self.inner;
-        let max = inner
-            .table
-            .direct_max(kind)
-            .min(inner.direct_cap.load(Ordering::Relaxed));
-        if max == 0 || bytes > max || !inner.ctx.p2p.has_recv_small() || inner.ctx.has_running() {
+        let max = inner.direct_max[kind.index()].min(inner.direct_cap.load(Ordering::Relaxed));
+        if max == 0 || bytes > max || inner.ctx.has_running() {
             return None;
         }
         let seq = inner.seq.fetch_add(1, Ordering::Relaxed);

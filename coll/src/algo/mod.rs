@@ -316,3 +316,16 @@ pub(crate) fn chunk(len: usize, elem: usize, parts: u32, i: u32) -> (usize, usiz
 
 /// Signature of a schedule builder.
 pub type Builder = fn(&Call, Pos) -> Result<Schedule>;
+
+#[cfg(test)]
+mod kind_tests {
+    use super::CollKind;
+
+    /// Tables indexed by `CollKind::index` are filled from `ALL` in order.
+    #[test]
+    fn all_kinds_in_index_order() {
+        for (i, k) in CollKind::ALL.iter().enumerate() {
+            assert_eq!(k.index(), i, "{k:?}");
+        }
+    }
+}
