@@ -29,11 +29,13 @@ pub enum SingleCopy {
 /// sm configuration; [`Default`] is the built-in default of every parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SmConfig {
-    /// `btl_sm_eager_limit` (default 16 KiB; 4 KiB until 2026-11-24).
-    /// Above 4 KiB ([`EAGER_FRAG_DATA`]) an eager message takes a
-    /// max-class fragment: one copy in, one copy out, no rendezvous (8 KiB
-    /// ping-pong 3.01 -> 1.10 us, Open MPI 2.78; 16 KiB windowed
-    /// bandwidth 5.2 -> 8.0 GB/s).
+    /// `btl_sm_eager_limit` (default 4 KiB). Above 4 KiB
+    /// ([`EAGER_FRAG_DATA`]) an eager message takes a max-class fragment:
+    /// one copy in, one copy out, no rendezvous. 16 KiB measured 2.5x faster
+    /// than the rendezvous at 8-16 KiB when the two cores share a cache
+    /// line in 0.05 us, and 2.1-2.3x slower when the host placed them 0.25
+    /// us apart (docs/pml.md "Eager up to 16 KiB over sm"): not the
+    /// default.
     pub eager_limit: usize,
     /// `btl_sm_max_send_size` (default 32 KiB): largest fragment.
     pub max_send_size: usize,
@@ -88,7 +90,7 @@ pub const OVERSUBSCRIBED_FBOX_MAX: usize = 1024;
 impl Default for SmConfig {
     fn default() -> Self {
         SmConfig {
-            eager_limit: 16 * 1024,
+            eager_limit: 4096,
             max_send_size: 32 * 1024,
             fbox_size: 4096,
             fbox_max: DEFAULT_FBOX_MAX,
@@ -372,14 +374,19 @@ mod tests {
         );
     }
 
-    /// Eager messages go up to 16 KiB, but the eager fragment class keeps
-    /// 4 KiB fragments (and so its count for small messages); a 16 KiB
-    /// eager message fits a max-class fragment.
+    /// With eager messages up to 16 KiB (`btl_sm_eager_limit=16384`) the
+    /// eager fragment class keeps 4 KiB fragments (and so its count for
+    /// small messages); a 16 KiB eager message fits a max-class fragment.
     #[test]
     fn eager_limit_above_the_eager_fragments() {
-        let d = SmConfig::default();
-        assert_eq!(d.eager_limit, 16 * 1024);
+        assert_eq!(SmConfig::default().eager_limit, 4096);
+        let d = SmConfig {
+            eager_limit: 16 * 1024,
+            ..SmConfig::default()
+        };
+        d.validate().unwrap();
         assert_eq!(d.eager_cap(), EAGER_FRAG_DATA + EAGER_HEADER_ROOM);
+        assert_eq!(d.eager_cap(), SmConfig::default().eager_cap());
         assert!(d.eager_limit + EAGER_HEADER_ROOM <= d.max_send_size);
         let l = d.layout(4);
         assert!(l.n_eager >= 100, "{l:?}");
