@@ -302,6 +302,34 @@ impl Inner {
         }
     }
 
+    /// Up to `looks` looks at the direct channel ([`Inner::recv_direct`]),
+    /// stopping at the first that finds anything: the message, or
+    /// something else at the head (a rendezvous request, another tag),
+    /// which only the full path takes (an 8-byte MPI_Ssend ping-pong spent
+    /// 64 looks at its RNDV).
+    ///
+    /// # Safety
+    /// As [`Inner::recv_direct`].
+    #[inline(always)]
+    unsafe fn look_direct(
+        &mut self,
+        looks: usize,
+        peer: u32,
+        pat: &Pattern,
+        buf: RawBufMut,
+        posted: Option<ReqId>,
+    ) -> Option<Status> {
+        for _ in 0..looks {
+            // SAFETY: forwarded contract.
+            match unsafe { self.recv_direct(peer, pat, buf, posted) } {
+                DirectLook::Taken(s) => return Some(s),
+                DirectLook::Empty => {}
+                DirectLook::Other => return None,
+            }
+        }
+        None
+    }
+
     /// Starts a send request (`Core::isend` over the transport) and carries
     /// out what it produced.
     ///
@@ -902,16 +930,9 @@ impl Pml {
             let spin = fits && !self.yield_when_idle;
             let looks = if spin { PRE_POST_LOOKS } else { 1 };
             round_looks = if spin { DIRECT_LOOKS } else { 1 };
-            for _ in 0..looks {
-                // SAFETY: forwarded contract.
-                match unsafe { g.recv_direct(peer, &pat, buf, None) } {
-                    DirectLook::Taken(s) => return Ok(s),
-                    DirectLook::Empty => {}
-                    // Something else is next (a rendezvous request, another
-                    // tag): the full path, at once (an 8-byte MPI_Ssend
-                    // ping-pong spent 64 looks at its RNDV).
-                    DirectLook::Other => break,
-                }
+            // SAFETY: forwarded contract.
+            if let Some(s) = unsafe { g.look_direct(looks, peer, &pat, buf, None) } {
+                return Ok(s);
             }
         }
         // SAFETY: forwarded contract (the buffer outlives this call, which
@@ -932,13 +953,9 @@ impl Pml {
                 // instructions, a round hundreds, and a message that lands
                 // during the round takes the full path (on_frag, matching,
                 // completion) instead of this one.
-                for _ in 0..round_looks {
-                    // SAFETY: forwarded contract.
-                    match unsafe { g.recv_direct(peer, &pat, buf, Some(id)) } {
-                        DirectLook::Taken(s) => return Ok(s),
-                        DirectLook::Empty => {}
-                        DirectLook::Other => break,
-                    }
+                // SAFETY: forwarded contract.
+                if let Some(s) = unsafe { g.look_direct(round_looks, peer, &pat, buf, Some(id)) } {
+                    return Ok(s);
                 }
             }
             g.progress_waiting();

@@ -18,9 +18,18 @@ fn job(n: u32, cfg: LoopbackConfig) -> Vec<Arc<Pml>> {
         .collect()
 }
 
+/// Starts a send of `data` on `CTX_WORLD`.
+///
+/// # Safety
+/// `data` must stay valid and unmodified until the request completed.
+unsafe fn isend(p: &Pml, dest: i32, tag: i32, data: &[u8], mode: SendMode) -> tmpi_pml::ReqId {
+    // SAFETY: forwarded contract.
+    unsafe { p.isend(CTX_WORLD, dest, tag, RawBuf::from_slice(data), mode) }.unwrap()
+}
+
 fn send(p: &Pml, dest: i32, tag: i32, data: &[u8], mode: SendMode) {
     // SAFETY: `data` outlives the wait below.
-    let id = unsafe { p.isend(CTX_WORLD, dest, tag, RawBuf::from_slice(data), mode) }.unwrap();
+    let id = unsafe { isend(p, dest, tag, data, mode) };
     p.wait(id).unwrap();
 }
 
@@ -165,16 +174,7 @@ fn truncation_never_writes_past_the_buffer() {
         let j = job(2, LoopbackConfig::default());
         let data = pattern(n, 3);
         // SAFETY: data outlives the wait.
-        let s = unsafe {
-            j[0].isend(
-                CTX_WORLD,
-                1,
-                1,
-                RawBuf::from_slice(&data),
-                SendMode::Standard,
-            )
-        }
-        .unwrap();
+        let s = unsafe { isend(&j[0], 1, 1, &data, SendMode::Standard) };
         let mut buf = [0xeeu8; 64];
         // Receive into the first 50 bytes only; the rest must stay intact.
         let (head, tail) = buf.split_at_mut(50);
@@ -194,16 +194,7 @@ fn ssend_completes_only_after_match() {
     let j = job(2, LoopbackConfig::default());
     let data = [1u8, 2, 3];
     // SAFETY: data outlives the wait.
-    let s = unsafe {
-        j[0].isend(
-            CTX_WORLD,
-            1,
-            9,
-            RawBuf::from_slice(&data),
-            SendMode::Synchronous,
-        )
-    }
-    .unwrap();
+    let s = unsafe { isend(&j[0], 1, 9, &data, SendMode::Synchronous) };
     for _ in 0..1000 {
         j[1].progress();
         assert!(
@@ -231,16 +222,7 @@ fn small_ssend_goes_inline_and_truncates_like_eager() {
     let eager = LoopbackConfig::default().limits.eager;
     let data = pattern(100, 3);
     // SAFETY: data outlives the wait.
-    let s = unsafe {
-        j[0].isend(
-            CTX_WORLD,
-            1,
-            4,
-            RawBuf::from_slice(&data),
-            SendMode::Synchronous,
-        )
-    }
-    .unwrap();
+    let s = unsafe { isend(&j[0], 1, 4, &data, SendMode::Synchronous) };
     let st = loop {
         if let Some(st) = j[1].iprobe(CTX_WORLD, 0, 4).unwrap() {
             break st;
