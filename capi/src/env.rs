@@ -75,6 +75,13 @@ fn init(required: c_int) -> Res<c_int> {
     // context ids) and component descriptors, as tmpi_info shows them.
     let mut comps = tmpi_base::component::ComponentRegistry::new();
     tmpi_coll::register(reg, &mut comps).map_err(|e| Error::new(e.class(), e.to_string()))?;
+    // Its components' own parameters too (`coll_tuned_<op>_algorithm`, ...),
+    // as tmpi_info does: the pml reports every name set but registered by
+    // nobody before coll opens its components.
+    comps.register_params(reg).map_err(|e| {
+        let e = tmpi_base::error::Error::from(e);
+        Error::new(e.class(), e.to_string())
+    })?;
     let pml = Arc::new(Pml::init(InitOptions { logging: true })?);
     // One node for every rank: split_type(SHARED) gives COMM_WORLD's group
     // (the process-to-node map lives in the pml's PMI data).

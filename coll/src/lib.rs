@@ -54,10 +54,6 @@ pub fn register(
 ) -> Result<(), tmpi_base::error::Error> {
     for d in framework::descriptors() {
         comps.add(d)?;
-        // The components' own parameters too (`coll_tuned_<op>_algorithm`,
-        // ...): the pml's start-up reports every name set but registered
-        // by nobody, before the framework opens its components.
-        (d.register_params)(reg)?;
     }
     reg.register_selection(
         "coll",
