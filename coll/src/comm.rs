@@ -20,6 +20,7 @@ use tmpi_base::mca::Registry;
 
 use crate::algo::{Call, CollKind, Pos};
 use crate::cid::{CidPool, SELF_CID, WORLD_CID};
+use crate::component::sm::{Node, NodeColl};
 use crate::datatype::Datatype;
 use crate::direct::{self, Direct, Scratch};
 use crate::framework::{CollFramework, CommShape, FnTable};
@@ -148,6 +149,14 @@ impl CollContext {
         any
     }
 
+    /// One round of progress for a waiting collective: the transport and,
+    /// when there are any, the outstanding non-blocking collectives; `true`
+    /// if either did something.
+    pub(crate) fn progress_all(&self) -> bool {
+        let moved = self.p2p.progress();
+        (self.may_have_outstanding() && self.progress()) || moved
+    }
+
     /// Whether any non-blocking collective may still be outstanding (a
     /// cheap check before [`CollContext::progress`]).
     fn may_have_outstanding(&self) -> bool {
@@ -262,6 +271,11 @@ pub(crate) struct CommInner {
     direct_max: [usize; CollKind::ALL.len()],
     /// Blocking collectives run on the direct path (`Comm::direct_calls`).
     direct_calls: AtomicU64,
+    /// The `sm` component's state when it won some collectives.
+    node: Option<Arc<NodeColl>>,
+    /// Per collective kind, the largest blocking call `sm` runs through
+    /// the segment (`None`: not sm's).
+    node_max: [Option<usize>; CollKind::ALL.len()],
     name: Mutex<String>,
     attrs: Mutex<BTreeMap<u32, usize>>,
     freed: AtomicBool,
@@ -477,10 +491,14 @@ impl Comm {
                 .iter()
                 .map(|&w| ctx.p2p.node_of(w))
                 .collect(),
+            shared_memory: ctx.p2p.shares_memory(),
         };
         let table = ctx.framework.select(&shape)?;
         let recv_small = ctx.p2p.has_recv_small();
         let direct_max = CollKind::ALL.map(|k| if recv_small { table.direct_max(k) } else { 0 });
+        let node_of = CollKind::ALL.map(|k| table.node_coll(k));
+        let node_max = CollKind::ALL.map(|k| node_of[k.index()].as_ref().and_then(|n| n.limit(k)));
+        let node = node_of.into_iter().flatten().next();
         if owns_cid {
             ctx.p2p.comm_added(&ep)?;
         }
@@ -498,6 +516,8 @@ impl Comm {
                 direct_cap: AtomicUsize::new(usize::MAX),
                 direct_max,
                 direct_calls: AtomicU64::new(0),
+                node,
+                node_max,
                 name: Mutex::new(String::new()),
                 attrs: Mutex::new(BTreeMap::new()),
                 freed: AtomicBool::new(false),
@@ -855,6 +875,106 @@ impl Comm {
         })
     }
 
+    /// Whether `sm`'s shared-memory segment is in use on this
+    /// communicator: `None` when sm did not win any collective or no call
+    /// attached it yet, else whether attaching succeeded (on every rank).
+    pub fn shared_segment(&self) -> Option<bool> {
+        self.inner.node.as_ref()?.attached().map(Option::is_some)
+    }
+
+    /// Blocking collectives of this communicator that ran through `sm`'s
+    /// segment (for tests and diagnostics).
+    pub fn shared_calls(&self) -> u64 {
+        self.inner
+            .node
+            .as_ref()
+            .and_then(|n| n.attached())
+            .and_then(Option::as_ref)
+            .map_or(0, Node::calls)
+    }
+
+    /// The shared-memory segment for a blocking `kind` call of `bytes`
+    /// bytes (the block for allgather, the whole vector for alltoall), if
+    /// `sm` won `kind` and the call is within its limit. Attaches the
+    /// segment on first use: a collective step (every rank makes the same
+    /// call, and the limit depends only on what every rank passes).
+    fn node(&self, kind: CollKind, bytes: usize) -> Option<(&Node, &CollContext)> {
+        let inner = &*self.inner;
+        let limit = inner.node_max[kind.index()]?;
+        if bytes > limit {
+            return None;
+        }
+        let nc = inner.node.as_deref()?;
+        let node = match nc.attached() {
+            Some(n) => n.as_ref(),
+            None => self.attach_node(nc),
+        }?;
+        tracing::trace!(target: "coll_sm", "{kind} on cid {}: shared memory, {bytes} bytes", inner.ep.context_id);
+        Some((node, &inner.ctx))
+    }
+
+    /// Attaches `sm`'s segment (every rank, in the same collective call):
+    /// rank 0 creates it and broadcasts its path, the others open it, all
+    /// agree (allreduce of "attached", minimum) before anyone uses it, and
+    /// rank 0 unlinks the file. Any failure keeps every rank on the
+    /// message path for this communicator.
+    #[cold]
+    fn attach_node<'a>(&self, nc: &'a NodeColl) -> Option<&'a Node> {
+        let cid = self.context_id();
+        let mut msg = [0u8; 128];
+        let mut created = None;
+        if self.rank() == 0 {
+            match nc.create() {
+                Ok((node, path)) if path.len() + 2 <= msg.len() => {
+                    msg[0] = 1;
+                    msg[1] = path.len() as u8;
+                    msg[2..2 + path.len()].copy_from_slice(path.as_bytes());
+                    created = Some((node, path));
+                }
+                Ok((_, path)) => {
+                    let _ = std::fs::remove_file(&path);
+                    tracing::warn!(target: "coll_sm", "cid {cid}: segment path {path} too long");
+                }
+                Err(e) => {
+                    tracing::warn!(target: "coll_sm", "cid {cid}: no shared-memory segment ({e}); collectives stay on messages")
+                }
+            }
+        }
+        let mut node = None;
+        let mut path = None;
+        match self.bcast_msgs(&mut msg, 0) {
+            Err(e) => tracing::warn!(target: "coll_sm", "cid {cid}: attaching the segment: {e}"),
+            Ok(()) => match created {
+                Some((n, p)) => {
+                    node = Some(n);
+                    path = Some(p);
+                }
+                None if msg[0] == 1 => {
+                    let len = usize::from(msg[1]).min(msg.len() - 2);
+                    match std::str::from_utf8(&msg[2..2 + len])
+                        .map_err(|e| e.to_string())
+                        .and_then(|p| nc.open(p))
+                    {
+                        Ok(n) => node = Some(n),
+                        Err(e) => {
+                            tracing::warn!(target: "coll_sm", "cid {cid}: cannot attach the segment: {e}")
+                        }
+                    }
+                }
+                None => {}
+            },
+        }
+        let mine = [u8::from(node.is_some())];
+        let mut all = [0u8];
+        let agreed = self.allreduce_msgs(Input::Buf(&mine), &mut all, Datatype::U8, &Op::Min);
+        if let Some(p) = path {
+            let _ = std::fs::remove_file(p);
+        }
+        let use_it = matches!(agreed, Ok(())) && all[0] == 1;
+        tracing::debug!(target: "coll_sm", "cid {cid}: shared-memory segment {}", if use_it { "attached" } else { "not used" });
+        nc.set(if use_it { node } else { None })
+    }
+
     /// Builds `call`'s schedule and takes the communicator's next sequence
     /// number (tag) for it.
     fn exec_for(&self, call: &Call) -> Result<Exec> {
@@ -1006,6 +1126,9 @@ impl Comm {
 
     /// `MPI_Barrier`.
     pub fn barrier(&self) -> Result<()> {
+        if let Some((n, p2p)) = self.node(CollKind::Barrier, 0) {
+            return n.barrier(p2p);
+        }
         if let Some(d) = self.direct(CollKind::Barrier, 0) {
             return direct::barrier(&d);
         }
@@ -1016,6 +1139,14 @@ impl Comm {
     /// root's is reported as `MPI_ERR_TRUNCATE` where detected.
     pub fn bcast(&self, buf: &mut [u8], root: u32) -> Result<()> {
         root_ok(root, self.size())?;
+        if let Some((n, p2p)) = self.node(CollKind::Bcast, buf.len()) {
+            return n.bcast(p2p, buf, root);
+        }
+        self.bcast_msgs(buf, root)
+    }
+
+    /// Bcast on messages (direct or schedule), not through `sm`'s segment.
+    fn bcast_msgs(&self, buf: &mut [u8], root: u32) -> Result<()> {
         if let Some(d) = self.direct(CollKind::Bcast, buf.len()) {
             return direct::bcast(&d, buf, root);
         }
@@ -1068,6 +1199,9 @@ impl Comm {
             (None, r) => r.as_ref().map_or(0, |r| r.len()),
         };
         reduction_ok(dtype, op, n)?;
+        if let Some((node, p2p)) = self.node(CollKind::Reduce, n) {
+            return node.reduce(p2p, input, recv, dtype, op, root);
+        }
         if let Some(d) = self.direct(CollKind::Reduce, n) {
             let mut copy = Scratch::new();
             let mut big = direct::Heap::default();
@@ -1114,6 +1248,25 @@ impl Comm {
             same_len("allreduce", s.len(), recv.len())?;
         }
         reduction_ok(dtype, op, recv.len())?;
+        if let Some((n, p2p)) = self.node(CollKind::Allreduce, recv.len()) {
+            let own = match send {
+                Input::Buf(s) => Some(s),
+                Input::InPlace => None,
+            };
+            return n.allreduce(p2p, own, recv, dtype, op);
+        }
+        self.allreduce_msgs(send, recv, dtype, op)
+    }
+
+    /// Allreduce on messages (direct or schedule), not through `sm`'s
+    /// segment; the arguments were checked.
+    fn allreduce_msgs(
+        &self,
+        send: Input<'_>,
+        recv: &mut [u8],
+        dtype: Datatype,
+        op: &Op,
+    ) -> Result<()> {
         if let Some(d) = self.direct(CollKind::Allreduce, recv.len()) {
             let mut copy = Scratch::new();
             let inp: &[u8] = match send {
@@ -1299,6 +1452,13 @@ impl Comm {
         if let Input::Buf(s) = send {
             same_len("allgather (per block)", s.len(), b)?;
         }
+        if let Some((n, p2p)) = self.node(CollKind::Allgather, b) {
+            let own = match send {
+                Input::Buf(s) => Some(s),
+                Input::InPlace => None,
+            };
+            return n.allgather(p2p, own, recv);
+        }
         // Limit on the block; Bruck (p not a power of two, up to tuned's
         // ring threshold) also needs the whole result in its stack buffer.
         // Ring works in `recv` alone; the others copy an in-place block to
@@ -1374,6 +1534,13 @@ impl Comm {
         }
         if let Input::Buf(s) = send {
             same_len("alltoall", s.len(), recv.len())?;
+        }
+        if let Some((n, p2p)) = self.node(CollKind::Alltoall, recv.len()) {
+            let own = match send {
+                Input::Buf(s) => Some(s),
+                Input::InPlace => None,
+            };
+            return n.alltoall(p2p, own, recv);
         }
         // The limit is on the block; above 256 B the direct path holds one
         // send request per peer on the stack, and in place it copies the

@@ -32,6 +32,9 @@ pub struct CommShape {
     pub world: Arc<[u32]>,
     /// Node label of every member (same label = same node).
     pub nodes: Vec<u32>,
+    /// Whether the transport's ranks are processes (or threads) that can
+    /// map one shared-memory segment when they are on one node.
+    pub shared_memory: bool,
 }
 
 impl CommShape {
@@ -110,6 +113,11 @@ pub trait CollModule: Send + Sync + fmt::Debug {
     fn direct_max(&self, _kind: CollKind) -> usize {
         0
     }
+    /// The communicator's shared-memory state when this module runs small
+    /// blocking collectives through a node segment (`sm`).
+    fn node_coll(&self) -> Option<Arc<crate::component::sm::NodeColl>> {
+        None
+    }
 }
 
 /// A coll component, opened once per process with its parameters resolved.
@@ -150,6 +158,13 @@ impl FnTable {
             .map_or(0, |m| m.direct_max(kind))
     }
 
+    /// The winner's shared-memory state for `kind`, if the winner is `sm`.
+    pub fn node_coll(&self, kind: CollKind) -> Option<Arc<crate::component::sm::NodeColl>> {
+        self.chains[kind.index()]
+            .first()
+            .and_then(|m| m.node_coll())
+    }
+
     /// The algorithm the winner would use for `call`.
     pub fn algorithm(&self, call: &Call, pos: Pos) -> &'static str {
         self.chains[call.kind.index()]
@@ -181,10 +196,11 @@ impl fmt::Debug for CollFramework {
 }
 
 /// Descriptors of every coll component, for `tmpi_info` and the selection list.
-pub fn descriptors() -> [&'static ComponentDescriptor; 3] {
+pub fn descriptors() -> [&'static ComponentDescriptor; 4] {
     [
         &crate::component::basic::DESCRIPTOR,
         &crate::component::tuned::DESCRIPTOR,
+        &crate::component::sm::DESCRIPTOR,
         &crate::component::self_::DESCRIPTOR,
     ]
 }
@@ -196,7 +212,7 @@ impl CollFramework {
     pub fn open(reg: &Registry) -> Result<Self> {
         let sel = reg.register_selection(
             "coll",
-            "Collective components to use (`basic,tuned,self` or `^tuned`); \
+            "Collective components to use (`basic,tuned,sm,self` or `^sm`); \
              priorities decide among the allowed ones",
         )?;
         reg.register_verbose("coll", "base")?;
@@ -217,6 +233,7 @@ impl CollFramework {
                 "basic" => Box::new(crate::component::basic::Basic::open(reg)?),
                 "tuned" => Box::new(crate::component::tuned::Tuned::open(reg)?),
                 "self" => Box::new(crate::component::self_::SelfComponent::open(reg)?),
+                "sm" => Box::new(crate::component::sm::Sm::open(reg)?),
                 other => return Err(CollError::Intern(format!("unknown coll component {other}"))),
             };
             components.push(comp);

@@ -6,7 +6,8 @@
 //! * [`group`]: process groups;
 //! * [`cid`]: context ids agreed collectively;
 //! * [`framework`]: components, per-communicator modules, selection;
-//! * [`component`]: `basic`, `tuned`, `self`;
+//! * [`component`]: `basic`, `tuned`, `sm`, `self`;
+//! * [`shm`]: the shared-memory segment of `sm`;
 //! * [`algo`]: the algorithm library (schedule builders);
 //! * [`schedule`]: the one engine running every collective;
 //! * [`op`], [`datatype`]: reduction kernels and element types;
@@ -32,6 +33,7 @@ pub mod pml_adapter;
 pub mod pool;
 pub mod schedule;
 pub mod selftest;
+pub mod shm;
 pub mod sim;
 pub mod tags;
 
@@ -57,7 +59,7 @@ pub fn register(
     }
     reg.register_selection(
         "coll",
-        "Collective components to use (`basic,tuned,self` or `^tuned`); \
+        "Collective components to use (`basic,tuned,sm,self` or `^sm`); \
          priorities decide among the allowed ones",
     )?;
     reg.register_verbose("coll", "base")?;

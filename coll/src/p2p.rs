@@ -230,4 +230,10 @@ pub trait P2p: Send + Sync + 'static {
     }
     /// The communicator with this context id was freed.
     fn comm_removed(&self, _context_id: u32) {}
+    /// Whether ranks on one node ([`P2p::node_of`]) can map one
+    /// shared-memory segment (processes of one host, or threads of one
+    /// process): the `sm` component needs it.
+    fn shares_memory(&self) -> bool {
+        false
+    }
 }

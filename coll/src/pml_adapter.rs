@@ -200,6 +200,10 @@ impl P2p for PmlP2p {
         true
     }
 
+    fn shares_memory(&self) -> bool {
+        true
+    }
+
     fn recv_small(
         &self,
         ep: &Endpoint,

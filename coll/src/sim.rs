@@ -38,6 +38,10 @@ pub struct SimConfig {
     pub seed: u64,
     /// Node label per rank (`split_type(SHARED)`); default: all on node 0.
     pub node_of: Vec<u32>,
+    /// Whether the ranks (threads) offer shared memory to the `sm`
+    /// component ([`P2p::shares_memory`]); off by default so that the
+    /// simulated runs exercise the message algorithms.
+    pub shared_memory: bool,
 }
 
 impl SimConfig {
@@ -49,6 +53,7 @@ impl SimConfig {
             max_delay: Duration::from_micros(200),
             seed: 0x5eed_c011 ^ u64::from(size),
             node_of: vec![0; size as usize],
+            shared_memory: false,
         }
     }
 
@@ -381,6 +386,10 @@ impl P2p for SimP2p {
 
     fn world_size(&self) -> u32 {
         self.fabric.cfg.size
+    }
+
+    fn shares_memory(&self) -> bool {
+        self.fabric.cfg.shared_memory
     }
 
     fn node_of(&self, world_rank: u32) -> u32 {

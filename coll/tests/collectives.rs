@@ -6,27 +6,51 @@ mod common;
 
 use common::*;
 use tmpi_coll::component::tuned;
+use tmpi_coll::sim::SimConfig;
 use tmpi_coll::{CollKind, Comm, Datatype, Input, Op};
 
 const COUNTS: &[usize] = &[0, 1, 5, 64, 1031];
 
-/// Parameter sets for `kind`: basic alone, then tuned with each algorithm forced, then tuned deciding.
-fn configs(kind: CollKind) -> Vec<Vec<(String, String)>> {
-    let mut v = vec![vec![("coll".to_string(), "basic,self".to_string())]];
+/// A parameter set and whether the simulated ranks offer shared memory
+/// (the `sm` component then takes the small blocking collectives).
+type Config = (bool, Vec<(String, String)>);
+
+/// Parameter sets for `kind`: basic alone, then tuned with each algorithm
+/// forced, then tuned deciding; for the collectives `sm` covers, also `sm`
+/// (default limit, and a 64-byte limit so that calls cross between the
+/// segment and the messages).
+fn configs(kind: CollKind) -> Vec<Config> {
+    let mut v = vec![(false, vec![("coll".to_string(), "basic,self".to_string())])];
     let name = format!("coll_tuned_{}_algorithm", kind.name());
     for a in 0..=tuned::algorithms(kind).len() {
-        v.push(vec![(name.clone(), a.to_string())]);
+        v.push((false, vec![(name.clone(), a.to_string())]));
+    }
+    let sm_kinds = [
+        CollKind::Barrier,
+        CollKind::Bcast,
+        CollKind::Reduce,
+        CollKind::Allreduce,
+        CollKind::Allgather,
+        CollKind::Alltoall,
+    ];
+    if sm_kinds.contains(&kind) {
+        v.push((true, vec![]));
+        v.push((true, vec![("coll_sm_max".to_string(), "64".to_string())]));
     }
     v
 }
 
 fn each_config(kind: CollKind, sizes: &[u32], body: fn(&Comm, u32)) {
-    for cfg in configs(kind) {
+    for (shm, cfg) in configs(kind) {
+        let sim = |n: u32| SimConfig {
+            shared_memory: shm,
+            ..SimConfig::new(n)
+        };
         for &n in sizes {
             let params: Vec<(&str, &str)> =
                 cfg.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-            let ctx = format!("{kind} with {cfg:?} on {n} ranks");
-            let out = job(n, &params, move |w, _| {
+            let ctx = format!("{kind} with {cfg:?} (shared memory {shm}) on {n} ranks");
+            let out = job_cfg(sim(n), &params, move |w, _| {
                 body(&w, n);
                 w.rank()
             });
@@ -35,7 +59,7 @@ fn each_config(kind: CollKind, sizes: &[u32], body: fn(&Comm, u32)) {
         // Odd-sized communicators from a split of 8 ranks: 5 ranks in
         // reversed order and 3 ranks, both running the body at once.
         let params: Vec<(&str, &str)> = cfg.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-        let out = job(8, &params, move |w, _| {
+        let out = job_cfg(sim(8), &params, move |w, _| {
             let me = w.rank();
             let sub = w
                 .split(Some(u32::from(me < 5)), -(me as i32))
@@ -47,7 +71,10 @@ fn each_config(kind: CollKind, sizes: &[u32], body: fn(&Comm, u32)) {
         let want: Vec<(u32, u32)> = (0..8)
             .map(|r| if r < 5 { (5, 4 - r) } else { (3, 7 - r) })
             .collect();
-        assert_eq!(out, want, "{kind} with {cfg:?} on split communicators");
+        assert_eq!(
+            out, want,
+            "{kind} with {cfg:?} (shared memory {shm}) on split communicators"
+        );
     }
 }
 
@@ -67,15 +94,24 @@ fn barrier_really_waits() {
     // A rank leaving the barrier must see every other rank's pre-barrier flag.
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Arc;
-    for alg in ["1", "2", "3"] {
+    // Each tuned algorithm forced, then sm's shared-memory barrier.
+    for (alg, shm) in [("1", false), ("2", false), ("3", false), ("0", true)] {
         let arrived = Arc::new(AtomicU32::new(0));
         let a = Arc::clone(&arrived);
-        job(7, &[("coll_tuned_barrier_algorithm", alg)], move |w, _| {
-            std::thread::sleep(std::time::Duration::from_millis(u64::from(w.rank()) * 3));
-            a.fetch_add(1, Ordering::SeqCst);
-            w.barrier().unwrap();
-            assert_eq!(a.load(Ordering::SeqCst), 7, "left the barrier early");
-        });
+        let cfg = SimConfig {
+            shared_memory: shm,
+            ..SimConfig::new(7)
+        };
+        job_cfg(
+            cfg,
+            &[("coll_tuned_barrier_algorithm", alg)],
+            move |w, _| {
+                std::thread::sleep(std::time::Duration::from_millis(u64::from(w.rank()) * 3));
+                a.fetch_add(1, Ordering::SeqCst);
+                w.barrier().unwrap();
+                assert_eq!(a.load(Ordering::SeqCst), 7, "left the barrier early");
+            },
+        );
     }
 }
 

@@ -68,6 +68,8 @@ fn selftest_over_pml_8_ranks_forced_bandwidth_algorithms() {
         8,
         LoopbackConfig::default(),
         &[
+            // Without sm, so that the forced algorithms run at every size.
+            ("coll", "^sm"),
             ("coll_tuned_allreduce_algorithm", "3"),
             ("coll_tuned_bcast_algorithm", "3"),
             ("coll_tuned_alltoall_algorithm", "2"),

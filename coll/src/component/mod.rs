@@ -1,5 +1,6 @@
-//! The coll components: `basic`, `tuned` and `self`.
+//! The coll components: `basic`, `tuned`, `sm` and `self`.
 
 pub mod basic;
 pub mod self_;
+pub mod sm;
 pub mod tuned;

@@ -1,0 +1,267 @@
+//! The `sm` component: which communicators it takes, that small blocking
+//! collectives go through its segment (and larger ones, non-blocking ones
+//! and point-to-point traffic keep working beside it), with the simulated
+//! ranks (threads) sharing memory. Results against references for every
+//! size, root and in-place variant are in `collectives.rs` (its sm
+//! configurations); the multi-process runs in `over_pml.rs` and the C
+//! suite.
+
+mod common;
+
+use common::*;
+use tmpi_coll::sim::{SimConfig, TagSpec};
+use tmpi_coll::{CollKind, Datatype, Input, Op};
+
+fn shm(n: u32) -> SimConfig {
+    SimConfig {
+        shared_memory: true,
+        ..SimConfig::new(n)
+    }
+}
+
+#[test]
+fn sm_takes_one_node_communicators_with_shared_memory_only() {
+    // Shared memory, one node: sm first for what it covers, tuned below it.
+    let out = job_cfg(shm(3), &[], |w, _| {
+        let t = w.table();
+        (
+            t.providers(CollKind::Bcast),
+            t.providers(CollKind::Gather),
+            w.shared_segment(),
+        )
+    });
+    for (bcast, gather, seg) in out {
+        assert_eq!(bcast, ["sm", "tuned", "basic"]);
+        assert_eq!(gather, ["tuned", "basic"], "sm does not provide gather");
+        assert_eq!(seg, None, "attached lazily, on the first call");
+    }
+    // No shared memory (the default simulation): sm declines.
+    let out = job(3, &[], |w, _| w.table().providers(CollKind::Bcast));
+    assert!(out.iter().all(|p| p[0] == "tuned"), "{out:?}");
+    // Two nodes: sm declines the world, takes each node's communicator.
+    let cfg = SimConfig {
+        node_of: vec![0, 0, 1, 1],
+        ..shm(4)
+    };
+    let out = job_cfg(cfg, &[], |w, _| {
+        let node = w
+            .split_type(tmpi_coll::SplitType::Shared, 0)
+            .unwrap()
+            .unwrap();
+        (
+            w.table().providers(CollKind::Barrier)[0],
+            node.table().providers(CollKind::Barrier)[0],
+        )
+    });
+    assert!(
+        out.iter().all(|&(w, n)| w == "tuned" && n == "sm"),
+        "{out:?}"
+    );
+    // Excluded by the selection list.
+    let out = job_cfg(shm(2), &[("coll", "^sm")], |w, _| {
+        w.table().providers(CollKind::Bcast)
+    });
+    assert!(out.iter().all(|p| !p.contains(&"sm")), "{out:?}");
+}
+
+#[test]
+fn small_blocking_calls_use_the_segment_and_large_ones_the_messages() {
+    let out = job_cfg(shm(4), &[("coll_sm_max", "256")], |w, _| {
+        let me = w.rank();
+        // Within the limit: no direct (message) call, the segment attaches.
+        let mut b = if me == 2 {
+            bytes(&ints(2, 64, 1))
+        } else {
+            vec![0; 256]
+        };
+        w.bcast(&mut b, 2).unwrap();
+        assert_eq!(b, bytes(&ints(2, 64, 1)));
+        assert_eq!(w.shared_segment(), Some(true));
+        assert_eq!(w.shared_calls(), 1, "a 256-byte bcast went over messages");
+        // Above it: the message path (tuned's direct bcast).
+        let mut big = if me == 0 {
+            bytes(&ints(0, 65, 1))
+        } else {
+            vec![0; 260]
+        };
+        w.bcast(&mut big, 0).unwrap();
+        assert_eq!(big, bytes(&ints(0, 65, 1)));
+        assert_eq!(
+            w.shared_calls(),
+            1,
+            "a 260-byte bcast went through the segment"
+        );
+        // Alltoall's limit is the whole vector: 4 x 64 bytes fits, 4 x 68 not.
+        for count in [16usize, 17] {
+            let send: Vec<u8> = (0..4)
+                .flat_map(|d| bytes(&ints(me * 10 + d, count, 4)))
+                .collect();
+            let mut out = vec![0u8; send.len()];
+            w.alltoall(Input::Buf(&send), &mut out).unwrap();
+            let want: Vec<u8> = (0..4)
+                .flat_map(|s| bytes(&ints(s * 10 + me, count, 4)))
+                .collect();
+            assert_eq!(out, want, "count {count}");
+        }
+        w.shared_calls()
+    });
+    assert!(out.iter().all(|&d| d == 2), "{out:?}");
+}
+
+#[test]
+fn many_calls_cycle_the_slots_with_ranks_running_apart() {
+    // Far more calls than slots, ranks sleeping at different points, every
+    // covered kind in turn: a rank must never overwrite what a slower rank
+    // has not read yet.
+    for n in [2u32, 3, 8] {
+        job_cfg(shm(n), &[], move |w, _| {
+            let me = w.rank();
+            for i in 0..200u32 {
+                if (i + me) % 37 == 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                let root = i % n;
+                let mut b = if me == root {
+                    bytes(&[i as i32; 9])
+                } else {
+                    vec![0; 36]
+                };
+                w.bcast(&mut b, root).unwrap();
+                assert_eq!(from_bytes(&b), [i as i32; 9], "bcast {i}");
+                let mut s = [0u8; 4];
+                w.allreduce(
+                    Input::Buf(&bytes(&[me as i32 + i as i32])),
+                    &mut s,
+                    Datatype::I32,
+                    &Op::Sum,
+                )
+                .unwrap();
+                let want: i32 = (0..n as i32).map(|r| r + i as i32).sum();
+                assert_eq!(from_bytes(&s), [want], "allreduce {i}");
+                let mut r = [0u8; 4];
+                let recv = (me == root).then_some(&mut r[..]);
+                w.reduce(
+                    Input::Buf(&bytes(&[1])),
+                    recv,
+                    Datatype::I32,
+                    &Op::Sum,
+                    root,
+                )
+                .unwrap();
+                if me == root {
+                    assert_eq!(from_bytes(&r), [n as i32], "reduce {i}");
+                }
+                let mut g = vec![0u8; 4 * n as usize];
+                w.allgather(Input::Buf(&bytes(&[(me * 1000 + i) as i32])), &mut g)
+                    .unwrap();
+                let want: Vec<i32> = (0..n).map(|r| (r * 1000 + i) as i32).collect();
+                assert_eq!(from_bytes(&g), want, "allgather {i}");
+                if i % 10 == 0 {
+                    w.barrier().unwrap();
+                }
+            }
+        });
+    }
+}
+
+#[test]
+fn non_commutative_op_combines_in_rank_order() {
+    for n in [2u32, 5, 8] {
+        job_cfg(shm(n), &[], move |w, _| {
+            let op = matmul();
+            let inputs: Vec<Vec<u8>> = (0..n).map(|r| bytes(&ints(r, 8, 5))).collect();
+            let want = fold(&op, Datatype::I32, &inputs);
+            let mine = &inputs[w.rank() as usize];
+            let mut out = vec![0u8; mine.len()];
+            w.allreduce(Input::Buf(mine), &mut out, Datatype::I32, &op)
+                .unwrap();
+            assert_eq!(out, want);
+            let root = n - 1;
+            if w.rank() == root {
+                let mut io = mine.clone();
+                w.reduce(Input::InPlace, Some(&mut io), Datatype::I32, &op, root)
+                    .unwrap();
+                assert_eq!(io, want);
+            } else {
+                w.reduce(Input::Buf(mine), None, Datatype::I32, &op, root)
+                    .unwrap();
+            }
+        });
+    }
+}
+
+#[test]
+fn blocking_sm_calls_beside_nonblocking_collectives_and_point_to_point() {
+    for n in [2u32, 4, 7] {
+        job_cfg(shm(n), &[], move |w, p| {
+            let me = w.rank();
+            let next = (me + 1) % n;
+            let prev = (me + n - 1) % n;
+            // A non-blocking collective and a user message outstanding
+            // while blocking sm collectives run.
+            let big = w
+                .iallreduce(bytes(&ints(me, 5000, 6)), Datatype::I32, &Op::Sum)
+                .unwrap();
+            let ep = w.endpoint().clone();
+            p.send_raw(&ep, next, 7, bytes(&[me as i32; 300])).unwrap();
+            for i in 0..20 {
+                let mut b = if me == 0 { bytes(&[i; 4]) } else { vec![0; 16] };
+                w.bcast(&mut b, 0).unwrap();
+                assert_eq!(from_bytes(&b), [i; 4]);
+                w.barrier().unwrap();
+            }
+            let h = p.irecv_spec(ep.context_id, None, TagSpec::AnyUser, 4096);
+            let got = p.wait_recv(h).unwrap();
+            assert_eq!(got.tag, 7, "a wildcard receive saw a collective's message");
+            assert_eq!(got.source, prev);
+            assert_eq!(from_bytes(&got.data), [prev as i32; 300]);
+            let inputs: Vec<Vec<u8>> = (0..n).map(|r| bytes(&ints(r, 5000, 6))).collect();
+            assert_eq!(big.wait().unwrap(), fold(&Op::Sum, Datatype::I32, &inputs));
+        });
+    }
+}
+
+#[test]
+fn length_mismatch_is_a_truncation_error_not_a_hang() {
+    let out = job_cfg(shm(3), &[], |w, _| {
+        let me = w.rank();
+        let mut b = vec![1u8; if me == 0 { 8 } else { 16 }];
+        let r = w.bcast(&mut b, 0).map_err(|e| e.class());
+        // The communicator stays usable.
+        w.barrier().unwrap();
+        r
+    });
+    assert_eq!(out[0], Ok(()));
+    for r in &out[1..] {
+        assert_eq!(*r, Err(tmpi_base::error::MpiErrorClass::Truncate));
+    }
+}
+
+#[test]
+fn a_rank_in_an_sm_call_still_progresses_its_nonblocking_collectives() {
+    // Rank 0 waits for its ibarrier before the bcast; the others enter the
+    // bcast first and must keep forwarding their ibarrier's later rounds
+    // from inside it (MPI's progress rule), or rank 0 never gets there.
+    for n in [3u32, 5, 8] {
+        job_cfg(shm(n), &[], move |w, _| {
+            let me = w.rank();
+            // Attach the segment first (attaching itself runs on messages).
+            w.barrier().unwrap();
+            if me == 0 {
+                // Start last, so the others' ibarrier needs rounds after
+                // they entered the bcast.
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let mut ib = Some(w.ibarrier().unwrap());
+            if me == 0 {
+                ib.take().unwrap().wait().unwrap();
+            }
+            let mut b = if me == 0 { bytes(&[5; 3]) } else { vec![0; 12] };
+            w.bcast(&mut b, 0).unwrap();
+            assert_eq!(from_bytes(&b), [5; 3]);
+            if let Some(ib) = ib {
+                ib.wait().unwrap();
+            }
+        });
+    }
+}
