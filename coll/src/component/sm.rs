@@ -217,7 +217,7 @@ impl NodeColl {
 
     /// Segment bytes for this communicator.
     fn bytes(&self) -> usize {
-        Node::layout(self.size, self.max).total
+        Node::rings(self.size, self.max).2
     }
 
     /// Rank 0's part of attaching: creates the segment at a fresh path.
@@ -264,84 +264,86 @@ impl NodeColl {
     }
 }
 
-struct Layout {
-    base: usize,
+/// One ring of slots: `slots` slots of one area per rank, `stride` bytes
+/// each, and a `done` word per rank.
+#[derive(Debug)]
+struct Ring {
+    slots: u64,
     stride: usize,
-    total: usize,
+    base: usize,
+    done: usize,
+    /// Ops of this ring started by this rank.
+    seq: AtomicU64,
+    /// Smallest `done` of all ranks as last read.
+    min_done: AtomicU64,
 }
 
-/// An attached segment and this rank's position in its protocol.
+impl Ring {
+    fn new(slots: u64, data: usize, done: usize, base: usize) -> Ring {
+        Ring {
+            slots,
+            stride: (DATA + data).div_ceil(LINE) * LINE,
+            base,
+            done,
+            seq: AtomicU64::new(0),
+            min_done: AtomicU64::new(0),
+        }
+    }
+
+    fn bytes(&self, p: u32) -> usize {
+        self.slots as usize * p as usize * self.stride
+    }
+}
+
+/// An attached segment and this rank's position in its protocol: a ring
+/// of many small slots (data up to [`SMALL_DATA`] bytes, barrier) so that
+/// a rank may run [`SMALL_SLOTS`] small calls ahead of the slowest one (a
+/// bcast root or a reduce leaf need not wait for it), and a ring of
+/// [`SLOTS`] slots of `coll_sm_max` bytes.
 #[derive(Debug)]
 pub struct Node {
     seg: Segment,
     p: u32,
     me: u32,
     max: usize,
-    base: usize,
-    stride: usize,
-    /// Ops started on this communicator through the segment.
-    seq: AtomicU64,
-    /// Smallest `done` of all ranks as last read.
-    min_done: AtomicU64,
+    small: Ring,
+    large: Ring,
 }
 
+/// Data bytes of a small slot (its area is 256 bytes).
+pub const SMALL_DATA: usize = 256 - DATA;
+
+/// Slots of the small ring.
+pub const SMALL_SLOTS: u64 = 128;
+
 impl Node {
-    fn layout(p: u32, max: usize) -> Layout {
-        let p = p as usize;
-        let base = LINE * (1 + p);
-        let stride = (DATA + max).div_ceil(LINE) * LINE;
-        Layout {
-            base,
-            stride,
-            total: base + SLOTS as usize * p * stride,
-        }
+    /// The rings of a segment for `p` ranks and `max` bytes, and its size.
+    fn rings(p: u32, max: usize) -> (Ring, Ring, usize) {
+        let pu = p as usize;
+        let small_done = LINE;
+        let large_done = LINE * (1 + pu);
+        let small = Ring::new(SMALL_SLOTS, SMALL_DATA, small_done, LINE * (1 + 2 * pu));
+        let large_base = small.base + small.bytes(p);
+        let large = Ring::new(SLOTS, max, large_done, large_base);
+        let total = large.base + large.bytes(p);
+        (small, large, total)
     }
 
     fn new(seg: Segment, p: u32, me: u32, max: usize) -> Node {
-        let l = Node::layout(p, max);
+        let (small, large, _) = Node::rings(p, max);
         Node {
             seg,
             p,
             me,
             max,
-            base: l.base,
-            stride: l.stride,
-            seq: AtomicU64::new(0),
-            min_done: AtomicU64::new(0),
+            small,
+            large,
         }
-    }
-
-    fn done(&self, r: u32) -> &AtomicU64 {
-        self.seg.atomic(LINE * (1 + r as usize))
-    }
-
-    fn area(&self, k: usize, r: u32) -> usize {
-        self.base + (k * self.p as usize + r as usize) * self.stride
-    }
-
-    fn flag(&self, k: usize, r: u32) -> &AtomicU64 {
-        self.seg.atomic(self.area(k, r))
-    }
-
-    fn len_of(&self, k: usize, r: u32) -> usize {
-        self.seg.atomic(self.area(k, r) + 8).load(Ordering::Relaxed) as usize
-    }
-
-    /// Rank `r`'s data of slot `k`, `n` bytes.
-    ///
-    /// Only after `r`'s flag for the current op was seen: the protocol
-    /// keeps `r` from rewriting it until this rank stored its `done`.
-    fn data(&self, k: usize, r: u32, n: usize) -> &[u8] {
-        // SAFETY: `r` rewrites its area of slot `k` only after every
-        // rank's `done` reached the op that is using it now, and this
-        // rank stores its `done` only after it stopped reading (the
-        // borrow ends before `finish`).
-        unsafe { self.seg.slice(self.area(k, r) + DATA, n) }
     }
 
     /// Collectives this rank ran through the segment.
     pub fn calls(&self) -> u64 {
-        self.seq.load(Ordering::Relaxed)
+        self.small.seq.load(Ordering::Relaxed) + self.large.seq.load(Ordering::Relaxed)
     }
 
     /// Largest data per call.
@@ -349,17 +351,28 @@ impl Node {
         self.max
     }
 
-    fn next(&self) -> (u64, usize) {
-        let s = self.seq.load(Ordering::Relaxed) + 1;
-        self.seq.store(s, Ordering::Relaxed);
-        (s, (s % SLOTS) as usize)
+    /// Starts the next op of `n` data bytes (per area): its ring and slot.
+    fn begin(&self, n: usize) -> Step<'_> {
+        let ring = if n <= SMALL_DATA {
+            &self.small
+        } else {
+            &self.large
+        };
+        let s = ring.seq.load(Ordering::Relaxed) + 1;
+        ring.seq.store(s, Ordering::Relaxed);
+        Step {
+            node: self,
+            ring,
+            s,
+            k: (s % ring.slots) as usize,
+        }
     }
 
     /// Spins until `ready`, driving the pml and the process's outstanding
     /// non-blocking collectives every few polls (a peer may be waiting for
     /// them before it comes to this call) and yielding the core when
     /// neither had anything to do and ranks yield when idle.
-    fn wait(&self, ctx: &CollContext, mut ready: impl FnMut() -> bool) {
+    fn wait(ctx: &CollContext, mut ready: impl FnMut() -> bool) {
         let mut polls = 0u32;
         while !ready() {
             polls += 1;
@@ -369,101 +382,30 @@ impl Node {
         }
     }
 
-    /// Waits until this rank may rewrite its area in op `s`'s slot.
-    fn claim(&self, ctx: &CollContext, s: u64) {
-        let Some(need) = s.checked_sub(SLOTS) else {
-            return;
-        };
-        if self.min_done.load(Ordering::Relaxed) >= need {
-            return;
-        }
-        self.wait(ctx, || {
-            let m = (0..self.p)
-                .map(|r| self.done(r).load(Ordering::Acquire))
-                .min()
-                .unwrap_or(0);
-            self.min_done.store(m, Ordering::Relaxed);
-            m >= need
-        });
-    }
-
-    fn publish(&self, k: usize, s: u64, data: &[u8]) {
-        let a = self.area(k, self.me);
-        self.seg.write(a + DATA, data);
-        self.seg
-            .atomic(a + 8)
-            .store(data.len() as u64, Ordering::Relaxed);
-        self.flag(k, self.me).store(s, Ordering::Release);
-    }
-
-    fn wait_flag(&self, ctx: &CollContext, k: usize, r: u32, s: u64) {
-        let f = self.flag(k, r);
-        if f.load(Ordering::Acquire) < s {
-            self.wait(ctx, || f.load(Ordering::Acquire) >= s);
-        }
-    }
-
-    fn wait_all(&self, ctx: &CollContext, k: usize, s: u64) {
-        for r in 0..self.p {
-            if r != self.me {
-                self.wait_flag(ctx, k, r, s);
-            }
-        }
-    }
-
-    fn finish(&self, s: u64) {
-        self.done(self.me).store(s, Ordering::Release);
-    }
-
-    fn expect_len(&self, k: usize, r: u32, expected: usize) -> Result<()> {
-        let got = self.len_of(k, r);
-        if got != expected {
-            return Err(CollError::Truncate {
-                peer: r,
-                got,
-                expected,
-            });
-        }
-        Ok(())
-    }
-
     /// `MPI_Barrier`: every rank raises its flag and waits for all flags.
     pub fn barrier(&self, ctx: &CollContext) -> Result<()> {
-        let (s, k) = self.next();
-        self.flag(k, self.me).store(s, Ordering::Release);
-        self.wait_all(ctx, k, s);
-        self.finish(s);
+        let st = self.begin(0);
+        st.flag(self.me).store(st.s, Ordering::Release);
+        st.wait_all(ctx);
+        st.finish();
         Ok(())
     }
 
     /// `MPI_Bcast` of `buf` (at most [`Node::max`] bytes) from `root`.
     pub fn bcast(&self, ctx: &CollContext, buf: &mut [u8], root: u32) -> Result<()> {
-        let (s, k) = self.next();
+        let st = self.begin(buf.len());
         if self.me == root {
-            self.claim(ctx, s);
-            self.publish(k, s, buf);
-            self.finish(s);
+            st.claim(ctx);
+            st.publish(buf);
+            st.finish();
             return Ok(());
         }
-        self.wait_flag(ctx, k, root, s);
-        let r = self.expect_len(k, root, buf.len()).map(|()| {
-            buf.copy_from_slice(self.data(k, root, buf.len()));
+        st.wait_flag(ctx, root);
+        let r = st.expect_len(root, buf.len()).map(|()| {
+            buf.copy_from_slice(st.data(root, buf.len()));
         });
-        self.finish(s);
+        st.finish();
         r
-    }
-
-    /// `out = x0 op (x1 op (... op x_{p-1}))` over slot `k`'s areas.
-    fn fold(&self, k: usize, out: &mut [u8], dtype: Datatype, op: &Op) -> Result<()> {
-        let n = out.len();
-        for r in 0..self.p {
-            self.expect_len(k, r, n)?;
-        }
-        out.copy_from_slice(self.data(k, self.p - 1, n));
-        for r in (0..self.p - 1).rev() {
-            op.apply(dtype, self.data(k, r, n), out)?;
-        }
-        Ok(())
     }
 
     /// `MPI_Reduce`: `own` is this rank's input (`None`: in place, it is
@@ -477,27 +419,28 @@ impl Node {
         op: &Op,
         root: u32,
     ) -> Result<()> {
-        let (s, k) = self.next();
-        self.claim(ctx, s);
+        let n = own.map_or_else(|| recv.as_ref().map_or(0, |r| r.len()), <[u8]>::len);
+        let st = self.begin(n);
+        st.claim(ctx);
         let r = match (own, recv) {
             (Some(x), recv) => {
-                self.publish(k, s, x);
+                st.publish(x);
                 match recv {
                     Some(out) if self.me == root => {
-                        self.wait_all(ctx, k, s);
-                        self.fold(k, out, dtype, op)
+                        st.wait_all(ctx);
+                        st.fold(out, dtype, op)
                     }
                     _ => Ok(()),
                 }
             }
             (None, Some(out)) => {
-                self.publish(k, s, out);
-                self.wait_all(ctx, k, s);
-                self.fold(k, out, dtype, op)
+                st.publish(out);
+                st.wait_all(ctx);
+                st.fold(out, dtype, op)
             }
             (None, None) => Err(CollError::Buffer("reduce: no input".into())),
         };
-        self.finish(s);
+        st.finish();
         r
     }
 
@@ -510,12 +453,12 @@ impl Node {
         dtype: Datatype,
         op: &Op,
     ) -> Result<()> {
-        let (s, k) = self.next();
-        self.claim(ctx, s);
-        self.publish(k, s, own.unwrap_or(recv));
-        self.wait_all(ctx, k, s);
-        let r = self.fold(k, recv, dtype, op);
-        self.finish(s);
+        let st = self.begin(recv.len());
+        st.claim(ctx);
+        st.publish(own.unwrap_or(recv));
+        st.wait_all(ctx);
+        let r = st.fold(recv, dtype, op);
+        st.finish();
         r
     }
 
@@ -525,23 +468,23 @@ impl Node {
         let p = self.p as usize;
         let b = recv.len() / p;
         let me = self.me as usize;
-        let (s, k) = self.next();
-        self.claim(ctx, s);
+        let st = self.begin(b);
+        st.claim(ctx);
         match own {
             Some(x) => {
-                self.publish(k, s, x);
+                st.publish(x);
                 recv[me * b..(me + 1) * b].copy_from_slice(x);
             }
-            None => self.publish(k, s, &recv[me * b..(me + 1) * b]),
+            None => st.publish(&recv[me * b..(me + 1) * b]),
         }
-        self.wait_all(ctx, k, s);
+        st.wait_all(ctx);
         let r = (0..self.p).filter(|&r| r != self.me).try_for_each(|r| {
-            self.expect_len(k, r, b)?;
+            st.expect_len(r, b)?;
             let i = r as usize;
-            recv[i * b..(i + 1) * b].copy_from_slice(self.data(k, r, b));
+            recv[i * b..(i + 1) * b].copy_from_slice(st.data(r, b));
             Ok(())
         });
-        self.finish(s);
+        st.finish();
         r
     }
 
@@ -555,28 +498,141 @@ impl Node {
         let n = recv.len();
         let b = n / p;
         let me = self.me as usize;
-        let (s, k) = self.next();
-        self.claim(ctx, s);
-        let a = self.area(k, self.me) + DATA;
+        let st = self.begin(n);
+        st.claim(ctx);
+        let a = st.area(self.me);
         let vector: &[u8] = send.unwrap_or(recv);
         for r in (0..p).filter(|&r| r != me) {
-            self.seg.write(a + r * b, &vector[r * b..(r + 1) * b]);
+            self.seg
+                .write(a + DATA + r * b, &vector[r * b..(r + 1) * b]);
         }
         if let Some(x) = send {
             recv[me * b..(me + 1) * b].copy_from_slice(&x[me * b..(me + 1) * b]);
         }
-        self.seg
-            .atomic(a - DATA + 8)
-            .store(n as u64, Ordering::Relaxed);
-        self.flag(k, self.me).store(s, Ordering::Release);
-        self.wait_all(ctx, k, s);
+        self.seg.atomic(a + 8).store(n as u64, Ordering::Relaxed);
+        st.flag(self.me).store(st.s, Ordering::Release);
+        st.wait_all(ctx);
         let r = (0..self.p).filter(|&r| r != self.me).try_for_each(|r| {
-            self.expect_len(k, r, n)?;
+            st.expect_len(r, n)?;
             let i = r as usize;
-            recv[i * b..(i + 1) * b].copy_from_slice(&self.data(k, r, n)[me * b..(me + 1) * b]);
+            recv[i * b..(i + 1) * b].copy_from_slice(&st.data(r, n)[me * b..(me + 1) * b]);
             Ok(())
         });
-        self.finish(s);
+        st.finish();
         r
+    }
+}
+
+/// One op in progress: its ring, number and slot.
+struct Step<'a> {
+    node: &'a Node,
+    ring: &'a Ring,
+    s: u64,
+    k: usize,
+}
+
+impl Step<'_> {
+    fn area(&self, r: u32) -> usize {
+        let p = self.node.p as usize;
+        self.ring.base + (self.k * p + r as usize) * self.ring.stride
+    }
+
+    fn flag(&self, r: u32) -> &AtomicU64 {
+        self.node.seg.atomic(self.area(r))
+    }
+
+    fn done(&self, r: u32) -> &AtomicU64 {
+        self.node.seg.atomic(self.ring.done + LINE * r as usize)
+    }
+
+    /// Rank `r`'s data of this op, `n` bytes.
+    ///
+    /// Only after `r`'s flag for this op was seen: the protocol keeps `r`
+    /// from rewriting it until this rank stored its `done`.
+    fn data(&self, r: u32, n: usize) -> &[u8] {
+        // SAFETY: `r` rewrites its area of this slot only after every
+        // rank's `done` reached this op, and this rank stores its `done`
+        // (`finish`, which takes `self` by value) only after it stopped
+        // reading: the slice borrows `self`.
+        unsafe { self.node.seg.slice(self.area(r) + DATA, n) }
+    }
+
+    /// Waits until this rank may rewrite its area of the slot (every rank
+    /// finished the op that used it last).
+    fn claim(&self, ctx: &CollContext) {
+        let Some(need) = self.s.checked_sub(self.ring.slots) else {
+            return;
+        };
+        if self.ring.min_done.load(Ordering::Relaxed) >= need {
+            return;
+        }
+        Node::wait(ctx, || {
+            let m = (0..self.node.p)
+                .map(|r| self.done(r).load(Ordering::Acquire))
+                .min()
+                .unwrap_or(0);
+            self.ring.min_done.store(m, Ordering::Relaxed);
+            m >= need
+        });
+    }
+
+    fn publish(&self, data: &[u8]) {
+        let a = self.area(self.node.me);
+        self.node.seg.write(a + DATA, data);
+        self.node
+            .seg
+            .atomic(a + 8)
+            .store(data.len() as u64, Ordering::Relaxed);
+        self.flag(self.node.me).store(self.s, Ordering::Release);
+    }
+
+    fn wait_flag(&self, ctx: &CollContext, r: u32) {
+        let f = self.flag(r);
+        let s = self.s;
+        if f.load(Ordering::Acquire) < s {
+            Node::wait(ctx, || f.load(Ordering::Acquire) >= s);
+        }
+    }
+
+    fn wait_all(&self, ctx: &CollContext) {
+        for r in 0..self.node.p {
+            if r != self.node.me {
+                self.wait_flag(ctx, r);
+            }
+        }
+    }
+
+    fn finish(self) {
+        self.done(self.node.me).store(self.s, Ordering::Release);
+    }
+
+    fn expect_len(&self, r: u32, expected: usize) -> Result<()> {
+        let got = self
+            .node
+            .seg
+            .atomic(self.area(r) + 8)
+            .load(Ordering::Relaxed) as usize;
+        if got != expected {
+            return Err(CollError::Truncate {
+                peer: r,
+                got,
+                expected,
+            });
+        }
+        Ok(())
+    }
+
+    /// `out = x0 op (x1 op (... op x_{p-1}))` over the op's areas.
+    fn fold(&self, out: &mut [u8], dtype: Datatype, op: &Op) -> Result<()> {
+        let n = out.len();
+        let p = self.node.p;
+        for r in 0..p {
+            self.expect_len(r, n)?;
+        }
+        out.copy_from_slice(self.data(p - 1, n));
+        for r in (0..p - 1).rev() {
+            op.apply(dtype, self.data(r, n), out)?;
+        }
+        Ok(())
     }
 }
