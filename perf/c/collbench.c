@@ -5,8 +5,9 @@
  *
  *   collbench [--csv]    output: "op,bytes,us" lines with --csv
  *
- * COLL_BENCH_OPS=allreduce,bcast and COLL_BENCH_SIZES=65536,1048576
- * restrict a run (unset: everything); COLL_BENCH_ITERS_X=N multiplies
+ * COLL_BENCH_OPS=allreduce,bcast restricts a run to those operations;
+ * COLL_BENCH_SIZES=4096,65536 replaces the sizes (default 8, 1024,
+ * 65536, 1048576; at most 16, each at most 1 MiB); COLL_BENCH_ITERS_X=N multiplies
  * every loop's iteration count (longer runs for perf record). */
 #include <mpi.h>
 #include <stdio.h>
@@ -65,16 +66,26 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const char *ops[] = {"barrier", "bcast", "allreduce", "reduce", "allgather", "alltoall"};
-    int sizes[] = {8, 1024, 65536, 1048576};
+    int sizes[16] = {8, 1024, 65536, 1048576};
+    unsigned nsizes = 4;
+    const char *sv = getenv("COLL_BENCH_SIZES");
+    if (sv && *sv) {
+        nsizes = 0;
+        for (const char *q = sv; *q && nsizes < 16;) {
+            long v = strtol(q, NULL, 10);
+            if (v > 0 && v <= 1048576) sizes[nsizes++] = (int)v;
+            const char *e = strchr(q, ',');
+            if (!e) break;
+            q = e + 1;
+        }
+    }
     size_t cap = (size_t)1048576 * size;
     char *sb = calloc(cap, 1), *rb = calloc(cap, 1);
     unsigned o, s;
     for (o = 0; o < sizeof ops / sizeof ops[0]; o++) {
-        for (s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        for (s = 0; s < nsizes; s++) {
             if (!strcmp(ops[o], "barrier") && s > 0) break;
-            char nbuf[24];
-            snprintf(nbuf, sizeof nbuf, "%d", sizes[s]);
-            if (!picked("COLL_BENCH_OPS", ops[o]) || !picked("COLL_BENCH_SIZES", nbuf)) continue;
+            if (!picked("COLL_BENCH_OPS", ops[o])) continue;
             int iters = sizes[s] <= 1024 ? 2000 : sizes[s] <= 65536 ? 200 : 20;
             if (getenv("COLL_BENCH_ITERS_X")) iters *= atoi(getenv("COLL_BENCH_ITERS_X")) > 0 ? atoi(getenv("COLL_BENCH_ITERS_X")) : 1;
             timed(ops[o], sizes[s], sb, rb, iters / 10 + 1);

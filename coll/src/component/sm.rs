@@ -52,14 +52,27 @@ use crate::{CollError, Result};
 pub const PRIORITY: i64 = 40;
 
 /// Default `coll_sm_max`.
-pub const MAX_DEFAULT: u64 = 8192;
+pub const MAX_DEFAULT: u64 = 64 * 1024;
 
 /// Upper bound of `coll_sm_max` (per rank and slot: the segment is
 /// `SLOTS` x ranks x this).
 pub const MAX_CAP: u64 = 1 << 20;
 
-/// Slots (ops in flight before a fast rank waits for the slowest).
+/// Slots of the large ring (calls above [`SMALL_DATA`] bytes in flight
+/// before a fast rank waits for the slowest).
 pub const SLOTS: u64 = 8;
+
+/// Largest large ring (bytes): `coll_sm_max` shrinks on communicators
+/// where [`SLOTS`] x ranks x it would exceed this (64 KiB up to 32 ranks).
+pub const SEGMENT_BUDGET: usize = 16 << 20;
+
+/// Largest call through the segment on 2 ranks: above it the pml's
+/// single-copy rendezvous (one copy, no step to save) is as fast or faster
+/// than copying in and out (64 KiB, 2 ranks on 2 cores: bcast 7.0 us on
+/// messages, 7.6 through the segment; allgather 8.1 / 9.5), and much
+/// faster when the host's two cores are far apart (allreduce 32 KiB 8.2 /
+/// 18.5). From 3 ranks the segment's one step wins at 64 KiB (docs/coll.md).
+pub const PAIR_COPY_MAX: usize = 8 * 1024;
 
 /// Cache-line distance between the words different ranks write (two
 /// lines: the adjacent-line prefetcher pairs lines).
@@ -72,9 +85,11 @@ const MAGIC: u64 = 0x746d_7069_2d63_736d;
 fn max_spec() -> ParamSpec {
     ParamSpec::new("coll", "sm", "max")
         .help(
-            "Largest blocking barrier/bcast/reduce/allreduce/allgather (block) /alltoall \
-             (whole send vector) in bytes that goes through the communicator's shared-memory \
-             segment; the segment takes 8 x ranks x this (rounded up) bytes of /dev/shm",
+            "Largest blocking bcast/reduce/allreduce/allgather (block) /alltoall (whole send \
+             vector) in bytes that goes through the communicator's shared-memory segment \
+             (on 2 ranks at most 8 KiB); the segment takes about 8 x ranks x this bytes \
+             of /dev/shm, at most 16 MiB (the limit shrinks on large communicators); 0 = \
+             sm takes no communicator",
         )
         .level(Level::TunerAll)
 }
@@ -133,9 +148,14 @@ impl CollComponent for Sm {
         if shape.size() < 2 || !shape.single_node() || !shape.shared_memory || self.max == 0 {
             return Ok(None);
         }
+        let budget = SEGMENT_BUDGET / (SLOTS as usize * shape.size() as usize);
+        let mut max = self.max.min(budget / LINE * LINE);
+        if shape.size() == 2 {
+            max = max.min(PAIR_COPY_MAX);
+        }
         let module = SmModule {
             node: Arc::new(NodeColl {
-                max: self.max,
+                max,
                 size: shape.size(),
                 rank: shape.rank,
                 state: OnceLock::new(),
