@@ -118,6 +118,12 @@ pub trait CollModule: Send + Sync + fmt::Debug {
     fn node_coll(&self) -> Option<Arc<crate::component::sm::NodeColl>> {
         None
     }
+    /// Whether this module's message path (schedules and direct
+    /// algorithms) is entirely its underlying module's (`sm`): the table
+    /// then takes the direct limits from the next module down.
+    fn passes_messages_down(&self) -> bool {
+        false
+    }
 }
 
 /// A coll component, opened once per process with its parameters resolved.
@@ -151,10 +157,13 @@ impl FnTable {
     }
 
     /// Largest blocking `kind` call (bytes) the winner lets run as a direct
-    /// algorithm ([`CollModule::direct_max`]).
+    /// algorithm ([`CollModule::direct_max`]); when the winner passes its
+    /// message path down ([`CollModule::passes_messages_down`]), the
+    /// first module below that does not.
     pub fn direct_max(&self, kind: CollKind) -> usize {
         self.chains[kind.index()]
-            .first()
+            .iter()
+            .find(|m| !m.passes_messages_down())
             .map_or(0, |m| m.direct_max(kind))
     }
 

@@ -735,3 +735,29 @@ fn direct_length_mismatch_is_truncate() {
         assert_eq!(out, [2u8; 4]);
     });
 }
+
+#[test]
+fn sm_keeps_the_direct_path_for_calls_above_its_limit() {
+    // sm wins bcast and allreduce but passes its message path down:
+    // calls above its limit still run tuned's direct algorithms.
+    job(
+        3,
+        &[("coll", "basic,tuned,sm,self"), ("coll_sm_max", "256")],
+        |w| {
+            assert_eq!(w.table().providers(tmpi_coll::CollKind::Bcast)[0], "sm");
+            let me = w.rank();
+            let mut small = if me == 0 { vec![7u8; 64] } else { vec![0; 64] };
+            w.bcast(&mut small, 0).unwrap();
+            assert_eq!(small, [7u8; 64]);
+            // Attaching the segment ran one bcast and one allreduce on
+            // messages (direct), the bcast itself went through it.
+            assert_eq!((w.shared_calls(), w.direct_calls()), (1, 2));
+            let mine = vec![me as u8; 512];
+            let mut sum = vec![0u8; 512];
+            w.allreduce(Input::Buf(&mine), &mut sum, Datatype::U8, &Op::Sum)
+                .unwrap();
+            assert_eq!(sum, vec![3u8; 512]);
+            assert_eq!((w.shared_calls(), w.direct_calls()), (1, 3));
+        },
+    );
+}

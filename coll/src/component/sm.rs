@@ -201,6 +201,10 @@ impl CollModule for SmModule {
     fn node_coll(&self) -> Option<Arc<NodeColl>> {
         Some(Arc::clone(&self.node))
     }
+
+    fn passes_messages_down(&self) -> bool {
+        true
+    }
 }
 
 /// One communicator's shared-memory state: the limit and, once attached,
