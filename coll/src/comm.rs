@@ -940,29 +940,29 @@ impl Comm {
                 }
             }
         }
-        let mut node = None;
-        let mut path = None;
+        // Rank 0 unlinks the file whatever happens below.
+        let (mut node, path) = match created {
+            Some((n, p)) => (Some(n), Some(p)),
+            None => (None, None),
+        };
         match self.bcast_msgs(&mut msg, 0) {
-            Err(e) => tracing::warn!(target: "coll_sm", "cid {cid}: attaching the segment: {e}"),
-            Ok(()) => match created {
-                Some((n, p)) => {
-                    node = Some(n);
-                    path = Some(p);
-                }
-                None if msg[0] == 1 => {
-                    let len = usize::from(msg[1]).min(msg.len() - 2);
-                    match std::str::from_utf8(&msg[2..2 + len])
-                        .map_err(|e| e.to_string())
-                        .and_then(|p| nc.open(p))
-                    {
-                        Ok(n) => node = Some(n),
-                        Err(e) => {
-                            tracing::warn!(target: "coll_sm", "cid {cid}: cannot attach the segment: {e}")
-                        }
+            Err(e) => {
+                node = None;
+                tracing::warn!(target: "coll_sm", "cid {cid}: attaching the segment: {e}");
+            }
+            Ok(()) if path.is_none() && msg[0] == 1 => {
+                let len = usize::from(msg[1]).min(msg.len() - 2);
+                match std::str::from_utf8(&msg[2..2 + len])
+                    .map_err(|e| e.to_string())
+                    .and_then(|p| nc.open(p))
+                {
+                    Ok(n) => node = Some(n),
+                    Err(e) => {
+                        tracing::warn!(target: "coll_sm", "cid {cid}: cannot attach the segment: {e}")
                     }
                 }
-                None => {}
-            },
+            }
+            Ok(()) => {}
         }
         let mine = [u8::from(node.is_some())];
         let mut all = [0u8];
@@ -1126,8 +1126,8 @@ impl Comm {
 
     /// `MPI_Barrier`.
     pub fn barrier(&self) -> Result<()> {
-        if let Some((n, p2p)) = self.node(CollKind::Barrier, 0) {
-            return n.barrier(p2p);
+        if let Some((n, ctx)) = self.node(CollKind::Barrier, 0) {
+            return n.barrier(ctx);
         }
         if let Some(d) = self.direct(CollKind::Barrier, 0) {
             return direct::barrier(&d);
@@ -1139,8 +1139,8 @@ impl Comm {
     /// root's is reported as `MPI_ERR_TRUNCATE` where detected.
     pub fn bcast(&self, buf: &mut [u8], root: u32) -> Result<()> {
         root_ok(root, self.size())?;
-        if let Some((n, p2p)) = self.node(CollKind::Bcast, buf.len()) {
-            return n.bcast(p2p, buf, root);
+        if let Some((n, ctx)) = self.node(CollKind::Bcast, buf.len()) {
+            return n.bcast(ctx, buf, root);
         }
         self.bcast_msgs(buf, root)
     }
@@ -1199,8 +1199,8 @@ impl Comm {
             (None, r) => r.as_ref().map_or(0, |r| r.len()),
         };
         reduction_ok(dtype, op, n)?;
-        if let Some((node, p2p)) = self.node(CollKind::Reduce, n) {
-            return node.reduce(p2p, input, recv, dtype, op, root);
+        if let Some((node, ctx)) = self.node(CollKind::Reduce, n) {
+            return node.reduce(ctx, input, recv, dtype, op, root);
         }
         if let Some(d) = self.direct(CollKind::Reduce, n) {
             let mut copy = Scratch::new();
@@ -1248,12 +1248,12 @@ impl Comm {
             same_len("allreduce", s.len(), recv.len())?;
         }
         reduction_ok(dtype, op, recv.len())?;
-        if let Some((n, p2p)) = self.node(CollKind::Allreduce, recv.len()) {
+        if let Some((n, ctx)) = self.node(CollKind::Allreduce, recv.len()) {
             let own = match send {
                 Input::Buf(s) => Some(s),
                 Input::InPlace => None,
             };
-            return n.allreduce(p2p, own, recv, dtype, op);
+            return n.allreduce(ctx, own, recv, dtype, op);
         }
         self.allreduce_msgs(send, recv, dtype, op)
     }
@@ -1452,12 +1452,12 @@ impl Comm {
         if let Input::Buf(s) = send {
             same_len("allgather (per block)", s.len(), b)?;
         }
-        if let Some((n, p2p)) = self.node(CollKind::Allgather, b) {
+        if let Some((n, ctx)) = self.node(CollKind::Allgather, b) {
             let own = match send {
                 Input::Buf(s) => Some(s),
                 Input::InPlace => None,
             };
-            return n.allgather(p2p, own, recv);
+            return n.allgather(ctx, own, recv);
         }
         // Limit on the block; Bruck (p not a power of two, up to tuned's
         // ring threshold) also needs the whole result in its stack buffer.
@@ -1535,12 +1535,12 @@ impl Comm {
         if let Input::Buf(s) = send {
             same_len("alltoall", s.len(), recv.len())?;
         }
-        if let Some((n, p2p)) = self.node(CollKind::Alltoall, recv.len()) {
+        if let Some((n, ctx)) = self.node(CollKind::Alltoall, recv.len()) {
             let own = match send {
                 Input::Buf(s) => Some(s),
                 Input::InPlace => None,
             };
-            return n.alltoall(p2p, own, recv);
+            return n.alltoall(ctx, own, recv);
         }
         // The limit is on the block; above 256 B the direct path holds one
         // send request per peer on the stack, and in place it copies the

@@ -10,15 +10,17 @@
 //! larger calls go to the next provider (tuned): the module's schedules
 //! are its underlying module's.
 //!
-//! Protocol (per communicator; `s` = the op's number, the same on every
-//! rank because MPI makes every rank call the same collectives in the same
-//! order, and the size decision depends only on what every rank passes):
-//! - the segment has [`SLOTS`] slots, each with one area per rank (flag,
-//!   length, data) and one `done` word per rank; op `s` uses slot
-//!   `s % SLOTS`;
-//! - a rank writes its area of slot `k` for op `s` only once every rank's
-//!   `done` is at least `s - SLOTS` (nobody still reads what op
-//!   `s - SLOTS` left there), then stores its flag `= s` (release);
+//! Protocol (per communicator and ring; `s` = the op's number in its
+//! ring, the same on every rank because MPI makes every rank call the
+//! same collectives in the same order, and the size decision depends only
+//! on what every rank passes):
+//! - the segment has two rings of slots (128 small ones for barrier and
+//!   data up to [`SMALL_DATA`] bytes, [`SLOTS`] of `coll_sm_max` bytes),
+//!   each slot one area per rank (flag, length, data), each ring one
+//!   `done` word per rank; op `s` uses slot `s % slots`;
+//! - a rank writes its area of the slot for op `s` only once every rank's
+//!   `done` is at least `s - slots` (nobody still reads what op
+//!   `s - slots` left there), then stores its flag `= s` (release);
 //! - a reader waits for the flag to reach `s` (acquire), reads, and
 //!   stores its own `done = s` (release) at the end of the op.
 //!
