@@ -68,7 +68,7 @@ fn sm_takes_one_node_communicators_with_shared_memory_only() {
 fn small_blocking_calls_use_the_segment_and_large_ones_the_messages() {
     let out = job_cfg(shm(4), &[("coll_sm_max", "256")], |w, _| {
         let me = w.rank();
-        // Within the limit: no direct (message) call, the segment attaches.
+        // Within the limit: the segment attaches, one op.
         let mut b = if me == 2 {
             bytes(&ints(2, 64, 1))
         } else {
@@ -78,21 +78,22 @@ fn small_blocking_calls_use_the_segment_and_large_ones_the_messages() {
         assert_eq!(b, bytes(&ints(2, 64, 1)));
         assert_eq!(w.shared_segment(), Some(true));
         assert_eq!(w.shared_calls(), 1, "a 256-byte bcast went over messages");
-        // Above it: the message path (tuned's direct bcast).
-        let mut big = if me == 0 {
-            bytes(&ints(0, 65, 1))
-        } else {
-            vec![0; 260]
-        };
-        w.bcast(&mut big, 0).unwrap();
-        assert_eq!(big, bytes(&ints(0, 65, 1)));
+        // Above it: allreduce over messages.
+        let mine = bytes(&ints(me, 65, 1));
+        let mut sum = vec![0u8; mine.len()];
+        w.allreduce(Input::Buf(&mine), &mut sum, Datatype::I32, &Op::Sum)
+            .unwrap();
+        let inputs: Vec<Vec<u8>> = (0..4).map(|r| bytes(&ints(r, 65, 1))).collect();
+        assert_eq!(sum, fold(&Op::Sum, Datatype::I32, &inputs));
         assert_eq!(
             w.shared_calls(),
             1,
-            "a 260-byte bcast went through the segment"
+            "a 260-byte allreduce went through the segment"
         );
-        // Alltoall's limit is the whole vector: 4 x 64 bytes fits, 4 x 68 not.
-        for count in [16usize, 17] {
+        // Alltoall blocks up to the limit go through in pieces of 256 / 4
+        // bytes (4 ops for 256-byte blocks); larger blocks over messages.
+        for (count, ops) in [(64usize, 4u64), (65, 0)] {
+            let before = w.shared_calls();
             let send: Vec<u8> = (0..4)
                 .flat_map(|d| bytes(&ints(me * 10 + d, count, 4)))
                 .collect();
@@ -102,10 +103,37 @@ fn small_blocking_calls_use_the_segment_and_large_ones_the_messages() {
                 .flat_map(|s| bytes(&ints(s * 10 + me, count, 4)))
                 .collect();
             assert_eq!(out, want, "count {count}");
+            let mut io = send.clone();
+            w.alltoall(Input::InPlace, &mut io).unwrap();
+            assert_eq!(io, want, "in place, count {count}");
+            assert_eq!(w.shared_calls() - before, 2 * ops, "count {count}");
+        }
+        // Bcast of any size from 3 ranks: 256-byte chunks, far more than
+        // the ring's slots, the last one short.
+        let before = w.shared_calls();
+        let want = bytes(&ints(1, 25_001, 3));
+        let mut big = if me == 1 {
+            want.clone()
+        } else {
+            vec![0; want.len()]
+        };
+        w.bcast(&mut big, 1).unwrap();
+        assert_eq!(big, want);
+        assert_eq!(w.shared_calls() - before, 100_004u64.div_ceil(256));
+        w.shared_calls()
+    });
+    assert!(out.iter().all(|&d| d == out[0]), "{out:?}");
+    // 2 ranks: at most 8 KiB through the segment, bcast included.
+    let out = job_cfg(shm(2), &[], |w, _| {
+        let me = w.rank();
+        for n in [8192usize, 8193] {
+            let mut b = if me == 0 { vec![9u8; n] } else { vec![0; n] };
+            w.bcast(&mut b, 0).unwrap();
+            assert_eq!(b, vec![9u8; n]);
         }
         w.shared_calls()
     });
-    assert!(out.iter().all(|&d| d == 2), "{out:?}");
+    assert_eq!(out, [1, 1]);
 }
 
 #[test]
