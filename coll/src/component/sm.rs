@@ -4,11 +4,14 @@
 //! raises its flag; every rank that needs data waits for the flags it
 //! needs and reads the areas. No messages, no matching, no tags.
 //!
-//! Covered (blocking, data of at most `coll_sm_max` bytes; the alltoall
-//! limit is on the whole send vector): barrier, bcast, reduce, allreduce,
-//! allgather, alltoall. Everything else, every non-blocking collective and
-//! larger calls go to the next provider (tuned): the module's schedules
-//! are its underlying module's.
+//! Covered (blocking, data of at most `coll_sm_max` bytes, 8 KiB on 2
+//! ranks; the alltoall limit is on the whole send vector): barrier, bcast,
+//! reduce, allreduce, allgather, alltoall; from 3 ranks also bcast of any
+//! size (pipelined in `coll_sm_max` chunks) and alltoall of blocks up to
+//! `coll_sm_max` (in pieces). Everything else, every non-blocking
+//! collective and larger calls go to the next provider (tuned): the
+//! module's schedules are its underlying module's, and so are its direct
+//! limits.
 //!
 //! Protocol (per communicator and ring; `s` = the op's number in its
 //! ring, the same on every rank because MPI makes every rank call the
@@ -155,6 +158,10 @@ impl CollComponent for Sm {
         if shape.size() == 2 {
             max = max.min(PAIR_COPY_MAX);
         }
+        if max == 0 {
+            // More than 16 Ki ranks: no room for the large ring.
+            return Ok(None);
+        }
         let module = SmModule {
             node: Arc::new(NodeColl {
                 max,
@@ -256,6 +263,10 @@ impl NodeColl {
     /// Rank 0's part of attaching: creates the segment at a fresh path.
     pub fn create(&self) -> std::result::Result<(Node, String), String> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
+        static SWEEP: std::sync::Once = std::sync::Once::new();
+        SWEEP.call_once(|| {
+            crate::shm::sweep_stale("tmpi-coll.");
+        });
         let path = format!(
             "/dev/shm/tmpi-coll.{}.{}",
             std::process::id(),
