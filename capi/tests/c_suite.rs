@@ -70,17 +70,26 @@ fn mpicc(src: &Path, out: &Path, extra: &[&str]) -> Output {
         .expect("run mpicc")
 }
 
+/// Compiles `capi/tests/c/<name>.c` once per test run. Two tests may
+/// build the same program at once (`collectives` and
+/// `coll_component_parameter_is_known`): the compiler writes a name of
+/// its own and the program appears under its name by a rename, so no test
+/// runs a half-written file ("Permission denied" from exec otherwise).
 fn build(name: &str) -> PathBuf {
     let p = prefix();
     let exe = p.bin.join(name);
     if !exe.exists() {
         let src = root().join("capi/tests/c").join(format!("{name}.c"));
-        let o = mpicc(&src, &exe, &[]);
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = p.bin.join(format!("{name}.building.{n}"));
+        let o = mpicc(&src, &tmp, &[]);
         assert!(
             o.status.success(),
             "mpicc {name}.c failed:\n{}",
             String::from_utf8_lossy(&o.stderr)
         );
+        std::fs::rename(&tmp, &exe).expect("rename the built program");
     }
     exe
 }
