@@ -90,9 +90,9 @@ fn small_blocking_calls_use_the_segment_and_large_ones_the_messages() {
             1,
             "a 260-byte allreduce went through the segment"
         );
-        // Alltoall blocks up to the limit go through in pieces of 256 / 4
-        // bytes (4 ops for 256-byte blocks); larger blocks over messages.
-        for (count, ops) in [(64usize, 4u64), (65, 0)] {
+        // Alltoall's limit is on the whole vector: 4 x 64 bytes fits, 4 x
+        // 68 bytes goes over messages.
+        for (count, ops) in [(16usize, 1u64), (17, 0)] {
             let before = w.shared_calls();
             let send: Vec<u8> = (0..4)
                 .flat_map(|d| bytes(&ints(me * 10 + d, count, 4)))

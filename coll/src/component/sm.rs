@@ -7,11 +7,10 @@
 //! Covered (blocking, data of at most `coll_sm_max` bytes, 8 KiB on 2
 //! ranks; the alltoall limit is on the whole send vector): barrier, bcast,
 //! reduce, allreduce, allgather, alltoall; from 3 ranks also bcast of any
-//! size (pipelined in `coll_sm_max` chunks) and alltoall of blocks up to
-//! `coll_sm_max` (in pieces). Everything else, every non-blocking
-//! collective and larger calls go to the next provider (tuned): the
-//! module's schedules are its underlying module's, and so are its direct
-//! limits.
+//! size (pipelined in `coll_sm_max` chunks). Everything else, every
+//! non-blocking collective and larger calls go to the next provider
+//! (tuned): the module's schedules are its underlying module's, and so
+//! are its direct limits.
 //!
 //! Protocol (per communicator and ring; `s` = the op's number in its
 //! ring, the same on every rank because MPI makes every rank call the
@@ -234,13 +233,11 @@ impl NodeColl {
     pub fn limit(&self, kind: CollKind) -> Option<usize> {
         match kind {
             CollKind::Barrier => Some(0),
-            // From 3 ranks, pipelined in chunks: bcast of any size, alltoall
-            // of blocks up to the limit (larger blocks: messages, 1 MiB
-            // blocks 1.2-1.6x slower through the segment).
+            // From 3 ranks bcast of any size, pipelined in chunks. Alltoall
+            // is not pipelined: in pieces through the segment it lost to
+            // the messages when the host's cores are far apart (4 ranks,
+            // 64 KiB blocks: 160 us against 60; 0.77x of them otherwise).
             CollKind::Bcast if self.size > 2 => Some(usize::MAX),
-            CollKind::Alltoall if self.size > 2 => {
-                Some(self.max.saturating_mul(self.size as usize))
-            }
             CollKind::Bcast
             | CollKind::Reduce
             | CollKind::Allreduce
@@ -552,32 +549,17 @@ impl Node {
 
     /// `MPI_Alltoall`: `send` p blocks (`None`: in place, they are in
     /// `recv`), block `r` of every rank's vector lands in `recv`'s block
-    /// of that rank. Up to [`Node::max`] bytes per vector in one op;
-    /// above, in pieces: op `c` carries bytes `c q .. (c + 1) q` of every
-    /// block, `q` = `max / p`.
+    /// of that rank; the vector is at most [`Node::max`] bytes.
     pub fn alltoall(&self, ctx: &CollContext, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
-        let p = self.p as usize;
-        let b = recv.len() / p;
-        if recv.len() <= self.max {
-            return self.alltoall_piece(ctx, send, recv, 0, b);
-        }
-        let q = (self.max / p).max(1);
-        let mut r = Ok(());
-        let mut off = 0;
-        while off < b {
-            let one = self.alltoall_piece(ctx, send, recv, off, q.min(b - off));
-            if r.is_ok() {
-                r = one;
-            }
-            off += q;
-        }
-        r
+        let b = recv.len() / self.p as usize;
+        self.alltoall_piece(ctx, send, recv, 0, b)
     }
 
-    /// One op of alltoall: bytes `off .. off + q` of every block. Only the
-    /// pieces for the other ranks go through the segment (at `r q` in the
-    /// area); this rank's own piece is copied straight across (in place it
-    /// is already there).
+    /// One op of alltoall: bytes `off .. off + q` of every block (whole
+    /// blocks as called now: pieces of larger ones were measured and lost,
+    /// see `NodeColl::limit`). Only the pieces for the other ranks go
+    /// through the segment (at `r q` in the area); this rank's own piece is
+    /// copied straight across (in place it is already there).
     fn alltoall_piece(
         &self,
         ctx: &CollContext,
