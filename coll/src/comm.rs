@@ -252,6 +252,16 @@ pub enum Input<'a> {
     InPlace,
 }
 
+impl<'a> Input<'a> {
+    /// The data, `None` for `MPI_IN_PLACE`.
+    pub fn data(self) -> Option<&'a [u8]> {
+        match self {
+            Input::Buf(s) => Some(s),
+            Input::InPlace => None,
+        }
+    }
+}
+
 pub(crate) struct CommInner {
     ctx: Arc<CollContext>,
     ep: Endpoint,
@@ -1249,10 +1259,7 @@ impl Comm {
         }
         reduction_ok(dtype, op, recv.len())?;
         if let Some((n, ctx)) = self.node(CollKind::Allreduce, recv.len()) {
-            let own = match send {
-                Input::Buf(s) => Some(s),
-                Input::InPlace => None,
-            };
+            let own = send.data();
             return n.allreduce(ctx, own, recv, dtype, op);
         }
         self.allreduce_msgs(send, recv, dtype, op)
@@ -1453,10 +1460,7 @@ impl Comm {
             same_len("allgather (per block)", s.len(), b)?;
         }
         if let Some((n, ctx)) = self.node(CollKind::Allgather, b) {
-            let own = match send {
-                Input::Buf(s) => Some(s),
-                Input::InPlace => None,
-            };
+            let own = send.data();
             return n.allgather(ctx, own, recv);
         }
         // Limit on the block; Bruck (p not a power of two, up to tuned's
@@ -1469,10 +1473,7 @@ impl Comm {
                 && (matches!(send, Input::Buf(_)) || b <= direct::DIRECT_CAP));
         if let Some(d) = fits.then(|| self.direct(CollKind::Allgather, b)).flatten() {
             if ring {
-                let own = match send {
-                    Input::Buf(s) => Some(s),
-                    Input::InPlace => None,
-                };
+                let own = send.data();
                 return direct::allgather_ring(&d, own, recv);
             }
             let mut copy = Scratch::new();
@@ -1536,10 +1537,7 @@ impl Comm {
             same_len("alltoall", s.len(), recv.len())?;
         }
         if let Some((n, ctx)) = self.node(CollKind::Alltoall, recv.len()) {
-            let own = match send {
-                Input::Buf(s) => Some(s),
-                Input::InPlace => None,
-            };
+            let own = send.data();
             return n.alltoall(ctx, own, recv);
         }
         // The limit is on the block; above 256 B the direct path holds one

@@ -25,15 +25,7 @@ fn configs(kind: CollKind) -> Vec<Config> {
     for a in 0..=tuned::algorithms(kind).len() {
         v.push((false, vec![(name.clone(), a.to_string())]));
     }
-    let sm_kinds = [
-        CollKind::Barrier,
-        CollKind::Bcast,
-        CollKind::Reduce,
-        CollKind::Allreduce,
-        CollKind::Allgather,
-        CollKind::Alltoall,
-    ];
-    if sm_kinds.contains(&kind) {
+    if tmpi_coll::component::sm::KINDS.contains(&kind) {
         v.push((true, vec![]));
         v.push((true, vec![("coll_sm_max".to_string(), "64".to_string())]));
     }

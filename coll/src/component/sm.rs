@@ -180,7 +180,9 @@ pub struct SmModule {
     node: Arc<NodeColl>,
 }
 
-const KINDS: [CollKind; 6] = [
+/// The collectives sm provides (their blocking calls within its limits
+/// go through the segment).
+pub const KINDS: [CollKind; 6] = [
     CollKind::Barrier,
     CollKind::Bcast,
     CollKind::Reduce,
@@ -549,48 +551,33 @@ impl Node {
 
     /// `MPI_Alltoall`: `send` p blocks (`None`: in place, they are in
     /// `recv`), block `r` of every rank's vector lands in `recv`'s block
-    /// of that rank; the vector is at most [`Node::max`] bytes.
+    /// of that rank; the vector is at most [`Node::max`] bytes. Only the
+    /// blocks for the other ranks go through the segment (at their offsets
+    /// in the area); this rank's own block is copied straight across (in
+    /// place it is already there).
     pub fn alltoall(&self, ctx: &CollContext, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
-        let b = recv.len() / self.p as usize;
-        self.alltoall_piece(ctx, send, recv, 0, b)
-    }
-
-    /// One op of alltoall: bytes `off .. off + q` of every block (whole
-    /// blocks as called now: pieces of larger ones were measured and lost,
-    /// see `NodeColl::limit`). Only the pieces for the other ranks go
-    /// through the segment (at `r q` in the area); this rank's own piece is
-    /// copied straight across (in place it is already there).
-    fn alltoall_piece(
-        &self,
-        ctx: &CollContext,
-        send: Option<&[u8]>,
-        recv: &mut [u8],
-        off: usize,
-        q: usize,
-    ) -> Result<()> {
         let p = self.p as usize;
         let n = recv.len();
         let b = n / p;
         let me = self.me as usize;
-        let st = self.begin(p * q);
+        let st = self.begin(n);
         st.claim(ctx);
         let a = st.area(self.me);
         let vector: &[u8] = send.unwrap_or(recv);
         for r in (0..p).filter(|&r| r != me) {
-            let at = r * b + off;
-            self.seg.write(a + DATA + r * q, &vector[at..at + q]);
+            self.seg
+                .write(a + DATA + r * b, &vector[r * b..(r + 1) * b]);
         }
         if let Some(x) = send {
-            let at = me * b + off;
-            recv[at..at + q].copy_from_slice(&x[at..at + q]);
+            recv[me * b..(me + 1) * b].copy_from_slice(&x[me * b..(me + 1) * b]);
         }
         self.seg.atomic(a + 8).store(n as u64, Ordering::Relaxed);
         st.flag(self.me).store(st.s, Ordering::Release);
         st.wait_all(ctx);
         let r = (0..self.p).filter(|&r| r != self.me).try_for_each(|r| {
             st.expect_len(r, n)?;
-            let at = r as usize * b + off;
-            recv[at..at + q].copy_from_slice(&st.data(r, p * q)[me * q..(me + 1) * q]);
+            let i = r as usize;
+            recv[i * b..(i + 1) * b].copy_from_slice(&st.data(r, n)[me * b..(me + 1) * b]);
             Ok(())
         });
         st.finish();
