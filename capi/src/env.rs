@@ -83,9 +83,9 @@ fn init(required: c_int) -> Res<c_int> {
         Error::new(e.class(), e.to_string())
     })?;
     let pml = Arc::new(Pml::init(InitOptions { logging: true })?);
-    // One node for every rank: split_type(SHARED) gives COMM_WORLD's group
-    // (the process-to-node map lives in the pml's PMI data).
-    let p2p = PmlP2p::new(Arc::clone(&pml), Vec::new());
+    // Nodes come from the pml (the launcher's process mapping):
+    // split_type(SHARED) and coll's sm component follow them.
+    let p2p = PmlP2p::new(Arc::clone(&pml));
     let u = CollContext::init(Arc::new(p2p), reg)?;
     let mut tables = state::take_early();
     tables.comms.insert(

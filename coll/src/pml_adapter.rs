@@ -31,7 +31,6 @@ enum Held {
 /// The pml as coll's transport.
 pub struct PmlP2p {
     pml: Arc<Pml>,
-    node_of: Vec<u32>,
     held: Mutex<HashMap<u64, Held>>,
 }
 
@@ -49,12 +48,11 @@ fn pml_err(e: tmpi_pml::PmlError) -> CollError {
 }
 
 impl PmlP2p {
-    /// Wraps `pml`; `node_of[world rank]` labels nodes (for
-    /// `split_type(SHARED)`; an empty vector means one node for all).
-    pub fn new(pml: Arc<Pml>, node_of: Vec<u32>) -> Self {
+    /// Wraps `pml`. Nodes (for `split_type(SHARED)` and the `sm`
+    /// component) are the pml's: the launcher's process mapping.
+    pub fn new(pml: Arc<Pml>) -> Self {
         PmlP2p {
             pml,
-            node_of,
             held: Mutex::new(HashMap::new()),
         }
     }
@@ -92,7 +90,7 @@ impl P2p for PmlP2p {
     }
 
     fn node_of(&self, world_rank: u32) -> u32 {
-        self.node_of.get(world_rank as usize).copied().unwrap_or(0)
+        self.pml.node_of(world_rank)
     }
 
     fn isend(&self, ep: &Endpoint, dest: u32, tag: i32, data: Vec<u8>) -> Result<P2pHandle> {

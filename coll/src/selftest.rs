@@ -191,6 +191,79 @@ pub fn check(w: &Comm) -> Result<(), String> {
     Ok(())
 }
 
+/// Bytes of a host identity exchanged by [`check_nodes`].
+const HOST_ID_LEN: usize = 96;
+
+/// What makes this process's host itself, found without the launcher: the
+/// host name and the network namespace (the multinode CI stage's "hosts"
+/// are namespaces of one machine, with one host name).
+fn host_identity() -> Vec<u8> {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let netns = std::fs::read_link("/proc/self/ns/net")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let mut id = format!("{}|{netns}", host.trim()).into_bytes();
+    id.resize(HOST_ID_LEN, 0);
+    id
+}
+
+/// `split_type(SHARED)` against the hosts the processes really run on:
+/// every rank's host identity (host name and network namespace) is
+/// exchanged, and the shared communicator must hold exactly the ranks with
+/// this rank's identity, in world order. With `expect_nodes`, the job must
+/// span that many hosts. The node communicator then passes [`check`] with
+/// its small blocking collectives through the `sm` segment (when it has
+/// two ranks or more), and a job spanning hosts passes [`check`] on `w`
+/// without attaching one. Returns the number of hosts and this rank's node size.
+pub fn check_nodes(w: &Comm, expect_nodes: Option<u32>) -> Result<(u32, u32), String> {
+    let e = |e: crate::CollError| e.to_string();
+    let p = w.size() as usize;
+    let mine = host_identity();
+    let mut all = vec![0u8; p * HOST_ID_LEN];
+    w.allgather(Input::Buf(&mine), &mut all).map_err(e)?;
+    let ids: Vec<&[u8]> = all.chunks(HOST_ID_LEN).collect();
+    let mut distinct = ids.clone();
+    distinct.sort();
+    distinct.dedup();
+    let hosts = distinct.len() as u32;
+    if let Some(n) = expect_nodes {
+        if hosts != n {
+            return Err(format!("job spans {hosts} hosts, expected {n}"));
+        }
+    }
+    let want: Vec<u32> = (0..p as u32)
+        .filter(|&r| ids[r as usize] == &mine[..])
+        .map(|r| w.group().world_ranks()[r as usize])
+        .collect();
+    let node = w
+        .split_type(crate::SplitType::Shared, w.rank() as i32)
+        .map_err(e)?
+        .ok_or("split_type(SHARED) gave no communicator")?;
+    let got: Vec<u32> = node.group().world_ranks().to_vec();
+    if got != want {
+        return Err(format!(
+            "split_type(SHARED) holds world ranks {got:?}, this host runs {want:?}"
+        ));
+    }
+    check(&node).map_err(|m| format!("node communicator: {m}"))?;
+    if node.size() > 1 && node.shared_calls() == 0 {
+        return Err(format!(
+            "no collective of the {}-rank node communicator went through sm (segment: {:?})",
+            node.size(),
+            node.shared_segment()
+        ));
+    }
+    if hosts > 1 {
+        check(w).map_err(|m| format!("communicator spanning hosts: {m}"))?;
+    }
+    if hosts > 1 && w.shared_segment().is_some() {
+        return Err("a communicator spanning hosts attached an sm segment".into());
+    }
+    let size = node.size();
+    node.free().map_err(e)?;
+    Ok((hosts, size))
+}
+
 /// Latency of barrier, bcast, allreduce, reduce, allgather and alltoall at
 /// 8 B, 1 KiB, 64 KiB and 1 MiB per rank (median of 5 timed loops); rank 0
 /// prints one line per point.

@@ -62,7 +62,7 @@ fn job_cfg(
         std::thread::spawn(move || {
             let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let pml = Arc::new(Pml::with_transport(r as u32, Box::new(lb), true).expect("pml"));
-                let p2p = PmlP2p::new(Arc::clone(&pml), Vec::new());
+                let p2p = PmlP2p::new(Arc::clone(&pml));
                 let u = CollContext::init(Arc::new(p2p), &reg).expect("coll init");
                 f(u.world);
             }));

@@ -35,6 +35,8 @@ pub(crate) struct Started {
     pub(crate) yield_when_idle: bool,
     pub(crate) stats: bool,
     pub(crate) rt: Runtime,
+    /// Node label of every rank (PMI's process mapping).
+    pub(crate) node_of: Vec<u32>,
 }
 
 /// The pml's MCA parameters.
@@ -149,6 +151,7 @@ pub(crate) fn start(opts: InitOptions) -> Result<Started, PmlError> {
         yield_when_idle: p.yield_when_idle,
         stats: p.stats,
         rt: Runtime { modex },
+        node_of: info.node_of,
     })
 }
 

@@ -563,6 +563,9 @@ pub struct Pml {
     serial: std::sync::atomic::AtomicBool,
     stats: bool,
     rt: Mutex<Option<crate::init::Runtime>>,
+    /// Node label of every world rank; empty when unknown (a pml over an
+    /// explicit transport: one node).
+    node_of: Vec<u32>,
 }
 
 impl std::fmt::Debug for Pml {
@@ -580,13 +583,9 @@ impl Pml {
     /// without a launcher), BTL selection, COMM_WORLD and COMM_SELF.
     pub fn init(opts: InitOptions) -> Result<Pml, PmlError> {
         let s = crate::init::start(opts)?;
-        Ok(Pml::from_parts(
-            s.core,
-            s.net,
-            s.yield_when_idle,
-            s.stats,
-            Some(s.rt),
-        ))
+        let mut pml = Pml::from_parts(s.core, s.net, s.yield_when_idle, s.stats, Some(s.rt));
+        pml.node_of = s.node_of;
+        Ok(pml)
     }
 
     /// A pml over an explicit transport (tests, embedding).
@@ -619,6 +618,7 @@ impl Pml {
             serial: std::sync::atomic::AtomicBool::new(false),
             stats,
             rt: Mutex::new(rt),
+            node_of: Vec::new(),
         }
     }
 
@@ -636,6 +636,13 @@ impl Pml {
     /// Number of processes in the job.
     pub fn size(&self) -> u32 {
         self.size
+    }
+
+    /// Node label of world rank `rank`: ranks with equal labels run on one
+    /// host (from the launcher's process mapping). A pml over an explicit
+    /// transport ([`Pml::with_transport`]) puts every rank on node 0.
+    pub fn node_of(&self, rank: u32) -> u32 {
+        self.node_of.get(rank as usize).copied().unwrap_or(0)
     }
 
     /// Declares whether calls into this pml are serialized by the caller

@@ -4,6 +4,10 @@
 //!   root, several counts, in place; communicators from dup/split/create;
 //!   several non-blocking collectives outstanding at once. Rank 0 prints
 //!   `coll-check check: OK`.
+//! * `nodes [N]`: `split_type(SHARED)` against the hosts the ranks really
+//!   run on (host name and network namespace), the job spanning N hosts;
+//!   the node communicator passes `check` through coll's `sm` segment.
+//!   Every rank prints `coll-check nodes: OK (H hosts, node of S ranks)`.
 //! * `bench-threads N`: the benchmark with N threads over the pml's
 //!   in-process loopback transport.
 //! * `bench`: latency of barrier, bcast, allreduce, reduce, allgather and
@@ -16,7 +20,7 @@
 
 use std::sync::Arc;
 use tmpi_coll::pml_adapter::PmlP2p;
-use tmpi_coll::selftest::{bench, check, pingpong};
+use tmpi_coll::selftest::{bench, check, check_nodes, pingpong};
 use tmpi_coll::CollContext;
 use tmpi_pml::{InitOptions, Pml};
 
@@ -32,7 +36,7 @@ fn bench_threads(n: u32) {
         .map(|(r, lb)| {
             std::thread::spawn(move || {
                 let pml = Arc::new(Pml::with_transport(r as u32, Box::new(lb), true).expect("pml"));
-                let p2p = PmlP2p::new(Arc::clone(&pml), Vec::new());
+                let p2p = PmlP2p::new(Arc::clone(&pml));
                 let u = CollContext::init(Arc::new(p2p), reg).expect("coll init");
                 bench(&u.world);
             })
@@ -55,7 +59,7 @@ fn main() {
     }
     let pml = Arc::new(Pml::init(InitOptions { logging: true }).expect("pml init"));
     let reg = tmpi_base::mca::registry();
-    let p2p = PmlP2p::new(Arc::clone(&pml), Vec::new());
+    let p2p = PmlP2p::new(Arc::clone(&pml));
     let u = CollContext::init(Arc::new(p2p), reg).expect("coll init");
     let w = u.world.clone();
     match mode.as_str() {
@@ -70,6 +74,18 @@ fn main() {
                 std::process::exit(1);
             }
         },
+        "nodes" => {
+            let expect = std::env::args().nth(2).and_then(|a| a.parse().ok());
+            match check_nodes(&w, expect) {
+                Ok((hosts, size)) => {
+                    println!("coll-check nodes: OK ({hosts} hosts, node of {size} ranks)")
+                }
+                Err(e) => {
+                    eprintln!("rank {}: coll-check nodes FAILED: {e}", w.rank());
+                    std::process::exit(1);
+                }
+            }
+        }
         "bench" => bench(&w),
         "pingpong" => pingpong(&w),
         other => {

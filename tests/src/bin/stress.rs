@@ -1242,7 +1242,7 @@ fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Arc<Watch>) -> R<String> {
     let world = mpi.world();
     let me = world.rank() as u32;
     let n = world.size() as u32;
-    let p2p = PmlP2p::new(mpi.pml().clone(), Vec::new());
+    let p2p = PmlP2p::new(mpi.pml().clone());
     let u = CollContext::init(Arc::new(p2p), tmpi_base::mca::registry())
         .map_err(|e| format!("coll init: {e}"))?;
     let ce = |e: tmpi_coll::CollError| format!("communicator creation: {e}");
