@@ -892,6 +892,18 @@ impl Comm {
         self.inner.node.as_ref()?.attached().map(Option::is_some)
     }
 
+    /// Whether `sm` reads large allgather/alltoall blocks straight from
+    /// the other ranks' memory on this communicator: `None` before a call
+    /// asked (or without a segment), else the outcome of its probe.
+    pub fn single_copy(&self) -> Option<bool> {
+        self.inner
+            .node
+            .as_ref()
+            .and_then(|n| n.attached())
+            .and_then(Option::as_ref)
+            .and_then(Node::single_copy_state)
+    }
+
     /// Blocking collectives of this communicator that ran through `sm`'s
     /// segment (for tests and diagnostics).
     pub fn shared_calls(&self) -> u64 {
@@ -1258,7 +1270,13 @@ impl Comm {
             same_len("allreduce", s.len(), recv.len())?;
         }
         reduction_ok(dtype, op, recv.len())?;
-        if let Some((n, ctx)) = self.node(CollKind::Allreduce, recv.len()) {
+        // Above sm's `max` the segment splits the vector into shares of
+        // elements: only for ops that commute, as tuned's segmented
+        // algorithms (a user op may treat several elements as one).
+        if let Some((n, ctx)) = self
+            .node(CollKind::Allreduce, recv.len())
+            .filter(|(n, _)| recv.len() <= n.max() || op.is_commutative())
+        {
             let own = send.data();
             return n.allreduce(ctx, own, recv, dtype, op);
         }
@@ -1461,7 +1479,12 @@ impl Comm {
         }
         if let Some((n, ctx)) = self.node(CollKind::Allgather, b) {
             let own = send.data();
-            return n.allgather(ctx, own, recv);
+            if b <= n.max() {
+                return n.allgather(ctx, own, recv);
+            }
+            if let Some(pids) = n.single_copy(ctx) {
+                return n.allgather_cma(ctx, pids, own, recv);
+            }
         }
         // Limit on the block; Bruck (p not a power of two, up to tuned's
         // ring threshold) also needs the whole result in its stack buffer.
@@ -1538,7 +1561,12 @@ impl Comm {
         }
         if let Some((n, ctx)) = self.node(CollKind::Alltoall, recv.len()) {
             let own = send.data();
-            return n.alltoall(ctx, own, recv);
+            if recv.len() <= n.max() {
+                return n.alltoall(ctx, own, recv);
+            }
+            if let Some(pids) = n.single_copy(ctx) {
+                return n.alltoall_cma(ctx, pids, own, recv);
+            }
         }
         // The limit is on the block; above 256 B the direct path holds one
         // send request per peer on the stack, and in place it copies the

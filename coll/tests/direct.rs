@@ -738,7 +738,7 @@ fn direct_length_mismatch_is_truncate() {
 
 #[test]
 fn sm_keeps_the_direct_path_for_calls_above_its_limit() {
-    // sm wins bcast and allreduce but passes its message path down:
+    // sm wins bcast and reduce but passes its message path down:
     // calls above its limit still run tuned's direct algorithms.
     job(
         3,
@@ -752,11 +752,15 @@ fn sm_keeps_the_direct_path_for_calls_above_its_limit() {
             // Attaching the segment ran one bcast and one allreduce on
             // messages (direct), the bcast itself went through it.
             assert_eq!((w.shared_calls(), w.direct_calls()), (1, 2));
+            // (A reduce: from 3 ranks sm takes allreduce of any size.)
             let mine = vec![me as u8; 512];
             let mut sum = vec![0u8; 512];
-            w.allreduce(Input::Buf(&mine), &mut sum, Datatype::U8, &Op::Sum)
+            let recv = (me == 1).then_some(&mut sum[..]);
+            w.reduce(Input::Buf(&mine), recv, Datatype::U8, &Op::Sum, 1)
                 .unwrap();
-            assert_eq!(sum, vec![3u8; 512]);
+            if me == 1 {
+                assert_eq!(sum, vec![3u8; 512]);
+            }
             assert_eq!((w.shared_calls(), w.direct_calls()), (1, 3));
         },
     );

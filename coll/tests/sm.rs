@@ -66,7 +66,9 @@ fn sm_takes_one_node_communicators_with_shared_memory_only() {
 
 #[test]
 fn small_blocking_calls_use_the_segment_and_large_ones_the_messages() {
-    let out = job_cfg(shm(4), &[("coll_sm_max", "256")], |w, _| {
+    // (Large allgather/alltoall by single copy: the next test.)
+    let params = [("coll_sm_max", "256"), ("coll_sm_single_copy", "0")];
+    let out = job_cfg(shm(4), &params, |w, _| {
         let me = w.rank();
         // Within the limit: the segment attaches, one op.
         let mut b = if me == 2 {
@@ -78,17 +80,28 @@ fn small_blocking_calls_use_the_segment_and_large_ones_the_messages() {
         assert_eq!(b, bytes(&ints(2, 64, 1)));
         assert_eq!(w.shared_segment(), Some(true));
         assert_eq!(w.shared_calls(), 1, "a 256-byte bcast went over messages");
-        // Above it: allreduce over messages.
-        let mine = bytes(&ints(me, 65, 1));
+        // Above it, from 3 ranks: allreduce with an op that commutes in
+        // chunks of the limit (256 + 16 bytes), two ops each; a
+        // non-commutative one over messages.
+        let inputs: Vec<Vec<u8>> = (0..4).map(|r| bytes(&ints(r, 68, 1))).collect();
+        let mine = &inputs[me as usize];
         let mut sum = vec![0u8; mine.len()];
-        w.allreduce(Input::Buf(&mine), &mut sum, Datatype::I32, &Op::Sum)
+        w.allreduce(Input::Buf(mine), &mut sum, Datatype::I32, &Op::Sum)
             .unwrap();
-        let inputs: Vec<Vec<u8>> = (0..4).map(|r| bytes(&ints(r, 65, 1))).collect();
         assert_eq!(sum, fold(&Op::Sum, Datatype::I32, &inputs));
+        assert_eq!(w.shared_calls(), 5, "a 272-byte sum: 2 chunks of 2 ops");
+        let mut io = mine.clone();
+        w.allreduce(Input::InPlace, &mut io, Datatype::I32, &Op::Sum)
+            .unwrap();
+        assert_eq!(io, sum, "in place");
+        let mut prod = vec![0u8; mine.len()];
+        w.allreduce(Input::Buf(mine), &mut prod, Datatype::I32, &matmul())
+            .unwrap();
+        assert_eq!(prod, fold(&matmul(), Datatype::I32, &inputs));
         assert_eq!(
             w.shared_calls(),
-            1,
-            "a 260-byte allreduce went through the segment"
+            9,
+            "a 272-byte non-commutative allreduce went through the segment"
         );
         // Alltoall's limit is on the whole vector: 4 x 64 bytes fits, 4 x
         // 68 bytes goes over messages.
@@ -134,6 +147,95 @@ fn small_blocking_calls_use_the_segment_and_large_ones_the_messages() {
         w.shared_calls()
     });
     assert_eq!(out, [1, 1]);
+}
+
+/// Allgather blocks of `count` ints and alltoall blocks of `count` ints
+/// (rank r's data from seed r), in place and not, checked; returns the ops
+/// they ran through the segment.
+fn gather_and_exchange(w: &tmpi_coll::Comm, count: usize) -> u64 {
+    let (me, p) = (w.rank(), w.size());
+    let before = w.shared_calls();
+    let blocks: Vec<Vec<u8>> = (0..p).map(|r| bytes(&ints(r, count, 5))).collect();
+    let want = blocks.concat();
+    let mut all = vec![0u8; want.len()];
+    w.allgather(Input::Buf(&blocks[me as usize]), &mut all)
+        .unwrap();
+    assert_eq!(all, want, "allgather, {p} ranks, count {count}");
+    let b = count * 4;
+    let mut io = vec![0xee; want.len()];
+    io[me as usize * b..(me as usize + 1) * b].copy_from_slice(&blocks[me as usize]);
+    w.allgather(Input::InPlace, &mut io).unwrap();
+    assert_eq!(io, want, "allgather in place, {p} ranks, count {count}");
+    let send: Vec<u8> = (0..p)
+        .flat_map(|d| bytes(&ints(me * 100 + d, count, 6)))
+        .collect();
+    let want: Vec<u8> = (0..p)
+        .flat_map(|s| bytes(&ints(s * 100 + me, count, 6)))
+        .collect();
+    let mut out = vec![0u8; send.len()];
+    w.alltoall(Input::Buf(&send), &mut out).unwrap();
+    assert_eq!(out, want, "alltoall, {p} ranks, count {count}");
+    let mut io = send.clone();
+    w.alltoall(Input::InPlace, &mut io).unwrap();
+    assert_eq!(io, want, "alltoall in place, {p} ranks, count {count}");
+    w.shared_calls() - before
+}
+
+#[test]
+fn large_allgather_and_alltoall_read_the_other_ranks_memory_once() {
+    // Above coll_sm_max each rank reads its blocks straight from the
+    // others' buffers (process_vm_readv; threads of this process here):
+    // one small op per call after a probe of two.
+    for n in [2u32, 3, 5] {
+        let out = job_cfg(shm(n), &[("coll_sm_max", "256")], |w, _| {
+            assert_eq!(w.single_copy(), None, "probed on first use");
+            let first = gather_and_exchange(&w, 75);
+            assert_eq!(w.single_copy(), Some(true));
+            let again = gather_and_exchange(&w, 2000);
+            // Within the limit: the segment's copy, no probe.
+            let small = gather_and_exchange(&w, 3);
+            (first, again, small)
+        });
+        assert!(out.iter().all(|&o| o == (6, 4, 4)), "{n} ranks: {out:?}");
+    }
+    // 2 ranks with the default limits: a 64 KiB block is above the 8 KiB
+    // the segment copies.
+    let out = job_cfg(shm(2), &[], |w, _| {
+        let ops = gather_and_exchange(&w, 16 * 1024);
+        (ops, w.single_copy())
+    });
+    assert_eq!(out, [(6, Some(true)); 2]);
+    // Off: the same calls over messages, nothing through the segment.
+    let out = job_cfg(
+        shm(3),
+        &[("coll_sm_max", "256"), ("coll_sm_single_copy", "0")],
+        |w, _| (gather_and_exchange(&w, 75), w.single_copy()),
+    );
+    assert_eq!(out, [(0, None); 3]);
+}
+
+#[test]
+fn single_copy_length_mismatch_is_a_truncation_error_not_a_hang() {
+    let out = job_cfg(shm(3), &[("coll_sm_max", "256")], |w, _| {
+        let me = w.rank();
+        let b = if me == 0 { 300 } else { 400 };
+        let send = vec![me as u8; 3 * b];
+        let mut recv = vec![0u8; 3 * b];
+        let a = w
+            .alltoall(Input::Buf(&send), &mut recv)
+            .map_err(|e| e.class());
+        let g = w
+            .allgather(Input::Buf(&send[..b]), &mut recv)
+            .map_err(|e| e.class());
+        // The communicator stays usable.
+        let ops = gather_and_exchange(&w, 100);
+        (a, g, ops)
+    });
+    for (a, g, ops) in out {
+        assert_eq!(a, Err(tmpi_base::error::MpiErrorClass::Truncate));
+        assert_eq!(g, Err(tmpi_base::error::MpiErrorClass::Truncate));
+        assert_eq!(ops, 4);
+    }
 }
 
 #[test]

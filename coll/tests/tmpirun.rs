@@ -48,6 +48,13 @@ fn run(n: u32) {
         "job failed ({:?})\n--- stdout\n{so}\n--- stderr\n{se}",
         out.status
     );
+    // From 2 processes the large allgather/alltoall calls read the other
+    // processes' buffers with process_vm_readv (sm's single copy).
+    let want = if n > 1 { "on" } else { "unused" };
+    assert!(
+        so.contains(&format!("(sm single copy: {want})")),
+        "single copy not {want}\n--- stdout\n{so}\n--- stderr\n{se}"
+    );
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! * `check`: every collective against a reference computed locally, every
 //!   root, several counts, in place; communicators from dup/split/create;
 //!   several non-blocking collectives outstanding at once. Rank 0 prints
-//!   `coll-check check: OK`.
+//!   `coll-check check: OK (sm single copy: on|off|unused)`.
 //! * `nodes [N]`: `split_type(SHARED)` against the hosts the ranks really
 //!   run on (host name and network namespace), the job spanning N hosts;
 //!   the node communicator passes `check` through coll's `sm` segment.
@@ -66,7 +66,14 @@ fn main() {
         "check" => match check(&w) {
             Ok(()) => {
                 if w.rank() == 0 {
-                    println!("coll-check check: OK");
+                    // Whether sm's single copy carried the large allgather
+                    // and alltoall calls (the multi-process tests ask).
+                    let sc = match w.single_copy() {
+                        Some(true) => "on",
+                        Some(false) => "off",
+                        None => "unused",
+                    };
+                    println!("coll-check check: OK (sm single copy: {sc})");
                 }
             }
             Err(e) => {

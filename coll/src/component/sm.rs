@@ -7,7 +7,11 @@
 //! Covered (blocking, data of at most `coll_sm_max` bytes, 8 KiB on 2
 //! ranks; the alltoall limit is on the whole send vector): barrier, bcast,
 //! reduce, allreduce, allgather, alltoall; from 3 ranks also bcast of any
-//! size (pipelined in `coll_sm_max` chunks). Everything else, every
+//! size (pipelined in `coll_sm_max` chunks) and allreduce of any size with
+//! an op that commutes (per chunk, each rank folds its share of the
+//! elements and the shares are gathered). Allgather and alltoall above the
+//! limit read every block straight from the other ranks' memory
+//! (`process_vm_readv`, [`Node::single_copy`]). Everything else, every
 //! non-blocking collective and larger calls go to the next provider
 //! (tuned): the module's schedules are its underlying module's, and so
 //! are its direct limits.
@@ -98,9 +102,21 @@ fn max_spec() -> ParamSpec {
         .level(Level::TunerAll)
 }
 
+fn single_copy_spec() -> ParamSpec {
+    ParamSpec::new("coll", "sm", "single_copy")
+        .help(
+            "Blocking allgather (block) and alltoall (whole send vector) above coll_sm_max \
+             read every block straight from the other ranks' buffers with one \
+             process_vm_readv each (cross-memory attach) instead of going over messages; \
+             probed once per communicator, messages when it fails",
+        )
+        .level(Level::TunerAll)
+}
+
 fn register_params(reg: &Registry) -> Result<(), McaError> {
     reg.register_priority("coll", "sm", PRIORITY)?;
     reg.register_size(max_spec(), MAX_DEFAULT)?;
+    reg.register_bool(single_copy_spec(), true)?;
     reg.register_verbose("coll", "sm")?;
     Ok(())
 }
@@ -128,6 +144,7 @@ pub static DESCRIPTOR: ComponentDescriptor = ComponentDescriptor {
 pub struct Sm {
     priority: i64,
     max: usize,
+    single_copy: bool,
 }
 
 impl Sm {
@@ -139,7 +156,12 @@ impl Sm {
             .register_size(max_spec(), MAX_DEFAULT)?
             .value()
             .min(MAX_CAP) as usize;
-        Ok(Sm { priority, max })
+        let single_copy = reg.register_bool(single_copy_spec(), true)?.value();
+        Ok(Sm {
+            priority,
+            max,
+            single_copy,
+        })
     }
 }
 
@@ -164,6 +186,7 @@ impl CollComponent for Sm {
         let module = SmModule {
             node: Arc::new(NodeColl {
                 max,
+                single_copy: self.single_copy,
                 size: shape.size(),
                 rank: shape.rank,
                 state: OnceLock::new(),
@@ -222,6 +245,7 @@ impl CollModule for SmModule {
 #[derive(Debug)]
 pub struct NodeColl {
     max: usize,
+    single_copy: bool,
     size: u32,
     rank: u32,
     /// `Some(None)`: attaching failed on some rank, never used.
@@ -239,7 +263,11 @@ impl NodeColl {
             // is not pipelined: in pieces through the segment it lost to
             // the messages when the host's cores are far apart (4 ranks,
             // 64 KiB blocks: 160 us against 60; 0.77x of them otherwise).
-            CollKind::Bcast if self.size > 2 => Some(usize::MAX),
+            // From 3 ranks also allreduce above the limit, in chunks (only
+            // for ops that commute: `Comm::allreduce` checks).
+            CollKind::Bcast | CollKind::Allreduce if self.size > 2 => Some(usize::MAX),
+            // Above the limit by single copy (`Node::single_copy`).
+            CollKind::Allgather | CollKind::Alltoall if self.single_copy => Some(usize::MAX),
             CollKind::Bcast
             | CollKind::Reduce
             | CollKind::Allreduce
@@ -273,7 +301,7 @@ impl NodeColl {
         );
         let seg = Segment::create(Path::new(&path), self.bytes())
             .map_err(|e| format!("create {path}: {e}"))?;
-        let node = Node::new(seg, self.size, self.rank, self.max);
+        let node = Node::new(seg, self.size, self.rank, self.max, self.single_copy);
         node.seg
             .atomic(8)
             .store(u64::from(self.size), Ordering::Relaxed);
@@ -297,7 +325,13 @@ impl NodeColl {
         if !ok {
             return Err(format!("{path}: header does not match this communicator"));
         }
-        Ok(Node::new(seg, self.size, self.rank, self.max))
+        Ok(Node::new(
+            seg,
+            self.size,
+            self.rank,
+            self.max,
+            self.single_copy,
+        ))
     }
 
     /// Records the outcome of attaching (the same on every rank).
@@ -351,6 +385,11 @@ pub struct Node {
     max: usize,
     small: Ring,
     large: Ring,
+    /// Whether single copy may be tried (`coll_sm_single_copy`).
+    single_copy: bool,
+    /// Every rank's pid when single copy works between all of them
+    /// (probed on first use), `None` when not.
+    cma: OnceLock<Option<Vec<u32>>>,
 }
 
 /// Data bytes of a small slot (its area is 256 bytes).
@@ -372,7 +411,7 @@ impl Node {
         (small, large, total)
     }
 
-    fn new(seg: Segment, p: u32, me: u32, max: usize) -> Node {
+    fn new(seg: Segment, p: u32, me: u32, max: usize, single_copy: bool) -> Node {
         let (small, large, _) = Node::rings(p, max);
         Node {
             seg,
@@ -381,6 +420,8 @@ impl Node {
             max,
             small,
             large,
+            single_copy,
+            cma: OnceLock::new(),
         }
     }
 
@@ -514,6 +555,9 @@ impl Node {
         dtype: Datatype,
         op: &Op,
     ) -> Result<()> {
+        if recv.len() > self.max {
+            return self.allreduce_chunked(ctx, own, recv, dtype, op);
+        }
         let st = self.begin(recv.len());
         st.claim(ctx);
         st.publish(own.unwrap_or(recv));
@@ -521,6 +565,65 @@ impl Node {
         let r = st.fold(recv, dtype, op);
         st.finish();
         r
+    }
+
+    /// Allreduce of a vector above [`Node::max`] (from 3 ranks, ops that
+    /// commute: shares split the elements): per chunk
+    /// of at most `max` bytes (whole elements), two ops. In the first every
+    /// rank publishes its chunk and folds its own share (1/p of the
+    /// elements) of all p chunks, in rank order; in the second it publishes
+    /// that share and copies everyone's shares out. Each rank reads the
+    /// vector about twice instead of p times (the flat fold), in 2 steps per
+    /// chunk instead of 2(p-1) message rounds.
+    fn allreduce_chunked(
+        &self,
+        ctx: &CollContext,
+        own: Option<&[u8]>,
+        recv: &mut [u8],
+        dtype: Datatype,
+        op: &Op,
+    ) -> Result<()> {
+        let e = dtype.size().max(1);
+        let chunk = (self.max / e).max(1) * e;
+        let p = self.p as usize;
+        let mut res = Ok(());
+        let mut off = 0;
+        while off < recv.len() {
+            let c = chunk.min(recv.len() - off);
+            let share = |r: usize| {
+                let m = c / e;
+                (r * m / p * e, (r + 1) * m / p * e)
+            };
+            let (lo, hi) = share(self.me as usize);
+            // Op one: chunks in, this rank's share folded into `recv`. After
+            // a length error keep the op sequence in step with the other
+            // ranks, but do not fold or copy any more.
+            let st = self.begin(c);
+            st.claim(ctx);
+            st.publish(&own.unwrap_or(recv)[off..off + c]);
+            st.wait_all(ctx);
+            if res.is_ok() {
+                res = st.fold_range(&mut recv[off + lo..off + hi], lo, c, dtype, op);
+            }
+            st.finish();
+            // Op two: shares out. Its ring is chosen by the chunk length, the
+            // same on every rank (the shares may differ by one element).
+            let st = self.begin(c);
+            st.claim(ctx);
+            st.publish(&recv[off + lo..off + hi]);
+            st.wait_all(ctx);
+            if res.is_ok() {
+                res = (0..self.p).filter(|&r| r != self.me).try_for_each(|r| {
+                    let (a, b) = share(r as usize);
+                    st.expect_len(r, b - a)?;
+                    recv[off + a..off + b].copy_from_slice(st.data(r, b - a));
+                    Ok(())
+                });
+            }
+            st.finish();
+            off += c;
+        }
+        res
     }
 
     /// `MPI_Allgather` of one block each into `recv` (p blocks); `own`
@@ -582,6 +685,173 @@ impl Node {
         });
         st.finish();
         r
+    }
+}
+
+/// The word every rank reads from every other one when probing single copy.
+static CMA_PROBE: u64 = MAGIC;
+
+impl Node {
+    /// Every rank's pid when blocks may be read straight from the other
+    /// ranks' memory with cross-memory attach (`process_vm_readv`), `None`
+    /// when not (`coll_sm_single_copy` off, or some rank could not read
+    /// some other). Decided on the first call that asks (a collective step
+    /// of every rank, two small ops): every rank publishes its pid and the
+    /// address of [`CMA_PROBE`], reads that word from every other rank,
+    /// then publishes whether all reads gave the right value; single copy
+    /// is used only when every rank says so.
+    pub fn single_copy(&self, ctx: &CollContext) -> Option<&[u32]> {
+        if !self.single_copy {
+            return None;
+        }
+        self.cma.get_or_init(|| self.probe_cma(ctx)).as_deref()
+    }
+
+    /// The outcome of the single-copy probe, `None` before it ran.
+    pub fn single_copy_state(&self) -> Option<bool> {
+        self.cma.get().map(Option::is_some)
+    }
+
+    #[cold]
+    fn probe_cma(&self, ctx: &CollContext) -> Option<Vec<u32>> {
+        tmpi_btl_sm::cma::allow_ptracer_any();
+        let mut hello = [0u8; 16];
+        hello[..8].copy_from_slice(&u64::from(std::process::id()).to_ne_bytes());
+        hello[8..].copy_from_slice(&(std::ptr::addr_of!(CMA_PROBE) as u64).to_ne_bytes());
+        let st = self.begin(hello.len());
+        st.claim(ctx);
+        st.publish(&hello);
+        st.wait_all(ctx);
+        let mut pids = vec![std::process::id(); self.p as usize];
+        let mut ok = true;
+        for r in (0..self.p).filter(|&r| r != self.me) {
+            let d = st.data(r, hello.len());
+            let pid = u64::from_ne_bytes(d[..8].try_into().expect("8 bytes")) as u32;
+            let addr = u64::from_ne_bytes(d[8..].try_into().expect("8 bytes"));
+            pids[r as usize] = pid;
+            let mut word = [0u8; 8];
+            match tmpi_btl_sm::cma::read(pid, addr, &mut word) {
+                Ok(()) if u64::from_ne_bytes(word) == MAGIC => {}
+                Ok(()) => ok = false,
+                Err(e) => {
+                    tracing::info!(target: "coll_sm", "single copy from rank {r} (pid {pid}) fails: {e}");
+                    ok = false;
+                }
+            }
+        }
+        st.finish();
+        let st = self.begin(1);
+        st.claim(ctx);
+        st.publish(&[u8::from(ok)]);
+        st.wait_all(ctx);
+        let all = ok
+            && (0..self.p)
+                .filter(|&r| r != self.me)
+                .all(|r| st.data(r, 1)[0] == 1);
+        st.finish();
+        tracing::debug!(target: "coll_sm", "single copy {}", if all { "on" } else { "off" });
+        all.then_some(pids)
+    }
+
+    /// One exchange by single copy: this rank publishes where its source
+    /// is (`src` address, `len` bytes), and for every other rank `r` reads
+    /// `want(r)` = (offset in `r`'s source, length) straight from `r`'s
+    /// memory into `place(r)` of `recv`; then it waits until every rank has
+    /// read its source, which may be reused once this returns.
+    fn exchange_cma(
+        &self,
+        ctx: &CollContext,
+        pids: &[u32],
+        (src, src_len): (u64, usize),
+        recv: &mut [u8],
+        want: impl Fn(u32) -> (usize, usize),
+        place: impl Fn(u32) -> usize,
+    ) -> Result<()> {
+        let mut hello = [0u8; 16];
+        hello[..8].copy_from_slice(&src.to_ne_bytes());
+        hello[8..].copy_from_slice(&(src_len as u64).to_ne_bytes());
+        let st = self.begin(hello.len());
+        st.claim(ctx);
+        st.publish(&hello);
+        st.wait_all(ctx);
+        let mut res = Ok(());
+        for r in (0..self.p).filter(|&r| r != self.me) {
+            let d = st.data(r, hello.len());
+            let addr = u64::from_ne_bytes(d[..8].try_into().expect("8 bytes"));
+            let len = u64::from_ne_bytes(d[8..].try_into().expect("8 bytes")) as usize;
+            let (off, n) = want(r);
+            if len != src_len {
+                res = res.and(Err(CollError::Truncate {
+                    peer: r,
+                    got: len,
+                    expected: src_len,
+                }));
+                continue;
+            }
+            let at = place(r);
+            if let Err(e) =
+                tmpi_btl_sm::cma::read(pids[r as usize], addr + off as u64, &mut recv[at..at + n])
+            {
+                res = res.and(Err(CollError::P2p {
+                    class: tmpi_base::error::MpiErrorClass::Other,
+                    message: format!("reading {n} bytes from rank {r} (process_vm_readv): {e}"),
+                }));
+            }
+        }
+        // Everyone has read this rank's source once every rank finished
+        // this op.
+        st.finish_all(ctx);
+        res
+    }
+
+    /// `MPI_Allgather` by single copy (blocks above [`Node::max`]): each
+    /// rank reads every other rank's block from that rank's memory.
+    pub fn allgather_cma(
+        &self,
+        ctx: &CollContext,
+        pids: &[u32],
+        own: Option<&[u8]>,
+        recv: &mut [u8],
+    ) -> Result<()> {
+        let b = recv.len() / self.p as usize;
+        let me = self.me as usize;
+        // In place the others read this rank's block out of `recv` while
+        // it writes the other blocks, never the same bytes.
+        let src = match own {
+            Some(x) => {
+                recv[me * b..(me + 1) * b].copy_from_slice(x);
+                x.as_ptr() as u64
+            }
+            None => recv[me * b..].as_ptr() as u64,
+        };
+        self.exchange_cma(ctx, pids, (src, b), recv, |_| (0, b), |r| r as usize * b)
+    }
+
+    /// `MPI_Alltoall` by single copy (vectors above [`Node::max`]): each
+    /// rank reads its block from every other rank's send vector.
+    pub fn alltoall_cma(
+        &self,
+        ctx: &CollContext,
+        pids: &[u32],
+        send: Option<&[u8]>,
+        recv: &mut [u8],
+    ) -> Result<()> {
+        let n = recv.len();
+        let b = n / self.p as usize;
+        let me = self.me as usize;
+        // In place the vector is copied first: `recv` is overwritten while
+        // the others still read it.
+        let copy;
+        let src = match send {
+            Some(x) => x,
+            None => {
+                copy = recv.to_vec();
+                &copy[..]
+            }
+        };
+        recv[me * b..(me + 1) * b].copy_from_slice(&src[me * b..(me + 1) * b]);
+        let at = (src.as_ptr() as u64, n);
+        self.exchange_cma(ctx, pids, at, recv, |_| (me * b, b), |r| r as usize * b)
     }
 }
 
@@ -668,6 +938,16 @@ impl Step<'_> {
         self.done(self.node.me).store(self.s, Ordering::Release);
     }
 
+    /// [`Step::finish`], then waits until every rank finished this op.
+    fn finish_all(self, ctx: &CollContext) {
+        let (node, ring, s) = (self.node, self.ring, self.s);
+        self.finish();
+        let done = |r: u32| node.seg.atomic(ring.done + LINE * r as usize);
+        Node::wait(ctx, || {
+            (0..node.p).all(|r| done(r).load(Ordering::Acquire) >= s)
+        });
+    }
+
     fn expect_len(&self, r: u32, expected: usize) -> Result<()> {
         let got = self
             .node
@@ -687,13 +967,27 @@ impl Step<'_> {
     /// `out = x0 op (x1 op (... op x_{p-1}))` over the op's areas.
     fn fold(&self, out: &mut [u8], dtype: Datatype, op: &Op) -> Result<()> {
         let n = out.len();
+        self.fold_range(out, 0, n, dtype, op)
+    }
+
+    /// [`Step::fold`] of bytes `from..from + out.len()` of areas holding
+    /// `n` bytes each.
+    fn fold_range(
+        &self,
+        out: &mut [u8],
+        from: usize,
+        n: usize,
+        dtype: Datatype,
+        op: &Op,
+    ) -> Result<()> {
         let p = self.node.p;
         for r in 0..p {
             self.expect_len(r, n)?;
         }
-        out.copy_from_slice(self.data(p - 1, n));
+        let to = from + out.len();
+        out.copy_from_slice(&self.data(p - 1, n)[from..to]);
         for r in (0..p - 1).rev() {
-            op.apply(dtype, self.data(r, n), out)?;
+            op.apply(dtype, &self.data(r, n)[from..to], out)?;
         }
         Ok(())
     }
