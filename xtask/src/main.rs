@@ -54,11 +54,16 @@ fn absolute(p: &Path) -> Result<PathBuf, String> {
     Ok(env::current_dir().map_err(|e| e.to_string())?.join(p))
 }
 
+/// The workspace this xtask runs for: `cargo run` (the `cargo xtask`
+/// alias) sets `CARGO_MANIFEST_DIR` at run time. The path baked in at
+/// compile time is only the fallback: with a shared `CARGO_TARGET_DIR`,
+/// cargo may reuse an xtask binary built from another checkout, which then
+/// installed that checkout's code.
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap_or(Path::new("."))
-        .to_path_buf()
+    let manifest = env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest.parent().unwrap_or(Path::new(".")).to_path_buf()
 }
 
 fn target_dir(root: &Path) -> PathBuf {
