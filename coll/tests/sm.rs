@@ -81,15 +81,15 @@ fn small_blocking_calls_use_the_segment_and_large_ones_the_messages() {
         assert_eq!(w.shared_segment(), Some(true));
         assert_eq!(w.shared_calls(), 1, "a 256-byte bcast went over messages");
         // Above it, from 3 ranks: allreduce with an op that commutes in
-        // chunks of the limit (256 + 16 bytes), two ops each; a
-        // non-commutative one over messages.
+        // chunks of the limit (256 + 16 bytes), two ops each after one
+        // comparing the lengths; a non-commutative one over messages.
         let inputs: Vec<Vec<u8>> = (0..4).map(|r| bytes(&ints(r, 68, 1))).collect();
         let mine = &inputs[me as usize];
         let mut sum = vec![0u8; mine.len()];
         w.allreduce(Input::Buf(mine), &mut sum, Datatype::I32, &Op::Sum)
             .unwrap();
         assert_eq!(sum, fold(&Op::Sum, Datatype::I32, &inputs));
-        assert_eq!(w.shared_calls(), 5, "a 272-byte sum: 2 chunks of 2 ops");
+        assert_eq!(w.shared_calls(), 6, "a 272-byte sum: 1 + 2 chunks of 2 ops");
         let mut io = mine.clone();
         w.allreduce(Input::InPlace, &mut io, Datatype::I32, &Op::Sum)
             .unwrap();
@@ -100,7 +100,7 @@ fn small_blocking_calls_use_the_segment_and_large_ones_the_messages() {
         assert_eq!(prod, fold(&matmul(), Datatype::I32, &inputs));
         assert_eq!(
             w.shared_calls(),
-            9,
+            11,
             "a 272-byte non-commutative allreduce went through the segment"
         );
         // Alltoall's limit is on the whole vector: 4 x 64 bytes fits, 4 x
@@ -121,8 +121,8 @@ fn small_blocking_calls_use_the_segment_and_large_ones_the_messages() {
             assert_eq!(io, want, "in place, count {count}");
             assert_eq!(w.shared_calls() - before, 2 * ops, "count {count}");
         }
-        // Bcast of any size from 3 ranks: 256-byte chunks, far more than
-        // the ring's slots, the last one short.
+        // Bcast of any size from 3 ranks: the root's length, then 256-byte
+        // chunks, far more than the ring's slots, the last one short.
         let before = w.shared_calls();
         let want = bytes(&ints(1, 25_001, 3));
         let mut big = if me == 1 {
@@ -132,7 +132,7 @@ fn small_blocking_calls_use_the_segment_and_large_ones_the_messages() {
         };
         w.bcast(&mut big, 1).unwrap();
         assert_eq!(big, want);
-        assert_eq!(w.shared_calls() - before, 100_004u64.div_ceil(256));
+        assert_eq!(w.shared_calls() - before, 1 + 100_004u64.div_ceil(256));
         w.shared_calls()
     });
     assert!(out.iter().all(|&d| d == out[0]), "{out:?}");
@@ -365,6 +365,44 @@ fn length_mismatch_is_a_truncation_error_not_a_hang() {
     for r in &out[1..] {
         assert_eq!(*r, Err(tmpi_base::error::MpiErrorClass::Truncate));
     }
+}
+
+#[test]
+fn chunked_length_mismatch_is_a_truncation_error_not_a_hang() {
+    // Above coll_sm_max bcast and allreduce run in chunks: lengths that
+    // give the ranks different chunk counts (the root's bcast longer and
+    // shorter than a reader's; allreduce) fail with MPI_ERR_TRUNCATE on
+    // the ranks that differ (bcast) or on all (allreduce), and the next
+    // calls still work.
+    let out = job_cfg(shm(3), &[("coll_sm_max", "256")], |w, _| {
+        let me = w.rank();
+        let class = |r: tmpi_coll::Result<()>| r.map_err(|e| e.class());
+        let mut b = vec![1u8; [4000, 1000, 4000][me as usize]];
+        let short = class(w.bcast(&mut b, 0));
+        let mut b = vec![2u8; [600, 5000, 600][me as usize]];
+        let long = class(w.bcast(&mut b, 0));
+        let mine = vec![1u8; if me == 2 { 900 } else { 3000 }];
+        let mut out = vec![0u8; mine.len()];
+        let ar = class(w.allreduce(Input::Buf(&mine), &mut out, Datatype::U8, &Op::Sum));
+        // Still in step.
+        let mut b = if me == 1 {
+            vec![7u8; 2000]
+        } else {
+            vec![0u8; 2000]
+        };
+        w.bcast(&mut b, 1).unwrap();
+        assert_eq!(b, vec![7u8; 2000]);
+        let mut sum = vec![0u8; 2000];
+        w.allreduce(Input::Buf(&[1u8; 2000]), &mut sum, Datatype::U8, &Op::Sum)
+            .unwrap();
+        assert_eq!(sum, vec![3u8; 2000]);
+        w.barrier().unwrap();
+        (short, long, ar)
+    });
+    let t = Err(tmpi_base::error::MpiErrorClass::Truncate);
+    assert_eq!(out[0], (Ok(()), Ok(()), t));
+    assert_eq!(out[1], (t, t, t));
+    assert_eq!(out[2], (Ok(()), Ok(()), t));
 }
 
 #[test]

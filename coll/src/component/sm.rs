@@ -476,11 +476,40 @@ impl Node {
     }
 
     /// `MPI_Bcast` of `buf` from `root`: one op up to [`Node::max`] bytes,
-    /// above that a pipeline of `max`-byte chunks through the large ring
-    /// (the root runs up to [`SLOTS`] chunks ahead of the slowest reader).
+    /// above that the root's length in a small op, then a pipeline of
+    /// `max`-byte chunks through the large ring (the root runs up to
+    /// [`SLOTS`] chunks ahead of the slowest reader).
     pub fn bcast(&self, ctx: &CollContext, buf: &mut [u8], root: u32) -> Result<()> {
         if buf.len() <= self.max {
             return self.bcast_one(ctx, buf, root);
+        }
+        // The root's length first (a small op the root does not wait in):
+        // a rank whose length differs follows the root's chunks without
+        // copying, so no rank waits for chunks another never starts.
+        let st = self.begin(8);
+        let total = if self.me == root {
+            st.claim(ctx);
+            st.publish(&(buf.len() as u64).to_ne_bytes());
+            buf.len()
+        } else {
+            st.wait_flag(ctx, root);
+            read_len(st.data(root, 8))
+        };
+        st.finish();
+        if total != buf.len() {
+            let mut left = total;
+            while left > 0 {
+                let c = left.min(self.max);
+                let st = self.begin(c);
+                st.wait_flag(ctx, root);
+                st.finish();
+                left -= c;
+            }
+            return Err(CollError::Truncate {
+                peer: root,
+                got: total,
+                expected: buf.len(),
+            });
         }
         let mut r = Ok(());
         for chunk in buf.chunks_mut(self.max) {
@@ -568,7 +597,8 @@ impl Node {
     }
 
     /// Allreduce of a vector above [`Node::max`] (from 3 ranks, ops that
-    /// commute: shares split the elements): per chunk
+    /// commute: shares split the elements): after one small op comparing
+    /// the ranks' lengths, per chunk
     /// of at most `max` bytes (whole elements), two ops. In the first every
     /// rank publishes its chunk and folds its own share (1/p of the
     /// elements) of all p chunks, in rank order; in the second it publishes
@@ -583,6 +613,25 @@ impl Node {
         dtype: Datatype,
         op: &Op,
     ) -> Result<()> {
+        // Every rank's length first (one small op): on a mismatch every
+        // rank sees it and returns before any chunk, so none waits for
+        // chunks another never starts.
+        let st = self.begin(8);
+        st.claim(ctx);
+        st.publish(&(recv.len() as u64).to_ne_bytes());
+        st.wait_all(ctx);
+        let differs = (0..self.p)
+            .filter(|&r| r != self.me)
+            .map(|r| (r, read_len(st.data(r, 8))))
+            .find(|&(_, n)| n != recv.len());
+        st.finish();
+        if let Some((peer, got)) = differs {
+            return Err(CollError::Truncate {
+                peer,
+                got,
+                expected: recv.len(),
+            });
+        }
         let e = dtype.size().max(1);
         let chunk = (self.max / e).max(1) * e;
         let p = self.p as usize;
@@ -686,6 +735,11 @@ impl Node {
         st.finish();
         r
     }
+}
+
+/// A length published as 8 bytes.
+fn read_len(d: &[u8]) -> usize {
+    u64::from_ne_bytes(d.try_into().unwrap_or([0xff; 8])) as usize
 }
 
 /// The word every rank reads from every other one when probing single copy.
