@@ -737,7 +737,7 @@ impl Node {
     }
 }
 
-/// A length published as 8 bytes.
+/// A length (or address, pid) published as 8 bytes.
 fn read_len(d: &[u8]) -> usize {
     u64::from_ne_bytes(d.try_into().unwrap_or([0xff; 8])) as usize
 }
@@ -780,8 +780,8 @@ impl Node {
         let mut ok = true;
         for r in (0..self.p).filter(|&r| r != self.me) {
             let d = st.data(r, hello.len());
-            let pid = u64::from_ne_bytes(d[..8].try_into().expect("8 bytes")) as u32;
-            let addr = u64::from_ne_bytes(d[8..].try_into().expect("8 bytes"));
+            let pid = read_len(&d[..8]) as u32;
+            let addr = read_len(&d[8..]) as u64;
             pids[r as usize] = pid;
             let mut word = [0u8; 8];
             match tmpi_btl_sm::cma::read(pid, addr, &mut word) {
@@ -829,10 +829,11 @@ impl Node {
         st.publish(&hello);
         st.wait_all(ctx);
         let mut res = Ok(());
-        for r in (0..self.p).filter(|&r| r != self.me) {
+        // Each rank starts with the next one: not all on rank 0's pages.
+        for r in (1..self.p).map(|k| (self.me + k) % self.p) {
             let d = st.data(r, hello.len());
-            let addr = u64::from_ne_bytes(d[..8].try_into().expect("8 bytes"));
-            let len = u64::from_ne_bytes(d[8..].try_into().expect("8 bytes")) as usize;
+            let addr = read_len(&d[..8]) as u64;
+            let len = read_len(&d[8..]);
             let (off, n) = want(r);
             if len != src_len {
                 res = res.and(Err(CollError::Truncate {
