@@ -212,6 +212,17 @@ fn large_allgather_and_alltoall_read_the_other_ranks_memory_once() {
         |w, _| (gather_and_exchange(&w, 75), w.single_copy()),
     );
     assert_eq!(out, [(0, None); 3]);
+    // One rank's probe fails (testing parameter): every rank keeps the
+    // calls on messages after the probe's 2 ops, results still exact.
+    let out = job_cfg(
+        shm(3),
+        &[
+            ("coll_sm_max", "256"),
+            ("coll_sm_single_copy_fail_test", "1"),
+        ],
+        |w, _| (gather_and_exchange(&w, 75), w.single_copy()),
+    );
+    assert_eq!(out, [(2, Some(false)); 3]);
 }
 
 #[test]

@@ -113,10 +113,20 @@ fn single_copy_spec() -> ParamSpec {
         .level(Level::TunerAll)
 }
 
+fn probe_fail_spec() -> ParamSpec {
+    ParamSpec::new("coll", "sm", "single_copy_fail_test")
+        .help(
+            "Testing only: the communicator rank whose single-copy probe reports a failed \
+             read (every rank must then keep those calls on messages); -1 = none",
+        )
+        .level(Level::DevAll)
+}
+
 fn register_params(reg: &Registry) -> Result<(), McaError> {
     reg.register_priority("coll", "sm", PRIORITY)?;
     reg.register_size(max_spec(), MAX_DEFAULT)?;
     reg.register_bool(single_copy_spec(), true)?;
+    reg.register_int(probe_fail_spec(), -1)?;
     reg.register_verbose("coll", "sm")?;
     Ok(())
 }
@@ -145,6 +155,7 @@ pub struct Sm {
     priority: i64,
     max: usize,
     single_copy: bool,
+    probe_fail: i64,
 }
 
 impl Sm {
@@ -157,10 +168,12 @@ impl Sm {
             .value()
             .min(MAX_CAP) as usize;
         let single_copy = reg.register_bool(single_copy_spec(), true)?.value();
+        let probe_fail = reg.register_int(probe_fail_spec(), -1)?.value();
         Ok(Sm {
             priority,
             max,
             single_copy,
+            probe_fail,
         })
     }
 }
@@ -187,6 +200,7 @@ impl CollComponent for Sm {
             node: Arc::new(NodeColl {
                 max,
                 single_copy: self.single_copy,
+                probe_fail: self.probe_fail == i64::from(shape.rank),
                 size: shape.size(),
                 rank: shape.rank,
                 state: OnceLock::new(),
@@ -246,6 +260,8 @@ impl CollModule for SmModule {
 pub struct NodeColl {
     max: usize,
     single_copy: bool,
+    /// `coll_sm_single_copy_fail_test` names this rank.
+    probe_fail: bool,
     size: u32,
     rank: u32,
     /// `Some(None)`: attaching failed on some rank, never used.
@@ -301,7 +317,14 @@ impl NodeColl {
         );
         let seg = Segment::create(Path::new(&path), self.bytes())
             .map_err(|e| format!("create {path}: {e}"))?;
-        let node = Node::new(seg, self.size, self.rank, self.max, self.single_copy);
+        let node = Node::new(
+            seg,
+            self.size,
+            self.rank,
+            self.max,
+            self.single_copy,
+            self.probe_fail,
+        );
         node.seg
             .atomic(8)
             .store(u64::from(self.size), Ordering::Relaxed);
@@ -331,6 +354,7 @@ impl NodeColl {
             self.rank,
             self.max,
             self.single_copy,
+            self.probe_fail,
         ))
     }
 
@@ -387,6 +411,8 @@ pub struct Node {
     large: Ring,
     /// Whether single copy may be tried (`coll_sm_single_copy`).
     single_copy: bool,
+    /// This rank's probe reports a failure (testing).
+    probe_fail: bool,
     /// Every rank's pid when single copy works between all of them
     /// (probed on first use), `None` when not.
     cma: OnceLock<Option<Vec<u32>>>,
@@ -411,7 +437,7 @@ impl Node {
         (small, large, total)
     }
 
-    fn new(seg: Segment, p: u32, me: u32, max: usize, single_copy: bool) -> Node {
+    fn new(seg: Segment, p: u32, me: u32, max: usize, single_copy: bool, probe_fail: bool) -> Node {
         let (small, large, _) = Node::rings(p, max);
         Node {
             seg,
@@ -421,6 +447,7 @@ impl Node {
             small,
             large,
             single_copy,
+            probe_fail,
             cma: OnceLock::new(),
         }
     }
@@ -777,7 +804,7 @@ impl Node {
         st.publish(&hello);
         st.wait_all(ctx);
         let mut pids = vec![std::process::id(); self.p as usize];
-        let mut ok = true;
+        let mut ok = !self.probe_fail;
         for r in (0..self.p).filter(|&r| r != self.me) {
             let d = st.data(r, hello.len());
             let pid = read_len(&d[..8]) as u32;
