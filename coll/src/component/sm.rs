@@ -662,42 +662,65 @@ impl Node {
         let e = dtype.size().max(1);
         let chunk = (self.max / e).max(1) * e;
         let p = self.p as usize;
+        let share = |c: usize, r: usize| {
+            let m = c / e;
+            (r * m / p * e, (r + 1) * m / p * e)
+        };
+        let chunks: Vec<(usize, usize)> = (0..recv.len())
+            .step_by(chunk)
+            .map(|off| (off, chunk.min(recv.len() - off)))
+            .collect();
+        let me = self.me as usize;
         let mut res = Ok(());
-        let mut off = 0;
-        while off < recv.len() {
-            let c = chunk.min(recv.len() - off);
-            let share = |r: usize| {
-                let m = c / e;
-                (r * m / p * e, (r + 1) * m / p * e)
-            };
-            let (lo, hi) = share(self.me as usize);
-            // Op one: chunks in, this rank's share folded into `recv`. After
-            // a length error keep the op sequence in step with the other
-            // ranks, but do not fold or copy any more.
-            let st = self.begin(c);
-            st.claim(ctx);
-            st.publish(&own.unwrap_or(recv)[off..off + c]);
-            st.wait_all(ctx);
-            if res.is_ok() {
-                res = st.fold_range(&mut recv[off + lo..off + hi], lo, c, dtype, op);
+        // Batches of SLOTS / 2 chunks: all their first ops are published
+        // before this rank waits for any, then all their second ops, so a
+        // rank that finds a peer behind waits once per batch, not per chunk
+        // (with more ranks than cores every such wait is a trip through the
+        // scheduler). After a length error keep the op sequence in step
+        // with the other ranks, but do not fold or copy any more.
+        for batch in chunks.chunks(SLOTS as usize / 2) {
+            // Op one: chunks in, this rank's share folded into `recv`.
+            let steps: Vec<Step<'_>> = batch
+                .iter()
+                .map(|&(off, c)| {
+                    let st = self.begin(c);
+                    st.claim(ctx);
+                    st.publish(&own.unwrap_or(recv)[off..off + c]);
+                    st
+                })
+                .collect();
+            for (st, &(off, c)) in steps.into_iter().zip(batch) {
+                let (lo, hi) = share(c, me);
+                st.wait_all(ctx);
+                if res.is_ok() {
+                    res = st.fold_range(&mut recv[off + lo..off + hi], lo, c, dtype, op);
+                }
+                st.finish();
             }
-            st.finish();
-            // Op two: shares out. Its ring is chosen by the chunk length, the
-            // same on every rank (the shares may differ by one element).
-            let st = self.begin(c);
-            st.claim(ctx);
-            st.publish(&recv[off + lo..off + hi]);
-            st.wait_all(ctx);
-            if res.is_ok() {
-                res = (0..self.p).filter(|&r| r != self.me).try_for_each(|r| {
-                    let (a, b) = share(r as usize);
-                    st.expect_len(r, b - a)?;
-                    recv[off + a..off + b].copy_from_slice(st.data(r, b - a));
-                    Ok(())
-                });
+            // Op two: shares out. Its ring is chosen by the chunk length,
+            // the same on every rank (the shares may differ by one element).
+            let steps: Vec<Step<'_>> = batch
+                .iter()
+                .map(|&(off, c)| {
+                    let (lo, hi) = share(c, me);
+                    let st = self.begin(c);
+                    st.claim(ctx);
+                    st.publish(&recv[off + lo..off + hi]);
+                    st
+                })
+                .collect();
+            for (st, &(off, c)) in steps.into_iter().zip(batch) {
+                st.wait_all(ctx);
+                if res.is_ok() {
+                    res = (0..self.p).filter(|&r| r != self.me).try_for_each(|r| {
+                        let (a, b) = share(c, r as usize);
+                        st.expect_len(r, b - a)?;
+                        recv[off + a..off + b].copy_from_slice(st.data(r, b - a));
+                        Ok(())
+                    });
+                }
+                st.finish();
             }
-            st.finish();
-            off += c;
         }
         res
     }
