@@ -23,14 +23,14 @@ fn fold_sum(inputs: &[Vec<u8>]) -> Vec<u8> {
 }
 
 /// Every collective against a local reference, every root, several
-/// counts up to 300 000 elements; sub-communicators (split, dup with
+/// counts up to 300 000 elements (allreduce and allgather also in place); sub-communicators (split, dup with
 /// context id reuse after free, create, create_group); several
 /// non-blocking collectives outstanding at once on two communicators.
 /// `Err` names the first mismatch.
 pub fn check(w: &Comm) -> Result<(), String> {
     let p = w.size();
     let me = w.rank();
-    for count in [0usize, 1, 100, 5000, 300_000] {
+    for count in [0usize, 1, 100, 5000, 16_385, 300_000] {
         let inputs: Vec<Vec<u8>> = (0..p).map(|r| ints(r, count, count as u32)).collect();
         let sum = fold_sum(&inputs);
         let mut out = vec![0u8; count * 4];
@@ -43,6 +43,12 @@ pub fn check(w: &Comm) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
         if out != sum {
             return Err(format!("allreduce count {count}"));
+        }
+        let mut io = inputs[me as usize].clone();
+        w.allreduce(Input::InPlace, &mut io, Datatype::U32, &Op::Sum)
+            .map_err(|e| e.to_string())?;
+        if io != sum {
+            return Err(format!("allreduce in place count {count}"));
         }
         for root in 0..p {
             let mut b = if me == root {
@@ -74,6 +80,14 @@ pub fn check(w: &Comm) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         if g != all {
             return Err(format!("allgather count {count}"));
+        }
+        let b = count * 4;
+        let mut g = vec![0u8; all.len()];
+        g[me as usize * b..(me as usize + 1) * b].copy_from_slice(&inputs[me as usize]);
+        w.allgather(Input::InPlace, &mut g)
+            .map_err(|e| e.to_string())?;
+        if g != all {
+            return Err(format!("allgather in place count {count}"));
         }
         let send: Vec<u8> = (0..p)
             .flat_map(|d| ints(me * 64 + d, count / 4, 3))
