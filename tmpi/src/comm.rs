@@ -8,6 +8,7 @@ use tmpi_pml::{
     InitOptions, Pml, SendMode, ANY_SOURCE, ANY_TAG, CTX_SELF, CTX_WORLD, PROC_NULL, TAG_UB,
 };
 
+use crate::coll::{CollHandle, CollSlot};
 use crate::datatype::{bytes, bytes_mut, Equivalence};
 use crate::error::{check, Error};
 use crate::request::{Message, Request, Scope, Status};
@@ -21,6 +22,7 @@ static INITIALIZED: AtomicBool = AtomicBool::new(false);
 /// owner alive for as long as you communicate.
 pub struct Mpi {
     pml: Arc<Pml>,
+    coll: Arc<CollSlot>,
 }
 
 impl std::fmt::Debug for Mpi {
@@ -40,18 +42,32 @@ impl Mpi {
                 "MPI is already initialised in this process (and cannot be re-initialised)",
             ));
         }
+        // The coll framework's parameters first: the pml reports every
+        // name set but registered by nobody (`--mca coll_sm_max ...`).
+        crate::coll::register_params()?;
         let pml = Pml::init(InitOptions { logging: true })?;
-        Ok(Mpi { pml: Arc::new(pml) })
+        Ok(Mpi {
+            pml: Arc::new(pml),
+            coll: Arc::new(CollSlot::new()),
+        })
     }
 
     /// `MPI_COMM_WORLD`.
     pub fn world(&self) -> Comm {
-        Comm::new(self.pml.clone(), CTX_WORLD)
+        Comm::new(
+            self.pml.clone(),
+            CTX_WORLD,
+            CollHandle::World(self.coll.clone()),
+        )
     }
 
     /// `MPI_COMM_SELF`.
     pub fn self_comm(&self) -> Comm {
-        Comm::new(self.pml.clone(), CTX_SELF)
+        Comm::new(
+            self.pml.clone(),
+            CTX_SELF,
+            CollHandle::SelfComm(self.coll.clone()),
+        )
     }
 
     /// Attaches `bytes` bytes of space for buffered sends
@@ -78,6 +94,8 @@ impl Mpi {
     /// A point-to-point handle on a communicator that a layer built on top
     /// (coll's dup/split/create) registered with the pml under context id
     /// `ctx`; an error (`MPI_ERR_COMM` class) when no such context exists.
+    /// Its collectives other than [`Comm::barrier`] are `MPI_ERR_COMM`: run
+    /// them on the layer's own handle.
     pub fn comm_for_context(&self, ctx: u32) -> Result<Comm, Error> {
         let (rank, size) = self.pml.comm_rank_size(ctx)?;
         Ok(Comm {
@@ -85,6 +103,7 @@ impl Mpi {
             ctx,
             rank,
             size,
+            coll: CollHandle::None,
         })
     }
 
@@ -121,6 +140,7 @@ pub struct Comm {
     ctx: u32,
     rank: i32,
     size: i32,
+    pub(crate) coll: CollHandle,
 }
 
 impl std::fmt::Debug for Comm {
@@ -151,14 +171,30 @@ fn recv_tag(tag: i32) -> Result<(), Error> {
 }
 
 impl Comm {
-    fn new(pml: Arc<Pml>, ctx: u32) -> Comm {
+    fn new(pml: Arc<Pml>, ctx: u32, coll: CollHandle) -> Comm {
         let (rank, size) = pml.comm_rank_size(ctx).expect("predefined communicator");
         Comm {
             pml,
             ctx,
             rank,
             size,
+            coll,
         }
+    }
+
+    /// A handle on a communicator coll created (dup, split).
+    pub(crate) fn from_coll(pml: Arc<Pml>, c: tmpi_coll::Comm) -> Comm {
+        Comm {
+            pml,
+            ctx: c.context_id(),
+            rank: c.rank() as i32,
+            size: c.size() as i32,
+            coll: CollHandle::Made(c),
+        }
+    }
+
+    pub(crate) fn pml_handle(&self) -> &Arc<Pml> {
+        &self.pml
     }
 
     /// This process's rank.
@@ -381,8 +417,10 @@ impl Comm {
             .map(|(m, st)| (Message::new(self.pml.clone(), m, st.count), st.into())))
     }
 
-    /// A simple barrier over point-to-point (dissemination algorithm, on
-    /// the reserved internal tag -2). Collectives proper come with coll.
+    /// A barrier over point-to-point (dissemination algorithm, on the
+    /// reserved internal tag -2), on every handle, also those of
+    /// [`Mpi::comm_for_context`]; the other collectives go through coll
+    /// (`src/coll.rs`).
     pub fn barrier(&self) -> Result<(), Error> {
         let n = self.size;
         let mut k = 1;

@@ -6,18 +6,33 @@
 /// # Safety
 /// Implementors must have no padding, no pointers and no invalid bit
 /// patterns (any byte image of `size_of::<Self>()` bytes is a valid value).
-pub unsafe trait Equivalence: Copy + Send + Sync + 'static {}
+pub unsafe trait Equivalence: Copy + Send + Sync + 'static {
+    /// The element type reductions see (`MPI_INT`, `MPI_DOUBLE`, ...);
+    /// bytes (no arithmetic: a reduction with a numeric op is
+    /// `MPI_ERR_OP`) unless the type is a primitive number or an array of
+    /// them.
+    const ELEMENT: tmpi_coll::Datatype = tmpi_coll::Datatype::Byte;
+}
 
 macro_rules! pod {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $e:ident),*) => {$(
         // SAFETY: primitive numbers have no padding and no invalid bit patterns.
-        unsafe impl Equivalence for $t {}
+        unsafe impl Equivalence for $t {
+            const ELEMENT: tmpi_coll::Datatype = tmpi_coll::Datatype::$e;
+        }
     )*};
 }
-pod!(u8, i8, u16, i16, u32, i32, u64, i64, u128, i128, usize, isize, f32, f64);
+pod!(u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32, u64 => U64,
+    i64 => I64, u128 => Byte, i128 => Byte, f32 => F32, f64 => F64);
+#[cfg(target_pointer_width = "64")]
+pod!(usize => U64, isize => I64);
+#[cfg(target_pointer_width = "32")]
+pod!(usize => U32, isize => I32);
 
 // SAFETY: an array of padding-free, all-bit-patterns-valid elements is too.
-unsafe impl<T: Equivalence, const N: usize> Equivalence for [T; N] {}
+unsafe impl<T: Equivalence, const N: usize> Equivalence for [T; N] {
+    const ELEMENT: tmpi_coll::Datatype = T::ELEMENT;
+}
 
 /// The bytes of a typed slice.
 pub(crate) fn bytes<T: Equivalence>(s: &[T]) -> &[u8] {

@@ -37,7 +37,17 @@
 //! * Tags: `0..=TAG_UB`; negative tags are reserved for the library.
 //! * Threads: [`Mpi`] and [`Comm`] are `Send + Sync`; any thread may call
 //!   (MPI_THREAD_MULTIPLE); requests are tied to their scope's thread.
+//! * Collectives ([`Comm::bcast`], [`Comm::reduce`], [`Comm::allreduce`],
+//!   gather, scatter, allgather, alltoall, scan, exscan) and communicator
+//!   creation ([`Comm::dup`], [`Comm::split`], [`Comm::split_shared`]) are
+//!   blocking calls of the coll framework (components chosen by the `coll`
+//!   MCA parameters, as in the C API), opened on first use; reductions
+//!   combine `T::ELEMENT` values ([`Equivalence::ELEMENT`]) with an [`Op`].
+//!   Like any MPI program, every rank calls them in the same order. Do not
+//!   also open a second coll framework over [`Mpi::pml`] and use both: their
+//!   context ids and collective tags are not coordinated.
 
+mod coll;
 mod comm;
 mod datatype;
 mod error;
@@ -47,6 +57,7 @@ pub use comm::{Comm, Mpi};
 pub use datatype::Equivalence;
 pub use error::Error;
 pub use request::{scope, Message, Request, Scope, Status};
+pub use tmpi_coll::{Op, UserOp};
 pub use tmpi_pml::{MpiErrorClass, ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB};
 
 /// Initialises MPI for this process (`MPI_Init`): wire-up through the

@@ -1,0 +1,189 @@
+//! The Rust API's collectives across real processes: `tmpirun -n N
+//! api-coll-check`. Every collective of `tmpi::Comm` on typed slices
+//! against a reference each rank computes itself, at sizes on both sides of
+//! coll's shared-memory limits (64 KiB: the segment, chunks, single copy),
+//! every root; dup, split and split_shared with point-to-point traffic on
+//! the new communicators; the error classes of bad calls. Rank 0 prints
+//! `api-coll-check: OK (N ranks)`. Driven by `tests/tests/api_coll.rs`.
+
+use std::process::ExitCode;
+
+use tmpi::{Comm, MpiErrorClass, Op};
+use tmpi_tests::check::{e, say, R};
+use tmpi_tests::ensure;
+
+/// Rank `r`'s input of `n` elements (small values: sums stay exact in f64).
+fn input(r: i32, n: usize, seed: i64) -> Vec<i64> {
+    (0..n as i64)
+        .map(|i| (i * 31 + seed * 7 + r as i64 * 1009) % 4093 - 2000)
+        .collect()
+}
+
+fn collectives(w: &Comm) -> R {
+    let (me, p) = (w.rank(), w.size());
+    for n in [0usize, 1, 7, 1000, 8193, 70_000] {
+        let all: Vec<Vec<i64>> = (0..p).map(|r| input(r, n, n as i64)).collect();
+        let mine = &all[me as usize];
+        let sum: Vec<i64> = (0..n).map(|i| all.iter().map(|v| v[i]).sum()).collect();
+        let max: Vec<i64> = (0..n)
+            .map(|i| all.iter().map(|v| v[i]).max().unwrap_or(0))
+            .collect();
+        // allreduce, in place, on f64 and i32 views of the same numbers
+        let mut out = vec![0i64; n];
+        w.allreduce(mine, &mut out, &Op::Sum).map_err(e)?;
+        ensure!(out == sum, "allreduce i64 sum n={n}");
+        let mut io = mine.clone();
+        w.allreduce_in_place(&mut io, &Op::Max).map_err(e)?;
+        ensure!(io == max, "allreduce in place max n={n}");
+        let f: Vec<f64> = mine.iter().map(|&x| x as f64).collect();
+        let mut fo = vec![0f64; n];
+        w.allreduce(&f, &mut fo, &Op::Sum).map_err(e)?;
+        ensure!(
+            fo.iter().zip(&sum).all(|(&a, &b)| a == b as f64),
+            "allreduce f64 n={n}"
+        );
+        let h: Vec<i32> = mine.iter().map(|&x| x as i32).collect();
+        let mut ho = vec![0i32; n];
+        w.allreduce(&h, &mut ho, &Op::Min).map_err(e)?;
+        let min: Vec<i32> = (0..n)
+            .map(|i| all.iter().map(|v| v[i] as i32).min().unwrap_or(0))
+            .collect();
+        ensure!(ho == min, "allreduce i32 min n={n}");
+        for root in 0..p {
+            let mut b = if me == root { mine.clone() } else { vec![0; n] };
+            w.bcast(&mut b, root).map_err(e)?;
+            ensure!(b == all[root as usize], "bcast n={n} root {root}");
+            let mut r = vec![0i64; n];
+            let recv = (me == root).then_some(&mut r[..]);
+            w.reduce(mine, recv, &Op::Sum, root).map_err(e)?;
+            ensure!(me != root || r == sum, "reduce n={n} root {root}");
+            let mut g = vec![0i64; n * p as usize];
+            let recv = (me == root).then_some(&mut g[..]);
+            w.gather(mine, recv, root).map_err(e)?;
+            ensure!(me != root || g == all.concat(), "gather n={n} root {root}");
+            let whole = all.concat();
+            let send = (me == root).then_some(&whole[..]);
+            let mut part = vec![0i64; n];
+            w.scatter(send, &mut part, root).map_err(e)?;
+            let at = me as usize * n;
+            ensure!(part == whole[at..at + n], "scatter n={n} root {root}");
+        }
+        let mut g = vec![0i64; n * p as usize];
+        w.allgather(mine, &mut g).map_err(e)?;
+        ensure!(g == all.concat(), "allgather n={n}");
+        // alltoall: block d of rank s is input(s * 100 + d)
+        let b = n.div_ceil(p as usize).max(1);
+        let send: Vec<i64> = (0..p).flat_map(|d| input(me * 100 + d, b, 5)).collect();
+        let want: Vec<i64> = (0..p).flat_map(|s| input(s * 100 + me, b, 5)).collect();
+        let mut got = vec![0i64; want.len()];
+        w.alltoall(&send, &mut got).map_err(e)?;
+        ensure!(got == want, "alltoall block {b}");
+        let mut sc = vec![0i64; n];
+        w.scan(mine, &mut sc, &Op::Sum).map_err(e)?;
+        let pre: Vec<i64> = (0..n)
+            .map(|i| all[..=me as usize].iter().map(|v| v[i]).sum())
+            .collect();
+        ensure!(sc == pre, "scan n={n}");
+        let mut ex = vec![-1i64; n];
+        w.exscan(mine, &mut ex, &Op::Sum).map_err(e)?;
+        if me > 0 {
+            let pre: Vec<i64> = (0..n)
+                .map(|i| all[..me as usize].iter().map(|v| v[i]).sum())
+                .collect();
+            ensure!(ex == pre, "exscan n={n}");
+        }
+    }
+    Ok(())
+}
+
+fn communicators(mpi: &tmpi::Mpi, w: &Comm) -> R {
+    let (me, p) = (w.rank(), w.size());
+    // dup: same ranks, its own traffic.
+    let d = w.dup().map_err(e)?;
+    ensure!(d.rank() == me && d.size() == p, "dup rank/size");
+    ensure!(d.context_id() != w.context_id(), "dup kept the context id");
+    let mut s = [me as u64];
+    d.allreduce_in_place(&mut s, &Op::Sum).map_err(e)?;
+    ensure!(s[0] == (0..p as u64).sum::<u64>(), "sum over the dup");
+    // split by parity, reversed order; point-to-point ring on it.
+    let half = w
+        .split(Some((me % 2) as u32), -me)
+        .map_err(e)?
+        .ok_or("split gave none")?;
+    let members: Vec<i32> = (0..p).filter(|r| r % 2 == me % 2).rev().collect();
+    ensure!(half.size() as usize == members.len(), "split size");
+    ensure!(members[half.rank() as usize] == me, "split rank order");
+    let (hr, hs) = (half.rank(), half.size());
+    let mut got = [0i32];
+    let right = (hr + 1) % hs;
+    let left = (hr + hs - 1) % hs;
+    half.sendrecv(&[me], right, 3, &mut got, left, 3)
+        .map_err(e)?;
+    ensure!(
+        got[0] == members[left as usize],
+        "ring on the split: {} from {left}",
+        got[0]
+    );
+    let none = w.split(None, 0).map_err(e)?;
+    ensure!(none.is_none(), "MPI_UNDEFINED gave a communicator");
+    // One host under tmpirun: split_shared holds everyone.
+    let node = w.split_shared(0).map_err(e)?;
+    ensure!(
+        node.size() == p && node.rank() == me,
+        "split_shared on one host"
+    );
+    // Errors: a bad root, a sum of bytes (u128), lengths that differ, a
+    // point-to-point handle's collectives.
+    let mut b = [0u8; 4];
+    let class = |r: Result<(), tmpi::Error>| r.err().map(|x| x.class());
+    ensure!(
+        class(w.bcast(&mut b, p)) == Some(MpiErrorClass::Root),
+        "bcast root {p}"
+    );
+    ensure!(
+        class(w.bcast(&mut b, -1)) == Some(MpiErrorClass::Root),
+        "bcast root -1"
+    );
+    let mut o = [0u128; 2];
+    ensure!(
+        class(w.allreduce(&[1u128, 2], &mut o, &Op::Sum)) == Some(MpiErrorClass::Op),
+        "sum of u128"
+    );
+    let mut o = [0i64; 3];
+    ensure!(
+        class(w.allreduce(&[1i64, 2], &mut o, &Op::Sum)) == Some(MpiErrorClass::Count),
+        "allreduce with different lengths"
+    );
+    let raw = mpi.comm_for_context(d.context_id()).map_err(e)?;
+    ensure!(
+        class(raw.bcast(&mut b, 0)) == Some(MpiErrorClass::Comm),
+        "comm_for_context bcast"
+    );
+    w.barrier().map_err(e)
+}
+
+fn main() -> ExitCode {
+    let mpi = match tmpi::init() {
+        Ok(m) => m,
+        Err(x) => {
+            eprintln!("init: {x}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let w = mpi.world();
+    let r = collectives(&w)
+        .and_then(|()| collectives(&mpi.self_comm()))
+        .and_then(|()| communicators(&mpi, &w));
+    match r {
+        Ok(()) => {
+            if w.rank() == 0 {
+                say(&format!("api-coll-check: OK ({} ranks)", w.size()));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(m) => {
+            eprintln!("rank {}: api-coll-check FAILED: {m}", w.rank());
+            ExitCode::FAILURE
+        }
+    }
+}

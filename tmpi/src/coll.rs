@@ -1,0 +1,218 @@
+//! Collectives and communicator creation of the Rust API: typed wrappers
+//! over the coll framework (`tmpi_coll`), opened on the first call that
+//! needs it.
+//!
+//! Buffers are typed slices; counts are in elements of `T`. Reductions
+//! combine elements of `T::ELEMENT` ([`Equivalence::ELEMENT`]) with an
+//! [`Op`]; an op that does not apply to the type (a sum of `u128`, which
+//! is bytes) is `MPI_ERR_OP`. [`Comm::barrier`] stays the point-to-point
+//! barrier of the pml (it works on every handle).
+
+use std::sync::{Arc, OnceLock};
+
+use tmpi_coll::comm::Universe;
+use tmpi_coll::pml_adapter::PmlP2p;
+use tmpi_coll::{CollContext, CollError, Input, Op, SplitType};
+use tmpi_pml::Pml;
+
+use crate::comm::Comm;
+use crate::datatype::{bytes, bytes_mut, Equivalence};
+use crate::error::Error;
+use crate::MpiErrorClass;
+
+/// The coll framework of this process, opened on first use.
+pub(crate) type CollSlot = OnceLock<Result<Universe, Error>>;
+
+/// Which coll communicator a [`Comm`] is.
+#[derive(Clone)]
+pub(crate) enum CollHandle {
+    /// `MPI_COMM_WORLD` of the process's framework.
+    World(Arc<CollSlot>),
+    /// `MPI_COMM_SELF` of the process's framework.
+    SelfComm(Arc<CollSlot>),
+    /// A communicator made by [`Comm::dup`] or [`Comm::split`].
+    Made(tmpi_coll::Comm),
+    /// A point-to-point handle (`Mpi::comm_for_context`).
+    None,
+}
+
+impl From<CollError> for Error {
+    fn from(e: CollError) -> Self {
+        Error::new(e.class(), e.to_string())
+    }
+}
+
+/// Registers coll's parameters (before the pml checks for unknown names).
+pub(crate) fn register_params() -> Result<(), Error> {
+    let reg = tmpi_base::mca::registry();
+    let mut comps = tmpi_base::component::ComponentRegistry::new();
+    let base = |e: tmpi_base::error::Error| Error::new(e.class(), e.to_string());
+    tmpi_coll::register(reg, &mut comps).map_err(base)?;
+    comps
+        .register_params(reg)
+        .map_err(|e| base(tmpi_base::error::Error::from(e)))
+}
+
+fn universe<'a>(slot: &'a CollSlot, pml: &Arc<Pml>) -> Result<&'a Universe, Error> {
+    slot.get_or_init(|| {
+        let p2p = PmlP2p::new(Arc::clone(pml));
+        Ok(CollContext::init(
+            Arc::new(p2p),
+            tmpi_base::mca::registry(),
+        )?)
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+fn root(root: i32) -> u32 {
+    // A negative root becomes one past any size: coll reports MPI_ERR_ROOT.
+    u32::try_from(root).unwrap_or(u32::MAX)
+}
+
+impl Comm {
+    /// The coll communicator behind this handle.
+    fn coll(&self) -> Result<tmpi_coll::Comm, Error> {
+        match &self.coll {
+            CollHandle::World(s) => Ok(universe(s, self.pml_handle())?.world.clone()),
+            CollHandle::SelfComm(s) => Ok(universe(s, self.pml_handle())?.self_comm.clone()),
+            CollHandle::Made(c) => Ok(c.clone()),
+            CollHandle::None => Err(Error::new(
+                MpiErrorClass::Comm,
+                "a point-to-point handle from comm_for_context has no collectives",
+            )),
+        }
+    }
+
+    /// `MPI_Comm_dup`: same group, new context (collective).
+    pub fn dup(&self) -> Result<Comm, Error> {
+        let c = self.coll()?.dup()?;
+        Ok(Comm::from_coll(self.pml_handle().clone(), c))
+    }
+
+    /// `MPI_Comm_split` (collective): ranks with equal `color` form a
+    /// communicator, ordered by `key` then by rank here; `None`
+    /// (`MPI_UNDEFINED`) takes part and gets none.
+    pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Comm>, Error> {
+        let c = self.coll()?.split(color, key)?;
+        Ok(c.map(|c| Comm::from_coll(self.pml_handle().clone(), c)))
+    }
+
+    /// `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)` (collective): the ranks
+    /// of this one on this rank's node (from the launcher's process
+    /// mapping), ordered by `key` then by rank here.
+    pub fn split_shared(&self, key: i32) -> Result<Comm, Error> {
+        let c = self
+            .coll()?
+            .split_type(SplitType::Shared, key)?
+            .ok_or_else(|| {
+                Error::new(
+                    MpiErrorClass::Intern,
+                    "split_type(SHARED) gave no communicator",
+                )
+            })?;
+        Ok(Comm::from_coll(self.pml_handle().clone(), c))
+    }
+
+    /// `MPI_Bcast` of `buf` from `root`.
+    pub fn bcast<T: Equivalence>(&self, buf: &mut [T], root_rank: i32) -> Result<(), Error> {
+        Ok(self.coll()?.bcast(bytes_mut(buf), root(root_rank))?)
+    }
+
+    /// `MPI_Reduce`: `recv` (as long as `send`) at the root only.
+    pub fn reduce<T: Equivalence>(
+        &self,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        op: &Op,
+        root_rank: i32,
+    ) -> Result<(), Error> {
+        let recv = recv.map(bytes_mut);
+        Ok(self.coll()?.reduce(
+            Input::Buf(bytes(send)),
+            recv,
+            T::ELEMENT,
+            op,
+            root(root_rank),
+        )?)
+    }
+
+    /// `MPI_Allreduce` of `send` into `recv` (same length).
+    pub fn allreduce<T: Equivalence>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: &Op,
+    ) -> Result<(), Error> {
+        Ok(self
+            .coll()?
+            .allreduce(Input::Buf(bytes(send)), bytes_mut(recv), T::ELEMENT, op)?)
+    }
+
+    /// `MPI_Allreduce` with `MPI_IN_PLACE`: `buf` is the input and the
+    /// result.
+    pub fn allreduce_in_place<T: Equivalence>(&self, buf: &mut [T], op: &Op) -> Result<(), Error> {
+        Ok(self
+            .coll()?
+            .allreduce(Input::InPlace, bytes_mut(buf), T::ELEMENT, op)?)
+    }
+
+    /// `MPI_Gather`: every rank's `send` into `recv` (size x `send.len()`
+    /// elements, in rank order) at the root only.
+    pub fn gather<T: Equivalence>(
+        &self,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        root_rank: i32,
+    ) -> Result<(), Error> {
+        let recv = recv.map(bytes_mut);
+        Ok(self
+            .coll()?
+            .gather(Input::Buf(bytes(send)), recv, root(root_rank))?)
+    }
+
+    /// `MPI_Scatter`: block `r` of the root's `send` (size x `recv.len()`
+    /// elements) to rank `r`'s `recv`.
+    pub fn scatter<T: Equivalence>(
+        &self,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        root_rank: i32,
+    ) -> Result<(), Error> {
+        let send = send.map(bytes);
+        Ok(self
+            .coll()?
+            .scatter(send, Some(bytes_mut(recv)), root(root_rank))?)
+    }
+
+    /// `MPI_Allgather`: every rank's `send` into every rank's `recv`
+    /// (size x `send.len()` elements, in rank order).
+    pub fn allgather<T: Equivalence>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
+        Ok(self
+            .coll()?
+            .allgather(Input::Buf(bytes(send)), bytes_mut(recv))?)
+    }
+
+    /// `MPI_Alltoall`: block `r` of `send` (size equal blocks) to rank `r`,
+    /// whose block from this rank lands at this rank's position of `recv`.
+    pub fn alltoall<T: Equivalence>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
+        Ok(self
+            .coll()?
+            .alltoall(Input::Buf(bytes(send)), bytes_mut(recv))?)
+    }
+
+    /// `MPI_Scan`: `recv` = the reduction of ranks 0..=this one's `send`.
+    pub fn scan<T: Equivalence>(&self, send: &[T], recv: &mut [T], op: &Op) -> Result<(), Error> {
+        Ok(self
+            .coll()?
+            .scan(Input::Buf(bytes(send)), bytes_mut(recv), T::ELEMENT, op)?)
+    }
+
+    /// `MPI_Exscan`: `recv` = the reduction of ranks 0..this one's `send`
+    /// (rank 0's `recv` is left as it was).
+    pub fn exscan<T: Equivalence>(&self, send: &[T], recv: &mut [T], op: &Op) -> Result<(), Error> {
+        Ok(self
+            .coll()?
+            .exscan(Input::Buf(bytes(send)), bytes_mut(recv), T::ELEMENT, op)?)
+    }
+}
