@@ -8,3 +8,4 @@ pub mod log;
 pub mod mca;
 pub mod modex;
 pub mod pmi;
+pub mod shm_sweep;

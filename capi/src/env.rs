@@ -73,15 +73,10 @@ fn init(required: c_int) -> Res<c_int> {
     PACK_PER_FRAGMENT.store(ppf.value(), Ordering::Relaxed);
     // The coll framework's parameters (selection list `coll`, verbosity,
     // context ids) and component descriptors, as tmpi_info shows them.
-    let mut comps = tmpi_base::component::ComponentRegistry::new();
-    tmpi_coll::register(reg, &mut comps).map_err(|e| Error::new(e.class(), e.to_string()))?;
     // Its components' own parameters too (`coll_tuned_<op>_algorithm`, ...),
     // as tmpi_info does: the pml reports every name set but registered by
     // nobody before coll opens its components.
-    comps.register_params(reg).map_err(|e| {
-        let e = tmpi_base::error::Error::from(e);
-        Error::new(e.class(), e.to_string())
-    })?;
+    tmpi_coll::register_all_params(reg).map_err(|e| Error::new(e.class(), e.to_string()))?;
     let pml = Arc::new(Pml::init(InitOptions { logging: true })?);
     // Nodes come from the pml (the launcher's process mapping):
     // split_type(SHARED) and coll's sm component follow them.

@@ -66,3 +66,14 @@ pub fn register(
     cid::register_params(reg)?;
     Ok(())
 }
+
+/// [`register`] and every component's parameters, for a process that opens
+/// coll after its pml (the pml reports the names nobody registered, so
+/// `--mca coll_sm_max ...` must be known by then): the C API and the Rust
+/// API's `tmpi::init`.
+pub fn register_all_params(reg: &Registry) -> Result<(), tmpi_base::error::Error> {
+    let mut comps = ComponentRegistry::new();
+    register(reg, &mut comps)?;
+    comps.register_params(reg)?;
+    Ok(())
+}

@@ -140,35 +140,6 @@ impl Drop for Segment {
     }
 }
 
-/// Unlinks files `/dev/shm/<prefix><pid>.*` whose creator process no
-/// longer exists (a job killed while attaching leaves its segment behind).
-/// A process of another pid namespace looks dead here: its file is
-/// unlinked, which leaves existing mappings intact and makes a late
-/// opener fail, which the component treats as "no segment". Returns how
-/// many were removed.
-pub fn sweep_stale(prefix: &str) -> usize {
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
-        return 0;
-    };
-    let mut n = 0;
-    for e in dir.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        let Some(pid) = name
-            .strip_prefix(prefix)
-            .and_then(|rest| rest.split('.').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() && std::fs::remove_file(e.path()).is_ok() {
-            tracing::info!(target: "coll_sm", segment = %name, "removed the stale segment of a dead process");
-            n += 1;
-        }
-    }
-    n
-}
-
 fn reserve(file: &File, len: usize) -> io::Result<()> {
     let len_off = libc::off_t::try_from(len)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment too large"))?;
@@ -234,21 +205,6 @@ mod tests {
         assert_eq!(&out, b"hello");
         // SAFETY: nothing writes the segment while the slice lives.
         assert_eq!(unsafe { b.slice(64, 5) }, b"hello");
-    }
-
-    #[test]
-    fn sweep_removes_only_segments_of_dead_processes() {
-        let prefix = format!("tmpi-coll-sweep-test{}.", std::process::id());
-        // pid_max is at most 2^22: this pid cannot exist.
-        let dead = format!("/dev/shm/{prefix}4999999.0");
-        let alive = format!("/dev/shm/{prefix}{}.0", std::process::id());
-        std::fs::write(&dead, b"x").unwrap();
-        std::fs::write(&alive, b"x").unwrap();
-        // The prefix ends in a dot, so the pid is what follows it.
-        assert_eq!(sweep_stale(&prefix), 1);
-        assert!(!Path::new(&dead).exists());
-        assert!(Path::new(&alive).exists());
-        std::fs::remove_file(&alive).unwrap();
     }
 
     #[test]

@@ -44,13 +44,8 @@ impl From<CollError> for Error {
 
 /// Registers coll's parameters (before the pml checks for unknown names).
 pub(crate) fn register_params() -> Result<(), Error> {
-    let reg = tmpi_base::mca::registry();
-    let mut comps = tmpi_base::component::ComponentRegistry::new();
-    let base = |e: tmpi_base::error::Error| Error::new(e.class(), e.to_string());
-    tmpi_coll::register(reg, &mut comps).map_err(base)?;
-    comps
-        .register_params(reg)
-        .map_err(|e| base(tmpi_base::error::Error::from(e)))
+    tmpi_coll::register_all_params(tmpi_base::mca::registry())
+        .map_err(|e| Error::new(e.class(), e.to_string()))
 }
 
 fn universe<'a>(slot: &'a CollSlot, pml: &Arc<Pml>) -> Result<&'a Universe, Error> {

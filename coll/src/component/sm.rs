@@ -308,7 +308,9 @@ impl NodeColl {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         static SWEEP: std::sync::Once = std::sync::Once::new();
         SWEEP.call_once(|| {
-            crate::shm::sweep_stale("tmpi-coll.");
+            for name in tmpi_base::shm_sweep::sweep_dead_creators("tmpi-coll.") {
+                tracing::info!(target: "coll_sm", segment = %name, "removed the stale segment of a dead process");
+            }
         });
         let path = format!(
             "/dev/shm/tmpi-coll.{}.{}",
@@ -317,14 +319,7 @@ impl NodeColl {
         );
         let seg = Segment::create(Path::new(&path), self.bytes())
             .map_err(|e| format!("create {path}: {e}"))?;
-        let node = Node::new(
-            seg,
-            self.size,
-            self.rank,
-            self.max,
-            self.single_copy,
-            self.probe_fail,
-        );
+        let node = Node::new(seg, self);
         node.seg
             .atomic(8)
             .store(u64::from(self.size), Ordering::Relaxed);
@@ -348,14 +343,7 @@ impl NodeColl {
         if !ok {
             return Err(format!("{path}: header does not match this communicator"));
         }
-        Ok(Node::new(
-            seg,
-            self.size,
-            self.rank,
-            self.max,
-            self.single_copy,
-            self.probe_fail,
-        ))
+        Ok(Node::new(seg, self))
     }
 
     /// Records the outcome of attaching (the same on every rank).
@@ -437,17 +425,17 @@ impl Node {
         (small, large, total)
     }
 
-    fn new(seg: Segment, p: u32, me: u32, max: usize, single_copy: bool, probe_fail: bool) -> Node {
-        let (small, large, _) = Node::rings(p, max);
+    fn new(seg: Segment, nc: &NodeColl) -> Node {
+        let (small, large, _) = Node::rings(nc.size, nc.max);
         Node {
             seg,
-            p,
-            me,
-            max,
+            p: nc.size,
+            me: nc.rank,
+            max: nc.max,
             small,
             large,
-            single_copy,
-            probe_fail,
+            single_copy: nc.single_copy,
+            probe_fail: nc.probe_fail,
             cma: OnceLock::new(),
         }
     }
@@ -1045,11 +1033,9 @@ impl Step<'_> {
 
     /// [`Step::finish`], then waits until every rank finished this op.
     fn finish_all(self, ctx: &CollContext) {
-        let (node, ring, s) = (self.node, self.ring, self.s);
-        self.finish();
-        let done = |r: u32| node.seg.atomic(ring.done + LINE * r as usize);
+        self.done(self.node.me).store(self.s, Ordering::Release);
         Node::wait(ctx, || {
-            (0..node.p).all(|r| done(r).load(Ordering::Acquire) >= s)
+            (0..self.node.p).all(|r| self.done(r).load(Ordering::Acquire) >= self.s)
         });
     }
 

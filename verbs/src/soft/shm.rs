@@ -546,30 +546,9 @@ pub(crate) fn process_alive(pid: u32) -> bool {
 }
 
 /// Unlinks ring segments left in `/dev/shm` by processes that no longer
-/// exist (a crashed job never cleans up). Returns how many were removed.
-pub(crate) fn sweep_stale() -> usize {
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
-        return 0;
-    };
-    let mut n = 0;
-    for e in dir.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        let Some(rest) = name.strip_prefix("tmpi-soft.") else {
-            continue;
-        };
-        let Some(pid) = rest.split('.').next().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if !process_alive(pid) {
-            if let Ok(c) = CString::new(format!("/{name}")) {
-                // SAFETY: valid C string.
-                if unsafe { libc::shm_unlink(c.as_ptr()) } == 0 {
-                    tracing::info!(target: "verbs", segment = %name, "soft: removed stale segment of a dead process");
-                    n += 1;
-                }
-            }
-        }
+/// exist (a crashed job never cleans up).
+pub(crate) fn sweep_stale() {
+    for name in tmpi_base::shm_sweep::sweep_dead_creators("tmpi-soft.") {
+        tracing::info!(target: "verbs", segment = %name, "soft: removed stale segment of a dead process");
     }
-    n
 }
