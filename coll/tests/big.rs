@@ -18,6 +18,8 @@ fn one_mebi_elements() {
                 if alg == "3" { "3" } else { "4" },
             ),
             ("coll_tuned_reduce_scatter_block_algorithm", "2"),
+            // 3: rabenseifner (on 5 ranks it falls back to binomial).
+            ("coll_tuned_reduce_algorithm", alg),
         ];
         job(n, &params, move |w, _| {
             let me = w.rank();
@@ -29,6 +31,12 @@ fn one_mebi_elements() {
             let inputs: Vec<Vec<u8>> = (0..p).map(|r| bytes(&ints(r, N, 5))).collect();
             let want = fold(&Op::Sum, Datatype::I32, &inputs);
             assert!(out == want, "allreduce of 1 Mi elements differs");
+            let root = p / 2;
+            let mut red = vec![0u8; if me == root { N * 4 } else { 0 }];
+            let recv = (me == root).then_some(&mut red[..]);
+            w.reduce(Input::Buf(&mine), recv, Datatype::I32, &Op::Sum, root)
+                .unwrap();
+            assert!(me != root || red == want, "reduce of 1 Mi elements differs");
             let mut b = if me == p - 1 {
                 mine.clone()
             } else {

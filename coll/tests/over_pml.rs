@@ -74,6 +74,7 @@ fn selftest_over_pml_8_ranks_forced_bandwidth_algorithms() {
             ("coll_tuned_bcast_algorithm", "3"),
             ("coll_tuned_alltoall_algorithm", "2"),
             ("coll_tuned_allgather_algorithm", "2"),
+            ("coll_tuned_reduce_algorithm", "3"),
         ],
     );
 }

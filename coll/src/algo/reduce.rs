@@ -355,6 +355,86 @@ pub fn allreduce_rabenseifner(c: &Call, pos: Pos) -> Result<Schedule> {
     Ok(s)
 }
 
+/// Rabenseifner's reduce: reduce-scatter by recursive halving, then a
+/// binomial gather of the reduced blocks to the root, on ranks relative
+/// to the root (p a power of two). Every rank reduces about n (p-1)/p
+/// bytes and the root receives n (p-1)/p, where the binomial tree makes
+/// the root (and half the ranks in its first round) reduce whole vectors:
+/// the work is spread over all ranks, whichever of them share a core.
+/// Commutative ops with at least p elements only; falls back to
+/// [`reduce_binomial`] otherwise.
+pub fn reduce_rabenseifner(c: &Call, pos: Pos) -> Result<Schedule> {
+    let p = pos.size;
+    let e = c.dtype.size();
+    let n = c.send_len();
+    if !c.commutative() || e == 0 || n / e < p as usize || p < 2 || !p.is_power_of_two() {
+        return reduce_binomial(c, pos);
+    }
+    let mut s = c.schedule();
+    let inp = input(c, &mut s);
+    let v = pos.vrank(c.root);
+    // Partial results and the gathered blocks: the caller's receive buffer
+    // at the root of a blocking call, else scratch.
+    let out = if pos.rank == c.root {
+        c.output(&mut s, n)
+    } else {
+        s.scratch(n)
+    };
+    let span = |b: BufId, lo: u32, hi: u32| {
+        let (o, _) = chunk(n, e, p, lo);
+        let (eo, el) = chunk(n, e, p, hi - 1);
+        Slice::new(b, o, eo + el - o)
+    };
+    let real = |w: u32| pos.real(w, c.root);
+    // Recursive halving: this rank ends with block v reduced over all.
+    let (mut lo, mut hi) = (0, p);
+    let mut mask = p / 2;
+    let mut first = true;
+    while mask > 0 {
+        let partner = v ^ mask;
+        let mid = (lo + hi) / 2;
+        let (keep, give) = if v & mask == 0 {
+            ((lo, mid), (mid, hi))
+        } else {
+            ((mid, hi), (lo, mid))
+        };
+        if first {
+            s.send(real(partner), span(inp, give.0, give.1));
+            s.recv(real(partner), span(out, keep.0, keep.1));
+            s.reduce(
+                span(inp, keep.0, keep.1),
+                span(out, keep.0, keep.1),
+                v < partner,
+            );
+            first = false;
+        } else {
+            s.send(real(partner), span(out, give.0, give.1));
+            s.recv_reduce(real(partner), span(out, keep.0, keep.1), partner < v);
+        }
+        s.next_round();
+        (lo, hi) = keep;
+        mask >>= 1;
+    }
+    // Binomial gather of the windows towards v = 0.
+    let mut mask = 1;
+    while mask < p {
+        if v & mask != 0 {
+            s.send(real(v - mask), span(out, lo, hi));
+            s.next_round();
+            break;
+        }
+        let w = hi - lo;
+        s.recv(real(v + mask), span(out, hi, hi + w));
+        s.next_round();
+        hi += w;
+        mask <<= 1;
+    }
+    if pos.rank == c.root {
+        s.result = Some(out);
+    }
+    Ok(s)
+}
+
 fn rs_offsets(c: &Call, p: u32) -> Result<Vec<usize>> {
     if c.counts.len() != p as usize {
         return Err(CollError::Intern("reduce_scatter counts".into()));

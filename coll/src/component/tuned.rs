@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | barrier | linear 1, dissemination 2, tree 3 | dissemination (one round at p = 2, ceil(log2 p) rounds) |
 //! | bcast | linear 1, binomial 2, scatter_allgather 3, chain 4 (64 KiB segments) | binomial if p <= 4, n < 64 KiB or ranks yield when idle (oversubscribed); else scatter_allgather |
-//! | reduce | linear 1, binomial 2 | linear if p <= 2, else binomial |
+//! | reduce | linear 1, binomial 2, rabenseifner 3 (forced only) | linear if p <= 2, else binomial |
 //! | allreduce | reduce_bcast 1, recursive_doubling 2, ring 3, rabenseifner 4 | if the op commutes, p > 2, n >= 32 KiB and count >= p: rabenseifner if p is a power of two, else ring; else recursive_doubling |
 //! | gather, scatter | linear 1, binomial 2 | binomial if p * block <= 16 KiB, else linear |
 //! | allgather | gather_bcast 1, ring 2, recursive_doubling 3, bruck 4 | p * block <= 64 KiB: recursive_doubling if p is a power of two, else bruck; larger: ring |
@@ -55,7 +55,7 @@ pub const ALGORITHMS: &[(CollKind, &[&str])] = &[
         CollKind::Bcast,
         &["linear", "binomial", "scatter_allgather", "chain"],
     ),
-    (CollKind::Reduce, &["linear", "binomial"]),
+    (CollKind::Reduce, &["linear", "binomial", "rabenseifner"]),
     (
         CollKind::Allreduce,
         &["reduce_bcast", "recursive_doubling", "ring", "rabenseifner"],
@@ -276,6 +276,9 @@ impl TunedModule {
                 }
             }
             CollKind::Reduce => {
+                // Rabenseifner (3) only when forced: on 4 ranks sharing 2
+                // cores it lost to binomial at 1 MiB (350 against 212 us,
+                // 7 alternating rounds; docs/coll.md).
                 if p <= 2 {
                     1
                 } else {
@@ -364,6 +367,7 @@ impl CollModule for TunedModule {
             (CollKind::Bcast, 4) => bcast::chain(c, pos, self.segment),
             (CollKind::Bcast, _) => bcast::binomial(c, pos),
             (CollKind::Reduce, 1) => reduce::reduce_linear(c, pos),
+            (CollKind::Reduce, 3) => reduce::reduce_rabenseifner(c, pos),
             (CollKind::Reduce, _) => reduce::reduce_binomial(c, pos),
             (CollKind::Allreduce, 1) => reduce::allreduce_reduce_bcast(c, pos),
             (CollKind::Allreduce, 3) => reduce::allreduce_ring(c, pos),
