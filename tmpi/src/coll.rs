@@ -2,12 +2,16 @@
 //! over the coll framework (`tmpi_coll`), opened on the first call that
 //! needs it.
 //!
-//! Buffers are typed slices; counts are in elements of `T`. Reductions
+//! Buffers are typed slices; counts are in elements of `T`. Non-blocking
+//! collectives ([`Comm::ibcast`], ...) take their input by value and give
+//! the result back from [`CollRequest::wait`]: no buffer is borrowed while
+//! the operation runs, so no scope is needed. Reductions
 //! combine elements of `T::ELEMENT` ([`Equivalence::ELEMENT`]) with an
 //! [`Op`]; an op that does not apply to the type (a sum of `u128`, which
 //! is bytes) is `MPI_ERR_OP`. [`Comm::barrier`] stays the point-to-point
 //! barrier of the pml (it works on every handle).
 
+use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
 
 use tmpi_coll::comm::Universe;
@@ -16,7 +20,7 @@ use tmpi_coll::{CollContext, CollError, Input, Op, SplitType};
 use tmpi_pml::Pml;
 
 use crate::comm::Comm;
-use crate::datatype::{bytes, bytes_mut, Equivalence};
+use crate::datatype::{bytes, bytes_mut, vec_from_bytes, Equivalence};
 use crate::error::Error;
 use crate::MpiErrorClass;
 
@@ -209,5 +213,175 @@ impl Comm {
         Ok(self
             .coll()?
             .exscan(Input::Buf(bytes(send)), bytes_mut(recv), T::ELEMENT, op)?)
+    }
+}
+
+/// A non-blocking collective in progress (`MPI_Request` of `MPI_Ibcast`,
+/// ...): progressed by [`CollRequest::test`], [`CollRequest::wait`], and
+/// while this process waits in any other collective or point-to-point
+/// call on the same framework. Its result is a vector of `T` (empty for
+/// ranks without one: [`Comm::ibarrier`], a reduce or gather away from the
+/// root, exscan on rank 0). Dropping it before it completed waits for it
+/// (the other ranks may need this rank's part); an error found then is
+/// logged.
+#[derive(Debug)]
+#[must_use = "a non-blocking collective completes only when tested or waited for"]
+pub struct CollRequest<T: Equivalence> {
+    req: Option<tmpi_coll::CollRequest>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: Equivalence> CollRequest<T> {
+    fn new(req: tmpi_coll::CollRequest) -> Self {
+        CollRequest {
+            req: Some(req),
+            _t: PhantomData,
+        }
+    }
+
+    /// Advances the collective; `Ok(true)` once it completed
+    /// (`MPI_Test`); the result is then taken with [`CollRequest::wait`].
+    pub fn test(&self) -> Result<bool, Error> {
+        match &self.req {
+            Some(r) => Ok(r.test()?),
+            None => Ok(true),
+        }
+    }
+
+    /// Waits for completion (`MPI_Wait`) and returns the result.
+    pub fn wait(mut self) -> Result<Vec<T>, Error> {
+        match self.req.take() {
+            Some(r) => Ok(vec_from_bytes(&r.wait()?)),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+impl<T: Equivalence> Drop for CollRequest<T> {
+    fn drop(&mut self) {
+        if let Some(r) = self.req.take() {
+            if let Err(e) = r.wait() {
+                tracing::warn!(target: "tmpi", "a dropped non-blocking collective failed: {e}");
+            }
+        }
+    }
+}
+
+/// The bytes of an owned input (one copy: coll keeps them until the
+/// collective completes).
+fn owned<T: Equivalence>(v: &[T]) -> Vec<u8> {
+    bytes(v).to_vec()
+}
+
+impl Comm {
+    /// `MPI_Ibarrier`; the result is empty.
+    pub fn ibarrier(&self) -> Result<CollRequest<u8>, Error> {
+        Ok(CollRequest::new(self.coll()?.ibarrier()?))
+    }
+
+    /// `MPI_Ibcast` of the root's `buf` (every rank passes a vector of the
+    /// same length; only the root's contents count); the result is the
+    /// broadcast vector.
+    pub fn ibcast<T: Equivalence>(
+        &self,
+        buf: Vec<T>,
+        root_rank: i32,
+    ) -> Result<CollRequest<T>, Error> {
+        Ok(CollRequest::new(
+            self.coll()?.ibcast(owned(&buf), root(root_rank))?,
+        ))
+    }
+
+    /// `MPI_Ireduce`: the result is the reduction at the root, empty
+    /// elsewhere.
+    pub fn ireduce<T: Equivalence>(
+        &self,
+        send: Vec<T>,
+        op: &Op,
+        root_rank: i32,
+    ) -> Result<CollRequest<T>, Error> {
+        let c = self.coll()?;
+        Ok(CollRequest::new(c.ireduce(
+            owned(&send),
+            T::ELEMENT,
+            op,
+            root(root_rank),
+        )?))
+    }
+
+    /// `MPI_Iallreduce`: the result is the reduction on every rank.
+    pub fn iallreduce<T: Equivalence>(
+        &self,
+        send: Vec<T>,
+        op: &Op,
+    ) -> Result<CollRequest<T>, Error> {
+        let c = self.coll()?;
+        Ok(CollRequest::new(c.iallreduce(
+            owned(&send),
+            T::ELEMENT,
+            op,
+        )?))
+    }
+
+    /// `MPI_Igather`: the root's result holds every rank's `send` in rank
+    /// order (size x `send.len()` elements), empty elsewhere.
+    pub fn igather<T: Equivalence>(
+        &self,
+        send: Vec<T>,
+        root_rank: i32,
+    ) -> Result<CollRequest<T>, Error> {
+        Ok(CollRequest::new(
+            self.coll()?.igather(owned(&send), root(root_rank))?,
+        ))
+    }
+
+    /// `MPI_Iscatter`: the root passes size x `count` elements (the others
+    /// `None`); every rank's result is its block of `count` elements.
+    pub fn iscatter<T: Equivalence>(
+        &self,
+        send: Option<Vec<T>>,
+        count: usize,
+        root_rank: i32,
+    ) -> Result<CollRequest<T>, Error> {
+        let send = send.as_deref().map(owned).unwrap_or_default();
+        let block = count.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+            Error::new(MpiErrorClass::Count, format!("iscatter: {count} elements"))
+        })?;
+        Ok(CollRequest::new(self.coll()?.iscatter(
+            send,
+            block,
+            root(root_rank),
+        )?))
+    }
+
+    /// `MPI_Iallgather`: the result holds every rank's `send` in rank order.
+    pub fn iallgather<T: Equivalence>(&self, send: Vec<T>) -> Result<CollRequest<T>, Error> {
+        Ok(CollRequest::new(self.coll()?.iallgather(owned(&send))?))
+    }
+
+    /// `MPI_Ialltoall`: block `r` of `send` (size equal blocks) goes to
+    /// rank `r`; the result holds the blocks for this rank in rank order.
+    pub fn ialltoall<T: Equivalence>(&self, send: Vec<T>) -> Result<CollRequest<T>, Error> {
+        let p = self.size() as usize;
+        if send.len() % p.max(1) != 0 {
+            return Err(Error::new(
+                MpiErrorClass::Count,
+                format!("ialltoall: {} elements is not {p} equal blocks", send.len()),
+            ));
+        }
+        Ok(CollRequest::new(self.coll()?.ialltoall(owned(&send))?))
+    }
+
+    /// `MPI_Iscan`: the result is the reduction of ranks 0..=this one.
+    pub fn iscan<T: Equivalence>(&self, send: Vec<T>, op: &Op) -> Result<CollRequest<T>, Error> {
+        let c = self.coll()?;
+        Ok(CollRequest::new(c.iscan(owned(&send), T::ELEMENT, op)?))
+    }
+
+    /// `MPI_Iexscan`: the result is the reduction of ranks 0..this one
+    /// (empty on rank 0).
+    pub fn iexscan<T: Equivalence>(&self, send: Vec<T>, op: &Op) -> Result<CollRequest<T>, Error> {
+        let c = self.coll()?;
+        Ok(CollRequest::new(c.iexscan(owned(&send), T::ELEMENT, op)?))
     }
 }

@@ -47,3 +47,23 @@ pub(crate) fn bytes_mut<T: Equivalence>(s: &mut [T]) -> &mut [u8] {
     // bytes keeps the slice valid.
     unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(s)) }
 }
+
+/// A typed vector holding a copy of `b` (whole elements; a trailing
+/// partial element is dropped).
+pub(crate) fn vec_from_bytes<T: Equivalence>(b: &[u8]) -> Vec<T> {
+    let size = std::mem::size_of::<T>();
+    if size == 0 {
+        return Vec::new();
+    }
+    let n = b.len() / size;
+    let mut v = Vec::<T>::with_capacity(n);
+    // SAFETY: the vector has room for `n` elements = `n * size` bytes,
+    // which `b` holds; the regions are distinct allocations. Any byte image
+    // is a valid `T` (Equivalence), so the `n` elements are initialised
+    // once copied.
+    unsafe {
+        std::ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr().cast::<u8>(), n * size);
+        v.set_len(n);
+    }
+    v
+}

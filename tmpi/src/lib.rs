@@ -40,7 +40,10 @@
 //! * Collectives ([`Comm::bcast`], [`Comm::reduce`], [`Comm::allreduce`],
 //!   gather, scatter, allgather, alltoall, scan, exscan) and communicator
 //!   creation ([`Comm::dup`], [`Comm::split`], [`Comm::split_shared`]) are
-//!   blocking calls of the coll framework (components chosen by the `coll`
+//!   blocking calls, and [`Comm::ibarrier`], [`Comm::ibcast`],
+//!   [`Comm::ireduce`], [`Comm::iallreduce`], gather, scatter, allgather,
+//!   alltoall, scan and exscan non-blocking ones (input by value, result
+//!   from [`CollRequest::wait`]), of the coll framework (components chosen by the `coll`
 //!   MCA parameters, as in the C API), opened on first use; reductions
 //!   combine `T::ELEMENT` values ([`Equivalence::ELEMENT`]) with an [`Op`].
 //!   Like any MPI program, every rank calls them in the same order. Do not
@@ -53,6 +56,7 @@ mod datatype;
 mod error;
 mod request;
 
+pub use coll::CollRequest;
 pub use comm::{Comm, Mpi};
 pub use datatype::Equivalence;
 pub use error::Error;

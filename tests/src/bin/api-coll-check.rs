@@ -2,7 +2,8 @@
 //! api-coll-check`. Every collective of `tmpi::Comm` on typed slices
 //! against a reference each rank computes itself, at sizes on both sides of
 //! coll's shared-memory limits (64 KiB: the segment, chunks, single copy),
-//! every root; dup, split and split_shared with point-to-point traffic on
+//! every root; the non-blocking ones several at once with point-to-point
+//! traffic among them; dup, split and split_shared with point-to-point traffic on
 //! the new communicators; the error classes of bad calls. Rank 0 prints
 //! `api-coll-check: OK (N ranks)`. Driven by `tests/tests/api_coll.rs`.
 
@@ -96,6 +97,111 @@ fn collectives(w: &Comm) -> R {
     Ok(())
 }
 
+/// Non-blocking collectives, several outstanding at once with
+/// point-to-point traffic on the same communicator between their start
+/// and their completion, completed in another order than started.
+fn nonblocking(w: &Comm) -> R {
+    let (me, p) = (w.rank(), w.size());
+    for n in [0usize, 1, 1000, 70_000] {
+        let all: Vec<Vec<i64>> = (0..p).map(|r| input(r, n, n as i64 + 3)).collect();
+        let mine = all[me as usize].clone();
+        let sum: Vec<i64> = (0..n).map(|i| all.iter().map(|v| v[i]).sum()).collect();
+        let root = (n % p as usize) as i32;
+        let bar = w.ibarrier().map_err(e)?;
+        let bc = w
+            .ibcast(
+                if me == p - 1 {
+                    mine.clone()
+                } else {
+                    vec![0; n]
+                },
+                p - 1,
+            )
+            .map_err(e)?;
+        let ar = w.iallreduce(mine.clone(), &Op::Sum).map_err(e)?;
+        let rd = w.ireduce(mine.clone(), &Op::Max, root).map_err(e)?;
+        let ga = w.igather(mine.clone(), root).map_err(e)?;
+        let whole = all.concat();
+        let sc = w
+            .iscatter((me == root).then(|| whole.clone()), n, root)
+            .map_err(e)?;
+        let ag = w.iallgather(mine.clone()).map_err(e)?;
+        let b = n.div_ceil(p as usize).max(1);
+        let send: Vec<i64> = (0..p).flat_map(|d| input(me * 100 + d, b, 9)).collect();
+        let want: Vec<i64> = (0..p).flat_map(|s| input(s * 100 + me, b, 9)).collect();
+        let aa = w.ialltoall(send).map_err(e)?;
+        let f: Vec<f64> = mine.iter().map(|&x| x as f64).collect();
+        let scn = w.iscan(f, &Op::Sum).map_err(e)?;
+        let exs = w.iexscan(mine.clone(), &Op::Sum).map_err(e)?;
+        // Point-to-point on the same communicator while they run.
+        let mut got = [0i32; 2];
+        let (right, left) = ((me + 1) % p, (me + p - 1) % p);
+        w.sendrecv(&[me, n as i32], right, 11, &mut got, left, 11)
+            .map_err(e)?;
+        ensure!(
+            got == [left, n as i32],
+            "sendrecv among collectives: {got:?}"
+        );
+        let mut spins = 0u64;
+        while !ar.test().map_err(e)? {
+            spins += 1;
+            ensure!(spins < 100_000_000, "iallreduce never completed (n={n})");
+        }
+        // Completed in reverse order of starting.
+        if me > 0 {
+            let pre: Vec<i64> = (0..n)
+                .map(|i| all[..me as usize].iter().map(|v| v[i]).sum())
+                .collect();
+            ensure!(exs.wait().map_err(e)? == pre, "iexscan n={n}");
+        } else {
+            ensure!(exs.wait().map_err(e)?.is_empty(), "iexscan on rank 0 n={n}");
+        }
+        let pre: Vec<f64> = (0..n)
+            .map(|i| all[..=me as usize].iter().map(|v| v[i] as f64).sum())
+            .collect();
+        ensure!(scn.wait().map_err(e)? == pre, "iscan f64 n={n}");
+        ensure!(aa.wait().map_err(e)? == want, "ialltoall block {b}");
+        ensure!(ag.wait().map_err(e)? == whole, "iallgather n={n}");
+        let at = me as usize * n;
+        ensure!(sc.wait().map_err(e)? == whole[at..at + n], "iscatter n={n}");
+        let g = ga.wait().map_err(e)?;
+        ensure!(
+            if me == root { g == whole } else { g.is_empty() },
+            "igather n={n} root {root}"
+        );
+        let max: Vec<i64> = (0..n)
+            .map(|i| all.iter().map(|v| v[i]).max().unwrap_or(0))
+            .collect();
+        let r = rd.wait().map_err(e)?;
+        ensure!(
+            if me == root { r == max } else { r.is_empty() },
+            "ireduce n={n} root {root}"
+        );
+        ensure!(ar.wait().map_err(e)? == sum, "iallreduce n={n}");
+        ensure!(bc.wait().map_err(e)? == all[p as usize - 1], "ibcast n={n}");
+        ensure!(bar.wait().map_err(e)?.is_empty(), "ibarrier result");
+    }
+    // A request dropped unfinished still completes on every rank: the
+    // blocking allreduce after it must not wait for it.
+    drop(w.iallreduce(vec![me as u64; 5], &Op::Sum).map_err(e)?);
+    let mut s = [1u64];
+    w.allreduce_in_place(&mut s, &Op::Sum).map_err(e)?;
+    ensure!(s[0] == p as u64, "allreduce after a dropped request");
+    // Errors at the start: a bad root, an alltoall that is not size blocks.
+    let class = |r: Result<tmpi::CollRequest<i64>, tmpi::Error>| r.err().map(|x| x.class());
+    ensure!(
+        class(w.ibcast(vec![0i64; 2], p)) == Some(MpiErrorClass::Root),
+        "ibcast root {p}"
+    );
+    if p > 1 {
+        ensure!(
+            class(w.ialltoall(vec![0i64; p as usize + 1])) == Some(MpiErrorClass::Count),
+            "ialltoall of size + 1 elements"
+        );
+    }
+    Ok(())
+}
+
 fn communicators(mpi: &tmpi::Mpi, w: &Comm) -> R {
     let (me, p) = (w.rank(), w.size());
     // dup: same ranks, its own traffic.
@@ -173,6 +279,8 @@ fn main() -> ExitCode {
     let w = mpi.world();
     let r = collectives(&w)
         .and_then(|()| collectives(&mpi.self_comm()))
+        .and_then(|()| nonblocking(&w))
+        .and_then(|()| nonblocking(&mpi.self_comm()))
         .and_then(|()| communicators(&mpi, &w));
     match r {
         Ok(()) => {
