@@ -217,6 +217,13 @@ fn nonblocking_v_collectives() {
     expect_ok("icollv", &[1, 2, 3, 4]);
 }
 
+/// A rank blocked in MPI_Recv / MPI_Probe keeps its non-blocking
+/// collectives moving (MPI's progress rule; `tests/c/progress.c`).
+#[test]
+fn blocked_point_to_point_progresses_nonblocking_collectives() {
+    expect_ok("progress", &[2, 3, 4, 5]);
+}
+
 #[test]
 fn errors_return_each_class() {
     expect_ok("errors", &[1, 2]);

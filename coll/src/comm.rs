@@ -62,7 +62,8 @@ pub struct CollContext {
     /// `active.len()` as of its last change (stored under its lock): the
     /// blocking direct path asks "anything outstanding?" without taking the
     /// lock (a lock and an unlock per small blocking collective otherwise).
-    active_n: AtomicUsize,
+    /// Shared with the transport's progress hook (`CollContext::init`).
+    active_n: Arc<AtomicUsize>,
     keyvals: Mutex<BTreeMap<u32, Keyval>>,
     next_keyval: AtomicU32,
     creating: Mutex<()>,
@@ -99,11 +100,26 @@ impl CollContext {
             framework,
             cids: Mutex::new(CidPool::new(limit)),
             active: Mutex::new(Vec::new()),
-            active_n: AtomicUsize::new(0),
+            active_n: Arc::new(AtomicUsize::new(0)),
             keyvals: Mutex::new(BTreeMap::new()),
             next_keyval: AtomicU32::new(FIRST_KEYVAL),
             creating: Mutex::new(()),
         });
+        // A rank blocked in a point-to-point call keeps its non-blocking
+        // collectives moving (the transport's waiting rounds run this while
+        // any is outstanding). Weak: the transport outlives no context.
+        let weak = Arc::downgrade(&ctx);
+        let hooked = ctx.p2p.set_progress_hook(
+            Arc::clone(&ctx.active_n),
+            Box::new(move || {
+                if let Some(c) = weak.upgrade() {
+                    c.progress();
+                }
+            }),
+        );
+        if !hooked {
+            tracing::debug!(target: "coll", "transport runs no progress hook for this context");
+        }
         let me = ctx.p2p.world_rank();
         let world = Group::from_world_ranks((0..ctx.p2p.world_size()).collect())?;
         // World and self exist in the transport from its init: not added, never removed.
@@ -125,9 +141,10 @@ impl CollContext {
     }
 
     /// Advances every outstanding non-blocking collective of the process;
-    /// `true` if any made progress. The pml's progress engine should call
-    /// this (the facade registers it), so that a rank waiting on
-    /// point-to-point traffic still forwards its collectives.
+    /// `true` if any made progress. The transport's waiting rounds call it
+    /// too ([`P2p::set_progress_hook`], registered by `init`), so that a
+    /// rank waiting on point-to-point traffic still forwards its
+    /// collectives.
     pub fn progress(&self) -> bool {
         let reqs: Vec<Arc<ReqInner>> = {
             let mut a = lock(&self.active);

@@ -230,6 +230,18 @@ pub trait P2p: Send + Sync + 'static {
     }
     /// The communicator with this context id was freed.
     fn comm_removed(&self, _context_id: u32) {}
+    /// Asks the transport to run `run` in the waiting rounds of its own
+    /// blocking calls while `pending` is non-zero (MPI's progress rule: a
+    /// rank blocked in a point-to-point receive still forwards its
+    /// non-blocking collectives). `false` when the transport has no such
+    /// rounds or already runs another hook.
+    fn set_progress_hook(
+        &self,
+        _pending: Arc<std::sync::atomic::AtomicUsize>,
+        _run: Box<dyn Fn() + Send + Sync>,
+    ) -> bool {
+        false
+    }
     /// Whether ranks on one node ([`P2p::node_of`]) can map one
     /// shared-memory segment (processes of one host, or threads of one
     /// process): the `sm` component needs it.

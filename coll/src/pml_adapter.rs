@@ -338,6 +338,14 @@ impl P2p for PmlP2p {
         true
     }
 
+    fn set_progress_hook(
+        &self,
+        pending: Arc<std::sync::atomic::AtomicUsize>,
+        run: Box<dyn Fn() + Send + Sync>,
+    ) -> bool {
+        self.pml.set_progress_hook(pending, run)
+    }
+
     fn idle(&self) {
         // No `spin_loop` hint when spinning: as in the pml's own waiting
         // loop, the `pause` it emits delays noticing the peer's message.

@@ -566,6 +566,25 @@ pub struct Pml {
     /// Node label of every world rank; empty when unknown (a pml over an
     /// explicit transport: one node).
     node_of: Vec<u32>,
+    /// Another layer's work that waiting calls keep moving
+    /// ([`Pml::set_progress_hook`]).
+    hook: std::sync::OnceLock<ProgressHook>,
+}
+
+/// Work of a layer above the pml that must advance while a thread waits
+/// in a blocking point-to-point call (MPI's progress rule): the coll
+/// framework's non-blocking collectives, whose next round a rank blocked
+/// in `MPI_Recv` may owe to the very peer it waits for.
+struct ProgressHook {
+    /// Non-zero while there may be work (read every waiting round).
+    pending: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    run: Box<dyn Fn() + Send + Sync>,
+}
+
+thread_local! {
+    /// This thread is running the progress hook (a blocking call made from
+    /// inside it does not run it again).
+    static IN_HOOK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 impl std::fmt::Debug for Pml {
@@ -619,7 +638,46 @@ impl Pml {
             stats,
             rt: Mutex::new(rt),
             node_of: Vec::new(),
+            hook: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Registers the work that every waiting round of a blocking call
+    /// (receive, send, wait, probe, ...) runs while `pending` is non-zero,
+    /// with the pml's lock released: `run` may call into the pml. One hook
+    /// per pml (the process's coll framework); `false` if one was already
+    /// set. A blocking call made from inside `run` does not run it again.
+    pub fn set_progress_hook(
+        &self,
+        pending: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        run: Box<dyn Fn() + Send + Sync>,
+    ) -> bool {
+        self.hook.set(ProgressHook { pending, run }).is_ok()
+    }
+
+    /// The hook, when it has work.
+    #[inline]
+    fn hook_pending(&self) -> Option<&ProgressHook> {
+        self.hook
+            .get()
+            .filter(|h| h.pending.load(std::sync::atomic::Ordering::Acquire) != 0)
+    }
+
+    /// Runs the hook (the caller holds no pml lock).
+    #[cold]
+    #[inline(never)]
+    fn run_hook(h: &ProgressHook) {
+        if IN_HOOK.with(|c| c.replace(true)) {
+            return;
+        }
+        struct Reset;
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                IN_HOOK.with(|c| c.set(false));
+            }
+        }
+        let _reset = Reset;
+        (h.run)();
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -824,7 +882,7 @@ impl Pml {
             };
             for _ in 0..rounds {
                 // Oversubscribed, the receiver may need this core.
-                self.idle();
+                self.idle_locked();
                 g.progress();
                 if !g.pending.is_empty() || g.core.has_actions() {
                     break;
@@ -969,8 +1027,8 @@ impl Pml {
             if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
                 return Ok(s);
             }
-            if serial {
-                self.idle();
+            if serial && self.hook_pending().is_none() {
+                self.idle_locked();
                 continue;
             }
             drop(g);
@@ -1003,8 +1061,19 @@ impl Pml {
     /// `pause` it emits took ~23% of an 8-byte sm ping-pong's waiting loop,
     /// i.e. it delayed noticing the peer's message; ranks that share a core
     /// yield instead (`mpi_yield_when_idle`).
+    /// Runs the progress hook when it has work ([`Pml::set_progress_hook`]);
+    /// the caller holds no pml lock.
     #[inline]
     fn idle(&self) {
+        if let Some(h) = self.hook_pending() {
+            Pml::run_hook(h);
+        }
+        self.idle_locked();
+    }
+
+    /// [`Pml::idle`] for a caller holding the pml's lock: yields only.
+    #[inline]
+    fn idle_locked(&self) {
         if self.yield_when_idle {
             std::thread::yield_now();
         }

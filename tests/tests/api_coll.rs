@@ -28,3 +28,8 @@ fn two_ranks() {
 fn three_ranks() {
     ranks(3);
 }
+
+#[test]
+fn four_ranks() {
+    ranks(4);
+}

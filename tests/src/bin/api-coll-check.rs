@@ -3,7 +3,8 @@
 //! against a reference each rank computes itself, at sizes on both sides of
 //! coll's shared-memory limits (64 KiB: the segment, chunks, single copy),
 //! every root; the non-blocking ones several at once with point-to-point
-//! traffic among them; dup, split and split_shared with point-to-point traffic on
+//! traffic among them and a receive that blocks until they complete
+//! elsewhere (the progress rule); dup, split and split_shared with point-to-point traffic on
 //! the new communicators; the error classes of bad calls. Rank 0 prints
 //! `api-coll-check: OK (N ranks)`. Driven by `tests/tests/api_coll.rs`.
 
@@ -180,6 +181,27 @@ fn nonblocking(w: &Comm) -> R {
         ensure!(ar.wait().map_err(e)? == sum, "iallreduce n={n}");
         ensure!(bc.wait().map_err(e)? == all[p as usize - 1], "ibcast n={n}");
         ensure!(bar.wait().map_err(e)?.is_empty(), "ibarrier result");
+    }
+    // MPI's progress rule: every rank but the last blocks in a receive from
+    // the next one, which sends only once its ibcast completed; the last
+    // rank's copy is forwarded by ranks sitting in that receive.
+    for n in [2usize, 300_000] {
+        let data: Vec<i64> = (0..n as i64).map(|i| i * 5 + 1).collect();
+        let bc = w
+            .ibcast(if me == 0 { data.clone() } else { vec![0; n] }, 0)
+            .map_err(e)?;
+        if me < p - 1 {
+            let mut t = [0i32];
+            w.recv(&mut t, me + 1, 78).map_err(e)?;
+            ensure!(t[0] == me + 1, "token from {}: {}", me + 1, t[0]);
+        }
+        ensure!(
+            bc.wait().map_err(e)? == data,
+            "ibcast with a blocked receive n={n}"
+        );
+        if me > 0 {
+            w.send(&[me], me - 1, 78).map_err(e)?;
+        }
     }
     // A request dropped unfinished still completes on every rank: the
     // blocking allreduce after it must not wait for it.
