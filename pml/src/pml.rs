@@ -1060,9 +1060,9 @@ impl Pml {
     /// Spinning rounds carry no `spin_loop` hint: on this machine's EPYC the
     /// `pause` it emits took ~23% of an 8-byte sm ping-pong's waiting loop,
     /// i.e. it delayed noticing the peer's message; ranks that share a core
-    /// yield instead (`mpi_yield_when_idle`).
-    /// Runs the progress hook when it has work ([`Pml::set_progress_hook`]);
-    /// the caller holds no pml lock.
+    /// yield instead (`mpi_yield_when_idle`). First runs the progress hook
+    /// when it has work ([`Pml::set_progress_hook`]): the caller holds no
+    /// pml lock.
     #[inline]
     fn idle(&self) {
         if let Some(h) = self.hook_pending() {

@@ -275,7 +275,10 @@ impl Drop for RtThrottle {
 /// were seen within a minute, docs/report/notes.md), and a job that ran in
 /// another placement than the others of its table compared nothing. A job
 /// whose probes stray from the median of all probes so far by more than
-/// [`PROBE_SPREAD`] is run again, up to [`PROBE_ATTEMPTS`] times.
+/// [`PROBE_SPREAD`] is run again, up to [`PROBE_ATTEMPTS`] times, each
+/// time once the probe is back near the median (or [`PROBE_SETTLE`] has
+/// passed): the slow placement lasts from seconds to minutes, and retrying
+/// at once inside it kept such jobs as they were.
 struct Probe {
     exe: Option<PathBuf>,
     rt: bool,
@@ -284,10 +287,14 @@ struct Probe {
     retried: usize,
     /// Jobs kept after the last attempt with a stray probe.
     unsteady: usize,
+    /// Time spent waiting for the placement to come back.
+    settled: std::time::Duration,
 }
 
 const PROBE_SPREAD: f64 = 1.4;
 const PROBE_ATTEMPTS: usize = 5;
+/// Longest wait for the placement before a job is run again.
+const PROBE_SETTLE: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Probe {
     fn new(cfg: &Cfg) -> Probe {
@@ -307,6 +314,7 @@ impl Probe {
             seen: vec![],
             retried: 0,
             unsteady: 0,
+            settled: std::time::Duration::ZERO,
         }
     }
 
@@ -351,8 +359,23 @@ impl Probe {
             }
             eprintln!("report: placement probe {a:.3} / {b:.3} us (median {m:.3}): job run again");
             self.retried += 1;
+            self.settle(m);
         }
         unreachable!("the last attempt returns")
+    }
+
+    /// Waits until a probe reads near `m` again (every 2 s, at most
+    /// [`PROBE_SETTLE`]).
+    fn settle(&mut self, m: f64) {
+        let start = std::time::Instant::now();
+        while start.elapsed() < PROBE_SETTLE {
+            match self.measure() {
+                Some(p) if p <= m * PROBE_SPREAD && p >= m / PROBE_SPREAD => break,
+                Some(_) => std::thread::sleep(std::time::Duration::from_secs(2)),
+                None => break,
+            }
+        }
+        self.settled += start.elapsed();
     }
 
     fn summary(&self) -> String {
@@ -365,8 +388,10 @@ impl Probe {
             stats(&self.seen)
         };
         format!(
-            ", placement probe median {m:.3} us ({lo:.3}-{hi:.3}), {} job(s) run again, {} kept off-placement",
-            self.retried, self.unsteady
+            ", placement probe median {m:.3} us ({lo:.3}-{hi:.3}), {} job(s) run again ({} s waiting for the placement), {} kept off-placement",
+            self.retried,
+            self.settled.as_secs(),
+            self.unsteady
         )
     }
 }
