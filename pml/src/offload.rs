@@ -6,7 +6,7 @@
 //! also holds waits for its DEL, NIC matches come from the CQ, cancels of
 //! offloaded receives settle later. [`MatchPoint`]'s synchronous answers
 //! cover what settles at once; the rest comes out of
-//! [`MatchPoint::poll_late`] as [`Late`] outcomes, drained by the core under
+//! [`SplitMatch::poll_late`] as [`Late`] outcomes, drained by the core under
 //! the pml's lock after every input.
 
 use std::collections::VecDeque;

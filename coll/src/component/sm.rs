@@ -789,7 +789,7 @@ impl Node {
     /// when not (`coll_sm_single_copy` off, or some rank could not read
     /// some other). Decided on the first call that asks (a collective step
     /// of every rank, two small ops): every rank publishes its pid and the
-    /// address of [`CMA_PROBE`], reads that word from every other rank,
+    /// address of a known static word, reads that word from every other rank,
     /// then publishes whether all reads gave the right value; single copy
     /// is used only when every rank says so.
     pub fn single_copy(&self, ctx: &CollContext) -> Option<&[u32]> {
