@@ -113,8 +113,8 @@ pub fn split_key(key: u64) -> (u32, Option<usize>, u32) {
 
 /// Chunk size and count for a cooperative copy of `len` bytes with a
 /// preferred chunk of `min_chunk` (4 KiB multiple >= 16 KiB): at most
-/// [`COOP_MAX_CHUNKS`] chunks, each a 4 KiB multiple of at least
-/// [`COOP_MIN_CHUNK`], and at least two chunks when `len` is above that
+/// `COOP_MAX_CHUNKS` chunks, each a 4 KiB multiple of at least
+/// `COOP_MIN_CHUNK`, and at least two chunks when `len` is above that
 /// (a message below twice `min_chunk` is cut in halves rather than left
 /// to one side).
 pub fn coop_chunking(len: u64, min_chunk: u64) -> (u64, u64) {

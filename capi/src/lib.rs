@@ -2,13 +2,13 @@
 //!
 //! Builds `libmpi.so` / `libmpi.a` with the C symbols declared in
 //! `include/mpi.h`. Handles are integers (MPICH style): each kind lives in
-//! a table of [`state`]; conversions `*_c2f`/`*_f2c` are the identity.
+//! a table of `state`; conversions `*_c2f`/`*_f2c` are the identity.
 //!
 //! Layout:
-//! * [`ffi`]: every dereference of a C pointer (validated helpers);
-//! * [`error`]: error classes, handlers and the guard around each entry
+//! * `ffi`: every dereference of a C pointer (validated helpers);
+//! * `error`: error classes, handlers and the guard around each entry
 //!   point (argument checks, `catch_unwind` → `MPI_ERR_INTERN`);
-//! * [`state`]: the runtime (pml, coll) and the handle tables;
+//! * `state`: the runtime (pml, coll) and the handle tables;
 //! * `env`, `p2p`, `request`, `datatype`, `types`, `coll`, `comm`, `misc`:
 //!   the MPI chapters; `stubs`: functions present only so that programs
 //!   link (they fail with `MPI_ERR_UNSUPPORTED_OPERATION`).
