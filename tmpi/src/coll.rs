@@ -225,7 +225,7 @@ impl Comm {
 /// (the other ranks may need this rank's part); an error found then is
 /// logged.
 #[derive(Debug)]
-#[must_use = "a non-blocking collective completes only when tested or waited for"]
+#[must_use = "the result of a non-blocking collective comes from wait (dropping the request waits and discards it)"]
 pub struct CollRequest<T: Equivalence> {
     req: Option<tmpi_coll::CollRequest>,
     _t: PhantomData<fn() -> T>,
