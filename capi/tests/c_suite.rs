@@ -224,6 +224,14 @@ fn blocked_point_to_point_progresses_nonblocking_collectives() {
     expect_ok("progress", &[2, 3, 4, 5]);
 }
 
+/// MPI_THREAD_MULTIPLE: one thread's blocking ping-pong and the main
+/// thread's non-blocking collectives drive the same requests at once
+/// (`tests/c/progress_mt.c`).
+#[test]
+fn threads_drive_nonblocking_collectives_and_point_to_point_at_once() {
+    expect_ok("progress_mt", &[1, 2, 3, 4]);
+}
+
 #[test]
 fn errors_return_each_class() {
     expect_ok("errors", &[1, 2]);
