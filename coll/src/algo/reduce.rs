@@ -253,6 +253,69 @@ pub fn allreduce_ring(c: &Call, pos: Pos) -> Result<Schedule> {
     Ok(s)
 }
 
+/// `parts` element-aligned blocks of an `n`-byte vector of `e`-byte
+/// elements ([`chunk`]).
+#[derive(Clone, Copy)]
+struct Blocks {
+    n: usize,
+    e: usize,
+    parts: u32,
+}
+
+impl Blocks {
+    /// Blocks `lo..hi` of `b` as one byte range.
+    fn span(self, b: BufId, lo: u32, hi: u32) -> Slice {
+        let (o, _) = chunk(self.n, self.e, self.parts, lo);
+        let (eo, el) = chunk(self.n, self.e, self.parts, hi - 1);
+        Slice::new(b, o, eo + el - o)
+    }
+}
+
+/// Reduce-scatter by recursive halving among `blocks.parts` (a power of
+/// two) ranks numbered `me` = 0..parts, `real` mapping them to
+/// communicator ranks: each step keeps the half of the window on this
+/// rank's side of the partner, reduces the partner's copy of it in and
+/// sends the other half. Partial results live in `out`; unless `in_out`
+/// (they already do), the first step sends from `inp` and the partner's
+/// half lands in `out` before the input's half is combined into it.
+/// Returns the window of blocks this rank ends with (block `me` alone),
+/// reduced over all ranks. Commutative ops: the operands of a block meet
+/// in a rank-dependent order.
+fn recursive_halving(
+    s: &mut Schedule,
+    (inp, out): (BufId, BufId),
+    mut in_out: bool,
+    me: u32,
+    blocks: Blocks,
+    real: impl Fn(u32) -> u32,
+) -> (u32, u32) {
+    let span = |b: BufId, w: (u32, u32)| blocks.span(b, w.0, w.1);
+    let (mut lo, mut hi) = (0, blocks.parts);
+    let mut mask = blocks.parts / 2;
+    while mask > 0 {
+        let partner = me ^ mask;
+        let mid = (lo + hi) / 2;
+        let (keep, give) = if me & mask == 0 {
+            ((lo, mid), (mid, hi))
+        } else {
+            ((mid, hi), (lo, mid))
+        };
+        if in_out {
+            s.send(real(partner), span(out, give));
+            s.recv_reduce(real(partner), span(out, keep), partner < me);
+        } else {
+            s.send(real(partner), span(inp, give));
+            s.recv(real(partner), span(out, keep));
+            s.reduce(span(inp, keep), span(out, keep), me < partner);
+            in_out = true;
+        }
+        s.next_round();
+        (lo, hi) = keep;
+        mask >>= 1;
+    }
+    (lo, hi)
+}
+
 /// Rabenseifner: reduce-scatter by recursive halving, then allgather by
 /// recursive doubling, on the largest power of two `pof2 <= p` (the first
 /// `2 (p - pof2)` ranks fold in pairs first, as in recursive doubling).
@@ -294,43 +357,9 @@ pub fn allreduce_rabenseifner(c: &Call, pos: Pos) -> Result<Schedule> {
         r - rem
     };
     let real = |nr: u32| if nr < rem { nr * 2 + 1 } else { nr + rem };
-    // Blocks lo..hi of pof2 element-aligned blocks, as one byte range of `b`.
-    let span = |b: BufId, lo: u32, hi: u32| {
-        let (o, _) = chunk(n, e, pof2, lo);
-        let (eo, el) = chunk(n, e, pof2, hi - 1);
-        Slice::new(b, o, eo + el - o)
-    };
-    // Recursive halving: keep the half of the window on this rank's side of
-    // the partner, reduce the partner's copy of it in, send the other half.
-    let (mut lo, mut hi) = (0, pof2);
-    let mut mask = pof2 / 2;
-    while mask > 0 {
-        let partner = newrank ^ mask;
-        let mid = (lo + hi) / 2;
-        let (keep, give) = if newrank & mask == 0 {
-            ((lo, mid), (mid, hi))
-        } else {
-            ((mid, hi), (lo, mid))
-        };
-        if in_out {
-            s.send(real(partner), span(out, give.0, give.1));
-            s.recv_reduce(real(partner), span(out, keep.0, keep.1), partner < newrank);
-        } else {
-            // First step from the input: the partner's half lands in `out`
-            // (in place), then the input's half is combined into it.
-            s.send(real(partner), span(inp, give.0, give.1));
-            s.recv(real(partner), span(out, keep.0, keep.1));
-            s.reduce(
-                span(inp, keep.0, keep.1),
-                span(out, keep.0, keep.1),
-                newrank < partner,
-            );
-            in_out = true;
-        }
-        s.next_round();
-        (lo, hi) = keep;
-        mask >>= 1;
-    }
+    let blocks = Blocks { n, e, parts: pof2 };
+    let span = |b: BufId, lo: u32, hi: u32| blocks.span(b, lo, hi);
+    let (mut lo, mut hi) = recursive_halving(&mut s, (inp, out), in_out, newrank, blocks, real);
     // Recursive doubling allgather: exchange windows with the sibling.
     let mut mask = 1;
     while mask < pof2 {
@@ -380,41 +409,11 @@ pub fn reduce_rabenseifner(c: &Call, pos: Pos) -> Result<Schedule> {
     } else {
         s.scratch(n)
     };
-    let span = |b: BufId, lo: u32, hi: u32| {
-        let (o, _) = chunk(n, e, p, lo);
-        let (eo, el) = chunk(n, e, p, hi - 1);
-        Slice::new(b, o, eo + el - o)
-    };
+    let blocks = Blocks { n, e, parts: p };
+    let span = |b: BufId, lo: u32, hi: u32| blocks.span(b, lo, hi);
     let real = |w: u32| pos.real(w, c.root);
-    // Recursive halving: this rank ends with block v reduced over all.
-    let (mut lo, mut hi) = (0, p);
-    let mut mask = p / 2;
-    let mut first = true;
-    while mask > 0 {
-        let partner = v ^ mask;
-        let mid = (lo + hi) / 2;
-        let (keep, give) = if v & mask == 0 {
-            ((lo, mid), (mid, hi))
-        } else {
-            ((mid, hi), (lo, mid))
-        };
-        if first {
-            s.send(real(partner), span(inp, give.0, give.1));
-            s.recv(real(partner), span(out, keep.0, keep.1));
-            s.reduce(
-                span(inp, keep.0, keep.1),
-                span(out, keep.0, keep.1),
-                v < partner,
-            );
-            first = false;
-        } else {
-            s.send(real(partner), span(out, give.0, give.1));
-            s.recv_reduce(real(partner), span(out, keep.0, keep.1), partner < v);
-        }
-        s.next_round();
-        (lo, hi) = keep;
-        mask >>= 1;
-    }
+    // This rank ends with block v reduced over all.
+    let (lo, mut hi) = recursive_halving(&mut s, (inp, out), false, v, blocks, real);
     // Binomial gather of the windows towards v = 0.
     let mut mask = 1;
     while mask < p {

@@ -780,8 +780,19 @@ fn read_len(d: &[u8]) -> usize {
     u64::from_ne_bytes(d.try_into().unwrap_or([0xff; 8])) as usize
 }
 
-/// The word every rank reads from every other one when probing single copy.
-static CMA_PROBE: u64 = MAGIC;
+/// Two words published in one small op (pid and address, address and
+/// length).
+fn two_words(a: u64, b: u64) -> [u8; 16] {
+    let mut d = [0u8; 16];
+    d[..8].copy_from_slice(&a.to_ne_bytes());
+    d[8..].copy_from_slice(&b.to_ne_bytes());
+    d
+}
+
+/// The words of [`two_words`].
+fn read_two_words(d: &[u8]) -> (u64, u64) {
+    (read_len(&d[..8]) as u64, read_len(&d[8..16]) as u64)
+}
 
 impl Node {
     /// Every rank's pid when blocks may be read straight from the other
@@ -789,9 +800,10 @@ impl Node {
     /// when not (`coll_sm_single_copy` off, or some rank could not read
     /// some other). Decided on the first call that asks (a collective step
     /// of every rank, two small ops): every rank publishes its pid and the
-    /// address of a known static word, reads that word from every other rank,
-    /// then publishes whether all reads gave the right value; single copy
-    /// is used only when every rank says so.
+    /// address of btl-sm's probe word (`tmpi_btl_sm::cma::probe_addr`),
+    /// reads that word from every other rank (`cma::probe`), then
+    /// publishes whether all reads gave the right value; single copy is
+    /// used only when every rank says so.
     pub fn single_copy(&self, ctx: &CollContext) -> Option<&[u32]> {
         if !self.single_copy {
             return None;
@@ -807,9 +819,10 @@ impl Node {
     #[cold]
     fn probe_cma(&self, ctx: &CollContext) -> Option<Vec<u32>> {
         tmpi_btl_sm::cma::allow_ptracer_any();
-        let mut hello = [0u8; 16];
-        hello[..8].copy_from_slice(&u64::from(std::process::id()).to_ne_bytes());
-        hello[8..].copy_from_slice(&(std::ptr::addr_of!(CMA_PROBE) as u64).to_ne_bytes());
+        let hello = two_words(
+            u64::from(std::process::id()),
+            tmpi_btl_sm::cma::probe_addr(),
+        );
         let st = self.begin(hello.len());
         st.claim(ctx);
         st.publish(&hello);
@@ -817,18 +830,12 @@ impl Node {
         let mut pids = vec![std::process::id(); self.p as usize];
         let mut ok = !self.probe_fail;
         for r in (0..self.p).filter(|&r| r != self.me) {
-            let d = st.data(r, hello.len());
-            let pid = read_len(&d[..8]) as u32;
-            let addr = read_len(&d[8..]) as u64;
+            let (pid, addr) = read_two_words(st.data(r, hello.len()));
+            let pid = pid as u32;
             pids[r as usize] = pid;
-            let mut word = [0u8; 8];
-            match tmpi_btl_sm::cma::read(pid, addr, &mut word) {
-                Ok(()) if u64::from_ne_bytes(word) == MAGIC => {}
-                Ok(()) => ok = false,
-                Err(e) => {
-                    tracing::info!(target: "coll_sm", "single copy from rank {r} (pid {pid}) fails: {e}");
-                    ok = false;
-                }
+            if let Err(e) = tmpi_btl_sm::cma::probe(pid, addr) {
+                tracing::info!(target: "coll_sm", "single copy from rank {r} (pid {pid}) fails: {e}");
+                ok = false;
             }
         }
         st.finish();
@@ -859,9 +866,7 @@ impl Node {
         want: impl Fn(u32) -> (usize, usize),
         place: impl Fn(u32) -> usize,
     ) -> Result<()> {
-        let mut hello = [0u8; 16];
-        hello[..8].copy_from_slice(&src.to_ne_bytes());
-        hello[8..].copy_from_slice(&(src_len as u64).to_ne_bytes());
+        let hello = two_words(src, src_len as u64);
         let st = self.begin(hello.len());
         st.claim(ctx);
         st.publish(&hello);
@@ -869,9 +874,8 @@ impl Node {
         let mut res = Ok(());
         // Each rank starts with the next one: not all on rank 0's pages.
         for r in (1..self.p).map(|k| (self.me + k) % self.p) {
-            let d = st.data(r, hello.len());
-            let addr = read_len(&d[..8]) as u64;
-            let len = read_len(&d[8..]);
+            let (addr, len) = read_two_words(st.data(r, hello.len()));
+            let len = len as usize;
             let (off, n) = want(r);
             if len != src_len {
                 res = res.and(Err(CollError::Truncate {

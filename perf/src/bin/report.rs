@@ -292,6 +292,11 @@ struct Probe {
 }
 
 const PROBE_SPREAD: f64 = 1.4;
+
+/// Whether probe reading `p` is within [`PROBE_SPREAD`] of the median `m`.
+fn near(p: f64, m: f64) -> bool {
+    p <= m * PROBE_SPREAD && p >= m / PROBE_SPREAD
+}
 const PROBE_ATTEMPTS: usize = 5;
 /// Longest wait for the placement before a job is run again.
 const PROBE_SETTLE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -349,8 +354,7 @@ impl Probe {
             };
             self.seen.extend([a, b]);
             let (m, _, _) = stats(&self.seen);
-            let near = |p: f64| p <= m * PROBE_SPREAD && p >= m / PROBE_SPREAD;
-            if near(a) && near(b) {
+            if near(a, m) && near(b, m) {
                 return out;
             }
             if attempt == PROBE_ATTEMPTS {
@@ -370,7 +374,7 @@ impl Probe {
         let start = std::time::Instant::now();
         while start.elapsed() < PROBE_SETTLE {
             match self.measure() {
-                Some(p) if p <= m * PROBE_SPREAD && p >= m / PROBE_SPREAD => break,
+                Some(p) if near(p, m) => break,
                 Some(_) => std::thread::sleep(std::time::Duration::from_secs(2)),
                 None => break,
             }
