@@ -233,8 +233,8 @@ pub trait P2p: Send + Sync + 'static {
     /// Asks the transport to run `run` in the waiting rounds of its own
     /// blocking calls while `pending` is non-zero (MPI's progress rule: a
     /// rank blocked in a point-to-point receive still forwards its
-    /// non-blocking collectives). `false` when the transport has no such
-    /// rounds or already runs another hook.
+    /// non-blocking collectives). Every context registers its own; `false`
+    /// when the transport has no such rounds.
     fn set_progress_hook(
         &self,
         _pending: Arc<std::sync::atomic::AtomicUsize>,

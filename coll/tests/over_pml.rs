@@ -78,3 +78,96 @@ fn selftest_over_pml_8_ranks_forced_bandwidth_algorithms() {
         ],
     );
 }
+
+/// Two coll contexts over one pml per rank (an embedder with two
+/// frameworks, or a test harness beside the process's own): a rank
+/// blocked in a point-to-point receive keeps both contexts' non-blocking
+/// collectives moving. 4 ranks, an iallreduce in each context (recursive
+/// doubling: the second round needs every rank's first), every rank but
+/// the last blocked in a receive of a token that the next rank sends only
+/// after both its collectives completed. Hangs (timeout) when the pml
+/// runs only the first context's hook.
+#[test]
+fn blocked_receive_drives_the_collectives_of_two_contexts() {
+    use tmpi_coll::{Datatype, Op};
+    use tmpi_pml::raw::{RawBuf, RawBufMut};
+    use tmpi_pml::{SendMode, CTX_WORLD};
+    const TOKEN: i32 = 77;
+    let n = 4u32;
+    let reg = Arc::new(Registry::new(Sources::default()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (r, lb) in Loopback::job(n, LoopbackConfig::default())
+        .into_iter()
+        .enumerate()
+    {
+        let tx = tx.clone();
+        let reg = Arc::clone(&reg);
+        std::thread::spawn(move || {
+            let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let me = r as u32;
+                let pml = Arc::new(Pml::with_transport(me, Box::new(lb), true).expect("pml"));
+                let first = CollContext::init(Arc::new(PmlP2p::new(Arc::clone(&pml))), &reg)
+                    .expect("first context");
+                let second = CollContext::init(Arc::new(PmlP2p::new(Arc::clone(&pml))), &reg)
+                    .expect("second context");
+                // The second context's collectives on a communicator of
+                // their own (the two contexts share the pml's world).
+                let c2 = second.world.dup().expect("dup");
+                let word = |x: u64| x.to_ne_bytes().to_vec();
+                let a = first
+                    .world
+                    .iallreduce(word(u64::from(me) + 1), Datatype::U64, &Op::Sum)
+                    .expect("iallreduce, first context");
+                let b = c2
+                    .iallreduce(word(10 * (u64::from(me) + 1)), Datatype::U64, &Op::Sum)
+                    .expect("iallreduce, second context");
+                if me + 1 < n {
+                    let mut tok = [0u8; 4];
+                    // SAFETY: `tok` outlives the wait below and is not
+                    // touched until it returns.
+                    let id = unsafe {
+                        pml.irecv(
+                            CTX_WORLD,
+                            (me + 1) as i32,
+                            TOKEN,
+                            RawBufMut::from_slice(&mut tok),
+                        )
+                    }
+                    .expect("irecv");
+                    pml.wait(id).expect("token");
+                    assert_eq!(u32::from_ne_bytes(tok), me + 1, "token");
+                }
+                let sum = |v: Vec<u8>| u64::from_ne_bytes(v[..8].try_into().unwrap());
+                let want: u64 = (1..=u64::from(n)).sum();
+                assert_eq!(sum(a.wait().expect("first wait")), want);
+                assert_eq!(sum(b.wait().expect("second wait")), 10 * want);
+                if me > 0 {
+                    let tok = me.to_ne_bytes();
+                    // SAFETY: `tok` outlives the wait below.
+                    let id = unsafe {
+                        pml.isend(
+                            CTX_WORLD,
+                            me as i32 - 1,
+                            TOKEN,
+                            RawBuf::from_slice(&tok),
+                            SendMode::Standard,
+                        )
+                    }
+                    .expect("isend");
+                    pml.wait(id).expect("token sent");
+                }
+                Ok::<(), String>(())
+            }));
+            let _ = tx.send((r, res.map_err(|_| "panicked".to_string()).and_then(|x| x)));
+        });
+    }
+    drop(tx);
+    for _ in 0..n {
+        let (r, res) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a rank blocked in a receive did not drive the second context's collective");
+        if let Err(e) = res {
+            panic!("rank {r}: {e}");
+        }
+    }
+}

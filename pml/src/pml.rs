@@ -567,8 +567,13 @@ pub struct Pml {
     /// explicit transport: one node).
     node_of: Vec<u32>,
     /// Another layer's work that waiting calls keep moving
-    /// ([`Pml::set_progress_hook`]).
+    /// ([`Pml::set_progress_hook`]): the first hook, read without a lock
+    /// in every waiting round.
     hook: std::sync::OnceLock<ProgressHook>,
+    /// Hooks registered after the first (a second coll context over this
+    /// pml: tests, embedders); `more_hooks` tells whether there are any.
+    more: Mutex<Vec<std::sync::Arc<ProgressHook>>>,
+    more_hooks: std::sync::atomic::AtomicBool,
 }
 
 /// Work of a layer above the pml that must advance while a thread waits
@@ -639,28 +644,60 @@ impl Pml {
             rt: Mutex::new(rt),
             node_of: Vec::new(),
             hook: std::sync::OnceLock::new(),
+            more: Mutex::new(Vec::new()),
+            more_hooks: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// Registers the work that every waiting round of a blocking call
     /// (receive, send, wait, probe, ...) runs while `pending` is non-zero,
-    /// with the pml's lock released: `run` may call into the pml. One hook
-    /// per pml (the process's coll framework); `false` if one was already
-    /// set. A blocking call made from inside `run` does not run it again.
+    /// with the pml's lock released: `run` may call into the pml. The
+    /// process's coll framework registers one per context; every hook
+    /// registered runs (the first is checked without a lock, later ones
+    /// under a short one). A blocking call made from inside a hook does not
+    /// run hooks again. Always `true`.
     pub fn set_progress_hook(
         &self,
         pending: std::sync::Arc<std::sync::atomic::AtomicUsize>,
         run: Box<dyn Fn() + Send + Sync>,
     ) -> bool {
-        self.hook.set(ProgressHook { pending, run }).is_ok()
+        let mut hook = Some(ProgressHook { pending, run });
+        self.hook.get_or_init(|| hook.take().expect("taken once"));
+        if let Some(h) = hook {
+            lock_plain(&self.more).push(std::sync::Arc::new(h));
+            self.more_hooks
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        true
     }
 
-    /// The hook, when it has work.
+    /// The first hook, when it has work.
     #[inline]
     fn hook_pending(&self) -> Option<&ProgressHook> {
         self.hook
             .get()
             .filter(|h| h.pending.load(std::sync::atomic::Ordering::Acquire) != 0)
+    }
+
+    /// Whether some hook may have work (the caller then releases the lock
+    /// and calls [`Pml::idle`]).
+    #[inline]
+    fn hooks_pending(&self) -> bool {
+        self.hook_pending().is_some() || self.more_hooks.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Runs the later hooks that have work (the caller holds no pml lock).
+    #[cold]
+    #[inline(never)]
+    fn run_more_hooks(&self) {
+        let busy: Vec<std::sync::Arc<ProgressHook>> = lock_plain(&self.more)
+            .iter()
+            .filter(|h| h.pending.load(std::sync::atomic::Ordering::Acquire) != 0)
+            .cloned()
+            .collect();
+        for h in &busy {
+            Pml::run_hook(h);
+        }
     }
 
     /// Runs the hook (the caller holds no pml lock).
@@ -1027,7 +1064,7 @@ impl Pml {
             if let Some(s) = g.core.take_done(id).map_err(|()| PmlError::Request)? {
                 return Ok(s);
             }
-            if serial && self.hook_pending().is_none() {
+            if serial && !self.hooks_pending() {
                 self.idle_locked();
                 continue;
             }
@@ -1067,6 +1104,9 @@ impl Pml {
     fn idle(&self) {
         if let Some(h) = self.hook_pending() {
             Pml::run_hook(h);
+        }
+        if self.more_hooks.load(std::sync::atomic::Ordering::Acquire) {
+            self.run_more_hooks();
         }
         self.idle_locked();
     }
@@ -1523,4 +1563,10 @@ fn check_recv_tag(tag: i32) -> Result<(), PmlError> {
 /// Maps a completed status to the error MPI's wait would return.
 pub fn status_error(s: &Status) -> Option<MpiErrorClass> {
     (s.error != MpiErrorClass::Success).then_some(s.error)
+}
+
+/// Locks a mutex that guards no invariant a panic could break (a list of
+/// hooks), taking the data of a poisoned one.
+fn lock_plain<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
