@@ -444,3 +444,40 @@ fn a_rank_in_an_sm_call_still_progresses_its_nonblocking_collectives() {
         });
     }
 }
+
+/// Ranks that disagree on sm's parameters keep the communicator on
+/// messages instead of taking different paths for one call: the segment's
+/// header carries `coll_sm_max` and `coll_sm_single_copy`, and a rank
+/// whose values differ fails to attach, so no rank uses the segment (the
+/// communicator's first covered call attaches; a barrier here). Then
+/// allgather and alltoall of blocks between the two limits, which would
+/// go through the segment or by single copy on some ranks and over
+/// messages on others, complete with the right results.
+#[test]
+fn ranks_with_different_sm_parameters_stay_on_messages() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tmpi_base::mca::{Registry, Sources};
+    use tmpi_coll::{sim, CollContext, P2p};
+    for (key, most, rank1) in [
+        ("coll_sm_single_copy", "1", "0"),
+        ("coll_sm_max", "256", "4096"),
+    ] {
+        let out = sim::run(shm(3), Duration::from_secs(120), move |p| {
+            let v = if p.world_rank() == 1 { rank1 } else { most };
+            let mut pairs = vec![(key.to_string(), v.to_string())];
+            if key != "coll_sm_max" {
+                pairs.push(("coll_sm_max".to_string(), "256".to_string()));
+            }
+            let reg = Registry::new(Sources::default().with_cmdline(pairs));
+            let w = CollContext::init(Arc::new(p.clone()), &reg)
+                .expect("init")
+                .world;
+            w.barrier().unwrap();
+            // 75 i32 = 300-byte blocks: above 256, within 4096.
+            let sm_calls = gather_and_exchange(&w, 75);
+            (w.shared_calls(), sm_calls, w.single_copy())
+        });
+        assert_eq!(out, [(0, 0, None); 3], "{key} = {most} / {rank1} on rank 1");
+    }
+}

@@ -326,6 +326,9 @@ impl NodeColl {
         node.seg
             .atomic(16)
             .store(self.max as u64, Ordering::Relaxed);
+        node.seg
+            .atomic(24)
+            .store(u64::from(self.single_copy), Ordering::Relaxed);
         node.seg.atomic(0).store(MAGIC, Ordering::Release);
         Ok((node, path))
     }
@@ -339,9 +342,13 @@ impl NodeColl {
             .map_err(|e| format!("open {path}: {e}"))?;
         let ok = seg.atomic(0).load(Ordering::Acquire) == MAGIC
             && seg.atomic(8).load(Ordering::Relaxed) == u64::from(self.size)
-            && seg.atomic(16).load(Ordering::Relaxed) == self.max as u64;
+            && seg.atomic(16).load(Ordering::Relaxed) == self.max as u64
+            && seg.atomic(24).load(Ordering::Relaxed) == u64::from(self.single_copy);
         if !ok {
-            return Err(format!("{path}: header does not match this communicator"));
+            return Err(format!(
+                "{path}: header does not match this communicator (coll_sm_max and \
+                 coll_sm_single_copy must be the same on every rank)"
+            ));
         }
         Ok(Node::new(seg, self))
     }
