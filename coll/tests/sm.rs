@@ -251,13 +251,14 @@ fn single_copy_length_mismatch_is_a_truncation_error_not_a_hang() {
 
 #[test]
 fn many_calls_cycle_the_slots_with_ranks_running_apart() {
-    // Far more calls than slots, ranks sleeping at different points, every
-    // covered kind in turn: a rank must never overwrite what a slower rank
-    // has not read yet.
+    // Far more calls than slots (1200 bcast and reduce calls on the stream
+    // ring's 512), ranks sleeping at different points, every covered kind
+    // in turn: a rank must never overwrite what a slower rank has not read
+    // yet.
     for n in [2u32, 3, 8] {
         job_cfg(shm(n), &[], move |w, _| {
             let me = w.rank();
-            for i in 0..200u32 {
+            for i in 0..600u32 {
                 if (i + me) % 37 == 0 {
                     std::thread::sleep(std::time::Duration::from_millis(2));
                 }
@@ -269,6 +270,14 @@ fn many_calls_cycle_the_slots_with_ranks_running_apart() {
                 };
                 w.bcast(&mut b, root).unwrap();
                 assert_eq!(from_bytes(&b), [i as i32; 9], "bcast {i}");
+                // Within the stream ring's 16 bytes.
+                let mut t = if me == root {
+                    bytes(&[i as i32, -(i as i32), 7])
+                } else {
+                    vec![0; 12]
+                };
+                w.bcast(&mut t, root).unwrap();
+                assert_eq!(from_bytes(&t), [i as i32, -(i as i32), 7], "bcast 12 B {i}");
                 let mut s = [0u8; 4];
                 w.allreduce(
                     Input::Buf(&bytes(&[me as i32 + i as i32])),
