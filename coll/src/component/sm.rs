@@ -20,10 +20,12 @@
 //! ring, the same on every rank because MPI makes every rank call the
 //! same collectives in the same order, and the size decision depends only
 //! on what every rank passes):
-//! - the segment has two rings of slots (128 small ones for barrier and
-//!   data up to [`SMALL_DATA`] bytes, [`SLOTS`] of `coll_sm_max` bytes),
-//!   each slot one area per rank (flag, length, data), each ring one
-//!   `done` word per rank; op `s` uses slot `s % slots`;
+//! - the segment has three rings of slots (128 small ones for barrier and
+//!   data up to [`SMALL_DATA`] bytes, [`STREAM_SLOTS`] packed ones for
+//!   bcast and reduce up to [`STREAM_DATA`] bytes, [`SLOTS`] of
+//!   `coll_sm_max` bytes), each slot one area per rank (flag, length,
+//!   data), each ring one `done` word per rank; op `s` uses slot
+//!   `s % slots`;
 //! - a rank writes its area of the slot for op `s` only once every rank's
 //!   `done` is at least `s - slots` (nobody still reads what op
 //!   `s - slots` left there), then stores its flag `= s` (release);
