@@ -718,9 +718,7 @@ impl Pml {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic under the lock (a bug) must not turn every later call into
-        // a second panic; the state is still the best information we have.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        lock_plain(&self.inner)
     }
 
     /// World rank of this process.
@@ -1453,7 +1451,7 @@ impl Pml {
     /// that nobody still needs this process, and shuts down the BTLs and
     /// PMI. Called by drop if not called explicitly.
     pub fn finalize(&self) -> Result<(), PmlError> {
-        let rt = self.rt.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let rt = lock_plain(&self.rt).take();
         // Drain actions we still owe (FINs, ACKs, queued eager data).
         loop {
             let mut g = self.lock();
@@ -1514,7 +1512,7 @@ impl Pml {
     /// PMI finalize, so the launcher sees a rank exit without finalize and
     /// ends the job instead of everyone hanging in the finalize fence.
     pub fn abandon(&self) {
-        let rt = self.rt.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let rt = lock_plain(&self.rt).take();
         if rt.is_some() {
             tracing::error!(target: "pml_ob1", rank = self.me, "abandoning MPI without finalize");
         }
@@ -1565,8 +1563,9 @@ pub fn status_error(s: &Status) -> Option<MpiErrorClass> {
     (s.error != MpiErrorClass::Success).then_some(s.error)
 }
 
-/// Locks a mutex that guards no invariant a panic could break (a list of
-/// hooks), taking the data of a poisoned one.
+/// Locks a mutex, taking the data of a poisoned one: a panic under one of
+/// the pml's locks (a bug) must not turn every later call into a second
+/// panic; the state is still the best information there is.
 fn lock_plain<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -383,24 +383,26 @@ impl Ring {
     /// A ring whose areas start on their own cache-line pair, slot by
     /// slot (every rank's area of one slot side by side).
     fn new(slots: u64, data: usize, done: usize, base: usize) -> Ring {
-        Ring {
+        Ring::laid_out(
             slots,
-            stride: (DATA + data).div_ceil(LINE) * LINE,
-            by_rank: false,
-            base,
+            (DATA + data).div_ceil(LINE) * LINE,
+            false,
             done,
-            seq: AtomicU64::new(0),
-            min_done: AtomicU64::new(0),
-        }
+            base,
+        )
     }
 
     /// A ring of [`STREAM_AREA`]-byte areas laid out rank by rank: one
     /// rank's areas of consecutive slots share cache lines.
     fn packed(slots: u64, done: usize, base: usize) -> Ring {
+        Ring::laid_out(slots, STREAM_AREA, true, done, base)
+    }
+
+    fn laid_out(slots: u64, stride: usize, by_rank: bool, done: usize, base: usize) -> Ring {
         Ring {
             slots,
-            stride: STREAM_AREA,
-            by_rank: true,
+            stride,
+            by_rank,
             base,
             done,
             seq: AtomicU64::new(0),

@@ -292,14 +292,14 @@ struct Probe {
 }
 
 const PROBE_SPREAD: f64 = 1.4;
+const PROBE_ATTEMPTS: usize = 5;
+/// Longest wait for the placement before a job is run again.
+const PROBE_SETTLE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Whether probe reading `p` is within [`PROBE_SPREAD`] of the median `m`.
 fn near(p: f64, m: f64) -> bool {
     p <= m * PROBE_SPREAD && p >= m / PROBE_SPREAD
 }
-const PROBE_ATTEMPTS: usize = 5;
-/// Longest wait for the placement before a job is run again.
-const PROBE_SETTLE: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Probe {
     fn new(cfg: &Cfg) -> Probe {
