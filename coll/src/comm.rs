@@ -933,23 +933,43 @@ impl Comm {
     }
 
     /// The shared-memory segment for a blocking `kind` call of `bytes`
-    /// bytes (the block for allgather, the whole vector for alltoall), if
-    /// `sm` won `kind` and the call is within its limit. Attaches the
-    /// segment on first use: a collective step (every rank makes the same
-    /// call, and the limit depends only on what every rank passes).
-    fn node(&self, kind: CollKind, bytes: usize) -> Option<(&Node, &CollContext)> {
+    /// bytes (the block for allgather, the whole vector for alltoall) from
+    /// `root`, if `sm` won `kind` and the call is within its limit
+    /// (`any_size` false: within `coll_sm_max` even where sm takes larger
+    /// calls in chunks, for allreduce with an op that does not commute).
+    ///
+    /// Attaches the segment on the first call of a kind sm won, whatever its
+    /// size: a collective step, as every rank makes the same call (ranks
+    /// that disagree about the size still agree on attaching). Once
+    /// attached, every such call is announced to the other ranks
+    /// ([`Node::announce`]), so that a rank left waiting because another
+    /// took another path finds out and fails instead of waiting forever;
+    /// fails once some rank found that.
+    fn node(
+        &self,
+        kind: CollKind,
+        bytes: usize,
+        root: Option<u32>,
+        any_size: bool,
+    ) -> Result<Option<(&Node, &CollContext)>> {
         let inner = &*self.inner;
-        let limit = inner.node_max[kind.index()]?;
-        if bytes > limit {
-            return None;
-        }
-        let nc = inner.node.as_deref()?;
+        let (Some(limit), Some(nc)) = (inner.node_max[kind.index()], inner.node.as_deref()) else {
+            return Ok(None);
+        };
         let node = match nc.attached() {
             Some(n) => n.as_ref(),
             None => self.attach_node(nc),
-        }?;
+        };
+        let Some(node) = node else {
+            return Ok(None);
+        };
+        let on_segment = bytes <= limit && (any_size || bytes <= node.max());
+        node.announce(kind, bytes, root, on_segment)?;
+        if !on_segment {
+            return Ok(None);
+        }
         tracing::trace!(target: "coll_sm", "{kind} on cid {}: shared memory, {bytes} bytes", inner.ep.context_id);
-        Some((node, &inner.ctx))
+        Ok(Some((node, &inner.ctx)))
     }
 
     /// Attaches `sm`'s segment (every rank, in the same collective call):
@@ -1165,7 +1185,7 @@ impl Comm {
 
     /// `MPI_Barrier`.
     pub fn barrier(&self) -> Result<()> {
-        if let Some((n, ctx)) = self.node(CollKind::Barrier, 0) {
+        if let Some((n, ctx)) = self.node(CollKind::Barrier, 0, None, true)? {
             return n.barrier(ctx);
         }
         if let Some(d) = self.direct(CollKind::Barrier, 0) {
@@ -1178,7 +1198,7 @@ impl Comm {
     /// root's is reported as `MPI_ERR_TRUNCATE` where detected.
     pub fn bcast(&self, buf: &mut [u8], root: u32) -> Result<()> {
         root_ok(root, self.size())?;
-        if let Some((n, ctx)) = self.node(CollKind::Bcast, buf.len()) {
+        if let Some((n, ctx)) = self.node(CollKind::Bcast, buf.len(), Some(root), true)? {
             return n.bcast(ctx, buf, root);
         }
         self.bcast_msgs(buf, root)
@@ -1238,7 +1258,7 @@ impl Comm {
             (None, r) => r.as_ref().map_or(0, |r| r.len()),
         };
         reduction_ok(dtype, op, n)?;
-        if let Some((node, ctx)) = self.node(CollKind::Reduce, n) {
+        if let Some((node, ctx)) = self.node(CollKind::Reduce, n, Some(root), true)? {
             return node.reduce(ctx, input, recv, dtype, op, root);
         }
         if let Some(d) = self.direct(CollKind::Reduce, n) {
@@ -1290,9 +1310,8 @@ impl Comm {
         // Above sm's `max` the segment splits the vector into shares of
         // elements: only for ops that commute, as tuned's segmented
         // algorithms (a user op may treat several elements as one).
-        if let Some((n, ctx)) = self
-            .node(CollKind::Allreduce, recv.len())
-            .filter(|(n, _)| recv.len() <= n.max() || op.is_commutative())
+        if let Some((n, ctx)) =
+            self.node(CollKind::Allreduce, recv.len(), None, op.is_commutative())?
         {
             let own = send.data();
             return n.allreduce(ctx, own, recv, dtype, op);
@@ -1494,12 +1513,12 @@ impl Comm {
         if let Input::Buf(s) = send {
             same_len("allgather (per block)", s.len(), b)?;
         }
-        if let Some((n, ctx)) = self.node(CollKind::Allgather, b) {
+        if let Some((n, ctx)) = self.node(CollKind::Allgather, b, None, true)? {
             let own = send.data();
             if b <= n.max() {
                 return n.allgather(ctx, own, recv);
             }
-            if let Some(pids) = n.single_copy(ctx) {
+            if let Some(pids) = n.single_copy(ctx)? {
                 return n.allgather_cma(ctx, pids, own, recv);
             }
         }
@@ -1576,12 +1595,12 @@ impl Comm {
         if let Input::Buf(s) = send {
             same_len("alltoall", s.len(), recv.len())?;
         }
-        if let Some((n, ctx)) = self.node(CollKind::Alltoall, recv.len()) {
+        if let Some((n, ctx)) = self.node(CollKind::Alltoall, recv.len(), None, true)? {
             let own = send.data();
             if recv.len() <= n.max() {
                 return n.alltoall(ctx, own, recv);
             }
-            if let Some(pids) = n.single_copy(ctx) {
+            if let Some(pids) = n.single_copy(ctx)? {
                 return n.alltoall_cma(ctx, pids, own, recv);
             }
         }

@@ -54,6 +54,12 @@ pub enum CollError {
         /// Bytes expected.
         expected: usize,
     },
+    /// The ranks made different collective calls (another operation, root
+    /// or length at the same point), found by a rank that would otherwise
+    /// wait forever; also every later call through the shared-memory
+    /// segment of that communicator, whose rings are then out of step.
+    #[error("MPI_ERR_OTHER: collective calls differ across ranks: {0}")]
+    Mismatch(String),
     /// Invalid group argument (not a subset, duplicate ranks, ...).
     #[error("MPI_ERR_GROUP: {0}")]
     Group(String),
@@ -113,7 +119,7 @@ impl CollError {
             CollError::Arg(_) => MpiErrorClass::Arg,
             CollError::NoContextId { .. } | CollError::NoProvider { .. } => MpiErrorClass::Other,
             CollError::P2p { class, .. } => *class,
-            CollError::Config(_) => MpiErrorClass::Other,
+            CollError::Config(_) | CollError::Mismatch(_) => MpiErrorClass::Other,
             CollError::Intern(_) => MpiErrorClass::Intern,
         }
     }

@@ -490,3 +490,112 @@ fn ranks_with_different_sm_parameters_stay_on_messages() {
         assert_eq!(out, [(0, 0, None); 3], "{key} = {most} / {rank1} on rank 1");
     }
 }
+
+#[test]
+fn ranks_on_different_paths_fail_instead_of_waiting_forever() {
+    use tmpi_base::error::MpiErrorClass::{Other, Truncate};
+    let class = |r: tmpi_coll::Result<()>| r.map_err(|e| e.class());
+    // Bcast lengths on both sides of the stream ring's 16 bytes: the root
+    // on the stream ring, the others wait on the small ring. They find the
+    // root's call described differently (Truncate); the segment is then
+    // out of step, so every later call through it fails on every rank
+    // (the root's barrier included, which would otherwise wait forever).
+    let out = job_cfg(shm(3), &[], move |w, _| {
+        let mut b = vec![1u8; if w.rank() == 0 { 8 } else { 32 }];
+        let bc = class(w.bcast(&mut b, 0));
+        (bc, class(w.barrier()), w.shared_calls())
+    });
+    assert_eq!((out[0].0, out[0].1), (Ok(()), Err(Other)), "{out:?}");
+    for o in &out[1..] {
+        assert_eq!((o.0, o.1), (Err(Truncate), Err(Other)), "{out:?}");
+    }
+    // The first call of a kind with one rank within the limit and the
+    // other above it: both attach the segment (before, the rank within the
+    // limit waited alone in the attach); the root goes over messages, the
+    // other waits on the segment and finds the root on messages.
+    let out = job_cfg(shm(2), &[("coll_sm_max", "256")], move |w, _| {
+        let mut b = vec![1u8; if w.rank() == 0 { 300 } else { 200 }];
+        let bc = class(w.bcast(&mut b, 0));
+        (bc, class(w.barrier()), w.shared_segment())
+    });
+    assert_eq!(out[0], (Ok(()), Err(Other), Some(true)), "{out:?}");
+    assert_eq!(out[1], (Err(Truncate), Err(Other), Some(true)), "{out:?}");
+    // Different operations (barrier against bcast) and different roots.
+    let out = job_cfg(shm(2), &[], move |w, _| {
+        if w.rank() == 0 {
+            class(w.barrier())
+        } else {
+            class(w.bcast(&mut [0u8; 8], 0))
+        }
+    });
+    assert_eq!(out, [Err(Other), Err(Other)]);
+    let out = job_cfg(shm(3), &[], move |w, _| {
+        let mut b = [w.rank() as u8; 8];
+        let root = if w.rank() == 2 { 1 } else { 0 };
+        (class(w.bcast(&mut b, root)), class(w.barrier()))
+    });
+    assert_eq!(out[0], (Ok(()), Err(Other)), "{out:?}");
+    assert_eq!(out[1], (Ok(()), Err(Other)), "{out:?}");
+    assert_eq!(out[2], (Err(Other), Err(Other)), "{out:?}");
+}
+
+#[test]
+fn chunked_bcast_mismatch_follows_a_last_chunk_on_the_stream_ring() {
+    // Root 3 x 256 + 8 bytes: its last chunk (8 bytes) goes on the stream
+    // ring, and a rank whose length differs follows the root's chunks
+    // there too (it waited on the small ring and hung).
+    let out = job_cfg(shm(3), &[("coll_sm_max", "256")], |w, _| {
+        let me = w.rank();
+        let mut b = vec![me as u8; [776, 776, 1000][me as usize]];
+        let r = w.bcast(&mut b, 0).map_err(|e| e.class());
+        // Still in step.
+        let mut c = vec![me as u8; 776];
+        w.bcast(&mut c, 0).unwrap();
+        assert_eq!(c, vec![0u8; 776]);
+        w.barrier().unwrap();
+        r
+    });
+    let t = Err(tmpi_base::error::MpiErrorClass::Truncate);
+    assert_eq!(out, [Ok(()), Ok(()), t]);
+}
+
+#[test]
+fn a_late_rank_is_waited_for_not_taken_for_a_mismatch() {
+    // One rank arrives 300 ms late at each kind of call while the others
+    // wait (looking at its call line many times meanwhile): no error, and
+    // the results are right.
+    let out = job_cfg(shm(3), &[("coll_sm_max", "256")], |w, _| {
+        let me = w.rank();
+        let late = |who: u32| {
+            if me == who {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
+        };
+        late(1);
+        w.barrier().unwrap();
+        late(2);
+        let mut b = vec![me as u8; 8];
+        w.bcast(&mut b, 0).unwrap();
+        assert_eq!(b, vec![0u8; 8]);
+        late(0);
+        let mut sum = [0u8; 4];
+        w.reduce(
+            Input::Buf(&[1u8; 4]),
+            Some(&mut sum),
+            Datatype::U8,
+            &Op::Sum,
+            0,
+        )
+        .unwrap();
+        late(2);
+        let mut all = vec![0u8; 600];
+        w.allreduce(Input::Buf(&[1u8; 600]), &mut all, Datatype::U8, &Op::Sum)
+            .unwrap();
+        assert_eq!(all, vec![3u8; 600]);
+        late(1);
+        let ops = gather_and_exchange(&w, 100);
+        (sum, ops)
+    });
+    assert_eq!(out[0].0, [3u8; 4]);
+    assert!(out.iter().all(|o| o.1 == out[0].1), "{out:?}");
+}

@@ -37,13 +37,24 @@
 //! (`x0 op (x1 op (... op x_{p-1}))`), identical on every rank
 //! (allreduce) and correct for non-commutative ops.
 //!
-//! The segment is attached on first use (collectively, by `Comm`): rank 0
-//! creates it, tells the others its name over the next provider's bcast,
-//! and everyone agrees (allreduce) before using it; when any rank fails,
-//! every rank keeps the component out of that communicator.
+//! The segment is attached on the first call of a kind sm won, whatever its
+//! size (collectively, by `Comm`): rank 0 creates it, tells the others its
+//! name over the next provider's bcast, and everyone agrees (allreduce)
+//! before using it; when any rank fails, every rank keeps the component out
+//! of that communicator.
+//!
+//! Calls that differ across ranks (an erroneous program) may put ranks on
+//! different rings, or some on the segment and some on messages, where
+//! they would wait for each other forever. So every call is announced in
+//! the rank's call line ([`Node::announce`]), every op's length word
+//! carries its call's number, and a rank that reads an op of another call,
+//! or that waited long and finds evidence in the call line of the rank it
+//! waits for, fails and marks the segment broken (docs/coll.md, "Calls
+//! that take different paths").
 
+use std::fmt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use tmpi_base::component::{Availability, ComponentDescriptor};
@@ -91,6 +102,18 @@ const LINE: usize = 128;
 /// aligned and in the flag's cache line for small payloads.
 const DATA: usize = 16;
 const MAGIC: u64 = 0x746d_7069_2d63_736d;
+
+/// Header word: 0, or from bit 20 1 + the number of the call in which some
+/// rank found that the ranks' calls differ (the rings are out of step from
+/// there).
+/// (Bits 0-19: the rank that found it.)
+const BROKEN: usize = 32;
+/// Calls each rank keeps described in its call line (16 bytes each).
+const HISTORY: u64 = (LINE / 16) as u64;
+/// Set in a call word while its description is rewritten.
+const BUSY: u64 = 1 << 63;
+/// Polls of a wait between two looks at the other ranks' call lines.
+const CHECK_POLLS: u32 = 1024;
 
 fn max_spec() -> ParamSpec {
     ParamSpec::new("coll", "sm", "max")
@@ -438,6 +461,66 @@ pub struct Node {
     /// Every rank's pid when single copy works between all of them
     /// (probed on first use), `None` when not.
     cma: OnceLock<Option<Vec<u32>>>,
+    /// Collective calls this rank announced (`Node::announce`).
+    call: AtomicU64,
+}
+
+/// The way a call goes ([`Node::route`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Messages = 0,
+    Stream = 1,
+    Small = 2,
+    Large = 3,
+    SingleCopy = 4,
+}
+
+/// What a rank passed to one collective call, as its call line describes
+/// it: route (3 bits), operation (5), root (20, all ones: none), bytes
+/// (36, saturated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CallInfo(u64);
+
+const NO_ROOT: u64 = (1 << 20) - 1;
+const MAX_BYTES: u64 = (1 << 36) - 1;
+
+impl CallInfo {
+    fn new(route: Route, kind: CollKind, bytes: usize, root: Option<u32>) -> CallInfo {
+        let root = root.map_or(NO_ROOT, |r| u64::from(r).min(NO_ROOT - 1));
+        let bytes = (bytes as u64).min(MAX_BYTES);
+        CallInfo(bytes << 28 | root << 8 | (kind.index() as u64) << 3 | route as u64)
+    }
+
+    fn route(self) -> u64 {
+        self.0 & 7
+    }
+
+    fn kind(self) -> Option<CollKind> {
+        CollKind::ALL.get((self.0 >> 3 & 31) as usize).copied()
+    }
+
+    fn root(self) -> Option<u64> {
+        let r = self.0 >> 8 & NO_ROOT;
+        (r != NO_ROOT).then_some(r)
+    }
+
+    fn bytes(self) -> usize {
+        (self.0 >> 28) as usize
+    }
+}
+
+impl fmt::Display for CallInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind() {
+            Some(k) => write!(f, "{k}")?,
+            None => f.write_str("an unknown collective")?,
+        }
+        write!(f, " of {} bytes", self.bytes())?;
+        if let Some(r) = self.root() {
+            write!(f, ", root {r}")?;
+        }
+        Ok(())
+    }
 }
 
 /// Data bytes of a small slot (its area is 256 bytes).
@@ -462,7 +545,8 @@ impl Node {
         let small_done = LINE;
         let large_done = LINE * (1 + pu);
         let stream_done = LINE * (1 + 2 * pu);
-        let stream = Ring::packed(STREAM_SLOTS, stream_done, LINE * (1 + 3 * pu));
+        // Then one call line per rank (`Node::calls_base`).
+        let stream = Ring::packed(STREAM_SLOTS, stream_done, LINE * (1 + 4 * pu));
         let small_base = stream.base + stream.bytes(p);
         let small = Ring::new(SMALL_SLOTS, SMALL_DATA, small_done, small_base);
         let large_base = small.base + small.bytes(p);
@@ -484,6 +568,7 @@ impl Node {
             single_copy: nc.single_copy,
             probe_fail: nc.probe_fail,
             cma: OnceLock::new(),
+            call: AtomicU64::new(0),
         }
     }
 
@@ -499,12 +584,28 @@ impl Node {
         self.max
     }
 
+    /// The ring of an op of `n` data bytes (per area); `stream`: an op of
+    /// a stream of rooted calls ([`Node::begin_stream`]).
+    fn ring_of(n: usize, stream: bool) -> Route {
+        if stream && n <= STREAM_DATA {
+            Route::Stream
+        } else if n <= SMALL_DATA {
+            Route::Small
+        } else {
+            Route::Large
+        }
+    }
+
     /// Starts the next op of `n` data bytes (per area): its ring and slot.
     fn begin(&self, n: usize) -> Step<'_> {
-        self.begin_on(if n <= SMALL_DATA {
-            &self.small
-        } else {
-            &self.large
+        self.begin_route(Node::ring_of(n, false))
+    }
+
+    fn begin_route(&self, route: Route) -> Step<'_> {
+        self.begin_on(match route {
+            Route::Stream => &self.stream,
+            Route::Small => &self.small,
+            _ => &self.large,
         })
     }
 
@@ -517,11 +618,7 @@ impl Node {
     /// the others are still reading (2 ranks, 8 B: allreduce 0.137 ->
     /// 0.149 us, allgather 0.118 -> 0.129, docs/coll.md "Stream ring").
     fn begin_stream(&self, n: usize) -> Step<'_> {
-        if n <= STREAM_DATA {
-            self.begin_on(&self.stream)
-        } else {
-            self.begin(n)
-        }
+        self.begin_route(Node::ring_of(n, true))
     }
 
     fn begin_on<'a>(&'a self, ring: &'a Ring) -> Step<'a> {
@@ -535,25 +632,214 @@ impl Node {
         }
     }
 
-    /// Spins until `ready`, driving the pml and the process's outstanding
+    /// Spins until `pending` (the first rank this rank still waits for)
+    /// is `None`, driving the pml and the process's outstanding
     /// non-blocking collectives every few polls (a peer may be waiting for
     /// them before it comes to this call) and yielding the core when
-    /// neither had anything to do and ranks yield when idle.
-    fn wait(ctx: &CollContext, mut ready: impl FnMut() -> bool) {
+    /// neither had anything to do and ranks yield when idle. Every
+    /// [`CHECK_POLLS`] polls it looks for evidence that the rank it waits
+    /// for made another call ([`Node::look_for_mismatch`]): the error then,
+    /// instead of waiting forever.
+    fn wait(&self, ctx: &CollContext, mut pending: impl FnMut() -> Option<u32>) -> Result<()> {
         let mut polls = 0u32;
-        while !ready() {
-            polls += 1;
-            if polls % 32 == 0 && !ctx.progress_all() {
-                ctx.p2p().idle();
+        while let Some(r) = pending() {
+            polls = polls.wrapping_add(1);
+            if polls % 32 == 0 {
+                if polls % CHECK_POLLS == 0 {
+                    self.look_for_mismatch(r, &mut pending)?;
+                }
+                if !ctx.progress_all() {
+                    ctx.p2p().idle();
+                }
             }
         }
+        Ok(())
+    }
+
+    /// The route of a call: the ring of its first op, single copy, or the
+    /// messages (`on_segment` false: above the limit). Ranks whose calls
+    /// differ only in length but take the same route stay in step (each
+    /// op's length is checked, [`Step::expect_len`]; chunked calls compare
+    /// lengths first); on different routes they would wait for each other
+    /// forever.
+    fn route(&self, kind: CollKind, bytes: usize, on_segment: bool) -> Route {
+        if !on_segment {
+            return Route::Messages;
+        }
+        match kind {
+            // Chunked: the lengths first, in a small op.
+            CollKind::Bcast | CollKind::Allreduce if bytes > self.max => Node::ring_of(8, false),
+            CollKind::Bcast | CollKind::Reduce => Node::ring_of(bytes, true),
+            CollKind::Allgather | CollKind::Alltoall if bytes > self.max => Route::SingleCopy,
+            _ => Node::ring_of(bytes, false),
+        }
+    }
+
+    /// Publishes this rank's next collective call on the communicator in
+    /// its call line (every call of a kind sm won, through the segment or
+    /// not; `bytes` as `Comm` measures them for the limit), where a rank
+    /// that waits long looks for evidence that the ranks' calls differ
+    /// ([`Node::wait`]). Fails once some rank found they did: the rings
+    /// are out of step from that call on.
+    pub fn announce(
+        &self,
+        kind: CollKind,
+        bytes: usize,
+        root: Option<u32>,
+        on_segment: bool,
+    ) -> Result<()> {
+        self.check_broken()?;
+        let info = CallInfo::new(self.route(kind, bytes, on_segment), kind, bytes, root);
+        let c = self.call.load(Ordering::Relaxed) + 1;
+        self.call.store(c, Ordering::Relaxed);
+        let (word, desc) = self.call_entry(self.me, c);
+        // A sequence lock: the number marked busy (release: whatever this
+        // rank did in its earlier calls is visible to a rank that reads
+        // it), the description, the number.
+        word.store(c | BUSY, Ordering::Release);
+        fence(Ordering::Release);
+        desc.store(info.0, Ordering::Relaxed);
+        word.store(c, Ordering::Release);
+        Ok(())
+    }
+
+    /// Rank `r`'s entry for call `c` in its call line: number, description.
+    fn call_entry(&self, r: u32, c: u64) -> (&AtomicU64, &AtomicU64) {
+        let a = LINE * (1 + 3 * self.p as usize) + LINE * r as usize + 16 * (c % HISTORY) as usize;
+        (self.seg.atomic(a), self.seg.atomic(a + 8))
+    }
+
+    /// Rank `r`'s description of its call `c`, if its line still holds
+    /// it and is not being rewritten.
+    fn described(&self, r: u32, c: u64) -> Option<CallInfo> {
+        let (word, desc) = self.call_entry(r, c);
+        let before = word.load(Ordering::Acquire);
+        let info = desc.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        let after = word.load(Ordering::Relaxed);
+        (before == c && after == c).then_some(CallInfo(info))
+    }
+
+    /// The latest call rank `r` announced or is announcing (0: none). When
+    /// it is past a call, everything `r` did in that call is visible after
+    /// this (acquire of a release store).
+    fn latest_call(&self, r: u32) -> u64 {
+        (0..HISTORY)
+            .map(|i| self.call_entry(r, i).0.load(Ordering::Acquire) & !BUSY)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Evidence that rank `r`'s calls differ from this rank's: a call both
+    /// call lines still describe with another operation, root or route.
+    /// Marks the segment broken and gives the error then: for this rank's
+    /// current call, `MPI_ERR_TRUNCATE` where only the length differs (the
+    /// route with it), else the calls named.
+    fn evidence(&self, r: u32) -> Option<CollError> {
+        let mine = self.call.load(Ordering::Relaxed);
+        let theirs = self.latest_call(r);
+        let lo = mine.max(theirs).saturating_sub(HISTORY - 1).max(1);
+        for c in lo..=mine.min(theirs) {
+            let (Some(a), Some(b)) = (self.described(self.me, c), self.described(r, c)) else {
+                continue;
+            };
+            let same_call = a.kind() == b.kind() && a.root() == b.root();
+            if same_call && a.route() == b.route() {
+                continue;
+            }
+            self.set_broken(c);
+            return Some(if same_call && c == mine {
+                CollError::Truncate {
+                    peer: r,
+                    got: b.bytes(),
+                    expected: a.bytes(),
+                }
+            } else {
+                CollError::Mismatch(format!(
+                    "call #{c} on this communicator: rank {r} called {b}, rank {} {a}",
+                    self.me
+                ))
+            });
+        }
+        None
+    }
+
+    /// Looks, while waiting for rank `r`, for evidence that `r`'s calls
+    /// differ from this rank's ([`Node::evidence`]), or for `r` past this
+    /// rank's call while what this rank waits for from it (`pending`) is
+    /// still missing. Fails as well when another rank found a difference
+    /// (its own evidence first: the more precise error).
+    #[cold]
+    fn look_for_mismatch(&self, r: u32, pending: &mut impl FnMut() -> Option<u32>) -> Result<()> {
+        if let Some(e) = self.evidence(r) {
+            return Err(e);
+        }
+        let mine = self.call.load(Ordering::Relaxed);
+        let theirs = self.latest_call(r);
+        if theirs > mine && pending() == Some(r) {
+            self.set_broken(mine);
+            return Err(CollError::Mismatch(format!(
+                "rank {r} left call #{mine} on this communicator{} without what rank {} waits \
+                 for from it, and is at call #{theirs}",
+                self.here(mine),
+                self.me
+            )));
+        }
+        self.check_broken()
+    }
+
+    /// The error for an op of rank `r` that carries another call's number
+    /// (`theirs`, low 32 bits) than this rank's: the evidence if the call
+    /// lines still hold it, else the two numbers. Marks the segment broken.
+    #[cold]
+    fn wrong_call(&self, r: u32, theirs: u64) -> CollError {
+        self.evidence(r).unwrap_or_else(|| {
+            let mine = self.call.load(Ordering::Relaxed);
+            self.set_broken(mine);
+            CollError::Mismatch(format!(
+                "rank {r}'s data for call #{mine} on this communicator{} comes from its call \
+                 #{theirs} (mod 2^32)",
+                self.here(mine)
+            ))
+        })
+    }
+
+    /// `" (<this rank's call c>, here)"`, or nothing when no longer described.
+    fn here(&self, c: u64) -> String {
+        self.described(self.me, c)
+            .map_or_else(String::new, |a| format!(" ({a} here)"))
+    }
+
+    /// Records that call `c` differed across ranks (the first finder wins).
+    fn set_broken(&self, c: u64) {
+        let word = ((c + 1) << 20) | u64::from(self.me & 0xf_ffff);
+        let _ =
+            self.seg
+                .atomic(BROKEN)
+                .compare_exchange(0, word, Ordering::AcqRel, Ordering::Relaxed);
+        tracing::warn!(target: "coll_sm", "collective call #{c} differs across ranks: the segment's rings are out of step");
+    }
+
+    /// Fails once some rank found that the ranks' calls differ.
+    fn check_broken(&self) -> Result<()> {
+        let word = self.seg.atomic(BROKEN).load(Ordering::Acquire);
+        if word == 0 {
+            return Ok(());
+        }
+        Err(CollError::Mismatch(format!(
+            "rank {} found that call #{} on this communicator differed across ranks; its \
+             shared-memory collectives are out of step from there",
+            word & 0xf_ffff,
+            (word >> 20) - 1
+        )))
     }
 
     /// `MPI_Barrier`: every rank raises its flag and waits for all flags.
     pub fn barrier(&self, ctx: &CollContext) -> Result<()> {
         let st = self.begin(0);
-        st.flag(self.me).store(st.s, Ordering::Release);
-        st.wait_all(ctx);
+        st.raise(0);
+        st.wait_all(ctx)?;
+        st.expect_len_all(0)?;
         st.finish();
         Ok(())
     }
@@ -571,20 +857,23 @@ impl Node {
         // copying, so no rank waits for chunks another never starts.
         let st = self.begin(8);
         let total = if self.me == root {
-            st.claim(ctx);
+            st.claim(ctx)?;
             st.publish(&(buf.len() as u64).to_ne_bytes());
             buf.len()
         } else {
-            st.wait_flag(ctx, root);
+            st.wait_flag(ctx, root)?;
+            st.expect_len(root, 8)?;
             read_len(st.data(root, 8))
         };
         st.finish();
         if total != buf.len() {
             let mut left = total;
             while left > 0 {
+                // The root's chunks go where `bcast_one` puts them: a last
+                // chunk within the stream ring's areas goes there.
                 let c = left.min(self.max);
-                let st = self.begin(c);
-                st.wait_flag(ctx, root);
+                let st = self.begin_stream(c);
+                st.wait_flag(ctx, root)?;
                 st.finish();
                 left -= c;
             }
@@ -609,12 +898,12 @@ impl Node {
     fn bcast_one(&self, ctx: &CollContext, buf: &mut [u8], root: u32) -> Result<()> {
         let st = self.begin_stream(buf.len());
         if self.me == root {
-            st.claim(ctx);
+            st.claim(ctx)?;
             st.publish(buf);
             st.finish();
             return Ok(());
         }
-        st.wait_flag(ctx, root);
+        st.wait_flag(ctx, root)?;
         let r = st.expect_len(root, buf.len()).map(|()| {
             buf.copy_from_slice(st.data(root, buf.len()));
         });
@@ -635,13 +924,13 @@ impl Node {
     ) -> Result<()> {
         let n = own.map_or_else(|| recv.as_ref().map_or(0, |r| r.len()), <[u8]>::len);
         let st = self.begin_stream(n);
-        st.claim(ctx);
+        st.claim(ctx)?;
         let r = match (own, recv) {
             (Some(x), recv) => {
                 st.publish(x);
                 match recv {
                     Some(out) if self.me == root => {
-                        st.wait_all(ctx);
+                        st.wait_all(ctx)?;
                         st.fold(out, dtype, op)
                     }
                     _ => Ok(()),
@@ -649,7 +938,7 @@ impl Node {
             }
             (None, Some(out)) => {
                 st.publish(out);
-                st.wait_all(ctx);
+                st.wait_all(ctx)?;
                 st.fold(out, dtype, op)
             }
             (None, None) => Err(CollError::Buffer("reduce: no input".into())),
@@ -671,9 +960,9 @@ impl Node {
             return self.allreduce_chunked(ctx, own, recv, dtype, op);
         }
         let st = self.begin(recv.len());
-        st.claim(ctx);
+        st.claim(ctx)?;
         st.publish(own.unwrap_or(recv));
-        st.wait_all(ctx);
+        st.wait_all(ctx)?;
         let r = st.fold(recv, dtype, op);
         st.finish();
         r
@@ -700,9 +989,10 @@ impl Node {
         // rank sees it and returns before any chunk, so none waits for
         // chunks another never starts.
         let st = self.begin(8);
-        st.claim(ctx);
+        st.claim(ctx)?;
         st.publish(&(recv.len() as u64).to_ne_bytes());
-        st.wait_all(ctx);
+        st.wait_all(ctx)?;
+        st.expect_len_all(8)?;
         let differs = (0..self.p)
             .filter(|&r| r != self.me)
             .map(|r| (r, read_len(st.data(r, 8))))
@@ -736,18 +1026,18 @@ impl Node {
         // with the other ranks, but do not fold or copy any more.
         for batch in chunks.chunks(SLOTS as usize / 2) {
             // Op one: chunks in, this rank's share folded into `recv`.
-            let steps: Vec<Step<'_>> = batch
+            let steps = batch
                 .iter()
                 .map(|&(off, c)| {
                     let st = self.begin(c);
-                    st.claim(ctx);
+                    st.claim(ctx)?;
                     st.publish(&own.unwrap_or(recv)[off..off + c]);
-                    st
+                    Ok(st)
                 })
-                .collect();
+                .collect::<Result<Vec<Step<'_>>>>()?;
             for (st, &(off, c)) in steps.into_iter().zip(batch) {
                 let (lo, hi) = share(c, me);
-                st.wait_all(ctx);
+                st.wait_all(ctx)?;
                 if res.is_ok() {
                     res = st.fold_range(&mut recv[off + lo..off + hi], lo, c, dtype, op);
                 }
@@ -755,18 +1045,18 @@ impl Node {
             }
             // Op two: shares out. Its ring is chosen by the chunk length,
             // the same on every rank (the shares may differ by one element).
-            let steps: Vec<Step<'_>> = batch
+            let steps = batch
                 .iter()
                 .map(|&(off, c)| {
                     let (lo, hi) = share(c, me);
                     let st = self.begin(c);
-                    st.claim(ctx);
+                    st.claim(ctx)?;
                     st.publish(&recv[off + lo..off + hi]);
-                    st
+                    Ok(st)
                 })
-                .collect();
+                .collect::<Result<Vec<Step<'_>>>>()?;
             for (st, &(off, c)) in steps.into_iter().zip(batch) {
-                st.wait_all(ctx);
+                st.wait_all(ctx)?;
                 if res.is_ok() {
                     res = (0..self.p).filter(|&r| r != self.me).try_for_each(|r| {
                         let (a, b) = share(c, r as usize);
@@ -788,7 +1078,7 @@ impl Node {
         let b = recv.len() / p;
         let me = self.me as usize;
         let st = self.begin(b);
-        st.claim(ctx);
+        st.claim(ctx)?;
         match own {
             Some(x) => {
                 st.publish(x);
@@ -796,7 +1086,7 @@ impl Node {
             }
             None => st.publish(&recv[me * b..(me + 1) * b]),
         }
-        st.wait_all(ctx);
+        st.wait_all(ctx)?;
         let r = (0..self.p).filter(|&r| r != self.me).try_for_each(|r| {
             st.expect_len(r, b)?;
             let i = r as usize;
@@ -819,7 +1109,7 @@ impl Node {
         let b = n / p;
         let me = self.me as usize;
         let st = self.begin(n);
-        st.claim(ctx);
+        st.claim(ctx)?;
         let a = st.area(self.me);
         let vector: &[u8] = send.unwrap_or(recv);
         for r in (0..p).filter(|&r| r != me) {
@@ -829,9 +1119,8 @@ impl Node {
         if let Some(x) = send {
             recv[me * b..(me + 1) * b].copy_from_slice(&x[me * b..(me + 1) * b]);
         }
-        self.seg.atomic(a + 8).store(n as u64, Ordering::Relaxed);
-        st.flag(self.me).store(st.s, Ordering::Release);
-        st.wait_all(ctx);
+        st.raise(n);
+        st.wait_all(ctx)?;
         let r = (0..self.p).filter(|&r| r != self.me).try_for_each(|r| {
             st.expect_len(r, n)?;
             let i = r as usize;
@@ -872,11 +1161,19 @@ impl Node {
     /// reads that word from every other rank (`cma::probe`), then
     /// publishes whether all reads gave the right value; single copy is
     /// used only when every rank says so.
-    pub fn single_copy(&self, ctx: &CollContext) -> Option<&[u32]> {
+    ///
+    /// Fails only when the ranks' calls differ ([`Node::wait`]); the probe
+    /// runs again on the next call then (which fails as well: the segment
+    /// is marked broken).
+    pub fn single_copy(&self, ctx: &CollContext) -> Result<Option<&[u32]>> {
         if !self.single_copy {
-            return None;
+            return Ok(None);
         }
-        self.cma.get_or_init(|| self.probe_cma(ctx)).as_deref()
+        if self.cma.get().is_none() {
+            let pids = self.probe_cma(ctx)?;
+            let _ = self.cma.set(pids);
+        }
+        Ok(self.cma.get().and_then(Option::as_deref))
     }
 
     /// The outcome of the single-copy probe, `None` before it ran.
@@ -885,16 +1182,17 @@ impl Node {
     }
 
     #[cold]
-    fn probe_cma(&self, ctx: &CollContext) -> Option<Vec<u32>> {
+    fn probe_cma(&self, ctx: &CollContext) -> Result<Option<Vec<u32>>> {
         tmpi_btl_sm::cma::allow_ptracer_any();
         let hello = two_words(
             u64::from(std::process::id()),
             tmpi_btl_sm::cma::probe_addr(),
         );
         let st = self.begin(hello.len());
-        st.claim(ctx);
+        st.claim(ctx)?;
         st.publish(&hello);
-        st.wait_all(ctx);
+        st.wait_all(ctx)?;
+        st.expect_len_all(hello.len())?;
         let mut pids = vec![std::process::id(); self.p as usize];
         let mut ok = !self.probe_fail;
         for r in (0..self.p).filter(|&r| r != self.me) {
@@ -908,16 +1206,17 @@ impl Node {
         }
         st.finish();
         let st = self.begin(1);
-        st.claim(ctx);
+        st.claim(ctx)?;
         st.publish(&[u8::from(ok)]);
-        st.wait_all(ctx);
+        st.wait_all(ctx)?;
+        st.expect_len_all(1)?;
         let all = ok
             && (0..self.p)
                 .filter(|&r| r != self.me)
                 .all(|r| st.data(r, 1)[0] == 1);
         st.finish();
         tracing::debug!(target: "coll_sm", "single copy {}", if all { "on" } else { "off" });
-        all.then_some(pids)
+        Ok(all.then_some(pids))
     }
 
     /// One exchange by single copy: this rank publishes where its source
@@ -936,9 +1235,10 @@ impl Node {
     ) -> Result<()> {
         let hello = two_words(src, src_len as u64);
         let st = self.begin(hello.len());
-        st.claim(ctx);
+        st.claim(ctx)?;
         st.publish(&hello);
-        st.wait_all(ctx);
+        st.wait_all(ctx)?;
+        st.expect_len_all(hello.len())?;
         let mut res = Ok(());
         // Each rank starts with the next one: not all on rank 0's pages.
         for r in (1..self.p).map(|k| (self.me + k) % self.p) {
@@ -965,7 +1265,7 @@ impl Node {
         }
         // Everyone has read this rank's source once every rank finished
         // this op.
-        st.finish_all(ctx);
+        st.finish_all(ctx)?;
         res
     }
 
@@ -1060,47 +1360,73 @@ impl Step<'_> {
 
     /// Waits until this rank may rewrite its area of the slot (every rank
     /// finished the op that used it last).
-    fn claim(&self, ctx: &CollContext) {
+    fn claim(&self, ctx: &CollContext) -> Result<()> {
         let Some(need) = self.s.checked_sub(self.ring.slots) else {
-            return;
+            return Ok(());
         };
         if self.ring.min_done.load(Ordering::Relaxed) >= need {
-            return;
+            return Ok(());
         }
-        Node::wait(ctx, || {
-            let m = (0..self.node.p)
-                .map(|r| self.done(r).load(Ordering::Acquire))
-                .min()
-                .unwrap_or(0);
-            self.ring.min_done.store(m, Ordering::Relaxed);
-            m >= need
-        });
+        self.node.wait(ctx, || {
+            (0..self.node.p).find(|&r| self.done(r).load(Ordering::Acquire) < need)
+        })?;
+        let m = (0..self.node.p)
+            .map(|r| self.done(r).load(Ordering::Acquire))
+            .min()
+            .unwrap_or(0);
+        self.ring.min_done.store(m, Ordering::Relaxed);
+        Ok(())
     }
 
     fn publish(&self, data: &[u8]) {
         let a = self.area(self.node.me);
         self.node.seg.write(a + DATA, data);
+        self.raise(data.len());
+    }
+
+    /// Stores this rank's length word (`n` and the call's number) and flag
+    /// for this op, its data written.
+    fn raise(&self, n: usize) {
+        let a = self.area(self.node.me);
+        let call = self.node.call.load(Ordering::Relaxed) & 0xffff_ffff;
         self.node
             .seg
             .atomic(a + 8)
-            .store(data.len() as u64, Ordering::Relaxed);
+            .store(call << 32 | n as u64 & 0xffff_ffff, Ordering::Relaxed);
         self.flag(self.node.me).store(self.s, Ordering::Release);
     }
 
-    fn wait_flag(&self, ctx: &CollContext, r: u32) {
+    /// Rank `r`'s length for this op, after checking that its op belongs to
+    /// the same call as this rank's (ranks whose calls differ can meet in
+    /// one slot: a bcast root's next call where the others wait for its
+    /// bcast on another ring).
+    fn len_of(&self, r: u32) -> Result<usize> {
+        let word = self
+            .node
+            .seg
+            .atomic(self.area(r) + 8)
+            .load(Ordering::Relaxed);
+        let theirs = word >> 32;
+        if theirs != self.node.call.load(Ordering::Relaxed) & 0xffff_ffff {
+            return Err(self.node.wrong_call(r, theirs));
+        }
+        Ok((word & 0xffff_ffff) as usize)
+    }
+
+    fn wait_flag(&self, ctx: &CollContext, r: u32) -> Result<()> {
         let f = self.flag(r);
         let s = self.s;
         if f.load(Ordering::Acquire) < s {
-            Node::wait(ctx, || f.load(Ordering::Acquire) >= s);
+            self.node
+                .wait(ctx, || (f.load(Ordering::Acquire) < s).then_some(r))?;
         }
+        Ok(())
     }
 
-    fn wait_all(&self, ctx: &CollContext) {
-        for r in 0..self.node.p {
-            if r != self.node.me {
-                self.wait_flag(ctx, r);
-            }
-        }
+    fn wait_all(&self, ctx: &CollContext) -> Result<()> {
+        (0..self.node.p)
+            .filter(|&r| r != self.node.me)
+            .try_for_each(|r| self.wait_flag(ctx, r))
     }
 
     fn finish(self) {
@@ -1108,19 +1434,15 @@ impl Step<'_> {
     }
 
     /// [`Step::finish`], then waits until every rank finished this op.
-    fn finish_all(self, ctx: &CollContext) {
+    fn finish_all(self, ctx: &CollContext) -> Result<()> {
         self.done(self.node.me).store(self.s, Ordering::Release);
-        Node::wait(ctx, || {
-            (0..self.node.p).all(|r| self.done(r).load(Ordering::Acquire) >= self.s)
-        });
+        self.node.wait(ctx, || {
+            (0..self.node.p).find(|&r| self.done(r).load(Ordering::Acquire) < self.s)
+        })
     }
 
     fn expect_len(&self, r: u32, expected: usize) -> Result<()> {
-        let got = self
-            .node
-            .seg
-            .atomic(self.area(r) + 8)
-            .load(Ordering::Relaxed) as usize;
+        let got = self.len_of(r)?;
         if got != expected {
             return Err(CollError::Truncate {
                 peer: r,
@@ -1129,6 +1451,13 @@ impl Step<'_> {
             });
         }
         Ok(())
+    }
+
+    /// [`Step::expect_len`] for every other rank.
+    fn expect_len_all(&self, expected: usize) -> Result<()> {
+        (0..self.node.p)
+            .filter(|&r| r != self.node.me)
+            .try_for_each(|r| self.expect_len(r, expected))
     }
 
     /// `out = x0 op (x1 op (... op x_{p-1}))` over the op's areas.
