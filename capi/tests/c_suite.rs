@@ -262,6 +262,25 @@ fn errors_are_fatal_ends_the_job_naming_call_and_error() {
     );
 }
 
+/// Collective calls that differ across ranks (sm's segment, one node):
+/// error classes under MPI_ERRORS_RETURN, and the job ends under
+/// MPI_ERRORS_ARE_FATAL; both hung before (docs/coll.md, "Calls that take
+/// different paths").
+#[test]
+fn mismatched_collectives_fail_instead_of_hanging() {
+    expect_ok("coll_mismatch", &[2, 3]);
+    let exe = build("coll_mismatch_fatal");
+    let _g = serial();
+    let (code, out, err) = run(&exe, 3, 60);
+    assert!(code.is_some_and(|c| c != 0), "exit {code:?}\n{out}\n{err}");
+    assert!(!out.contains("UNREACHABLE"), "{out}");
+    assert!(
+        (err.contains("MPI_Bcast") && err.contains("MPI_ERR_TRUNCATE"))
+            || (err.contains("MPI_Barrier") && err.contains("differ across ranks")),
+        "message must name the call and the error:\n{err}"
+    );
+}
+
 #[test]
 fn abort_ends_the_job() {
     let exe = build("abort");

@@ -680,7 +680,9 @@ impl Node {
     /// not; `bytes` as `Comm` measures them for the limit), where a rank
     /// that waits long looks for evidence that the ranks' calls differ
     /// ([`Node::wait`]). Fails once some rank found they did: the rings
-    /// are out of step from that call on.
+    /// are out of step from that call on. A rank that comes to the call
+    /// found to differ only then gets the error of its own evidence (the
+    /// same as if it had found it), whichever rank found it first.
     pub fn announce(
         &self,
         kind: CollKind,
@@ -688,7 +690,6 @@ impl Node {
         root: Option<u32>,
         on_segment: bool,
     ) -> Result<()> {
-        self.check_broken()?;
         let info = CallInfo::new(self.route(kind, bytes, on_segment), kind, bytes, root);
         let c = self.call.load(Ordering::Relaxed) + 1;
         self.call.store(c, Ordering::Relaxed);
@@ -700,6 +701,18 @@ impl Node {
         fence(Ordering::Release);
         desc.store(info.0, Ordering::Relaxed);
         word.store(c, Ordering::Release);
+        if let Err(e) = self.check_broken() {
+            let word = self.seg.atomic(BROKEN).load(Ordering::Acquire);
+            if word >> 20 == c + 1 {
+                if let Some(own) = (0..self.p)
+                    .filter(|&r| r != self.me)
+                    .find_map(|r| self.evidence(r))
+                {
+                    return Err(own);
+                }
+            }
+            return Err(e);
+        }
         Ok(())
     }
 
