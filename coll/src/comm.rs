@@ -945,6 +945,7 @@ impl Comm {
     /// ([`Node::announce`]), so that a rank left waiting because another
     /// took another path finds out and fails instead of waiting forever;
     /// fails once some rank found that.
+    #[inline(always)]
     fn node(
         &self,
         kind: CollKind,
