@@ -588,6 +588,17 @@ fn real_main() -> Result<(), ReportError> {
             cfg.prefix.display()
         )));
     }
+    if !missing.is_empty() && cfg.only.is_some() {
+        // A partial run replaces its groups' samples: the missing
+        // libraries' figures would be dropped, and the ratios against them
+        // with it (a run on a fresh machine without Open MPI wiped the
+        // collectives' baseline this way).
+        return Err(ReportError::Usage(format!(
+            "missing {}: a run with --only would drop those libraries' samples of its groups \
+             (install them: bash ci/install-deps.sh)",
+            missing.join(", ")
+        )));
+    }
     if !missing.is_empty() {
         eprintln!(
             "report: missing {} (apt-get install openmpi-bin libopenmpi-dev mpich libmpich-dev); those libraries are skipped",
