@@ -105,17 +105,16 @@ const LINE: usize = 128;
 const DATA: usize = 16;
 const MAGIC: u64 = 0x746d_7069_2d63_736d;
 
-/// Header word: 0, or from bit 20 1 + the number of the call in which some
-/// rank found that the ranks' calls differ (the rings are out of step from
-/// there).
-/// (Bits 0-19: the rank that found it.)
+/// Header word: 0, or (from bit 20) 1 + the number of the call in which
+/// some rank found that the ranks' calls differ (the rings are out of step
+/// from there) and (bits 0-19) that rank.
 const BROKEN: usize = 32;
 /// Calls each rank keeps described in its call line (one word each).
 const HISTORY: u64 = 8;
-/// Bits of a call's number in its word (above its [`CallInfo`]); ranks
-/// are never 2^19 calls apart (every path through the segment bounds how
-/// far a rank runs ahead by its ring's slots, and the paths over messages
-/// above the limit are rendezvous).
+/// Bits of a call's number in its word (above its [`CallInfo`]) and in a
+/// flag; ranks are never 2^19 calls apart (each path bounds how far a rank
+/// runs ahead: the rings by their slots, the messages by the pml's
+/// buffers).
 const CALL_BITS: u32 = 20;
 const CALL_MASK: u64 = (1 << CALL_BITS) - 1;
 /// Polls of a wait between two looks at the other ranks' call lines.
@@ -474,11 +473,11 @@ pub struct Node {
 /// The way a call goes ([`Node::route`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
-    Messages = 0,
-    Stream = 1,
-    Small = 2,
-    Large = 3,
-    SingleCopy = 4,
+    Messages,
+    Stream,
+    Small,
+    Large,
+    SingleCopy,
 }
 
 /// What a rank passed to one collective call, as its call line describes
@@ -559,7 +558,7 @@ impl Node {
         let small_done = LINE;
         let large_done = LINE * (1 + pu);
         let stream_done = LINE * (1 + 2 * pu);
-        // Then one call line per rank (`Node::calls_base`).
+        // Then one call line per rank (`Node::call_word`).
         let stream = Ring::packed(STREAM_SLOTS, stream_done, LINE * (1 + 4 * pu));
         let small_base = stream.base + stream.bytes(p);
         let small = Ring::new(SMALL_SLOTS, SMALL_DATA, small_done, small_base);
