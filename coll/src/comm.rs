@@ -852,6 +852,7 @@ impl Comm {
     /// Starts `call` as a non-blocking collective. The call must be valid
     /// (the typed methods check their arguments before they get here).
     pub fn start(&self, call: Call) -> Result<CollRequest> {
+        self.announce_nonblocking(&call)?;
         let req = self.start_inner(&call)?;
         self.inner.ctx.add_active(Arc::downgrade(&req.inner));
         Ok(req)
@@ -971,6 +972,35 @@ impl Comm {
         }
         tracing::trace!(target: "coll_sm", "{kind} on cid {}: shared memory, {bytes} bytes", inner.ep.context_id);
         Ok(Some((node, &inner.ctx)))
+    }
+
+    /// Announces a non-blocking collective of a kind `sm` won on its
+    /// attached segment ([`Node::announce_nonblocking`]): a rank waiting
+    /// there in a blocking call that another rank made as a non-blocking
+    /// one fails instead of waiting forever. Lengths as [`Comm::node`]
+    /// measures them.
+    fn announce_nonblocking(&self, call: &Call) -> Result<()> {
+        let inner = &*self.inner;
+        if inner.node_max[call.kind.index()].is_none() {
+            return Ok(());
+        }
+        let Some(node) = inner
+            .node
+            .as_deref()
+            .and_then(NodeColl::attached)
+            .and_then(Option::as_ref)
+        else {
+            return Ok(());
+        };
+        let (bytes, root) = match call.kind {
+            CollKind::Barrier => (0, None),
+            CollKind::Bcast => (call.block, Some(call.root)),
+            CollKind::Reduce => (call.send_len(), Some(call.root)),
+            CollKind::Allgather => (call.block, None),
+            CollKind::Alltoall => (call.block * self.size() as usize, None),
+            _ => (call.send_len(), None),
+        };
+        node.announce_nonblocking(call.kind, bytes, root)
     }
 
     /// Attaches `sm`'s segment (every rank, in the same collective call):

@@ -537,6 +537,19 @@ fn ranks_on_different_paths_fail_instead_of_waiting_forever() {
     assert_eq!(out[0], (Ok(()), Err(Other)), "{out:?}");
     assert_eq!(out[1], (Ok(()), Err(Other)), "{out:?}");
     assert_eq!(out[2], (Err(Other), Err(Other)), "{out:?}");
+    // A blocking bcast against a non-blocking one (MPI does not match
+    // them): the root's ibcast goes over messages, the other rank waits on
+    // the segment and finds it.
+    let out = job_cfg(shm(2), &[], move |w, _| {
+        w.barrier().unwrap();
+        if w.rank() == 1 {
+            let r = w.ibcast(vec![5u8; 8], 1).unwrap();
+            class(r.wait().map(drop))
+        } else {
+            class(w.bcast(&mut [0u8; 8], 1))
+        }
+    });
+    assert_eq!(out, [Err(Other), Ok(())]);
 }
 
 #[test]

@@ -482,7 +482,8 @@ enum Route {
 
 /// What a rank passed to one collective call, as its call line describes
 /// it: bytes (21 bits, saturated above every `coll_sm_max`), root (16, all
-/// ones: none), operation (5), whether the call is on the segment (1).
+/// ones: none), operation (5), whether the call is on the segment (1),
+/// whether it is a non-blocking one (1).
 /// Its route follows from these ([`Node::route`]): the description is
 /// cheap to make, and every call makes one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -490,7 +491,7 @@ struct CallInfo(u64);
 
 const MAX_BYTES: u64 = (1 << 21) - 1;
 const NO_ROOT: u64 = (1 << 16) - 1;
-const INFO_BITS: u32 = 43;
+const INFO_BITS: u32 = 44;
 
 impl CallInfo {
     #[inline]
@@ -498,6 +499,15 @@ impl CallInfo {
         let root = root.map_or(NO_ROOT, |r| u64::from(r).min(NO_ROOT - 1));
         let bytes = (bytes as u64).min(MAX_BYTES);
         CallInfo(bytes | root << 21 | (kind.index() as u64) << 37 | u64::from(on_segment) << 42)
+    }
+
+    /// The same call made as a non-blocking one (always over messages).
+    fn nonblocking(self) -> CallInfo {
+        CallInfo(self.0 | 1 << 43)
+    }
+
+    fn is_nonblocking(self) -> bool {
+        self.0 >> 43 & 1 == 1
     }
 
     fn bytes(self) -> usize {
@@ -520,8 +530,9 @@ impl CallInfo {
 
 impl fmt::Display for CallInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = if self.is_nonblocking() { "i" } else { "" };
         match self.kind() {
-            Some(k) => write!(f, "{k}")?,
+            Some(k) => write!(f, "{i}{k}")?,
             None => f.write_str("an unknown collective")?,
         }
         if self.0 & MAX_BYTES == MAX_BYTES {
@@ -708,9 +719,26 @@ impl Node {
         root: Option<u32>,
         on_segment: bool,
     ) -> Result<()> {
+        self.announce_info(CallInfo::new(kind, bytes, root, on_segment))
+    }
+
+    /// [`Node::announce`] for a non-blocking collective of a kind sm won
+    /// (over messages: sm runs blocking calls only). MPI does not match a
+    /// non-blocking collective with a blocking one; a rank waiting on the
+    /// segment in the blocking one finds the difference.
+    pub fn announce_nonblocking(
+        &self,
+        kind: CollKind,
+        bytes: usize,
+        root: Option<u32>,
+    ) -> Result<()> {
+        self.announce_info(CallInfo::new(kind, bytes, root, false).nonblocking())
+    }
+
+    #[inline(always)]
+    fn announce_info(&self, info: CallInfo) -> Result<()> {
         let c = self.call.load(Ordering::Relaxed) + 1;
         self.call.store(c, Ordering::Relaxed);
-        let info = CallInfo::new(kind, bytes, root, on_segment);
         // Release: whatever this rank did in its earlier calls is visible
         // to a rank that reads this number.
         self.call_word(self.me, c)
@@ -786,7 +814,10 @@ impl Node {
             let (Some(a), Some(b)) = (self.described(self.me, c), self.described(r, c)) else {
                 continue;
             };
-            let same_call = a.kind().is_some() && a.kind() == b.kind() && a.root() == b.root();
+            let same_call = a.kind().is_some()
+                && a.kind() == b.kind()
+                && a.root() == b.root()
+                && a.is_nonblocking() == b.is_nonblocking();
             if same_call && self.route_of(a) == self.route_of(b) {
                 continue;
             }
