@@ -693,19 +693,35 @@ impl Comm {
 
     // ---------------------------------------------------------------- construction
 
-    /// Agrees on a context id over this communicator; `claim` on members of the new one.
-    fn agree_cid(&self, claim: bool) -> Result<u32> {
+    /// Agrees on a context id over this communicator; `claim` on members of
+    /// the new one. `same`: a value every rank must have passed (a hash of
+    /// `MPI_Comm_create`'s group), checked in the same allreduce: the value
+    /// and its complement, both AND-reduced, are complements again only if
+    /// every rank had the same value.
+    fn agree_cid(&self, claim: bool, same: Option<u64>) -> Result<u32> {
         let limit = lock(&self.inner.ctx.cids).limit();
         let mut base = 0;
         while base < limit {
-            let words = lock(&self.inner.ctx.cids).free_window(base);
+            let mut words = lock(&self.inner.ctx.cids).free_window(base);
+            let n = words.len();
+            if let Some(h) = same {
+                words.extend([h, !h]);
+            }
             let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
             let mut out = vec![0u8; bytes.len()];
             self.allreduce(Input::Buf(&bytes), &mut out, Datatype::U64, &Op::Band)?;
-            let agreed: Vec<u64> = out
+            let mut agreed: Vec<u64> = out
                 .chunks_exact(8)
                 .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
                 .collect();
+            if same.is_some() {
+                if agreed[n] ^ agreed[n + 1] != u64::MAX {
+                    return Err(CollError::Group(
+                        "MPI_Comm_create: the ranks passed different groups".into(),
+                    ));
+                }
+                agreed.truncate(n);
+            }
             if let Some(id) = CidPool::first_free(base, &agreed) {
                 if claim {
                     lock(&self.inner.ctx.cids).claim(id)?;
@@ -718,10 +734,12 @@ impl Comm {
         Err(CollError::NoContextId { limit })
     }
 
-    fn derive(&self, group: Option<Group>) -> Result<Option<Comm>> {
+    /// A new communicator of `group` (`None`: this rank gets none) on a
+    /// context id agreed over this one; `same` as in [`Comm::agree_cid`].
+    fn derive(&self, group: Option<Group>, same: Option<u64>) -> Result<Option<Comm>> {
         let ctx = Arc::clone(&self.inner.ctx);
         let _serial = lock(&ctx.creating);
-        let cid = self.agree_cid(group.is_some())?;
+        let cid = self.agree_cid(group.is_some(), same)?;
         match group {
             None => Ok(None),
             Some(g) => match Comm::build(&ctx, g, cid, TagSpace::Coll, None, true) {
@@ -738,7 +756,7 @@ impl Comm {
     /// their copy callbacks.
     pub fn dup(&self) -> Result<Comm> {
         let c = self
-            .derive(Some(self.group()))?
+            .derive(Some(self.group()), None)?
             .ok_or_else(|| CollError::Intern("dup produced no communicator".into()))?;
         let attrs: Vec<(u32, usize)> = lock(&self.inner.attrs)
             .iter()
@@ -786,7 +804,7 @@ impl Comm {
                 Some(self.inner.group.incl(&ranks)?)
             }
         };
-        self.derive(group)
+        self.derive(group, None)
     }
 
     /// `MPI_Comm_split_type`.
@@ -809,7 +827,14 @@ impl Comm {
         }
         let me = self.inner.ctx.p2p.world_rank();
         let member = group.rank_of(me).is_some();
-        self.derive(member.then(|| group.clone()))
+        // Every rank must pass the same group: checked in the agreement.
+        let hash = group
+            .world_ranks()
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, &r| {
+                (h ^ u64::from(r)).wrapping_mul(0x0000_0100_0000_01b3)
+            });
+        self.derive(member.then(|| group.clone()), Some(hash))
     }
 
     /// `MPI_Comm_create_group`: only the members of `group` (a subset of
@@ -843,7 +868,7 @@ impl Comm {
             Some(self),
             false,
         )?;
-        view.derive(Some(group.clone()))?
+        view.derive(Some(group.clone()), None)?
             .ok_or_else(|| CollError::Intern("create_group produced no communicator".into()))
     }
 

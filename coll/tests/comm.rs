@@ -164,6 +164,16 @@ fn dup_create_create_group_compare_and_names() {
         }
         // create with the empty group: nobody gets one.
         assert!(w.create(&Group::empty()).unwrap().is_none());
+        // create with groups that differ across ranks (same members in
+        // another order on rank 5): MPI_ERR_GROUP on every rank, not two
+        // communicators that disagree on who is who; the parent still works.
+        let order: &[u32] = if me == 5 { &[1, 4, 2] } else { &[4, 1, 2] };
+        let bad = w.create(&w.group().incl(order).unwrap());
+        assert_eq!(
+            bad.map(|c| c.is_some()).map_err(|e| e.class()),
+            Err(tmpi_base::error::MpiErrorClass::Group)
+        );
+        assert!(w.dup().is_ok());
         // create_group: only the members call, two disjoint groups at once with the same tag.
         let g2 = if me < 3 {
             w.group().incl(&[2, 0, 1]).unwrap()
