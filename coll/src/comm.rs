@@ -939,23 +939,19 @@ impl Comm {
     /// the other ranks' memory on this communicator: `None` before a call
     /// asked (or without a segment), else the outcome of its probe.
     pub fn single_copy(&self) -> Option<bool> {
-        self.inner
-            .node
-            .as_ref()
-            .and_then(|n| n.attached())
-            .and_then(Option::as_ref)
-            .and_then(Node::single_copy_state)
+        self.attached_node().and_then(Node::single_copy_state)
     }
 
     /// Blocking collectives of this communicator that ran through `sm`'s
     /// segment (for tests and diagnostics).
     pub fn shared_calls(&self) -> u64 {
-        self.inner
-            .node
-            .as_ref()
-            .and_then(|n| n.attached())
-            .and_then(Option::as_ref)
-            .map_or(0, Node::calls)
+        self.attached_node().map_or(0, Node::calls)
+    }
+
+    /// `sm`'s segment on this communicator once attached (without
+    /// attaching it).
+    fn attached_node(&self) -> Option<&Node> {
+        self.inner.node.as_deref()?.attached()?.as_ref()
     }
 
     /// The shared-memory segment for a blocking `kind` call of `bytes`
@@ -1009,12 +1005,7 @@ impl Comm {
         if inner.node_max[call.kind.index()].is_none() {
             return Ok(());
         }
-        let Some(node) = inner
-            .node
-            .as_deref()
-            .and_then(NodeColl::attached)
-            .and_then(Option::as_ref)
-        else {
+        let Some(node) = self.attached_node() else {
             return Ok(());
         };
         let (bytes, root) = match call.kind {

@@ -11,10 +11,12 @@ use super::{Node, Route, LINE};
 use crate::algo::CollKind;
 use crate::{CollError, Result};
 
-/// Header word: 0, or (from bit 20) 1 + the number of the call in which
-/// some rank found that the ranks' calls differ (the rings are out of step
-/// from there) and (bits 0-19) that rank.
+/// Header word: 0, or (from bit [`BROKEN_BY_BITS`]) 1 + the number of the
+/// call in which some rank found that the ranks' calls differ (the rings
+/// are out of step from there) and (below it) that rank.
 const BROKEN: usize = 32;
+const BROKEN_BY_BITS: u32 = 20;
+const BROKEN_BY_MASK: u64 = (1 << BROKEN_BY_BITS) - 1;
 /// Calls each rank keeps described in its call line (one word each).
 const HISTORY: u64 = 8;
 /// Bits of a call's number in its word (above its [`CallInfo`]) and in a
@@ -169,7 +171,7 @@ impl Node {
     #[cold]
     fn broken_at(&self, c: u64) -> CollError {
         let word = self.seg.atomic(BROKEN).load(Ordering::Acquire);
-        if word >> 20 == c + 1 {
+        if word >> BROKEN_BY_BITS == c + 1 {
             if let Some(own) = (0..self.p)
                 .filter(|&r| r != self.me)
                 .find_map(|r| self.evidence(r))
@@ -184,9 +186,8 @@ impl Node {
 
     /// Rank `r`'s word for call `c` in its call line.
     fn call_word(&self, r: u32, c: u64) -> &AtomicU64 {
-        self.seg.atomic(
-            LINE * (1 + 3 * self.p as usize) + LINE * r as usize + 8 * (c % HISTORY) as usize,
-        )
+        self.seg
+            .atomic(Node::call_lines(self.p) + LINE * r as usize + 8 * (c % HISTORY) as usize)
     }
 
     /// Rank `r`'s description of its call `c`, if its line still holds it.
@@ -304,7 +305,7 @@ impl Node {
 
     /// Records that call `c` differed across ranks (the first finder wins).
     fn set_broken(&self, c: u64) {
-        let word = ((c + 1) << 20) | u64::from(self.me & 0xf_ffff);
+        let word = ((c + 1) << BROKEN_BY_BITS) | u64::from(self.me) & BROKEN_BY_MASK;
         let _ =
             self.seg
                 .atomic(BROKEN)
@@ -321,8 +322,8 @@ impl Node {
         Err(CollError::Mismatch(format!(
             "rank {} found that call #{} on this communicator differed across ranks; its \
              shared-memory collectives are out of step from there",
-            word & 0xf_ffff,
-            (word >> 20) - 1
+            word & BROKEN_BY_MASK,
+            (word >> BROKEN_BY_BITS) - 1
         )))
     }
 }
