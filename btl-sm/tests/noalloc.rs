@@ -1,9 +1,13 @@
 //! Steady state allocates nothing: after a warm-up, thousands of
 //! send/progress calls (fast box, eager and max fragments) run with a
 //! counting global allocator that must see zero allocations.
+//!
+//! Only the rank's own thread is counted: libtest's main thread allocates
+//! when it first parks on its result channel, whenever that happens.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tmpi_base::modex::Modex;
@@ -12,13 +16,25 @@ use tmpi_btl::{BtlError, BtlModule};
 use tmpi_btl_sm::{SmConfig, SmModule};
 
 struct Counting;
-static COUNTING: AtomicBool = AtomicBool::new(false);
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    /// Whether this thread's allocations are counted (const-initialised
+    /// and without a destructor: reading it never allocates).
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+
+fn counted() -> bool {
+    COUNTING.try_with(Cell::get).unwrap_or(false)
+}
+
+fn count(on: bool) {
+    COUNTING.with(|c| c.set(on));
+}
 
 // SAFETY: forwards to the system allocator; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
+        if counted() {
             ALLOCS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same contract as the caller's.
@@ -29,7 +45,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
+        if counted() {
             ALLOCS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same contract as the caller's.
@@ -99,14 +115,14 @@ fn noalloc_child() {
     exchange(&mut m, ctx.rank, 500, &mut sink); // warm-up
     modex.fence().unwrap();
     // the counter works
-    COUNTING.store(true, Ordering::SeqCst);
+    count(true);
     let v = std::hint::black_box(vec![1u8; 10]);
-    COUNTING.store(false, Ordering::SeqCst);
+    count(false);
     drop(v);
     assert_eq!(ALLOCS.swap(0, Ordering::SeqCst), 1);
-    COUNTING.store(true, Ordering::SeqCst);
+    count(true);
     exchange(&mut m, ctx.rank, 5000, &mut sink);
-    COUNTING.store(false, Ordering::SeqCst);
+    count(false);
     let n = ALLOCS.load(Ordering::SeqCst);
     let st = m.stats();
     modex.fence().unwrap();
@@ -175,9 +191,9 @@ fn coop_noalloc_child() {
     let mut dst = vec![0u8; src.len()];
     coop_cycles(&mut m, ctx.rank, 5, &src, &mut dst); // warm-up
     modex.fence().unwrap();
-    COUNTING.store(true, Ordering::SeqCst);
+    count(true);
     coop_cycles(&mut m, ctx.rank, 100, &src, &mut dst);
-    COUNTING.store(false, Ordering::SeqCst);
+    count(false);
     let n = ALLOCS.load(Ordering::SeqCst);
     let st = m.stats();
     modex.fence().unwrap();
