@@ -21,13 +21,13 @@ fn ty(h: c_int) -> Res<Arc<Dtype>> {
     tables().comm_type(h)
 }
 
-fn pack(buf: *const c_void, n: usize, t: &Dtype) -> Vec<u8> {
+pub(crate) fn pack(buf: *const c_void, n: usize, t: &Dtype) -> Vec<u8> {
     let mut v = Vec::with_capacity(t.size * n);
     gather_blocks(buf.cast(), n, t.extent(), &t.blocks, &mut v);
     v
 }
 
-fn unpack(buf: *mut c_void, n: usize, t: &Dtype, data: &[u8]) {
+pub(crate) fn unpack(buf: *mut c_void, n: usize, t: &Dtype, data: &[u8]) {
     scatter_blocks(buf.cast(), n, t.extent(), &t.blocks, data);
 }
 
@@ -89,26 +89,25 @@ fn root_of(root: c_int, c: &Comm) -> Res<u32> {
         .ok_or_else(|| Error::new(C::Root, format!("root {root} is not in 0..{}", c.size())))
 }
 
-fn red(t: &Dtype, op: c_int, dtype: c_int) -> Res<(Elem, Op)> {
-    crate::misc::set_op_dtype(if t.predefined {
-        dtype
-    } else {
-        t.elem.map_or(dtype, |e| e.0)
-    });
-    let e = t.reduce_elem().ok_or_else(|| {
-        Error::new(
-            C::Type,
-            format!(
-                "reductions need a datatype made of one predefined type ({} is not)",
-                t.name
-            ),
-        )
-    })?;
-    let o = match crate::state::predefined_op(op) {
-        Some(o) => o,
-        None => tables().op(op)?,
-    };
-    Ok((e, o))
+/// The element type and op of a reduction over `t` (handle `dtype`): a
+/// predefined op needs a type made of one predefined element type; a user
+/// op takes any type, bound to this call ([`crate::user_op::bind`]).
+pub(crate) fn red(t: &Dtype, op: c_int, dtype: c_int) -> Res<(Elem, Op)> {
+    if let Some(o) = crate::state::predefined_op(op) {
+        let e = t.reduce_elem().ok_or_else(|| {
+            Error::new(
+                C::Type,
+                format!(
+                    "{} needs a datatype made of one predefined type ({} is not)",
+                    o.name(),
+                    t.name
+                ),
+            )
+        })?;
+        return Ok((e, o));
+    }
+    let (f, commute) = tables().user_op(op)?;
+    crate::user_op::bind(f, commute, dtype, t)
 }
 
 #[no_mangle]
@@ -615,12 +614,7 @@ fn coll_req(
     finish: Finish,
 ) -> Res<()> {
     crate::state::COLL_ACTIVE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let h = tables().add_req(Req::Coll {
-        req,
-        finish,
-        comm,
-        op_dtype: crate::misc::OP_DTYPE.with(|c| c.get()).unwrap_or(0),
-    });
+    let h = tables().add_req(Req::Coll { req, finish, comm });
     put(request, h, "request")
 }
 

@@ -222,6 +222,34 @@ pub(crate) fn call_user_op(
     }
 }
 
+/// [`call_user_op`] on buffers in a datatype's own layout: item 0 of
+/// both starts `shift` bytes in (its lowest byte may lie before it).
+pub(crate) fn call_user_op_laid_out(
+    f: crate::UserFn,
+    input: &[u8],
+    inout: &mut [u8],
+    shift: usize,
+    len: c_int,
+    dtype: c_int,
+) {
+    if shift > input.len() || shift > inout.len() {
+        return;
+    }
+    let mut l = len;
+    let mut d = dtype;
+    // SAFETY: `f` is the function pointer the user registered with
+    // MPI_Op_create; both buffers hold `len` items of `dtype` laid out
+    // from `shift` (user_op::Layout), and `shift` is within both.
+    unsafe {
+        f(
+            input.as_ptr().add(shift) as *mut std::ffi::c_void,
+            inout.as_mut_ptr().add(shift).cast(),
+            &mut l,
+            &mut d,
+        )
+    }
+}
+
 /// Calls a user error handler `f(&comm, &code)`.
 pub(crate) fn call_errhandler(f: crate::ErrFn, comm: c_int, code: c_int) {
     let mut c = comm;

@@ -33,6 +33,7 @@ pub mod request;
 pub(crate) mod state;
 pub mod stubs;
 pub mod types;
+pub(crate) mod user_op;
 
 /// `MPI_User_function`.
 pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut c_int);

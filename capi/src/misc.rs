@@ -2,8 +2,6 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use tmpi_coll::{Op, UserOp};
-
 use crate::error::{guard, Error, MpiErrorClass as C, Res};
 use crate::ffi::{count as ccount, cstr, get, put, put_cstr};
 use crate::state::{tables, COMM_WORLD};
@@ -225,56 +223,9 @@ pub extern "C" fn MPI_Info_free(info: *mut c_int) -> c_int {
 pub extern "C" fn MPI_Op_create(f: Option<crate::UserFn>, commute: c_int, op: *mut c_int) -> c_int {
     guard("MPI_Op_create", COMM_WORLD, || {
         let f = f.ok_or_else(|| Error::new(C::Arg, "user_fn is NULL"))?;
-        let uop = UserOp::new(
-            "user op",
-            commute != 0,
-            move |input: &[u8], inout: &mut [u8], count: usize, dt: tmpi_coll::Datatype| {
-                let h = OP_DTYPE
-                    .with(|c| c.get())
-                    .unwrap_or_else(|| handle_of_elem(dt));
-                crate::ffi::call_user_op(f, input, inout, count as c_int, h);
-            },
-        );
-        let h = tables().add_op(Op::User(uop));
+        let h = tables().add_op((f, commute != 0));
         put(op, h, "op")
     })
-}
-
-thread_local! {
-    /// The datatype handle of the reduction this thread runs: a user op
-    /// receives the caller's handle (`MPI_INT` and `MPI_INT32_T` alike).
-    pub(crate) static OP_DTYPE: std::cell::Cell<Option<c_int>> = const { std::cell::Cell::new(None) };
-}
-
-/// Records `dtype` as the datatype user ops of this thread are told about.
-pub(crate) fn set_op_dtype(dtype: c_int) {
-    OP_DTYPE.with(|c| c.set(Some(dtype)));
-}
-
-/// The C handle of a coll element type (for user op callbacks).
-fn handle_of_elem(e: tmpi_coll::Datatype) -> c_int {
-    use tmpi_coll::Datatype as E;
-    match e {
-        E::Byte => 4,
-        E::Char => 1,
-        E::Bool => 25,
-        E::I8 => 2,
-        E::U8 => 3,
-        E::I16 => 6,
-        E::U16 => 7,
-        E::I32 => 8,
-        E::U32 => 9,
-        E::I64 => 10,
-        E::U64 => 11,
-        E::F32 => 14,
-        E::F64 => 15,
-        E::FloatInt => 33,
-        E::DoubleInt => 34,
-        E::LongInt => 35,
-        E::TwoInt => 36,
-        E::ShortInt => 37,
-        _ => 4,
-    }
 }
 
 #[no_mangle]
@@ -294,8 +245,11 @@ pub extern "C" fn MPI_Op_free(op: *mut c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn MPI_Op_commutative(op: c_int, commute: *mut c_int) -> c_int {
     guard("MPI_Op_commutative", COMM_WORLD, || {
-        let o = tables().op(op)?;
-        put(commute, c_int::from(o.is_commutative()), "commute")
+        let c = match crate::state::predefined_op(op) {
+            Some(_) => true,
+            None => tables().user_op(op)?.1,
+        };
+        put(commute, c_int::from(c), "commute")
     })
 }
 
@@ -309,23 +263,22 @@ pub extern "C" fn MPI_Reduce_local(
 ) -> c_int {
     guard("MPI_Reduce_local", COMM_WORLD, || {
         let n = ccount(count, C::Count, "count")?;
-        let (t, o) = {
-            let tb = tables();
-            (tb.comm_type(dtype)?, tb.op(op)?)
-        };
-        if !t.is_contig() {
-            return Err(Error::new(
-                C::Type,
-                "MPI_Reduce_local takes contiguous datatypes",
-            ));
+        let t = tables().comm_type(dtype)?;
+        let (e, o) = crate::coll::red(&t, op, dtype)?;
+        let len = t
+            .size
+            .checked_mul(n)
+            .ok_or_else(|| Error::new(C::Count, "count x datatype size overflows"))?;
+        if t.is_contig() {
+            let input = crate::ffi::bytes(inbuf.cast(), len)?.to_vec();
+            let inout = crate::ffi::bytes_mut(inoutbuf.cast(), len)?;
+            o.apply(e, &input, inout)?;
+        } else {
+            let input = crate::coll::pack(inbuf, n, &t);
+            let mut inout = crate::coll::pack(inoutbuf, n, &t);
+            o.apply(e, &input, &mut inout)?;
+            crate::coll::unpack(inoutbuf, n, &t, &inout);
         }
-        let e = t
-            .reduce_elem()
-            .ok_or_else(|| Error::new(C::Type, "reductions need a predefined element type"))?;
-        let len = t.size * n;
-        let input = crate::ffi::bytes(inbuf.cast(), len)?.to_vec();
-        let inout = crate::ffi::bytes_mut(inoutbuf.cast(), len)?;
-        o.apply(e, &input, inout)?;
         Ok(())
     })
 }

@@ -138,8 +138,6 @@ pub(crate) enum Req {
         req: CollRequest,
         finish: Finish,
         comm: c_int,
-        /// Datatype handle for user reduction ops (0: none).
-        op_dtype: c_int,
     },
     /// Already complete (e.g. a persistent request started on PROC_NULL).
     Done { st: St, persist: Option<Persist> },
@@ -251,15 +249,7 @@ pub(crate) fn test_handle_with(h: c_int, progress: bool) -> Res<Tested> {
             );
             return Ok(Tested::Pending);
         }
-        Req::Coll {
-            req,
-            finish,
-            comm,
-            op_dtype,
-        } => {
-            if op_dtype != 0 {
-                crate::misc::set_op_dtype(op_dtype);
-            }
+        Req::Coll { req, finish, comm } => {
             let r = req.test();
             if !matches!(r, Ok(false)) {
                 crate::state::COLL_ACTIVE.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -269,15 +259,7 @@ pub(crate) fn test_handle_with(h: c_int, progress: bool) -> Res<Tested> {
                 Ok(false) => {
                     // Keep the other outstanding collectives moving.
                     rt.coll.progress();
-                    (
-                        None,
-                        Req::Coll {
-                            req,
-                            finish,
-                            comm,
-                            op_dtype,
-                        },
-                    )
+                    (None, Req::Coll { req, finish, comm })
                 }
                 Ok(true) => {
                     let out = req.wait()?;

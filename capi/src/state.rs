@@ -65,7 +65,9 @@ pub(crate) struct Tables {
     pub types: FxHashMap<c_int, Arc<Dtype>>,
     pub next_type: c_int,
     pub reqs: crate::req_table::ReqTable,
-    pub ops: FxHashMap<c_int, Op>,
+    /// User ops: the function and whether it commutes (bound to each
+    /// call's datatype by `user_op::bind`).
+    pub ops: FxHashMap<c_int, (crate::UserFn, bool)>,
     pub next_op: c_int,
     pub errhandlers: FxHashMap<c_int, crate::ErrFn>,
     pub next_errhandler: c_int,
@@ -194,16 +196,14 @@ impl Tables {
     pub(crate) fn add_req(&mut self, r: Req) -> c_int {
         self.reqs.add(r)
     }
-    pub(crate) fn op(&self, h: c_int) -> Res<Op> {
-        if let Some(op) = predefined_op(h) {
-            return Ok(op);
-        }
+    /// A user op's function and whether it commutes.
+    pub(crate) fn user_op(&self, h: c_int) -> Res<(crate::UserFn, bool)> {
         self.ops
             .get(&h)
-            .cloned()
+            .copied()
             .ok_or_else(|| Error::new(C::Op, format!("invalid op handle {h}")))
     }
-    pub(crate) fn add_op(&mut self, op: Op) -> c_int {
+    pub(crate) fn add_op(&mut self, op: (crate::UserFn, bool)) -> c_int {
         let h = alloc_handle(&self.ops, &mut self.next_op, 100);
         self.ops.insert(h, op);
         h

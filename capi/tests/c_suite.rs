@@ -212,6 +212,53 @@ fn collectives() {
     expect_ok("collectives", &[1, 2, 3, 4]);
 }
 
+/// User ops over derived datatypes see the caller's handle, counts of its
+/// items and buffers in its layout, on every path (`tests/c/user_op_types.c`):
+/// before, a matrix product over a contiguous type of 9 ints ran on counts of
+/// ints and wrote past its buffers. Also with sm off and tuned's segmented
+/// algorithms forced, and with sm's chunks as small as one item.
+#[test]
+fn user_ops_on_derived_datatypes() {
+    let name = "user_op_types";
+    expect_ok(name, &[1, 2, 3, 4]);
+    let exe = build(name);
+    let _g = serial();
+    for extra in [
+        &[
+            "--mca",
+            "coll",
+            "^sm",
+            "--mca",
+            "coll_tuned_allreduce_algorithm",
+            "4",
+            "--mca",
+            "coll_tuned_reduce_algorithm",
+            "3",
+            "--mca",
+            "coll_tuned_reduce_scatter_algorithm",
+            "2",
+            "--mca",
+            "coll_tuned_scan_algorithm",
+            "2",
+        ][..],
+        &[
+            "--mca",
+            "coll_tuned_allreduce_algorithm",
+            "3",
+            "--mca",
+            "coll",
+            "^sm",
+        ],
+        &["--mca", "coll_sm_max", "16"],
+    ] {
+        let (code, out, err) = run_with(&exe, 4, 90, extra);
+        assert!(
+            code == Some(0) && out.contains("user_op_types: OK"),
+            "{extra:?}: {code:?}\nstdout:\n{out}\nstderr:\n{err}"
+        );
+    }
+}
+
 #[test]
 fn nonblocking_v_collectives() {
     expect_ok("icollv", &[1, 2, 3, 4]);

@@ -957,8 +957,10 @@ impl Comm {
     /// The shared-memory segment for a blocking `kind` call of `bytes`
     /// bytes (the block for allgather, the whole vector for alltoall) from
     /// `root`, if `sm` won `kind` and the call is within its limit
-    /// (`any_size` false: within `coll_sm_max` even where sm takes larger
-    /// calls in chunks, for allreduce with an op that does not commute).
+    /// (`any_size` `Some(e)`: calls above `coll_sm_max` too, which sm
+    /// splits into chunks of whole `e`-byte elements, as long as one fits;
+    /// `None`: within `coll_sm_max`, for allreduce with an op that does not
+    /// commute).
     ///
     /// Attaches the segment on the first call of a kind sm won, whatever its
     /// size: a collective step, as every rank makes the same call (ranks
@@ -973,7 +975,7 @@ impl Comm {
         kind: CollKind,
         bytes: usize,
         root: Option<u32>,
-        any_size: bool,
+        any_size: Option<usize>,
     ) -> Result<Option<(&Node, &CollContext)>> {
         let inner = &*self.inner;
         let (Some(limit), Some(nc)) = (inner.node_max[kind.index()], inner.node.as_deref()) else {
@@ -986,7 +988,8 @@ impl Comm {
         let Some(node) = node else {
             return Ok(None);
         };
-        let on_segment = bytes <= limit && (any_size || bytes <= node.max());
+        let on_segment =
+            bytes <= limit && (bytes <= node.max() || any_size.is_some_and(|e| e <= node.max()));
         node.announce(kind, bytes, root, on_segment)?;
         if !on_segment {
             return Ok(None);
@@ -1232,7 +1235,7 @@ impl Comm {
 
     /// `MPI_Barrier`.
     pub fn barrier(&self) -> Result<()> {
-        if let Some((n, ctx)) = self.node(CollKind::Barrier, 0, None, true)? {
+        if let Some((n, ctx)) = self.node(CollKind::Barrier, 0, None, Some(1))? {
             return n.barrier(ctx);
         }
         if let Some(d) = self.direct(CollKind::Barrier, 0) {
@@ -1245,7 +1248,7 @@ impl Comm {
     /// root's is reported as `MPI_ERR_TRUNCATE` where detected.
     pub fn bcast(&self, buf: &mut [u8], root: u32) -> Result<()> {
         root_ok(root, self.size())?;
-        if let Some((n, ctx)) = self.node(CollKind::Bcast, buf.len(), Some(root), true)? {
+        if let Some((n, ctx)) = self.node(CollKind::Bcast, buf.len(), Some(root), Some(1))? {
             return n.bcast(ctx, buf, root);
         }
         self.bcast_msgs(buf, root)
@@ -1305,7 +1308,7 @@ impl Comm {
             (None, r) => r.as_ref().map_or(0, |r| r.len()),
         };
         reduction_ok(dtype, op, n)?;
-        if let Some((node, ctx)) = self.node(CollKind::Reduce, n, Some(root), true)? {
+        if let Some((node, ctx)) = self.node(CollKind::Reduce, n, Some(root), Some(1))? {
             return node.reduce(ctx, input, recv, dtype, op, root);
         }
         if let Some(d) = self.direct(CollKind::Reduce, n) {
@@ -1354,12 +1357,11 @@ impl Comm {
             same_len("allreduce", s.len(), recv.len())?;
         }
         reduction_ok(dtype, op, recv.len())?;
-        // Above sm's `max` the segment splits the vector into shares of
-        // elements: only for ops that commute, as tuned's segmented
-        // algorithms (a user op may treat several elements as one).
-        if let Some((n, ctx)) =
-            self.node(CollKind::Allreduce, recv.len(), None, op.is_commutative())?
-        {
+        // Above sm's `max` the segment splits the vector into chunks of
+        // whole elements, each rank folding a share: only for ops that
+        // commute, as tuned's segmented algorithms.
+        let chunks = op.is_commutative().then_some(dtype.size());
+        if let Some((n, ctx)) = self.node(CollKind::Allreduce, recv.len(), None, chunks)? {
             let own = send.data();
             return n.allreduce(ctx, own, recv, dtype, op);
         }
@@ -1560,7 +1562,7 @@ impl Comm {
         if let Input::Buf(s) = send {
             same_len("allgather (per block)", s.len(), b)?;
         }
-        if let Some((n, ctx)) = self.node(CollKind::Allgather, b, None, true)? {
+        if let Some((n, ctx)) = self.node(CollKind::Allgather, b, None, Some(1))? {
             let own = send.data();
             if b <= n.max() {
                 return n.allgather(ctx, own, recv);
@@ -1642,7 +1644,7 @@ impl Comm {
         if let Input::Buf(s) = send {
             same_len("alltoall", s.len(), recv.len())?;
         }
-        if let Some((n, ctx)) = self.node(CollKind::Alltoall, recv.len(), None, true)? {
+        if let Some((n, ctx)) = self.node(CollKind::Alltoall, recv.len(), None, Some(1))? {
             let own = send.data();
             if recv.len() <= n.max() {
                 return n.alltoall(ctx, own, recv);

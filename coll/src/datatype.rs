@@ -3,7 +3,8 @@
 //! Collectives move bytes; the element type matters for counts and for
 //! reductions. Derived (non-contiguous) datatypes are packed to contiguous
 //! bytes by the caller (the `tmpi` facade or the C API) before a collective
-//! and unpacked after; this crate sees only predefined element types.
+//! and unpacked after; this crate sees predefined element types, and
+//! [`Datatype::Derived`] items for user ops on derived types.
 //! Elements are in the machine's native byte order and layout (C structs for
 //! the pair types, with their padding).
 
@@ -49,6 +50,13 @@ pub enum Datatype {
     TwoInt,
     /// `MPI_SHORT_INT`: `struct { short v; int i; }`, 8 bytes (2 of padding after `v`).
     ShortInt,
+    /// An item of a derived (or otherwise opaque) datatype of this many
+    /// bytes, packed: only user ops reduce it. Every algorithm splits a
+    /// vector on whole elements, so a user function always sees whole items
+    /// of the caller's datatype and counts in them (a reduction over a
+    /// contiguous type of 9 ints calls it with counts of matrices, never
+    /// of ints). Never 0 bytes.
+    Derived(u32),
 }
 
 /// The type classes of MPI-3.1 §5.9.2 that decide which ops apply.
@@ -100,6 +108,7 @@ impl Datatype {
             Datatype::I64 | Datatype::U64 | Datatype::F64 => 8,
             Datatype::FloatInt | Datatype::TwoInt | Datatype::ShortInt => 8,
             Datatype::DoubleInt | Datatype::LongInt => 16,
+            Datatype::Derived(n) => n as usize,
         }
     }
 
@@ -124,6 +133,7 @@ impl Datatype {
             Datatype::LongInt => "MPI_LONG_INT",
             Datatype::TwoInt => "MPI_2INT",
             Datatype::ShortInt => "MPI_SHORT_INT",
+            Datatype::Derived(_) => "a derived datatype",
         }
     }
 
@@ -147,13 +157,14 @@ impl Datatype {
             | Datatype::LongInt
             | Datatype::TwoInt
             | Datatype::ShortInt => TypeClass::Pair,
+            Datatype::Derived(_) => TypeClass::None,
         }
     }
 
     /// Number of whole elements in `bytes`, or an `MPI_ERR_COUNT` error when
     /// `bytes` is not a multiple of the element size.
     pub fn count_of(self, bytes: usize) -> crate::Result<usize> {
-        if bytes % self.size() != 0 {
+        if self.size() == 0 || bytes % self.size() != 0 {
             return Err(crate::CollError::Count(format!(
                 "{bytes} bytes is not a whole number of {} elements ({} bytes each)",
                 self.name(),

@@ -231,7 +231,7 @@ impl Op {
             Datatype::LongInt => pair::<i64, REV>(self, input, inout, 16, 8),
             Datatype::TwoInt => pair::<i32, REV>(self, input, inout, 8, 4),
             Datatype::ShortInt => pair::<i16, REV>(self, input, inout, 8, 4),
-            Datatype::Char => unreachable_class(self, dtype),
+            Datatype::Char | Datatype::Derived(_) => unreachable_class(self, dtype),
         }
     }
 }
