@@ -78,9 +78,17 @@ impl Dtype {
             && self.extent() == self.size as isize
             && (self.blocks.is_empty() || (self.blocks.len() == 1 && self.blocks[0].0 == 0))
     }
-    /// The reduction element type, when the type is made of one predefined type.
+    /// The reduction element type, when the type is made of one predefined
+    /// type. The pair types with padding are their packed forms: the data
+    /// of a collective is packed by the type map, or contiguous only when
+    /// the type has no gaps (MPI_DOUBLE_INT's 12 bytes, not its extent's 16).
     pub(crate) fn reduce_elem(&self) -> Option<Elem> {
-        self.elem.and_then(|(_, e)| e)
+        self.elem.and_then(|(_, e)| e).map(|e| match e {
+            Elem::DoubleInt => Elem::PackedDoubleInt,
+            Elem::LongInt => Elem::PackedLongInt,
+            Elem::ShortInt => Elem::PackedShortInt,
+            e => e,
+        })
     }
 }
 

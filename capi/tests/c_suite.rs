@@ -259,6 +259,13 @@ fn user_ops_on_derived_datatypes() {
     }
 }
 
+/// MAXLOC / MINLOC on every pair type, the padded ones too (12 bytes of
+/// MPI_DOUBLE_INT's 16), alone and in a derived type (`tests/c/pair_types.c`).
+#[test]
+fn maxloc_minloc_on_every_pair_type() {
+    expect_ok("pair_types", &[1, 2, 3, 4]);
+}
+
 #[test]
 fn nonblocking_v_collectives() {
     expect_ok("icollv", &[1, 2, 3, 4]);

@@ -694,18 +694,20 @@ impl Comm {
     // ---------------------------------------------------------------- construction
 
     /// Agrees on a context id over this communicator; `claim` on members of
-    /// the new one. `same`: a value every rank must have passed (a hash of
-    /// `MPI_Comm_create`'s group), checked in the same allreduce: the value
-    /// and its complement, both AND-reduced, are complements again only if
-    /// every rank had the same value.
-    fn agree_cid(&self, claim: bool, same: Option<u64>) -> Result<u32> {
+    /// the new one. `same`: one word per rank of this communicator that
+    /// every rank naming it must have given alike (`u64::MAX`: not named;
+    /// `MPI_Comm_create`'s group hashes), checked in the same allreduce:
+    /// the words and their complements, both AND-reduced, are complements
+    /// again only if every rank that named a slot gave it the same value.
+    fn agree_cid(&self, claim: bool, same: Option<&[u64]>) -> Result<u32> {
         let limit = lock(&self.inner.ctx.cids).limit();
         let mut base = 0;
         while base < limit {
             let mut words = lock(&self.inner.ctx.cids).free_window(base);
             let n = words.len();
             if let Some(h) = same {
-                words.extend([h, !h]);
+                words.extend_from_slice(h);
+                words.extend(h.iter().map(|&w| if w == u64::MAX { w } else { !w }));
             }
             let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
             let mut out = vec![0u8; bytes.len()];
@@ -714,10 +716,17 @@ impl Comm {
                 .chunks_exact(8)
                 .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
                 .collect();
-            if same.is_some() {
-                if agreed[n] ^ agreed[n + 1] != u64::MAX {
+            if let Some(h) = same {
+                let (a, b) = agreed[n..].split_at(h.len());
+                let unnamed = |x: u64, y: u64| x == u64::MAX && y == u64::MAX;
+                if a.iter()
+                    .zip(b)
+                    .any(|(&x, &y)| x ^ y != u64::MAX && !unnamed(x, y))
+                {
                     return Err(CollError::Group(
-                        "MPI_Comm_create: the ranks passed different groups".into(),
+                        "MPI_Comm_create: the groups passed differ among their members \
+                         or overlap"
+                            .into(),
                     ));
                 }
                 agreed.truncate(n);
@@ -736,7 +745,7 @@ impl Comm {
 
     /// A new communicator of `group` (`None`: this rank gets none) on a
     /// context id agreed over this one; `same` as in [`Comm::agree_cid`].
-    fn derive(&self, group: Option<Group>, same: Option<u64>) -> Result<Option<Comm>> {
+    fn derive(&self, group: Option<Group>, same: Option<&[u64]>) -> Result<Option<Comm>> {
         let ctx = Arc::clone(&self.inner.ctx);
         let _serial = lock(&ctx.creating);
         let cid = self.agree_cid(group.is_some(), same)?;
@@ -827,14 +836,39 @@ impl Comm {
         }
         let me = self.inner.ctx.p2p.world_rank();
         let member = group.rank_of(me).is_some();
-        // Every rank must pass the same group: checked in the agreement.
+        // MPI-2.2 and later: the ranks may pass disjoint groups, one per new
+        // communicator, every member of a group the same group (in the same
+        // order); a rank outside its group gets MPI_COMM_NULL (and may pass
+        // the group the others pass, MPI-2.1 style, or an empty one).
+        // Checked in the agreement: each rank writes its group's hash into
+        // the slot of every member, and a rank outside its group a marker
+        // into its own slot; the members of a group that differ, groups that
+        // overlap, or a rank named by a group it did not pass, make a slot
+        // disagree.
+        const OUTSIDE: u64 = 0x6f75_7473_6964_6521;
         let hash = group
             .world_ranks()
             .iter()
             .fold(0xcbf2_9ce4_8422_2325u64, |h, &r| {
                 (h ^ u64::from(r)).wrapping_mul(0x0000_0100_0000_01b3)
-            });
-        self.derive(member.then(|| group.clone()), Some(hash))
+            })
+            .min(u64::MAX - 1);
+        let mut slots = vec![u64::MAX; self.size() as usize];
+        let ranks: std::collections::HashMap<u32, usize> = self
+            .inner
+            .group
+            .world_ranks()
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| (w, i))
+            .collect();
+        for w in group.world_ranks().iter() {
+            slots[ranks[w]] = hash;
+        }
+        if !member {
+            slots[self.rank() as usize] = OUTSIDE;
+        }
+        self.derive(member.then(|| group.clone()), Some(&slots))
     }
 
     /// `MPI_Comm_create_group`: only the members of `group` (a subset of

@@ -50,6 +50,14 @@ pub enum Datatype {
     TwoInt,
     /// `MPI_SHORT_INT`: `struct { short v; int i; }`, 8 bytes (2 of padding after `v`).
     ShortInt,
+    /// `MPI_DOUBLE_INT` packed: the double then the int, 12 bytes, no
+    /// padding (how the C API hands the pair types over: packed by their
+    /// type map, or contiguous only when resized to their size).
+    PackedDoubleInt,
+    /// `MPI_LONG_INT` packed: 12 bytes.
+    PackedLongInt,
+    /// `MPI_SHORT_INT` packed: the short then the int, 6 bytes.
+    PackedShortInt,
     /// An item of a derived (or otherwise opaque) datatype of this many
     /// bytes, packed: only user ops reduce it. Every algorithm splits a
     /// vector on whole elements, so a user function always sees whole items
@@ -77,7 +85,7 @@ pub enum TypeClass {
 }
 
 impl Datatype {
-    /// Every predefined type, for exhaustive tests.
+    /// Every predefined type in its native layout, for exhaustive tests.
     pub const ALL: &'static [Datatype] = &[
         Datatype::Byte,
         Datatype::Char,
@@ -108,6 +116,8 @@ impl Datatype {
             Datatype::I64 | Datatype::U64 | Datatype::F64 => 8,
             Datatype::FloatInt | Datatype::TwoInt | Datatype::ShortInt => 8,
             Datatype::DoubleInt | Datatype::LongInt => 16,
+            Datatype::PackedDoubleInt | Datatype::PackedLongInt => 12,
+            Datatype::PackedShortInt => 6,
             Datatype::Derived(n) => n as usize,
         }
     }
@@ -133,6 +143,9 @@ impl Datatype {
             Datatype::LongInt => "MPI_LONG_INT",
             Datatype::TwoInt => "MPI_2INT",
             Datatype::ShortInt => "MPI_SHORT_INT",
+            Datatype::PackedDoubleInt => "MPI_DOUBLE_INT",
+            Datatype::PackedLongInt => "MPI_LONG_INT",
+            Datatype::PackedShortInt => "MPI_SHORT_INT",
             Datatype::Derived(_) => "a derived datatype",
         }
     }
@@ -156,7 +169,10 @@ impl Datatype {
             | Datatype::DoubleInt
             | Datatype::LongInt
             | Datatype::TwoInt
-            | Datatype::ShortInt => TypeClass::Pair,
+            | Datatype::ShortInt
+            | Datatype::PackedDoubleInt
+            | Datatype::PackedLongInt
+            | Datatype::PackedShortInt => TypeClass::Pair,
             Datatype::Derived(_) => TypeClass::None,
         }
     }

@@ -231,6 +231,9 @@ impl Op {
             Datatype::LongInt => pair::<i64, REV>(self, input, inout, 16, 8),
             Datatype::TwoInt => pair::<i32, REV>(self, input, inout, 8, 4),
             Datatype::ShortInt => pair::<i16, REV>(self, input, inout, 8, 4),
+            Datatype::PackedDoubleInt => pair::<f64, REV>(self, input, inout, 12, 8),
+            Datatype::PackedLongInt => pair::<i64, REV>(self, input, inout, 12, 8),
+            Datatype::PackedShortInt => pair::<i16, REV>(self, input, inout, 6, 2),
             Datatype::Char | Datatype::Derived(_) => unreachable_class(self, dtype),
         }
     }
@@ -561,6 +564,41 @@ mod tests {
         t[4..].copy_from_slice(&1i32.to_ne_bytes());
         Op::Maxloc.apply(Datatype::ShortInt, &s, &mut t).unwrap();
         assert_eq!(t, s);
+    }
+
+    #[test]
+    fn packed_pairs_have_no_padding() {
+        // The C API's MPI_DOUBLE_INT / MPI_LONG_INT: 12 bytes, index at 8;
+        // MPI_SHORT_INT: 6 bytes, index at 2.
+        let d = |v: f64, i: i32| [&v.to_ne_bytes()[..], &i.to_ne_bytes()].concat();
+        let a = [d(3.0, 7), d(1.0, 2), d(5.0, 9)].concat();
+        let mut b = [d(3.0, 4), d(2.0, 8), d(6.0, 1)].concat();
+        assert_eq!(Datatype::PackedDoubleInt.count_of(b.len()).unwrap(), 3);
+        Op::Minloc
+            .apply(Datatype::PackedDoubleInt, &a, &mut b)
+            .unwrap();
+        assert_eq!(b, [d(3.0, 4), d(1.0, 2), d(5.0, 9)].concat());
+        let l = |v: i64, i: i32| [&v.to_ne_bytes()[..], &i.to_ne_bytes()].concat();
+        let mut m = [l(-1, 5), l(9, 0)].concat();
+        Op::Maxloc
+            .apply_rev(
+                Datatype::PackedLongInt,
+                &[l(4, 1), l(9, 3)].concat(),
+                &mut m,
+            )
+            .unwrap();
+        assert_eq!(m, [l(4, 1), l(9, 0)].concat());
+        let s = |v: i16, i: i32| [&v.to_ne_bytes()[..], &i.to_ne_bytes()].concat();
+        let mut t = [s(2, 1), s(-3, 4)].concat();
+        Op::Maxloc
+            .apply(
+                Datatype::PackedShortInt,
+                &[s(7, 0), s(-3, 2)].concat(),
+                &mut t,
+            )
+            .unwrap();
+        assert_eq!(t, [s(7, 0), s(-3, 2)].concat());
+        assert!(Op::Sum.check(Datatype::PackedShortInt).is_err());
     }
 
     #[test]

@@ -174,6 +174,45 @@ fn dup_create_create_group_compare_and_names() {
             Err(tmpi_base::error::MpiErrorClass::Group)
         );
         assert!(w.dup().is_ok());
+        // MPI-2.2 disjoint groups: each rank passes the group of its own
+        // communicator (3 + 2, rank 5 passes the empty group and gets none).
+        let mine: &[u32] = match me {
+            0 | 3 | 4 => &[4, 0, 3],
+            1 | 2 => &[2, 1],
+            _ => &[],
+        };
+        let dg = w.group().incl(mine).unwrap();
+        let dc = w.create(&dg).unwrap();
+        assert_eq!(dc.is_some(), me != 5);
+        if let Some(dc) = &dc {
+            assert_eq!(dc.size(), mine.len() as u32);
+            assert_eq!(dc.rank(), dg.rank_of(me).unwrap());
+            let mut v = bytes(&[me as i32]);
+            dc.allreduce(Input::InPlace, &mut v, Datatype::I32, &Op::Sum)
+                .unwrap();
+            assert_eq!(from_bytes(&v), [if mine.len() == 3 { 7 } else { 3 }]);
+        }
+        // Groups that overlap (rank 2 in both), and a rank named by a group
+        // it did not pass (rank 5 passes the empty group): MPI_ERR_GROUP on
+        // every rank.
+        for bad_groups in [
+            [
+                &[0u32, 1, 2][..],
+                &[0, 1, 2],
+                &[0, 1, 2],
+                &[2, 3, 4],
+                &[2, 3, 4],
+                &[],
+            ],
+            [&[0u32, 5][..], &[1, 2], &[1, 2], &[], &[], &[]],
+        ] {
+            let g = w.group().incl(bad_groups[me as usize]).unwrap();
+            assert_eq!(
+                w.create(&g).map(|c| c.is_some()).map_err(|e| e.class()),
+                Err(tmpi_base::error::MpiErrorClass::Group),
+                "{bad_groups:?}"
+            );
+        }
         // create_group: only the members call, two disjoint groups at once with the same tag.
         let g2 = if me < 3 {
             w.group().incl(&[2, 0, 1]).unwrap()
