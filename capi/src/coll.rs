@@ -607,7 +607,7 @@ pub extern "C" fn MPI_Alltoallv(
 
 // ---------------------------------------------------------------- non-blocking
 
-fn coll_req(
+pub(crate) fn coll_req(
     request: *mut c_int,
     comm: c_int,
     req: tmpi_coll::CollRequest,

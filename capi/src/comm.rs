@@ -57,7 +57,7 @@ pub extern "C" fn MPI_Comm_compare(a: c_int, b: c_int, result: *mut c_int) -> c_
 
 /// Registers a new communicator derived from `parent` (errhandler and
 /// attributes copied, as MPI_Comm_dup does).
-fn register(parent: c_int, c: Comm, copy_attrs: bool) -> Res<c_int> {
+pub(crate) fn register(parent: c_int, c: Comm, copy_attrs: bool) -> Res<c_int> {
     let (eh, attrs, cart) = {
         let t = tables();
         let p = t.comm(parent)?;
@@ -116,12 +116,22 @@ pub extern "C" fn MPI_Comm_dup_with_info(comm: c_int, _info: c_int, newcomm: *mu
 #[no_mangle]
 pub extern "C" fn MPI_Comm_idup(comm: c_int, newcomm: *mut c_int, request: *mut c_int) -> c_int {
     guard("MPI_Comm_idup", comm, || {
-        let c = comm_of(comm)?.dup()?;
-        let h = register(comm, c, true)?;
-        put(newcomm, h, "newcomm")?;
-        let st = crate::request::St::empty();
-        let r = tables().add_req(crate::request::Req::Done { st, persist: None });
-        put(request, r, "request")
+        if newcomm.is_null() {
+            return Err(Error::new(C::Arg, "newcomm is NULL"));
+        }
+        // The context-id agreement runs as a non-blocking allreduce: a rank
+        // may go on (e.g. send to a rank that has not called idup yet)
+        // before the others join. The handle is written at completion.
+        let (req, pending) = comm_of(comm)?.idup()?;
+        crate::coll::coll_req(
+            request,
+            comm,
+            req,
+            crate::request::Finish::Dup {
+                pending,
+                newcomm: newcomm as usize,
+            },
+        )
     })
 }
 

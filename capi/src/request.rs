@@ -123,6 +123,12 @@ pub(crate) enum Finish {
         counts: Vec<usize>,
         displs: Vec<usize>,
     },
+    /// `MPI_Comm_idup`: build the communicator from the agreement's result,
+    /// register it and write its handle to `newcomm`.
+    Dup {
+        pending: tmpi_coll::PendingDup,
+        newcomm: usize,
+    },
 }
 
 /// One request.
@@ -280,6 +286,11 @@ pub(crate) fn test_handle_with(h: c_int, progress: bool) -> Res<Tested> {
                                 crate::ffi::bytes_mut((dst + d) as *mut u8, c)?
                                     .copy_from_slice(&out[d..d + c]);
                             }
+                        }
+                        Finish::Dup { pending, newcomm } => {
+                            let c = pending.finish(&out)?;
+                            let h = crate::comm::register(comm, c, true)?;
+                            crate::ffi::put(newcomm as *mut c_int, h, "newcomm")?;
                         }
                         Finish::Nothing => {}
                     }

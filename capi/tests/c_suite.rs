@@ -266,6 +266,14 @@ fn maxloc_minloc_on_every_pair_type() {
     expect_ok("pair_types", &[1, 2, 3, 4]);
 }
 
+/// MPI_Comm_idup does not block: a rank that called it sends to one that
+/// has not yet (`tests/c/idup.c`, MPICH's comm_idup pattern, which hung
+/// when idup was a blocking dup); pending idups and a blocking dup at once.
+#[test]
+fn comm_idup_does_not_wait_for_the_other_ranks() {
+    expect_ok("idup", &[1, 2, 3, 4]);
+}
+
 #[test]
 fn nonblocking_v_collectives() {
     expect_ok("icollv", &[1, 2, 3, 4]);

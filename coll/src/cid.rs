@@ -49,6 +49,9 @@ pub fn register_params(reg: &Registry) -> Result<u32, McaError> {
 #[derive(Debug, Clone)]
 pub struct CidPool {
     used: Vec<u64>,
+    /// Ids offered by pending `MPI_Comm_idup` agreements ([`CidPool::reserve`]):
+    /// free, but offered to no other agreement until they finish.
+    reserved: Vec<u64>,
     limit: u32,
 }
 
@@ -58,6 +61,7 @@ impl CidPool {
         let limit = limit.div_ceil(WINDOW).max(1) * WINDOW;
         let mut p = CidPool {
             used: vec![0; (limit / 64) as usize],
+            reserved: vec![0; (limit / 64) as usize],
             limit,
         };
         p.used[0] |= 0b11;
@@ -74,13 +78,46 @@ impl CidPool {
         id < self.limit && self.used[(id / 64) as usize] & (1 << (id % 64)) != 0
     }
 
-    /// Free bits (1 = free) of the window starting at `base`.
+    /// Free bits (1 = free and not reserved) of the window starting at `base`.
     pub fn free_window(&self, base: u32) -> Vec<u64> {
         let w = (base / 64) as usize;
-        self.used[w..w + (WINDOW / 64) as usize]
+        let n = (WINDOW / 64) as usize;
+        self.used[w..w + n]
             .iter()
-            .map(|u| !u)
+            .zip(&self.reserved[w..w + n])
+            .map(|(u, r)| !(u | r))
             .collect()
+    }
+
+    /// Reserves the lowest `n` free ids of the window at `base` for a
+    /// pending non-blocking agreement and returns them as that window's
+    /// bits (all zero when the window has none).
+    pub fn reserve(&mut self, base: u32, n: u32) -> Vec<u64> {
+        let mut words = self.free_window(base);
+        let mut left = n;
+        for w in &mut words {
+            let mut keep = 0u64;
+            while *w != 0 && left > 0 {
+                let bit = *w & w.wrapping_neg();
+                keep |= bit;
+                *w &= !bit;
+                left -= 1;
+            }
+            *w = keep;
+        }
+        let at = (base / 64) as usize;
+        for (r, w) in self.reserved[at..].iter_mut().zip(&words) {
+            *r |= w;
+        }
+        words
+    }
+
+    /// Ends a reservation made by [`CidPool::reserve`].
+    pub fn unreserve(&mut self, base: u32, words: &[u64]) {
+        let at = (base / 64) as usize;
+        for (r, w) in self.reserved[at..].iter_mut().zip(words) {
+            *r &= !w;
+        }
     }
 
     /// The lowest free id of an agreed window.
@@ -112,6 +149,23 @@ impl CidPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reservations_are_offered_to_no_other_agreement() {
+        let mut p = CidPool::new(WINDOW * 2);
+        p.claim(3).unwrap();
+        let r = p.reserve(0, 4);
+        // ids 2, 4, 5, 6 (0, 1 are world and self, 3 is used)
+        assert_eq!(r[0], 0b111_0100);
+        assert!(r[1..].iter().all(|&w| w == 0));
+        assert_eq!(CidPool::first_free(0, &p.free_window(0)), Some(7));
+        let r2 = p.reserve(0, 1);
+        assert_eq!(r2[0], 1 << 7);
+        p.unreserve(0, &r);
+        assert_eq!(CidPool::first_free(0, &p.free_window(0)), Some(2));
+        p.unreserve(0, &r2);
+        assert_eq!(p.free_window(0)[0], !0b1011);
+    }
 
     #[test]
     fn windows_claim_release() {

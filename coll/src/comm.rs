@@ -345,6 +345,67 @@ impl fmt::Debug for Comm {
     }
 }
 
+/// Ids each rank offers in an `MPI_Comm_idup` agreement ([`Comm::idup`]).
+pub const IDUP_OFFER: u32 = 64;
+
+/// A duplicate whose context-id agreement is in flight ([`Comm::idup`]).
+#[derive(Debug)]
+pub struct PendingDup {
+    parent: Comm,
+    /// The ids of window 0 this rank offered (and reserved).
+    offered: Vec<u64>,
+}
+
+impl PendingDup {
+    /// Builds the duplicate from the completed agreement's result (the
+    /// request's output): the lowest id every rank offered, else an id
+    /// agreed over the next windows (blocking). Attributes are copied
+    /// through their copy callbacks, as [`Comm::dup`] does.
+    pub fn finish(mut self, agreed: &[u8]) -> Result<Comm> {
+        let offered = std::mem::take(&mut self.offered);
+        let parent = &self.parent;
+        let ctx = Arc::clone(&parent.inner.ctx);
+        let _serial = lock(&ctx.creating);
+        let words: Vec<u64> = agreed
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+            .collect();
+        let cid = {
+            let mut cids = lock(&ctx.cids);
+            cids.unreserve(0, &offered);
+            match CidPool::first_free(0, &words) {
+                Some(id) => {
+                    cids.claim(id)?;
+                    Some(id)
+                }
+                None => None,
+            }
+        };
+        let cid = match cid {
+            Some(id) => id,
+            None => parent.agree_cid_from(crate::cid::WINDOW, true, None)?,
+        };
+        tracing::debug!(target: "coll_base", "idup agreed context id {cid}");
+        let c = match Comm::build(&ctx, parent.group(), cid, TagSpace::Coll, None, true) {
+            Ok(c) => c,
+            Err(e) => {
+                lock(&ctx.cids).release(cid);
+                return Err(e);
+            }
+        };
+        parent.copy_attrs_to(&c)?;
+        Ok(c)
+    }
+}
+
+impl Drop for PendingDup {
+    fn drop(&mut self) {
+        // `finish` took the reservation (empty here then); a pending dup
+        // dropped unfinished (an error on the way) ends it here.
+        lock(&self.parent.inner.ctx.cids).unreserve(0, &self.offered);
+    }
+}
+
 /// A non-blocking collective in progress.
 #[derive(Clone)]
 pub struct CollRequest {
@@ -700,8 +761,12 @@ impl Comm {
     /// the words and their complements, both AND-reduced, are complements
     /// again only if every rank that named a slot gave it the same value.
     fn agree_cid(&self, claim: bool, same: Option<&[u64]>) -> Result<u32> {
+        self.agree_cid_from(0, claim, same)
+    }
+
+    /// [`Comm::agree_cid`] over the windows from `base` on.
+    fn agree_cid_from(&self, mut base: u32, claim: bool, same: Option<&[u64]>) -> Result<u32> {
         let limit = lock(&self.inner.ctx.cids).limit();
-        let mut base = 0;
         while base < limit {
             let mut words = lock(&self.inner.ctx.cids).free_window(base);
             let n = words.len();
@@ -767,6 +832,13 @@ impl Comm {
         let c = self
             .derive(Some(self.group()), None)?
             .ok_or_else(|| CollError::Intern("dup produced no communicator".into()))?;
+        self.copy_attrs_to(&c)?;
+        Ok(c)
+    }
+
+    /// Copies this communicator's attributes to its duplicate `c` through
+    /// their copy callbacks.
+    fn copy_attrs_to(&self, c: &Comm) -> Result<()> {
         let attrs: Vec<(u32, usize)> = lock(&self.inner.attrs)
             .iter()
             .map(|(k, v)| (*k, *v))
@@ -778,7 +850,35 @@ impl Comm {
                 }
             }
         }
-        Ok(c)
+        Ok(())
+    }
+
+    /// `MPI_Comm_idup`: starts the context-id agreement as a non-blocking
+    /// allreduce over this communicator and returns its request; once it
+    /// completed, [`PendingDup::finish`] with its result builds the
+    /// communicator. Each rank offers the lowest [`IDUP_OFFER`] free ids of
+    /// the first window, reserved until then (no other agreement of this
+    /// process takes them meanwhile); if no id is free on every rank among
+    /// them, `finish` agrees over the next windows with blocking allreduces,
+    /// which every rank then runs in the call that completes the request.
+    pub fn idup(&self) -> Result<(CollRequest, PendingDup)> {
+        let ctx = Arc::clone(&self.inner.ctx);
+        let _serial = lock(&ctx.creating);
+        let offered = lock(&ctx.cids).reserve(0, IDUP_OFFER);
+        let bytes: Vec<u8> = offered.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        match self.iallreduce(bytes, Datatype::U64, &Op::Band) {
+            Ok(req) => Ok((
+                req,
+                PendingDup {
+                    parent: self.clone(),
+                    offered,
+                },
+            )),
+            Err(e) => {
+                lock(&ctx.cids).unreserve(0, &offered);
+                Err(e)
+            }
+        }
     }
 
     /// `MPI_Comm_split`: `color = None` is `MPI_UNDEFINED`. Ranks of one
