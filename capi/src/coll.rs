@@ -521,16 +521,19 @@ pub extern "C" fn MPI_Scatterv(
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let p = c.size() as usize;
+        if c.rank() == r && is_in_place(recvbuf) {
+            // recvcount and recvtype are ignored (MPI-4.0 6.6).
+            let (cb, db, end) = vbytes(sendcounts, displs, p, &*ty(sendtype)?)?;
+            let inb = crate::ffi::bytes(sendbuf.cast(), end)?;
+            c.scatterv(Some((inb, &cb, &db)), None, r)?;
+            return Ok(());
+        }
         let rt = ty(recvtype)?;
         let rn = ccount(recvcount, C::Count, "recvcount")?;
         let mut out = vec![0u8; rt.size * rn];
         if c.rank() == r {
             let (cb, db, end) = vbytes(sendcounts, displs, p, &*ty(sendtype)?)?;
             let inb = crate::ffi::bytes(sendbuf.cast(), end)?;
-            if is_in_place(recvbuf) {
-                c.scatterv(Some((inb, &cb, &db)), None, r)?;
-                return Ok(());
-            }
             c.scatterv(Some((inb, &cb, &db)), Some(&mut out), r)?;
         } else {
             c.scatterv(None, Some(&mut out), r)?;
@@ -912,9 +915,16 @@ pub extern "C" fn MPI_Iscatter(
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let p = c.size() as usize;
+        let is_root = c.rank() == r;
+        if is_root && is_in_place(recvbuf) {
+            // recvcount and recvtype are ignored (MPI-4.0 6.6).
+            let st = ty(sendtype)?;
+            let sn = ccount(sendcount, C::Count, "sendcount")?;
+            let req = c.iscatter(pack(sendbuf, sn * p, &st), st.size * sn, r)?;
+            return coll_req(request, comm, req, Finish::Nothing);
+        }
         let rn = ccount(recvcount, C::Count, "recvcount")?;
         let rt = ty(recvtype)?;
-        let is_root = c.rank() == r;
         let (send, block) = if is_root {
             let st = ty(sendtype)?;
             let sn = ccount(sendcount, C::Count, "sendcount")?;
@@ -923,14 +933,10 @@ pub extern "C" fn MPI_Iscatter(
             (Vec::new(), rt.size * rn)
         };
         let req = c.iscatter(send, block, r)?;
-        let fin = if is_root && is_in_place(recvbuf) {
-            Finish::Nothing
-        } else {
-            Finish::Unpack {
-                dst: recvbuf as usize,
-                count: rn,
-                t: rt,
-            }
+        let fin = Finish::Unpack {
+            dst: recvbuf as usize,
+            count: rn,
+            t: rt,
         };
         coll_req(request, comm, req, fin)
     })
@@ -1151,6 +1157,14 @@ pub extern "C" fn MPI_Iscatterv(
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let p = c.size() as usize;
+        if c.rank() == r && is_in_place(recvbuf) {
+            // recvcount and recvtype are ignored (MPI-4.0 6.6).
+            let (cb, db, end) = vbytes(sendcounts, displs, p, &*ty(sendtype)?)?;
+            let s = crate::ffi::bytes(sendbuf.cast(), end)?.to_vec();
+            let mine = cb[r as usize];
+            let req = c.iscatterv(s, Some((&cb, &db)), mine, r)?;
+            return coll_req(request, comm, req, Finish::Nothing);
+        }
         let rt = ty(recvtype)?;
         let rn = ccount(recvcount, C::Count, "recvcount")?;
         let unpack_fin = |rt: Arc<Dtype>| Finish::Unpack {
@@ -1164,11 +1178,6 @@ pub extern "C" fn MPI_Iscatterv(
         }
         let (cb, db, end) = vbytes(sendcounts, displs, p, &*ty(sendtype)?)?;
         let s = crate::ffi::bytes(sendbuf.cast(), end)?.to_vec();
-        if is_in_place(recvbuf) {
-            let mine = cb[r as usize];
-            let req = c.iscatterv(s, Some((&cb, &db)), mine, r)?;
-            return coll_req(request, comm, req, Finish::Nothing);
-        }
         let req = c.iscatterv(s, Some((&cb, &db)), rt.size * rn, r)?;
         coll_req(request, comm, req, unpack_fin(rt))
     })

@@ -122,6 +122,31 @@ int main(int argc, char **argv) {
     }
     for (i = 0; i <= rank; i++) CHECK(rsin[i] == size * (off + i) + size * (size - 1) / 2);
 
+    /* Scatter(v) in place at the root: recvcount and recvtype are ignored
+     * there (MPICH's nonblocking.c passes -1 and MPI_DATATYPE_NULL). */
+    {
+        int *all = malloc(sizeof(int) * 2 * size), *scs = malloc(sizeof(int) * size), *sds = malloc(sizeof(int) * size);
+        int two[2] = {GAP, GAP};
+        for (i = 0; i < 2 * size; i++) all[i] = 1000 + i;
+        for (i = 0; i < size; i++) { scs[i] = 2; sds[i] = 2 * i; }
+        for (int form = 0; form < 4; form++) {
+            MPI_Request rq = MPI_REQUEST_NULL;
+            two[0] = two[1] = GAP;
+            int me_root = rank == root;
+            void *rb = me_root ? MPI_IN_PLACE : (void *)two;
+            int rcnt = me_root ? -1 : 2;
+            MPI_Datatype rty = me_root ? MPI_DATATYPE_NULL : MPI_INT;
+            if (form == 0) OK(MPI_Scatter(all, 2, MPI_INT, rb, rcnt, rty, root, MPI_COMM_WORLD));
+            if (form == 1) OK(MPI_Iscatter(all, 2, MPI_INT, rb, rcnt, rty, root, MPI_COMM_WORLD, &rq));
+            if (form == 2) OK(MPI_Scatterv(all, scs, sds, MPI_INT, rb, rcnt, rty, root, MPI_COMM_WORLD));
+            if (form == 3) OK(MPI_Iscatterv(all, scs, sds, MPI_INT, rb, rcnt, rty, root, MPI_COMM_WORLD, &rq));
+            OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+            if (!me_root) CHECK(two[0] == 1000 + 2 * rank && two[1] == 1001 + 2 * rank);
+            for (i = 0; i < 2 * size; i++) CHECK(all[i] == 1000 + i);
+        }
+        free(all); free(scs); free(sds);
+    }
+
     /* Bad arguments come back as error classes under MPI_ERRORS_RETURN. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int ec;
