@@ -436,31 +436,179 @@ macro_rules! allx {
 allx!(MPI_Allgather, allgather);
 allx!(MPI_Alltoall, alltoall);
 
-fn vbytes(
-    counts: *const c_int,
-    displs: *const c_int,
-    p: usize,
-    t: &Dtype,
-) -> Res<(Vec<usize>, Vec<usize>, usize)> {
-    if !t.is_contig() {
-        return Err(Error::new(
-            C::Type,
-            "the v-collectives of tmpi take contiguous datatypes only",
-        ));
+/// The blocks of a v/w collective's buffer as tmpi-coll sees them: byte
+/// counts and displacements into a buffer of `end` bytes. That buffer is
+/// the caller's own when every block's type is contiguous; else a staged
+/// copy with the blocks packed back to back (`staged`: per block its byte
+/// offset in the caller's buffer, its items and their type), read from and
+/// written back to the caller's buffer by the type maps, so bytes between
+/// and inside the blocks that the types do not name stay untouched.
+#[derive(Debug)]
+pub(crate) struct VLayout {
+    counts: Vec<usize>,
+    displs: Vec<usize>,
+    end: usize,
+    staged: Option<Vec<(isize, usize, Arc<Dtype>)>>,
+}
+
+impl VLayout {
+    /// Per peer `counts[i]` items of the type `types(i)` at byte offset
+    /// `offsets(i)` of the caller's buffer.
+    fn new(
+        counts: &[c_int],
+        types: &[Arc<Dtype>],
+        offsets: impl Fn(usize, &Dtype) -> Res<isize>,
+    ) -> Res<VLayout> {
+        let p = counts.len();
+        let contig = types.iter().all(|t| t.is_contig());
+        let mut cb = Vec::with_capacity(p);
+        let mut db = Vec::with_capacity(p);
+        let mut blocks = Vec::with_capacity(p);
+        let mut end = 0usize;
+        for i in 0..p {
+            let t = &types[i];
+            let n = ccount(counts[i], C::Count, "counts[i]")?;
+            let c = n
+                .checked_mul(t.size)
+                .ok_or_else(|| Error::new(C::Count, "counts[i] x datatype size overflows"))?;
+            let off = offsets(i, t)?;
+            if contig {
+                let d = usize::try_from(off)
+                    .map_err(|_| Error::new(C::Arg, format!("displacement {off} < 0")))?;
+                end = end.max(d + c);
+                db.push(d);
+            } else {
+                db.push(end);
+                end += c;
+                blocks.push((off, n, Arc::clone(t)));
+            }
+            cb.push(c);
+        }
+        Ok(VLayout {
+            counts: cb,
+            displs: db,
+            end,
+            staged: (!contig).then_some(blocks),
+        })
     }
-    let cs = crate::ffi::array(counts, p, "counts")?;
-    let ds = crate::ffi::array(displs, p, "displs")?;
-    let mut cb = Vec::with_capacity(p);
-    let mut db = Vec::with_capacity(p);
-    let mut end = 0usize;
-    for i in 0..p {
-        let c = ccount(cs[i], C::Count, "counts[i]")? * t.size;
-        let d = ccount(ds[i], C::Arg, "displs[i]")? * t.size;
-        end = end.max(d + c);
-        cb.push(c);
-        db.push(d);
+
+    /// The v-forms: `counts[i]` items of `t` at `displs[i]` extents.
+    fn v(counts: *const c_int, displs: *const c_int, p: usize, t: &Arc<Dtype>) -> Res<VLayout> {
+        let cs = crate::ffi::array(counts, p, "counts")?;
+        let ds = crate::ffi::array(displs, p, "displs")?;
+        let ts = vec![Arc::clone(t); p];
+        VLayout::new(&cs, &ts, |i, t| {
+            isize::try_from(ds[i])
+                .ok()
+                .and_then(|d| d.checked_mul(t.extent()))
+                .ok_or_else(|| Error::new(C::Arg, "displs[i] x extent overflows"))
+        })
     }
-    Ok((cb, db, end))
+
+    /// The w-forms: `counts[i]` items of `types[i]` at byte `displs[i]`.
+    fn w(
+        counts: *const c_int,
+        displs: *const c_int,
+        types: *const c_int,
+        p: usize,
+    ) -> Res<VLayout> {
+        let cs = crate::ffi::array(counts, p, "counts")?;
+        let ds = crate::ffi::array(displs, p, "displs")?;
+        let ts = crate::ffi::array(types, p, "types")?
+            .into_iter()
+            .map(ty)
+            .collect::<Res<Vec<_>>>()?;
+        VLayout::new(&cs, &ts, |i, _| Ok(ds[i] as isize))
+    }
+
+    /// The buffer as tmpi-coll sees it: the caller's bytes, or a staged copy.
+    fn read<'a>(&self, buf: *const c_void) -> Res<std::borrow::Cow<'a, [u8]>> {
+        match &self.staged {
+            None => crate::ffi::bytes(buf.cast(), self.end).map(std::borrow::Cow::Borrowed),
+            Some(blocks) => {
+                let mut v = Vec::with_capacity(self.end);
+                for (off, n, t) in blocks {
+                    v.extend_from_slice(&pack(
+                        buf.cast::<u8>().wrapping_offset(*off).cast(),
+                        *n,
+                        t,
+                    ));
+                }
+                Ok(std::borrow::Cow::Owned(v))
+            }
+        }
+    }
+
+    /// Block `i` as tmpi-coll sees it, copied.
+    fn block(&self, buf: *const c_void, i: usize) -> Res<Vec<u8>> {
+        let (d, c) = (self.displs[i], self.counts[i]);
+        match &self.staged {
+            None => block_copy(buf, d, c),
+            Some(blocks) => {
+                let (off, n, t) = &blocks[i];
+                Ok(pack(buf.cast::<u8>().wrapping_offset(*off).cast(), *n, t))
+            }
+        }
+    }
+
+    /// A receive buffer for a blocking call: the caller's own, or a staged
+    /// copy of it (blocks the call does not write keep their bytes).
+    fn out<'a>(&self, buf: *mut c_void) -> Res<VOut<'a>> {
+        match &self.staged {
+            None => crate::ffi::bytes_mut(buf.cast(), self.end).map(VOut::Direct),
+            Some(_) => Ok(VOut::Staged(self.read(buf)?.into_owned())),
+        }
+    }
+
+    /// Writes staged `data` (the whole buffer as tmpi-coll saw it) back
+    /// into the caller's blocks.
+    pub(crate) fn write_back(&self, buf: *mut c_void, data: &[u8]) {
+        if let Some(blocks) = &self.staged {
+            for (i, (off, n, t)) in blocks.iter().enumerate() {
+                let d = self.displs[i];
+                unpack(
+                    buf.cast::<u8>().wrapping_offset(*off).cast(),
+                    *n,
+                    t,
+                    &data[d..d + self.counts[i]],
+                );
+            }
+        }
+    }
+
+    /// How a non-blocking call's result reaches the caller's buffer.
+    fn finish(self, buf: *mut c_void) -> Finish {
+        if self.staged.is_some() {
+            Finish::Blocks {
+                dst: buf as usize,
+                layout: self,
+            }
+        } else {
+            regions(buf, self.counts, self.displs)
+        }
+    }
+}
+
+/// A blocking v/w call's receive buffer ([`VLayout::out`]).
+enum VOut<'a> {
+    Direct(&'a mut [u8]),
+    Staged(Vec<u8>),
+}
+
+impl VOut<'_> {
+    fn bytes(&mut self) -> &mut [u8] {
+        match self {
+            VOut::Direct(b) => b,
+            VOut::Staged(v) => v,
+        }
+    }
+
+    /// Writes a staged buffer back into the caller's blocks.
+    fn done(self, layout: &VLayout, buf: *mut c_void) {
+        if let VOut::Staged(v) = self {
+            layout.write_back(buf, &v);
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -494,9 +642,10 @@ pub extern "C" fn MPI_Gatherv(
             None => Input::InPlace,
         };
         if c.rank() == r {
-            let (cb, db, end) = vbytes(recvcounts, displs, p, &*ty(recvtype)?)?;
-            let out = crate::ffi::bytes_mut(recvbuf.cast(), end)?;
-            c.gatherv(input, Some((out, &cb, &db)), r)?;
+            let l = VLayout::v(recvcounts, displs, p, &ty(recvtype)?)?;
+            let mut out = l.out(recvbuf)?;
+            c.gatherv(input, Some((out.bytes(), &l.counts, &l.displs)), r)?;
+            out.done(&l, recvbuf);
         } else {
             c.gatherv(input, None, r)?;
         }
@@ -523,18 +672,18 @@ pub extern "C" fn MPI_Scatterv(
         let p = c.size() as usize;
         if c.rank() == r && is_in_place(recvbuf) {
             // recvcount and recvtype are ignored (MPI-4.0 6.6).
-            let (cb, db, end) = vbytes(sendcounts, displs, p, &*ty(sendtype)?)?;
-            let inb = crate::ffi::bytes(sendbuf.cast(), end)?;
-            c.scatterv(Some((inb, &cb, &db)), None, r)?;
+            let l = VLayout::v(sendcounts, displs, p, &ty(sendtype)?)?;
+            let inb = l.read(sendbuf)?;
+            c.scatterv(Some((&inb, &l.counts, &l.displs)), None, r)?;
             return Ok(());
         }
         let rt = ty(recvtype)?;
         let rn = ccount(recvcount, C::Count, "recvcount")?;
         let mut out = vec![0u8; rt.size * rn];
         if c.rank() == r {
-            let (cb, db, end) = vbytes(sendcounts, displs, p, &*ty(sendtype)?)?;
-            let inb = crate::ffi::bytes(sendbuf.cast(), end)?;
-            c.scatterv(Some((inb, &cb, &db)), Some(&mut out), r)?;
+            let l = VLayout::v(sendcounts, displs, p, &ty(sendtype)?)?;
+            let inb = l.read(sendbuf)?;
+            c.scatterv(Some((&inb, &l.counts, &l.displs)), Some(&mut out), r)?;
         } else {
             c.scatterv(None, Some(&mut out), r)?;
         }
@@ -558,7 +707,7 @@ pub extern "C" fn MPI_Allgatherv(
     guard("MPI_Allgatherv", comm, || {
         let c = comm_of(comm)?;
         let p = c.size() as usize;
-        let (cb, db, end) = vbytes(recvcounts, displs, p, &*ty(recvtype)?)?;
+        let l = VLayout::v(recvcounts, displs, p, &ty(recvtype)?)?;
         let s = if is_in_place(sendbuf) {
             None
         } else {
@@ -572,8 +721,9 @@ pub extern "C" fn MPI_Allgatherv(
             Some(s) => Input::Buf(s),
             None => Input::InPlace,
         };
-        let out = crate::ffi::bytes_mut(recvbuf.cast(), end)?;
-        c.allgatherv(input, out, &cb, &db)?;
+        let mut out = l.out(recvbuf)?;
+        c.allgatherv(input, out.bytes(), &l.counts, &l.displs)?;
+        out.done(&l, recvbuf);
         Ok(())
     })
 }
@@ -594,16 +744,24 @@ pub extern "C" fn MPI_Alltoallv(
     guard("MPI_Alltoallv", comm, || {
         let c = comm_of(comm)?;
         let p = c.size() as usize;
-        let (rc, rd, rend) = vbytes(recvcounts, rdispls, p, &*ty(recvtype)?)?;
+        let rl = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
+        let mut out = rl.out(recvbuf)?;
+        let (rc, rd) = (&rl.counts, &rl.displs);
         if is_in_place(sendbuf) {
-            let out = crate::ffi::bytes_mut(recvbuf.cast(), rend)?;
-            c.alltoallv(Input::InPlace, &rc, &rd, out, &rc, &rd)?;
-            return Ok(());
+            c.alltoallv(Input::InPlace, rc, rd, out.bytes(), rc, rd)?;
+        } else {
+            let sl = VLayout::v(sendcounts, sdispls, p, &ty(sendtype)?)?;
+            let inb = sl.read(sendbuf)?;
+            c.alltoallv(
+                Input::Buf(&inb),
+                &sl.counts,
+                &sl.displs,
+                out.bytes(),
+                rc,
+                rd,
+            )?;
         }
-        let (sc, sd, send) = vbytes(sendcounts, sdispls, p, &*ty(sendtype)?)?;
-        let inb = crate::ffi::bytes(sendbuf.cast(), send)?;
-        let out = crate::ffi::bytes_mut(recvbuf.cast(), rend)?;
-        c.alltoallv(Input::Buf(inb), &sc, &sd, out, &rc, &rd)?;
+        out.done(&rl, recvbuf);
         Ok(())
     })
 }
@@ -1019,35 +1177,6 @@ pub extern "C" fn MPI_Ireduce_scatter_block(
 
 /// Byte counts of MPI_Alltoallw's per-peer (count, type) pairs; the
 /// displacements are bytes already. Contiguous types only.
-fn wbytes(
-    counts: *const c_int,
-    displs: *const c_int,
-    types: *const c_int,
-    p: usize,
-) -> Res<(Vec<usize>, Vec<usize>, usize)> {
-    let cs = crate::ffi::array(counts, p, "counts")?;
-    let ds = crate::ffi::array(displs, p, "displs")?;
-    let ts = crate::ffi::array(types, p, "types")?;
-    let mut cb = Vec::with_capacity(p);
-    let mut db = Vec::with_capacity(p);
-    let mut end = 0usize;
-    for i in 0..p {
-        let t = ty(ts[i])?;
-        if !t.is_contig() {
-            return Err(Error::new(
-                C::Type,
-                "MPI_Alltoallw of tmpi takes contiguous datatypes only",
-            ));
-        }
-        let c = ccount(cs[i], C::Count, "counts[i]")? * t.size;
-        let d = ccount(ds[i], C::Arg, "displs[i]")?;
-        end = end.max(d + c);
-        cb.push(c);
-        db.push(d);
-    }
-    Ok((cb, db, end))
-}
-
 #[allow(clippy::too_many_arguments)]
 #[no_mangle]
 pub extern "C" fn MPI_Alltoallw(
@@ -1064,16 +1193,24 @@ pub extern "C" fn MPI_Alltoallw(
     guard("MPI_Alltoallw", comm, || {
         let c = comm_of(comm)?;
         let p = c.size() as usize;
-        let (rc, rd, rend) = wbytes(recvcounts, rdispls, recvtypes, p)?;
+        let rl = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
+        let mut out = rl.out(recvbuf)?;
+        let (rc, rd) = (&rl.counts, &rl.displs);
         if is_in_place(sendbuf) {
-            let out = crate::ffi::bytes_mut(recvbuf.cast(), rend)?;
-            c.alltoallw(Input::InPlace, &rc, &rd, out, &rc, &rd)?;
-            return Ok(());
+            c.alltoallw(Input::InPlace, rc, rd, out.bytes(), rc, rd)?;
+        } else {
+            let sl = VLayout::w(sendcounts, sdispls, sendtypes, p)?;
+            let inb = sl.read(sendbuf)?;
+            c.alltoallw(
+                Input::Buf(&inb),
+                &sl.counts,
+                &sl.displs,
+                out.bytes(),
+                rc,
+                rd,
+            )?;
         }
-        let (sc, sd, send) = wbytes(sendcounts, sdispls, sendtypes, p)?;
-        let inb = crate::ffi::bytes(sendbuf.cast(), send)?;
-        let out = crate::ffi::bytes_mut(recvbuf.cast(), rend)?;
-        c.alltoallw(Input::Buf(inb), &sc, &sd, out, &rc, &rd)?;
+        out.done(&rl, recvbuf);
         Ok(())
     })
 }
@@ -1123,10 +1260,10 @@ pub extern "C" fn MPI_Igatherv(
             let req = c.igatherv(s, None, r)?;
             return coll_req(request, comm, req, Finish::Nothing);
         }
-        let (cb, db, end) = vbytes(recvcounts, displs, p, &*ty(recvtype)?)?;
+        let l = VLayout::v(recvcounts, displs, p, &ty(recvtype)?)?;
         let me = r as usize;
         let s = if is_in_place(sendbuf) {
-            block_copy(recvbuf, db[me], cb[me])?
+            l.block(recvbuf, me)?
         } else {
             pack(
                 sendbuf,
@@ -1134,8 +1271,8 @@ pub extern "C" fn MPI_Igatherv(
                 &*ty(sendtype)?,
             )
         };
-        let req = c.igatherv(s, Some((end, &cb, &db)), r)?;
-        coll_req(request, comm, req, regions(recvbuf, cb, db))
+        let req = c.igatherv(s, Some((l.end, &l.counts, &l.displs)), r)?;
+        coll_req(request, comm, req, l.finish(recvbuf))
     })
 }
 
@@ -1159,10 +1296,10 @@ pub extern "C" fn MPI_Iscatterv(
         let p = c.size() as usize;
         if c.rank() == r && is_in_place(recvbuf) {
             // recvcount and recvtype are ignored (MPI-4.0 6.6).
-            let (cb, db, end) = vbytes(sendcounts, displs, p, &*ty(sendtype)?)?;
-            let s = crate::ffi::bytes(sendbuf.cast(), end)?.to_vec();
-            let mine = cb[r as usize];
-            let req = c.iscatterv(s, Some((&cb, &db)), mine, r)?;
+            let l = VLayout::v(sendcounts, displs, p, &ty(sendtype)?)?;
+            let s = l.read(sendbuf)?.into_owned();
+            let mine = l.counts[r as usize];
+            let req = c.iscatterv(s, Some((&l.counts, &l.displs)), mine, r)?;
             return coll_req(request, comm, req, Finish::Nothing);
         }
         let rt = ty(recvtype)?;
@@ -1176,9 +1313,9 @@ pub extern "C" fn MPI_Iscatterv(
             let req = c.iscatterv(Vec::new(), None, rt.size * rn, r)?;
             return coll_req(request, comm, req, unpack_fin(rt));
         }
-        let (cb, db, end) = vbytes(sendcounts, displs, p, &*ty(sendtype)?)?;
-        let s = crate::ffi::bytes(sendbuf.cast(), end)?.to_vec();
-        let req = c.iscatterv(s, Some((&cb, &db)), rt.size * rn, r)?;
+        let l = VLayout::v(sendcounts, displs, p, &ty(sendtype)?)?;
+        let s = l.read(sendbuf)?.into_owned();
+        let req = c.iscatterv(s, Some((&l.counts, &l.displs)), rt.size * rn, r)?;
         coll_req(request, comm, req, unpack_fin(rt))
     })
 }
@@ -1199,10 +1336,10 @@ pub extern "C" fn MPI_Iallgatherv(
     guard("MPI_Iallgatherv", comm, || {
         let c = comm_of(comm)?;
         let p = c.size() as usize;
-        let (cb, db, end) = vbytes(recvcounts, displs, p, &*ty(recvtype)?)?;
+        let l = VLayout::v(recvcounts, displs, p, &ty(recvtype)?)?;
         let me = c.rank() as usize;
         let s = if is_in_place(sendbuf) {
-            block_copy(recvbuf, db[me], cb[me])?
+            l.block(recvbuf, me)?
         } else {
             pack(
                 sendbuf,
@@ -1210,12 +1347,10 @@ pub extern "C" fn MPI_Iallgatherv(
                 &*ty(sendtype)?,
             )
         };
-        let req = c.iallgatherv(s, end, &cb, &db)?;
-        coll_req(request, comm, req, regions(recvbuf, cb, db))
+        let req = c.iallgatherv(s, l.end, &l.counts, &l.displs)?;
+        coll_req(request, comm, req, l.finish(recvbuf))
     })
 }
-
-type Layout = (Vec<usize>, Vec<usize>, usize);
 
 /// Shared body of MPI_Ialltoallv/w once the byte layouts are known
 /// (`send = None`: MPI_IN_PLACE, the receive buffer and layout on both sides).
@@ -1224,22 +1359,23 @@ fn ialltoall_vw(
     c: &Comm,
     w: bool,
     sendbuf: *const c_void,
-    send: Option<Layout>,
+    send: Option<VLayout>,
     recvbuf: *mut c_void,
-    (rc, rd, rend): Layout,
+    recv: VLayout,
     comm: c_int,
     request: *mut c_int,
 ) -> Res<()> {
-    let (s, sc, sd) = match send {
-        None => (block_copy(recvbuf, 0, rend)?, rc.clone(), rd.clone()),
-        Some((sc, sd, send_end)) => (block_copy(sendbuf, 0, send_end)?, sc, sd),
+    let (s, sc, sd) = match &send {
+        None => (recv.read(recvbuf)?.into_owned(), &recv.counts, &recv.displs),
+        Some(l) => (l.read(sendbuf)?.into_owned(), &l.counts, &l.displs),
     };
+    let r = (recv.end, &recv.counts[..], &recv.displs[..]);
     let req = if w {
-        c.ialltoallw(s, &sc, &sd, (rend, &rc, &rd))?
+        c.ialltoallw(s, sc, sd, r)?
     } else {
-        c.ialltoallv(s, &sc, &sd, (rend, &rc, &rd))?
+        c.ialltoallv(s, sc, sd, r)?
     };
-    coll_req(request, comm, req, regions(recvbuf, rc, rd))
+    coll_req(request, comm, req, recv.finish(recvbuf))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1259,11 +1395,11 @@ pub extern "C" fn MPI_Ialltoallv(
     guard("MPI_Ialltoallv", comm, || {
         let c = comm_of(comm)?;
         let p = c.size() as usize;
-        let recv = vbytes(recvcounts, rdispls, p, &*ty(recvtype)?)?;
+        let recv = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
         let send = if is_in_place(sendbuf) {
             None
         } else {
-            Some(vbytes(sendcounts, sdispls, p, &*ty(sendtype)?)?)
+            Some(VLayout::v(sendcounts, sdispls, p, &ty(sendtype)?)?)
         };
         ialltoall_vw(&c, false, sendbuf, send, recvbuf, recv, comm, request)
     })
@@ -1286,11 +1422,11 @@ pub extern "C" fn MPI_Ialltoallw(
     guard("MPI_Ialltoallw", comm, || {
         let c = comm_of(comm)?;
         let p = c.size() as usize;
-        let recv = wbytes(recvcounts, rdispls, recvtypes, p)?;
+        let recv = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
         let send = if is_in_place(sendbuf) {
             None
         } else {
-            Some(wbytes(sendcounts, sdispls, sendtypes, p)?)
+            Some(VLayout::w(sendcounts, sdispls, sendtypes, p)?)
         };
         ialltoall_vw(&c, true, sendbuf, send, recvbuf, recv, comm, request)
     })

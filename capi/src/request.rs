@@ -123,6 +123,12 @@ pub(crate) enum Finish {
         counts: Vec<usize>,
         displs: Vec<usize>,
     },
+    /// Write the staged result back into the caller's blocks (v/w forms on
+    /// non-contiguous types).
+    Blocks {
+        dst: usize,
+        layout: crate::coll::VLayout,
+    },
     /// `MPI_Comm_idup`: build the communicator from the agreement's result,
     /// register it and write its handle to `newcomm`.
     Dup {
@@ -286,6 +292,9 @@ pub(crate) fn test_handle_with(h: c_int, progress: bool) -> Res<Tested> {
                                 crate::ffi::bytes_mut((dst + d) as *mut u8, c)?
                                     .copy_from_slice(&out[d..d + c]);
                             }
+                        }
+                        Finish::Blocks { dst, layout } => {
+                            layout.write_back(dst as *mut std::ffi::c_void, &out);
                         }
                         Finish::Dup { pending, newcomm } => {
                             let c = pending.finish(&out)?;

@@ -274,6 +274,13 @@ fn comm_idup_does_not_wait_for_the_other_ranks() {
     expect_ok("idup", &[1, 2, 3, 4]);
 }
 
+/// The v and w collectives on non-contiguous datatypes, blocking and not,
+/// in place, ints between the type maps' untouched (`tests/c/vcoll_types.c`).
+#[test]
+fn v_and_w_collectives_on_noncontiguous_datatypes() {
+    expect_ok("vcoll_types", &[1, 2, 3, 4]);
+}
+
 #[test]
 fn nonblocking_v_collectives() {
     expect_ok("icollv", &[1, 2, 3, 4]);
