@@ -94,6 +94,11 @@ fn root_of(root: c_int, c: &Comm) -> Res<u32> {
 /// op takes any type, bound to this call ([`crate::user_op::bind`]).
 pub(crate) fn red(t: &Dtype, op: c_int, dtype: c_int) -> Res<(Elem, Op)> {
     if let Some(o) = crate::state::predefined_op(op) {
+        if t.reduce_elem().is_none() {
+            if let Some(bound) = crate::wide_ops::bind(&o, t) {
+                return bound;
+            }
+        }
         let e = t.reduce_elem().ok_or_else(|| {
             Error::new(
                 C::Type,

@@ -34,6 +34,7 @@ pub(crate) mod state;
 pub mod stubs;
 pub mod types;
 pub(crate) mod user_op;
+pub(crate) mod wide_ops;
 
 /// `MPI_User_function`.
 pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut c_int);

@@ -281,6 +281,13 @@ fn v_and_w_collectives_on_noncontiguous_datatypes() {
     expect_ok("vcoll_types", &[1, 2, 3, 4]);
 }
 
+/// Predefined ops on long double, the C complex types and
+/// MPI_LONG_DOUBLE_INT (`tests/c/wide_types.c`).
+#[test]
+fn predefined_ops_on_long_double_and_complex() {
+    expect_ok("wide_types", &[1, 2, 3, 4]);
+}
+
 #[test]
 fn nonblocking_v_collectives() {
     expect_ok("icollv", &[1, 2, 3, 4]);

@@ -18,7 +18,9 @@
 //! Integer arithmetic wraps (C leaves signed overflow undefined; wrapping is
 //! what every MPI does in practice). Logical results are 1 or 0. MAXLOC keeps
 //! the larger value and, on a tie, the smaller index (MINLOC likewise).
-//! Complex types are not supported yet.
+//! Long double and the C complex types have no Rust arithmetic: the C API
+//! reduces them with C kernels run as commutative user-style ops over
+//! [`Datatype::Derived`] items (`capi/src/wide_ops.rs`).
 
 use std::fmt;
 use std::sync::Arc;
