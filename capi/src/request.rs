@@ -296,11 +296,20 @@ pub(crate) fn test_handle_with(h: c_int, progress: bool) -> Res<Tested> {
                         Finish::Blocks { dst, layout } => {
                             layout.write_back(dst as *mut std::ffi::c_void, &out);
                         }
-                        Finish::Dup { pending, newcomm } => {
-                            let c = pending.finish(&out)?;
-                            let h = crate::comm::register(comm, c, true)?;
-                            crate::ffi::put(newcomm as *mut c_int, h, "newcomm")?;
-                        }
+                        Finish::Dup { pending, newcomm } => match pending.step(&out)? {
+                            tmpi_coll::DupStep::Done(c) => {
+                                let h = crate::comm::register(comm, c, true)?;
+                                crate::ffi::put(newcomm as *mut c_int, h, "newcomm")?;
+                            }
+                            tmpi_coll::DupStep::Again(req, pending) => {
+                                // Another round of the context-id agreement.
+                                crate::state::COLL_ACTIVE
+                                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                let finish = Finish::Dup { pending, newcomm };
+                                tables().reqs.insert(h, Req::Coll { req, finish, comm });
+                                return Ok(Tested::Pending);
+                            }
+                        },
                         Finish::Nothing => {}
                     }
                     (

@@ -49,6 +49,12 @@ pub fn register_params(reg: &Registry) -> Result<u32, McaError> {
 #[derive(Debug, Clone)]
 pub struct CidPool {
     used: Vec<u64>,
+    /// Parent context ids of this process's pending `MPI_Comm_idup`
+    /// agreements, with how many on each ([`crate::PendingDup`]).
+    pending: std::collections::BTreeMap<u32, u32>,
+    /// The pending agreement whose round currently offers this process's
+    /// free ids (its parent's context id); at most one at a time.
+    owner: Option<u32>,
     /// Ids offered by pending `MPI_Comm_idup` agreements ([`CidPool::reserve`]):
     /// free, but offered to no other agreement until they finish.
     reserved: Vec<u64>,
@@ -61,6 +67,8 @@ impl CidPool {
         let limit = limit.div_ceil(WINDOW).max(1) * WINDOW;
         let mut p = CidPool {
             used: vec![0; (limit / 64) as usize],
+            pending: std::collections::BTreeMap::new(),
+            owner: None,
             reserved: vec![0; (limit / 64) as usize],
             limit,
         };
@@ -110,6 +118,43 @@ impl CidPool {
             *r |= w;
         }
         words
+    }
+
+    /// Registers a pending non-blocking agreement over the communicator
+    /// with context id `parent`.
+    pub fn pend(&mut self, parent: u32) {
+        *self.pending.entry(parent).or_default() += 1;
+    }
+
+    /// Ends what [`CidPool::pend`] registered.
+    pub fn unpend(&mut self, parent: u32) {
+        if let Some(n) = self.pending.get_mut(&parent) {
+            *n -= 1;
+            if *n == 0 {
+                self.pending.remove(&parent);
+            }
+        }
+    }
+
+    /// Whether the next round of the pending agreement over `parent` may
+    /// offer this process's ids: no other round offers them now, and no
+    /// pending agreement over a communicator with a lower context id waits
+    /// for them (MPICH's rule: the lowest one wins, so the agreements of
+    /// overlapping communicators started in different orders on different
+    /// ranks all finish). Takes the offer when it may.
+    pub fn take_offer(&mut self, parent: u32) -> bool {
+        let first = self.pending.keys().next().copied();
+        if self.owner.is_none() && first == Some(parent) {
+            self.owner = Some(parent);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Ends the offer [`CidPool::take_offer`] gave.
+    pub fn drop_offer(&mut self) {
+        self.owner = None;
     }
 
     /// Ends a reservation made by [`CidPool::reserve`].
@@ -165,6 +210,26 @@ mod tests {
         assert_eq!(CidPool::first_free(0, &p.free_window(0)), Some(2));
         p.unreserve(0, &r2);
         assert_eq!(p.free_window(0)[0], !0b1011);
+    }
+
+    #[test]
+    fn the_lowest_pending_parent_gets_the_offer_one_at_a_time() {
+        let mut p = CidPool::new(WINDOW);
+        p.pend(7);
+        assert!(p.take_offer(7));
+        p.pend(6);
+        // 6 is lower but 7's round holds the offer.
+        assert!(!p.take_offer(6));
+        p.drop_offer();
+        // Now 7 must wait for 6.
+        assert!(!p.take_offer(7));
+        assert!(p.take_offer(6));
+        p.drop_offer();
+        p.unpend(6);
+        assert!(p.take_offer(7));
+        p.drop_offer();
+        p.unpend(7);
+        assert!(!p.take_offer(7));
     }
 
     #[test]

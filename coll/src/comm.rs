@@ -345,47 +345,118 @@ impl fmt::Debug for Comm {
     }
 }
 
-/// Ids each rank offers in an `MPI_Comm_idup` agreement ([`Comm::idup`]).
-pub const IDUP_OFFER: u32 = 64;
-
 /// A duplicate whose context-id agreement is in flight ([`Comm::idup`]).
+///
+/// The agreement runs in rounds, each a non-blocking AND allreduce over the
+/// parent of one window of free-id bits and a flag. In a round a rank
+/// offers its free ids only while no other pending agreement of this
+/// process offers them and none over a parent with a lower context id
+/// waits ([`CidPool::take_offer`]); otherwise it offers none. The offered
+/// ids are reserved meanwhile (blocking agreements skip them). A round where
+/// every rank offered and some id is free everywhere takes the lowest one;
+/// one where every rank offered and none is moves to the next window; any
+/// other round is run again. Every rank sees the same AND, so all decide
+/// alike, and the agreement over the lowest pending parent always makes
+/// progress.
 #[derive(Debug)]
 pub struct PendingDup {
     parent: Comm,
-    /// The ids of window 0 this rank offered (and reserved).
+    /// The window of this round.
+    base: u32,
+    /// The ids this rank offers in this round (reserved while `offering`).
     offered: Vec<u64>,
+    offering: bool,
+    /// Registered with [`CidPool::pend`] and not yet ended.
+    live: bool,
+}
+
+/// What a completed round of a [`PendingDup`] gives.
+#[derive(Debug)]
+pub enum DupStep {
+    /// The duplicate.
+    Done(Comm),
+    /// Another round is running: its request and the agreement.
+    Again(CollRequest, PendingDup),
 }
 
 impl PendingDup {
-    /// Builds the duplicate from the completed agreement's result (the
-    /// request's output): the lowest id every rank offered, else an id
-    /// agreed over the next windows (blocking). Attributes are copied
-    /// through their copy callbacks, as [`Comm::dup`] does.
-    pub fn finish(mut self, agreed: &[u8]) -> Result<Comm> {
-        let offered = std::mem::take(&mut self.offered);
-        let parent = &self.parent;
-        let ctx = Arc::clone(&parent.inner.ctx);
+    /// Starts a round: takes the offer if it may, starts the allreduce.
+    fn round(mut self) -> Result<(CollRequest, PendingDup)> {
+        let ctx = Arc::clone(&self.parent.inner.ctx);
+        let parent_cid = self.parent.inner.ep.context_id;
+        {
+            let mut cids = lock(&ctx.cids);
+            self.offering = cids.take_offer(parent_cid);
+            self.offered = if self.offering {
+                cids.reserve(self.base, u32::MAX)
+            } else {
+                vec![0; (crate::cid::WINDOW / 64) as usize]
+            };
+        }
+        let flag = u64::from(self.offering);
+        let bytes: Vec<u8> = self
+            .offered
+            .iter()
+            .chain(std::iter::once(&flag))
+            .flat_map(|w| w.to_ne_bytes())
+            .collect();
+        let req = self.parent.iallreduce(bytes, Datatype::U64, &Op::Band)?;
+        Ok((req, self))
+    }
+
+    /// Ends this round's offer, if it had one.
+    fn end_offer(&mut self, cids: &mut CidPool) {
+        if self.offering {
+            cids.unreserve(self.base, &self.offered);
+            cids.drop_offer();
+            self.offering = false;
+        }
+    }
+
+    /// Takes a completed round's result (the request's output): the
+    /// duplicate, with attributes copied through their copy callbacks as
+    /// [`Comm::dup`] does, or the next round.
+    pub fn step(mut self, agreed: &[u8]) -> Result<DupStep> {
+        let ctx = Arc::clone(&self.parent.inner.ctx);
+        let parent_cid = self.parent.inner.ep.context_id;
         let _serial = lock(&ctx.creating);
         let words: Vec<u64> = agreed
             .chunks_exact(8)
             .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
             .collect();
+        let Some((&all_offered, mask)) = words.split_last() else {
+            return Err(CollError::Intern("idup round without a result".into()));
+        };
         let cid = {
             let mut cids = lock(&ctx.cids);
-            cids.unreserve(0, &offered);
-            match CidPool::first_free(0, &words) {
+            self.end_offer(&mut cids);
+            match CidPool::first_free(self.base, mask) {
                 Some(id) => {
                     cids.claim(id)?;
+                    cids.unpend(parent_cid);
+                    self.live = false;
                     Some(id)
+                }
+                None if all_offered == 1 && self.base + crate::cid::WINDOW >= cids.limit() => {
+                    cids.unpend(parent_cid);
+                    self.live = false;
+                    return Err(CollError::NoContextId {
+                        limit: cids.limit(),
+                    });
                 }
                 None => None,
             }
         };
-        let cid = match cid {
-            Some(id) => id,
-            None => parent.agree_cid_from(crate::cid::WINDOW, true, None)?,
+        let Some(cid) = cid else {
+            if all_offered == 1 {
+                self.base += crate::cid::WINDOW;
+            }
+            drop(_serial);
+            let (req, next) = self.round()?;
+            return Ok(DupStep::Again(req, next));
         };
         tracing::debug!(target: "coll_base", "idup agreed context id {cid}");
+        let parent = self.parent.clone();
         let c = match Comm::build(&ctx, parent.group(), cid, TagSpace::Coll, None, true) {
             Ok(c) => c,
             Err(e) => {
@@ -394,15 +465,21 @@ impl PendingDup {
             }
         };
         parent.copy_attrs_to(&c)?;
-        Ok(c)
+        Ok(DupStep::Done(c))
     }
 }
 
 impl Drop for PendingDup {
     fn drop(&mut self) {
-        // `finish` took the reservation (empty here then); a pending dup
-        // dropped unfinished (an error on the way) ends it here.
-        lock(&self.parent.inner.ctx.cids).unreserve(0, &self.offered);
+        // An agreement dropped before it finished (an error on the way, a
+        // freed request) ends its offer and its registration.
+        let ctx = Arc::clone(&self.parent.inner.ctx);
+        let mut cids = lock(&ctx.cids);
+        self.end_offer(&mut cids);
+        if self.live {
+            cids.unpend(self.parent.inner.ep.context_id);
+            self.live = false;
+        }
     }
 }
 
@@ -853,32 +930,22 @@ impl Comm {
         Ok(())
     }
 
-    /// `MPI_Comm_idup`: starts the context-id agreement as a non-blocking
-    /// allreduce over this communicator and returns its request; once it
-    /// completed, [`PendingDup::finish`] with its result builds the
-    /// communicator. Each rank offers the lowest [`IDUP_OFFER`] free ids of
-    /// the first window, reserved until then (no other agreement of this
-    /// process takes them meanwhile); if no id is free on every rank among
-    /// them, `finish` agrees over the next windows with blocking allreduces,
-    /// which every rank then runs in the call that completes the request.
+    /// `MPI_Comm_idup`: starts the context-id agreement without blocking
+    /// ([`PendingDup`]); each completed round's output goes to
+    /// [`PendingDup::step`], which gives the communicator or the next
+    /// round's request.
     pub fn idup(&self) -> Result<(CollRequest, PendingDup)> {
         let ctx = Arc::clone(&self.inner.ctx);
         let _serial = lock(&ctx.creating);
-        let offered = lock(&ctx.cids).reserve(0, IDUP_OFFER);
-        let bytes: Vec<u8> = offered.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        match self.iallreduce(bytes, Datatype::U64, &Op::Band) {
-            Ok(req) => Ok((
-                req,
-                PendingDup {
-                    parent: self.clone(),
-                    offered,
-                },
-            )),
-            Err(e) => {
-                lock(&ctx.cids).unreserve(0, &offered);
-                Err(e)
-            }
+        lock(&ctx.cids).pend(self.inner.ep.context_id);
+        PendingDup {
+            parent: self.clone(),
+            base: 0,
+            offered: Vec::new(),
+            offering: false,
+            live: true,
         }
+        .round()
     }
 
     /// `MPI_Comm_split`: `color = None` is `MPI_UNDEFINED`. Ranks of one

@@ -38,7 +38,7 @@ pub mod sim;
 pub mod tags;
 
 pub use algo::{Call, CollKind};
-pub use comm::{CollContext, CollRequest, Comm, Input, PendingDup, SplitType, IDUP_OFFER};
+pub use comm::{CollContext, CollRequest, Comm, DupStep, Input, PendingDup, SplitType};
 pub use datatype::Datatype;
 pub use error::{CollError, Result};
 pub use group::{Compare, Group};

@@ -96,6 +96,36 @@ int main(int argc, char **argv) {
         }
     }
 
+    /* Overlapping idups started in different orders (MPICH's
+     * comm_idup_overlap): rank i and i + 1 share `primary` of i and
+     * `secondary` of i + 1; each rank idups its primary, then its
+     * secondary. With blocking dups this deadlocks; the agreements must
+     * all finish. */
+    if (size > 1) {
+        MPI_Comm primary[2], secondary[2], tmp;
+        for (int i = 0; i < size; i++) {
+            if (rank == i) OK(MPI_Comm_split(MPI_COMM_WORLD, 0, 0, &primary[0]));
+            else if (rank == (i + 1) % size) OK(MPI_Comm_split(MPI_COMM_WORLD, 0, 0, &secondary[0]));
+            else {
+                OK(MPI_Comm_split(MPI_COMM_WORLD, 1, 0, &tmp));
+                OK(MPI_Comm_free(&tmp));
+            }
+        }
+        MPI_Request r2[2];
+        OK(MPI_Comm_idup(primary[0], &primary[1], &r2[0]));
+        OK(MPI_Comm_idup(secondary[0], &secondary[1], &r2[1]));
+        OK(MPI_Waitall(2, r2, MPI_STATUSES_IGNORE));
+        /* check the pairs' communicators in the order of i on every rank */
+        for (int i = 0; i < size; i++) {
+            if (i == rank) same_group(primary[1], primary[0]);
+            if ((i + 1) % size == rank) same_group(secondary[1], secondary[0]);
+        }
+        for (int i = 0; i < 2; i++) {
+            OK(MPI_Comm_free(&primary[i]));
+            OK(MPI_Comm_free(&secondary[i]));
+        }
+    }
+
     OK(MPI_Comm_free(&dup1));
     OK(MPI_Comm_free(&dup2));
     OK(MPI_Comm_free(&dup3));
