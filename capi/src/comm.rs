@@ -80,6 +80,9 @@ pub(crate) fn register(parent: c_int, c: Comm, copy_attrs: bool) -> Res<c_int> {
                 if let Some(f) = kv.copy {
                     let (rc, flag, nv) = crate::ffi::call_copy_attr(f, parent, k, kv.extra, v);
                     if rc != 0 {
+                        if let Some(e) = tables().comms.remove(&h) {
+                            let _ = e.comm.free();
+                        }
                         return Err(Error::new(
                             C::Other,
                             format!("attribute copy callback of keyval {k} failed with {rc}"),
@@ -93,6 +96,7 @@ pub(crate) fn register(parent: c_int, c: Comm, copy_attrs: bool) -> Res<c_int> {
         }
         let mut t = tables();
         let e = t.comm_mut(h)?;
+        e.attr_order = out.keys().copied().collect();
         e.attrs = out;
         e.cart = cart;
     }
@@ -447,13 +451,23 @@ pub extern "C" fn MPI_Comm_set_attr(comm: c_int, keyval: c_int, value: *mut c_vo
         let kv = tables().keyvals.get(&keyval).copied().ok_or_else(|| {
             Error::new(C::Keyval, format!("invalid or predefined keyval {keyval}"))
         })?;
-        let old = tables()
-            .comm_mut(comm)?
-            .attrs
-            .insert(keyval, value as usize);
+        // The old value's delete callback first: when it fails the call
+        // fails and the old value stays (MPI-4.0 7.7.2).
+        let old = tables().comm(comm)?.attrs.get(&keyval).copied();
         if let (Some(v), Some(f)) = (old, kv.delete) {
-            crate::ffi::call_delete_attr(f, comm, keyval, v, kv.extra);
+            let rc = crate::ffi::call_delete_attr(f, comm, keyval, v, kv.extra);
+            if rc != 0 {
+                return Err(Error::new(
+                    C::Other,
+                    format!("attribute delete callback of keyval {keyval} failed with {rc}"),
+                ));
+            }
         }
+        let mut t = tables();
+        let e = t.comm_mut(comm)?;
+        e.attrs.insert(keyval, value as usize);
+        e.attr_order.retain(|&k| k != keyval);
+        e.attr_order.push(keyval);
         Ok(())
     })
 }
@@ -515,7 +529,9 @@ pub extern "C" fn MPI_Attr_get(
 #[no_mangle]
 pub extern "C" fn MPI_Comm_delete_attr(comm: c_int, keyval: c_int) -> c_int {
     guard("MPI_Comm_delete_attr", comm, || {
-        let old = tables().comm_mut(comm)?.attrs.remove(&keyval);
+        // The callback first: when it fails the call fails and the
+        // attribute stays (MPI-4.0 7.7.2).
+        let old = tables().comm(comm)?.attrs.get(&keyval).copied();
         let kv = tables().keyvals.get(&keyval).copied();
         match (old, kv) {
             (Some(v), Some(kv)) => {
@@ -528,6 +544,10 @@ pub extern "C" fn MPI_Comm_delete_attr(comm: c_int, keyval: c_int) -> c_int {
                         ));
                     }
                 }
+                let mut t = tables();
+                let e = t.comm_mut(comm)?;
+                e.attrs.remove(&keyval);
+                e.attr_order.retain(|&k| k != keyval);
                 Ok(())
             }
             _ => Err(Error::new(

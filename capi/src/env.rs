@@ -90,6 +90,7 @@ fn init(required: c_int) -> Res<c_int> {
             errhandler: ERRORS_ARE_FATAL,
             cart: None,
             attrs: Default::default(),
+            attr_order: Vec::new(),
         },
     );
     tables.comms.insert(
@@ -99,6 +100,7 @@ fn init(required: c_int) -> Res<c_int> {
             errhandler: ERRORS_ARE_FATAL,
             cart: None,
             attrs: Default::default(),
+            attr_order: Vec::new(),
         },
     );
     let provided = required.clamp(0, 3);
@@ -150,6 +152,10 @@ pub extern "C" fn MPI_Finalize() -> c_int {
     guard("MPI_Finalize", COMM_WORLD, || {
         let _g = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
         let rt = state::rt()?;
+        // MPI-2.2: first delete MPI_COMM_SELF's attributes, as if the
+        // communicator were freed, in the reverse order of setting (what
+        // libraries hook their cleanup to; MPI_Finalized is still false).
+        delete_self_attrs();
         // Synchronise so that no peer still needs us, drop user objects.
         {
             let world = state::tables().comm(COMM_WORLD)?.comm.clone();
@@ -171,6 +177,32 @@ pub extern "C" fn MPI_Finalize() -> c_int {
         rt.pml.finalize()?;
         Ok(())
     })
+}
+
+/// Runs the delete callbacks of MPI_COMM_SELF's attributes, last set
+/// first, and removes them (a failing callback is logged; finalizing goes on).
+fn delete_self_attrs() {
+    loop {
+        let next = {
+            let mut t = state::tables();
+            let Ok(e) = t.comm_mut(COMM_SELF) else {
+                return;
+            };
+            let Some(k) = e.attr_order.pop() else {
+                return;
+            };
+            let v = e.attrs.remove(&k);
+            (k, v, t.keyvals.get(&k).copied())
+        };
+        if let (k, Some(v), Some(kv)) = next {
+            if let Some(f) = kv.delete {
+                let rc = crate::ffi::call_delete_attr(f, COMM_SELF, k, v, kv.extra);
+                if rc != 0 {
+                    tracing::warn!(target: "mpi", "MPI_Finalize: delete callback of keyval {k} on MPI_COMM_SELF failed with {rc}");
+                }
+            }
+        }
+    }
 }
 
 #[no_mangle]

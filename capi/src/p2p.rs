@@ -387,7 +387,7 @@ macro_rules! send_fn {
                     send: Some($mode),
                     buf: buf as usize,
                     count: n,
-                    dtype,
+                    dtype: tables().hold_type(dtype),
                     peer: dest,
                     tag,
                     comm,
@@ -497,7 +497,7 @@ pub extern "C" fn MPI_Recv_init(
             send: None,
             buf: buf as usize,
             count: n,
-            dtype,
+            dtype: tables().hold_type(dtype),
             peer: source,
             tag,
             comm,
@@ -1182,6 +1182,10 @@ pub extern "C" fn MPI_Request_free(request: *mut c_int) -> c_int {
                 stage: Stage::Direct,
                 ..
             }) => rt.pml.request_free(id)?,
+            Some(Req::Inactive(p))
+            | Some(Req::Done {
+                persist: Some(p), ..
+            }) => tables().release_type(p.dtype),
             Some(r @ Req::Pml { .. }) | Some(r @ Req::Coll { .. }) => {
                 // Staged data must outlive the operation: let it finish in
                 // the background by parking it under a fresh handle that

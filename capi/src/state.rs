@@ -46,6 +46,8 @@ pub(crate) struct CommEnt {
     pub errhandler: c_int,
     pub cart: Option<Arc<Cart>>,
     pub attrs: BTreeMap<c_int, usize>,
+    /// The keyvals of `attrs` in the order they were set.
+    pub attr_order: Vec<c_int>,
 }
 
 /// A user keyval.
@@ -156,6 +158,7 @@ impl Tables {
                 errhandler,
                 cart: None,
                 attrs: BTreeMap::new(),
+                attr_order: Vec::new(),
             },
         );
         h
@@ -176,6 +179,27 @@ impl Tables {
             ));
         }
         Ok(t)
+    }
+    /// A handle of the datatype `h` that stays valid after the user frees
+    /// `h` (MPI_Type_free while a persistent request uses the type, which
+    /// MPI allows): a hidden second handle of a derived type, `h` itself
+    /// for a predefined one or an invalid one (the start reports it).
+    pub(crate) fn hold_type(&mut self, h: c_int) -> c_int {
+        match self.types.get(&h) {
+            Some(t) if !t.predefined => {
+                let t = Arc::clone(t);
+                let held = alloc_handle(&self.types, &mut self.next_type, 1000);
+                self.types.insert(held, t);
+                held
+            }
+            _ => h,
+        }
+    }
+    /// Ends what [`Tables::hold_type`] held.
+    pub(crate) fn release_type(&mut self, held: c_int) {
+        if self.types.get(&held).is_some_and(|t| !t.predefined) {
+            self.types.remove(&held);
+        }
     }
     pub(crate) fn add_type(&mut self, t: Dtype) -> c_int {
         let h = alloc_handle(&self.types, &mut self.next_type, 1000);

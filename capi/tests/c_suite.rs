@@ -288,6 +288,14 @@ fn predefined_ops_on_long_double_and_complex() {
     expect_ok("wide_types", &[1, 2, 3, 4]);
 }
 
+/// Failing attribute callbacks fail their calls and keep the attribute;
+/// MPI_Finalize deletes MPI_COMM_SELF's attributes first, last set first
+/// (`tests/c/attrs.c`).
+#[test]
+fn attribute_callbacks_and_comm_self_at_finalize() {
+    expect_ok("attrs", &[1, 2]);
+}
+
 #[test]
 fn nonblocking_v_collectives() {
     expect_ok("icollv", &[1, 2, 3, 4]);
