@@ -398,7 +398,10 @@ static HOST_VAL: c_int = -2; // MPI_PROC_NULL: no host process
 static IO_VAL: c_int = -1; // MPI_ANY_SOURCE: every process can do I/O
 static WTIME_GLOBAL_VAL: c_int = 0;
 static APPNUM_VAL: c_int = 0;
-static LASTUSED_VAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(74);
+/// MPI_LASTUSEDCODE: the largest error class or code in use, at least
+/// MPI_ERR_LASTCODE (99; user classes and codes count up from 100).
+pub(crate) static LASTUSED_VAL: std::sync::atomic::AtomicI32 =
+    std::sync::atomic::AtomicI32::new(99);
 static UNIVERSE_VAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1);
 
 #[no_mangle]

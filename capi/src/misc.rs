@@ -33,6 +33,7 @@ pub extern "C" fn MPI_Add_error_class(class: *mut c_int) -> c_int {
         t.next_code += 1;
         t.user_codes.insert(c, (c, String::new()));
         drop(t);
+        crate::comm::LASTUSED_VAL.fetch_max(c, std::sync::atomic::Ordering::Relaxed);
         put(class, c, "errorclass")
     })
 }
@@ -48,6 +49,7 @@ pub extern "C" fn MPI_Add_error_code(class: c_int, code: *mut c_int) -> c_int {
         t.next_code += 1;
         t.user_codes.insert(c, (class, String::new()));
         drop(t);
+        crate::comm::LASTUSED_VAL.fetch_max(c, std::sync::atomic::Ordering::Relaxed);
         put(code, c, "errorcode")
     })
 }

@@ -64,10 +64,16 @@ int main(int argc, char **argv) {
     int cls;
     CHECK(MPI_Error_class(-77, &cls) != MPI_SUCCESS);
 
-    /* User classes and codes. */
-    int myclass, mycode;
+    /* User classes and codes; MPI_LASTUSEDCODE is at least
+     * MPI_ERR_LASTCODE and follows them (MPICH's baseattr2). */
+    int myclass, mycode, *last, lflag;
+    OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_LASTUSEDCODE, &last, &lflag));
+    CHECK(lflag && *last >= MPI_ERR_LASTCODE && MPI_ERR_LASTCODE >= MPI_ERR_UNSUPPORTED_OPERATION);
     OK(MPI_Add_error_class(&myclass));
     OK(MPI_Add_error_code(myclass, &mycode));
+    CHECK(myclass > MPI_ERR_LASTCODE && mycode > MPI_ERR_LASTCODE);
+    OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_LASTUSEDCODE, &last, &lflag));
+    CHECK(*last >= mycode && *last >= myclass);
     OK(MPI_Add_error_string(mycode, "my very own error"));
     OK(MPI_Error_class(mycode, &cls)); CHECK(cls == myclass);
     OK(MPI_Error_string(mycode, s, &len)); CHECK(strcmp(s, "my very own error") == 0);
