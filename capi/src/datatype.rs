@@ -45,6 +45,10 @@ pub(crate) struct Dtype {
     pub elem: Option<(c_int, Option<Elem>)>,
     /// Primitive elements per item (MPI_Get_elements).
     pub nprim: usize,
+    /// The primitive elements of one item in type-map order, as runs of
+    /// (count, bytes each); `None` when that list would be too long (then
+    /// partial items are counted as if all primitives had one size).
+    pub prims: Option<Vec<(usize, usize)>>,
     pub name: String,
     pub combiner: i32,
     pub ints: Vec<c_int>,
@@ -159,6 +163,7 @@ pub(crate) fn predefined() -> Vec<Arc<Dtype>> {
                 blocks,
                 elem: Some((h, elem)),
                 nprim: if pair { 2 } else { 1 },
+                prims: Some(prim_runs(blocks_prims(h, size))),
                 name: name.into(),
                 combiner: combiner::NAMED,
                 ints: Vec::new(),
@@ -170,6 +175,38 @@ pub(crate) fn predefined() -> Vec<Arc<Dtype>> {
         })
         .collect()
 }
+
+/// The primitive sizes of a predefined type's item: its members for the
+/// pair types, itself for the others.
+fn blocks_prims(h: c_int, size: usize) -> Vec<usize> {
+    match h {
+        33 => vec![4, 4],
+        34 | 35 => vec![8, 4],
+        36 => vec![4, 4],
+        37 => vec![2, 4],
+        38 => vec![16, 4],
+        _ => vec![size],
+    }
+}
+
+/// Runs of equal sizes.
+fn prim_runs(sizes: Vec<usize>) -> Vec<(usize, usize)> {
+    let mut runs = Vec::new();
+    for sz in sizes {
+        push_prims(&mut runs, 1, sz);
+    }
+    runs
+}
+
+fn push_prims(runs: &mut Vec<(usize, usize)>, n: usize, sz: usize) {
+    match runs.last_mut() {
+        Some((c, s)) if *s == sz => *c += n,
+        _ => runs.push((n, sz)),
+    }
+}
+
+/// Longest [`Dtype::prims`] list kept.
+const MAX_PRIM_RUNS: usize = 4096;
 
 fn push_block(blocks: &mut Vec<(isize, usize)>, off: isize, len: usize) {
     if len == 0 {
@@ -199,6 +236,7 @@ pub(crate) struct Builder {
     align: usize,
     elem: Option<Option<(c_int, Option<Elem>)>>,
     nprim: usize,
+    prims: Option<Vec<(usize, usize)>>,
 }
 
 impl Builder {
@@ -213,6 +251,7 @@ impl Builder {
             align: 1,
             elem: None,
             nprim: 0,
+            prims: Some(Vec::new()),
         }
     }
 
@@ -244,6 +283,22 @@ impl Builder {
         self.tub = Some(self.tub.map_or(hi + t.true_ub, |v| v.max(hi + t.true_ub)));
         self.size += n * t.size;
         self.nprim += n * t.nprim;
+        self.prims = match (self.prims.take(), &t.prims) {
+            (Some(mut runs), Some(tp)) => {
+                // One run repeated stays one run; otherwise n copies.
+                if let [(c, sz)] = tp.as_slice() {
+                    push_prims(&mut runs, n * c, *sz);
+                } else {
+                    for _ in 0..n.min(MAX_PRIM_RUNS + 1) {
+                        for &(c, sz) in tp {
+                            push_prims(&mut runs, c, sz);
+                        }
+                    }
+                }
+                (runs.len() <= MAX_PRIM_RUNS).then_some(runs)
+            }
+            _ => None,
+        };
         self.align = self.align.max(t.align);
         self.elem = Some(match self.elem {
             None => t.elem,
@@ -281,6 +336,7 @@ impl Builder {
             blocks: self.blocks,
             elem: self.elem.flatten(),
             nprim: self.nprim,
+            prims: self.prims,
             name: String::new(),
             combiner,
             ints,

@@ -1441,15 +1441,33 @@ fn elements(s: &MpiStatus, dtype: c_int, whole: bool) -> Res<i64> {
         }
         return Ok((bytes / t.size as u64) as i64);
     }
-    // Primitive elements: whole items, then the primitive blocks of a partial one.
+    // Primitive elements: whole items, then the primitives of a partial one
+    // in type-map order (a struct of 1 int and 256 chars receiving 20 bytes
+    // holds 17 elements).
     let per = t.nprim.max(1) as u64;
-    let prim_size = (t.size as u64 / per).max(1);
     let full = bytes / t.size as u64;
-    let rest = bytes % t.size as u64;
-    if rest % prim_size != 0 {
+    let mut rest = bytes % t.size as u64;
+    let Some(runs) = &t.prims else {
+        let prim_size = (t.size as u64 / per).max(1);
+        if rest % prim_size != 0 {
+            return Ok(UNDEFINED as i64);
+        }
+        return Ok((full * per + rest / prim_size) as i64);
+    };
+    let mut n = full * per;
+    for &(c, sz) in runs {
+        let sz = sz.max(1) as u64;
+        let k = (rest / sz).min(c as u64);
+        n += k;
+        rest -= k * sz;
+        if k < c as u64 {
+            break;
+        }
+    }
+    if rest != 0 {
         return Ok(UNDEFINED as i64);
     }
-    Ok((full * per + rest / prim_size) as i64)
+    Ok(n as i64)
 }
 
 #[no_mangle]
@@ -1494,7 +1512,24 @@ fn set_elements(status: *mut MpiStatus, dtype: c_int, n: i64) -> Res<()> {
     let t = tables().dtype(dtype)?;
     let mut s = get(status as *const MpiStatus, "status")?;
     let per = t.nprim.max(1) as i64;
-    let bytes = (n.max(0) * t.size as i64 / per) as u64;
+    let n = n.max(0);
+    let bytes = match &t.prims {
+        // Whole items, then the first primitives of the next, in order.
+        Some(runs) => {
+            let mut b = (n / per) as u64 * t.size as u64;
+            let mut left = (n % per) as u64;
+            for &(c, sz) in runs {
+                let k = left.min(c as u64);
+                b += k * sz as u64;
+                left -= k;
+                if left == 0 {
+                    break;
+                }
+            }
+            b
+        }
+        None => (n * t.size as i64 / per) as u64,
+    };
     s.count_lo = (bytes & 0xffff_ffff) as u32 as c_int;
     s.count_hi_and_cancelled = (((bytes >> 32) << 1) as c_int) | (s.count_hi_and_cancelled & 1);
     put(status, s, "status")

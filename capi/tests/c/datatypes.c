@@ -162,6 +162,29 @@ int main(int argc, char **argv) {
         CHECK(out[0] == 5 && out[1] == 6 && out[2] == 9 && out[3] == 10 && out[4] == 13 && out[5] == 14);
         OK(MPI_Type_free(&sa));
     }
+    /* Get_elements of a partial item counts its primitives in type-map
+     * order: a struct of 1 int and 256 chars receiving 4 + 16 bytes holds
+     * 17 elements (MPICH's getpartelm); 4 + 17 bytes 18; Status_set_elements
+     * sets the bytes of that many primitives. */
+    {
+        MPI_Datatype st_t, tps[2] = {MPI_INT, MPI_CHAR};
+        int bl[2] = {1, 256};
+        MPI_Aint off[2] = {0, sizeof(int)};
+        OK(MPI_Type_create_struct(2, bl, off, tps, &st_t));
+        OK(MPI_Type_commit(&st_t));
+        MPI_Status fake;
+        int e, c2;
+        OK(MPI_Status_set_elements(&fake, MPI_BYTE, 20));
+        OK(MPI_Get_elements(&fake, st_t, &e)); CHECK(e == 17);
+        OK(MPI_Get_count(&fake, st_t, &c2)); CHECK(c2 == MPI_UNDEFINED);
+        OK(MPI_Status_set_elements(&fake, MPI_BYTE, 21));
+        OK(MPI_Get_elements(&fake, st_t, &e)); CHECK(e == 18);
+        OK(MPI_Status_set_elements(&fake, MPI_BYTE, 2));
+        OK(MPI_Get_elements(&fake, st_t, &e)); CHECK(e == MPI_UNDEFINED);
+        OK(MPI_Status_set_elements(&fake, st_t, 257 + 3));
+        OK(MPI_Get_elements(&fake, MPI_BYTE, &e)); CHECK(e == 260 + 4 + 2);
+        OK(MPI_Type_free(&st_t));
+    }
     OK(MPI_Type_free(&pt));
     OK(MPI_Type_free(&col));
     report_ok("datatypes");
