@@ -727,33 +727,28 @@ pub extern "C" fn MPI_Request_get_status(
     status: *mut MpiStatus,
 ) -> c_int {
     guard("MPI_Request_get_status", COMM_WORLD, || {
-        // Progress, then peek without releasing.
-        let rt = rt()?;
-        rt.pml.progress();
-        let done = {
-            let t = tables();
-            match t.reqs.get(&request) {
-                None if request == 0 => Some(St::empty()),
-                None => {
-                    return Err(Error::new(
-                        C::Request,
-                        format!("invalid request handle {request}"),
-                    ))
-                }
-                Some(Req::Inactive(_)) => Some(St::empty()),
-                Some(Req::Done { st, .. }) => Some(*st),
-                Some(_) => None,
+        // Test (progressing), and keep a completed request alive as a
+        // completed one: the wait or test that follows returns the same
+        // status and frees it (MPI-4.0 3.7.3; reporting "not yet" forever
+        // left a loop on get_status spinning: MPICH's rqstatus).
+        use crate::request::Tested;
+        match crate::request::test_handle_with(request, true)? {
+            Tested::Pending => put(flag, 0, "flag"),
+            Tested::Inactive => {
+                put(flag, 1, "flag")?;
+                put_status(status, St::empty())
             }
-        };
-        match done {
-            Some(st) => {
+            Tested::Complete(st, _) => {
+                {
+                    let mut t = tables();
+                    let persist = match t.reqs.remove(&request) {
+                        Some(Req::Inactive(p)) => Some(p),
+                        _ => None,
+                    };
+                    t.reqs.insert(request, Req::Done { st, persist });
+                }
                 put(flag, 1, "flag")?;
                 put_status(status, st)
-            }
-            None => {
-                // A pml request cannot be peeked without releasing it: report
-                // "not yet" (allowed: MPI_Request_get_status may be conservative).
-                put(flag, 0, "flag")
             }
         }
     })

@@ -184,6 +184,46 @@ int main(int argc, char **argv) {
         OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
     }
 
+    /* MPI_Request_get_status reports completion without freeing: a loop
+     * on it ends, and the wait after it returns the same status (MPICH's
+     * rqstatus); also for a persistent request and MPI_REQUEST_NULL. */
+    {
+        int flag = 0, v[2] = {0, 0};
+        MPI_Status gs, ws;
+        OK(MPI_Request_get_status(MPI_REQUEST_NULL, &flag, &gs));
+        CHECK(flag && gs.MPI_SOURCE == MPI_ANY_SOURCE);
+        int peer = rank ^ 1;
+        if (peer < size) {
+            MPI_Request q;
+            for (int pers = 0; pers < 2; pers++) {
+                if (rank % 2) {
+                    int w[2] = {rank, 77 + pers};
+                    OK(MPI_Send(w, 2, MPI_INT, peer, 31, MPI_COMM_WORLD));
+                    continue;
+                }
+                if (pers) {
+                    OK(MPI_Recv_init(v, 2, MPI_INT, peer, 31, MPI_COMM_WORLD, &q));
+                    OK(MPI_Start(&q));
+                } else {
+                    OK(MPI_Irecv(v, 2, MPI_INT, peer, 31, MPI_COMM_WORLD, &q));
+                }
+                flag = 0;
+                for (long spins = 0; !flag && spins < 100000000L; spins++)
+                    OK(MPI_Request_get_status(q, &flag, &gs));
+                CHECK(flag && gs.MPI_SOURCE == peer && gs.MPI_TAG == 31);
+                CHECK(v[0] == peer && v[1] == 77 + pers);
+                OK(MPI_Request_get_status(q, &flag, MPI_STATUS_IGNORE));
+                CHECK(flag);
+                OK(MPI_Wait(&q, &ws));
+                CHECK(ws.MPI_SOURCE == peer && ws.MPI_TAG == 31);
+                if (pers) {
+                    CHECK(q != MPI_REQUEST_NULL);
+                    OK(MPI_Request_free(&q));
+                }
+                CHECK(q == MPI_REQUEST_NULL);
+            }
+        }
+    }
     report_ok("pt2pt");
     OK(MPI_Finalize());
     return 0;
