@@ -20,6 +20,9 @@ cargo build --workspace --all-targets --quiet
 echo "== tests"
 cargo test --workspace --no-fail-fast
 
+echo "== MPICH's test suite: its unchanged C programs against libmpi and mpicc (ci/mpich, docs/capi.md)"
+bash ci/mpich/run.sh
+
 echo "== stress: randomized traffic over every transport the pml can use (docs/stress.md)"
 bash ci/stress.sh --short --rxe
 

@@ -23,7 +23,7 @@ if [ -z "$prefix" ]; then
 fi
 
 # MPICH's source (Debian's, through apt's deb-src entries).
-src=$(ls -d "$cache"/mpich-*/test/mpi 2>/dev/null | head -1 || true)
+src=$(ls -d "$cache"/mpich-*/test/mpi 2>/dev/null | sed -n 1p || true)
 if [ -z "$src" ]; then
     mkdir -p "$cache"
     if ! grep -rqs "deb-src\|Types: .*deb-src" /etc/apt/sources.list /etc/apt/sources.list.d/; then
@@ -38,10 +38,10 @@ SRC
     fi
     command -v dpkg-source >/dev/null || apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends dpkg-dev >/dev/null
     (cd "$cache" && apt-get -o DPkg::Lock::Timeout=600 source --download-only -qq mpich >/dev/null 2>&1)
-    tarball=$(ls "$cache"/mpich_*.orig.tar.* | head -1)
-    top=$(tar tf "$tarball" | head -1 | cut -d/ -f1)
+    tarball=$(ls "$cache"/mpich_*.orig.tar.* | sed -n 1p)
+    top=$(tar tf "$tarball" | sed -n 1p | cut -d/ -f1)
     tar xf "$tarball" -C "$cache" "$top/test/mpi"
-    src=$(ls -d "$cache"/mpich-*/test/mpi | head -1)
+    src=$(ls -d "$cache"/mpich-*/test/mpi | sed -n 1p)
 fi
 
 # mtest, configured by hand; its communicator generators skip
