@@ -37,7 +37,8 @@ SRC
         apt-get -o DPkg::Lock::Timeout=600 update -qq
     fi
     command -v dpkg-source >/dev/null || apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends dpkg-dev >/dev/null
-    (cd "$cache" && apt-get -o DPkg::Lock::Timeout=600 source --download-only -qq mpich >/dev/null 2>&1)
+    (cd "$cache" && apt-get -o DPkg::Lock::Timeout=600 source --download-only -qq mpich >/dev/null 2>&1) ||
+        { echo "mpich: apt-get source mpich failed (deb-src entries, network?)" >&2; exit 1; }
     tarball=$(ls "$cache"/mpich_*.orig.tar.* | sed -n 1p)
     top=$(tar tf "$tarball" | sed -n 1p | cut -d/ -f1)
     tar xf "$tarball" -C "$cache" "$top/test/mpi"
