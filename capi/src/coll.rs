@@ -733,6 +733,35 @@ pub extern "C" fn MPI_Allgatherv(
     })
 }
 
+/// Shared body of blocking MPI_Alltoallv/w once the layouts are known
+/// (`send = None`: MPI_IN_PLACE, the receive layout on both sides).
+fn alltoall_vw(
+    c: &Comm,
+    w: bool,
+    sendbuf: *const c_void,
+    send: Option<VLayout>,
+    recvbuf: *mut c_void,
+    rl: &VLayout,
+) -> Res<()> {
+    let mut out = rl.out(recvbuf)?;
+    let (rc, rd) = (&rl.counts[..], &rl.displs[..]);
+    let inb = match &send {
+        Some(sl) => Some(sl.read(sendbuf)?),
+        None => None,
+    };
+    let (input, sc, sd) = match (&inb, &send) {
+        (Some(b), Some(sl)) => (Input::Buf(b), &sl.counts[..], &sl.displs[..]),
+        _ => (Input::InPlace, rc, rd),
+    };
+    if w {
+        c.alltoallw(input, sc, sd, out.bytes(), rc, rd)?;
+    } else {
+        c.alltoallv(input, sc, sd, out.bytes(), rc, rd)?;
+    }
+    out.done(rl, recvbuf);
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 #[no_mangle]
 pub extern "C" fn MPI_Alltoallv(
@@ -750,24 +779,12 @@ pub extern "C" fn MPI_Alltoallv(
         let c = comm_of(comm)?;
         let p = c.size() as usize;
         let rl = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
-        let mut out = rl.out(recvbuf)?;
-        let (rc, rd) = (&rl.counts, &rl.displs);
-        if is_in_place(sendbuf) {
-            c.alltoallv(Input::InPlace, rc, rd, out.bytes(), rc, rd)?;
+        let send = if is_in_place(sendbuf) {
+            None
         } else {
-            let sl = VLayout::v(sendcounts, sdispls, p, &ty(sendtype)?)?;
-            let inb = sl.read(sendbuf)?;
-            c.alltoallv(
-                Input::Buf(&inb),
-                &sl.counts,
-                &sl.displs,
-                out.bytes(),
-                rc,
-                rd,
-            )?;
-        }
-        out.done(&rl, recvbuf);
-        Ok(())
+            Some(VLayout::v(sendcounts, sdispls, p, &ty(sendtype)?)?)
+        };
+        alltoall_vw(&c, false, sendbuf, send, recvbuf, &rl)
     })
 }
 
@@ -1199,24 +1216,12 @@ pub extern "C" fn MPI_Alltoallw(
         let c = comm_of(comm)?;
         let p = c.size() as usize;
         let rl = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
-        let mut out = rl.out(recvbuf)?;
-        let (rc, rd) = (&rl.counts, &rl.displs);
-        if is_in_place(sendbuf) {
-            c.alltoallw(Input::InPlace, rc, rd, out.bytes(), rc, rd)?;
+        let send = if is_in_place(sendbuf) {
+            None
         } else {
-            let sl = VLayout::w(sendcounts, sdispls, sendtypes, p)?;
-            let inb = sl.read(sendbuf)?;
-            c.alltoallw(
-                Input::Buf(&inb),
-                &sl.counts,
-                &sl.displs,
-                out.bytes(),
-                rc,
-                rd,
-            )?;
-        }
-        out.done(&rl, recvbuf);
-        Ok(())
+            Some(VLayout::w(sendcounts, sdispls, sendtypes, p)?)
+        };
+        alltoall_vw(&c, true, sendbuf, send, recvbuf, &rl)
     })
 }
 

@@ -448,6 +448,21 @@ pub extern "C" fn MPI_Keyval_free(keyval: *mut c_int) -> c_int {
     MPI_Comm_free_keyval(keyval)
 }
 
+/// Runs `kv`'s delete callback on `v` (none: nothing); its failure is
+/// the calling function's error.
+fn delete_callback(kv: &crate::state::Keyval, comm: c_int, keyval: c_int, v: usize) -> Res<()> {
+    if let Some(f) = kv.delete {
+        let rc = crate::ffi::call_delete_attr(f, comm, keyval, v, kv.extra);
+        if rc != 0 {
+            return Err(Error::new(
+                C::Other,
+                format!("attribute delete callback of keyval {keyval} failed with {rc}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[no_mangle]
 pub extern "C" fn MPI_Comm_set_attr(comm: c_int, keyval: c_int, value: *mut c_void) -> c_int {
     guard("MPI_Comm_set_attr", comm, || {
@@ -456,15 +471,8 @@ pub extern "C" fn MPI_Comm_set_attr(comm: c_int, keyval: c_int, value: *mut c_vo
         })?;
         // The old value's delete callback first: when it fails the call
         // fails and the old value stays (MPI-4.0 7.7.2).
-        let old = tables().comm(comm)?.attrs.get(&keyval).copied();
-        if let (Some(v), Some(f)) = (old, kv.delete) {
-            let rc = crate::ffi::call_delete_attr(f, comm, keyval, v, kv.extra);
-            if rc != 0 {
-                return Err(Error::new(
-                    C::Other,
-                    format!("attribute delete callback of keyval {keyval} failed with {rc}"),
-                ));
-            }
+        if let Some(v) = tables().comm(comm)?.attrs.get(&keyval).copied() {
+            delete_callback(&kv, comm, keyval, v)?;
         }
         let mut t = tables();
         let e = t.comm_mut(comm)?;
@@ -538,15 +546,7 @@ pub extern "C" fn MPI_Comm_delete_attr(comm: c_int, keyval: c_int) -> c_int {
         let kv = tables().keyvals.get(&keyval).copied();
         match (old, kv) {
             (Some(v), Some(kv)) => {
-                if let Some(f) = kv.delete {
-                    let rc = crate::ffi::call_delete_attr(f, comm, keyval, v, kv.extra);
-                    if rc != 0 {
-                        return Err(Error::new(
-                            C::Other,
-                            format!("attribute delete callback failed with {rc}"),
-                        ));
-                    }
-                }
+                delete_callback(&kv, comm, keyval, v)?;
                 let mut t = tables();
                 let e = t.comm_mut(comm)?;
                 e.attrs.remove(&keyval);

@@ -21,6 +21,21 @@ static long val(int r, int k, int size) {
     return x == size - 1 || x == size - 2 ? size : x;
 }
 
+/* The MAXLOC (op 0) or MINLOC (op 1) of item k over ranks 0..upto-1: the
+ * value, and the lowest rank holding it in *at. */
+static long best_of(int op, int upto, int k, int size, int *at) {
+    long best = val(0, k, size);
+    *at = 0;
+    for (int r = 1; r < upto; r++) {
+        long x = val(r, k, size);
+        if (op ? x < best : x > best) {
+            best = x;
+            *at = r;
+        }
+    }
+    return best;
+}
+
 #define RUN(T, DT, VT)                                                                 \
     do {                                                                               \
         T in[N], out[N], pad[N];                                                       \
@@ -45,15 +60,8 @@ static long val(int r, int k, int size) {
                     OK(MPI_Allreduce(MPI_IN_PLACE, out, N, DT, o, MPI_COMM_WORLD));    \
                 }                                                                      \
                 for (int k = 0; k < N; k++) {                                          \
-                    long best = val(0, k, size);                                       \
-                    int at = 0;                                                        \
-                    for (int r = 1; r < upto; r++) {                                   \
-                        long x = val(r, k, size);                                      \
-                        if (op ? x < best : x > best) {                                \
-                            best = x;                                                  \
-                            at = r;                                                    \
-                        }                                                              \
-                    }                                                                  \
+                    int at;                                                            \
+                    long best = best_of(op, upto, k, size, &at);                       \
                     CHECK(out[k].v == (VT)best && out[k].i == at);                     \
                 }                                                                      \
             }                                                                          \
@@ -62,15 +70,8 @@ static long val(int r, int k, int size) {
                 OK(MPI_Reduce(in, out, N, DT, o, root, MPI_COMM_WORLD));               \
                 if (rank == root)                                                      \
                     for (int k = 0; k < N; k++) {                                      \
-                        long best = val(0, k, size);                                   \
-                        int at = 0;                                                    \
-                        for (int r = 1; r < size; r++) {                               \
-                            long x = val(r, k, size);                                  \
-                            if (op ? x < best : x > best) {                            \
-                                best = x;                                              \
-                                at = r;                                                \
-                            }                                                          \
-                        }                                                              \
+                        int at;                                                        \
+                        long best = best_of(op, size, k, size, &at);                   \
                         CHECK(out[k].v == (VT)best && out[k].i == at);                 \
                     }                                                                  \
             }                                                                          \
@@ -109,13 +110,8 @@ int main(int argc, char **argv) {
     }
     OK(MPI_Allreduce(a, b, 2, two, MPI_MAXLOC, MPI_COMM_WORLD));
     for (int k = 0; k < 4; k++) {
-        long best = val(0, k, size);
-        int at = 0;
-        for (int r = 1; r < size; r++)
-            if (val(r, k, size) > best) {
-                best = val(r, k, size);
-                at = r;
-            }
+        int at;
+        long best = best_of(0, size, k, size, &at);
         CHECK(b[k].v == (double)best && b[k].i == at);
     }
     OK(MPI_Type_free(&two));
