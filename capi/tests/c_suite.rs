@@ -197,6 +197,14 @@ fn thread_multiple_blocking_receive_does_not_lock_out_other_threads() {
     expect_ok("threads", &[1, 2, 3]);
 }
 
+/// Communicator constructors on two threads of each process at once, in
+/// different orders on different ranks, with a dup of MPI_COMM_SELF under a
+/// user lock meanwhile (`tests/c/comm_threads.c`).
+#[test]
+fn communicators_created_on_several_threads_at_once() {
+    expect_ok("comm_threads", &[2, 3, 4]);
+}
+
 #[test]
 fn persistent() {
     expect_ok("persistent", &[2, 3]);

@@ -17,12 +17,55 @@
 //! which is what the 64-bit TMH of the openib path leaves for it; the pml's
 //! own match header has 32 bits). Creating a communicator when some
 //! member has all ids in use fails with `MPI_ERR_OTHER` (no free context id).
-//! Communicator constructors must not run concurrently on several threads
-//! of one process (the claim follows the agreement).
+//! The agreement runs in rounds (an agreement is not blocked by another of
+//! the same process): in a round a rank offers its free ids only when no
+//! other agreement of the process offers them and none with a lower
+//! [`AgreementKey`] waits; a round where every rank offered decides, any
+//! other runs again. So constructors may run on several threads of one
+//! process at once, and non-blocking ones (`MPI_Comm_idup`) overlap.
 
 use tmpi_base::mca::{Level, McaError, ParamSpec, Registry};
 
 use crate::{CollError, Result};
+
+/// The agreements of one kind in progress in a process, by key with how
+/// many under each, and the one whose round offers the process's free ids
+/// (at most one at a time).
+#[derive(Debug, Clone, Default)]
+struct Offers {
+    pending: std::collections::BTreeMap<AgreementKey, u32>,
+    owner: Option<AgreementKey>,
+}
+
+impl Offers {
+    fn pend(&mut self, key: AgreementKey) {
+        *self.pending.entry(key).or_default() += 1;
+    }
+
+    fn unpend(&mut self, key: AgreementKey) {
+        if let Some(n) = self.pending.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                self.pending.remove(&key);
+            }
+        }
+    }
+
+    fn take(&mut self, key: AgreementKey) -> bool {
+        let first = self.pending.keys().next().copied();
+        if self.owner.is_none() && first == Some(key) {
+            self.owner = Some(key);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Orders a process's agreements in progress: the parent's context id,
+/// then 0 for ordinary creations or 1 + the tag of `MPI_Comm_create_group`
+/// (whose groups share the parent's context id).
+pub type AgreementKey = (u32, i64);
 
 /// Ids agreed per allreduce.
 pub const WINDOW: u32 = 1024;
@@ -49,12 +92,13 @@ pub fn register_params(reg: &Registry) -> Result<u32, McaError> {
 #[derive(Debug, Clone)]
 pub struct CidPool {
     used: Vec<u64>,
-    /// Parent context ids of this process's pending `MPI_Comm_idup`
-    /// agreements, with how many on each ([`crate::PendingDup`]).
-    pending: std::collections::BTreeMap<u32, u32>,
-    /// The pending agreement whose round currently offers this process's
-    /// free ids (its parent's context id); at most one at a time.
-    owner: Option<u32>,
+    /// Offers of the blocking agreements ([`Offers`]).
+    blocking: Offers,
+    /// Offers of the non-blocking ones (`MPI_Comm_idup`), apart: a blocking
+    /// creation in the thread that has an idup pending must not wait for
+    /// the idup's round, which ends only when that thread tests it. The
+    /// two kinds reserve disjoint ids, so they never agree on one id.
+    nonblocking: Offers,
     /// Ids offered by pending `MPI_Comm_idup` agreements ([`CidPool::reserve`]):
     /// free, but offered to no other agreement until they finish.
     reserved: Vec<u64>,
@@ -67,8 +111,8 @@ impl CidPool {
         let limit = limit.div_ceil(WINDOW).max(1) * WINDOW;
         let mut p = CidPool {
             used: vec![0; (limit / 64) as usize],
-            pending: std::collections::BTreeMap::new(),
-            owner: None,
+            blocking: Offers::default(),
+            nonblocking: Offers::default(),
             reserved: vec![0; (limit / 64) as usize],
             limit,
         };
@@ -120,41 +164,37 @@ impl CidPool {
         words
     }
 
-    /// Registers a pending non-blocking agreement over the communicator
-    /// with context id `parent`.
-    pub fn pend(&mut self, parent: u32) {
-        *self.pending.entry(parent).or_default() += 1;
+    /// Registers an agreement in progress (`nonblocking`: an idup).
+    pub fn pend(&mut self, key: AgreementKey, nonblocking: bool) {
+        self.offers(nonblocking).pend(key);
     }
 
     /// Ends what [`CidPool::pend`] registered.
-    pub fn unpend(&mut self, parent: u32) {
-        if let Some(n) = self.pending.get_mut(&parent) {
-            *n -= 1;
-            if *n == 0 {
-                self.pending.remove(&parent);
-            }
-        }
+    pub fn unpend(&mut self, key: AgreementKey, nonblocking: bool) {
+        self.offers(nonblocking).unpend(key);
     }
 
-    /// Whether the next round of the pending agreement over `parent` may
-    /// offer this process's ids: no other round offers them now, and no
-    /// pending agreement over a communicator with a lower context id waits
-    /// for them (MPICH's rule: the lowest one wins, so the agreements of
-    /// overlapping communicators started in different orders on different
-    /// ranks all finish). Takes the offer when it may.
-    pub fn take_offer(&mut self, parent: u32) -> bool {
-        let first = self.pending.keys().next().copied();
-        if self.owner.is_none() && first == Some(parent) {
-            self.owner = Some(parent);
-            true
-        } else {
-            false
-        }
+    /// Whether the next round of the agreement under `key` may offer this
+    /// process's ids: no other round of its kind offers them now, and no
+    /// agreement of its kind under a lower key waits for them (MPICH's
+    /// rule: the lowest one wins, so the agreements of overlapping
+    /// communicators started in different orders on different ranks, or by
+    /// different threads, all finish). Takes the offer when it may.
+    pub fn take_offer(&mut self, key: AgreementKey, nonblocking: bool) -> bool {
+        self.offers(nonblocking).take(key)
     }
 
     /// Ends the offer [`CidPool::take_offer`] gave.
-    pub fn drop_offer(&mut self) {
-        self.owner = None;
+    pub fn drop_offer(&mut self, nonblocking: bool) {
+        self.offers(nonblocking).owner = None;
+    }
+
+    fn offers(&mut self, nonblocking: bool) -> &mut Offers {
+        if nonblocking {
+            &mut self.nonblocking
+        } else {
+            &mut self.blocking
+        }
     }
 
     /// Ends a reservation made by [`CidPool::reserve`].
@@ -215,21 +255,27 @@ mod tests {
     #[test]
     fn the_lowest_pending_parent_gets_the_offer_one_at_a_time() {
         let mut p = CidPool::new(WINDOW);
-        p.pend(7);
-        assert!(p.take_offer(7));
-        p.pend(6);
-        // 6 is lower but 7's round holds the offer.
-        assert!(!p.take_offer(6));
-        p.drop_offer();
-        // Now 7 must wait for 6.
-        assert!(!p.take_offer(7));
-        assert!(p.take_offer(6));
-        p.drop_offer();
-        p.unpend(6);
-        assert!(p.take_offer(7));
-        p.drop_offer();
-        p.unpend(7);
-        assert!(!p.take_offer(7));
+        let (a, b) = ((7, 0), (6, 3));
+        p.pend(a, true);
+        assert!(p.take_offer(a, true));
+        p.pend(b, true);
+        // b is lower but a's round holds the offer.
+        assert!(!p.take_offer(b, true));
+        // A blocking agreement is not held up by the idups' offer.
+        p.pend((9, 0), false);
+        assert!(p.take_offer((9, 0), false));
+        p.drop_offer(false);
+        p.unpend((9, 0), false);
+        p.drop_offer(true);
+        // Now a must wait for b.
+        assert!(!p.take_offer(a, true));
+        assert!(p.take_offer(b, true));
+        p.drop_offer(true);
+        p.unpend(b, true);
+        assert!(p.take_offer(a, true));
+        p.drop_offer(true);
+        p.unpend(a, true);
+        assert!(!p.take_offer(a, true));
     }
 
     #[test]

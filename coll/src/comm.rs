@@ -383,10 +383,10 @@ impl PendingDup {
     /// Starts a round: takes the offer if it may, starts the allreduce.
     fn round(mut self) -> Result<(CollRequest, PendingDup)> {
         let ctx = Arc::clone(&self.parent.inner.ctx);
-        let parent_cid = self.parent.inner.ep.context_id;
+        let key = self.parent.agreement_key();
         {
             let mut cids = lock(&ctx.cids);
-            self.offering = cids.take_offer(parent_cid);
+            self.offering = cids.take_offer(key, true);
             self.offered = if self.offering {
                 cids.reserve(self.base, u32::MAX)
             } else {
@@ -408,7 +408,7 @@ impl PendingDup {
     fn end_offer(&mut self, cids: &mut CidPool) {
         if self.offering {
             cids.unreserve(self.base, &self.offered);
-            cids.drop_offer();
+            cids.drop_offer(true);
             self.offering = false;
         }
     }
@@ -418,7 +418,7 @@ impl PendingDup {
     /// [`Comm::dup`] does, or the next round.
     pub fn step(mut self, agreed: &[u8]) -> Result<DupStep> {
         let ctx = Arc::clone(&self.parent.inner.ctx);
-        let parent_cid = self.parent.inner.ep.context_id;
+        let key = self.parent.agreement_key();
         let _serial = lock(&ctx.creating);
         let words: Vec<u64> = agreed
             .chunks_exact(8)
@@ -433,12 +433,12 @@ impl PendingDup {
             match CidPool::first_free(self.base, mask) {
                 Some(id) => {
                     cids.claim(id)?;
-                    cids.unpend(parent_cid);
+                    cids.unpend(key, true);
                     self.live = false;
                     Some(id)
                 }
                 None if all_offered == 1 && self.base + crate::cid::WINDOW >= cids.limit() => {
-                    cids.unpend(parent_cid);
+                    cids.unpend(key, true);
                     self.live = false;
                     return Err(CollError::NoContextId {
                         limit: cids.limit(),
@@ -477,7 +477,7 @@ impl Drop for PendingDup {
         let mut cids = lock(&ctx.cids);
         self.end_offer(&mut cids);
         if self.live {
-            cids.unpend(self.parent.inner.ep.context_id);
+            cids.unpend(self.parent.agreement_key(), true);
             self.live = false;
         }
     }
@@ -843,21 +843,78 @@ impl Comm {
 
     /// [`Comm::agree_cid`] over the windows from `base` on.
     fn agree_cid_from(&self, mut base: u32, claim: bool, same: Option<&[u64]>) -> Result<u32> {
-        let limit = lock(&self.inner.ctx.cids).limit();
+        if self.size() == 1 {
+            // Nobody to agree with (MPI_COMM_SELF and its kin): the lowest
+            // id free here and offered by no round in flight, at once. A
+            // round would wait for the offer of another thread's agreement,
+            // which may wait for a rank whose thread waits for this one
+            // (MPICH's threads/comm/comm_dup_deadlock).
+            let mut c = lock(&self.inner.ctx.cids);
+            while base < c.limit() {
+                if let Some(id) = CidPool::first_free(base, &c.free_window(base)) {
+                    if claim {
+                        c.claim(id)?;
+                    }
+                    return Ok(id);
+                }
+                base += crate::cid::WINDOW;
+            }
+            return Err(CollError::NoContextId { limit: c.limit() });
+        }
+        let key = self.agreement_key();
+        lock(&self.inner.ctx.cids).pend(key, false);
+        let r = self.agree_rounds(key, base, claim, same);
+        lock(&self.inner.ctx.cids).unpend(key, false);
+        r
+    }
+
+    /// The rounds of [`Comm::agree_cid_from`] (module `cid`): blocking
+    /// allreduces of one window of offered ids, the `same` words and a flag
+    /// "every rank offered", run without a process lock held, so that
+    /// agreements of several threads of a process all finish.
+    fn agree_rounds(
+        &self,
+        key: crate::cid::AgreementKey,
+        mut base: u32,
+        claim: bool,
+        same: Option<&[u64]>,
+    ) -> Result<u32> {
+        let cids = &self.inner.ctx.cids;
+        let limit = lock(cids).limit();
         while base < limit {
-            let mut words = lock(&self.inner.ctx.cids).free_window(base);
+            let (offering, mut words) = {
+                let mut c = lock(cids);
+                if c.take_offer(key, false) {
+                    (true, c.reserve(base, u32::MAX))
+                } else {
+                    (false, vec![0; (crate::cid::WINDOW / 64) as usize])
+                }
+            };
             let n = words.len();
+            let offered = words.clone();
             if let Some(h) = same {
                 words.extend_from_slice(h);
                 words.extend(h.iter().map(|&w| if w == u64::MAX { w } else { !w }));
             }
+            words.push(u64::from(offering));
             let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
             let mut out = vec![0u8; bytes.len()];
-            self.allreduce(Input::Buf(&bytes), &mut out, Datatype::U64, &Op::Band)?;
+            let r = self.allreduce(Input::Buf(&bytes), &mut out, Datatype::U64, &Op::Band);
+            let end_offer = |c: &mut CidPool| {
+                if offering {
+                    c.unreserve(base, &offered);
+                    c.drop_offer(false);
+                }
+            };
+            if let Err(e) = r {
+                end_offer(&mut lock(cids));
+                return Err(e);
+            }
             let mut agreed: Vec<u64> = out
                 .chunks_exact(8)
                 .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
                 .collect();
+            let all_offered = agreed.pop() == Some(1);
             if let Some(h) = same {
                 let (a, b) = agreed[n..].split_at(h.len());
                 let unnamed = |x: u64, y: u64| x == u64::MAX && y == u64::MAX;
@@ -865,6 +922,7 @@ impl Comm {
                     .zip(b)
                     .any(|(&x, &y)| x ^ y != u64::MAX && !unnamed(x, y))
                 {
+                    end_offer(&mut lock(cids));
                     return Err(CollError::Group(
                         "MPI_Comm_create: the groups passed differ among their members \
                          or overlap"
@@ -873,9 +931,16 @@ impl Comm {
                 }
                 agreed.truncate(n);
             }
+            // The offer ends and the id is claimed under one lock: no
+            // other round of this process can offer the id in between.
+            let mut c = lock(cids);
+            end_offer(&mut c);
+            if !all_offered {
+                continue;
+            }
             if let Some(id) = CidPool::first_free(base, &agreed) {
                 if claim {
-                    lock(&self.inner.ctx.cids).claim(id)?;
+                    c.claim(id)?;
                 }
                 tracing::debug!(target: "coll_base", "agreed context id {id}");
                 return Ok(id);
@@ -885,11 +950,20 @@ impl Comm {
         Err(CollError::NoContextId { limit })
     }
 
+    /// This communicator's place in the order of a process's agreements
+    /// ([`crate::cid::AgreementKey`]).
+    fn agreement_key(&self) -> crate::cid::AgreementKey {
+        let sub = match self.inner.space {
+            TagSpace::CreateGroup(tag) => 1 + i64::from(tag),
+            TagSpace::Coll => 0,
+        };
+        (self.inner.ep.context_id, sub)
+    }
+
     /// A new communicator of `group` (`None`: this rank gets none) on a
     /// context id agreed over this one; `same` as in [`Comm::agree_cid`].
     fn derive(&self, group: Option<Group>, same: Option<&[u64]>) -> Result<Option<Comm>> {
         let ctx = Arc::clone(&self.inner.ctx);
-        let _serial = lock(&ctx.creating);
         let cid = self.agree_cid(group.is_some(), same)?;
         match group {
             None => Ok(None),
@@ -937,7 +1011,7 @@ impl Comm {
     pub fn idup(&self) -> Result<(CollRequest, PendingDup)> {
         let ctx = Arc::clone(&self.inner.ctx);
         let _serial = lock(&ctx.creating);
-        lock(&ctx.cids).pend(self.inner.ep.context_id);
+        lock(&ctx.cids).pend(self.agreement_key(), true);
         PendingDup {
             parent: self.clone(),
             base: 0,
