@@ -12,7 +12,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 prefix=${1:-}
-DIRS=${DIRS:-"coll comm group pt2pt attr datatype topo init errhan basic"}
+DIRS=${DIRS:-"coll comm group pt2pt attr datatype topo init errhan basic threads/comm"}
 cache=${MPICH_TESTS_CACHE:-/var/tmp/tmpi-mpich-tests}
 work=$(mktemp -d /tmp/tmpi-mpich.XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -94,12 +94,15 @@ flags=(-O1 -w -DUSE_STRICT_MPI -I"$work" -I"$src/include" -I"$src/util")
 "$cc" "${flags[@]}" -c "$work/mtest.c" -o "$work/mtest.o"
 "$cc" "${flags[@]}" -c "$src/util/mtest_common.c" -o "$work/mtest_common.o"
 "$cc" "${flags[@]}" -c "$src/util/mtest_single.c" -o "$work/mtest_single.o"
+"$cc" "${flags[@]}" -c "$src/util/mtest_thread.c" -o "$work/mtest_thread.o"
 
 expected="$here/expected-failures.txt"
 pass=0 fail=0 xfail=0 skip=0 unexpected=()
 for d in $DIRS; do
     [ -f "$src/$d/testlist.in" ] || continue
     mkdir -p "$work/$d"
+    # MTest's thread helpers for the threads/ directories.
+    case $d in threads/*) thr="$work/mtest_thread.o" ;; *) thr="$work/mtest_single.o" ;; esac
     while read -r name np rest; do
         case "$name" in ''|\#*|@*) continue ;; esac
         [ -f "$src/$d/$name.c" ] || { skip=$((skip + 1)); continue; }
@@ -107,7 +110,7 @@ for d in $DIRS; do
         if [ ! -x "$exe" ]; then
             if grep -q "mtest_dtp\|dtpools" "$src/$d/$name.c" ||
                 ! "$cc" "${flags[@]}" "$src/$d/$name.c" "$work/mtest.o" "$work/mtest_common.o" \
-                    "$work/mtest_single.o" -o "$exe" -lm -lpthread >"$work/$d/$name.cc" 2>&1; then
+                    "$thr" -o "$exe" -lm -lpthread >"$work/$d/$name.cc" 2>&1; then
                 # MPI-4 functions (persistent collectives, sessions, large
                 # counts), Fortran types, dtpools: not built, counted.
                 skip=$((skip + 1))
