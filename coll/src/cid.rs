@@ -64,8 +64,11 @@ impl Offers {
 
 /// Orders a process's agreements in progress: the parent's context id,
 /// then 0 for ordinary creations or 1 + the tag of `MPI_Comm_create_group`
-/// (whose groups share the parent's context id).
-pub type AgreementKey = (u32, i64);
+/// (whose groups share the parent's context id), then the order of idups.
+/// Last: the parent's collective sequence number when an `MPI_Comm_idup`
+/// started (several idups of one communicator pending at once are ordered
+/// alike on every rank; 0 for blocking constructors).
+pub type AgreementKey = (u32, i64, u32);
 
 /// Ids agreed per allreduce.
 pub const WINDOW: u32 = 1024;
@@ -255,17 +258,17 @@ mod tests {
     #[test]
     fn the_lowest_pending_parent_gets_the_offer_one_at_a_time() {
         let mut p = CidPool::new(WINDOW);
-        let (a, b) = ((7, 0), (6, 3));
+        let (a, b) = ((7, 0, 0), (6, 3, 0));
         p.pend(a, true);
         assert!(p.take_offer(a, true));
         p.pend(b, true);
         // b is lower but a's round holds the offer.
         assert!(!p.take_offer(b, true));
         // A blocking agreement is not held up by the idups' offer.
-        p.pend((9, 0), false);
-        assert!(p.take_offer((9, 0), false));
+        p.pend((9, 0, 0), false);
+        assert!(p.take_offer((9, 0, 0), false));
         p.drop_offer(false);
-        p.unpend((9, 0), false);
+        p.unpend((9, 0, 0), false);
         p.drop_offer(true);
         // Now a must wait for b.
         assert!(!p.take_offer(a, true));

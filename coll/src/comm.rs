@@ -360,6 +360,7 @@ impl fmt::Debug for Comm {
 /// progress.
 #[derive(Debug)]
 pub struct PendingDup {
+    key: crate::cid::AgreementKey,
     parent: Comm,
     /// The window of this round.
     base: u32,
@@ -383,7 +384,7 @@ impl PendingDup {
     /// Starts a round: takes the offer if it may, starts the allreduce.
     fn round(mut self) -> Result<(CollRequest, PendingDup)> {
         let ctx = Arc::clone(&self.parent.inner.ctx);
-        let key = self.parent.agreement_key();
+        let key = self.key;
         {
             let mut cids = lock(&ctx.cids);
             self.offering = cids.take_offer(key, true);
@@ -418,7 +419,7 @@ impl PendingDup {
     /// [`Comm::dup`] does, or the next round.
     pub fn step(mut self, agreed: &[u8]) -> Result<DupStep> {
         let ctx = Arc::clone(&self.parent.inner.ctx);
-        let key = self.parent.agreement_key();
+        let key = self.key;
         let _serial = lock(&ctx.creating);
         let words: Vec<u64> = agreed
             .chunks_exact(8)
@@ -477,7 +478,7 @@ impl Drop for PendingDup {
         let mut cids = lock(&ctx.cids);
         self.end_offer(&mut cids);
         if self.live {
-            cids.unpend(self.parent.agreement_key(), true);
+            cids.unpend(self.key, true);
             self.live = false;
         }
     }
@@ -861,7 +862,7 @@ impl Comm {
             }
             return Err(CollError::NoContextId { limit: c.limit() });
         }
-        let key = self.agreement_key();
+        let key = self.agreement_key(0);
         lock(&self.inner.ctx.cids).pend(key, false);
         let r = self.agree_rounds(key, base, claim, same);
         lock(&self.inner.ctx.cids).unpend(key, false);
@@ -952,12 +953,12 @@ impl Comm {
 
     /// This communicator's place in the order of a process's agreements
     /// ([`crate::cid::AgreementKey`]).
-    fn agreement_key(&self) -> crate::cid::AgreementKey {
+    fn agreement_key(&self, order: u32) -> crate::cid::AgreementKey {
         let sub = match self.inner.space {
             TagSpace::CreateGroup(tag) => 1 + i64::from(tag),
             TagSpace::Coll => 0,
         };
-        (self.inner.ep.context_id, sub)
+        (self.inner.ep.context_id, sub, order)
     }
 
     /// A new communicator of `group` (`None`: this rank gets none) on a
@@ -1011,8 +1012,12 @@ impl Comm {
     pub fn idup(&self) -> Result<(CollRequest, PendingDup)> {
         let ctx = Arc::clone(&self.inner.ctx);
         let _serial = lock(&ctx.creating);
-        lock(&ctx.cids).pend(self.agreement_key(), true);
+        // Idups of this communicator are started in the same order on every
+        // rank: its collective sequence number orders them alike everywhere.
+        let key = self.agreement_key(self.inner.seq.load(Ordering::Relaxed));
+        lock(&ctx.cids).pend(key, true);
         PendingDup {
+            key,
             parent: self.clone(),
             base: 0,
             offered: Vec::new(),
