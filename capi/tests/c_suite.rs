@@ -205,6 +205,17 @@ fn communicators_created_on_several_threads_at_once() {
     expect_ok("comm_threads", &[2, 3, 4]);
 }
 
+/// `MPI_Comm_create_group` on two threads per process where one thread's
+/// agreement starts on one rank long before its members elsewhere come to
+/// it (`tests/c/create_group_threads.c`, timed after MPICH's
+/// threads/comm/comm_create_group_threads2): before, that agreement held
+/// the process's offer of context ids through a round that waited for
+/// ranks whose own agreements waited for that offer, and every run hung.
+#[test]
+fn create_group_on_threads_with_late_members() {
+    expect_ok("create_group_threads", &[3, 4]);
+}
+
 #[test]
 fn persistent() {
     expect_ok("persistent", &[2, 3]);

@@ -21,7 +21,11 @@
 //! the same process): in a round a rank offers its free ids only when no
 //! other agreement of the process offers them and none with a lower
 //! [`AgreementKey`] waits; a round where every rank offered decides, any
-//! other runs again. So constructors may run on several threads of one
+//! other runs again. An agreement competes for the offer only after its
+//! first round, which offers nothing and ends once every rank has come to
+//! the agreement: a round that holds a process's offer never waits for a
+//! rank still busy elsewhere (say in another agreement that waits for that
+//! very offer). So constructors may run on several threads of one
 //! process at once, and non-blocking ones (`MPI_Comm_idup`) overlap.
 
 use tmpi_base::mca::{Level, McaError, ParamSpec, Registry};

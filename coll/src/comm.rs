@@ -348,7 +348,8 @@ impl fmt::Debug for Comm {
 /// A duplicate whose context-id agreement is in flight ([`Comm::idup`]).
 ///
 /// The agreement runs in rounds, each a non-blocking AND allreduce over the
-/// parent of one window of free-id bits and a flag. In a round a rank
+/// parent (on a view with tags of this idup's own) of one window of free-id
+/// bits and a flag. In a round a rank
 /// offers its free ids only while no other pending agreement of this
 /// process offers them and none over a parent with a lower context id
 /// waits ([`CidPool::take_offer`]); otherwise it offers none. The offered
@@ -357,17 +358,25 @@ impl fmt::Debug for Comm {
 /// one where every rank offered and none is moves to the next window; any
 /// other round is run again. Every rank sees the same AND, so all decide
 /// alike, and the agreement over the lowest pending parent always makes
-/// progress.
+/// progress. The first round offers nothing: it ends once every rank
+/// started this idup, and only then does the agreement compete for the
+/// offer (a round holding it never waits for a rank that has not come).
 #[derive(Debug)]
 pub struct PendingDup {
     key: crate::cid::AgreementKey,
     parent: Comm,
+    /// The parent's view on which the rounds run, with tags of this idup's
+    /// own ([`TagSpace::Idup`]): rounds of several idups pending at once
+    /// are started as each rank's tests find them done, in orders that
+    /// differ by rank, so they must not take the parent's sequence numbers.
+    view: Comm,
     /// The window of this round.
     base: u32,
     /// The ids this rank offers in this round (reserved while `offering`).
     offered: Vec<u64>,
     offering: bool,
-    /// Registered with [`CidPool::pend`] and not yet ended.
+    /// Registered with [`CidPool::pend`] (after the first round) and not
+    /// yet ended.
     live: bool,
 }
 
@@ -387,7 +396,7 @@ impl PendingDup {
         let key = self.key;
         {
             let mut cids = lock(&ctx.cids);
-            self.offering = cids.take_offer(key, true);
+            self.offering = self.live && cids.take_offer(key, true);
             self.offered = if self.offering {
                 cids.reserve(self.base, u32::MAX)
             } else {
@@ -401,7 +410,7 @@ impl PendingDup {
             .chain(std::iter::once(&flag))
             .flat_map(|w| w.to_ne_bytes())
             .collect();
-        let req = self.parent.iallreduce(bytes, Datatype::U64, &Op::Band)?;
+        let req = self.view.iallreduce(bytes, Datatype::U64, &Op::Band)?;
         Ok((req, self))
     }
 
@@ -431,21 +440,30 @@ impl PendingDup {
         let cid = {
             let mut cids = lock(&ctx.cids);
             self.end_offer(&mut cids);
-            match CidPool::first_free(self.base, mask) {
-                Some(id) => {
-                    cids.claim(id)?;
-                    cids.unpend(key, true);
-                    self.live = false;
-                    Some(id)
+            if !self.live {
+                // The arrival round ended: every rank started this idup,
+                // so from now on its rounds end without waiting for
+                // anything else, and it may compete for the offer.
+                cids.pend(key, true);
+                self.live = true;
+                None
+            } else {
+                match CidPool::first_free(self.base, mask) {
+                    Some(id) => {
+                        cids.claim(id)?;
+                        cids.unpend(key, true);
+                        self.live = false;
+                        Some(id)
+                    }
+                    None if all_offered == 1 && self.base + crate::cid::WINDOW >= cids.limit() => {
+                        cids.unpend(key, true);
+                        self.live = false;
+                        return Err(CollError::NoContextId {
+                            limit: cids.limit(),
+                        });
+                    }
+                    None => None,
                 }
-                None if all_offered == 1 && self.base + crate::cid::WINDOW >= cids.limit() => {
-                    cids.unpend(key, true);
-                    self.live = false;
-                    return Err(CollError::NoContextId {
-                        limit: cids.limit(),
-                    });
-                }
-                None => None,
             }
         };
         let Some(cid) = cid else {
@@ -863,29 +881,38 @@ impl Comm {
             return Err(CollError::NoContextId { limit: c.limit() });
         }
         let key = self.agreement_key(0);
-        lock(&self.inner.ctx.cids).pend(key, false);
-        let r = self.agree_rounds(key, base, claim, same);
-        lock(&self.inner.ctx.cids).unpend(key, false);
+        let mut registered = false;
+        let r = self.agree_rounds(key, base, claim, same, &mut registered);
+        if registered {
+            lock(&self.inner.ctx.cids).unpend(key, false);
+        }
         r
     }
 
     /// The rounds of [`Comm::agree_cid_from`] (module `cid`): blocking
     /// allreduces of one window of offered ids, the `same` words and a flag
     /// "every rank offered", run without a process lock held, so that
-    /// agreements of several threads of a process all finish.
+    /// agreements of several threads of a process all finish. The first
+    /// round offers nothing: when it ends every rank has come to this
+    /// agreement, and only then is it registered (`registered`) to compete
+    /// for the process's offer. A round that holds the offer therefore
+    /// never waits for a rank still busy elsewhere (in another agreement
+    /// that waits for this process's offer: MPICH's
+    /// threads/comm/comm_create_group_threads2).
     fn agree_rounds(
         &self,
         key: crate::cid::AgreementKey,
         mut base: u32,
         claim: bool,
         same: Option<&[u64]>,
+        registered: &mut bool,
     ) -> Result<u32> {
         let cids = &self.inner.ctx.cids;
         let limit = lock(cids).limit();
         while base < limit {
             let (offering, mut words) = {
                 let mut c = lock(cids);
-                if c.take_offer(key, false) {
+                if *registered && c.take_offer(key, false) {
                     (true, c.reserve(base, u32::MAX))
                 } else {
                     (false, vec![0; (crate::cid::WINDOW / 64) as usize])
@@ -936,6 +963,11 @@ impl Comm {
             // other round of this process can offer the id in between.
             let mut c = lock(cids);
             end_offer(&mut c);
+            if !*registered {
+                c.pend(key, false);
+                *registered = true;
+                continue;
+            }
             if !all_offered {
                 continue;
             }
@@ -956,7 +988,7 @@ impl Comm {
     fn agreement_key(&self, order: u32) -> crate::cid::AgreementKey {
         let sub = match self.inner.space {
             TagSpace::CreateGroup(tag) => 1 + i64::from(tag),
-            TagSpace::Coll => 0,
+            TagSpace::Coll | TagSpace::Idup(_) => 0,
         };
         (self.inner.ep.context_id, sub, order)
     }
@@ -1013,16 +1045,26 @@ impl Comm {
         let ctx = Arc::clone(&self.inner.ctx);
         let _serial = lock(&ctx.creating);
         // Idups of this communicator are started in the same order on every
-        // rank: its collective sequence number orders them alike everywhere.
-        let key = self.agreement_key(self.inner.seq.load(Ordering::Relaxed));
-        lock(&ctx.cids).pend(key, true);
+        // rank: a collective sequence number of its own orders them alike
+        // everywhere and names the tag space of their rounds.
+        let order = self.inner.seq.fetch_add(1, Ordering::Relaxed);
+        let key = self.agreement_key(order);
+        let view = Comm::build(
+            &ctx,
+            self.group(),
+            self.context_id(),
+            TagSpace::Idup(order),
+            Some(self),
+            false,
+        )?;
         PendingDup {
             key,
             parent: self.clone(),
+            view,
             base: 0,
             offered: Vec::new(),
             offering: false,
-            live: true,
+            live: false,
         }
         .round()
     }
