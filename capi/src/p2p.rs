@@ -732,21 +732,13 @@ pub extern "C" fn MPI_Request_get_status(
         // status and frees it (MPI-4.0 3.7.3; reporting "not yet" forever
         // left a loop on get_status spinning: MPICH's rqstatus).
         use crate::request::Tested;
-        match crate::request::test_handle_with(request, true)? {
+        match crate::request::test_handle_kept(request)? {
             Tested::Pending => put(flag, 0, "flag"),
             Tested::Inactive => {
                 put(flag, 1, "flag")?;
                 put_status(status, St::empty())
             }
             Tested::Complete(st, _) => {
-                {
-                    let mut t = tables();
-                    let persist = match t.reqs.remove(&request) {
-                        Some(Req::Inactive(p)) => Some(p),
-                        _ => None,
-                    };
-                    t.reqs.insert(request, Req::Done { st, persist });
-                }
                 put(flag, 1, "flag")?;
                 put_status(status, st)
             }
@@ -948,24 +940,11 @@ pub extern "C" fn MPI_Testall(
         // be un-completed, so keep it as a Done record until all are done.
         let mut all = true;
         for &h in &hs {
-            match test_handle(h)? {
+            // A completed one is parked as a completed record under its
+            // handle, so a later test returns it again.
+            match crate::request::test_handle_kept(h)? {
                 Tested::Pending => all = false,
-                Tested::Inactive => {}
-                Tested::Complete(st, freed) => {
-                    // Park the result so a later test returns it again.
-                    let mut t = tables();
-                    if freed {
-                        t.reqs.insert(h, Req::Done { st, persist: None });
-                    } else if let Some(Req::Inactive(p)) = t.reqs.remove(&h) {
-                        t.reqs.insert(
-                            h,
-                            Req::Done {
-                                st,
-                                persist: Some(p),
-                            },
-                        );
-                    }
-                }
+                Tested::Inactive | Tested::Complete(..) => {}
             }
         }
         if !all {

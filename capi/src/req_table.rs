@@ -10,11 +10,22 @@ use std::ffi::c_int;
 
 use crate::request::Req;
 
+/// One handle's slot.
+#[derive(Default)]
+enum Slot {
+    #[default]
+    Free,
+    /// Taken out by [`ReqTable::take`] while its owner tests it: not free,
+    /// so no other thread's new request gets the handle meanwhile.
+    Taken,
+    Live(Req),
+}
+
 #[derive(Default)]
 pub(crate) struct ReqTable {
-    slots: Vec<Option<Req>>,
-    /// Indices of empty slots. An index put back by [`ReqTable::insert`]
-    /// may stay listed: [`ReqTable::add`] skips occupied ones.
+    slots: Vec<Slot>,
+    /// Indices of free slots. An index put back by [`ReqTable::insert`]
+    /// may stay listed: [`ReqTable::add`] skips slots that are not free.
     free: Vec<u32>,
 }
 
@@ -27,44 +38,86 @@ impl ReqTable {
     pub(crate) fn add(&mut self, r: Req) -> c_int {
         while let Some(i) = self.free.pop() {
             let slot = &mut self.slots[i as usize];
-            if slot.is_none() {
-                *slot = Some(r);
+            if matches!(slot, Slot::Free) {
+                *slot = Slot::Live(r);
                 return i as c_int + 1;
             }
         }
-        self.slots.push(Some(r));
+        self.slots.push(Slot::Live(r));
         self.slots.len() as c_int
     }
 
     pub(crate) fn get(&self, h: &c_int) -> Option<&Req> {
-        self.slots.get(Self::index(*h)?)?.as_ref()
+        match self.slots.get(Self::index(*h)?)? {
+            Slot::Live(r) => Some(r),
+            _ => None,
+        }
     }
 
     /// Takes the request of `h` out; the handle becomes free.
     pub(crate) fn remove(&mut self, h: &c_int) -> Option<Req> {
         let i = Self::index(*h)?;
-        let r = self.slots.get_mut(i)?.take()?;
+        let slot = self.slots.get_mut(i)?;
+        if !matches!(slot, Slot::Live(_)) {
+            return None;
+        }
+        let Slot::Live(r) = std::mem::take(slot) else {
+            unreachable!("checked live above")
+        };
         self.free.push(i as u32);
         Some(r)
     }
 
-    /// Puts `r` (back) under `h`, a handle [`ReqTable::remove`] freed (the
-    /// patterns "take out, look, put back"); returns what was there.
+    /// Takes the request of `h` out to test it; the handle stays reserved
+    /// until [`ReqTable::insert`] puts a request back or
+    /// [`ReqTable::release`] frees it. (Removing and inserting again left
+    /// the handle free in between: another thread's new request could get
+    /// it, and the put-back then overwrote that request, MPICH's
+    /// threads/comm/idup_nb.)
+    pub(crate) fn take(&mut self, h: &c_int) -> Option<Req> {
+        let slot = self.slots.get_mut(Self::index(*h)?)?;
+        if !matches!(slot, Slot::Live(_)) {
+            return None;
+        }
+        match std::mem::replace(slot, Slot::Taken) {
+            Slot::Live(r) => Some(r),
+            _ => unreachable!("checked live above"),
+        }
+    }
+
+    /// Frees a handle [`ReqTable::take`] reserved.
+    pub(crate) fn release(&mut self, h: &c_int) {
+        let Some(i) = Self::index(*h) else { return };
+        if let Some(slot @ Slot::Taken) = self.slots.get_mut(i) {
+            *slot = Slot::Free;
+            self.free.push(i as u32);
+        }
+    }
+
+    /// Puts `r` (back) under `h`: a handle [`ReqTable::take`] reserved, one
+    /// [`ReqTable::remove`] freed (the patterns "take out, look, put
+    /// back"), or a live one (replaced); returns what was there.
     pub(crate) fn insert(&mut self, h: c_int, r: Req) -> Option<Req> {
         let i = Self::index(h)?;
         if i >= self.slots.len() {
-            self.slots.resize_with(i + 1, || None);
+            self.slots.resize_with(i + 1, Slot::default);
         }
-        if self.free.last() == Some(&(i as u32)) {
-            self.free.pop();
-        } else if self.free.len() > 2 * self.slots.len() + 64 {
-            // Stale entries from put-backs that were not the latest free:
-            // rebuild the list (rare; bounds its size).
-            self.free.clear();
-            let empty = (0..self.slots.len() as u32).filter(|&j| self.slots[j as usize].is_none());
-            self.free.extend(empty.filter(|&j| j as usize != i));
+        if matches!(self.slots[i], Slot::Free) {
+            if self.free.last() == Some(&(i as u32)) {
+                self.free.pop();
+            } else if self.free.len() > 2 * self.slots.len() + 64 {
+                // Stale entries from put-backs that were not the latest
+                // free: rebuild the list (rare; bounds its size).
+                self.free.clear();
+                let free = (0..self.slots.len() as u32)
+                    .filter(|&j| matches!(self.slots[j as usize], Slot::Free) && j as usize != i);
+                self.free.extend(free.collect::<Vec<_>>());
+            }
         }
-        self.slots[i].replace(r)
+        match std::mem::replace(&mut self.slots[i], Slot::Live(r)) {
+            Slot::Live(old) => Some(old),
+            _ => None,
+        }
     }
 }
 
@@ -114,5 +167,28 @@ mod tests {
             assert!(!live.contains(&h), "handle {h} handed out while live");
             live.push(h);
         }
+    }
+
+    #[test]
+    fn taken_handles_are_not_handed_out_until_released() {
+        let mut t = ReqTable::default();
+        let a = t.add(done());
+        let b = t.add(done());
+        assert!(t.take(&a).is_some());
+        assert!(t.get(&a).is_none() && t.take(&a).is_none() && t.remove(&a).is_none());
+        // Other requests started meanwhile get other handles.
+        let others: Vec<c_int> = (0..4).map(|_| t.add(done())).collect();
+        assert!(!others.contains(&a) && !others.contains(&b));
+        // Put back: live again under the same handle.
+        assert!(t.insert(a, done()).is_none());
+        assert!(t.get(&a).is_some());
+        // Taken and released: free, handed out again.
+        assert!(t.take(&b).is_some());
+        t.release(&b);
+        t.release(&b);
+        assert_eq!(t.add(done()), b);
+        // Releasing a live handle does nothing.
+        t.release(&a);
+        assert!(t.get(&a).is_some());
     }
 }

@@ -181,21 +181,33 @@ pub(crate) enum Tested {
 
 /// Tests request `h` once (progressing), completing it if done.
 pub(crate) fn test_handle(h: c_int) -> Res<Tested> {
-    test_handle_with(h, true)
+    test_handle_opts(h, true, false)
 }
 
 /// Tests request `h` once, completing it if done; `progress`: whether the
 /// test of a point-to-point request polls the transports (callers that test
 /// many handles per round poll once for all of them instead).
 pub(crate) fn test_handle_with(h: c_int, progress: bool) -> Res<Tested> {
+    test_handle_opts(h, progress, false)
+}
+
+/// [`test_handle`] for callers that report a completion but leave the
+/// request to a later call (`MPI_Testall` short of all, and
+/// `MPI_Request_get_status`): a completed request stays under its handle
+/// as [`Req::Done`] (its persistent part kept), never freed in between.
+pub(crate) fn test_handle_kept(h: c_int) -> Res<Tested> {
+    test_handle_opts(h, true, true)
+}
+
+fn test_handle_opts(h: c_int, progress: bool, keep: bool) -> Res<Tested> {
     if h == 0 {
         return Ok(Tested::Inactive);
     }
     let rt = rt()?;
     // A running point-to-point request is tested in place: its entry stays
-    // in the table unless it completed (no remove + insert per poll). MPI
+    // in the table unless it completed (no take + put back per poll). MPI
     // forbids using one request from two threads at once, so the entry
-    // cannot change between the peek and the removal below.
+    // cannot change between the peek and the taking below.
     let peek = match tables().reqs.get(&h) {
         Some(Req::Pml { id, .. }) => Some(*id),
         _ => None,
@@ -209,14 +221,15 @@ pub(crate) fn test_handle_with(h: c_int, progress: bool) -> Res<Tested> {
         return match r {
             Ok(None) => Ok(Tested::Pending),
             Ok(Some(s)) => {
-                let req = tables().reqs.remove(&h);
+                let req = tables().reqs.take(&h);
                 let Some(Req::Pml { stage, persist, .. }) = req else {
+                    tables().reqs.release(&h);
                     return Err(Error::new(
                         C::Intern,
                         format!("request handle {h} changed while being tested"),
                     ));
                 };
-                Ok(finish_pml(h, s, stage, persist))
+                Ok(finish_pml(h, s, stage, persist, keep))
             }
             Err(e) => {
                 // The pml no longer knows it: drop the handle, report.
@@ -225,142 +238,131 @@ pub(crate) fn test_handle_with(h: c_int, progress: bool) -> Res<Tested> {
             }
         };
     }
+    // Anything else is taken out while tested; its handle stays reserved
+    // (`ReqTable::take`), so another thread's new request cannot get it.
     let req = {
         let mut t = tables();
-        match t.reqs.remove(&h) {
-            Some(Req::Inactive(p)) => {
-                t.reqs.insert(h, Req::Inactive(p));
-                return Ok(Tested::Inactive);
-            }
-            Some(r) => r,
-            None => {
-                return Err(Error::new(
-                    C::Request,
-                    format!("invalid request handle {h}"),
-                ))
-            }
+        match t.reqs.get(&h) {
+            Some(Req::Inactive(_)) => return Ok(Tested::Inactive),
+            Some(_) => t.reqs.take(&h),
+            None => None,
         }
     };
-    let (done, back) = match req {
-        // Handled above (a point-to-point request is never taken out of
-        // the table to be tested); kept for completeness.
-        Req::Pml {
-            id,
-            stage,
-            persist,
-            comm,
-        } => {
-            tables().reqs.insert(
-                h,
-                Req::Pml {
-                    id,
-                    stage,
-                    persist,
-                    comm,
-                },
-            );
-            return Ok(Tested::Pending);
+    let Some(req) = req else {
+        return Err(Error::new(
+            C::Request,
+            format!("invalid request handle {h}"),
+        ));
+    };
+    match test_taken(rt, req) {
+        Err(e) => {
+            tables().reqs.release(&h);
+            Err(e)
         }
+        Ok(Taken::Again(back)) => {
+            tables().reqs.insert(h, back);
+            Ok(Tested::Pending)
+        }
+        Ok(Taken::Done(st, persist)) => Ok(settle(h, st, persist, keep)),
+    }
+}
+
+/// What testing a taken-out request gave.
+enum Taken {
+    /// Still running: put this back.
+    Again(Req),
+    /// Complete, with the persistent part if any.
+    Done(St, Option<Persist>),
+}
+
+/// Tests a request other than a running point-to-point one, taken out of
+/// the table (its handle reserved meanwhile).
+fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
+    match req {
+        // Tested in place by the caller; kept for completeness.
+        r @ (Req::Pml { .. } | Req::Inactive(_)) => Ok(Taken::Again(r)),
+        Req::Done { st, persist } => Ok(Taken::Done(st, persist)),
         Req::Coll { req, finish, comm } => {
             let r = req.test();
             if !matches!(r, Ok(false)) {
                 crate::state::COLL_ACTIVE.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             }
-            match r {
-                Err(e) => return Err(e.into()),
-                Ok(false) => {
-                    // Keep the other outstanding collectives moving.
-                    rt.coll.progress();
-                    (None, Req::Coll { req, finish, comm })
+            if !r? {
+                // Keep the other outstanding collectives moving.
+                rt.coll.progress();
+                return Ok(Taken::Again(Req::Coll { req, finish, comm }));
+            }
+            let out = req.wait()?;
+            match finish {
+                Finish::Unpack { dst, count, t } => {
+                    crate::ffi::scatter_blocks(dst as *mut u8, count, t.extent(), &t.blocks, &out)
                 }
-                Ok(true) => {
-                    let out = req.wait()?;
-                    match finish {
-                        Finish::Unpack { dst, count, t } => crate::ffi::scatter_blocks(
-                            dst as *mut u8,
-                            count,
-                            t.extent(),
-                            &t.blocks,
-                            &out,
-                        ),
-                        Finish::Regions {
-                            dst,
-                            counts,
-                            displs,
-                        } => {
-                            for (&c, &d) in counts.iter().zip(&displs) {
-                                crate::ffi::bytes_mut((dst + d) as *mut u8, c)?
-                                    .copy_from_slice(&out[d..d + c]);
-                            }
-                        }
-                        Finish::Blocks { dst, layout } => {
-                            layout.write_back(dst as *mut std::ffi::c_void, &out);
-                        }
-                        Finish::Dup { pending, newcomm } => match pending.step(&out)? {
-                            tmpi_coll::DupStep::Done(c) => {
-                                let h = crate::comm::register(comm, c, true)?;
-                                crate::ffi::put(newcomm as *mut c_int, h, "newcomm")?;
-                            }
-                            tmpi_coll::DupStep::Again(req, pending) => {
-                                // Another round of the context-id agreement.
-                                crate::state::COLL_ACTIVE
-                                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                let finish = Finish::Dup { pending, newcomm };
-                                tables().reqs.insert(h, Req::Coll { req, finish, comm });
-                                return Ok(Tested::Pending);
-                            }
-                        },
-                        Finish::Nothing => {}
+                Finish::Regions {
+                    dst,
+                    counts,
+                    displs,
+                } => {
+                    for (&c, &d) in counts.iter().zip(&displs) {
+                        crate::ffi::bytes_mut((dst + d) as *mut u8, c)?
+                            .copy_from_slice(&out[d..d + c]);
                     }
-                    (
-                        Some(St::empty()),
-                        Req::Done {
-                            st: St::empty(),
-                            persist: None,
-                        },
-                    )
                 }
+                Finish::Blocks { dst, layout } => {
+                    layout.write_back(dst as *mut std::ffi::c_void, &out);
+                }
+                Finish::Dup { pending, newcomm } => match pending.step(&out)? {
+                    tmpi_coll::DupStep::Done(c) => {
+                        let nh = crate::comm::register(comm, c, true)?;
+                        crate::ffi::put(newcomm as *mut c_int, nh, "newcomm")?;
+                    }
+                    tmpi_coll::DupStep::Again(req, pending) => {
+                        // Another round of the context-id agreement.
+                        crate::state::COLL_ACTIVE
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let finish = Finish::Dup { pending, newcomm };
+                        return Ok(Taken::Again(Req::Coll { req, finish, comm }));
+                    }
+                },
+                Finish::Nothing => {}
             }
+            Ok(Taken::Done(St::empty(), None))
         }
-        Req::Done { st, persist } => (
-            Some(st),
-            persist
-                .map(Req::Inactive)
-                .unwrap_or(Req::Done { st, persist: None }),
-        ),
-        Req::Inactive(p) => (None, Req::Inactive(p)),
-    };
-    match done {
-        None => {
-            tables().reqs.insert(h, back);
-            Ok(Tested::Pending)
-        }
-        Some(st) => match back {
-            Req::Inactive(p) => {
-                tables().reqs.insert(h, Req::Inactive(p));
-                Ok(Tested::Complete(st, false))
-            }
-            _ => Ok(Tested::Complete(st, true)),
-        },
     }
 }
 
-/// Completes point-to-point request `h` (already out of the table) whose
-/// pml request finished with `s`: unpacks a staged receive, keeps a
-/// persistent request as inactive.
-fn finish_pml(h: c_int, s: Status, stage: Stage, persist: Option<Persist>) -> Tested {
+/// Settles a completed request whose handle `h` is reserved: a persistent
+/// one goes back to inactive (or, `keep`, to a completed record holding
+/// its persistent part), a kept one stays as a completed record, any
+/// other frees its handle.
+fn settle(h: c_int, st: St, persist: Option<Persist>, keep: bool) -> Tested {
+    let mut t = tables();
+    if keep {
+        let freed = persist.is_none();
+        t.reqs.insert(h, Req::Done { st, persist });
+        return Tested::Complete(st, freed);
+    }
+    match persist {
+        Some(p) => {
+            t.reqs.insert(h, Req::Inactive(p));
+            Tested::Complete(st, false)
+        }
+        None => {
+            t.reqs.release(&h);
+            Tested::Complete(st, true)
+        }
+    }
+}
+
+/// Completes point-to-point request `h` (taken out of the table) whose
+/// pml request finished with `s`: unpacks a staged receive, then
+/// [`settle`]s it.
+fn finish_pml(h: c_int, s: Status, stage: Stage, persist: Option<Persist>, keep: bool) -> Tested {
     let st = St::from(s);
     if let Stage::Recv { buf, dst, count, t } = &stage {
         let n = st.bytes.min(buf.len());
         crate::ffi::scatter_blocks(*dst as *mut u8, *count, t.extent(), &t.blocks, &buf[..n]);
     }
-    match persist {
-        Some(p) => {
-            tables().reqs.insert(h, Req::Inactive(p));
-            Tested::Complete(st, false)
-        }
-        None => Tested::Complete(st, true),
-    }
+    settle(h, st, persist, keep)
 }
 
 /// Between two polls of a waiting call: progresses orphaned requests and

@@ -515,10 +515,8 @@ pub(crate) fn user_code_class(code: c_int) -> Option<c_int> {
     tables().user_codes.get(&code).map(|c| c.0)
 }
 
+/// The string of an added error class or code: empty until
+/// `MPI_Add_error_string` sets one (MPI-4.0 9.5).
 pub(crate) fn user_code_string(code: c_int) -> Option<String> {
-    tables()
-        .user_codes
-        .get(&code)
-        .map(|c| c.1.clone())
-        .filter(|s| !s.is_empty())
+    tables().user_codes.get(&code).map(|c| c.1.clone())
 }

@@ -62,7 +62,6 @@ unsupported! {
     MPI_Get_accumulate => "one-sided communication (MPI_Win_*) is not implemented";
     MPI_Graph_create => "graph topologies and neighbourhood collectives are not implemented";
     MPI_Graph_get => "graph topologies and neighbourhood collectives are not implemented";
-    MPI_Graph_map => "graph topologies and neighbourhood collectives are not implemented";
     MPI_Graph_neighbors => "graph topologies and neighbourhood collectives are not implemented";
     MPI_Graph_neighbors_count => "graph topologies and neighbourhood collectives are not implemented";
     MPI_Graphdims_get => "graph topologies and neighbourhood collectives are not implemented";

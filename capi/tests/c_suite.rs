@@ -216,6 +216,17 @@ fn create_group_on_threads_with_late_members() {
     expect_ok("create_group_threads", &[3, 4]);
 }
 
+/// Non-blocking collectives tested (`MPI_Wait`, `MPI_Testall`,
+/// `MPI_Request_get_status`) on one thread while another starts and
+/// completes point-to-point requests (`tests/c/request_threads.c`): before,
+/// a tested collective's handle was free between taking it out of the table
+/// and putting it back, the other thread's new request could get it, and
+/// the put-back overwrote that request ("invalid request" in every run).
+#[test]
+fn requests_on_several_threads_keep_their_handles() {
+    expect_ok("request_threads", &[2, 3]);
+}
+
 #[test]
 fn persistent() {
     expect_ok("persistent", &[2, 3]);

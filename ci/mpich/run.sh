@@ -12,7 +12,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 prefix=${1:-}
-DIRS=${DIRS:-"coll comm group pt2pt attr datatype topo init errhan basic threads/comm"}
+DIRS=${DIRS:-"coll comm group pt2pt attr datatype topo init errhan threads/comm"}
 cache=${MPICH_TESTS_CACHE:-/var/tmp/tmpi-mpich-tests}
 work=$(mktemp -d /tmp/tmpi-mpich.XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -99,11 +99,19 @@ flags=(-O1 -w -DUSE_STRICT_MPI -I"$work" -I"$src/include" -I"$src/util")
 expected="$here/expected-failures.txt"
 pass=0 fail=0 xfail=0 skip=0 unexpected=()
 for d in $DIRS; do
-    [ -f "$src/$d/testlist.in" ] || continue
+    # configure makes testlist from testlist.in in some directories; others
+    # ship testlist itself. A directory with neither is an error, not a skip.
+    list="$src/$d/testlist.in"
+    [ -f "$list" ] || list="$src/$d/testlist"
+    [ -f "$list" ] || { echo "mpich: no testlist in $d" >&2; exit 1; }
     mkdir -p "$work/$d"
     # MTest's thread helpers for the threads/ directories.
     case $d in threads/*) thr="$work/mtest_thread.o" ;; *) thr="$work/mtest_single.o" ;; esac
     while read -r name np rest; do
+        # @comm_overlap@: tests of overlapping communicator constructors,
+        # which configure enables by default; other @...@ groups (large
+        # tests) stay off.
+        name=${name#@comm_overlap@}
         case "$name" in ''|\#*|@*) continue ;; esac
         [ -f "$src/$d/$name.c" ] || { skip=$((skip + 1)); continue; }
         exe="$work/$d/$name"
@@ -124,16 +132,24 @@ for d in $DIRS; do
             xfail=$((xfail + 1))
             continue
         fi
-        args=() limit=120
+        args=() limit=120 result=
         for w in $rest; do
             case $w in
                 arg=*) args+=("${w#arg=}") ;;
                 timeLimit=*) limit=${w#timeLimit=} ;;
+                resultTest=*) result=${w#resultTest=} ;;
             esac
         done
         out=$(timeout $((limit + 15)) "$prefix/bin/mpiexec" -n "$np" --timeout "$limit" \
             --mca mpi_yield_when_idle 1 "$exe" "${args[@]}" </dev/null 2>&1) && rc=0 || rc=$?
-        if [ "$rc" -eq 0 ] && grep -qi "no errors" <<<"$out"; then
+        # MPICH's runtests: TestStatus and TestErrFatal tests pass when the
+        # job ends with a non-zero status (a program returning 1, an error
+        # handler that aborts, a job the launcher's timeout ends).
+        case $result in
+            TestStatus | TestErrFatal) [ "$rc" -ne 0 ] && ok=1 || ok=0 ;;
+            *) [ "$rc" -eq 0 ] && grep -qi "no errors" <<<"$out" && ok=1 || ok=0 ;;
+        esac
+        if [ "$ok" -eq 1 ]; then
             pass=$((pass + 1))
             if grep -q "^$id " "$expected"; then
                 echo "mpich: $id passes but is listed in expected-failures.txt"
@@ -146,7 +162,7 @@ for d in $DIRS; do
             echo "mpich: FAIL $id (exit $rc)"
             head -c 2000 <<<"$out" | sed 's/^/    /'
         fi
-    done <"$src/$d/testlist.in"
+    done <"$list"
 done
 echo "mpich: $pass passed, $xfail expected failures, $fail unexpected failures, $skip not built (dirs: $DIRS)"
 [ "$fail" -eq 0 ]

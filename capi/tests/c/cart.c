@@ -8,6 +8,13 @@ int main(int argc, char **argv) {
     OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
     int d2[2] = {0, 0};
     OK(MPI_Dims_create(12, 2, d2)); CHECK(d2[0] == 4 && d2[1] == 3);
+    /* The most balanced, not the greedy 12 x 6 (MPICH's dims5). */
+    d2[0] = d2[1] = 0;
+    OK(MPI_Dims_create(72, 2, d2)); CHECK(d2[0] == 9 && d2[1] == 8);
+    /* Graph_map: identity for ranks below nnodes (MPICH's graphmap1). */
+    int gidx[1] = {0}, gedges[1] = {0}, grank;
+    OK(MPI_Graph_map(MPI_COMM_WORLD, 1, gidx, gedges, &grank));
+    CHECK(grank == (rank == 0 ? 0 : MPI_UNDEFINED));
     int d3[3] = {0, 0, 0};
     OK(MPI_Dims_create(size, 3, d3)); CHECK(d3[0] * d3[1] * d3[2] == size && d3[0] >= d3[1] && d3[1] >= d3[2]);
     int dims[2] = {0, 0}, periods[2] = {1, 0};

@@ -74,6 +74,10 @@ int main(int argc, char **argv) {
     CHECK(myclass > MPI_ERR_LASTCODE && mycode > MPI_ERR_LASTCODE);
     OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_LASTUSEDCODE, &last, &lflag));
     CHECK(*last >= mycode && *last >= myclass);
+    /* No string set yet: an empty one, not an error (MPICH's errstring2). */
+    s[0] = 'x';
+    OK(MPI_Error_string(myclass, s, &len)); CHECK(len == 0 && s[0] == 0);
+    OK(MPI_Error_string(mycode, s, &len)); CHECK(len == 0 && s[0] == 0);
     OK(MPI_Add_error_string(mycode, "my very own error"));
     OK(MPI_Error_class(mycode, &cls)); CHECK(cls == myclass);
     OK(MPI_Error_string(mycode, s, &len)); CHECK(strcmp(s, "my very own error") == 0);
