@@ -201,7 +201,12 @@ fn coop_noalloc_child() {
     if ctx.rank == 0 {
         assert_eq!(st.coop_regs, 105, "{st:?}");
     } else {
-        assert_eq!(st.coop_gets, 105, "{st:?}");
+        // Each get is a cooperative copy, or a plain read when it found the
+        // sender not yet waiting in its progress loop (timing: one in 105
+        // in a CI run); both allocate nothing. Most must be cooperative,
+        // or the count above would not measure that path.
+        assert_eq!(st.coop_gets + st.coop_owner_busy, 105, "{st:?}");
+        assert!(st.coop_gets * 2 > 105, "{st:?}");
     }
     assert_eq!(n, 0, "allocations per cooperative copy ({st:?})");
 }

@@ -38,19 +38,9 @@ static void *work(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    CHECK(provided == MPI_THREAD_MULTIPLE);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    init_multiple(&argc, &argv, &rank, &size);
     for (int t = 0; t < THREADS; t++) OK(MPI_Comm_dup(MPI_COMM_WORLD, &comms[t]));
-    pthread_t th[THREADS];
-    int ids[THREADS];
-    for (int t = 0; t < THREADS; t++) {
-        ids[t] = t;
-        CHECK(pthread_create(&th[t], NULL, work, &ids[t]) == 0);
-    }
-    for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+    run_threads(THREADS, work);
     for (int t = 0; t < THREADS; t++) OK(MPI_Comm_free(&comms[t]));
     report_ok("comm_threads");
     MPI_Finalize();

@@ -12,7 +12,6 @@
  * context ids and held it through a round that waited for the others,
  * whose tag-1 agreements (over the smaller group) waited behind their
  * tag-0 one, which waited for the last rank's offer: a cycle. */
-#include <pthread.h>
 #include <unistd.h>
 #include "check.h"
 
@@ -52,18 +51,11 @@ static void *work(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    CHECK(provided == MPI_THREAD_MULTIPLE);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    init_multiple(&argc, &argv, &rank, &size);
     OK(MPI_Comm_group(MPI_COMM_WORLD, &world_group));
     int range[1][3] = {{0, size - 2, 1}};
     OK(MPI_Group_range_incl(world_group, 1, range, &sub_group));
-    pthread_t th[2];
-    int ids[2] = {0, 1};
-    for (int t = 0; t < 2; t++) CHECK(pthread_create(&th[t], NULL, work, &ids[t]) == 0);
-    for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
+    run_threads(2, work);
     OK(MPI_Group_free(&sub_group));
     OK(MPI_Group_free(&world_group));
     report_ok("create_group_threads");

@@ -6,7 +6,6 @@
  * handle was free between taking it out and putting it back: the other
  * thread's new request could get the same handle and the put-back
  * overwrote it (MPICH's threads/comm/idup_nb: "invalid request handle"). */
-#include <pthread.h>
 #include "check.h"
 
 #define ITERS 3000
@@ -54,17 +53,14 @@ static void *exchanges(void *arg) {
     return NULL;
 }
 
+static void *work(void *arg) {
+    return *(int *)arg == 0 ? collectives(NULL) : exchanges(NULL);
+}
+
 int main(int argc, char **argv) {
-    int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    CHECK(provided == MPI_THREAD_MULTIPLE);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    init_multiple(&argc, &argv, &rank, &size);
     for (int t = 0; t < 2; t++) OK(MPI_Comm_dup(MPI_COMM_WORLD, &comms[t]));
-    pthread_t th[2];
-    CHECK(pthread_create(&th[0], NULL, collectives, NULL) == 0);
-    CHECK(pthread_create(&th[1], NULL, exchanges, NULL) == 0);
-    for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
+    run_threads(2, work);
     for (int t = 0; t < 2; t++) OK(MPI_Comm_free(&comms[t]));
     report_ok("request_threads");
     MPI_Finalize();
