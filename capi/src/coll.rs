@@ -169,6 +169,7 @@ pub extern "C" fn MPI_Reduce(
             if let (Some(e), Some(r)) = (t.t.reduce_elem(), fast_root(root, c)) {
                 let input = fast_input(sendbuf, len)?;
                 let out = if c.comm.rank() == r {
+                    not_aliased(sendbuf, recvbuf, count)?;
                     Some(crate::ffi::bytes_mut(recvbuf.cast(), len)?)
                 } else {
                     None
@@ -183,6 +184,9 @@ pub extern "C" fn MPI_Reduce(
         let t = crate::state::type_ref(dtype)?;
         let (e, o) = red(&t, op, dtype)?;
         let is_root = c.rank() == r;
+        if is_root {
+            not_aliased(sendbuf, recvbuf, count)?;
+        }
         if t.is_contig() {
             let input = if is_in_place(sendbuf) {
                 Input::InPlace
@@ -219,6 +223,21 @@ pub extern "C" fn MPI_Reduce(
     })
 }
 
+/// `MPI_ERR_BUFFER` when a collective's send and receive buffers are the
+/// same address for a non-empty call: MPI forbids aliasing them
+/// (`MPI_IN_PLACE` is the way), and a collective that read its input while
+/// writing its output there would give garbage. A local check, as MPICH's
+/// (its errors/coll/noalias): the other ranks do not learn of it.
+pub(crate) fn not_aliased(send: *const c_void, recv: *const c_void, count: c_int) -> Res<()> {
+    if count > 0 && std::ptr::eq(send, recv) && !is_in_place(send) {
+        return Err(Error::new(
+            C::Buffer,
+            "the send and receive buffers are the same (MPI_IN_PLACE is the way to reuse one)",
+        ));
+    }
+    Ok(())
+}
+
 macro_rules! allred {
     ($name:ident, $m:ident) => {
         #[no_mangle]
@@ -231,6 +250,7 @@ macro_rules! allred {
             comm: c_int,
         ) -> c_int {
             guard(stringify!($name), comm, || {
+                not_aliased(sendbuf, recvbuf, count)?;
                 if let (Some((c, t, len)), Some(o)) =
                     (fast(comm, dtype, count), crate::state::predefined_op(op))
                 {
@@ -285,6 +305,7 @@ pub extern "C" fn MPI_Reduce_scatter_block(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Reduce_scatter_block", comm, || {
+        not_aliased(sendbuf, recvbuf, recvcount)?;
         let c = comm_of(comm)?;
         let n = ccount(recvcount, C::Count, "recvcount")?;
         let t = ty(dtype)?;
@@ -320,6 +341,7 @@ pub extern "C" fn MPI_Gather(
         let is_root = c.rank() == r;
         let p = c.size() as usize;
         if is_root {
+            not_aliased(sendbuf, recvbuf, sendcount)?;
             let rn = ccount(recvcount, C::Count, "recvcount")?;
             let rt = ty(recvtype)?;
             let mut out = pack(recvbuf, rn * p, &rt);
@@ -363,6 +385,9 @@ pub extern "C" fn MPI_Scatter(
         let r = root_of(root, &c)?;
         let is_root = c.rank() == r;
         let p = c.size() as usize;
+        if is_root {
+            not_aliased(sendbuf, recvbuf, recvcount)?;
+        }
         let send = if is_root {
             Some(pack(
                 sendbuf,
@@ -401,6 +426,7 @@ macro_rules! allx {
             comm: c_int,
         ) -> c_int {
             guard(stringify!($name), comm, || {
+                not_aliased(sendbuf, recvbuf, sendcount)?;
                 let c = crate::state::comm_ref(comm)?;
                 let p = c.size() as usize;
                 let rn = ccount(recvcount, C::Count, "recvcount")?;

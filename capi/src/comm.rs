@@ -714,6 +714,7 @@ pub extern "C" fn MPI_Group_incl(
     out: *mut c_int,
 ) -> c_int {
     guard("MPI_Group_incl", COMM_WORLD, || {
+        crate::ffi::out_arg(out, "newgroup")?;
         let g = tables().group(group)?;
         let r = group_ranks(&array(ranks, ccount(n, C::Arg, "n")?, "ranks")?, g.size())?;
         new_group(out, g.incl(&r)?)
@@ -728,6 +729,7 @@ pub extern "C" fn MPI_Group_excl(
     out: *mut c_int,
 ) -> c_int {
     guard("MPI_Group_excl", COMM_WORLD, || {
+        crate::ffi::out_arg(out, "newgroup")?;
         let g = tables().group(group)?;
         let r = group_ranks(&array(ranks, ccount(n, C::Arg, "n")?, "ranks")?, g.size())?;
         new_group(out, g.excl(&r)?)
@@ -749,6 +751,7 @@ pub extern "C" fn MPI_Group_range_incl(
     out: *mut c_int,
 ) -> c_int {
     guard("MPI_Group_range_incl", COMM_WORLD, || {
+        crate::ffi::out_arg(out, "newgroup")?;
         let g = tables().group(group)?;
         new_group(out, g.range_incl(&ranges(r, n)?)?)
     })
@@ -762,6 +765,7 @@ pub extern "C" fn MPI_Group_range_excl(
     out: *mut c_int,
 ) -> c_int {
     guard("MPI_Group_range_excl", COMM_WORLD, || {
+        crate::ffi::out_arg(out, "newgroup")?;
         let g = tables().group(group)?;
         new_group(out, g.range_excl(&ranges(r, n)?)?)
     })

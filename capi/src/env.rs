@@ -104,6 +104,9 @@ fn init(required: c_int) -> Res<c_int> {
         },
     );
     let provided = required.clamp(0, 3);
+    tables
+        .infos
+        .insert(INFO_ENV, env_info(pml.size(), provided));
     let fast = state::FastHandles::new(&tables);
     // MPI_THREAD_MULTIPLE = 3: below it calls are serialized by the user.
     pml.set_serial_calls(provided < 3);
@@ -126,6 +129,43 @@ fn init(required: c_int) -> Res<c_int> {
 #[no_mangle]
 pub extern "C" fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
     guard("MPI_Init", COMM_WORLD, || init(0).map(drop))
+}
+
+/// Handle of `MPI_INFO_ENV` (mpi.h).
+const INFO_ENV: c_int = 1;
+
+/// `MPI_INFO_ENV`'s keys (MPI-4.0 11.2.3) as this process knows them: the
+/// command and its arguments, the job's size, the working directory and the
+/// thread level provided.
+fn env_info(world_size: u32, provided: c_int) -> Vec<(String, String)> {
+    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let mut args = cmdline
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned());
+    let mut kv = Vec::new();
+    if let Some(cmd) = args.next() {
+        kv.push(("command".to_string(), cmd));
+    }
+    let rest: Vec<String> = args.collect();
+    if !rest.is_empty() {
+        kv.push(("argv".to_string(), rest.join(" ")));
+    }
+    kv.push(("maxprocs".to_string(), world_size.to_string()));
+    if let Ok(d) = std::env::current_dir() {
+        kv.push(("wdir".to_string(), d.display().to_string()));
+    }
+    let level = [
+        "MPI_THREAD_SINGLE",
+        "MPI_THREAD_FUNNELED",
+        "MPI_THREAD_SERIALIZED",
+        "MPI_THREAD_MULTIPLE",
+    ];
+    kv.push((
+        "thread_level".to_string(),
+        level[provided.clamp(0, 3) as usize].to_string(),
+    ));
+    kv
 }
 
 #[no_mangle]

@@ -31,6 +31,17 @@ pub(crate) fn put<T>(p: *mut T, v: T, what: &str) -> Res<()> {
     Ok(())
 }
 
+/// `MPI_ERR_ARG` if the output argument `p` is NULL: checked before a call
+/// does its work, so that the NULL is what it reports (a group constructor
+/// with a bad range as well reported the range, MPICH's
+/// errors/group/group_range_incl_nullarg).
+pub(crate) fn out_arg<T>(p: *mut T, what: &str) -> Res<()> {
+    if p.is_null() {
+        return Err(Error::new(C::Arg, format!("{what} is NULL")));
+    }
+    Ok(())
+}
+
 /// Reads a `T` through `p`.
 pub(crate) fn get<T: Copy>(p: *const T, what: &str) -> Res<T> {
     if p.is_null() {
@@ -180,8 +191,20 @@ pub(crate) fn bytes<'a>(p: *const u8, len: usize) -> Res<&'a [u8]> {
             "buffer is NULL with a non-zero count",
         ));
     }
-    // SAFETY: non-null; the caller's buffer holds `len` readable bytes.
+    if p as usize == IN_PLACE {
+        return Err(in_place_here());
+    }
+    // SAFETY: non-null, not the MPI_IN_PLACE sentinel; the caller's buffer
+    // holds `len` readable bytes.
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// `MPI_IN_PLACE` passed where the call takes a real buffer (it is an
+/// address no process can read: dereferencing it crashed, MPICH's
+/// errors/coll/reduce_local).
+#[cold]
+fn in_place_here() -> Error {
+    Error::new(C::Buffer, "MPI_IN_PLACE where this call needs a buffer")
 }
 
 /// A writable byte view of contiguous user memory.
@@ -195,7 +218,11 @@ pub(crate) fn bytes_mut<'a>(p: *mut u8, len: usize) -> Res<&'a mut [u8]> {
             "buffer is NULL with a non-zero count",
         ));
     }
-    // SAFETY: non-null; the caller's buffer holds `len` writable bytes not
+    if p as usize == IN_PLACE {
+        return Err(in_place_here());
+    }
+    // SAFETY: non-null, not the MPI_IN_PLACE sentinel; the caller's buffer
+    // holds `len` writable bytes not
     // accessed elsewhere during the call.
     Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
 }

@@ -70,6 +70,16 @@ pub extern "C" fn MPI_Add_error_string(code: c_int, s: *const c_char) -> c_int {
 
 // ---------------------------------------------------------------- info
 
+/// `MPI_INFO_ENV`: predefined, read-only.
+const INFO_ENV: c_int = 1;
+
+fn read_only(h: c_int) -> Res<()> {
+    if h == INFO_ENV {
+        return Err(Error::new(C::Info, "MPI_INFO_ENV cannot be modified"));
+    }
+    Ok(())
+}
+
 fn info_mut<T>(h: c_int, f: impl FnOnce(&mut Vec<(String, String)>) -> Res<T>) -> Res<T> {
     let mut t = tables();
     let v = t
@@ -101,6 +111,7 @@ pub extern "C" fn MPI_Info_create(info: *mut c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn MPI_Info_set(info: c_int, k: *const c_char, v: *const c_char) -> c_int {
     guard("MPI_Info_set", COMM_WORLD, || {
+        read_only(info)?;
         let k = key(k)?;
         let v = cstr(v, "value")?;
         if v.len() > 1024 {
@@ -187,6 +198,7 @@ pub extern "C" fn MPI_Info_get_nthkey(info: c_int, n: c_int, k: *mut c_char) -> 
 #[no_mangle]
 pub extern "C" fn MPI_Info_delete(info: c_int, k: *const c_char) -> c_int {
     guard("MPI_Info_delete", COMM_WORLD, || {
+        read_only(info)?;
         let k = key(k)?;
         info_mut(info, |kv| {
             let before = kv.len();
@@ -212,6 +224,9 @@ pub extern "C" fn MPI_Info_dup(info: c_int, newinfo: *mut c_int) -> c_int {
 pub extern "C" fn MPI_Info_free(info: *mut c_int) -> c_int {
     guard("MPI_Info_free", COMM_WORLD, || {
         let h = get(info, "info")?;
+        if h == INFO_ENV {
+            return Err(Error::new(C::Info, "MPI_INFO_ENV cannot be freed"));
+        }
         if tables().infos.remove(&h).is_none() {
             return Err(Error::new(C::Info, format!("invalid info handle {h}")));
         }
@@ -264,6 +279,13 @@ pub extern "C" fn MPI_Reduce_local(
     op: c_int,
 ) -> c_int {
     guard("MPI_Reduce_local", COMM_WORLD, || {
+        if crate::ffi::is_in_place(inbuf) || crate::ffi::is_in_place(inoutbuf) {
+            return Err(Error::new(
+                C::Buffer,
+                "MPI_IN_PLACE is not a buffer of MPI_Reduce_local",
+            ));
+        }
+        crate::coll::not_aliased(inbuf, inoutbuf, count)?;
         let n = ccount(count, C::Count, "count")?;
         let t = tables().comm_type(dtype)?;
         let (e, o) = crate::coll::red(&t, op, dtype)?;

@@ -98,13 +98,23 @@ fn resolve_fast(
     recv: bool,
 ) -> Option<(&'static Rt, u32, usize)> {
     let (rt, c, _, bytes) = crate::state::fast_call(comm, dtype, count)?;
-    if !rank_ok(peer, c.size, recv) || !tag_ok(tag, recv) || (buf.is_null() && bytes > 0) {
+    if !rank_ok(peer, c.size, recv)
+        || !tag_ok(tag, recv)
+        || ((buf.is_null() || crate::ffi::is_in_place(buf)) && bytes > 0)
+    {
         return None;
     }
     Some((rt, c.ctx, bytes))
 }
 
 fn check_buf(buf: *const c_void, count: usize, t: &Dtype) -> Res<()> {
+    if crate::ffi::is_in_place(buf) && count > 0 && t.size > 0 {
+        // An address no process can read or write (it crashed the send).
+        return Err(Error::new(
+            C::Buffer,
+            "MPI_IN_PLACE is not a point-to-point buffer",
+        ));
+    }
     if param_check() && buf.is_null() && count > 0 && t.size > 0 && t.true_lb >= 0 && t.lb == 0 {
         return Err(Error::new(
             C::Buffer,
@@ -1048,6 +1058,7 @@ pub extern "C" fn MPI_Testany(
 fn somepass(
     requests: *mut c_int,
     n: usize,
+    outcount: *mut c_int,
     indices: *mut c_int,
     statuses: *mut MpiStatus,
 ) -> Res<Option<c_int>> {
@@ -1071,6 +1082,9 @@ fn somepass(
         }
     }
     if err {
+        // MPI_ERR_IN_STATUS: outcount, the indices and the statuses are
+        // valid with it (MPI-4.0 3.7.5); before, outcount was not written.
+        put(outcount, k as c_int, "outcount")?;
         return Err(Error::new(
             C::InStatus,
             "a request failed (see the statuses)",
@@ -1093,7 +1107,7 @@ pub extern "C" fn MPI_Waitsome(
     guard("MPI_Waitsome", COMM_WORLD, || {
         let n = ccount(incount, C::Count, "incount")?;
         loop {
-            if let Some(k) = somepass(requests, n, indices, statuses)? {
+            if let Some(k) = somepass(requests, n, outcount, indices, statuses)? {
                 return put(outcount, k, "outcount");
             }
             crate::request::idle();
@@ -1111,7 +1125,7 @@ pub extern "C" fn MPI_Testsome(
 ) -> c_int {
     guard("MPI_Testsome", COMM_WORLD, || {
         let n = ccount(incount, C::Count, "incount")?;
-        let k = somepass(requests, n, indices, statuses)?.unwrap_or(0);
+        let k = somepass(requests, n, outcount, indices, statuses)?.unwrap_or(0);
         put(outcount, k, "outcount")
     })
 }

@@ -37,7 +37,8 @@ int main(int argc, char **argv) {
     expect(MPI_Send(NULL, 4, MPI_INT, 0, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER, "NULL buffer");
     expect(MPI_Recv(&x, 1, MPI_INT, -5, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), MPI_ERR_RANK, "bad source");
     expect(MPI_Bcast(&x, 1, MPI_INT, size + 3, MPI_COMM_WORLD), MPI_ERR_ROOT, "bad root");
-    expect(MPI_Allreduce(&x, &x, 1, MPI_INT, 4242, MPI_COMM_WORLD), MPI_ERR_OP, "bad op");
+    int y = 0;
+    expect(MPI_Allreduce(&x, &y, 1, MPI_INT, 4242, MPI_COMM_WORLD), MPI_ERR_OP, "bad op");
     MPI_Request bad = 31337;
     expect(MPI_Wait(&bad, MPI_STATUS_IGNORE), MPI_ERR_REQUEST, "bad request");
     int gs;
@@ -127,6 +128,38 @@ int main(int argc, char **argv) {
     OK(MPI_Info_free(&info)); CHECK(info == MPI_INFO_NULL);
     OK(MPI_Info_get_valuelen(dupi, "beta", &len, &flag)); CHECK(flag && len == 3);
     OK(MPI_Info_free(&dupi));
+    /* MPI_INFO_ENV: readable, not modifiable (MPICH's info/infoenv). */
+    OK(MPI_Info_get(MPI_INFO_ENV, "maxprocs", MPI_MAX_INFO_VAL - 1, val, &flag));
+    CHECK(flag && atoi(val) == size);
+    OK(MPI_Info_get(MPI_INFO_ENV, "command", MPI_MAX_INFO_VAL - 1, val, &flag));
+    CHECK(flag && strstr(val, "errors") != NULL);
+    expect(MPI_Info_set(MPI_INFO_ENV, "wdir", "/"), MPI_ERR_INFO, "MPI_INFO_ENV set");
+    MPI_Info env = MPI_INFO_ENV;
+    expect(MPI_Info_free(&env), MPI_ERR_INFO, "MPI_INFO_ENV free");
+
+    /* Buffers a call must not get (MPICH's errors/coll): MPI_IN_PLACE
+     * where it is not allowed (dereferencing it crashed), and the same
+     * buffer as input and output of a collective. Local checks: every rank
+     * returns before communicating. */
+    int in4[4] = {1, 2, 3, 4}, io4[4] = {0, 0, 0, 0};
+    OK(MPI_Reduce_local(in4, io4, 4, MPI_INT, MPI_SUM)); CHECK(io4[3] == 4);
+    expect(MPI_Reduce_local(MPI_IN_PLACE, io4, 4, MPI_INT, MPI_SUM), MPI_ERR_BUFFER, "reduce_local in place");
+    expect(MPI_Reduce_local(in4, MPI_IN_PLACE, 4, MPI_INT, MPI_SUM), MPI_ERR_BUFFER, "reduce_local in place out");
+    expect(MPI_Reduce_local(io4, io4, 4, MPI_INT, MPI_SUM), MPI_ERR_BUFFER, "reduce_local aliased");
+    expect(MPI_Send(MPI_IN_PLACE, 1, MPI_INT, rank, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER, "send in place");
+    expect(MPI_Allreduce(io4, io4, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_BUFFER, "allreduce aliased");
+    expect(MPI_Allgather(io4, 1, MPI_INT, io4, 1, MPI_INT, MPI_COMM_WORLD), MPI_ERR_BUFFER, "allgather aliased");
+    /* ... while empty calls and MPI_IN_PLACE are fine. */
+    OK(MPI_Allreduce(io4, io4, 0, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    OK(MPI_Allreduce(MPI_IN_PLACE, io4, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+
+    /* A NULL output is what a group constructor reports, even with a range
+     * it would refuse (MPICH's group_range_incl_nullarg). */
+    MPI_Group wg;
+    OK(MPI_Comm_group(MPI_COMM_WORLD, &wg));
+    int bad_range[1][3] = {{size, size + 5, 1}};
+    expect(MPI_Group_range_incl(wg, 1, bad_range, NULL), MPI_ERR_ARG, "range_incl NULL out");
+    OK(MPI_Group_free(&wg));
 
     /* Environment queries. */
     char proc[MPI_MAX_PROCESSOR_NAME], lib[MPI_MAX_LIBRARY_VERSION_STRING];
