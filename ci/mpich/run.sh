@@ -12,7 +12,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 prefix=${1:-}
-DIRS=${DIRS:-"coll comm group pt2pt attr datatype topo init errhan threads/comm"}
+DIRS=${DIRS:-"coll comm group pt2pt attr datatype topo init errhan info threads/comm errors/attr errors/coll errors/comm errors/datatype errors/group errors/pt2pt errors/topo"}
 cache=${MPICH_TESTS_CACHE:-/var/tmp/tmpi-mpich-tests}
 work=$(mktemp -d /tmp/tmpi-mpich.XXXXXX)
 trap 'rm -rf "$work"' EXIT
