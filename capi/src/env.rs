@@ -106,7 +106,7 @@ fn init(required: c_int) -> Res<c_int> {
     let provided = required.clamp(0, 3);
     tables
         .infos
-        .insert(INFO_ENV, env_info(pml.size(), provided));
+        .insert(state::INFO_ENV, env_info(pml.size(), provided));
     let fast = state::FastHandles::new(&tables);
     // MPI_THREAD_MULTIPLE = 3: below it calls are serialized by the user.
     pml.set_serial_calls(provided < 3);
@@ -130,9 +130,6 @@ fn init(required: c_int) -> Res<c_int> {
 pub extern "C" fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
     guard("MPI_Init", COMM_WORLD, || init(0).map(drop))
 }
-
-/// Handle of `MPI_INFO_ENV` (mpi.h).
-const INFO_ENV: c_int = 1;
 
 /// `MPI_INFO_ENV`'s keys (MPI-4.0 11.2.3) as this process knows them: the
 /// command and its arguments, the job's size, the working directory and the

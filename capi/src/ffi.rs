@@ -222,8 +222,7 @@ pub(crate) fn bytes_mut<'a>(p: *mut u8, len: usize) -> Res<&'a mut [u8]> {
         return Err(in_place_here());
     }
     // SAFETY: non-null, not the MPI_IN_PLACE sentinel; the caller's buffer
-    // holds `len` writable bytes not
-    // accessed elsewhere during the call.
+    // holds `len` writable bytes not accessed elsewhere during the call.
     Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
 }
 

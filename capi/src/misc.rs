@@ -70,11 +70,8 @@ pub extern "C" fn MPI_Add_error_string(code: c_int, s: *const c_char) -> c_int {
 
 // ---------------------------------------------------------------- info
 
-/// `MPI_INFO_ENV`: predefined, read-only.
-const INFO_ENV: c_int = 1;
-
 fn read_only(h: c_int) -> Res<()> {
-    if h == INFO_ENV {
+    if h == crate::state::INFO_ENV {
         return Err(Error::new(C::Info, "MPI_INFO_ENV cannot be modified"));
     }
     Ok(())
@@ -224,9 +221,7 @@ pub extern "C" fn MPI_Info_dup(info: c_int, newinfo: *mut c_int) -> c_int {
 pub extern "C" fn MPI_Info_free(info: *mut c_int) -> c_int {
     guard("MPI_Info_free", COMM_WORLD, || {
         let h = get(info, "info")?;
-        if h == INFO_ENV {
-            return Err(Error::new(C::Info, "MPI_INFO_ENV cannot be freed"));
-        }
+        read_only(h)?;
         if tables().infos.remove(&h).is_none() {
             return Err(Error::new(C::Info, format!("invalid info handle {h}")));
         }

@@ -54,16 +54,23 @@ impl ReqTable {
         }
     }
 
-    /// Takes the request of `h` out; the handle becomes free.
-    pub(crate) fn remove(&mut self, h: &c_int) -> Option<Req> {
+    /// The live request of `h`, its slot left as `leave`; a slot that is
+    /// not live stays as it was.
+    fn take_leaving(&mut self, h: &c_int, leave: Slot) -> Option<(usize, Req)> {
         let i = Self::index(*h)?;
         let slot = self.slots.get_mut(i)?;
-        if !matches!(slot, Slot::Live(_)) {
-            return None;
+        match std::mem::replace(slot, leave) {
+            Slot::Live(r) => Some((i, r)),
+            other => {
+                *slot = other;
+                None
+            }
         }
-        let Slot::Live(r) = std::mem::take(slot) else {
-            unreachable!("checked live above")
-        };
+    }
+
+    /// Takes the request of `h` out; the handle becomes free.
+    pub(crate) fn remove(&mut self, h: &c_int) -> Option<Req> {
+        let (i, r) = self.take_leaving(h, Slot::Free)?;
         self.free.push(i as u32);
         Some(r)
     }
@@ -75,14 +82,7 @@ impl ReqTable {
     /// it, and the put-back then overwrote that request, MPICH's
     /// threads/comm/idup_nb.)
     pub(crate) fn take(&mut self, h: &c_int) -> Option<Req> {
-        let slot = self.slots.get_mut(Self::index(*h)?)?;
-        if !matches!(slot, Slot::Live(_)) {
-            return None;
-        }
-        match std::mem::replace(slot, Slot::Taken) {
-            Slot::Live(r) => Some(r),
-            _ => unreachable!("checked live above"),
-        }
+        self.take_leaving(h, Slot::Taken).map(|(_, r)| r)
     }
 
     /// Frees a handle [`ReqTable::take`] reserved.
@@ -108,10 +108,12 @@ impl ReqTable {
             } else if self.free.len() > 2 * self.slots.len() + 64 {
                 // Stale entries from put-backs that were not the latest
                 // free: rebuild the list (rare; bounds its size).
+                let slots = &self.slots;
                 self.free.clear();
-                let free = (0..self.slots.len() as u32)
-                    .filter(|&j| matches!(self.slots[j as usize], Slot::Free) && j as usize != i);
-                self.free.extend(free.collect::<Vec<_>>());
+                self.free.extend(
+                    (0..slots.len() as u32)
+                        .filter(|&j| matches!(slots[j as usize], Slot::Free) && j as usize != i),
+                );
             }
         }
         match std::mem::replace(&mut self.slots[i], Slot::Live(r)) {

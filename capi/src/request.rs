@@ -173,7 +173,8 @@ impl Req {
 pub(crate) enum Tested {
     /// Still running.
     Pending,
-    /// Complete: status; the handle was freed (`true`) or kept inactive.
+    /// Complete: status; the handle was freed (`true`) or kept (inactive,
+    /// or parked as completed by [`test_handle_kept`]).
     Complete(St, bool),
     /// Null or inactive persistent: empty status.
     Inactive,
@@ -221,9 +222,22 @@ fn test_handle_opts(h: c_int, progress: bool, keep: bool) -> Res<Tested> {
         return match r {
             Ok(None) => Ok(Tested::Pending),
             Ok(Some(s)) => {
-                let req = tables().reqs.take(&h);
+                let req = {
+                    let mut t = tables();
+                    let req = t.reqs.take(&h);
+                    // A plain request (not persistent, not kept) puts
+                    // nothing back: its handle is freed under this lock,
+                    // not under a second one per completed request.
+                    let goes_back = match &req {
+                        Some(Req::Pml { persist, .. }) => keep || persist.is_some(),
+                        _ => false,
+                    };
+                    if !goes_back {
+                        t.reqs.release(&h);
+                    }
+                    req
+                };
                 let Some(Req::Pml { stage, persist, .. }) = req else {
-                    tables().reqs.release(&h);
                     return Err(Error::new(
                         C::Intern,
                         format!("request handle {h} changed while being tested"),
@@ -337,9 +351,8 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
 fn settle(h: c_int, st: St, persist: Option<Persist>, keep: bool) -> Tested {
     let mut t = tables();
     if keep {
-        let freed = persist.is_none();
         t.reqs.insert(h, Req::Done { st, persist });
-        return Tested::Complete(st, freed);
+        return Tested::Complete(st, false);
     }
     match persist {
         Some(p) => {
@@ -355,12 +368,16 @@ fn settle(h: c_int, st: St, persist: Option<Persist>, keep: bool) -> Tested {
 
 /// Completes point-to-point request `h` (taken out of the table) whose
 /// pml request finished with `s`: unpacks a staged receive, then
-/// [`settle`]s it.
+/// [`settle`]s it if something goes back under its handle.
 fn finish_pml(h: c_int, s: Status, stage: Stage, persist: Option<Persist>, keep: bool) -> Tested {
     let st = St::from(s);
     if let Stage::Recv { buf, dst, count, t } = &stage {
         let n = st.bytes.min(buf.len());
         crate::ffi::scatter_blocks(*dst as *mut u8, *count, t.extent(), &t.blocks, &buf[..n]);
+    }
+    if !keep && persist.is_none() {
+        // Its handle was freed when it was taken out.
+        return Tested::Complete(st, true);
     }
     settle(h, st, persist, keep)
 }

@@ -19,6 +19,8 @@ use crate::error::{Error, Handler, MpiErrorClass as C, Res, ERRORS_ARE_FATAL, ER
 use crate::request::Req;
 
 pub(crate) const COMM_WORLD: c_int = 1;
+/// `MPI_INFO_ENV` (mpi.h): predefined at init, read-only.
+pub(crate) const INFO_ENV: c_int = 1;
 pub(crate) const COMM_SELF: c_int = 2;
 
 /// Phases of the library.
