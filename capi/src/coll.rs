@@ -13,11 +13,11 @@ use crate::ffi::{count as ccount, gather_blocks, is_in_place, put, scatter_block
 use crate::request::{Finish, Req};
 use crate::state::{tables, FastComm, FastType};
 
-fn comm_of(h: c_int) -> Res<Comm> {
+pub(crate) fn comm_of(h: c_int) -> Res<Comm> {
     Ok(tables().comm(h)?.comm.clone())
 }
 
-fn ty(h: c_int) -> Res<Arc<Dtype>> {
+pub(crate) fn ty(h: c_int) -> Res<Arc<Dtype>> {
     tables().comm_type(h)
 }
 
@@ -476,16 +476,16 @@ allx!(MPI_Alltoall, alltoall);
 /// and inside the blocks that the types do not name stay untouched.
 #[derive(Debug)]
 pub(crate) struct VLayout {
-    counts: Vec<usize>,
-    displs: Vec<usize>,
-    end: usize,
+    pub(crate) counts: Vec<usize>,
+    pub(crate) displs: Vec<usize>,
+    pub(crate) end: usize,
     staged: Option<Vec<(isize, usize, Arc<Dtype>)>>,
 }
 
 impl VLayout {
     /// Per peer `counts[i]` items of the type `types(i)` at byte offset
     /// `offsets(i)` of the caller's buffer.
-    fn new(
+    pub(crate) fn new(
         counts: &[c_int],
         types: &[Arc<Dtype>],
         offsets: impl Fn(usize, &Dtype) -> Res<isize>,
@@ -553,7 +553,7 @@ impl VLayout {
     }
 
     /// The buffer as tmpi-coll sees it: the caller's bytes, or a staged copy.
-    fn read<'a>(&self, buf: *const c_void) -> Res<std::borrow::Cow<'a, [u8]>> {
+    pub(crate) fn read<'a>(&self, buf: *const c_void) -> Res<std::borrow::Cow<'a, [u8]>> {
         match &self.staged {
             None => crate::ffi::bytes(buf.cast(), self.end).map(std::borrow::Cow::Borrowed),
             Some(blocks) => {
@@ -584,7 +584,7 @@ impl VLayout {
 
     /// A receive buffer for a blocking call: the caller's own, or a staged
     /// copy of it (blocks the call does not write keep their bytes).
-    fn out<'a>(&self, buf: *mut c_void) -> Res<VOut<'a>> {
+    pub(crate) fn out<'a>(&self, buf: *mut c_void) -> Res<VOut<'a>> {
         match &self.staged {
             None => crate::ffi::bytes_mut(buf.cast(), self.end).map(VOut::Direct),
             Some(_) => Ok(VOut::Staged(self.read(buf)?.into_owned())),
@@ -608,7 +608,7 @@ impl VLayout {
     }
 
     /// How a non-blocking call's result reaches the caller's buffer.
-    fn finish(self, buf: *mut c_void) -> Finish {
+    pub(crate) fn finish(self, buf: *mut c_void) -> Finish {
         if self.staged.is_some() {
             Finish::Blocks {
                 dst: buf as usize,
@@ -621,13 +621,13 @@ impl VLayout {
 }
 
 /// A blocking v/w call's receive buffer ([`VLayout::out`]).
-enum VOut<'a> {
+pub(crate) enum VOut<'a> {
     Direct(&'a mut [u8]),
     Staged(Vec<u8>),
 }
 
 impl VOut<'_> {
-    fn bytes(&mut self) -> &mut [u8] {
+    pub(crate) fn bytes(&mut self) -> &mut [u8] {
         match self {
             VOut::Direct(b) => b,
             VOut::Staged(v) => v,
@@ -635,7 +635,7 @@ impl VOut<'_> {
     }
 
     /// Writes a staged buffer back into the caller's blocks.
-    fn done(self, layout: &VLayout, buf: *mut c_void) {
+    pub(crate) fn done(self, layout: &VLayout, buf: *mut c_void) {
         if let VOut::Staged(v) = self {
             layout.write_back(buf, &v);
         }

@@ -8,7 +8,7 @@ use tmpi_coll::{Comm, Compare, Group};
 
 use crate::error::{guard, Error, MpiErrorClass as C, Res};
 use crate::ffi::{array, count as ccount, cstr, get, put, put_array, put_cstr};
-use crate::state::{rt, tables, Cart, COMM_SELF, COMM_WORLD};
+use crate::state::{rt, tables, Cart, Topo, COMM_SELF, COMM_WORLD};
 
 const UNDEFINED: c_int = -32766;
 
@@ -58,7 +58,7 @@ pub extern "C" fn MPI_Comm_compare(a: c_int, b: c_int, result: *mut c_int) -> c_
 /// Registers a new communicator derived from `parent` (errhandler and
 /// attributes copied, as MPI_Comm_dup does).
 pub(crate) fn register(parent: c_int, c: Comm, copy_attrs: bool) -> Res<c_int> {
-    let (eh, attrs, cart) = {
+    let (eh, attrs, topo) = {
         let t = tables();
         let p = t.comm(parent)?;
         (
@@ -68,7 +68,7 @@ pub(crate) fn register(parent: c_int, c: Comm, copy_attrs: bool) -> Res<c_int> {
             } else {
                 BTreeMap::new()
             },
-            p.cart.clone(),
+            p.topo.clone(),
         )
     };
     let h = tables().add_comm(c, eh);
@@ -98,7 +98,7 @@ pub(crate) fn register(parent: c_int, c: Comm, copy_attrs: bool) -> Res<c_int> {
         let e = t.comm_mut(h)?;
         e.attr_order = out.keys().copied().collect();
         e.attrs = out;
-        e.cart = cart;
+        e.topo = topo;
     }
     Ok(h)
 }
@@ -926,16 +926,17 @@ pub extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int)
     })
 }
 
-fn cart_of(comm: c_int) -> Res<Arc<Cart>> {
-    tables().comm(comm)?.cart.clone().ok_or_else(|| {
-        Error::new(
+pub(crate) fn cart_of(comm: c_int) -> Res<Cart> {
+    match tables().comm(comm)?.topo.as_deref() {
+        Some(Topo::Cart(c)) => Ok(c.clone()),
+        _ => Err(Error::new(
             C::Topology,
             format!("communicator {comm} has no Cartesian topology"),
-        )
-    })
+        )),
+    }
 }
 
-fn coords_of(c: &Cart, mut rank: c_int) -> Vec<c_int> {
+pub(crate) fn coords_of(c: &Cart, mut rank: c_int) -> Vec<c_int> {
     let mut out = vec![0; c.dims.len()];
     for i in (0..c.dims.len()).rev() {
         out[i] = rank % c.dims[i];
@@ -944,7 +945,7 @@ fn coords_of(c: &Cart, mut rank: c_int) -> Vec<c_int> {
     out
 }
 
-fn rank_of(c: &Cart, coords: &[c_int]) -> Res<c_int> {
+pub(crate) fn rank_of(c: &Cart, coords: &[c_int]) -> Res<c_int> {
     let mut r = 0;
     for (i, &x) in coords.iter().enumerate() {
         let d = c.dims[i];
@@ -996,10 +997,10 @@ pub extern "C" fn MPI_Cart_create(
             None => put(newcomm, 0, "comm_cart"),
             Some(c) => {
                 let h = register(comm, c, false)?;
-                tables().comm_mut(h)?.cart = Some(Arc::new(Cart {
+                tables().comm_mut(h)?.topo = Some(Arc::new(Topo::Cart(Cart {
                     dims: d,
                     periods: p.iter().map(|&x| x != 0).collect(),
-                }));
+                })));
                 put(newcomm, h, "comm_cart")
             }
         }
@@ -1009,8 +1010,13 @@ pub extern "C" fn MPI_Cart_create(
 #[no_mangle]
 pub extern "C" fn MPI_Topo_test(comm: c_int, status: *mut c_int) -> c_int {
     guard("MPI_Topo_test", comm, || {
-        let c = tables().comm(comm)?.cart.is_some();
-        put(status, if c { 2 } else { UNDEFINED }, "status")
+        let kind = match tables().comm(comm)?.topo.as_deref() {
+            None => UNDEFINED,
+            Some(Topo::Graph { .. }) => 1,
+            Some(Topo::Cart(_)) => 2,
+            Some(Topo::DistGraph { .. }) => 3,
+        };
+        put(status, kind, "status")
     })
 }
 
@@ -1140,7 +1146,7 @@ pub extern "C" fn MPI_Cart_sub(comm: c_int, remain: *const c_int, newcomm: *mut 
             .filter(|&i| r[i] != 0)
             .map(|i| c.periods[i])
             .collect();
-        tables().comm_mut(h)?.cart = Some(Arc::new(Cart { dims, periods }));
+        tables().comm_mut(h)?.topo = Some(Arc::new(Topo::Cart(Cart { dims, periods })));
         put(newcomm, h, "newcomm")
     })
 }
@@ -1166,8 +1172,7 @@ pub extern "C" fn MPI_Cart_map(
 }
 
 /// `MPI_Graph_map`: as `MPI_Cart_map`, the identity placement: ranks below
-/// `nnodes` keep their rank, the others get `MPI_UNDEFINED`. (Graph
-/// topologies themselves are not implemented; the mapping needs none.)
+/// `nnodes` keep their rank, the others get `MPI_UNDEFINED`.
 #[no_mangle]
 pub extern "C" fn MPI_Graph_map(
     comm: c_int,

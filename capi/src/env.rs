@@ -88,7 +88,7 @@ fn init(required: c_int) -> Res<c_int> {
         state::CommEnt {
             comm: u.world.clone(),
             errhandler: ERRORS_ARE_FATAL,
-            cart: None,
+            topo: None,
             attrs: Default::default(),
             attr_order: Vec::new(),
         },
@@ -98,7 +98,7 @@ fn init(required: c_int) -> Res<c_int> {
         state::CommEnt {
             comm: u.self_comm.clone(),
             errhandler: ERRORS_ARE_FATAL,
-            cart: None,
+            topo: None,
             attrs: Default::default(),
             attr_order: Vec::new(),
         },

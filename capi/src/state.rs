@@ -42,11 +42,31 @@ pub(crate) struct Cart {
     pub periods: Vec<bool>,
 }
 
+/// A communicator's virtual topology (`MPI_Topo_test`).
+#[derive(Debug, Clone)]
+pub(crate) enum Topo {
+    Cart(Cart),
+    /// `MPI_Graph_create`: `index` and `edges` as given (every rank holds
+    /// the whole graph).
+    Graph {
+        index: Vec<c_int>,
+        edges: Vec<c_int>,
+    },
+    /// `MPI_Dist_graph_create(_adjacent)`: this rank's edges in the order
+    /// the neighbourhood collectives use, weights `None` when unweighted.
+    DistGraph {
+        sources: Vec<c_int>,
+        source_weights: Option<Vec<c_int>>,
+        destinations: Vec<c_int>,
+        dest_weights: Option<Vec<c_int>>,
+    },
+}
+
 /// A communicator handle's record.
 pub(crate) struct CommEnt {
     pub comm: Comm,
     pub errhandler: c_int,
-    pub cart: Option<Arc<Cart>>,
+    pub topo: Option<Arc<Topo>>,
     pub attrs: BTreeMap<c_int, usize>,
     /// The keyvals of `attrs` in the order they were set.
     pub attr_order: Vec<c_int>,
@@ -158,7 +178,7 @@ impl Tables {
             CommEnt {
                 comm,
                 errhandler,
-                cart: None,
+                topo: None,
                 attrs: BTreeMap::new(),
                 attr_order: Vec::new(),
             },

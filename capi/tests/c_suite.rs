@@ -357,6 +357,11 @@ fn cart() {
 }
 
 #[test]
+fn graph_topologies_and_neighbourhood_collectives() {
+    expect_ok("neighbor", &[1, 2, 3, 4]);
+}
+
+#[test]
 fn mpi_t() {
     expect_ok("mpit", &[2]);
 }

@@ -27,7 +27,7 @@ use crate::framework::{CollFramework, CommShape, FnTable};
 use crate::group::{Compare, Group};
 use crate::op::Op;
 use crate::p2p::{Endpoint, P2p};
-use crate::schedule::{Exec, ExtRef};
+use crate::schedule::{Exec, ExtRef, Schedule, Slice};
 use crate::tags::TagSpace;
 use crate::{CollError, Result};
 
@@ -1192,6 +1192,97 @@ impl Comm {
         )?;
         view.derive(Some(group.clone()), None)?
             .ok_or_else(|| CollError::Intern("create_group produced no communicator".into()))
+    }
+
+    // ---------------------------------------------------------------- neighbourhood
+
+    /// A neighbourhood collective (`MPI_Neighbor_*` and `MPI_Ineighbor_*`,
+    /// after the C layer packed the blocks and listed the neighbours): one
+    /// round in which this rank sends `send[off..off + len]` to `peer` for
+    /// every `(peer, off, len)` of `sends` and receives `len` bytes from
+    /// `peer` into bytes `off..off + len` of a result of `recv_len` bytes
+    /// for every entry of `recvs` (bytes no block covers stay zero).
+    /// Blocks between one pair of ranks match in the order both sides list
+    /// them (the transport does not overtake), which is how the caller
+    /// pairs repeated neighbours. Every rank of the communicator calls it,
+    /// in the same order as its other collectives (it takes the next
+    /// collective tag, which user receives cannot match).
+    pub fn ineighbor_exchange(
+        &self,
+        send: Vec<u8>,
+        sends: &[(u32, usize, usize)],
+        recv_len: usize,
+        recvs: &[(u32, usize, usize)],
+    ) -> Result<CollRequest> {
+        let exec = self.neighbor_exec(send, sends, recv_len, recvs)?;
+        let req = CollRequest {
+            inner: Arc::new(ReqInner {
+                comm: Arc::clone(&self.inner),
+                exec: Mutex::new(exec),
+                done: AtomicBool::new(false),
+            }),
+        };
+        self.inner.ctx.add_active(Arc::downgrade(&req.inner));
+        Ok(req)
+    }
+
+    /// [`Comm::ineighbor_exchange`], blocking: returns the result buffer.
+    pub fn neighbor_exchange(
+        &self,
+        send: Vec<u8>,
+        sends: &[(u32, usize, usize)],
+        recv_len: usize,
+        recvs: &[(u32, usize, usize)],
+    ) -> Result<Vec<u8>> {
+        let mut exec = self.neighbor_exec(send, sends, recv_len, recvs)?;
+        self.drive(&mut exec)?;
+        Ok(exec.take_result())
+    }
+
+    fn neighbor_exec(
+        &self,
+        send: Vec<u8>,
+        sends: &[(u32, usize, usize)],
+        recv_len: usize,
+        recvs: &[(u32, usize, usize)],
+    ) -> Result<Exec> {
+        let p = self.size();
+        let peer_ok = |who: &str, peer: u32, off: usize, len: usize, total: usize| {
+            if peer >= p {
+                return Err(CollError::Arg(format!(
+                    "neighbour {peer} {who} is not a rank of a communicator of {p}"
+                )));
+            }
+            if off.checked_add(len).map_or(true, |end| end > total) {
+                return Err(CollError::Buffer(format!(
+                    "block of {len} bytes at {off} {who} neighbour {peer} outside {total} bytes"
+                )));
+            }
+            Ok(())
+        };
+        for &(peer, off, len) in sends {
+            peer_ok("(to)", peer, off, len, send.len())?;
+        }
+        for &(peer, off, len) in recvs {
+            peer_ok("(from)", peer, off, len, recv_len)?;
+        }
+        let mut s = Schedule::new();
+        let input = s.buf(send);
+        let out = s.out_buf(recv_len, recvs.iter().map(|&(_, off, len)| (off, len)));
+        // Receives first, in the listed order, then the sends: all in one
+        // round, started together.
+        for &(peer, off, len) in recvs {
+            s.recv(peer, Slice::new(out, off, len));
+        }
+        for &(peer, off, len) in sends {
+            s.send(peer, Slice::new(input, off, len));
+        }
+        s.result = Some(out);
+        s.validate()?;
+        let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
+        let tag = self.inner.space.tag(seq);
+        tracing::trace!(target: "coll_base", "neighbour exchange #{seq} on cid {}: {} sends, {} receives", self.context_id(), sends.len(), recvs.len());
+        Exec::new(s, tag, self.inner.peer_map.clone())
     }
 
     // ---------------------------------------------------------------- engine

@@ -445,3 +445,69 @@ fn v_collectives_bad_arguments_are_typed_errors() {
         assert_eq!(w.context().outstanding(), 0);
     });
 }
+
+#[test]
+fn neighbour_exchanges_pair_repeated_neighbours_in_order() {
+    // Every rank sends three blocks to its right neighbour (the second
+    // large enough for the rendezvous path) and one to itself, and receives
+    // from its left neighbour and itself into blocks listed in another
+    // order than their offsets; one exchange blocking, one outstanding
+    // beside an ibarrier. Blocks between one pair match in listed order.
+    for n in [1u32, 2, 3] {
+        job(n, &[], move |w, _| {
+            let me = w.rank();
+            let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+            let blocks = [
+                bytes(&[me as i32; 2]),
+                bytes(&ints(me, 20_000, 9)),
+                bytes(&[me as i32 * 7; 1]),
+            ];
+            let own = bytes(&[-(me as i32) - 1; 3]);
+            let mut send = Vec::new();
+            let mut sends = Vec::new();
+            for b in &blocks {
+                sends.push((right, send.len(), b.len()));
+                send.extend_from_slice(b);
+            }
+            sends.push((me, send.len(), own.len()));
+            send.extend_from_slice(&own);
+            // Result layout: own block first, then the neighbour's three in
+            // reverse order of offset.
+            let (l0, l1, l2) = (blocks[0].len(), blocks[1].len(), blocks[2].len());
+            let recvs = [
+                (left, 12 + l2 + l1, l0),
+                (left, 12 + l2, l1),
+                (left, 12, l2),
+                (me, 0, 12),
+            ];
+            let total = 12 + l0 + l1 + l2;
+            let check = |got: &[u8]| {
+                let want_left = |i: usize| -> Vec<u8> {
+                    match i {
+                        0 => bytes(&[left as i32; 2]),
+                        1 => bytes(&ints(left, 20_000, 9)),
+                        _ => bytes(&[left as i32 * 7; 1]),
+                    }
+                };
+                assert_eq!(&got[..12], &bytes(&[-(me as i32) - 1; 3])[..], "own block");
+                assert_eq!(got[12..12 + l2], want_left(2)[..], "block 2");
+                assert_eq!(got[12 + l2..12 + l2 + l1], want_left(1)[..], "block 1");
+                assert_eq!(got[12 + l2 + l1..], want_left(0)[..], "block 0");
+            };
+            let got = w
+                .neighbor_exchange(send.clone(), &sends, total, &recvs)
+                .unwrap();
+            check(&got);
+            let r = w.ineighbor_exchange(send, &sends, total, &recvs).unwrap();
+            let b = w.ibarrier().unwrap();
+            b.wait().unwrap();
+            check(&r.wait().unwrap());
+            // A peer outside the communicator is an argument error.
+            let bad = w.neighbor_exchange(Vec::new(), &[(n, 0, 0)], 0, &[]);
+            assert_eq!(
+                bad.map(|_| ()).map_err(|e| e.class()),
+                Err(MpiErrorClass::Arg)
+            );
+        });
+    }
+}

@@ -315,6 +315,43 @@ fn many_calls_cycle_the_slots_with_ranks_running_apart() {
 }
 
 #[test]
+fn chunked_calls_with_ranks_preempted_mid_call() {
+    // Allreduce and bcast above coll_sm_max (256 B): 48 KiB are 192 chunks
+    // (batches of 4 for allreduce, two ops each), more ranks than cores,
+    // roots rotating and ranks sleeping at different points, so ranks are
+    // preempted in the middle of calls while others run ahead into later
+    // slots: no rank may overwrite a chunk another has not read. (A reduce
+    // in shares whose ops finished out of order failed this way in 3 runs
+    // of 3; docs/coll.md "The slow placement's remaining cells".)
+    for n in [3u32, 5] {
+        job_cfg(shm(n), &[("coll_sm_max", "256")], move |w, _| {
+            let me = w.rank();
+            for i in 0..12u32 {
+                if (i * 7 + me) % 5 == 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                let mine: Vec<i32> = (0..12_288).map(|k| (me * 1000 + k + i) as i32).collect();
+                let want: Vec<i32> = (0..12_288)
+                    .map(|k| (0..n).map(|r| (r * 1000 + k + i) as i32).sum())
+                    .collect();
+                let mut all = vec![0u8; 49_152];
+                w.allreduce(Input::Buf(&bytes(&mine)), &mut all, Datatype::I32, &Op::Sum)
+                    .unwrap();
+                assert_eq!(from_bytes(&all), want, "allreduce {i}");
+                let root = i % n;
+                let mut b = if me == root {
+                    bytes(&ints(root + i, 12_288, 5))
+                } else {
+                    vec![0u8; 49_152]
+                };
+                w.bcast(&mut b, root).unwrap();
+                assert_eq!(from_bytes(&b), ints(root + i, 12_288, 5), "bcast {i}");
+            }
+        });
+    }
+}
+
+#[test]
 fn non_commutative_op_combines_in_rank_order() {
     for n in [2u32, 5, 8] {
         job_cfg(shm(n), &[], move |w, _| {
