@@ -450,7 +450,12 @@ pub extern "C" fn MPI_Keyval_free(keyval: *mut c_int) -> c_int {
 
 /// Runs `kv`'s delete callback on `v` (none: nothing); its failure is
 /// the calling function's error.
-fn delete_callback(kv: &crate::state::Keyval, comm: c_int, keyval: c_int, v: usize) -> Res<()> {
+pub(crate) fn delete_callback(
+    kv: &crate::state::Keyval,
+    comm: c_int,
+    keyval: c_int,
+    v: usize,
+) -> Res<()> {
     if let Some(f) = kv.delete {
         let rc = crate::ffi::call_delete_attr(f, comm, keyval, v, kv.extra);
         if rc != 0 {

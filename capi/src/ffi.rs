@@ -352,3 +352,29 @@ pub(crate) fn pmi_abort_line(fd: c_int, line: &[u8]) {
     // yields an error return.
     let _ = unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
 }
+
+/// Calls a generalized request's query callback on a status that starts
+/// empty; returns its error code and the status.
+pub(crate) fn call_greq_query(
+    f: crate::GreqQueryFn,
+    extra: usize,
+    empty: crate::request::MpiStatus,
+) -> (c_int, crate::request::MpiStatus) {
+    let mut st = empty;
+    // SAFETY: registered by MPI_Grequest_start; `st` is a valid local
+    // status of mpi.h's layout.
+    let rc = unsafe { f(extra as *mut std::ffi::c_void, &mut st) };
+    (rc, st)
+}
+
+/// Calls a generalized request's free callback.
+pub(crate) fn call_greq_free(f: crate::GreqFreeFn, extra: usize) -> c_int {
+    // SAFETY: registered by MPI_Grequest_start.
+    unsafe { f(extra as *mut std::ffi::c_void) }
+}
+
+/// Calls a generalized request's cancel callback.
+pub(crate) fn call_greq_cancel(f: crate::GreqCancelFn, extra: usize, complete: bool) -> c_int {
+    // SAFETY: registered by MPI_Grequest_start.
+    unsafe { f(extra as *mut std::ffi::c_void, c_int::from(complete)) }
+}

@@ -25,6 +25,7 @@ pub(crate) mod datatype;
 pub mod env;
 pub(crate) mod error;
 pub(crate) mod ffi;
+pub mod greq;
 pub mod misc;
 pub mod mpit;
 pub mod neighbor;
@@ -34,6 +35,7 @@ pub mod request;
 pub(crate) mod state;
 pub mod stubs;
 pub mod topo;
+pub mod type_attr;
 pub mod types;
 pub(crate) mod user_op;
 pub(crate) mod wide_ops;
@@ -47,3 +49,9 @@ pub type CopyAttrFn =
     unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
 /// `MPI_Comm_delete_attr_function`.
 pub type DeleteAttrFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void) -> c_int;
+/// `MPI_Grequest_query_function`.
+pub type GreqQueryFn = unsafe extern "C" fn(*mut c_void, *mut request::MpiStatus) -> c_int;
+/// `MPI_Grequest_free_function`.
+pub type GreqFreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+/// `MPI_Grequest_cancel_function`.
+pub type GreqCancelFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;

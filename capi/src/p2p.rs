@@ -1137,6 +1137,7 @@ pub extern "C" fn MPI_Cancel(request: *mut c_int) -> c_int {
         let rt = rt()?;
         let id = match tables().reqs.get(&h) {
             Some(Req::Pml { id, .. }) => Some(*id),
+            Some(Req::Greq(g)) => return g.cancel(),
             Some(_) => None,
             None => {
                 return Err(Error::new(
@@ -1174,7 +1175,7 @@ pub extern "C" fn MPI_Request_free(request: *mut c_int) -> c_int {
             | Some(Req::Done {
                 persist: Some(p), ..
             }) => tables().release_type(p.dtype),
-            Some(r @ Req::Pml { .. }) | Some(r @ Req::Coll { .. }) => {
+            Some(r @ (Req::Pml { .. } | Req::Coll { .. } | Req::Greq(_))) => {
                 // Staged data must outlive the operation: let it finish in
                 // the background by parking it under a fresh handle that
                 // nobody references; it completes on the next waits.

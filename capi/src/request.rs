@@ -155,6 +155,8 @@ pub(crate) enum Req {
     Done { st: St, persist: Option<Persist> },
     /// A persistent request that is not active.
     Inactive(Persist),
+    /// `MPI_Grequest_start`: complete once `MPI_Grequest_complete` ran.
+    Greq(crate::greq::Greq),
 }
 
 impl Req {
@@ -165,6 +167,7 @@ impl Req {
                 .as_ref()
                 .map_or(crate::state::COMM_WORLD, |p| p.comm),
             Req::Inactive(p) => p.comm,
+            Req::Greq(_) => crate::state::COMM_WORLD,
         }
     }
 }
@@ -296,6 +299,10 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
         // Tested in place by the caller; kept for completeness.
         r @ (Req::Pml { .. } | Req::Inactive(_)) => Ok(Taken::Again(r)),
         Req::Done { st, persist } => Ok(Taken::Done(st, persist)),
+        Req::Greq(g) => match g.complete()? {
+            Some(st) => Ok(Taken::Done(st, None)),
+            None => Ok(Taken::Again(Req::Greq(g))),
+        },
         Req::Coll { req, finish, comm } => {
             let r = req.test();
             if !matches!(r, Ok(false)) {

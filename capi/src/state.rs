@@ -98,6 +98,11 @@ pub(crate) struct Tables {
     pub infos: FxHashMap<c_int, Vec<(String, String)>>,
     pub next_info: c_int,
     pub keyvals: FxHashMap<c_int, Keyval>,
+    /// Attributes of datatypes: per handle, (keyval, value) in the order set.
+    pub type_attrs: FxHashMap<c_int, Vec<(c_int, usize)>>,
+    /// Generalized requests by handle: whether `MPI_Grequest_complete` ran
+    /// (found here while a waiting thread has the request taken out).
+    pub greqs: FxHashMap<c_int, std::sync::Arc<std::sync::atomic::AtomicBool>>,
     pub next_keyval: c_int,
     pub messages: FxHashMap<c_int, tmpi_pml::MessageId>,
     pub next_message: c_int,
@@ -147,6 +152,8 @@ impl Tables {
             infos: FxHashMap::default(),
             next_info: 2,
             keyvals: FxHashMap::default(),
+            type_attrs: FxHashMap::default(),
+            greqs: FxHashMap::default(),
             next_keyval: 100,
             messages: FxHashMap::default(),
             next_message: 2,

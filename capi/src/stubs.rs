@@ -56,8 +56,6 @@ unsupported! {
     MPI_File_write_at_all => "MPI-IO is not implemented";
     MPI_Get => "one-sided communication (MPI_Win_*) is not implemented";
     MPI_Get_accumulate => "one-sided communication (MPI_Win_*) is not implemented";
-    MPI_Grequest_complete => "generalized requests are not implemented";
-    MPI_Grequest_start => "generalized requests are not implemented";
     MPI_Intercomm_create => "inter-communicators are not implemented";
     MPI_Intercomm_merge => "inter-communicators are not implemented";
     MPI_Lookup_name => "dynamic process management is not implemented";
@@ -77,11 +75,6 @@ unsupported! {
     MPI_T_enum_get_info => "MPI_T categories and enumerations are not provided (tmpi defines none)";
     MPI_T_enum_get_item => "MPI_T categories and enumerations are not provided (tmpi defines none)";
     MPI_Type_create_darray => "this function is not implemented by tmpi yet";
-    MPI_Type_create_keyval => "datatype attributes are not implemented";
-    MPI_Type_delete_attr => "datatype attributes are not implemented";
-    MPI_Type_free_keyval => "datatype attributes are not implemented";
-    MPI_Type_get_attr => "datatype attributes are not implemented";
-    MPI_Type_set_attr => "datatype attributes are not implemented";
     MPI_Unpublish_name => "dynamic process management is not implemented";
     MPI_Win_allocate => "one-sided communication (MPI_Win_*) is not implemented";
     MPI_Win_allocate_shared => "one-sided communication (MPI_Win_*) is not implemented";

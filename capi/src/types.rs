@@ -295,7 +295,16 @@ pub extern "C" fn MPI_Type_dup(oldtype: c_int, newtype: *mut c_int) -> c_int {
         t.addrs = vec![];
         t.types = vec![oldtype];
         t.name = String::new();
-        make(newtype, t)
+        make(newtype, t)?;
+        let h = get(newtype, "newtype")?;
+        // Attributes through their copy callbacks; a failing callback
+        // fails the call with MPI_DATATYPE_NULL in `newtype`.
+        if let Err(e) = crate::type_attr::copy_attrs(oldtype, h) {
+            tables().types.remove(&h);
+            put(newtype, 0, "newtype")?;
+            return Err(e);
+        }
+        Ok(())
     })
 }
 
@@ -317,17 +326,17 @@ pub extern "C" fn MPI_Type_commit(datatype: *mut c_int) -> c_int {
 pub extern "C" fn MPI_Type_free(datatype: *mut c_int) -> c_int {
     guard("MPI_Type_free", COMM_WORLD, || {
         let h = get(datatype, "datatype")?;
-        let mut t = tables();
-        match t.types.get(&h) {
+        match tables().types.get(&h) {
             None => return Err(Error::new(C::Type, format!("invalid datatype handle {h}"))),
             Some(d) if d.predefined => {
                 return Err(Error::new(C::Type, "a predefined datatype cannot be freed"))
             }
-            Some(_) => {
-                t.types.remove(&h);
-            }
+            Some(_) => {}
         }
-        drop(t);
+        // The attributes' delete callbacks first (without the tables' lock:
+        // they may call MPI); a failure leaves the datatype.
+        crate::type_attr::delete_attrs(h)?;
+        tables().types.remove(&h);
         put(datatype, 0, "datatype")
     })
 }

@@ -357,6 +357,16 @@ fn cart() {
 }
 
 #[test]
+fn generalized_requests() {
+    expect_ok("greq", &[1, 3]);
+}
+
+#[test]
+fn datatype_attributes() {
+    expect_ok("type_attrs", &[1]);
+}
+
+#[test]
 fn graph_topologies_and_neighbourhood_collectives() {
     expect_ok("neighbor", &[1, 2, 3, 4]);
 }
