@@ -525,7 +525,20 @@ impl VLayout {
 
     /// The v-forms: `counts[i]` items of `t` at `displs[i]` extents.
     fn v(counts: *const c_int, displs: *const c_int, p: usize, t: &Arc<Dtype>) -> Res<VLayout> {
-        let cs = crate::ffi::array(counts, p, "counts")?;
+        VLayout::v_where(counts, displs, p, t, |_| true)
+    }
+
+    /// [`VLayout::v`] with the blocks `keep` rejects counted as empty
+    /// (neither read nor written: a neighbourhood collective's
+    /// `MPI_PROC_NULL` neighbours).
+    pub(crate) fn v_where(
+        counts: *const c_int,
+        displs: *const c_int,
+        p: usize,
+        t: &Arc<Dtype>,
+        keep: impl Fn(usize) -> bool,
+    ) -> Res<VLayout> {
+        let cs = kept(crate::ffi::array(counts, p, "counts")?, keep);
         let ds = crate::ffi::array(displs, p, "displs")?;
         let ts = vec![Arc::clone(t); p];
         VLayout::new(&cs, &ts, |i, t| {
@@ -543,13 +556,26 @@ impl VLayout {
         types: *const c_int,
         p: usize,
     ) -> Res<VLayout> {
-        let cs = crate::ffi::array(counts, p, "counts")?;
         let ds = crate::ffi::array(displs, p, "displs")?;
+        let ds: Vec<isize> = ds.into_iter().map(|d| d as isize).collect();
+        VLayout::w_where(counts, &ds, types, |_| true)
+    }
+
+    /// [`VLayout::w`] on byte displacements already read (one per block),
+    /// with the blocks `keep` rejects counted as empty ([`VLayout::v_where`]).
+    pub(crate) fn w_where(
+        counts: *const c_int,
+        displs: &[isize],
+        types: *const c_int,
+        keep: impl Fn(usize) -> bool,
+    ) -> Res<VLayout> {
+        let p = displs.len();
+        let cs = kept(crate::ffi::array(counts, p, "counts")?, keep);
         let ts = crate::ffi::array(types, p, "types")?
             .into_iter()
             .map(ty)
             .collect::<Res<Vec<_>>>()?;
-        VLayout::new(&cs, &ts, |i, _| Ok(ds[i] as isize))
+        VLayout::new(&cs, &ts, |i, _| Ok(displs[i]))
     }
 
     /// The buffer as tmpi-coll sees it: the caller's bytes, or a staged copy.
@@ -618,6 +644,16 @@ impl VLayout {
             regions(buf, self.counts, self.displs)
         }
     }
+}
+
+/// `counts` with the blocks `keep` rejects set to 0.
+fn kept(mut counts: Vec<c_int>, keep: impl Fn(usize) -> bool) -> Vec<c_int> {
+    for (i, c) in counts.iter_mut().enumerate() {
+        if !keep(i) {
+            *c = 0;
+        }
+    }
+    counts
 }
 
 /// A blocking v/w call's receive buffer ([`VLayout::out`]).

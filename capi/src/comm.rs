@@ -411,13 +411,25 @@ pub extern "C" fn MPI_Comm_create_keyval(
     keyval: *mut c_int,
     extra: *mut c_void,
 ) -> c_int {
-    guard("MPI_Comm_create_keyval", COMM_WORLD, || {
+    create_keyval("MPI_Comm_create_keyval", copy, delete, keyval, extra)
+}
+
+/// `MPI_Comm_create_keyval` and `MPI_Type_create_keyval`: one table of
+/// keyvals for both.
+pub(crate) fn create_keyval(
+    name: &'static str,
+    copy: Option<crate::CopyAttrFn>,
+    delete: Option<crate::DeleteAttrFn>,
+    keyval: *mut c_int,
+    extra: *mut c_void,
+) -> c_int {
+    guard(name, COMM_WORLD, || {
         let h = tables().add_keyval(crate::state::Keyval {
             copy,
             delete,
             extra: extra as usize,
         });
-        put(keyval, h, "comm_keyval")
+        put(keyval, h, "keyval")
     })
 }
 

@@ -14,19 +14,11 @@ use crate::error::{guard, Error, MpiErrorClass as C, Res};
 use crate::ffi::{array, count as ccount, is_in_place};
 use crate::topo::{neighborhood, Neighborhood};
 
-/// Counts as passed, with the blocks of absent neighbours set to 0.
-fn present(counts: &[c_int], has: impl Fn(usize) -> bool) -> Vec<c_int> {
-    counts
-        .iter()
-        .enumerate()
-        .map(|(i, &c)| if has(i) { c } else { 0 })
-        .collect()
-}
-
-/// `n` blocks of `count` items of `t`, block `i` at `i * count` extents.
-fn uniform(n: usize, count: c_int, t: &Arc<Dtype>, has: impl Fn(usize) -> bool) -> Res<VLayout> {
+/// `n` blocks of `count` items of `t`, block `i` at `i * count` extents;
+/// the blocks `keep` rejects counted as empty.
+fn uniform(n: usize, count: c_int, t: &Arc<Dtype>, keep: impl Fn(usize) -> bool) -> Res<VLayout> {
     let c = ccount(count, C::Count, "count")?;
-    let counts = present(&vec![count; n], has);
+    let counts: Vec<c_int> = (0..n).map(|i| if keep(i) { count } else { 0 }).collect();
     let types = vec![Arc::clone(t); n];
     VLayout::new(&counts, &types, |i, t| {
         isize::try_from(i * c)
@@ -34,42 +26,6 @@ fn uniform(n: usize, count: c_int, t: &Arc<Dtype>, has: impl Fn(usize) -> bool) 
             .and_then(|x| x.checked_mul(t.extent()))
             .ok_or_else(|| Error::new(C::Count, "block offset overflows"))
     })
-}
-
-/// The v-form: `counts[i]` items of `t` at `displs[i]` extents.
-fn varied(
-    n: usize,
-    counts: *const c_int,
-    displs: *const c_int,
-    t: &Arc<Dtype>,
-    has: impl Fn(usize) -> bool,
-) -> Res<VLayout> {
-    let cs = present(&array(counts, n, "counts")?, has);
-    let ds = array(displs, n, "displs")?;
-    let types = vec![Arc::clone(t); n];
-    VLayout::new(&cs, &types, |i, t| {
-        isize::try_from(ds[i])
-            .ok()
-            .and_then(|d| d.checked_mul(t.extent()))
-            .ok_or_else(|| Error::new(C::Arg, "displs[i] x extent overflows"))
-    })
-}
-
-/// The w-form: `counts[i]` items of `types[i]` at byte `displs[i]`.
-fn typed(
-    n: usize,
-    counts: *const c_int,
-    displs: *const isize,
-    types: *const c_int,
-    has: impl Fn(usize) -> bool,
-) -> Res<VLayout> {
-    let cs = present(&array(counts, n, "counts")?, has);
-    let ds = array(displs, n, "displs")?;
-    let ts = array(types, n, "types")?
-        .into_iter()
-        .map(ty)
-        .collect::<Res<Vec<_>>>()?;
-    VLayout::new(&cs, &ts, |i, _| Ok(ds[i]))
 }
 
 /// One neighbourhood exchange: `send` blocks to the out-neighbours (`one`:
@@ -125,6 +81,25 @@ fn exchange(
     }
 }
 
+/// The body of every neighbourhood collective: the layouts from the
+/// topology's neighbourhood, then [`exchange`] (`one`: allgather's single
+/// send block).
+fn run(
+    name: &'static str,
+    comm: c_int,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    one: bool,
+    layouts: impl FnOnce(&Neighborhood) -> Res<(VLayout, VLayout)>,
+    request: Option<*mut c_int>,
+) -> c_int {
+    guard(name, comm, || {
+        let nb = neighborhood(comm)?;
+        let (send, recv) = layouts(&nb)?;
+        exchange(comm, &nb, sendbuf, &send, one, recvbuf, recv, request)
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 fn allgather(
     name: &'static str,
@@ -132,34 +107,110 @@ fn allgather(
     sendcount: c_int,
     sendtype: c_int,
     recvbuf: *mut c_void,
-    recv: impl FnOnce(&Neighborhood) -> Res<VLayout>,
+    recvcount: c_int,
+    recvtype: c_int,
     comm: c_int,
     request: Option<*mut c_int>,
 ) -> c_int {
-    guard(name, comm, || {
-        let nb = neighborhood(comm)?;
+    let layouts = |nb: &Neighborhood| {
         let send = uniform(1, sendcount, &ty(sendtype)?, |_| true)?;
-        let recv = recv(&nb)?;
-        exchange(comm, &nb, sendbuf, &send, true, recvbuf, recv, request)
-    })
+        let recv = uniform(nb.indegree, recvcount, &ty(recvtype)?, |i| nb.receives(i))?;
+        Ok((send, recv))
+    };
+    run(name, comm, sendbuf, recvbuf, true, layouts, request)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn allgatherv(
+    name: &'static str,
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: c_int,
+    comm: c_int,
+    request: Option<*mut c_int>,
+) -> c_int {
+    let layouts = |nb: &Neighborhood| {
+        let send = uniform(1, sendcount, &ty(sendtype)?, |_| true)?;
+        let t = ty(recvtype)?;
+        let recv = VLayout::v_where(recvcounts, displs, nb.indegree, &t, |i| nb.receives(i))?;
+        Ok((send, recv))
+    };
+    run(name, comm, sendbuf, recvbuf, true, layouts, request)
 }
 
 #[allow(clippy::too_many_arguments)]
 fn alltoall(
     name: &'static str,
     sendbuf: *const c_void,
-    send: impl FnOnce(&Neighborhood) -> Res<VLayout>,
+    sendcount: c_int,
+    sendtype: c_int,
     recvbuf: *mut c_void,
-    recv: impl FnOnce(&Neighborhood) -> Res<VLayout>,
+    recvcount: c_int,
+    recvtype: c_int,
     comm: c_int,
     request: Option<*mut c_int>,
 ) -> c_int {
-    guard(name, comm, || {
-        let nb = neighborhood(comm)?;
-        let send = send(&nb)?;
-        let recv = recv(&nb)?;
-        exchange(comm, &nb, sendbuf, &send, false, recvbuf, recv, request)
-    })
+    let layouts = |nb: &Neighborhood| {
+        let send = uniform(nb.outdegree, sendcount, &ty(sendtype)?, |j| {
+            nb.sends_block(j)
+        })?;
+        let recv = uniform(nb.indegree, recvcount, &ty(recvtype)?, |i| nb.receives(i))?;
+        Ok((send, recv))
+    };
+    run(name, comm, sendbuf, recvbuf, false, layouts, request)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn alltoallv(
+    name: &'static str,
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtype: c_int,
+    comm: c_int,
+    request: Option<*mut c_int>,
+) -> c_int {
+    let layouts = |nb: &Neighborhood| {
+        let (st, rt) = (ty(sendtype)?, ty(recvtype)?);
+        let send = VLayout::v_where(sendcounts, sdispls, nb.outdegree, &st, |j| {
+            nb.sends_block(j)
+        })?;
+        let recv = VLayout::v_where(recvcounts, rdispls, nb.indegree, &rt, |i| nb.receives(i))?;
+        Ok((send, recv))
+    };
+    run(name, comm, sendbuf, recvbuf, false, layouts, request)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn alltoallw(
+    name: &'static str,
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const isize,
+    sendtypes: *const c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const isize,
+    recvtypes: *const c_int,
+    comm: c_int,
+    request: Option<*mut c_int>,
+) -> c_int {
+    let layouts = |nb: &Neighborhood| {
+        let sd = array(sdispls, nb.outdegree, "sdispls")?;
+        let rd = array(rdispls, nb.indegree, "rdispls")?;
+        let send = VLayout::w_where(sendcounts, &sd, sendtypes, |j| nb.sends_block(j))?;
+        let recv = VLayout::w_where(recvcounts, &rd, recvtypes, |i| nb.receives(i))?;
+        Ok((send, recv))
+    };
+    run(name, comm, sendbuf, recvbuf, false, layouts, request)
 }
 
 #[no_mangle]
@@ -172,20 +223,20 @@ pub extern "C" fn MPI_Neighbor_allgather(
     recvtype: c_int,
     comm: c_int,
 ) -> c_int {
-    let recv =
-        |nb: &Neighborhood| uniform(nb.indegree, recvcount, &ty(recvtype)?, |i| nb.receives(i));
     allgather(
         "MPI_Neighbor_allgather",
         sendbuf,
         sendcount,
         sendtype,
         recvbuf,
-        recv,
+        recvcount,
+        recvtype,
         comm,
         None,
     )
 }
 
+#[allow(clippy::too_many_arguments)]
 #[no_mangle]
 pub extern "C" fn MPI_Ineighbor_allgather(
     sendbuf: *const c_void,
@@ -197,18 +248,16 @@ pub extern "C" fn MPI_Ineighbor_allgather(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    let recv =
-        |nb: &Neighborhood| uniform(nb.indegree, recvcount, &ty(recvtype)?, |i| nb.receives(i));
-    let r = Some(request);
     allgather(
         "MPI_Ineighbor_allgather",
         sendbuf,
         sendcount,
         sendtype,
         recvbuf,
-        recv,
+        recvcount,
+        recvtype,
         comm,
-        r,
+        Some(request),
     )
 }
 
@@ -224,18 +273,15 @@ pub extern "C" fn MPI_Neighbor_allgatherv(
     recvtype: c_int,
     comm: c_int,
 ) -> c_int {
-    let recv = |nb: &Neighborhood| {
-        varied(nb.indegree, recvcounts, displs, &ty(recvtype)?, |i| {
-            nb.receives(i)
-        })
-    };
-    allgather(
+    allgatherv(
         "MPI_Neighbor_allgatherv",
         sendbuf,
         sendcount,
         sendtype,
         recvbuf,
-        recv,
+        recvcounts,
+        displs,
+        recvtype,
         comm,
         None,
     )
@@ -254,21 +300,17 @@ pub extern "C" fn MPI_Ineighbor_allgatherv(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    let recv = |nb: &Neighborhood| {
-        varied(nb.indegree, recvcounts, displs, &ty(recvtype)?, |i| {
-            nb.receives(i)
-        })
-    };
-    let r = Some(request);
-    allgather(
+    allgatherv(
         "MPI_Ineighbor_allgatherv",
         sendbuf,
         sendcount,
         sendtype,
         recvbuf,
-        recv,
+        recvcounts,
+        displs,
+        recvtype,
         comm,
-        r,
+        Some(request),
     )
 }
 
@@ -282,24 +324,20 @@ pub extern "C" fn MPI_Neighbor_alltoall(
     recvtype: c_int,
     comm: c_int,
 ) -> c_int {
-    let send = |nb: &Neighborhood| {
-        uniform(nb.outdegree, sendcount, &ty(sendtype)?, |j| {
-            nb.sends_block(j)
-        })
-    };
-    let recv =
-        |nb: &Neighborhood| uniform(nb.indegree, recvcount, &ty(recvtype)?, |i| nb.receives(i));
     alltoall(
         "MPI_Neighbor_alltoall",
         sendbuf,
-        send,
+        sendcount,
+        sendtype,
         recvbuf,
-        recv,
+        recvcount,
+        recvtype,
         comm,
         None,
     )
 }
 
+#[allow(clippy::too_many_arguments)]
 #[no_mangle]
 pub extern "C" fn MPI_Ineighbor_alltoall(
     sendbuf: *const c_void,
@@ -311,19 +349,14 @@ pub extern "C" fn MPI_Ineighbor_alltoall(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    let send = |nb: &Neighborhood| {
-        uniform(nb.outdegree, sendcount, &ty(sendtype)?, |j| {
-            nb.sends_block(j)
-        })
-    };
-    let recv =
-        |nb: &Neighborhood| uniform(nb.indegree, recvcount, &ty(recvtype)?, |i| nb.receives(i));
     alltoall(
         "MPI_Ineighbor_alltoall",
         sendbuf,
-        send,
+        sendcount,
+        sendtype,
         recvbuf,
-        recv,
+        recvcount,
+        recvtype,
         comm,
         Some(request),
     )
@@ -342,22 +375,16 @@ pub extern "C" fn MPI_Neighbor_alltoallv(
     recvtype: c_int,
     comm: c_int,
 ) -> c_int {
-    let send = |nb: &Neighborhood| {
-        varied(nb.outdegree, sendcounts, sdispls, &ty(sendtype)?, |j| {
-            nb.sends_block(j)
-        })
-    };
-    let recv = |nb: &Neighborhood| {
-        varied(nb.indegree, recvcounts, rdispls, &ty(recvtype)?, |i| {
-            nb.receives(i)
-        })
-    };
-    alltoall(
+    alltoallv(
         "MPI_Neighbor_alltoallv",
         sendbuf,
-        send,
+        sendcounts,
+        sdispls,
+        sendtype,
         recvbuf,
-        recv,
+        recvcounts,
+        rdispls,
+        recvtype,
         comm,
         None,
     )
@@ -377,22 +404,16 @@ pub extern "C" fn MPI_Ineighbor_alltoallv(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    let send = |nb: &Neighborhood| {
-        varied(nb.outdegree, sendcounts, sdispls, &ty(sendtype)?, |j| {
-            nb.sends_block(j)
-        })
-    };
-    let recv = |nb: &Neighborhood| {
-        varied(nb.indegree, recvcounts, rdispls, &ty(recvtype)?, |i| {
-            nb.receives(i)
-        })
-    };
-    alltoall(
+    alltoallv(
         "MPI_Ineighbor_alltoallv",
         sendbuf,
-        send,
+        sendcounts,
+        sdispls,
+        sendtype,
         recvbuf,
-        recv,
+        recvcounts,
+        rdispls,
+        recvtype,
         comm,
         Some(request),
     )
@@ -411,22 +432,16 @@ pub extern "C" fn MPI_Neighbor_alltoallw(
     recvtypes: *const c_int,
     comm: c_int,
 ) -> c_int {
-    let send = |nb: &Neighborhood| {
-        typed(nb.outdegree, sendcounts, sdispls, sendtypes, |j| {
-            nb.sends_block(j)
-        })
-    };
-    let recv = |nb: &Neighborhood| {
-        typed(nb.indegree, recvcounts, rdispls, recvtypes, |i| {
-            nb.receives(i)
-        })
-    };
-    alltoall(
+    alltoallw(
         "MPI_Neighbor_alltoallw",
         sendbuf,
-        send,
+        sendcounts,
+        sdispls,
+        sendtypes,
         recvbuf,
-        recv,
+        recvcounts,
+        rdispls,
+        recvtypes,
         comm,
         None,
     )
@@ -446,22 +461,16 @@ pub extern "C" fn MPI_Ineighbor_alltoallw(
     comm: c_int,
     request: *mut c_int,
 ) -> c_int {
-    let send = |nb: &Neighborhood| {
-        typed(nb.outdegree, sendcounts, sdispls, sendtypes, |j| {
-            nb.sends_block(j)
-        })
-    };
-    let recv = |nb: &Neighborhood| {
-        typed(nb.indegree, recvcounts, rdispls, recvtypes, |i| {
-            nb.receives(i)
-        })
-    };
-    alltoall(
+    alltoallw(
         "MPI_Ineighbor_alltoallw",
         sendbuf,
-        send,
+        sendcounts,
+        sdispls,
+        sendtypes,
         recvbuf,
-        recv,
+        recvcounts,
+        rdispls,
+        recvtypes,
         comm,
         Some(request),
     )

@@ -41,14 +41,7 @@ pub extern "C" fn MPI_Type_create_keyval(
     keyval: *mut c_int,
     extra: *mut c_void,
 ) -> c_int {
-    guard("MPI_Type_create_keyval", COMM_WORLD, || {
-        let h = tables().add_keyval(Keyval {
-            copy,
-            delete,
-            extra: extra as usize,
-        });
-        put(keyval, h, "type_keyval")
-    })
+    crate::comm::create_keyval("MPI_Type_create_keyval", copy, delete, keyval, extra)
 }
 
 #[no_mangle]
