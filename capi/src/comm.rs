@@ -83,8 +83,8 @@ pub(crate) fn register(parent: c_int, c: Comm, copy_attrs: bool) -> Res<c_int> {
                         if let Some(e) = tables().comms.remove(&h) {
                             let _ = e.comm.free();
                         }
-                        return Err(Error::new(
-                            C::Other,
+                        return Err(Error::callback(
+                            rc,
                             format!("attribute copy callback of keyval {k} failed with {rc}"),
                         ));
                     }
@@ -471,8 +471,8 @@ pub(crate) fn delete_callback(
     if let Some(f) = kv.delete {
         let rc = crate::ffi::call_delete_attr(f, comm, keyval, v, kv.extra);
         if rc != 0 {
-            return Err(Error::new(
-                C::Other,
+            return Err(Error::callback(
+                rc,
                 format!("attribute delete callback of keyval {keyval} failed with {rc}"),
             ));
         }

@@ -25,6 +25,20 @@ impl Error {
             msg: msg.into(),
         }
     }
+    /// The failure of a user callback (attribute copy or delete, a
+    /// generalized request's): the call returns the callback's own code
+    /// when it is an error class or code MPI knows (a user class from
+    /// `MPI_Add_error_class` included), else `MPI_ERR_OTHER`.
+    pub(crate) fn callback(rc: c_int, msg: impl Into<String>) -> Self {
+        let known = class_of(rc).is_some() && rc != 0;
+        Error {
+            class: MpiErrorClass::from_raw(rc)
+                .filter(|_| known)
+                .unwrap_or(MpiErrorClass::Other),
+            code: known.then_some(rc),
+            msg: msg.into(),
+        }
+    }
     fn code(&self) -> c_int {
         self.code.unwrap_or(self.class as c_int)
     }

@@ -26,11 +26,8 @@ pub(crate) struct Greq {
 
 /// A callback's error code as an error of the call that ran it.
 fn callback_error(what: &str, rc: c_int) -> Error {
-    let class = C::from_raw(rc)
-        .filter(|&c| c != C::Success)
-        .unwrap_or(C::Other);
-    Error::new(
-        class,
+    Error::callback(
+        rc,
         format!("generalized request {what} callback returned {rc}"),
     )
 }

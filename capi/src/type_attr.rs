@@ -113,8 +113,8 @@ pub(crate) fn copy_attrs(from: c_int, to: c_int) -> Res<()> {
         let Some(f) = kv.copy else { continue };
         let (rc, flag, nv) = crate::ffi::call_copy_attr(f, from, k, kv.extra, v);
         if rc != 0 {
-            return Err(Error::new(
-                C::Other,
+            return Err(Error::callback(
+                rc,
                 format!("attribute copy callback of keyval {k} failed with {rc}"),
             ));
         }

@@ -2,19 +2,21 @@
  * MPI_Finalize (MPICH's attrerr, attrend, attrend2):
  * - a delete callback that fails makes MPI_Comm_set_attr (replacing) and
  *   MPI_Comm_delete_attr fail, and the attribute keeps its old value;
- * - a copy callback that fails makes MPI_Comm_dup fail;
+ * - a copy callback that fails makes MPI_Comm_dup fail, with the
+ *   callback's own code when it is one MPI knows (a user class and a user
+ *   code from MPI_Add_error_class/code: MPICH's errors/comm/userdup);
  * - MPI_Finalize first deletes MPI_COMM_SELF's attributes, last set first,
  *   while MPI_Finalized still says no. */
 #include "check.h"
 
-static int fail_delete = 1, fail_copy = 1;
+static int fail_delete = 1, fail_copy = 1, copy_rc = MPI_ERR_OTHER;
 static int order[4], deleted;
 
 static int copy_fn(MPI_Comm c, int k, void *x, void *in, void *out, int *flag) {
     (void)c; (void)k; (void)x;
     *(void **)out = in;
     *flag = 1;
-    return fail_copy ? MPI_ERR_OTHER : MPI_SUCCESS;
+    return fail_copy ? copy_rc : MPI_SUCCESS;
 }
 
 static int delete_fn(MPI_Comm c, int k, void *v, void *x) {
@@ -50,6 +52,20 @@ int main(int argc, char **argv) {
     CHECK(flag && got == (void *)1L);
     d2 = MPI_COMM_NULL;
     CHECK(MPI_Comm_dup(d, &d2) != MPI_SUCCESS);
+    int uclass, ucode, cls, len;
+    char msg[MPI_MAX_ERROR_STRING];
+    OK(MPI_Add_error_class(&uclass));
+    OK(MPI_Add_error_code(uclass, &ucode));
+    OK(MPI_Add_error_string(uclass, "my class"));
+    copy_rc = uclass;
+    int rc = MPI_Comm_dup(d, &d2);
+    OK(MPI_Error_class(rc, &cls));
+    OK(MPI_Error_string(rc, msg, &len));
+    CHECK(cls == uclass && strcmp(msg, "my class") == 0);
+    copy_rc = ucode;
+    rc = MPI_Comm_dup(d, &d2);
+    OK(MPI_Error_class(rc, &cls));
+    CHECK(rc == ucode && cls == uclass);
     fail_copy = 0;
     OK(MPI_Comm_dup(d, &d2));
     OK(MPI_Comm_get_attr(d2, key, &got, &flag));
