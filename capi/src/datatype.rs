@@ -24,6 +24,7 @@ pub(crate) mod combiner {
     pub const INDEXED_BLOCK: i32 = 10;
     pub const STRUCT: i32 = 12;
     pub const SUBARRAY: i32 = 13;
+    pub const DARRAY: i32 = 14;
     pub const RESIZED: i32 = 18;
     pub const HINDEXED_BLOCK: i32 = 19;
 }

@@ -74,7 +74,6 @@ unsupported! {
     MPI_T_category_get_pvars => "MPI_T categories and enumerations are not provided (tmpi defines none)";
     MPI_T_enum_get_info => "MPI_T categories and enumerations are not provided (tmpi defines none)";
     MPI_T_enum_get_item => "MPI_T categories and enumerations are not provided (tmpi defines none)";
-    MPI_Type_create_darray => "this function is not implemented by tmpi yet";
     MPI_Unpublish_name => "dynamic process management is not implemented";
     MPI_Win_allocate => "one-sided communication (MPI_Win_*) is not implemented";
     MPI_Win_allocate_shared => "one-sided communication (MPI_Win_*) is not implemented";

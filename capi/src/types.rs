@@ -691,6 +691,164 @@ pub extern "C" fn MPI_Aint_diff(a: isize, b: isize) -> isize {
 
 /// `MPI_Type_create_subarray`: a block of an `ndims`-dimensional array,
 /// extent of the whole array (C or Fortran order).
+/// The indices of one dimension of `g` elements that process coordinate
+/// `c` of `p` owns under `MPI_Type_create_darray`'s distribution `dist`
+/// with argument `darg`, as runs `(first, length)` in increasing order.
+fn darray_runs(
+    dim: usize,
+    g: c_int,
+    dist: c_int,
+    darg: c_int,
+    p: c_int,
+    c: c_int,
+) -> Res<Vec<(isize, usize)>> {
+    const BLOCK: c_int = 121;
+    const CYCLIC: c_int = 122;
+    const NONE: c_int = 123;
+    const DFLT: c_int = -49767;
+    let bad = |what: String| Error::new(C::Arg, format!("dimension {dim}: {what}"));
+    match dist {
+        NONE => {
+            if p != 1 {
+                return Err(bad(format!("MPI_DISTRIBUTE_NONE over {p} processes")));
+            }
+            Ok(vec![(0, g as usize)])
+        }
+        BLOCK => {
+            let d = if darg == DFLT { (g + p - 1) / p } else { darg };
+            if d <= 0 || (d as i64) * (p as i64) < g as i64 {
+                return Err(bad(format!(
+                    "block size {d} x {p} processes < {g} elements"
+                )));
+            }
+            let first = c as i64 * d as i64;
+            let end = (first + d as i64).min(g as i64);
+            Ok(if first < end {
+                vec![(first as isize, (end - first) as usize)]
+            } else {
+                vec![]
+            })
+        }
+        CYCLIC => {
+            let d = if darg == DFLT { 1 } else { darg };
+            if d <= 0 {
+                return Err(bad(format!("cyclic block size {d}")));
+            }
+            let mut runs = Vec::new();
+            let mut first = c as i64 * d as i64;
+            while first < g as i64 {
+                let end = (first + d as i64).min(g as i64);
+                runs.push((first as isize, (end - first) as usize));
+                first += d as i64 * p as i64;
+            }
+            Ok(runs)
+        }
+        _ => Err(bad(format!("distribution {dist} is not MPI_DISTRIBUTE_*"))),
+    }
+}
+
+/// `MPI_Type_create_darray`: this rank's part of a global array of
+/// `gsizes` distributed over a row-major grid of `psizes` processes, each
+/// dimension by block, cyclic(darg) or not at all; the elements in the
+/// array's memory order (`order`), extent the whole global array.
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_Type_create_darray(
+    size: c_int,
+    rank: c_int,
+    ndims: c_int,
+    gsizes: *const c_int,
+    distribs: *const c_int,
+    dargs: *const c_int,
+    psizes: *const c_int,
+    order: c_int,
+    oldtype: c_int,
+    newtype: *mut c_int,
+) -> c_int {
+    guard("MPI_Type_create_darray", COMM_WORLD, || {
+        let n = ccount(ndims, C::Arg, "ndims")?;
+        if n == 0 {
+            return Err(Error::new(C::Arg, "ndims must be positive"));
+        }
+        let mut g = array(gsizes, n, "array_of_gsizes")?;
+        let mut dist = array(distribs, n, "array_of_distribs")?;
+        let mut darg = array(dargs, n, "array_of_dargs")?;
+        let mut ps = array(psizes, n, "array_of_psizes")?;
+        if g.iter().any(|&x| x <= 0) || ps.iter().any(|&x| x <= 0) {
+            return Err(Error::new(C::Arg, "gsizes and psizes must be positive"));
+        }
+        let grid: i64 = ps.iter().map(|&x| x as i64).product();
+        if grid != size as i64 || !(0..size).contains(&rank) {
+            return Err(Error::new(
+                C::Arg,
+                format!("rank {rank} of {size} on a process grid of {grid}"),
+            ));
+        }
+        let fortran = match order {
+            56 => false,
+            57 => true,
+            _ => {
+                return Err(Error::new(
+                    C::Arg,
+                    format!("order {order} is not MPI_ORDER_C or MPI_ORDER_FORTRAN"),
+                ))
+            }
+        };
+        let mut ints = vec![size, rank, ndims];
+        for v in [&g, &dist, &darg, &ps] {
+            ints.extend(v.iter());
+        }
+        ints.push(order);
+        // The process grid is row-major whatever the array order.
+        let mut coords = vec![0; n];
+        let mut rest = rank;
+        for i in (0..n).rev() {
+            coords[i] = rest % ps[i];
+            rest /= ps[i];
+        }
+        if fortran {
+            // Fortran order is C order of the reversed dimensions.
+            for v in [&mut g, &mut dist, &mut darg, &mut ps, &mut coords] {
+                v.reverse();
+            }
+        }
+        let runs = (0..n)
+            .map(|i| darray_runs(i, g[i], dist[i], darg[i], ps[i], coords[i]))
+            .collect::<Res<Vec<_>>>()?;
+        let o = old(oldtype)?;
+        let ext = o.extent();
+        let mut stride = vec![1isize; n];
+        for i in (0..n - 1).rev() {
+            stride[i] = stride[i + 1] * g[i + 1] as isize;
+        }
+        // Every owned index of the outer dimensions, in order; then the
+        // runs of the last one.
+        let outer: Vec<Vec<isize>> = runs[..n - 1]
+            .iter()
+            .map(|r| r.iter().flat_map(|&(f, l)| f..f + l as isize).collect())
+            .collect();
+        let combos: usize = outer.iter().map(Vec::len).product();
+        let mut b = Builder::new();
+        for k in 0..combos {
+            let mut rest = k;
+            let mut off = 0isize;
+            for i in (0..n - 1).rev() {
+                let idx = &outer[i];
+                off += idx[rest % idx.len()] * stride[i];
+                rest /= idx.len();
+            }
+            for &(first, len) in &runs[n - 1] {
+                b.place(&o, (off + first) * ext, len)?;
+            }
+        }
+        let mut t = b.finish(cb::DARRAY, ints, vec![], vec![oldtype], false);
+        let total: isize = g.iter().map(|&s| s as isize).product();
+        t.lb = 0;
+        t.ub = total * ext;
+        make(newtype, t)
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn MPI_Type_create_subarray(
     ndims: c_int,

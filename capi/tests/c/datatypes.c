@@ -162,6 +162,56 @@ int main(int argc, char **argv) {
         CHECK(out[0] == 5 && out[1] == 6 && out[2] == 9 && out[3] == 10 && out[4] == 13 && out[5] == 14);
         OK(MPI_Type_free(&sa));
     }
+    /* Darray: process 1 of 3 (block: 10 elements in blocks of 4, it owns
+     * 4..7; cyclic(2): 2, 3, 8, 9), and process 4 of a 2x3 grid holding
+     * a 4x6 array by blocks in Fortran order (rows 2-3, columns 2-3:
+     * elements 10, 11, 14, 15, first index fastest). */
+    {
+        int g1[1] = {10}, blk[1] = {MPI_DISTRIBUTE_BLOCK}, cyc[1] = {MPI_DISTRIBUTE_CYCLIC};
+        int dflt[1] = {MPI_DISTRIBUTE_DFLT_DARG}, two[1] = {2}, p3[1] = {3}, a[24], out[4];
+        int pos, k, combiner, ni, na, nt;
+        char buf[64];
+        MPI_Datatype da;
+        for (i = 0; i < 24; i++) a[i] = i;
+        OK(MPI_Type_create_darray(3, 1, 1, g1, blk, dflt, p3, MPI_ORDER_C, MPI_INT, &da));
+        OK(MPI_Type_commit(&da));
+        OK(MPI_Type_size(da, &s)); CHECK(s == 16);
+        OK(MPI_Type_get_extent(da, &lb, &ext)); CHECK(lb == 0 && ext == 40);
+        pos = 0;
+        OK(MPI_Pack(a, 1, da, buf, sizeof buf, &pos, MPI_COMM_WORLD));
+        pos = 0;
+        OK(MPI_Unpack(buf, sizeof buf, &pos, out, 4, MPI_INT, MPI_COMM_WORLD));
+        for (k = 0; k < 4; k++) CHECK(out[k] == 4 + k);
+        OK(MPI_Type_get_envelope(da, &ni, &na, &nt, &combiner));
+        CHECK(combiner == MPI_COMBINER_DARRAY && ni == 4 * 1 + 4 && na == 0 && nt == 1);
+        OK(MPI_Type_free(&da));
+        OK(MPI_Type_create_darray(3, 1, 1, g1, cyc, two, p3, MPI_ORDER_C, MPI_INT, &da));
+        OK(MPI_Type_commit(&da));
+        pos = 0;
+        OK(MPI_Pack(a, 1, da, buf, sizeof buf, &pos, MPI_COMM_WORLD));
+        pos = 0;
+        OK(MPI_Unpack(buf, sizeof buf, &pos, out, 4, MPI_INT, MPI_COMM_WORLD));
+        CHECK(out[0] == 2 && out[1] == 3 && out[2] == 8 && out[3] == 9);
+        OK(MPI_Type_free(&da));
+        int g2[2] = {4, 6}, b2[2] = {MPI_DISTRIBUTE_BLOCK, MPI_DISTRIBUTE_BLOCK};
+        int d2[2] = {MPI_DISTRIBUTE_DFLT_DARG, MPI_DISTRIBUTE_DFLT_DARG}, p2[2] = {2, 3};
+        OK(MPI_Type_create_darray(6, 4, 2, g2, b2, d2, p2, MPI_ORDER_FORTRAN, MPI_INT, &da));
+        OK(MPI_Type_commit(&da));
+        OK(MPI_Type_get_extent(da, &lb, &ext)); CHECK(ext == 96);
+        pos = 0;
+        OK(MPI_Pack(a, 1, da, buf, sizeof buf, &pos, MPI_COMM_WORLD));
+        pos = 0;
+        OK(MPI_Unpack(buf, sizeof buf, &pos, out, 4, MPI_INT, MPI_COMM_WORLD));
+        CHECK(out[0] == 10 && out[1] == 11 && out[2] == 14 && out[3] == 15);
+        OK(MPI_Type_free(&da));
+        /* A block too small for the grid is an argument error. */
+        int cls;
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        MPI_Error_class(MPI_Type_create_darray(3, 0, 1, g1, blk, two, p3, MPI_ORDER_C, MPI_INT,
+                                               &da), &cls);
+        CHECK(cls == MPI_ERR_ARG);
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    }
     /* Get_elements of a partial item counts its primitives in type-map
      * order: a struct of 1 int and 256 chars receiving 4 + 16 bytes holds
      * 17 elements (MPICH's getpartelm); 4 + 17 bytes 18; Status_set_elements
