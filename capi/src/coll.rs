@@ -13,8 +13,15 @@ use crate::ffi::{count as ccount, gather_blocks, is_in_place, put, scatter_block
 use crate::request::{Finish, Req};
 use crate::state::{tables, FastComm, FastType};
 
+/// The communicator of a collective call: an inter-communicator is an
+/// error (collectives on them are not implemented).
 pub(crate) fn comm_of(h: c_int) -> Res<Comm> {
-    Ok(tables().comm(h)?.comm.clone())
+    let t = tables();
+    let e = t.comm(h)?;
+    if e.inter.is_some() {
+        return Err(crate::intercomm::not_on_inter());
+    }
+    Ok(e.comm.clone())
 }
 
 pub(crate) fn ty(h: c_int) -> Res<Arc<Dtype>> {

@@ -16,6 +16,17 @@ fn comm_of(h: c_int) -> Res<Comm> {
     Ok(tables().comm(h)?.comm.clone())
 }
 
+/// [`comm_of`] for the calls that need an intra-communicator (creating
+/// communicators from it, topologies): an inter-communicator is an error.
+fn intra_of(h: c_int) -> Res<Comm> {
+    let t = tables();
+    let e = t.comm(h)?;
+    if e.inter.is_some() {
+        return Err(crate::intercomm::not_on_inter());
+    }
+    Ok(e.comm.clone())
+}
+
 #[no_mangle]
 pub extern "C" fn MPI_Comm_size(comm: c_int, size: *mut c_int) -> c_int {
     guard("MPI_Comm_size", comm, || {
@@ -106,6 +117,9 @@ pub(crate) fn register(parent: c_int, c: Comm, copy_attrs: bool) -> Res<c_int> {
 #[no_mangle]
 pub extern "C" fn MPI_Comm_dup(comm: c_int, newcomm: *mut c_int) -> c_int {
     guard("MPI_Comm_dup", comm, || {
+        if let Some(h) = crate::intercomm::dup(comm)? {
+            return put(newcomm, h, "newcomm");
+        }
         let c = comm_of(comm)?.dup()?;
         let h = register(comm, c, true)?;
         put(newcomm, h, "newcomm")
@@ -126,7 +140,7 @@ pub extern "C" fn MPI_Comm_idup(comm: c_int, newcomm: *mut c_int, request: *mut 
         // The context-id agreement runs as a non-blocking allreduce: a rank
         // may go on (e.g. send to a rank that has not called idup yet)
         // before the others join. The handle is written at completion.
-        let (req, pending) = comm_of(comm)?.idup()?;
+        let (req, pending) = intra_of(comm)?.idup()?;
         crate::coll::coll_req(
             request,
             comm,
@@ -163,7 +177,7 @@ pub extern "C" fn MPI_Comm_split(
                     .map_err(|_| Error::new(C::Arg, format!("color {color} is negative")))?,
             )
         };
-        let c = comm_of(comm)?.split(col, key)?;
+        let c = intra_of(comm)?.split(col, key)?;
         put_opt(comm, newcomm, c)
     })
 }
@@ -187,7 +201,7 @@ pub extern "C" fn MPI_Comm_split_type(
                 ))
             }
         };
-        let c = comm_of(comm)?.split_type(kind, key)?;
+        let c = intra_of(comm)?.split_type(kind, key)?;
         put_opt(comm, newcomm, c)
     })
 }
@@ -196,7 +210,7 @@ pub extern "C" fn MPI_Comm_split_type(
 pub extern "C" fn MPI_Comm_create(comm: c_int, group: c_int, newcomm: *mut c_int) -> c_int {
     guard("MPI_Comm_create", comm, || {
         let g = tables().group(group)?;
-        let c = comm_of(comm)?.create(&g)?;
+        let c = intra_of(comm)?.create(&g)?;
         put_opt(comm, newcomm, c)
     })
 }
@@ -214,7 +228,7 @@ pub extern "C" fn MPI_Comm_create_group(
         if g.rank_of(rt()?.world_rank).is_none() {
             return put(newcomm, 0, "newcomm");
         }
-        let c = comm_of(comm)?.create_group(&g, tag)?;
+        let c = intra_of(comm)?.create_group(&g, tag)?;
         put_opt(comm, newcomm, Some(c))
     })
 }
@@ -272,8 +286,8 @@ pub extern "C" fn MPI_Comm_get_parent(parent: *mut c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn MPI_Comm_test_inter(comm: c_int, flag: *mut c_int) -> c_int {
     guard("MPI_Comm_test_inter", comm, || {
-        tables().comm(comm)?;
-        put(flag, 0, "flag")
+        let inter = tables().comm(comm)?.inter.is_some();
+        put(flag, c_int::from(inter), "flag")
     })
 }
 
@@ -998,7 +1012,7 @@ pub extern "C" fn MPI_Cart_create(
             return Err(Error::new(C::Dims, "dimensions must be positive"));
         }
         let total: i64 = d.iter().map(|&x| x as i64).product();
-        let base = comm_of(comm)?;
+        let base = intra_of(comm)?;
         if total > base.size() as i64 {
             return Err(Error::new(
                 C::Topology,
@@ -1151,7 +1165,7 @@ pub extern "C" fn MPI_Cart_sub(comm: c_int, remain: *const c_int, newcomm: *mut 
                 color = color * c.dims[i] as i64 + at[i] as i64;
             }
         }
-        let sub = comm_of(comm)?
+        let sub = intra_of(comm)?
             .split(Some(color as u32), key as c_int)?
             .ok_or_else(|| Error::new(C::Intern, "cart_sub: no communicator"))?;
         let h = register(comm, sub, false)?;

@@ -44,11 +44,8 @@ fn resolve(
             let t = tables();
             let ce = t.comm(comm)?;
             let ty = t.comm_type(dtype)?;
-            (
-                ce.comm.size() as c_int,
-                ce.comm.context_id(),
-                TypeRef::Table(ty),
-            )
+            let (size, ctx) = ce.p2p_target();
+            (size, ctx, TypeRef::Table(ty))
         }
     };
     if param_check() {
@@ -1194,7 +1191,7 @@ pub extern "C" fn MPI_Request_free(request: *mut c_int) -> c_int {
 fn probe_target(source: c_int, tag: c_int, comm: c_int) -> Res<u32> {
     let t = tables();
     let ce = t.comm(comm)?;
-    let size = ce.comm.size() as c_int;
+    let (size, ctx) = ce.p2p_target();
     if param_check() {
         if !((0..size).contains(&source) || source == ANY_SOURCE || source == PROC_NULL) {
             return Err(Error::new(
@@ -1209,7 +1206,7 @@ fn probe_target(source: c_int, tag: c_int, comm: c_int) -> Res<u32> {
             ));
         }
     }
-    Ok(ce.comm.context_id())
+    Ok(ctx)
 }
 
 #[no_mangle]

@@ -67,9 +67,24 @@ pub(crate) struct CommEnt {
     pub comm: Comm,
     pub errhandler: c_int,
     pub topo: Option<Arc<Topo>>,
+    /// An inter-communicator's remote side (`comm` is then its local
+    /// group's own intra-communicator).
+    pub inter: Option<Arc<crate::intercomm::Inter>>,
     pub attrs: BTreeMap<c_int, usize>,
     /// The keyvals of `attrs` in the order they were set.
     pub attr_order: Vec<c_int>,
+}
+
+impl CommEnt {
+    /// Size and context id of this communicator's point-to-point traffic:
+    /// the remote group and the inter-communicator's own context for an
+    /// inter-communicator, else the communicator's.
+    pub(crate) fn p2p_target(&self) -> (c_int, u32) {
+        match &self.inter {
+            Some(i) => (i.remote.size() as c_int, i.ctx.context_id()),
+            None => (self.comm.size() as c_int, self.comm.context_id()),
+        }
+    }
 }
 
 /// A user keyval.
@@ -186,6 +201,7 @@ impl Tables {
                 comm,
                 errhandler,
                 topo: None,
+                inter: None,
                 attrs: BTreeMap::new(),
                 attr_order: Vec::new(),
             },
@@ -451,11 +467,13 @@ impl std::ops::Deref for CommRef {
     }
 }
 
-/// Communicator `h`: without the tables' lock for the predefined ones.
+/// Communicator `h` of a collective call: without the tables' lock for the
+/// predefined ones; an inter-communicator is an error (collectives on them
+/// are not implemented).
 pub(crate) fn comm_ref(h: c_int) -> Res<CommRef> {
     match rt().ok().and_then(|rt| rt.fast.comm(h)) {
         Some(c) => Ok(CommRef::Fast(&c.comm)),
-        None => Ok(CommRef::Table(tables().comm(h)?.comm.clone())),
+        None => Ok(CommRef::Table(crate::coll::comm_of(h)?)),
     }
 }
 

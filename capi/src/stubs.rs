@@ -28,8 +28,6 @@ unsupported! {
     MPI_Comm_accept => "dynamic process management is not implemented";
     MPI_Comm_connect => "dynamic process management is not implemented";
     MPI_Comm_join => "dynamic process management is not implemented";
-    MPI_Comm_remote_group => "inter-communicators are not implemented";
-    MPI_Comm_remote_size => "inter-communicators are not implemented";
     MPI_Comm_spawn => "dynamic process management is not implemented";
     MPI_Comm_spawn_multiple => "dynamic process management is not implemented";
     MPI_Compare_and_swap => "one-sided communication (MPI_Win_*) is not implemented";
@@ -56,8 +54,6 @@ unsupported! {
     MPI_File_write_at_all => "MPI-IO is not implemented";
     MPI_Get => "one-sided communication (MPI_Win_*) is not implemented";
     MPI_Get_accumulate => "one-sided communication (MPI_Win_*) is not implemented";
-    MPI_Intercomm_create => "inter-communicators are not implemented";
-    MPI_Intercomm_merge => "inter-communicators are not implemented";
     MPI_Lookup_name => "dynamic process management is not implemented";
     MPI_Open_port => "dynamic process management is not implemented";
     MPI_Publish_name => "dynamic process management is not implemented";

@@ -357,6 +357,11 @@ fn cart() {
 }
 
 #[test]
+fn inter_communicators() {
+    expect_ok("intercomm", &[1, 2, 3, 4]);
+}
+
+#[test]
 fn generalized_requests() {
     expect_ok("greq", &[1, 3]);
 }

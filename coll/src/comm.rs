@@ -523,6 +523,34 @@ impl fmt::Debug for CollRequest {
     }
 }
 
+/// The transport context of an inter-communicator ([`Comm::inter_context`]).
+pub struct InterContext {
+    ctx: Arc<CollContext>,
+    cid: u32,
+}
+
+impl InterContext {
+    /// The context id point-to-point traffic on the inter-communicator uses.
+    pub fn context_id(&self) -> u32 {
+        self.cid
+    }
+}
+
+impl std::fmt::Debug for InterContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterContext")
+            .field("cid", &self.cid)
+            .finish()
+    }
+}
+
+impl Drop for InterContext {
+    fn drop(&mut self) {
+        self.ctx.p2p.comm_removed(self.cid);
+        lock(&self.ctx.cids).release(self.cid);
+    }
+}
+
 impl CollRequest {
     /// Advances the collective; `Ok(true)` once it completed (`MPI_Test`).
     pub fn test(&self) -> Result<bool> {
@@ -1192,6 +1220,35 @@ impl Comm {
         )?;
         view.derive(Some(group.clone()), None)?
             .ok_or_else(|| CollError::Intern("create_group produced no communicator".into()))
+    }
+
+    // ---------------------------------------------------------------- inter-communicators
+
+    /// The transport context of an inter-communicator
+    /// (`MPI_Intercomm_create`), agreed over this communicator, which holds
+    /// every process of both groups: a context id free on all of them,
+    /// registered with the transport so that rank `r` names process
+    /// `remote[r]` (world ranks of the other group) and this process is
+    /// `local_rank` to the other side. Returns once every member has
+    /// registered it (a barrier), so no message on it can arrive first.
+    /// The id is released and the transport state removed when the
+    /// [`InterContext`] is dropped.
+    pub fn inter_context(&self, local_rank: u32, remote: Vec<u32>) -> Result<InterContext> {
+        let ctx = Arc::clone(&self.inner.ctx);
+        let cid = self.agree_cid(true, None)?;
+        let ep = Endpoint {
+            context_id: cid,
+            rank: local_rank,
+            world: remote.into(),
+        };
+        if let Err(e) = ctx.p2p.comm_added(&ep) {
+            lock(&ctx.cids).release(cid);
+            return Err(e);
+        }
+        let ic = InterContext { ctx, cid };
+        self.barrier()?;
+        tracing::debug!(target: "coll_base", "inter-communicator context {cid} on cid {}", self.context_id());
+        Ok(ic)
     }
 
     // ---------------------------------------------------------------- neighbourhood

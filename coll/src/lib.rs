@@ -38,7 +38,9 @@ pub mod sim;
 pub mod tags;
 
 pub use algo::{Call, CollKind};
-pub use comm::{CollContext, CollRequest, Comm, DupStep, Input, PendingDup, SplitType};
+pub use comm::{
+    CollContext, CollRequest, Comm, DupStep, Input, InterContext, PendingDup, SplitType,
+};
 pub use datatype::Datatype;
 pub use error::{CollError, Result};
 pub use group::{Compare, Group};

@@ -1,0 +1,251 @@
+//! Inter-communicators: `MPI_Intercomm_create`, `MPI_Intercomm_merge`,
+//! `MPI_Comm_remote_size/group`, point-to-point traffic, dup and free.
+//! Collectives, split and create on them are not implemented (an error).
+//!
+//! An inter-communicator's handle holds an intra-communicator of its local
+//! group (size, rank, group, attributes, name), the **union** of both
+//! groups as an intra-communicator (created over `MPI_COMM_WORLD` by
+//! `MPI_Comm_create_group`: only the members of both groups take part), and
+//! its own transport context agreed over the union
+//! (`tmpi_coll::InterContext`): in the pml rank `r` of that context names
+//! process `r` of the remote group and this process sends as its local
+//! rank, so point-to-point calls need nothing else (`CommEnt::p2p_target`).
+
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+use tmpi_coll::{Comm, Group, Input, InterContext};
+
+use crate::comm::register;
+use crate::error::{guard, Error, MpiErrorClass as C, Res};
+use crate::ffi::{out_arg, put};
+use crate::state::{tables, COMM_WORLD};
+
+/// The remote side of an inter-communicator.
+pub(crate) struct Inter {
+    /// The point-to-point context (released when the last handle goes).
+    pub ctx: InterContext,
+    /// Every process of both groups, the group whose first world rank is
+    /// lower first.
+    pub union: Comm,
+    /// The remote group.
+    pub remote: Group,
+}
+
+/// The error of a call an inter-communicator does not support.
+pub(crate) fn not_on_inter() -> Error {
+    Error::new(
+        C::UnsupportedOperation,
+        "collectives, topologies and communicator construction other than dup and merge are \
+         not implemented on inter-communicators",
+    )
+}
+
+fn inter_of(h: c_int) -> Res<(Comm, Arc<Inter>)> {
+    let t = tables();
+    let e = t.comm(h)?;
+    match &e.inter {
+        Some(i) => Ok((e.comm.clone(), Arc::clone(i))),
+        None => Err(Error::new(
+            C::Comm,
+            format!("communicator {h} is not an inter-communicator"),
+        )),
+    }
+}
+
+const MPI_INT: c_int = 8;
+
+/// The local leader's half of `MPI_Intercomm_create`: this group's world
+/// ranks to the remote leader over `peer`, the remote group's back (a
+/// length, then the ranks, with the caller's tag).
+fn leaders_exchange(
+    peer: c_int,
+    remote_leader: c_int,
+    tag: c_int,
+    mine: &[c_int],
+) -> Res<Vec<c_int>> {
+    let n = mine.len() as c_int;
+    let mut m: c_int = 0;
+    let check = |rc: c_int| {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(Error::callback(
+                rc,
+                "MPI_Intercomm_create: the leaders' exchange failed",
+            ))
+        }
+    };
+    check(crate::p2p::MPI_Sendrecv(
+        (&n as *const c_int).cast(),
+        1,
+        MPI_INT,
+        remote_leader,
+        tag,
+        (&mut m as *mut c_int).cast(),
+        1,
+        MPI_INT,
+        remote_leader,
+        tag,
+        peer,
+        std::ptr::null_mut(),
+    ))?;
+    let len = usize::try_from(m).map_err(|_| Error::new(C::Intern, "negative group size"))?;
+    let mut theirs = vec![0 as c_int; len];
+    check(crate::p2p::MPI_Sendrecv(
+        mine.as_ptr().cast(),
+        n,
+        MPI_INT,
+        remote_leader,
+        tag,
+        theirs.as_mut_ptr().cast::<c_void>(),
+        m,
+        MPI_INT,
+        remote_leader,
+        tag,
+        peer,
+        std::ptr::null_mut(),
+    ))?;
+    Ok(theirs)
+}
+
+/// Builds the inter-communicator of `local` (an intra-communicator of
+/// this group, owned by it) and `remote` (world ranks) over the union
+/// `union`, registers it under a handle derived from `parent` (its
+/// attributes copied: `dup`).
+fn build(parent: c_int, local: Comm, union: Comm, remote: Vec<u32>, dup: bool) -> Res<c_int> {
+    let ctx = union.inter_context(local.rank(), remote.clone())?;
+    let remote = Group::from_world_ranks(remote)?;
+    let h = register(parent, local, dup)?;
+    tables().comm_mut(h)?.inter = Some(Arc::new(Inter { ctx, union, remote }));
+    Ok(h)
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Intercomm_create(
+    local_comm: c_int,
+    local_leader: c_int,
+    peer_comm: c_int,
+    remote_leader: c_int,
+    tag: c_int,
+    newintercomm: *mut c_int,
+) -> c_int {
+    guard("MPI_Intercomm_create", local_comm, || {
+        out_arg(newintercomm, "newintercomm")?;
+        let lc = crate::coll::comm_of(local_comm)?;
+        let leader = u32::try_from(local_leader)
+            .ok()
+            .filter(|&l| l < lc.size())
+            .ok_or_else(|| {
+                Error::new(
+                    C::Rank,
+                    format!("local_leader {local_leader} is not a rank of local_comm"),
+                )
+            })?;
+        if tag < 0 {
+            return Err(Error::new(C::Tag, format!("tag {tag} < 0")));
+        }
+        let mine: Vec<u32> = lc.group().world_ranks().to_vec();
+        // The leaders swap their groups; each bcasts the other's locally.
+        let theirs = if lc.rank() == leader {
+            let m: Vec<c_int> = mine.iter().map(|&w| w as c_int).collect();
+            leaders_exchange(peer_comm, remote_leader, tag, &m)?
+        } else {
+            Vec::new()
+        };
+        let mut len = (theirs.len() as u64).to_ne_bytes();
+        lc.bcast(&mut len, leader)?;
+        let n = u64::from_ne_bytes(len) as usize;
+        let mut bytes: Vec<u8> = if lc.rank() == leader {
+            theirs.iter().flat_map(|w| w.to_ne_bytes()).collect()
+        } else {
+            vec![0; n * 4]
+        };
+        lc.bcast(&mut bytes, leader)?;
+        let remote: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|b| c_int::from_ne_bytes([b[0], b[1], b[2], b[3]]) as u32)
+            .collect();
+        if remote.is_empty() || remote.iter().any(|w| mine.contains(w)) {
+            return Err(Error::new(
+                C::Comm,
+                "MPI_Intercomm_create: the local and remote groups overlap or one is empty",
+            ));
+        }
+        // The union, the same order on both sides, over MPI_COMM_WORLD
+        // (every process is in it): an agreement among its members only,
+        // with tags apart from small user tags of MPI_Comm_create_group.
+        let (a, b) = if mine[0] < remote[0] {
+            (&mine, &remote)
+        } else {
+            (&remote, &mine)
+        };
+        let union = Group::from_world_ranks(a.iter().chain(b.iter()).copied().collect())?;
+        let world = tables().comm(COMM_WORLD)?.comm.clone();
+        let u = world.create_group(&union, 0x8000 | (tag & 0x7fff))?;
+        let local = lc.dup()?;
+        let h = build(local_comm, local, u, remote, false)?;
+        put(newintercomm, h, "newintercomm")
+    })
+}
+
+/// `MPI_Comm_dup` of an inter-communicator (`None` for an intra one): the
+/// local group duplicated, a new context over the same union.
+pub(crate) fn dup(comm: c_int) -> Res<Option<c_int>> {
+    let Ok((local, inter)) = inter_of(comm) else {
+        return Ok(None);
+    };
+    let l = local.dup()?;
+    let remote = inter.remote.world_ranks().to_vec();
+    Ok(Some(build(comm, l, inter.union.clone(), remote, true)?))
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Intercomm_merge(intercomm: c_int, high: c_int, newcomm: *mut c_int) -> c_int {
+    guard("MPI_Intercomm_merge", intercomm, || {
+        out_arg(newcomm, "newintracomm")?;
+        let (local, inter) = inter_of(intercomm)?;
+        let u = &inter.union;
+        let mut all = vec![0u8; u.size() as usize];
+        u.allgather(Input::Buf(&[u8::from(high != 0)]), &mut all)?;
+        let ug = u.group();
+        let local_w = local.group().world_ranks().to_vec();
+        let remote_w = inter.remote.world_ranks().to_vec();
+        let pos = |w: u32| ug.rank_of(w).unwrap_or(0) as usize;
+        let (lh, rh) = (all[pos(local_w[0])], all[pos(remote_w[0])]);
+        // The group that passed high = false first; if both passed the
+        // same, the union's order.
+        let local_first = if lh != rh {
+            lh == 0
+        } else {
+            pos(local_w[0]) < pos(remote_w[0])
+        };
+        let order: Vec<u32> = if local_first {
+            local_w.iter().chain(&remote_w).copied().collect()
+        } else {
+            remote_w.iter().chain(&local_w).copied().collect()
+        };
+        let merged = u
+            .create(&Group::from_world_ranks(order)?)?
+            .ok_or_else(|| Error::new(C::Intern, "merge gave no communicator"))?;
+        let h = register(intercomm, merged, false)?;
+        put(newcomm, h, "newintracomm")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_remote_size(comm: c_int, size: *mut c_int) -> c_int {
+    guard("MPI_Comm_remote_size", comm, || {
+        let (_, inter) = inter_of(comm)?;
+        put(size, inter.remote.size() as c_int, "size")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Comm_remote_group(comm: c_int, group: *mut c_int) -> c_int {
+    guard("MPI_Comm_remote_group", comm, || {
+        let (_, inter) = inter_of(comm)?;
+        let h = tables().add_group(inter.remote.clone());
+        put(group, h, "group")
+    })
+}
