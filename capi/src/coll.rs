@@ -125,6 +125,9 @@ pub(crate) fn red(t: &Dtype, op: c_int, dtype: c_int) -> Res<(Elem, Op)> {
 #[no_mangle]
 pub extern "C" fn MPI_Barrier(comm: c_int) -> c_int {
     guard("MPI_Barrier", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            return crate::intercoll::barrier(&ic);
+        }
         Ok(crate::state::comm_ref(comm)?.barrier()?)
     })
 }
@@ -143,6 +146,9 @@ pub extern "C" fn MPI_Bcast(
                 c.comm.bcast(crate::ffi::bytes_mut(buf.cast(), len)?, r)?;
                 return Ok(());
             }
+        }
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            return crate::intercoll::bcast(&ic, buf, count, dtype, root);
         }
         let c = crate::state::comm_ref(comm)?;
         let r = root_of(root, &c)?;
@@ -184,6 +190,9 @@ pub extern "C" fn MPI_Reduce(
                 c.comm.reduce(input, out, e, &o, r)?;
                 return Ok(());
             }
+        }
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            return crate::intercoll::reduce(&ic, sendbuf, recvbuf, count, dtype, op, root);
         }
         let c = crate::state::comm_ref(comm)?;
         let r = root_of(root, &c)?;
@@ -268,6 +277,13 @@ macro_rules! allred {
                         return Ok(());
                     }
                 }
+                if stringify!($m) == "allreduce" {
+                    if let Some(ic) = crate::intercoll::lookup(comm) {
+                        return crate::intercoll::allreduce(
+                            &ic, sendbuf, recvbuf, count, dtype, op,
+                        );
+                    }
+                }
                 let c = crate::state::comm_ref(comm)?;
                 let n = ccount(count, C::Count, "count")?;
                 let t = crate::state::type_ref(dtype)?;
@@ -313,6 +329,10 @@ pub extern "C" fn MPI_Reduce_scatter_block(
 ) -> c_int {
     guard("MPI_Reduce_scatter_block", comm, || {
         not_aliased(sendbuf, recvbuf, recvcount)?;
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let counts = crate::intercoll::block_counts(&ic, recvcount)?;
+            return crate::intercoll::reduce_scatter(&ic, sendbuf, recvbuf, &counts, dtype, op);
+        }
         let c = comm_of(comm)?;
         let n = ccount(recvcount, C::Count, "recvcount")?;
         let t = ty(dtype)?;
@@ -343,6 +363,12 @@ pub extern "C" fn MPI_Gather(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Gather", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let recv = crate::intercoll::Blocks::Uniform(recvcount, recvtype);
+            return crate::intercoll::gather(
+                &ic, sendbuf, sendcount, sendtype, recvbuf, recv, root,
+            );
+        }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let is_root = c.rank() == r;
@@ -388,6 +414,12 @@ pub extern "C" fn MPI_Scatter(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Scatter", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let send = crate::intercoll::Blocks::Uniform(sendcount, sendtype);
+            return crate::intercoll::scatter(
+                &ic, sendbuf, send, recvbuf, recvcount, recvtype, root,
+            );
+        }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let is_root = c.rank() == r;
@@ -434,6 +466,18 @@ macro_rules! allx {
         ) -> c_int {
             guard(stringify!($name), comm, || {
                 not_aliased(sendbuf, recvbuf, sendcount)?;
+                if let Some(ic) = crate::intercoll::lookup(comm) {
+                    if stringify!($m) == "alltoall" {
+                        let (sl, rl) = crate::intercoll::alltoall_layouts(
+                            &ic, sendcount, sendtype, recvcount, recvtype,
+                        )?;
+                        return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
+                    }
+                    let recv = crate::intercoll::Blocks::Uniform(recvcount, recvtype);
+                    return crate::intercoll::allgather(
+                        &ic, sendbuf, sendcount, sendtype, recvbuf, recv,
+                    );
+                }
                 let c = crate::state::comm_ref(comm)?;
                 let p = c.size() as usize;
                 let rn = ccount(recvcount, C::Count, "recvcount")?;
@@ -481,7 +525,7 @@ allx!(MPI_Alltoall, alltoall);
 /// offset in the caller's buffer, its items and their type), read from and
 /// written back to the caller's buffer by the type maps, so bytes between
 /// and inside the blocks that the types do not name stay untouched.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct VLayout {
     pub(crate) counts: Vec<usize>,
     pub(crate) displs: Vec<usize>,
@@ -531,7 +575,12 @@ impl VLayout {
     }
 
     /// The v-forms: `counts[i]` items of `t` at `displs[i]` extents.
-    fn v(counts: *const c_int, displs: *const c_int, p: usize, t: &Arc<Dtype>) -> Res<VLayout> {
+    pub(crate) fn v(
+        counts: *const c_int,
+        displs: *const c_int,
+        p: usize,
+        t: &Arc<Dtype>,
+    ) -> Res<VLayout> {
         VLayout::v_where(counts, displs, p, t, |_| true)
     }
 
@@ -557,7 +606,7 @@ impl VLayout {
     }
 
     /// The w-forms: `counts[i]` items of `types[i]` at byte `displs[i]`.
-    fn w(
+    pub(crate) fn w(
         counts: *const c_int,
         displs: *const c_int,
         types: *const c_int,
@@ -699,6 +748,12 @@ pub extern "C" fn MPI_Gatherv(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Gatherv", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let recv = crate::intercoll::Blocks::V(recvcounts, displs, recvtype);
+            return crate::intercoll::gather(
+                &ic, sendbuf, sendcount, sendtype, recvbuf, recv, root,
+            );
+        }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let p = c.size() as usize;
@@ -741,6 +796,12 @@ pub extern "C" fn MPI_Scatterv(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Scatterv", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let send = crate::intercoll::Blocks::V(sendcounts, displs, sendtype);
+            return crate::intercoll::scatter(
+                &ic, sendbuf, send, recvbuf, recvcount, recvtype, root,
+            );
+        }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let p = c.size() as usize;
@@ -779,6 +840,10 @@ pub extern "C" fn MPI_Allgatherv(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Allgatherv", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let recv = crate::intercoll::Blocks::V(recvcounts, displs, recvtype);
+            return crate::intercoll::allgather(&ic, sendbuf, sendcount, sendtype, recvbuf, recv);
+        }
         let c = comm_of(comm)?;
         let p = c.size() as usize;
         let l = VLayout::v(recvcounts, displs, p, &ty(recvtype)?)?;
@@ -845,6 +910,12 @@ pub extern "C" fn MPI_Alltoallv(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Alltoallv", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let p = crate::intercoll::remote_size(&ic);
+            let sl = VLayout::v(sendcounts, sdispls, p, &ty(sendtype)?)?;
+            let rl = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
+            return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
+        }
         let c = comm_of(comm)?;
         let p = c.size() as usize;
         let rl = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
@@ -873,6 +944,10 @@ pub(crate) fn coll_req(
 #[no_mangle]
 pub extern "C" fn MPI_Ibarrier(comm: c_int, request: *mut c_int) -> c_int {
     guard("MPI_Ibarrier", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let ic = ic.nonblocking(request);
+            return crate::intercoll::barrier(&ic);
+        }
         let r = comm_of(comm)?.ibarrier()?;
         coll_req(request, comm, r, Finish::Nothing)
     })
@@ -888,6 +963,10 @@ pub extern "C" fn MPI_Ibcast(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Ibcast", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let ic = ic.nonblocking(request);
+            return crate::intercoll::bcast(&ic, buf, count, dtype, root);
+        }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let n = ccount(count, C::Count, "count")?;
@@ -917,6 +996,12 @@ pub extern "C" fn MPI_Iallreduce(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Iallreduce", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let what = crate::intercoll::NbReduce::All;
+            return crate::intercoll::nb_reduce(
+                &ic, what, sendbuf, recvbuf, count, dtype, op, request,
+            );
+        }
         let c = comm_of(comm)?;
         let n = ccount(count, C::Count, "count")?;
         let t = ty(dtype)?;
@@ -953,6 +1038,12 @@ pub extern "C" fn MPI_Ireduce(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Ireduce", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let what = crate::intercoll::NbReduce::Rooted(root);
+            return crate::intercoll::nb_reduce(
+                &ic, what, sendbuf, recvbuf, count, dtype, op, request,
+            );
+        }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let n = ccount(count, C::Count, "count")?;
@@ -990,6 +1081,11 @@ pub extern "C" fn MPI_Iallgather(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Iallgather", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let ic = ic.nonblocking(request);
+            let recv = crate::intercoll::Blocks::Uniform(recvcount, recvtype);
+            return crate::intercoll::allgather(&ic, sendbuf, sendcount, sendtype, recvbuf, recv);
+        }
         let c = comm_of(comm)?;
         let p = c.size() as usize;
         let rn = ccount(recvcount, C::Count, "recvcount")?;
@@ -1033,6 +1129,12 @@ pub extern "C" fn MPI_Ialltoall(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Ialltoall", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let ic = ic.nonblocking(request);
+            let (sl, rl) =
+                crate::intercoll::alltoall_layouts(&ic, sendcount, sendtype, recvcount, recvtype)?;
+            return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
+        }
         let c = comm_of(comm)?;
         let p = c.size() as usize;
         let rn = ccount(recvcount, C::Count, "recvcount")?;
@@ -1070,6 +1172,10 @@ pub extern "C" fn MPI_Reduce_scatter(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Reduce_scatter", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let counts = crate::intercoll::local_counts(&ic, recvcounts)?;
+            return crate::intercoll::reduce_scatter(&ic, sendbuf, recvbuf, &counts, dtype, op);
+        }
         let c = comm_of(comm)?;
         let p = c.size() as usize;
         let t = ty(dtype)?;
@@ -1106,6 +1212,13 @@ pub extern "C" fn MPI_Igather(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Igather", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let ic = ic.nonblocking(request);
+            let recv = crate::intercoll::Blocks::Uniform(recvcount, recvtype);
+            return crate::intercoll::gather(
+                &ic, sendbuf, sendcount, sendtype, recvbuf, recv, root,
+            );
+        }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let p = c.size() as usize;
@@ -1161,6 +1274,13 @@ pub extern "C" fn MPI_Iscatter(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Iscatter", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let ic = ic.nonblocking(request);
+            let send = crate::intercoll::Blocks::Uniform(sendcount, sendtype);
+            return crate::intercoll::scatter(
+                &ic, sendbuf, send, recvbuf, recvcount, recvtype, root,
+            );
+        }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let p = c.size() as usize;
@@ -1242,6 +1362,11 @@ pub extern "C" fn MPI_Ireduce_scatter_block(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Ireduce_scatter_block", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let counts = crate::intercoll::block_counts(&ic, recvcount)?;
+            let what = crate::intercoll::NbReduce::Scatter(counts);
+            return crate::intercoll::nb_reduce(&ic, what, sendbuf, recvbuf, 0, dtype, op, request);
+        }
         let c = comm_of(comm)?;
         let n = ccount(recvcount, C::Count, "recvcount")?;
         let t = ty(dtype)?;
@@ -1282,6 +1407,12 @@ pub extern "C" fn MPI_Alltoallw(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Alltoallw", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let p = crate::intercoll::remote_size(&ic);
+            let sl = VLayout::w(sendcounts, sdispls, sendtypes, p)?;
+            let rl = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
+            return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
+        }
         let c = comm_of(comm)?;
         let p = c.size() as usize;
         let rl = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
@@ -1327,6 +1458,13 @@ pub extern "C" fn MPI_Igatherv(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Igatherv", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let ic = ic.nonblocking(request);
+            let recv = crate::intercoll::Blocks::V(recvcounts, displs, recvtype);
+            return crate::intercoll::gather(
+                &ic, sendbuf, sendcount, sendtype, recvbuf, recv, root,
+            );
+        }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let p = c.size() as usize;
@@ -1370,6 +1508,13 @@ pub extern "C" fn MPI_Iscatterv(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Iscatterv", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let ic = ic.nonblocking(request);
+            let send = crate::intercoll::Blocks::V(sendcounts, displs, sendtype);
+            return crate::intercoll::scatter(
+                &ic, sendbuf, send, recvbuf, recvcount, recvtype, root,
+            );
+        }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         let p = c.size() as usize;
@@ -1413,6 +1558,11 @@ pub extern "C" fn MPI_Iallgatherv(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Iallgatherv", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let ic = ic.nonblocking(request);
+            let recv = crate::intercoll::Blocks::V(recvcounts, displs, recvtype);
+            return crate::intercoll::allgather(&ic, sendbuf, sendcount, sendtype, recvbuf, recv);
+        }
         let c = comm_of(comm)?;
         let p = c.size() as usize;
         let l = VLayout::v(recvcounts, displs, p, &ty(recvtype)?)?;
@@ -1472,6 +1622,13 @@ pub extern "C" fn MPI_Ialltoallv(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Ialltoallv", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let ic = ic.nonblocking(request);
+            let p = crate::intercoll::remote_size(&ic);
+            let sl = VLayout::v(sendcounts, sdispls, p, &ty(sendtype)?)?;
+            let rl = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
+            return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
+        }
         let c = comm_of(comm)?;
         let p = c.size() as usize;
         let recv = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
@@ -1499,6 +1656,13 @@ pub extern "C" fn MPI_Ialltoallw(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Ialltoallw", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let ic = ic.nonblocking(request);
+            let p = crate::intercoll::remote_size(&ic);
+            let sl = VLayout::w(sendcounts, sdispls, sendtypes, p)?;
+            let rl = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
+            return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
+        }
         let c = comm_of(comm)?;
         let p = c.size() as usize;
         let recv = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
@@ -1522,6 +1686,11 @@ pub extern "C" fn MPI_Ireduce_scatter(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Ireduce_scatter", comm, || {
+        if let Some(ic) = crate::intercoll::lookup(comm) {
+            let counts = crate::intercoll::local_counts(&ic, recvcounts)?;
+            let what = crate::intercoll::NbReduce::Scatter(counts);
+            return crate::intercoll::nb_reduce(&ic, what, sendbuf, recvbuf, 0, dtype, op, request);
+        }
         let c = comm_of(comm)?;
         let p = c.size() as usize;
         let t = ty(dtype)?;

@@ -177,6 +177,10 @@ pub extern "C" fn MPI_Comm_split(
                     .map_err(|_| Error::new(C::Arg, format!("color {color} is negative")))?,
             )
         };
+        if crate::intercomm::is_inter(comm) {
+            let h = crate::intercomm::split(comm, col, key)?;
+            return put(newcomm, h, "newcomm");
+        }
         let c = intra_of(comm)?.split(col, key)?;
         put_opt(comm, newcomm, c)
     })
@@ -210,6 +214,10 @@ pub extern "C" fn MPI_Comm_split_type(
 pub extern "C" fn MPI_Comm_create(comm: c_int, group: c_int, newcomm: *mut c_int) -> c_int {
     guard("MPI_Comm_create", comm, || {
         let g = tables().group(group)?;
+        if crate::intercomm::is_inter(comm) {
+            let h = crate::intercomm::create(comm, &g)?;
+            return put(newcomm, h, "newcomm");
+        }
         let c = intra_of(comm)?.create(&g)?;
         put_opt(comm, newcomm, c)
     })

@@ -30,14 +30,34 @@ pub(crate) struct Inter {
     pub union: Comm,
     /// The remote group.
     pub remote: Group,
+    /// Whether the local group comes first in `union` (ranks
+    /// `0..local size`) or after the remote one.
+    pub local_first: bool,
 }
 
-/// The error of a call an inter-communicator does not support.
+impl Inter {
+    /// The union rank of remote rank `r`.
+    pub(crate) fn remote_u(&self, r: u32) -> u32 {
+        if self.local_first {
+            self.union.size() - self.remote.size() + r
+        } else {
+            r
+        }
+    }
+
+    /// The union ranks of the whole remote group, in remote rank order.
+    pub(crate) fn remotes(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.remote.size()).map(|r| self.remote_u(r))
+    }
+}
+
+/// The error of a call MPI defines on intra-communicators only (scan and
+/// exscan, topologies, neighbourhood collectives, `MPI_Comm_split_type`,
+/// `MPI_Comm_create_group`) made on an inter-communicator.
 pub(crate) fn not_on_inter() -> Error {
     Error::new(
-        C::UnsupportedOperation,
-        "collectives, topologies and communicator construction other than dup and merge are \
-         not implemented on inter-communicators",
+        C::Comm,
+        "the call needs an intra-communicator and was given an inter-communicator",
     )
 }
 
@@ -115,9 +135,15 @@ fn leaders_exchange(
 /// attributes copied: `dup`).
 fn build(parent: c_int, local: Comm, union: Comm, remote: Vec<u32>, dup: bool) -> Res<c_int> {
     let ctx = union.inter_context(local.rank(), remote.clone())?;
+    let local_first = local.group().world_ranks()[0] < remote[0];
     let remote = Group::from_world_ranks(remote)?;
     let h = register(parent, local, dup)?;
-    tables().comm_mut(h)?.inter = Some(Arc::new(Inter { ctx, union, remote }));
+    tables().comm_mut(h)?.inter = Some(Arc::new(Inter {
+        ctx,
+        union,
+        remote,
+        local_first,
+    }));
     Ok(h)
 }
 
@@ -196,8 +222,9 @@ pub(crate) fn dup(comm: c_int) -> Res<Option<c_int>> {
         return Ok(None);
     };
     let l = local.dup()?;
+    let u = inter.union.dup()?;
     let remote = inter.remote.world_ranks().to_vec();
-    Ok(Some(build(comm, l, inter.union.clone(), remote, true)?))
+    Ok(Some(build(comm, l, u, remote, true)?))
 }
 
 #[no_mangle]
@@ -248,4 +275,116 @@ pub extern "C" fn MPI_Comm_remote_group(comm: c_int, group: *mut c_int) -> c_int
         let h = tables().add_group(inter.remote.clone());
         put(group, h, "group")
     })
+}
+
+/// Every process's `(a, b)` pair across the union of `inter`, by union
+/// rank (an allgather over the union).
+fn pairs_over_union(inter: &Inter, a: i64, b: i64) -> Res<Vec<(i64, i64)>> {
+    let u = &inter.union;
+    let mine: Vec<u8> = a.to_ne_bytes().into_iter().chain(b.to_ne_bytes()).collect();
+    let mut all = vec![0u8; 16 * u.size() as usize];
+    u.allgather(Input::Buf(&mine), &mut all)?;
+    Ok(all
+        .chunks_exact(16)
+        .map(|c| {
+            let (x, y) = c.split_at(8);
+            (
+                i64::from_ne_bytes(x.try_into().unwrap_or_default()),
+                i64::from_ne_bytes(y.try_into().unwrap_or_default()),
+            )
+        })
+        .collect())
+}
+
+/// The end of `MPI_Comm_split` and `MPI_Comm_create` on an
+/// inter-communicator: this process's new local communicator (if any), the
+/// new remote group (world ranks, in their new rank order) and the union
+/// split `color` their members share. The new union is split from the old
+/// one, the group with the lower first world rank first (as
+/// `MPI_Intercomm_create` orders it); a process without a local
+/// communicator or without a remote group gets `MPI_COMM_NULL`.
+fn derived(
+    parent: c_int,
+    inter: &Inter,
+    local: Option<Comm>,
+    remote: Vec<u32>,
+    color: u32,
+) -> Res<c_int> {
+    let member = match &local {
+        Some(l) if !remote.is_empty() => {
+            let first = l.group().world_ranks()[0] < remote[0];
+            let r = l.rank() as i32;
+            Some(if first { r } else { remote.len() as i32 + r })
+        }
+        _ => None,
+    };
+    let union = inter
+        .union
+        .split(member.map(|_| color), member.unwrap_or(0))?;
+    match (local, union) {
+        (Some(l), Some(u)) => build(parent, l, u, remote, false),
+        (l, u) => {
+            if let Some(l) = l {
+                l.free()?;
+            }
+            if let Some(u) = u {
+                u.free()?;
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// `MPI_Comm_split` of an inter-communicator (MPI-4.0 §7.4.2): each group
+/// splits by `color` and `key`; processes of one colour in the two groups
+/// form a new inter-communicator (`MPI_COMM_NULL` where a colour has
+/// processes in one group only).
+pub(crate) fn split(comm: c_int, color: Option<u32>, key: c_int) -> Res<c_int> {
+    let (local, inter) = inter_of(comm)?;
+    let l = local.split(color, key)?;
+    let all = pairs_over_union(&inter, color.map_or(-1, i64::from), i64::from(key))?;
+    let mut remote: Vec<(i64, u32)> = Vec::new();
+    if let Some(c) = color {
+        for r in 0..inter.remote.size() {
+            let (rc, rk) = all[inter.remote_u(r) as usize];
+            if rc == i64::from(c) {
+                remote.push((rk, r));
+            }
+        }
+    }
+    // The remote group's new order, as its own split orders it: by key,
+    // then by old rank.
+    remote.sort_unstable();
+    let rw = inter.remote.world_ranks();
+    let remote = remote.into_iter().map(|(_, r)| rw[r as usize]).collect();
+    derived(comm, &inter, l, remote, color.unwrap_or(0))
+}
+
+/// `MPI_Comm_create` of an inter-communicator: `group`, a subgroup of the
+/// local group, against the subgroup the other group's processes passed;
+/// `MPI_COMM_NULL` outside `group` or when either is empty.
+pub(crate) fn create(comm: c_int, group: &Group) -> Res<c_int> {
+    let (local, inter) = inter_of(comm)?;
+    let l = local.create(group)?;
+    let me = crate::state::rt()?.world_rank;
+    let pos = group.rank_of(me).map_or(-1, i64::from);
+    let all = pairs_over_union(&inter, pos, 0)?;
+    let mut remote: Vec<(i64, u32)> = (0..inter.remote.size())
+        .filter_map(|r| {
+            let p = all[inter.remote_u(r) as usize].0;
+            (p >= 0).then_some((p, r))
+        })
+        .collect();
+    remote.sort_unstable();
+    let rw = inter.remote.world_ranks();
+    let remote = remote.into_iter().map(|(_, r)| rw[r as usize]).collect();
+    derived(comm, &inter, l, remote, 0)
+}
+
+/// Whether handle `h` is an inter-communicator (`false` for bad handles:
+/// the caller's own lookup reports them).
+pub(crate) fn is_inter(h: c_int) -> bool {
+    h != COMM_WORLD
+        && h != crate::state::COMM_SELF
+        && tables().comm(h).is_ok_and(|e| e.inter.is_some())
 }

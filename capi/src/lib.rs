@@ -26,6 +26,7 @@ pub mod env;
 pub(crate) mod error;
 pub(crate) mod ffi;
 pub mod greq;
+pub(crate) mod intercoll;
 pub mod intercomm;
 pub mod misc;
 pub mod mpit;

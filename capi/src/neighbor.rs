@@ -16,7 +16,12 @@ use crate::topo::{neighborhood, Neighborhood};
 
 /// `n` blocks of `count` items of `t`, block `i` at `i * count` extents;
 /// the blocks `keep` rejects counted as empty.
-fn uniform(n: usize, count: c_int, t: &Arc<Dtype>, keep: impl Fn(usize) -> bool) -> Res<VLayout> {
+pub(crate) fn uniform(
+    n: usize,
+    count: c_int,
+    t: &Arc<Dtype>,
+    keep: impl Fn(usize) -> bool,
+) -> Res<VLayout> {
     let c = ccount(count, C::Count, "count")?;
     let counts: Vec<c_int> = (0..n).map(|i| if keep(i) { count } else { 0 }).collect();
     let types = vec![Arc::clone(t); n];

@@ -129,6 +129,20 @@ pub(crate) enum Finish {
         dst: usize,
         layout: crate::coll::VLayout,
     },
+    /// A non-blocking reduction on an inter-communicator: the result holds
+    /// `blocks` packed vectors of `block` bytes (the remote group's, in rank
+    /// order); bytes `seg` of each are folded with `op` in that order and
+    /// the fold is unpacked into `count` items of `t` at `dst`.
+    Fold {
+        dst: usize,
+        blocks: usize,
+        block: usize,
+        seg: std::ops::Range<usize>,
+        elem: tmpi_coll::Datatype,
+        op: tmpi_coll::Op,
+        count: usize,
+        t: Arc<Dtype>,
+    },
     /// `MPI_Comm_idup`: build the communicator from the agreement's result,
     /// register it and write its handle to `newcomm`.
     Dup {
@@ -330,6 +344,19 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
                 }
                 Finish::Blocks { dst, layout } => {
                     layout.write_back(dst as *mut std::ffi::c_void, &out);
+                }
+                Finish::Fold {
+                    dst,
+                    blocks,
+                    block,
+                    seg,
+                    elem,
+                    op,
+                    count,
+                    t,
+                } => {
+                    let acc = crate::intercoll::fold(&out, blocks, block, seg, elem, &op)?;
+                    crate::ffi::scatter_blocks(dst as *mut u8, count, t.extent(), &t.blocks, &acc)
                 }
                 Finish::Dup { pending, newcomm } => match pending.step(&out)? {
                     tmpi_coll::DupStep::Done(c) => {

@@ -362,6 +362,11 @@ fn inter_communicators() {
 }
 
 #[test]
+fn collectives_split_and_create_on_inter_communicators() {
+    expect_ok("intercoll", &[2, 3, 4, 5]);
+}
+
+#[test]
 fn generalized_requests() {
     expect_ok("greq", &[1, 3]);
 }
