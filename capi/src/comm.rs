@@ -140,6 +140,9 @@ pub extern "C" fn MPI_Comm_idup(comm: c_int, newcomm: *mut c_int, request: *mut 
         // The context-id agreement runs as a non-blocking allreduce: a rank
         // may go on (e.g. send to a rank that has not called idup yet)
         // before the others join. The handle is written at completion.
+        if crate::intercomm::is_inter(comm) {
+            return crate::intercomm::idup(comm, newcomm, request);
+        }
         let (req, pending) = intra_of(comm)?.idup()?;
         crate::coll::coll_req(
             request,

@@ -22,6 +22,7 @@ use crate::ffi::{out_arg, put};
 use crate::state::{tables, COMM_WORLD};
 
 /// The remote side of an inter-communicator.
+#[derive(Debug)]
 pub(crate) struct Inter {
     /// The point-to-point context (released when the last handle goes).
     pub ctx: InterContext,
@@ -225,6 +226,59 @@ pub(crate) fn dup(comm: c_int) -> Res<Option<c_int>> {
     let u = inter.union.dup()?;
     let remote = inter.remote.world_ranks().to_vec();
     Ok(Some(build(comm, l, u, remote, true)?))
+}
+
+/// `MPI_Comm_idup` of an inter-communicator: one non-blocking agreement
+/// over the union for the union's duplicate and two more context ids (the
+/// local group's communicator, the point-to-point context); the handle is
+/// written when the request completes ([`finish_idup`]).
+pub(crate) fn idup(comm: c_int, newcomm: *mut c_int, request: *mut c_int) -> Res<()> {
+    let (local, inter) = inter_of(comm)?;
+    let (req, pending) = inter.union.idup_claiming(2)?;
+    crate::coll::coll_req(
+        request,
+        comm,
+        req,
+        crate::request::Finish::InterDup {
+            pending,
+            newcomm: newcomm as usize,
+            local,
+            inter,
+        },
+    )
+}
+
+/// The end of [`idup`]: the inter-communicator from the union's duplicate
+/// `union` and the extra ids `ids` (local group, point-to-point), its
+/// attributes copied from `parent`'s.
+pub(crate) fn finish_idup(
+    parent: c_int,
+    local: &Comm,
+    inter: &Inter,
+    union: Comm,
+    ids: &[u32],
+) -> Res<c_int> {
+    let &[lid, pid] = ids else {
+        return Err(Error::new(C::Intern, "idup: two context ids expected"));
+    };
+    let l = match local.with_claimed_id(lid) {
+        Ok(l) => l,
+        Err(e) => {
+            // with_claimed_id released lid; pid is still ours.
+            union.release_claimed_id(pid);
+            return Err(e.into());
+        }
+    };
+    let remote = inter.remote.world_ranks().to_vec();
+    let ctx = InterContext::claimed(&union, pid, l.rank(), remote)?;
+    let h = register(parent, l, true)?;
+    tables().comm_mut(h)?.inter = Some(Arc::new(Inter {
+        ctx,
+        union,
+        remote: inter.remote.clone(),
+        local_first: inter.local_first,
+    }));
+    Ok(h)
 }
 
 #[no_mangle]

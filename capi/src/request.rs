@@ -143,6 +143,15 @@ pub(crate) enum Finish {
         count: usize,
         t: Arc<Dtype>,
     },
+    /// `MPI_Comm_idup` of an inter-communicator: the agreement over its
+    /// union gives the union's duplicate and two more context ids, from
+    /// which [`crate::intercomm::finish_idup`] builds the new one.
+    InterDup {
+        pending: tmpi_coll::PendingDup,
+        newcomm: usize,
+        local: tmpi_coll::Comm,
+        inter: Arc<crate::intercomm::Inter>,
+    },
     /// `MPI_Comm_idup`: build the communicator from the agreement's result,
     /// register it and write its handle to `newcomm`.
     Dup {
@@ -369,6 +378,37 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let finish = Finish::Dup { pending, newcomm };
                         return Ok(Taken::Again(Req::Coll { req, finish, comm }));
+                    }
+                    tmpi_coll::DupStep::DoneWith(..) => {
+                        return Err(Error::new(C::Intern, "idup agreed extra context ids"))
+                    }
+                },
+                Finish::InterDup {
+                    pending,
+                    newcomm,
+                    local,
+                    inter,
+                } => match pending.step(&out)? {
+                    tmpi_coll::DupStep::DoneWith(u, ids) => {
+                        let nh = crate::intercomm::finish_idup(comm, &local, &inter, u, &ids)?;
+                        crate::ffi::put(newcomm as *mut c_int, nh, "newcomm")?;
+                    }
+                    tmpi_coll::DupStep::Again(req, pending) => {
+                        crate::state::COLL_ACTIVE
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let finish = Finish::InterDup {
+                            pending,
+                            newcomm,
+                            local,
+                            inter,
+                        };
+                        return Ok(Taken::Again(Req::Coll { req, finish, comm }));
+                    }
+                    tmpi_coll::DupStep::Done(_) => {
+                        return Err(Error::new(
+                            C::Intern,
+                            "inter-communicator idup without its ids",
+                        ))
                     }
                 },
                 Finish::Nothing => {}

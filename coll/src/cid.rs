@@ -221,6 +221,22 @@ impl CidPool {
             .map(|(i, w)| base + i as u32 * 64 + w.trailing_zeros())
     }
 
+    /// The lowest `n` ids free in `words` (a window from `base`), or `None`
+    /// when the window has fewer.
+    pub fn first_free_n(base: u32, words: &[u64], n: usize) -> Option<Vec<u32>> {
+        let ids: Vec<u32> = words
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &w)| {
+                (0..64u32)
+                    .filter(move |b| w & (1 << b) != 0)
+                    .map(move |b| base + i as u32 * 64 + b)
+            })
+            .take(n)
+            .collect();
+        (ids.len() == n).then_some(ids)
+    }
+
     /// Marks `id` used; an id already in use is an internal error.
     pub fn claim(&mut self, id: u32) -> Result<()> {
         if id >= self.limit || self.in_use(id) {
@@ -311,5 +327,6 @@ mod tests {
         let b = q.free_window(0);
         let and: Vec<u64> = a.iter().zip(&b).map(|(x, y)| x & y).collect();
         assert_eq!(CidPool::first_free(0, &and), Some(3));
+        assert_eq!(CidPool::first_free_n(0, &and, 1), Some(vec![3]));
     }
 }

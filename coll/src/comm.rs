@@ -378,6 +378,8 @@ pub struct PendingDup {
     /// Registered with [`CidPool::pend`] (after the first round) and not
     /// yet ended.
     live: bool,
+    /// Context ids agreed beside the duplicate's ([`Comm::idup_claiming`]).
+    extra: usize,
 }
 
 /// What a completed round of a [`PendingDup`] gives.
@@ -385,6 +387,11 @@ pub struct PendingDup {
 pub enum DupStep {
     /// The duplicate.
     Done(Comm),
+    /// The duplicate and the extra context ids of
+    /// [`Comm::idup_claiming`], claimed here and free on every rank of the
+    /// parent (the caller owns them: [`Comm::with_claimed_id`],
+    /// [`InterContext::claimed`]).
+    DoneWith(Comm, Vec<u32>),
     /// Another round is running: its request and the agreement.
     Again(CollRequest, PendingDup),
 }
@@ -448,12 +455,14 @@ impl PendingDup {
                 self.live = true;
                 None
             } else {
-                match CidPool::first_free(self.base, mask) {
-                    Some(id) => {
-                        cids.claim(id)?;
+                match CidPool::first_free_n(self.base, mask, 1 + self.extra) {
+                    Some(ids) => {
+                        for &id in &ids {
+                            cids.claim(id)?;
+                        }
                         cids.unpend(key, true);
                         self.live = false;
-                        Some(id)
+                        Some(ids)
                     }
                     None if all_offered == 1 && self.base + crate::cid::WINDOW >= cids.limit() => {
                         cids.unpend(key, true);
@@ -466,7 +475,7 @@ impl PendingDup {
                 }
             }
         };
-        let Some(cid) = cid else {
+        let Some(mut ids) = cid else {
             if all_offered == 1 {
                 self.base += crate::cid::WINDOW;
             }
@@ -474,17 +483,25 @@ impl PendingDup {
             let (req, next) = self.round()?;
             return Ok(DupStep::Again(req, next));
         };
-        tracing::debug!(target: "coll_base", "idup agreed context id {cid}");
+        let cid = ids.remove(0);
+        tracing::debug!(target: "coll_base", "idup agreed context id {cid} (and {ids:?})");
         let parent = self.parent.clone();
         let c = match Comm::build(&ctx, parent.group(), cid, TagSpace::Coll, None, true) {
             Ok(c) => c,
             Err(e) => {
-                lock(&ctx.cids).release(cid);
+                let mut cids = lock(&ctx.cids);
+                for id in std::iter::once(cid).chain(ids) {
+                    cids.release(id);
+                }
                 return Err(e);
             }
         };
         parent.copy_attrs_to(&c)?;
-        Ok(DupStep::Done(c))
+        if self.extra == 0 {
+            Ok(DupStep::Done(c))
+        } else {
+            Ok(DupStep::DoneWith(c, ids))
+        }
     }
 }
 
@@ -530,6 +547,26 @@ pub struct InterContext {
 }
 
 impl InterContext {
+    /// The context of an inter-communicator on context id `cid`, which the
+    /// caller claimed on every process of both groups (released again if
+    /// this fails); `comm` is any communicator of this process (its
+    /// transport). Rank `r` names process `remote[r]`, this process is
+    /// `local_rank`. Local: a message on it that arrives before the other
+    /// side registered it waits there as an unexpected one.
+    pub fn claimed(comm: &Comm, cid: u32, local_rank: u32, remote: Vec<u32>) -> Result<Self> {
+        let ctx = Arc::clone(&comm.inner.ctx);
+        let ep = Endpoint {
+            context_id: cid,
+            rank: local_rank,
+            world: remote.into(),
+        };
+        if let Err(e) = ctx.p2p.comm_added(&ep) {
+            lock(&ctx.cids).release(cid);
+            return Err(e);
+        }
+        Ok(InterContext { ctx, cid })
+    }
+
     /// The context id point-to-point traffic on the inter-communicator uses.
     pub fn context_id(&self) -> u32 {
         self.cid
@@ -1070,6 +1107,15 @@ impl Comm {
     /// [`PendingDup::step`], which gives the communicator or the next
     /// round's request.
     pub fn idup(&self) -> Result<(CollRequest, PendingDup)> {
+        self.idup_claiming(0)
+    }
+
+    /// [`Comm::idup`] agreeing on `extra` more context ids free on every
+    /// rank, given with the duplicate ([`DupStep::DoneWith`]): the
+    /// non-blocking dup of an inter-communicator takes its union's
+    /// duplicate, a context for its local group and one for its
+    /// point-to-point traffic from one agreement over the union.
+    pub fn idup_claiming(&self, extra: usize) -> Result<(CollRequest, PendingDup)> {
         let ctx = Arc::clone(&self.inner.ctx);
         let _serial = lock(&ctx.creating);
         // Idups of this communicator are started in the same order on every
@@ -1093,6 +1139,7 @@ impl Comm {
             offered: Vec::new(),
             offering: false,
             live: false,
+            extra,
         }
         .round()
     }
@@ -1224,6 +1271,23 @@ impl Comm {
 
     // ---------------------------------------------------------------- inter-communicators
 
+    /// Gives back a context id claimed by [`Comm::idup_claiming`] and not
+    /// used.
+    pub fn release_claimed_id(&self, cid: u32) {
+        lock(&self.inner.ctx.cids).release(cid);
+    }
+
+    /// A new communicator over this one's group on context id `cid`, which
+    /// the caller claimed on every member (an extra id of
+    /// [`Comm::idup_claiming`]; released again if this fails). Local: no
+    /// agreement, no message.
+    pub fn with_claimed_id(&self, cid: u32) -> Result<Comm> {
+        let ctx = &self.inner.ctx;
+        Comm::build(ctx, self.group(), cid, TagSpace::Coll, None, true).inspect_err(|_| {
+            lock(&ctx.cids).release(cid);
+        })
+    }
+
     /// The transport context of an inter-communicator
     /// (`MPI_Intercomm_create`), agreed over this communicator, which holds
     /// every process of both groups: a context id free on all of them,
@@ -1234,18 +1298,8 @@ impl Comm {
     /// The id is released and the transport state removed when the
     /// [`InterContext`] is dropped.
     pub fn inter_context(&self, local_rank: u32, remote: Vec<u32>) -> Result<InterContext> {
-        let ctx = Arc::clone(&self.inner.ctx);
         let cid = self.agree_cid(true, None)?;
-        let ep = Endpoint {
-            context_id: cid,
-            rank: local_rank,
-            world: remote.into(),
-        };
-        if let Err(e) = ctx.p2p.comm_added(&ep) {
-            lock(&ctx.cids).release(cid);
-            return Err(e);
-        }
-        let ic = InterContext { ctx, cid };
+        let ic = InterContext::claimed(self, cid, local_rank, remote)?;
         self.barrier()?;
         tracing::debug!(target: "coll_base", "inter-communicator context {cid} on cid {}", self.context_id());
         Ok(ic)

@@ -1,7 +1,8 @@
 /* Inter-communicators between the even and the odd world ranks: sizes and
  * groups, point-to-point traffic (eager and rendezvous, wildcards, probe),
- * a dup that keeps its traffic apart, both merge orders, and calls defined
- * on intra-communicators only refused instead of run on the local group. */
+ * a dup that keeps its traffic apart, a non-blocking dup, both merge
+ * orders, and calls defined on intra-communicators only refused instead of
+ * run on the local group. */
 #include "check.h"
 
 int main(int argc, char **argv) {
@@ -81,6 +82,40 @@ int main(int argc, char **argv) {
         int from = 2 * lrank + (1 - odd);
         CHECK(x == 100 + from && y == 200 + from);
     }
+
+    /* MPI_Comm_idup does not wait for the other processes: local rank 0
+     * receives synchronous sends that the others make after starting
+     * their idup, and only then starts its own (MPICH's comm_idup). */
+    MPI_Comm nd;
+    MPI_Request dr;
+    if (lrank == 0) {
+        for (int i = 1; i < rsize; i++) {
+            int x;
+            OK(MPI_Recv(&x, 1, MPI_INT, i, 21, ic, MPI_STATUS_IGNORE));
+            CHECK(x == 2 * i + (1 - odd));
+        }
+        OK(MPI_Comm_idup(ic, &nd, &dr));
+        OK(MPI_Wait(&dr, MPI_STATUS_IGNORE));
+    } else {
+        OK(MPI_Comm_idup(ic, &nd, &dr));
+        OK(MPI_Ssend(&rank, 1, MPI_INT, 0, 21, ic));
+        OK(MPI_Wait(&dr, MPI_STATUS_IGNORE));
+    }
+    int ndl, ndr, ndsum, rs = 0;
+    OK(MPI_Comm_test_inter(nd, &flag));
+    OK(MPI_Comm_size(nd, &ndl));
+    OK(MPI_Comm_remote_size(nd, &ndr));
+    CHECK(flag && ndl == lsize && ndr == rsize);
+    OK(MPI_Allreduce(&rank, &ndsum, 1, MPI_INT, MPI_SUM, nd));
+    for (int i = 0; i < rsize; i++) rs += 2 * i + (1 - odd);
+    CHECK(ndsum == rs);
+    if (lrank < nodd) {
+        int x = -1;
+        OK(MPI_Sendrecv(&rank, 1, MPI_INT, lrank, 22, &x, 1, MPI_INT, lrank, 22, nd,
+                        MPI_STATUS_IGNORE));
+        CHECK(x == 2 * lrank + (1 - odd));
+    }
+    OK(MPI_Comm_free(&nd));
 
     /* Merge, odd ranks high: the even group first. */
     int mrank, msize, sum;
