@@ -254,6 +254,36 @@ pub(crate) fn not_aliased(send: *const c_void, recv: *const c_void, count: c_int
     Ok(())
 }
 
+/// [`not_aliased`] against `recv + off` bytes: the input is the very
+/// place where this rank's own block of the output goes (MPICH's
+/// errors/coll/noalias2: an allgather from `&buf[rank]` into `buf`).
+/// Every rank whose call names such buffers finds it, so no rank is left
+/// waiting in a collective the others returned from.
+pub(crate) fn not_aliased_at(
+    send: *const c_void,
+    recv: *const c_void,
+    off: isize,
+    count: c_int,
+) -> Res<()> {
+    if is_in_place(recv) {
+        return Ok(());
+    }
+    not_aliased(send, recv.cast::<u8>().wrapping_offset(off).cast(), count)
+}
+
+/// Byte offset of block `i` of `count` items of datatype `dtype`.
+fn block_at(i: u32, count: c_int, dtype: c_int) -> Res<isize> {
+    Ok((i as isize)
+        .wrapping_mul(count as isize)
+        .wrapping_mul(ty(dtype)?.extent()))
+}
+
+/// Byte offset of displacement `displs[i]` (in extents of `dtype`).
+fn displ_at(displs: *const c_int, i: u32, dtype: c_int) -> Res<isize> {
+    let d = crate::ffi::array(displs, i as usize + 1, "displs")?[i as usize];
+    Ok((d as isize).wrapping_mul(ty(dtype)?.extent()))
+}
+
 macro_rules! allred {
     ($name:ident, $m:ident) => {
         #[no_mangle]
@@ -371,6 +401,14 @@ pub extern "C" fn MPI_Gather(
         }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
+        if c.rank() == r {
+            not_aliased_at(
+                sendbuf,
+                recvbuf,
+                block_at(r, recvcount, recvtype)?,
+                sendcount,
+            )?;
+        }
         let is_root = c.rank() == r;
         let p = c.size() as usize;
         if is_root {
@@ -422,6 +460,14 @@ pub extern "C" fn MPI_Scatter(
         }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
+        if c.rank() == r {
+            not_aliased_at(
+                recvbuf,
+                sendbuf,
+                block_at(r, sendcount, sendtype)?,
+                recvcount,
+            )?;
+        }
         let is_root = c.rank() == r;
         let p = c.size() as usize;
         if is_root {
@@ -482,6 +528,12 @@ macro_rules! allx {
                 let p = c.size() as usize;
                 let rn = ccount(recvcount, C::Count, "recvcount")?;
                 let rt = crate::state::type_ref(recvtype)?;
+                if stringify!($m) == "allgather" {
+                    let off = (c.rank() as isize)
+                        .wrapping_mul(recvcount as isize)
+                        .wrapping_mul(rt.extent());
+                    not_aliased_at(sendbuf, recvbuf, off, sendcount)?;
+                }
                 if let Some(out) = direct_mut(recvbuf, rn * p, &rt)? {
                     if is_in_place(sendbuf) {
                         c.$m(Input::InPlace, out)?;
@@ -756,6 +808,10 @@ pub extern "C" fn MPI_Gatherv(
         }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
+        if c.rank() == r {
+            not_aliased(sendbuf, recvbuf, sendcount)?;
+            not_aliased_at(sendbuf, recvbuf, displ_at(displs, r, recvtype)?, sendcount)?;
+        }
         let p = c.size() as usize;
         let s = if is_in_place(sendbuf) {
             None
@@ -804,6 +860,10 @@ pub extern "C" fn MPI_Scatterv(
         }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
+        if c.rank() == r {
+            not_aliased(sendbuf, recvbuf, recvcount)?;
+            not_aliased_at(recvbuf, sendbuf, displ_at(displs, r, sendtype)?, recvcount)?;
+        }
         let p = c.size() as usize;
         if c.rank() == r && is_in_place(recvbuf) {
             // recvcount and recvtype are ignored (MPI-4.0 6.6).
@@ -845,6 +905,13 @@ pub extern "C" fn MPI_Allgatherv(
             return crate::intercoll::allgather(&ic, sendbuf, sendcount, sendtype, recvbuf, recv);
         }
         let c = comm_of(comm)?;
+        not_aliased(sendbuf, recvbuf, sendcount)?;
+        not_aliased_at(
+            sendbuf,
+            recvbuf,
+            displ_at(displs, c.rank(), recvtype)?,
+            sendcount,
+        )?;
         let p = c.size() as usize;
         let l = VLayout::v(recvcounts, displs, p, &ty(recvtype)?)?;
         let s = if is_in_place(sendbuf) {
@@ -917,6 +984,7 @@ pub extern "C" fn MPI_Alltoallv(
             return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
         }
         let c = comm_of(comm)?;
+        not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
         let rl = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
         let send = if is_in_place(sendbuf) {
@@ -1003,6 +1071,7 @@ pub extern "C" fn MPI_Iallreduce(
             );
         }
         let c = comm_of(comm)?;
+        not_aliased(sendbuf, recvbuf, count)?;
         let n = ccount(count, C::Count, "count")?;
         let t = ty(dtype)?;
         let (e, o) = red(&t, op, dtype)?;
@@ -1046,6 +1115,9 @@ pub extern "C" fn MPI_Ireduce(
         }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
+        if c.rank() == r {
+            not_aliased(sendbuf, recvbuf, count)?;
+        }
         let n = ccount(count, C::Count, "count")?;
         let t = ty(dtype)?;
         let (e, o) = red(&t, op, dtype)?;
@@ -1087,6 +1159,13 @@ pub extern "C" fn MPI_Iallgather(
             return crate::intercoll::allgather(&ic, sendbuf, sendcount, sendtype, recvbuf, recv);
         }
         let c = comm_of(comm)?;
+        not_aliased(sendbuf, recvbuf, sendcount)?;
+        not_aliased_at(
+            sendbuf,
+            recvbuf,
+            block_at(c.rank(), recvcount, recvtype)?,
+            sendcount,
+        )?;
         let p = c.size() as usize;
         let rn = ccount(recvcount, C::Count, "recvcount")?;
         let rt = ty(recvtype)?;
@@ -1136,6 +1215,7 @@ pub extern "C" fn MPI_Ialltoall(
             return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
         }
         let c = comm_of(comm)?;
+        not_aliased(sendbuf, recvbuf, sendcount)?;
         let p = c.size() as usize;
         let rn = ccount(recvcount, C::Count, "recvcount")?;
         let rt = ty(recvtype)?;
@@ -1177,6 +1257,7 @@ pub extern "C" fn MPI_Reduce_scatter(
             return crate::intercoll::reduce_scatter(&ic, sendbuf, recvbuf, &counts, dtype, op);
         }
         let c = comm_of(comm)?;
+        not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
         let t = ty(dtype)?;
         let (e, o) = red(&t, op, dtype)?;
@@ -1221,6 +1302,15 @@ pub extern "C" fn MPI_Igather(
         }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
+        if c.rank() == r {
+            not_aliased(sendbuf, recvbuf, sendcount)?;
+            not_aliased_at(
+                sendbuf,
+                recvbuf,
+                block_at(r, recvcount, recvtype)?,
+                sendcount,
+            )?;
+        }
         let p = c.size() as usize;
         let is_root = c.rank() == r;
         let (send, fin) = if is_root {
@@ -1283,6 +1373,15 @@ pub extern "C" fn MPI_Iscatter(
         }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
+        if c.rank() == r {
+            not_aliased(sendbuf, recvbuf, recvcount)?;
+            not_aliased_at(
+                recvbuf,
+                sendbuf,
+                block_at(r, sendcount, sendtype)?,
+                recvcount,
+            )?;
+        }
         let p = c.size() as usize;
         let is_root = c.rank() == r;
         if is_root && is_in_place(recvbuf) {
@@ -1325,6 +1424,7 @@ macro_rules! iscan {
         ) -> c_int {
             guard(stringify!($name), comm, || {
                 let c = comm_of(comm)?;
+                not_aliased(sendbuf, recvbuf, count)?;
                 let n = ccount(count, C::Count, "count")?;
                 let t = ty(dtype)?;
                 let (e, o) = red(&t, op, dtype)?;
@@ -1368,6 +1468,7 @@ pub extern "C" fn MPI_Ireduce_scatter_block(
             return crate::intercoll::nb_reduce(&ic, what, sendbuf, recvbuf, 0, dtype, op, request);
         }
         let c = comm_of(comm)?;
+        not_aliased(sendbuf, recvbuf, recvcount)?;
         let n = ccount(recvcount, C::Count, "recvcount")?;
         let t = ty(dtype)?;
         let (e, o) = red(&t, op, dtype)?;
@@ -1414,6 +1515,7 @@ pub extern "C" fn MPI_Alltoallw(
             return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
         }
         let c = comm_of(comm)?;
+        not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
         let rl = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
         let send = if is_in_place(sendbuf) {
@@ -1467,6 +1569,10 @@ pub extern "C" fn MPI_Igatherv(
         }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
+        if c.rank() == r {
+            not_aliased(sendbuf, recvbuf, sendcount)?;
+            not_aliased_at(sendbuf, recvbuf, displ_at(displs, r, recvtype)?, sendcount)?;
+        }
         let p = c.size() as usize;
         if c.rank() != r {
             let s = pack(
@@ -1517,6 +1623,10 @@ pub extern "C" fn MPI_Iscatterv(
         }
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
+        if c.rank() == r {
+            not_aliased(sendbuf, recvbuf, recvcount)?;
+            not_aliased_at(recvbuf, sendbuf, displ_at(displs, r, sendtype)?, recvcount)?;
+        }
         let p = c.size() as usize;
         if c.rank() == r && is_in_place(recvbuf) {
             // recvcount and recvtype are ignored (MPI-4.0 6.6).
@@ -1564,6 +1674,13 @@ pub extern "C" fn MPI_Iallgatherv(
             return crate::intercoll::allgather(&ic, sendbuf, sendcount, sendtype, recvbuf, recv);
         }
         let c = comm_of(comm)?;
+        not_aliased(sendbuf, recvbuf, sendcount)?;
+        not_aliased_at(
+            sendbuf,
+            recvbuf,
+            displ_at(displs, c.rank(), recvtype)?,
+            sendcount,
+        )?;
         let p = c.size() as usize;
         let l = VLayout::v(recvcounts, displs, p, &ty(recvtype)?)?;
         let me = c.rank() as usize;
@@ -1630,6 +1747,7 @@ pub extern "C" fn MPI_Ialltoallv(
             return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
         }
         let c = comm_of(comm)?;
+        not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
         let recv = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
         let send = if is_in_place(sendbuf) {
@@ -1664,6 +1782,7 @@ pub extern "C" fn MPI_Ialltoallw(
             return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
         }
         let c = comm_of(comm)?;
+        not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
         let recv = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
         let send = if is_in_place(sendbuf) {
@@ -1692,6 +1811,7 @@ pub extern "C" fn MPI_Ireduce_scatter(
             return crate::intercoll::nb_reduce(&ic, what, sendbuf, recvbuf, 0, dtype, op, request);
         }
         let c = comm_of(comm)?;
+        not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
         let t = ty(dtype)?;
         let (e, o) = red(&t, op, dtype)?;

@@ -149,6 +149,36 @@ int main(int argc, char **argv) {
     expect(MPI_Send(MPI_IN_PLACE, 1, MPI_INT, rank, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER, "send in place");
     expect(MPI_Allreduce(io4, io4, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_BUFFER, "allreduce aliased");
     expect(MPI_Allgather(io4, 1, MPI_INT, io4, 1, MPI_INT, MPI_COMM_WORLD), MPI_ERR_BUFFER, "allgather aliased");
+    /* The input at this rank's own block of the output (MPICH's
+     * errors/coll/noalias2 and noalias3): every rank finds it, in the
+     * blocking and the non-blocking forms. */
+    int *ab = calloc(4 * size + 4, sizeof(int)), *cnt = malloc(size * sizeof(int)),
+        *dsp = malloc(size * sizeof(int));
+    MPI_Datatype ty[64];
+    for (int i = 0; i < size; i++) cnt[i] = 1, dsp[i] = 2 * i, ty[i] = MPI_INT;
+    MPI_Request rq;
+    expect(MPI_Allgather(&ab[rank], 1, MPI_INT, ab, 1, MPI_INT, MPI_COMM_WORLD), MPI_ERR_BUFFER, "allgather at own block");
+    expect(MPI_Iallgather(&ab[rank], 1, MPI_INT, ab, 1, MPI_INT, MPI_COMM_WORLD, &rq), MPI_ERR_BUFFER, "iallgather at own block");
+    expect(MPI_Allgatherv(&ab[2 * rank], 1, MPI_INT, ab, cnt, dsp, MPI_INT, MPI_COMM_WORLD), MPI_ERR_BUFFER, "allgatherv at own block");
+    expect(MPI_Iallgatherv(&ab[2 * rank], 1, MPI_INT, ab, cnt, dsp, MPI_INT, MPI_COMM_WORLD, &rq), MPI_ERR_BUFFER, "iallgatherv at own block");
+    expect(MPI_Alltoallv(ab, cnt, dsp, MPI_INT, ab, cnt, dsp, MPI_INT, MPI_COMM_WORLD), MPI_ERR_BUFFER, "alltoallv aliased");
+    expect(MPI_Alltoallw(ab, cnt, dsp, ty, ab, cnt, dsp, ty, MPI_COMM_WORLD), MPI_ERR_BUFFER, "alltoallw aliased");
+    expect(MPI_Ialltoall(ab, 1, MPI_INT, ab, 1, MPI_INT, MPI_COMM_WORLD, &rq), MPI_ERR_BUFFER, "ialltoall aliased");
+    expect(MPI_Reduce_scatter(ab, ab, cnt, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_BUFFER, "reduce_scatter aliased");
+    expect(MPI_Iallreduce(ab, ab, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &rq), MPI_ERR_BUFFER, "iallreduce aliased");
+    expect(MPI_Iscan(ab, ab, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &rq), MPI_ERR_BUFFER, "iscan aliased");
+    /* Rooted calls: only the root names its buffers, so on one rank. */
+    OK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
+    OK(MPI_Gather(&ab[2], 2, MPI_INT, ab, 2, MPI_INT, 0, MPI_COMM_SELF));
+    expect(MPI_Gatherv(ab, 1, MPI_INT, ab, cnt, dsp, MPI_INT, 0, MPI_COMM_SELF), MPI_ERR_BUFFER, "gatherv aliased");
+    expect(MPI_Scatter(ab, 1, MPI_INT, ab, 1, MPI_INT, 0, MPI_COMM_SELF), MPI_ERR_BUFFER, "scatter aliased");
+    expect(MPI_Iscatterv(ab, cnt, dsp, MPI_INT, ab, 1, MPI_INT, 0, MPI_COMM_SELF, &rq), MPI_ERR_BUFFER, "iscatterv aliased");
+    expect(MPI_Igather(ab, 1, MPI_INT, ab, 1, MPI_INT, 0, MPI_COMM_SELF, &rq), MPI_ERR_BUFFER, "igather aliased");
+    /* Legal neighbours: an input next to the blocks, not at its own. */
+    OK(MPI_Allgather(&ab[4 * size], 1, MPI_INT, ab, 1, MPI_INT, MPI_COMM_WORLD));
+    free(ab);
+    free(cnt);
+    free(dsp);
     /* ... while empty calls and MPI_IN_PLACE are fine. */
     OK(MPI_Allreduce(io4, io4, 0, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
     OK(MPI_Allreduce(MPI_IN_PLACE, io4, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
