@@ -1,6 +1,7 @@
 //! MPI_T, the tool information interface: control variables are the MCA
 //! parameters (read-only: they are resolved at registration), performance
-//! variables are the pml's protocol counters.
+//! variables are the pml's protocol counters, categories the MCA frameworks
+//! and their components.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -493,18 +494,178 @@ pub extern "C" fn MPI_T_pvar_readreset(s: c_int, h: c_int, _buf: *mut c_void) ->
     MPI_T_pvar_write(s, h, std::ptr::null())
 }
 
+// ---------------------------------------------------------------- categories
+
+/// A category: an MCA framework (its framework-level control variables and
+/// its components' categories; `pml` also holds every performance
+/// variable, the pml's counters) or one component of it (its control
+/// variables), as Open MPI groups them.
+struct Category {
+    name: String,
+    desc: String,
+    cvars: Vec<c_int>,
+    pvars: Vec<c_int>,
+    subs: Vec<c_int>,
+}
+
+/// The categories, frameworks in name order, each followed by its
+/// components: derived from the control variables registered now.
+fn categories() -> Vec<Category> {
+    let cv = cvars();
+    let mut frameworks: Vec<&str> = cv.iter().map(|p| p.framework.as_str()).collect();
+    frameworks.push("pml");
+    frameworks.sort_unstable();
+    frameworks.dedup();
+    let mut out = Vec::new();
+    for f in frameworks {
+        let at = out.len();
+        let mut comps: Vec<&str> = cv
+            .iter()
+            .filter(|p| p.framework == f && !p.component.is_empty())
+            .map(|p| p.component.as_str())
+            .collect();
+        comps.sort_unstable();
+        comps.dedup();
+        let of = |comp: &str| -> Vec<c_int> {
+            cv.iter()
+                .enumerate()
+                .filter(|(_, p)| p.framework == f && p.component == comp)
+                .map(|(i, _)| i as c_int)
+                .collect()
+        };
+        out.push(Category {
+            name: f.to_string(),
+            desc: format!("the {f} framework's parameters and components"),
+            cvars: of(""),
+            pvars: if f == "pml" {
+                (0..PVARS.len() as c_int).collect()
+            } else {
+                Vec::new()
+            },
+            subs: (0..comps.len()).map(|k| (at + 1 + k) as c_int).collect(),
+        });
+        for c in comps {
+            out.push(Category {
+                name: format!("{f}_{c}"),
+                desc: format!("the {c} component of the {f} framework"),
+                cvars: of(c),
+                pvars: Vec::new(),
+                subs: Vec::new(),
+            });
+        }
+    }
+    out
+}
+
+fn category(i: c_int) -> Res<Category> {
+    usize::try_from(i)
+        .ok()
+        .and_then(|i| categories().into_iter().nth(i))
+        .ok_or_else(|| Error::new(C::TErrInvalidIndex, format!("no category {i}")))
+}
+
+/// Writes the first `len` of `ids` to `indices`.
+fn put_indices(ids: &[c_int], len: c_int, indices: *mut c_int) -> Res<()> {
+    let n = usize::try_from(len)
+        .map_err(|_| Error::new(C::Arg, format!("len {len} < 0")))?
+        .min(ids.len());
+    if n == 0 {
+        return Ok(());
+    }
+    if indices.is_null() {
+        return Err(Error::new(C::Arg, "indices is NULL"));
+    }
+    // SAFETY: non-null; the caller provides room for `len` >= `n` ints.
+    let out = unsafe { std::slice::from_raw_parts_mut(indices, n) };
+    out.copy_from_slice(&ids[..n]);
+    Ok(())
+}
+
 #[no_mangle]
 pub extern "C" fn MPI_T_category_get_num(n: *mut c_int) -> c_int {
     t_guard(|| {
         need_init()?;
-        put(n, 0, "num_cat")
+        put(n, categories().len() as c_int, "num_cat")
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub extern "C" fn MPI_T_category_get_info(
+    index: c_int,
+    name: *mut c_char,
+    name_len: *mut c_int,
+    desc: *mut c_char,
+    desc_len: *mut c_int,
+    num_cvars: *mut c_int,
+    num_pvars: *mut c_int,
+    num_categories: *mut c_int,
+) -> c_int {
+    t_guard(|| {
+        need_init()?;
+        let c = category(index)?;
+        put_name(name, name_len, &c.name)?;
+        put_name(desc, desc_len, &c.desc)?;
+        for (p, v) in [
+            (num_cvars, c.cvars.len()),
+            (num_pvars, c.pvars.len()),
+            (num_categories, c.subs.len()),
+        ] {
+            if !p.is_null() {
+                put(p, v as c_int, "category info")?;
+            }
+        }
+        Ok(())
     })
 }
 
 #[no_mangle]
+pub extern "C" fn MPI_T_category_get_index(name: *const c_char, index: *mut c_int) -> c_int {
+    t_guard(|| {
+        need_init()?;
+        let n = cstr(name, "name")?;
+        let i = categories()
+            .iter()
+            .position(|c| c.name == n)
+            .ok_or_else(|| Error::new(C::TErrInvalidName, format!("no category {n:?}")))?;
+        put(index, i as c_int, "cat_index")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_T_category_get_cvars(index: c_int, len: c_int, indices: *mut c_int) -> c_int {
+    t_guard(|| {
+        need_init()?;
+        put_indices(&category(index)?.cvars, len, indices)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_T_category_get_pvars(index: c_int, len: c_int, indices: *mut c_int) -> c_int {
+    t_guard(|| {
+        need_init()?;
+        put_indices(&category(index)?.pvars, len, indices)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_T_category_get_categories(
+    index: c_int,
+    len: c_int,
+    indices: *mut c_int,
+) -> c_int {
+    t_guard(|| {
+        need_init()?;
+        put_indices(&category(index)?.subs, len, indices)
+    })
+}
+
+/// The categories follow the registered parameters: their count changes
+/// when a component registers more (it never shrinks).
+#[no_mangle]
 pub extern "C" fn MPI_T_category_changed(stamp: *mut c_int) -> c_int {
     t_guard(|| {
         need_init()?;
-        put(stamp, 0, "stamp")
+        put(stamp, cvars().len() as c_int, "stamp")
     })
 }

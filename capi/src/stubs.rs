@@ -63,13 +63,8 @@ unsupported! {
     MPI_Rget => "one-sided communication (MPI_Win_*) is not implemented";
     MPI_Rget_accumulate => "one-sided communication (MPI_Win_*) is not implemented";
     MPI_Rput => "one-sided communication (MPI_Win_*) is not implemented";
-    MPI_T_category_get_categories => "MPI_T categories and enumerations are not provided (tmpi defines none)";
-    MPI_T_category_get_cvars => "MPI_T categories and enumerations are not provided (tmpi defines none)";
-    MPI_T_category_get_index => "MPI_T categories and enumerations are not provided (tmpi defines none)";
-    MPI_T_category_get_info => "MPI_T categories and enumerations are not provided (tmpi defines none)";
-    MPI_T_category_get_pvars => "MPI_T categories and enumerations are not provided (tmpi defines none)";
-    MPI_T_enum_get_info => "MPI_T categories and enumerations are not provided (tmpi defines none)";
-    MPI_T_enum_get_item => "MPI_T categories and enumerations are not provided (tmpi defines none)";
+    MPI_T_enum_get_info => "MPI_T enumerations are not provided (tmpi defines none)";
+    MPI_T_enum_get_item => "MPI_T enumerations are not provided (tmpi defines none)";
     MPI_Unpublish_name => "dynamic process management is not implemented";
     MPI_Win_allocate => "one-sided communication (MPI_Win_*) is not implemented";
     MPI_Win_allocate_shared => "one-sided communication (MPI_Win_*) is not implemented";

@@ -12,7 +12,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 prefix=${1:-}
-DIRS=${DIRS:-"coll comm group pt2pt attr datatype topo init errhan info threads/comm errors/attr errors/coll errors/comm errors/datatype errors/group errors/pt2pt errors/topo"}
+DIRS=${DIRS:-"coll comm group pt2pt attr datatype topo init errhan info mpi_t threads/comm threads/pt2pt threads/coll threads/init threads/mpi_t errors/attr errors/coll errors/comm errors/datatype errors/group errors/pt2pt errors/topo"}
 cache=${MPICH_TESTS_CACHE:-/var/tmp/tmpi-mpich-tests}
 work=$(mktemp -d /tmp/tmpi-mpich.XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -1,5 +1,6 @@
 /* MPI_T: control variables are the MCA parameters; performance variables
- * are the pml's counters. 2+ ranks. */
+ * are the pml's counters; categories the frameworks and components. 2+
+ * ranks. */
 #include "check.h"
 
 int main(int argc, char **argv) {
@@ -130,6 +131,64 @@ int main(int argc, char **argv) {
     }
     for (i = 0; i < NV; i++) OK(MPI_T_pvar_handle_free(s, &hv[i]));
     OK(MPI_T_pvar_session_free(&s));
+
+    /* Categories: the MCA frameworks and their components. Every control
+     * variable is in exactly one category, named by its framework or its
+     * framework_component prefix; the pml category holds every performance
+     * variable; a framework lists its components as sub-categories. */
+    int ncat, ncv, npv, stamp;
+    OK(MPI_T_category_get_num(&ncat));
+    OK(MPI_T_cvar_get_num(&ncv));
+    OK(MPI_T_pvar_get_num(&npv));
+    CHECK(ncat > 3);
+    int *seen = calloc(ncv, sizeof(int)), pml = -1, btl = -1;
+    for (int c = 0; c < ncat; c++) {
+        char cname[128], desc[256];
+        int cl = sizeof cname, dl = sizeof desc, nc, np, ns;
+        OK(MPI_T_category_get_info(c, cname, &cl, desc, &dl, &nc, &np, &ns));
+        int back;
+        OK(MPI_T_category_get_index(cname, &back));
+        CHECK(back == c && dl > 1);
+        if (strcmp(cname, "pml") == 0) {
+            pml = c;
+            CHECK(np == npv);
+        } else {
+            CHECK(np == 0);
+        }
+        if (strcmp(cname, "btl") == 0) btl = c;
+        int *ids = malloc((nc + 1) * sizeof(int));
+        OK(MPI_T_category_get_cvars(c, nc, ids));
+        for (int k = 0; k < nc; k++) {
+            char vname[256];
+            int vl = sizeof vname;
+            CHECK(ids[k] >= 0 && ids[k] < ncv);
+            seen[ids[k]]++;
+            OK(MPI_T_cvar_get_info(ids[k], vname, &vl, NULL, NULL, NULL, NULL, NULL, NULL, NULL));
+            size_t pl = strlen(cname);
+            CHECK(strncmp(vname, cname, pl) == 0 && (vname[pl] == '_' || vname[pl] == '\0'));
+        }
+        free(ids);
+    }
+    for (int k = 0; k < ncv; k++) CHECK(seen[k] == 1);
+    free(seen);
+    CHECK(pml >= 0 && btl >= 0);
+    /* btl's sub-categories are its components, e.g. btl_sm. */
+    int nsub;
+    OK(MPI_T_category_get_info(btl, NULL, NULL, NULL, NULL, NULL, NULL, &nsub));
+    int *subs = malloc((nsub + 1) * sizeof(int)), sm = -1;
+    OK(MPI_T_category_get_categories(btl, nsub, subs));
+    OK(MPI_T_category_get_index("btl_sm", &sm));
+    int found = 0;
+    for (int k = 0; k < nsub; k++) found |= subs[k] == sm;
+    CHECK(nsub > 0 && found);
+    free(subs);
+    int pidx[2];
+    OK(MPI_T_category_get_pvars(pml, 2, pidx));
+    CHECK(pidx[0] == 0 && pidx[1] == 1);
+    CHECK(MPI_T_category_get_index("no such category", &idx) == MPI_T_ERR_INVALID_NAME);
+    CHECK(MPI_T_category_get_info(ncat, NULL, NULL, NULL, NULL, NULL, NULL, NULL) == MPI_T_ERR_INVALID_INDEX);
+    OK(MPI_T_category_changed(&stamp));
+
     report_ok("mpit");
     OK(MPI_Finalize());
     OK(MPI_T_finalize());
