@@ -254,8 +254,8 @@ pub(crate) fn not_aliased(send: *const c_void, recv: *const c_void, count: c_int
     Ok(())
 }
 
-/// [`not_aliased`] against `recv + off` bytes: the input is the very
-/// place where this rank's own block of the output goes (MPICH's
+/// [`not_aliased`], and the same against `recv + off` bytes: the input is
+/// the very place where this rank's own block of the output goes (MPICH's
 /// errors/coll/noalias2: an allgather from `&buf[rank]` into `buf`).
 /// Every rank whose call names such buffers finds it, so no rank is left
 /// waiting in a collective the others returned from.
@@ -265,6 +265,7 @@ pub(crate) fn not_aliased_at(
     off: isize,
     count: c_int,
 ) -> Res<()> {
+    not_aliased(send, recv, count)?;
     if is_in_place(recv) {
         return Ok(());
     }
@@ -809,7 +810,6 @@ pub extern "C" fn MPI_Gatherv(
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         if c.rank() == r {
-            not_aliased(sendbuf, recvbuf, sendcount)?;
             not_aliased_at(sendbuf, recvbuf, displ_at(displs, r, recvtype)?, sendcount)?;
         }
         let p = c.size() as usize;
@@ -861,7 +861,6 @@ pub extern "C" fn MPI_Scatterv(
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         if c.rank() == r {
-            not_aliased(sendbuf, recvbuf, recvcount)?;
             not_aliased_at(recvbuf, sendbuf, displ_at(displs, r, sendtype)?, recvcount)?;
         }
         let p = c.size() as usize;
@@ -905,7 +904,6 @@ pub extern "C" fn MPI_Allgatherv(
             return crate::intercoll::allgather(&ic, sendbuf, sendcount, sendtype, recvbuf, recv);
         }
         let c = comm_of(comm)?;
-        not_aliased(sendbuf, recvbuf, sendcount)?;
         not_aliased_at(
             sendbuf,
             recvbuf,
@@ -1159,7 +1157,6 @@ pub extern "C" fn MPI_Iallgather(
             return crate::intercoll::allgather(&ic, sendbuf, sendcount, sendtype, recvbuf, recv);
         }
         let c = comm_of(comm)?;
-        not_aliased(sendbuf, recvbuf, sendcount)?;
         not_aliased_at(
             sendbuf,
             recvbuf,
@@ -1303,7 +1300,6 @@ pub extern "C" fn MPI_Igather(
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         if c.rank() == r {
-            not_aliased(sendbuf, recvbuf, sendcount)?;
             not_aliased_at(
                 sendbuf,
                 recvbuf,
@@ -1374,7 +1370,6 @@ pub extern "C" fn MPI_Iscatter(
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         if c.rank() == r {
-            not_aliased(sendbuf, recvbuf, recvcount)?;
             not_aliased_at(
                 recvbuf,
                 sendbuf,
@@ -1570,7 +1565,6 @@ pub extern "C" fn MPI_Igatherv(
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         if c.rank() == r {
-            not_aliased(sendbuf, recvbuf, sendcount)?;
             not_aliased_at(sendbuf, recvbuf, displ_at(displs, r, recvtype)?, sendcount)?;
         }
         let p = c.size() as usize;
@@ -1624,7 +1618,6 @@ pub extern "C" fn MPI_Iscatterv(
         let c = comm_of(comm)?;
         let r = root_of(root, &c)?;
         if c.rank() == r {
-            not_aliased(sendbuf, recvbuf, recvcount)?;
             not_aliased_at(recvbuf, sendbuf, displ_at(displs, r, sendtype)?, recvcount)?;
         }
         let p = c.size() as usize;
@@ -1674,7 +1667,6 @@ pub extern "C" fn MPI_Iallgatherv(
             return crate::intercoll::allgather(&ic, sendbuf, sendcount, sendtype, recvbuf, recv);
         }
         let c = comm_of(comm)?;
-        not_aliased(sendbuf, recvbuf, sendcount)?;
         not_aliased_at(
             sendbuf,
             recvbuf,

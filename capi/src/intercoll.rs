@@ -182,6 +182,22 @@ fn round(
     Ok(())
 }
 
+/// A round in which this process moves no data (`MPI_PROC_NULL` roots).
+fn idle(ic: &Ic) -> Res<()> {
+    round(ic, Vec::new(), &[], None, &[])
+}
+
+/// A round that receives the one block of `l` from remote rank `r`.
+fn from_remote(ic: &Ic, l: &VLayout, buf: *mut c_void, r: u32) -> Res<()> {
+    round(
+        ic,
+        Vec::new(),
+        &[],
+        Some((l, buf)),
+        &[(ic.inter.remote_u(r), 0)],
+    )
+}
+
 /// A round that only receives `len` bytes from union rank `peer` (`None`:
 /// takes part without moving data).
 fn raw_round(ic: &Ic, send: Option<(Vec<u8>, u32)>, recv: Option<(u32, usize)>) -> Res<Vec<u8>> {
@@ -268,16 +284,10 @@ pub(crate) fn bcast(ic: &Ic, buf: *mut c_void, count: c_int, dtype: c_int, root:
             let (data, sends) = to_remotes(ic, &l, buf, true)?;
             round(ic, data, &sends, None, &[])
         }
-        Side::Idle => round(ic, Vec::new(), &[], None, &[]),
+        Side::Idle => idle(ic),
         Side::Remote(r) => {
             let l = uniform(1, count, &ty(dtype)?, |_| true)?;
-            round(
-                ic,
-                Vec::new(),
-                &[],
-                Some((&l, buf)),
-                &[(ic.inter.remote_u(r), 0)],
-            )
+            from_remote(ic, &l, buf, r)
         }
     }
 }
@@ -315,7 +325,7 @@ pub(crate) fn gather(
             let l = recv.layout(ic.inter.remote.size() as usize)?;
             round(ic, Vec::new(), &[], Some((&l, recvbuf)), &from_remotes(ic))
         }
-        Side::Idle => round(ic, Vec::new(), &[], None, &[]),
+        Side::Idle => idle(ic),
         Side::Remote(r) => {
             let t = ty(sendtype)?;
             let data = packed(sendbuf, ccount(sendcount, C::Count, "sendcount")?, &t)?;
@@ -342,16 +352,10 @@ pub(crate) fn scatter(
             let (data, sends) = to_remotes(ic, &l, sendbuf, false)?;
             round(ic, data, &sends, None, &[])
         }
-        Side::Idle => round(ic, Vec::new(), &[], None, &[]),
+        Side::Idle => idle(ic),
         Side::Remote(r) => {
             let l = uniform(1, recvcount, &ty(recvtype)?, |_| true)?;
-            round(
-                ic,
-                Vec::new(),
-                &[],
-                Some((&l, recvbuf)),
-                &[(ic.inter.remote_u(r), 0)],
-            )
+            from_remote(ic, &l, recvbuf, r)
         }
     }
 }
@@ -423,15 +427,9 @@ pub(crate) fn reduce(
     match side(root, ic)? {
         Side::Root => {
             let l = uniform(1, count, &t, |_| true)?;
-            round(
-                ic,
-                Vec::new(),
-                &[],
-                Some((&l, recvbuf)),
-                &[(ic.inter.remote_u(0), 0)],
-            )
+            from_remote(ic, &l, recvbuf, 0)
         }
-        Side::Idle => round(ic, Vec::new(), &[], None, &[]),
+        Side::Idle => idle(ic),
         Side::Remote(r) => {
             let n = ccount(count, C::Count, "count")?;
             match local_reduce(ic, sendbuf, n, &t, op, dtype)? {
@@ -439,7 +437,7 @@ pub(crate) fn reduce(
                     let len = v.len();
                     round(ic, v, &[(ic.inter.remote_u(r), 0, len)], None, &[])
                 }
-                None => round(ic, Vec::new(), &[], None, &[]),
+                None => idle(ic),
             }
         }
     }
