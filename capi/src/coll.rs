@@ -1003,7 +1003,12 @@ pub(crate) fn coll_req(
     finish: Finish,
 ) -> Res<()> {
     crate::state::COLL_ACTIVE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let h = tables().add_req(Req::Coll { req, finish, comm });
+    let h = tables().add_req(Req::Coll {
+        req,
+        finish,
+        comm,
+        persist: None,
+    });
     put(request, h, "request")
 }
 

@@ -32,6 +32,7 @@ pub mod misc;
 pub mod mpit;
 pub mod neighbor;
 pub mod p2p;
+pub mod pcoll;
 pub(crate) mod req_table;
 pub mod request;
 pub(crate) mod state;

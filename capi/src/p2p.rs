@@ -398,6 +398,7 @@ macro_rules! send_fn {
                     peer: dest,
                     tag,
                     comm,
+                    coll: None,
                 };
                 let h = tables().add_req(Req::Inactive(p));
                 put(request, h, "request")
@@ -508,6 +509,7 @@ pub extern "C" fn MPI_Recv_init(
             peer: source,
             tag,
             comm,
+            coll: None,
         };
         let h = tables().add_req(Req::Inactive(p));
         put(request, h, "request")
@@ -533,6 +535,21 @@ fn start_one(h: c_int) -> Res<()> {
             }
         }
     };
+    if let Some(c) = &p.coll {
+        let r = match c.start()? {
+            Req::Coll {
+                req, finish, comm, ..
+            } => Req::Coll {
+                req,
+                finish,
+                comm,
+                persist: Some(p.clone()),
+            },
+            other => other,
+        };
+        tables().reqs.insert(h, r);
+        return Ok(());
+    }
     let cnt = p.count as c_int;
     let r = match p.send {
         Some(mode) => start_send(
@@ -1171,7 +1188,7 @@ pub extern "C" fn MPI_Request_free(request: *mut c_int) -> c_int {
             Some(Req::Inactive(p))
             | Some(Req::Done {
                 persist: Some(p), ..
-            }) => tables().release_type(p.dtype),
+            }) => p.release(),
             Some(r @ (Req::Pml { .. } | Req::Coll { .. } | Req::Greq(_))) => {
                 // Staged data must outlive the operation: let it finish in
                 // the background by parking it under a fresh handle that

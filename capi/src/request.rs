@@ -82,6 +82,19 @@ pub(crate) struct Persist {
     pub peer: c_int,
     pub tag: c_int,
     pub comm: c_int,
+    /// A persistent collective: what `MPI_Start` starts (the fields above
+    /// are unused then).
+    pub coll: Option<Box<crate::pcoll::CollStart>>,
+}
+
+impl Persist {
+    /// Gives back the datatype handles the request holds (it is freed).
+    pub(crate) fn release(&self) {
+        tables().release_type(self.dtype);
+        if let Some(c) = &self.coll {
+            c.release();
+        }
+    }
 }
 
 /// Data staged for a non-contiguous type.
@@ -173,6 +186,8 @@ pub(crate) enum Req {
         req: CollRequest,
         finish: Finish,
         comm: c_int,
+        /// A started persistent collective: inactive again at completion.
+        persist: Option<Persist>,
     },
     /// Already complete (e.g. a persistent request started on PROC_NULL).
     Done { st: St, persist: Option<Persist> },
@@ -326,7 +341,12 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
             Some(st) => Ok(Taken::Done(st, None)),
             None => Ok(Taken::Again(Req::Greq(g))),
         },
-        Req::Coll { req, finish, comm } => {
+        Req::Coll {
+            req,
+            finish,
+            comm,
+            persist,
+        } => {
             let r = req.test();
             if !matches!(r, Ok(false)) {
                 crate::state::COLL_ACTIVE.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -334,7 +354,12 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
             if !r? {
                 // Keep the other outstanding collectives moving.
                 rt.coll.progress();
-                return Ok(Taken::Again(Req::Coll { req, finish, comm }));
+                return Ok(Taken::Again(Req::Coll {
+                    req,
+                    finish,
+                    comm,
+                    persist,
+                }));
             }
             let out = req.wait()?;
             match finish {
@@ -377,7 +402,12 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
                         crate::state::COLL_ACTIVE
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let finish = Finish::Dup { pending, newcomm };
-                        return Ok(Taken::Again(Req::Coll { req, finish, comm }));
+                        return Ok(Taken::Again(Req::Coll {
+                            req,
+                            finish,
+                            comm,
+                            persist,
+                        }));
                     }
                     tmpi_coll::DupStep::DoneWith(..) => {
                         return Err(Error::new(C::Intern, "idup agreed extra context ids"))
@@ -402,7 +432,12 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
                             local,
                             inter,
                         };
-                        return Ok(Taken::Again(Req::Coll { req, finish, comm }));
+                        return Ok(Taken::Again(Req::Coll {
+                            req,
+                            finish,
+                            comm,
+                            persist,
+                        }));
                     }
                     tmpi_coll::DupStep::Done(_) => {
                         return Err(Error::new(
@@ -413,7 +448,7 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
                 },
                 Finish::Nothing => {}
             }
-            Ok(Taken::Done(St::empty(), None))
+            Ok(Taken::Done(St::empty(), persist))
         }
     }
 }

@@ -362,6 +362,11 @@ fn inter_communicators() {
 }
 
 #[test]
+fn persistent_collectives() {
+    expect_ok("pcoll", &[1, 2, 3, 4]);
+}
+
+#[test]
 fn collectives_split_and_create_on_inter_communicators() {
     expect_ok("intercoll", &[2, 3, 4, 5]);
 }

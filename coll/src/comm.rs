@@ -328,6 +328,13 @@ impl Drop for CommInner {
     }
 }
 
+thread_local! {
+    /// A sequence number a persistent collective reserved, for the
+    /// collective this thread starts now on the communicator whose inner
+    /// state is at the address given ([`Comm::with_reserved_seq`]).
+    static RESERVED_SEQ: std::cell::Cell<Option<(usize, u32)>> = const { std::cell::Cell::new(None) };
+}
+
 /// A communicator.
 #[derive(Clone)]
 pub struct Comm {
@@ -1390,10 +1397,59 @@ impl Comm {
         }
         s.result = Some(out);
         s.validate()?;
-        let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
+        let seq = self.next_seq();
         let tag = self.inner.space.tag(seq);
         tracing::trace!(target: "coll_base", "neighbour exchange #{seq} on cid {}: {} sends, {} receives", self.context_id(), sends.len(), recvs.len());
         Exec::new(s, tag, self.inner.peer_map.clone())
+    }
+
+    // ---------------------------------------------------------------- persistent collectives
+
+    /// Takes this communicator's next collective sequence number for a
+    /// persistent collective initialised now (`MPI_<coll>_init`, called by
+    /// every rank in the same order): each start of it runs on that
+    /// number's tags ([`Comm::with_reserved_seq`]), so starts match by the
+    /// order of the inits, as MPI-4.0 §6.13 says, whatever order the ranks
+    /// start them in. Successive starts of one request reuse the tags:
+    /// a rank starts it again only after its previous start completed
+    /// there, so between two ranks the messages of one start precede those
+    /// of the next (the transport does not overtake).
+    pub fn reserve_seq(&self) -> u32 {
+        self.inner.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Runs `f`, whose non-blocking collective on this communicator takes
+    /// the reserved `seq` ([`Comm::reserve_seq`]) instead of the next
+    /// number, and is not announced on `sm`'s segment (whose order is the
+    /// order of the calls, which persistent starts need not follow).
+    pub fn with_reserved_seq<R>(&self, seq: u32, f: impl FnOnce() -> R) -> R {
+        let key = Arc::as_ptr(&self.inner) as usize;
+        RESERVED_SEQ.with(|r| r.set(Some((key, seq))));
+        let out = f();
+        RESERVED_SEQ.with(|r| r.set(None));
+        out
+    }
+
+    /// Whether a reserved sequence number waits for this communicator's
+    /// next collective on this thread.
+    fn seq_reserved(&self) -> bool {
+        let key = Arc::as_ptr(&self.inner) as usize;
+        RESERVED_SEQ.with(|r| r.get().is_some_and(|(k, _)| k == key))
+    }
+
+    /// The sequence number (tag) of the collective starting now: a
+    /// reserved one ([`Comm::with_reserved_seq`], taken once), else the
+    /// communicator's next.
+    fn next_seq(&self) -> u32 {
+        let key = Arc::as_ptr(&self.inner) as usize;
+        let reserved = RESERVED_SEQ.with(|r| match r.get() {
+            Some((k, seq)) if k == key => {
+                r.set(None);
+                Some(seq)
+            }
+            _ => None,
+        });
+        reserved.unwrap_or_else(|| self.inner.seq.fetch_add(1, Ordering::Relaxed))
     }
 
     // ---------------------------------------------------------------- engine
@@ -1401,7 +1457,9 @@ impl Comm {
     /// Starts `call` as a non-blocking collective. The call must be valid
     /// (the typed methods check their arguments before they get here).
     pub fn start(&self, call: Call) -> Result<CollRequest> {
-        self.announce_nonblocking(&call)?;
+        if !self.seq_reserved() {
+            self.announce_nonblocking(&call)?;
+        }
         let req = self.start_inner(&call)?;
         self.inner.ctx.add_active(Arc::downgrade(&req.inner));
         Ok(req)
@@ -1613,7 +1671,7 @@ impl Comm {
     fn exec_for(&self, call: &Call) -> Result<Exec> {
         let pos = self.pos();
         let sched = self.inner.table.build(call, pos)?;
-        let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
+        let seq = self.next_seq();
         let tag = self.inner.space.tag(seq);
         tracing::trace!(target: "coll_base", "{} #{seq} on cid {} by {}: {} rounds", call.kind, self.context_id(),
             self.inner.table.algorithm(call, pos), sched.rounds.len());
