@@ -4,9 +4,8 @@
 //! the non-blocking form with them on that number's tags, so starts match
 //! by the order of the inits whatever order the ranks start them in (MPICH's
 //! coll/p_order), and completion leaves the request inactive again, to be
-//! started anew or freed. On an inter-communicator the reserved number is
-//! its local group's; the union's rounds take the next number at each
-//! start (start order).
+//! started anew or freed. On an inter-communicator the number is reserved
+//! on its union, where its rounds run.
 //!
 //! The datatype arguments are held ([`crate::state::Tables::hold_type`]),
 //! so the user may free a datatype while a persistent request uses it, as
@@ -120,8 +119,12 @@ impl<T> Kept for *mut T {
 /// starts, holding the datatype handles `held`; reserves its sequence
 /// number.
 fn persistent(comm: c_int, start: Arc<Starter>, held: Vec<c_int>, request: *mut c_int) -> Res<()> {
+    // On an inter-communicator the rounds run on its union.
     let c = match tables().comm(comm) {
-        Ok(e) => e.comm.clone(),
+        Ok(e) => match &e.inter {
+            Some(i) => i.union.clone(),
+            None => e.comm.clone(),
+        },
         Err(e) => {
             let mut t = tables();
             for h in held {

@@ -3,7 +3,8 @@
  * computed here from world ranks; a derived datatype through the staged
  * path; MPI_Comm_split and MPI_Comm_create of an inter-communicator;
  * non-blocking forms outstanding together with point-to-point traffic;
- * reductions in rank order with a non-commutative op. */
+ * reductions in rank order with a non-commutative op; persistent
+ * collectives started in different orders by the two groups. */
 #include "check.h"
 
 static int odd, lsize, rsize, lrank;
@@ -145,6 +146,28 @@ int main(int argc, char **argv) {
         for (int k = 0; k < 3; k++) CHECK(dv[5 * i + 2 * k] == rworld(i) + k);
     for (int i = 0; i < rsize; i++) CHECK(dv[5 * i + 1] == -7 && dv[5 * i + 3] == -7);
     OK(MPI_Type_free(&every2));
+
+    /* Persistent collectives on the inter-communicator, started in
+     * different orders by the two groups: they match by init order. */
+    MPI_Request pr[3];
+    int pb = -1, psum = -1;
+    OK(MPI_Bcast_init(&pb, 1, MPI_INT, root_arg(0), ic, MPI_INFO_NULL, &pr[0]));
+    OK(MPI_Barrier_init(ic, MPI_INFO_NULL, &pr[1]));
+    OK(MPI_Allreduce_init(&rank, &psum, 1, MPI_INT, MPI_SUM, ic, MPI_INFO_NULL, &pr[2]));
+    for (int it = 0; it < 3; it++) {
+        if (!odd && lrank == 0) pb = 70 + it;
+        if (odd) {
+            OK(MPI_Start(&pr[2]));
+            OK(MPI_Start(&pr[1]));
+            OK(MPI_Start(&pr[0]));
+        } else {
+            OK(MPI_Startall(3, pr));
+        }
+        OK(MPI_Waitall(3, pr, MPI_STATUSES_IGNORE));
+        if (odd) CHECK(pb == 70 + it);
+        CHECK(psum == rsum());
+    }
+    for (int k = 0; k < 3; k++) OK(MPI_Request_free(&pr[k]));
 
     /* Split: parity of the local rank, reversed order by key. Local ranks
      * 0, 2, ... of both groups meet, and 1, 3, ... */
