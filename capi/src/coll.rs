@@ -125,10 +125,10 @@ pub(crate) fn red(t: &Dtype, op: c_int, dtype: c_int) -> Res<(Elem, Op)> {
 #[no_mangle]
 pub extern "C" fn MPI_Barrier(comm: c_int) -> c_int {
     guard("MPI_Barrier", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            return crate::intercoll::barrier(&ic);
+        match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => crate::intercoll::barrier(&ic),
+            crate::intercoll::Target::Intra(c) => Ok(c.barrier()?),
         }
-        Ok(crate::state::comm_ref(comm)?.barrier()?)
     })
 }
 
@@ -147,10 +147,12 @@ pub extern "C" fn MPI_Bcast(
                 return Ok(());
             }
         }
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            return crate::intercoll::bcast(&ic, buf, count, dtype, root);
-        }
-        let c = crate::state::comm_ref(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                return crate::intercoll::bcast(&ic, buf, count, dtype, root);
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         let r = root_of(root, &c)?;
         let n = ccount(count, C::Count, "count")?;
         let t = crate::state::type_ref(dtype)?;
@@ -191,10 +193,12 @@ pub extern "C" fn MPI_Reduce(
                 return Ok(());
             }
         }
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            return crate::intercoll::reduce(&ic, sendbuf, recvbuf, count, dtype, op, root);
-        }
-        let c = crate::state::comm_ref(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                return crate::intercoll::reduce(&ic, sendbuf, recvbuf, count, dtype, op, root);
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         let r = root_of(root, &c)?;
         let n = ccount(count, C::Count, "count")?;
         let t = crate::state::type_ref(dtype)?;
@@ -308,14 +312,17 @@ macro_rules! allred {
                         return Ok(());
                     }
                 }
-                if stringify!($m) == "allreduce" {
-                    if let Some(ic) = crate::intercoll::lookup(comm) {
+                let c = match crate::intercoll::target(comm)? {
+                    crate::intercoll::Target::Inter(ic) if stringify!($m) == "allreduce" => {
                         return crate::intercoll::allreduce(
                             &ic, sendbuf, recvbuf, count, dtype, op,
                         );
                     }
-                }
-                let c = crate::state::comm_ref(comm)?;
+                    crate::intercoll::Target::Inter(_) => {
+                        return Err(crate::intercomm::not_on_inter())
+                    }
+                    crate::intercoll::Target::Intra(c) => c,
+                };
                 let n = ccount(count, C::Count, "count")?;
                 let t = crate::state::type_ref(dtype)?;
                 let (e, o) = red(&t, op, dtype)?;
@@ -360,11 +367,13 @@ pub extern "C" fn MPI_Reduce_scatter_block(
 ) -> c_int {
     guard("MPI_Reduce_scatter_block", comm, || {
         not_aliased(sendbuf, recvbuf, recvcount)?;
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let counts = crate::intercoll::block_counts(&ic, recvcount)?;
-            return crate::intercoll::reduce_scatter(&ic, sendbuf, recvbuf, &counts, dtype, op);
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let counts = crate::intercoll::block_counts(&ic, recvcount)?;
+                return crate::intercoll::reduce_scatter(&ic, sendbuf, recvbuf, &counts, dtype, op);
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         let n = ccount(recvcount, C::Count, "recvcount")?;
         let t = ty(dtype)?;
         let (e, o) = red(&t, op, dtype)?;
@@ -394,13 +403,15 @@ pub extern "C" fn MPI_Gather(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Gather", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let recv = crate::intercoll::Blocks::Uniform(recvcount, recvtype);
-            return crate::intercoll::gather(
-                &ic, sendbuf, sendcount, sendtype, recvbuf, recv, root,
-            );
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let recv = crate::intercoll::Blocks::Uniform(recvcount, recvtype);
+                return crate::intercoll::gather(
+                    &ic, sendbuf, sendcount, sendtype, recvbuf, recv, root,
+                );
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         let r = root_of(root, &c)?;
         if c.rank() == r {
             not_aliased_at(
@@ -453,13 +464,15 @@ pub extern "C" fn MPI_Scatter(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Scatter", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let send = crate::intercoll::Blocks::Uniform(sendcount, sendtype);
-            return crate::intercoll::scatter(
-                &ic, sendbuf, send, recvbuf, recvcount, recvtype, root,
-            );
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let send = crate::intercoll::Blocks::Uniform(sendcount, sendtype);
+                return crate::intercoll::scatter(
+                    &ic, sendbuf, send, recvbuf, recvcount, recvtype, root,
+                );
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         let r = root_of(root, &c)?;
         if c.rank() == r {
             not_aliased_at(
@@ -513,19 +526,21 @@ macro_rules! allx {
         ) -> c_int {
             guard(stringify!($name), comm, || {
                 not_aliased(sendbuf, recvbuf, sendcount)?;
-                if let Some(ic) = crate::intercoll::lookup(comm) {
-                    if stringify!($m) == "alltoall" {
-                        let (sl, rl) = crate::intercoll::alltoall_layouts(
-                            &ic, sendcount, sendtype, recvcount, recvtype,
-                        )?;
-                        return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
+                let c = match crate::intercoll::target(comm)? {
+                    crate::intercoll::Target::Inter(ic) => {
+                        if stringify!($m) == "alltoall" {
+                            let (sl, rl) = crate::intercoll::alltoall_layouts(
+                                &ic, sendcount, sendtype, recvcount, recvtype,
+                            )?;
+                            return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
+                        }
+                        let recv = crate::intercoll::Blocks::Uniform(recvcount, recvtype);
+                        return crate::intercoll::allgather(
+                            &ic, sendbuf, sendcount, sendtype, recvbuf, recv,
+                        );
                     }
-                    let recv = crate::intercoll::Blocks::Uniform(recvcount, recvtype);
-                    return crate::intercoll::allgather(
-                        &ic, sendbuf, sendcount, sendtype, recvbuf, recv,
-                    );
-                }
-                let c = crate::state::comm_ref(comm)?;
+                    crate::intercoll::Target::Intra(c) => c,
+                };
                 let p = c.size() as usize;
                 let rn = ccount(recvcount, C::Count, "recvcount")?;
                 let rt = crate::state::type_ref(recvtype)?;
@@ -801,13 +816,15 @@ pub extern "C" fn MPI_Gatherv(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Gatherv", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let recv = crate::intercoll::Blocks::V(recvcounts, displs, recvtype);
-            return crate::intercoll::gather(
-                &ic, sendbuf, sendcount, sendtype, recvbuf, recv, root,
-            );
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let recv = crate::intercoll::Blocks::V(recvcounts, displs, recvtype);
+                return crate::intercoll::gather(
+                    &ic, sendbuf, sendcount, sendtype, recvbuf, recv, root,
+                );
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         let r = root_of(root, &c)?;
         if c.rank() == r {
             not_aliased_at(sendbuf, recvbuf, displ_at(displs, r, recvtype)?, sendcount)?;
@@ -852,13 +869,15 @@ pub extern "C" fn MPI_Scatterv(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Scatterv", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let send = crate::intercoll::Blocks::V(sendcounts, displs, sendtype);
-            return crate::intercoll::scatter(
-                &ic, sendbuf, send, recvbuf, recvcount, recvtype, root,
-            );
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let send = crate::intercoll::Blocks::V(sendcounts, displs, sendtype);
+                return crate::intercoll::scatter(
+                    &ic, sendbuf, send, recvbuf, recvcount, recvtype, root,
+                );
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         let r = root_of(root, &c)?;
         if c.rank() == r {
             not_aliased_at(recvbuf, sendbuf, displ_at(displs, r, sendtype)?, recvcount)?;
@@ -899,11 +918,15 @@ pub extern "C" fn MPI_Allgatherv(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Allgatherv", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let recv = crate::intercoll::Blocks::V(recvcounts, displs, recvtype);
-            return crate::intercoll::allgather(&ic, sendbuf, sendcount, sendtype, recvbuf, recv);
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let recv = crate::intercoll::Blocks::V(recvcounts, displs, recvtype);
+                return crate::intercoll::allgather(
+                    &ic, sendbuf, sendcount, sendtype, recvbuf, recv,
+                );
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         not_aliased_at(
             sendbuf,
             recvbuf,
@@ -975,13 +998,15 @@ pub extern "C" fn MPI_Alltoallv(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Alltoallv", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let p = crate::intercoll::remote_size(&ic);
-            let sl = VLayout::v(sendcounts, sdispls, p, &ty(sendtype)?)?;
-            let rl = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
-            return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let p = crate::intercoll::remote_size(&ic);
+                let sl = VLayout::v(sendcounts, sdispls, p, &ty(sendtype)?)?;
+                let rl = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
+                return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
         let rl = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
@@ -1015,12 +1040,14 @@ pub(crate) fn coll_req(
 #[no_mangle]
 pub extern "C" fn MPI_Ibarrier(comm: c_int, request: *mut c_int) -> c_int {
     guard("MPI_Ibarrier", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let ic = ic.nonblocking(request);
-            return crate::intercoll::barrier(&ic);
+        match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                crate::intercoll::barrier(&ic.nonblocking(request))
+            }
+            crate::intercoll::Target::Intra(c) => {
+                coll_req(request, comm, c.ibarrier()?, Finish::Nothing)
+            }
         }
-        let r = comm_of(comm)?.ibarrier()?;
-        coll_req(request, comm, r, Finish::Nothing)
     })
 }
 
@@ -1034,11 +1061,13 @@ pub extern "C" fn MPI_Ibcast(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Ibcast", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let ic = ic.nonblocking(request);
-            return crate::intercoll::bcast(&ic, buf, count, dtype, root);
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let ic = ic.nonblocking(request);
+                return crate::intercoll::bcast(&ic, buf, count, dtype, root);
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         let r = root_of(root, &c)?;
         let n = ccount(count, C::Count, "count")?;
         let t = ty(dtype)?;
@@ -1067,13 +1096,15 @@ pub extern "C" fn MPI_Iallreduce(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Iallreduce", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let what = crate::intercoll::NbReduce::All;
-            return crate::intercoll::nb_reduce(
-                &ic, what, sendbuf, recvbuf, count, dtype, op, request,
-            );
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let what = crate::intercoll::NbReduce::All;
+                return crate::intercoll::nb_reduce(
+                    &ic, what, sendbuf, recvbuf, count, dtype, op, request,
+                );
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         not_aliased(sendbuf, recvbuf, count)?;
         let n = ccount(count, C::Count, "count")?;
         let t = ty(dtype)?;
@@ -1110,13 +1141,15 @@ pub extern "C" fn MPI_Ireduce(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Ireduce", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let what = crate::intercoll::NbReduce::Rooted(root);
-            return crate::intercoll::nb_reduce(
-                &ic, what, sendbuf, recvbuf, count, dtype, op, request,
-            );
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let what = crate::intercoll::NbReduce::Rooted(root);
+                return crate::intercoll::nb_reduce(
+                    &ic, what, sendbuf, recvbuf, count, dtype, op, request,
+                );
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         let r = root_of(root, &c)?;
         if c.rank() == r {
             not_aliased(sendbuf, recvbuf, count)?;
@@ -1156,12 +1189,16 @@ pub extern "C" fn MPI_Iallgather(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Iallgather", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let ic = ic.nonblocking(request);
-            let recv = crate::intercoll::Blocks::Uniform(recvcount, recvtype);
-            return crate::intercoll::allgather(&ic, sendbuf, sendcount, sendtype, recvbuf, recv);
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let ic = ic.nonblocking(request);
+                let recv = crate::intercoll::Blocks::Uniform(recvcount, recvtype);
+                return crate::intercoll::allgather(
+                    &ic, sendbuf, sendcount, sendtype, recvbuf, recv,
+                );
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         not_aliased_at(
             sendbuf,
             recvbuf,
@@ -1210,13 +1247,16 @@ pub extern "C" fn MPI_Ialltoall(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Ialltoall", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let ic = ic.nonblocking(request);
-            let (sl, rl) =
-                crate::intercoll::alltoall_layouts(&ic, sendcount, sendtype, recvcount, recvtype)?;
-            return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let ic = ic.nonblocking(request);
+                let (sl, rl) = crate::intercoll::alltoall_layouts(
+                    &ic, sendcount, sendtype, recvcount, recvtype,
+                )?;
+                return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         not_aliased(sendbuf, recvbuf, sendcount)?;
         let p = c.size() as usize;
         let rn = ccount(recvcount, C::Count, "recvcount")?;
@@ -1254,11 +1294,13 @@ pub extern "C" fn MPI_Reduce_scatter(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Reduce_scatter", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let counts = crate::intercoll::local_counts(&ic, recvcounts)?;
-            return crate::intercoll::reduce_scatter(&ic, sendbuf, recvbuf, &counts, dtype, op);
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let counts = crate::intercoll::local_counts(&ic, recvcounts)?;
+                return crate::intercoll::reduce_scatter(&ic, sendbuf, recvbuf, &counts, dtype, op);
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
         let t = ty(dtype)?;
@@ -1295,14 +1337,16 @@ pub extern "C" fn MPI_Igather(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Igather", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let ic = ic.nonblocking(request);
-            let recv = crate::intercoll::Blocks::Uniform(recvcount, recvtype);
-            return crate::intercoll::gather(
-                &ic, sendbuf, sendcount, sendtype, recvbuf, recv, root,
-            );
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let ic = ic.nonblocking(request);
+                let recv = crate::intercoll::Blocks::Uniform(recvcount, recvtype);
+                return crate::intercoll::gather(
+                    &ic, sendbuf, sendcount, sendtype, recvbuf, recv, root,
+                );
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         let r = root_of(root, &c)?;
         if c.rank() == r {
             not_aliased_at(
@@ -1365,14 +1409,16 @@ pub extern "C" fn MPI_Iscatter(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Iscatter", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let ic = ic.nonblocking(request);
-            let send = crate::intercoll::Blocks::Uniform(sendcount, sendtype);
-            return crate::intercoll::scatter(
-                &ic, sendbuf, send, recvbuf, recvcount, recvtype, root,
-            );
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let ic = ic.nonblocking(request);
+                let send = crate::intercoll::Blocks::Uniform(sendcount, sendtype);
+                return crate::intercoll::scatter(
+                    &ic, sendbuf, send, recvbuf, recvcount, recvtype, root,
+                );
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         let r = root_of(root, &c)?;
         if c.rank() == r {
             not_aliased_at(
@@ -1462,12 +1508,16 @@ pub extern "C" fn MPI_Ireduce_scatter_block(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Ireduce_scatter_block", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let counts = crate::intercoll::block_counts(&ic, recvcount)?;
-            let what = crate::intercoll::NbReduce::Scatter(counts);
-            return crate::intercoll::nb_reduce(&ic, what, sendbuf, recvbuf, 0, dtype, op, request);
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let counts = crate::intercoll::block_counts(&ic, recvcount)?;
+                let what = crate::intercoll::NbReduce::Scatter(counts);
+                return crate::intercoll::nb_reduce(
+                    &ic, what, sendbuf, recvbuf, 0, dtype, op, request,
+                );
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         not_aliased(sendbuf, recvbuf, recvcount)?;
         let n = ccount(recvcount, C::Count, "recvcount")?;
         let t = ty(dtype)?;
@@ -1508,13 +1558,15 @@ pub extern "C" fn MPI_Alltoallw(
     comm: c_int,
 ) -> c_int {
     guard("MPI_Alltoallw", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let p = crate::intercoll::remote_size(&ic);
-            let sl = VLayout::w(sendcounts, sdispls, sendtypes, p)?;
-            let rl = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
-            return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let p = crate::intercoll::remote_size(&ic);
+                let sl = VLayout::w(sendcounts, sdispls, sendtypes, p)?;
+                let rl = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
+                return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
         let rl = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
@@ -1560,14 +1612,16 @@ pub extern "C" fn MPI_Igatherv(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Igatherv", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let ic = ic.nonblocking(request);
-            let recv = crate::intercoll::Blocks::V(recvcounts, displs, recvtype);
-            return crate::intercoll::gather(
-                &ic, sendbuf, sendcount, sendtype, recvbuf, recv, root,
-            );
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let ic = ic.nonblocking(request);
+                let recv = crate::intercoll::Blocks::V(recvcounts, displs, recvtype);
+                return crate::intercoll::gather(
+                    &ic, sendbuf, sendcount, sendtype, recvbuf, recv, root,
+                );
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         let r = root_of(root, &c)?;
         if c.rank() == r {
             not_aliased_at(sendbuf, recvbuf, displ_at(displs, r, recvtype)?, sendcount)?;
@@ -1613,14 +1667,16 @@ pub extern "C" fn MPI_Iscatterv(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Iscatterv", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let ic = ic.nonblocking(request);
-            let send = crate::intercoll::Blocks::V(sendcounts, displs, sendtype);
-            return crate::intercoll::scatter(
-                &ic, sendbuf, send, recvbuf, recvcount, recvtype, root,
-            );
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let ic = ic.nonblocking(request);
+                let send = crate::intercoll::Blocks::V(sendcounts, displs, sendtype);
+                return crate::intercoll::scatter(
+                    &ic, sendbuf, send, recvbuf, recvcount, recvtype, root,
+                );
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         let r = root_of(root, &c)?;
         if c.rank() == r {
             not_aliased_at(recvbuf, sendbuf, displ_at(displs, r, sendtype)?, recvcount)?;
@@ -1666,12 +1722,16 @@ pub extern "C" fn MPI_Iallgatherv(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Iallgatherv", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let ic = ic.nonblocking(request);
-            let recv = crate::intercoll::Blocks::V(recvcounts, displs, recvtype);
-            return crate::intercoll::allgather(&ic, sendbuf, sendcount, sendtype, recvbuf, recv);
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let ic = ic.nonblocking(request);
+                let recv = crate::intercoll::Blocks::V(recvcounts, displs, recvtype);
+                return crate::intercoll::allgather(
+                    &ic, sendbuf, sendcount, sendtype, recvbuf, recv,
+                );
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         not_aliased_at(
             sendbuf,
             recvbuf,
@@ -1736,14 +1796,16 @@ pub extern "C" fn MPI_Ialltoallv(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Ialltoallv", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let ic = ic.nonblocking(request);
-            let p = crate::intercoll::remote_size(&ic);
-            let sl = VLayout::v(sendcounts, sdispls, p, &ty(sendtype)?)?;
-            let rl = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
-            return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let ic = ic.nonblocking(request);
+                let p = crate::intercoll::remote_size(&ic);
+                let sl = VLayout::v(sendcounts, sdispls, p, &ty(sendtype)?)?;
+                let rl = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
+                return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
         let recv = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
@@ -1771,14 +1833,16 @@ pub extern "C" fn MPI_Ialltoallw(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Ialltoallw", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let ic = ic.nonblocking(request);
-            let p = crate::intercoll::remote_size(&ic);
-            let sl = VLayout::w(sendcounts, sdispls, sendtypes, p)?;
-            let rl = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
-            return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let ic = ic.nonblocking(request);
+                let p = crate::intercoll::remote_size(&ic);
+                let sl = VLayout::w(sendcounts, sdispls, sendtypes, p)?;
+                let rl = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
+                return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
         let recv = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
@@ -1802,12 +1866,16 @@ pub extern "C" fn MPI_Ireduce_scatter(
     request: *mut c_int,
 ) -> c_int {
     guard("MPI_Ireduce_scatter", comm, || {
-        if let Some(ic) = crate::intercoll::lookup(comm) {
-            let counts = crate::intercoll::local_counts(&ic, recvcounts)?;
-            let what = crate::intercoll::NbReduce::Scatter(counts);
-            return crate::intercoll::nb_reduce(&ic, what, sendbuf, recvbuf, 0, dtype, op, request);
-        }
-        let c = comm_of(comm)?;
+        let c = match crate::intercoll::target(comm)? {
+            crate::intercoll::Target::Inter(ic) => {
+                let counts = crate::intercoll::local_counts(&ic, recvcounts)?;
+                let what = crate::intercoll::NbReduce::Scatter(counts);
+                return crate::intercoll::nb_reduce(
+                    &ic, what, sendbuf, recvbuf, 0, dtype, op, request,
+                );
+            }
+            crate::intercoll::Target::Intra(c) => c,
+        };
         not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
         let t = ty(dtype)?;

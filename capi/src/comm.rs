@@ -16,17 +16,6 @@ fn comm_of(h: c_int) -> Res<Comm> {
     Ok(tables().comm(h)?.comm.clone())
 }
 
-/// [`comm_of`] for the calls that need an intra-communicator (creating
-/// communicators from it, topologies): an inter-communicator is an error.
-fn intra_of(h: c_int) -> Res<Comm> {
-    let t = tables();
-    let e = t.comm(h)?;
-    if e.inter.is_some() {
-        return Err(crate::intercomm::not_on_inter());
-    }
-    Ok(e.comm.clone())
-}
-
 #[no_mangle]
 pub extern "C" fn MPI_Comm_size(comm: c_int, size: *mut c_int) -> c_int {
     guard("MPI_Comm_size", comm, || {
@@ -117,8 +106,8 @@ pub(crate) fn register(parent: c_int, c: Comm, copy_attrs: bool) -> Res<c_int> {
 #[no_mangle]
 pub extern "C" fn MPI_Comm_dup(comm: c_int, newcomm: *mut c_int) -> c_int {
     guard("MPI_Comm_dup", comm, || {
-        if let Some(h) = crate::intercomm::dup(comm)? {
-            return put(newcomm, h, "newcomm");
+        if crate::intercomm::is_inter(comm) {
+            return put(newcomm, crate::intercomm::dup(comm)?, "newcomm");
         }
         let c = comm_of(comm)?.dup()?;
         let h = register(comm, c, true)?;
@@ -143,7 +132,7 @@ pub extern "C" fn MPI_Comm_idup(comm: c_int, newcomm: *mut c_int, request: *mut 
         if crate::intercomm::is_inter(comm) {
             return crate::intercomm::idup(comm, newcomm, request);
         }
-        let (req, pending) = intra_of(comm)?.idup()?;
+        let (req, pending) = crate::coll::comm_of(comm)?.idup()?;
         crate::coll::coll_req(
             request,
             comm,
@@ -151,6 +140,7 @@ pub extern "C" fn MPI_Comm_idup(comm: c_int, newcomm: *mut c_int, request: *mut 
             crate::request::Finish::Dup {
                 pending,
                 newcomm: newcomm as usize,
+                inter: None,
             },
         )
     })
@@ -184,7 +174,7 @@ pub extern "C" fn MPI_Comm_split(
             let h = crate::intercomm::split(comm, col, key)?;
             return put(newcomm, h, "newcomm");
         }
-        let c = intra_of(comm)?.split(col, key)?;
+        let c = crate::coll::comm_of(comm)?.split(col, key)?;
         put_opt(comm, newcomm, c)
     })
 }
@@ -208,7 +198,7 @@ pub extern "C" fn MPI_Comm_split_type(
                 ))
             }
         };
-        let c = intra_of(comm)?.split_type(kind, key)?;
+        let c = crate::coll::comm_of(comm)?.split_type(kind, key)?;
         put_opt(comm, newcomm, c)
     })
 }
@@ -221,7 +211,7 @@ pub extern "C" fn MPI_Comm_create(comm: c_int, group: c_int, newcomm: *mut c_int
             let h = crate::intercomm::create(comm, &g)?;
             return put(newcomm, h, "newcomm");
         }
-        let c = intra_of(comm)?.create(&g)?;
+        let c = crate::coll::comm_of(comm)?.create(&g)?;
         put_opt(comm, newcomm, c)
     })
 }
@@ -239,7 +229,7 @@ pub extern "C" fn MPI_Comm_create_group(
         if g.rank_of(rt()?.world_rank).is_none() {
             return put(newcomm, 0, "newcomm");
         }
-        let c = intra_of(comm)?.create_group(&g, tag)?;
+        let c = crate::coll::comm_of(comm)?.create_group(&g, tag)?;
         put_opt(comm, newcomm, Some(c))
     })
 }
@@ -1023,7 +1013,7 @@ pub extern "C" fn MPI_Cart_create(
             return Err(Error::new(C::Dims, "dimensions must be positive"));
         }
         let total: i64 = d.iter().map(|&x| x as i64).product();
-        let base = intra_of(comm)?;
+        let base = crate::coll::comm_of(comm)?;
         if total > base.size() as i64 {
             return Err(Error::new(
                 C::Topology,
@@ -1176,7 +1166,7 @@ pub extern "C" fn MPI_Cart_sub(comm: c_int, remain: *const c_int, newcomm: *mut 
                 color = color * c.dims[i] as i64 + at[i] as i64;
             }
         }
-        let sub = intra_of(comm)?
+        let sub = crate::coll::comm_of(comm)?
             .split(Some(color as u32), key as c_int)?
             .ok_or_else(|| Error::new(C::Intern, "cart_sub: no communicator"))?;
         let h = register(comm, sub, false)?;

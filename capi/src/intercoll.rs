@@ -46,7 +46,7 @@ use crate::ffi::{array, count as ccount, is_in_place};
 use crate::intercomm::Inter;
 use crate::neighbor::uniform;
 use crate::request::Finish;
-use crate::state::{tables, COMM_SELF, COMM_WORLD};
+use crate::state::{rt, tables, CommRef};
 
 const ROOT: c_int = -3;
 const PROC_NULL: c_int = -2;
@@ -73,20 +73,29 @@ impl Ic {
     }
 }
 
-/// The inter-communicator of handle `h`; `None` for an intra-communicator
-/// or a bad handle (the intra path reports that).
-pub(crate) fn lookup(h: c_int) -> Option<Ic> {
-    if h == COMM_WORLD || h == COMM_SELF {
-        return None;
+/// The communicator of a collective call, looked up once: an
+/// intra-communicator (`MPI_COMM_WORLD` and `MPI_COMM_SELF` borrowed
+/// without the tables' lock) or an inter-communicator.
+pub(crate) enum Target {
+    Intra(CommRef),
+    Inter(Ic),
+}
+
+/// The [`Target`] of handle `h`.
+pub(crate) fn target(h: c_int) -> Res<Target> {
+    if let Some(c) = rt().ok().and_then(|rt| rt.fast.comm(h)) {
+        return Ok(Target::Intra(CommRef::Fast(&c.comm)));
     }
     let t = tables();
-    let e = t.comm(h).ok()?;
-    let inter = Arc::clone(e.inter.as_ref()?);
-    Some(Ic {
-        h,
-        local: e.comm.clone(),
-        inter,
-        request: None,
+    let e = t.comm(h)?;
+    Ok(match &e.inter {
+        Some(i) => Target::Inter(Ic {
+            h,
+            local: e.comm.clone(),
+            inter: Arc::clone(i),
+            request: None,
+        }),
+        None => Target::Intra(CommRef::Table(e.comm.clone())),
     })
 }
 
@@ -146,11 +155,11 @@ fn side(root: c_int, ic: &Ic) -> Res<Side> {
 fn round(
     ic: &Ic,
     data: Vec<u8>,
-    sends: &[(u32, usize, usize)],
+    sends: &[Block],
     recv: Option<(&VLayout, *mut c_void)>,
     recvs: &[(u32, usize)],
 ) -> Res<()> {
-    let (len, rl): (usize, Vec<(u32, usize, usize)>) = match recv {
+    let (len, rl): (usize, Vec<Block>) = match recv {
         Some((l, _)) => (
             l.end,
             recvs
@@ -198,8 +207,8 @@ fn from_remote(ic: &Ic, l: &VLayout, buf: *mut c_void, r: u32) -> Res<()> {
     )
 }
 
-/// A round that only receives `len` bytes from union rank `peer` (`None`:
-/// takes part without moving data).
+/// A round that sends `data` to one union rank and receives `len` bytes
+/// from one, into a buffer of its own (`None`: no send, no receive).
 fn raw_round(ic: &Ic, send: Option<(Vec<u8>, u32)>, recv: Option<(u32, usize)>) -> Res<Vec<u8>> {
     let (data, sends) = match send {
         Some((d, p)) => {
@@ -602,6 +611,11 @@ pub(crate) fn nb_reduce(
         .enumerate()
         .map(|(r, &p)| (p, r * block, block))
         .collect();
+    // This process's vector to every remote process.
+    let to_all = || -> Res<(Vec<u8>, Vec<Block>)> {
+        let s = remotes.iter().map(|&p| (p, 0, block)).collect();
+        Ok((packed(sendbuf, n, &t)?, s))
+    };
     let (data, sends, recv_len, recvs, finish) = match what {
         NbReduce::Rooted(root) => match side(root, ic)? {
             Side::Root => (
@@ -619,13 +633,11 @@ pub(crate) fn nb_reduce(
             }
         },
         NbReduce::All => {
-            let v = packed(sendbuf, n, &t)?;
-            let s = remotes.iter().map(|&p| (p, 0, block)).collect();
+            let (v, s) = to_all()?;
             (v, s, nr * block, all_from_remotes, fold_into(0..block, n))
         }
         NbReduce::Scatter(counts) => {
-            let v = packed(sendbuf, n, &t)?;
-            let s = remotes.iter().map(|&p| (p, 0, block)).collect();
+            let (v, s) = to_all()?;
             let me = ic.local.rank() as usize;
             let start: usize = counts[..me].iter().sum::<usize>() * t.size;
             let seg = start..start + counts[me] * t.size;

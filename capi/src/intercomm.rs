@@ -1,6 +1,6 @@
 //! Inter-communicators: `MPI_Intercomm_create`, `MPI_Intercomm_merge`,
-//! `MPI_Comm_remote_size/group`, point-to-point traffic, dup and free.
-//! Collectives, split and create on them are not implemented (an error).
+//! `MPI_Comm_remote_size/group`, point-to-point traffic, dup, idup, split,
+//! create and free (their collectives: [`crate::intercoll`]).
 //!
 //! An inter-communicator's handle holds an intra-communicator of its local
 //! group (size, rank, group, attributes, name), the **union** of both
@@ -76,6 +76,37 @@ fn inter_of(h: c_int) -> Res<(Comm, Arc<Inter>)> {
 
 const MPI_INT: c_int = 8;
 
+/// One `MPI_Sendrecv` of ints with `remote_leader` over `peer`.
+fn swap_ints(
+    peer: c_int,
+    remote_leader: c_int,
+    tag: c_int,
+    send: &[c_int],
+    recv: &mut [c_int],
+) -> Res<()> {
+    let rc = crate::p2p::MPI_Sendrecv(
+        send.as_ptr().cast(),
+        send.len() as c_int,
+        MPI_INT,
+        remote_leader,
+        tag,
+        recv.as_mut_ptr().cast::<c_void>(),
+        recv.len() as c_int,
+        MPI_INT,
+        remote_leader,
+        tag,
+        peer,
+        std::ptr::null_mut(),
+    );
+    match rc {
+        0 => Ok(()),
+        rc => Err(Error::callback(
+            rc,
+            "MPI_Intercomm_create: the leaders' exchange failed",
+        )),
+    }
+}
+
 /// The local leader's half of `MPI_Intercomm_create`: this group's world
 /// ranks to the remote leader over `peer`, the remote group's back (a
 /// length, then the ranks, with the caller's tag).
@@ -85,49 +116,19 @@ fn leaders_exchange(
     tag: c_int,
     mine: &[c_int],
 ) -> Res<Vec<c_int>> {
-    let n = mine.len() as c_int;
-    let mut m: c_int = 0;
-    let check = |rc: c_int| {
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(Error::callback(
-                rc,
-                "MPI_Intercomm_create: the leaders' exchange failed",
-            ))
-        }
-    };
-    check(crate::p2p::MPI_Sendrecv(
-        (&n as *const c_int).cast(),
-        1,
-        MPI_INT,
-        remote_leader,
-        tag,
-        (&mut m as *mut c_int).cast(),
-        1,
-        MPI_INT,
-        remote_leader,
-        tag,
-        peer,
-        std::ptr::null_mut(),
-    ))?;
-    let len = usize::try_from(m).map_err(|_| Error::new(C::Intern, "negative group size"))?;
+    let mut m = [0 as c_int];
+    swap_ints(peer, remote_leader, tag, &[mine.len() as c_int], &mut m)?;
+    let len = usize::try_from(m[0]).map_err(|_| Error::new(C::Intern, "negative group size"))?;
     let mut theirs = vec![0 as c_int; len];
-    check(crate::p2p::MPI_Sendrecv(
-        mine.as_ptr().cast(),
-        n,
-        MPI_INT,
-        remote_leader,
-        tag,
-        theirs.as_mut_ptr().cast::<c_void>(),
-        m,
-        MPI_INT,
-        remote_leader,
-        tag,
-        peer,
-        std::ptr::null_mut(),
-    ))?;
+    swap_ints(peer, remote_leader, tag, mine, &mut theirs)?;
     Ok(theirs)
+}
+
+/// Whether the group of world ranks `a` comes before `b` in their union:
+/// the group whose first world rank is lower comes first (every process of
+/// both groups orders them alike).
+fn goes_first(a: &[u32], b: &[u32]) -> bool {
+    a[0] < b[0]
 }
 
 /// Builds the inter-communicator of `local` (an intra-communicator of
@@ -136,8 +137,22 @@ fn leaders_exchange(
 /// attributes copied: `dup`).
 fn build(parent: c_int, local: Comm, union: Comm, remote: Vec<u32>, dup: bool) -> Res<c_int> {
     let ctx = union.inter_context(local.rank(), remote.clone())?;
-    let local_first = local.group().world_ranks()[0] < remote[0];
     let remote = Group::from_world_ranks(remote)?;
+    register_inter(parent, local, ctx, union, remote, dup)
+}
+
+/// Registers the inter-communicator of `local`, `ctx`, `union` and
+/// `remote` under a handle derived from `parent` (its attributes copied:
+/// `dup`).
+fn register_inter(
+    parent: c_int,
+    local: Comm,
+    ctx: InterContext,
+    union: Comm,
+    remote: Group,
+    dup: bool,
+) -> Res<c_int> {
+    let local_first = goes_first(local.group().world_ranks(), remote.world_ranks());
     let h = register(parent, local, dup)?;
     tables().comm_mut(h)?.inter = Some(Arc::new(Inter {
         ctx,
@@ -202,7 +217,7 @@ pub extern "C" fn MPI_Intercomm_create(
         // The union, the same order on both sides, over MPI_COMM_WORLD
         // (every process is in it): an agreement among its members only,
         // with tags apart from small user tags of MPI_Comm_create_group.
-        let (a, b) = if mine[0] < remote[0] {
+        let (a, b) = if goes_first(&mine, &remote) {
             (&mine, &remote)
         } else {
             (&remote, &mine)
@@ -216,16 +231,14 @@ pub extern "C" fn MPI_Intercomm_create(
     })
 }
 
-/// `MPI_Comm_dup` of an inter-communicator (`None` for an intra one): the
-/// local group duplicated, a new context over the same union.
-pub(crate) fn dup(comm: c_int) -> Res<Option<c_int>> {
-    let Ok((local, inter)) = inter_of(comm) else {
-        return Ok(None);
-    };
+/// `MPI_Comm_dup` of an inter-communicator: the local group and the union
+/// duplicated, a new context over the new union.
+pub(crate) fn dup(comm: c_int) -> Res<c_int> {
+    let (local, inter) = inter_of(comm)?;
     let l = local.dup()?;
     let u = inter.union.dup()?;
     let remote = inter.remote.world_ranks().to_vec();
-    Ok(Some(build(comm, l, u, remote, true)?))
+    build(comm, l, u, remote, true)
 }
 
 /// `MPI_Comm_idup` of an inter-communicator: one non-blocking agreement
@@ -239,11 +252,10 @@ pub(crate) fn idup(comm: c_int, newcomm: *mut c_int, request: *mut c_int) -> Res
         request,
         comm,
         req,
-        crate::request::Finish::InterDup {
+        crate::request::Finish::Dup {
             pending,
             newcomm: newcomm as usize,
-            local,
-            inter,
+            inter: Some((local, inter)),
         },
     )
 }
@@ -271,14 +283,7 @@ pub(crate) fn finish_idup(
     };
     let remote = inter.remote.world_ranks().to_vec();
     let ctx = InterContext::claimed(&union, pid, l.rank(), remote)?;
-    let h = register(parent, l, true)?;
-    tables().comm_mut(h)?.inter = Some(Arc::new(Inter {
-        ctx,
-        union,
-        remote: inter.remote.clone(),
-        local_first: inter.local_first,
-    }));
-    Ok(h)
+    register_inter(parent, l, ctx, union, inter.remote.clone(), true)
 }
 
 #[no_mangle]
@@ -366,7 +371,7 @@ fn derived(
 ) -> Res<c_int> {
     let member = match &local {
         Some(l) if !remote.is_empty() => {
-            let first = l.group().world_ranks()[0] < remote[0];
+            let first = goes_first(l.group().world_ranks(), &remote);
             let r = l.rank() as i32;
             Some(if first { r } else { remote.len() as i32 + r })
         }
@@ -389,6 +394,14 @@ fn derived(
     }
 }
 
+/// The world ranks of the remote ranks `r` of `(order, r)` pairs, sorted
+/// by order (then by remote rank).
+fn in_order(inter: &Inter, mut picked: Vec<(i64, u32)>) -> Vec<u32> {
+    picked.sort_unstable();
+    let rw = inter.remote.world_ranks();
+    picked.into_iter().map(|(_, r)| rw[r as usize]).collect()
+}
+
 /// `MPI_Comm_split` of an inter-communicator (MPI-4.0 §7.4.2): each group
 /// splits by `color` and `key`; processes of one colour in the two groups
 /// form a new inter-communicator (`MPI_COMM_NULL` where a colour has
@@ -408,9 +421,7 @@ pub(crate) fn split(comm: c_int, color: Option<u32>, key: c_int) -> Res<c_int> {
     }
     // The remote group's new order, as its own split orders it: by key,
     // then by old rank.
-    remote.sort_unstable();
-    let rw = inter.remote.world_ranks();
-    let remote = remote.into_iter().map(|(_, r)| rw[r as usize]).collect();
+    let remote = in_order(&inter, remote);
     derived(comm, &inter, l, remote, color.unwrap_or(0))
 }
 
@@ -423,15 +434,13 @@ pub(crate) fn create(comm: c_int, group: &Group) -> Res<c_int> {
     let me = crate::state::rt()?.world_rank;
     let pos = group.rank_of(me).map_or(-1, i64::from);
     let all = pairs_over_union(&inter, pos, 0)?;
-    let mut remote: Vec<(i64, u32)> = (0..inter.remote.size())
+    let remote: Vec<(i64, u32)> = (0..inter.remote.size())
         .filter_map(|r| {
             let p = all[inter.remote_u(r) as usize].0;
             (p >= 0).then_some((p, r))
         })
         .collect();
-    remote.sort_unstable();
-    let rw = inter.remote.world_ranks();
-    let remote = remote.into_iter().map(|(_, r)| rw[r as usize]).collect();
+    let remote = in_order(&inter, remote);
     derived(comm, &inter, l, remote, 0)
 }
 

@@ -156,20 +156,16 @@ pub(crate) enum Finish {
         count: usize,
         t: Arc<Dtype>,
     },
-    /// `MPI_Comm_idup` of an inter-communicator: the agreement over its
-    /// union gives the union's duplicate and two more context ids, from
-    /// which [`crate::intercomm::finish_idup`] builds the new one.
-    InterDup {
-        pending: tmpi_coll::PendingDup,
-        newcomm: usize,
-        local: tmpi_coll::Comm,
-        inter: Arc<crate::intercomm::Inter>,
-    },
     /// `MPI_Comm_idup`: build the communicator from the agreement's result,
-    /// register it and write its handle to `newcomm`.
+    /// register it and write its handle to `newcomm`. Of an
+    /// inter-communicator (`inter`: its local group's communicator and
+    /// remote side) the agreement runs over its union and gives the
+    /// union's duplicate and two more context ids, from which
+    /// [`crate::intercomm::finish_idup`] builds the new one.
     Dup {
         pending: tmpi_coll::PendingDup,
         newcomm: usize,
+        inter: Option<(tmpi_coll::Comm, Arc<crate::intercomm::Inter>)>,
     },
 }
 
@@ -392,44 +388,27 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
                     let acc = crate::intercoll::fold(&out, blocks, block, seg, elem, &op)?;
                     crate::ffi::scatter_blocks(dst as *mut u8, count, t.extent(), &t.blocks, &acc)
                 }
-                Finish::Dup { pending, newcomm } => match pending.step(&out)? {
-                    tmpi_coll::DupStep::Done(c) => {
-                        let nh = crate::comm::register(comm, c, true)?;
+                Finish::Dup {
+                    pending,
+                    newcomm,
+                    inter,
+                } => match pending.step(&out)? {
+                    tmpi_coll::DupStep::Done(c, ids) => {
+                        let nh = match &inter {
+                            None => crate::comm::register(comm, c, true)?,
+                            Some((local, i)) => {
+                                crate::intercomm::finish_idup(comm, local, i, c, &ids)?
+                            }
+                        };
                         crate::ffi::put(newcomm as *mut c_int, nh, "newcomm")?;
                     }
                     tmpi_coll::DupStep::Again(req, pending) => {
                         // Another round of the context-id agreement.
                         crate::state::COLL_ACTIVE
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let finish = Finish::Dup { pending, newcomm };
-                        return Ok(Taken::Again(Req::Coll {
-                            req,
-                            finish,
-                            comm,
-                            persist,
-                        }));
-                    }
-                    tmpi_coll::DupStep::DoneWith(..) => {
-                        return Err(Error::new(C::Intern, "idup agreed extra context ids"))
-                    }
-                },
-                Finish::InterDup {
-                    pending,
-                    newcomm,
-                    local,
-                    inter,
-                } => match pending.step(&out)? {
-                    tmpi_coll::DupStep::DoneWith(u, ids) => {
-                        let nh = crate::intercomm::finish_idup(comm, &local, &inter, u, &ids)?;
-                        crate::ffi::put(newcomm as *mut c_int, nh, "newcomm")?;
-                    }
-                    tmpi_coll::DupStep::Again(req, pending) => {
-                        crate::state::COLL_ACTIVE
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let finish = Finish::InterDup {
+                        let finish = Finish::Dup {
                             pending,
                             newcomm,
-                            local,
                             inter,
                         };
                         return Ok(Taken::Again(Req::Coll {
@@ -438,12 +417,6 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
                             comm,
                             persist,
                         }));
-                    }
-                    tmpi_coll::DupStep::Done(_) => {
-                        return Err(Error::new(
-                            C::Intern,
-                            "inter-communicator idup without its ids",
-                        ))
                     }
                 },
                 Finish::Nothing => {}

@@ -467,16 +467,6 @@ impl std::ops::Deref for CommRef {
     }
 }
 
-/// Communicator `h` of a collective call: without the tables' lock for the
-/// predefined ones; an inter-communicator is an error (collectives on them
-/// are not implemented).
-pub(crate) fn comm_ref(h: c_int) -> Res<CommRef> {
-    match rt().ok().and_then(|rt| rt.fast.comm(h)) {
-        Some(c) => Ok(CommRef::Fast(&c.comm)),
-        None => Ok(CommRef::Table(crate::coll::comm_of(h)?)),
-    }
-}
-
 /// Datatype `h`, usable for communication (committed): without the
 /// tables' lock for the predefined ones.
 pub(crate) fn type_ref(h: c_int) -> Res<TypeRef> {

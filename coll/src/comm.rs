@@ -392,13 +392,11 @@ pub struct PendingDup {
 /// What a completed round of a [`PendingDup`] gives.
 #[derive(Debug)]
 pub enum DupStep {
-    /// The duplicate.
-    Done(Comm),
-    /// The duplicate and the extra context ids of
-    /// [`Comm::idup_claiming`], claimed here and free on every rank of the
-    /// parent (the caller owns them: [`Comm::with_claimed_id`],
+    /// The duplicate and the extra context ids of [`Comm::idup_claiming`]
+    /// (none for [`Comm::idup`]), claimed here and free on every rank of
+    /// the parent (the caller owns them: [`Comm::with_claimed_id`],
     /// [`InterContext::claimed`]).
-    DoneWith(Comm, Vec<u32>),
+    Done(Comm, Vec<u32>),
     /// Another round is running: its request and the agreement.
     Again(CollRequest, PendingDup),
 }
@@ -504,11 +502,7 @@ impl PendingDup {
             }
         };
         parent.copy_attrs_to(&c)?;
-        if self.extra == 0 {
-            Ok(DupStep::Done(c))
-        } else {
-            Ok(DupStep::DoneWith(c, ids))
-        }
+        Ok(DupStep::Done(c, ids))
     }
 }
 
@@ -1118,7 +1112,7 @@ impl Comm {
     }
 
     /// [`Comm::idup`] agreeing on `extra` more context ids free on every
-    /// rank, given with the duplicate ([`DupStep::DoneWith`]): the
+    /// rank, given with the duplicate ([`DupStep::Done`]): the
     /// non-blocking dup of an inter-communicator takes its union's
     /// duplicate, a context for its local group and one for its
     /// point-to-point traffic from one agreement over the union.
@@ -1430,26 +1424,27 @@ impl Comm {
         out
     }
 
-    /// Whether a reserved sequence number waits for this communicator's
-    /// next collective on this thread.
-    fn seq_reserved(&self) -> bool {
+    /// The sequence number [`Comm::with_reserved_seq`] reserved for this
+    /// communicator's collective starting now on this thread, if any;
+    /// `take` uses it up.
+    fn reserved_seq(&self, take: bool) -> Option<u32> {
         let key = Arc::as_ptr(&self.inner) as usize;
-        RESERVED_SEQ.with(|r| r.get().is_some_and(|(k, _)| k == key))
-    }
-
-    /// The sequence number (tag) of the collective starting now: a
-    /// reserved one ([`Comm::with_reserved_seq`], taken once), else the
-    /// communicator's next.
-    fn next_seq(&self) -> u32 {
-        let key = Arc::as_ptr(&self.inner) as usize;
-        let reserved = RESERVED_SEQ.with(|r| match r.get() {
+        RESERVED_SEQ.with(|r| match r.get() {
             Some((k, seq)) if k == key => {
-                r.set(None);
+                if take {
+                    r.set(None);
+                }
                 Some(seq)
             }
             _ => None,
-        });
-        reserved.unwrap_or_else(|| self.inner.seq.fetch_add(1, Ordering::Relaxed))
+        })
+    }
+
+    /// The sequence number (tag) of the collective starting now: a
+    /// reserved one, else the communicator's next.
+    fn next_seq(&self) -> u32 {
+        self.reserved_seq(true)
+            .unwrap_or_else(|| self.inner.seq.fetch_add(1, Ordering::Relaxed))
     }
 
     // ---------------------------------------------------------------- engine
@@ -1457,7 +1452,7 @@ impl Comm {
     /// Starts `call` as a non-blocking collective. The call must be valid
     /// (the typed methods check their arguments before they get here).
     pub fn start(&self, call: Call) -> Result<CollRequest> {
-        if !self.seq_reserved() {
+        if self.reserved_seq(false).is_none() {
             self.announce_nonblocking(&call)?;
         }
         let req = self.start_inner(&call)?;
