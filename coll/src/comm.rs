@@ -277,6 +277,12 @@ impl<'a> Input<'a> {
             Input::InPlace => None,
         }
     }
+
+    /// The data when its length is not `len` (a rank whose own arguments
+    /// disagree: [`fit`]).
+    fn other_len(self, len: usize) -> Option<&'a [u8]> {
+        self.data().filter(|s| s.len() != len)
+    }
 }
 
 pub(crate) struct CommInner {
@@ -691,6 +697,31 @@ fn same_len(what: &str, a: usize, b: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// This rank's own block `s` cut or zero-padded to the `want` bytes its
+/// receive side says, and the count error to return: for a rank whose send
+/// and receive arguments disagree. It still takes part in the collective
+/// with the fitted block (see [`late`]).
+fn fit(what: &str, s: &[u8], want: usize) -> (Vec<u8>, CollError) {
+    let mut v = vec![0u8; want];
+    let n = s.len().min(want);
+    v[..n].copy_from_slice(&s[..n]);
+    let e = CollError::Count(format!(
+        "{what}: send buffer of {} bytes, receive buffer of {want}",
+        s.len()
+    ));
+    (v, e)
+}
+
+/// The result of a collective this rank took part in although its own
+/// arguments were inconsistent ([`fit`]): the call's own error if it
+/// failed, else `e`. Returning at once instead would leave the other ranks
+/// waiting for this one's messages and this rank's sequence of calls one
+/// behind theirs, so that its next collective would meet their messages
+/// of this one.
+fn late(r: Result<()>, e: CollError) -> Result<()> {
+    r.and(Err(e))
 }
 
 fn copy_regions(dst: &mut [u8], src: &[u8], counts: &[usize], displs: &[usize]) {
@@ -1502,6 +1533,7 @@ impl Comm {
             map: inner.peer_map.as_deref(),
             pos: self.pos(),
             tag: inner.space.tag(seq),
+            mismatch: Default::default(),
         })
     }
 
@@ -1816,7 +1848,7 @@ impl Comm {
             return n.barrier(ctx);
         }
         if let Some(d) = self.direct(CollKind::Barrier, 0) {
-            return direct::barrier(&d);
+            return d.finish(direct::barrier(&d));
         }
         self.run(Call::new(CollKind::Barrier)).map(drop)
     }
@@ -1834,7 +1866,7 @@ impl Comm {
     /// Bcast on messages (direct or schedule), not through `sm`'s segment.
     fn bcast_msgs(&self, buf: &mut [u8], root: u32) -> Result<()> {
         if let Some(d) = self.direct(CollKind::Bcast, buf.len()) {
-            return direct::bcast(&d, buf, root);
+            return d.finish(direct::bcast(&d, buf, root));
         }
         let is_root = self.rank() == root;
         let c = self.call_bcast(Vec::new(), buf.len(), root)?;
@@ -1899,7 +1931,7 @@ impl Comm {
                     own
                 }
             };
-            return direct::reduce(&d, inp, recv, dtype, op, root);
+            return d.finish(direct::reduce(&d, inp, recv, dtype, op, root));
         }
         let data = match (input, &recv) {
             (None, Some(r)) => crate::pool::copy_of(r),
@@ -1964,7 +1996,7 @@ impl Comm {
                     own
                 }
             };
-            return direct::allreduce(&d, inp, recv, dtype, op);
+            return d.finish(direct::allreduce(&d, inp, recv, dtype, op));
         }
         let (data, input) = match send {
             Input::Buf(s) => (Vec::new(), Some(s)),
@@ -2001,10 +2033,11 @@ impl Comm {
         }
         let b = r.len() / p;
         let (data, input) = match send {
-            Input::Buf(s) => {
-                same_len("gather (per block)", s.len(), b)?;
-                (Vec::new(), Some(s))
+            Input::Buf(s) if s.len() != b => {
+                let (own, e) = fit("gather (per block)", s, b);
+                return late(self.gather(Input::Buf(&own), Some(r), root), e);
             }
+            Input::Buf(s) => (Vec::new(), Some(s)),
             Input::InPlace => (
                 crate::pool::copy_of(&r[root as usize * b..(root as usize + 1) * b]),
                 None,
@@ -2054,7 +2087,12 @@ impl Comm {
 
     /// `MPI_Scatter`: `send` (size × block bytes) at the root; `recv = None`
     /// at the root is `MPI_IN_PLACE` (the root keeps its block in `send`).
-    pub fn scatter(&self, send: Option<&[u8]>, recv: Option<&mut [u8]>, root: u32) -> Result<()> {
+    pub fn scatter(
+        &self,
+        send: Option<&[u8]>,
+        mut recv: Option<&mut [u8]>,
+        root: u32,
+    ) -> Result<()> {
         root_ok(root, self.size())?;
         let p = self.size() as usize;
         if self.rank() != root {
@@ -2074,8 +2112,16 @@ impl Comm {
             )));
         }
         let b = s.len() / p;
-        if let Some(r) = &recv {
-            same_len("scatter (per block)", b, r.len())?;
+        if let Some(r) = recv.as_deref_mut().filter(|r| r.len() != b) {
+            let mut own = vec![0u8; b];
+            let res = self.scatter(Some(s), Some(&mut own), root);
+            let n = b.min(r.len());
+            r[..n].copy_from_slice(&own[..n]);
+            let e = CollError::Count(format!(
+                "scatter (per block): send blocks of {b} bytes, receive buffer of {}",
+                r.len()
+            ));
+            return late(res, e);
         }
         let out =
             self.run_pooled(self.call_block(CollKind::Scatter, crate::pool::copy_of(s), b, root))?;
@@ -2090,7 +2136,7 @@ impl Comm {
     pub fn scatterv(
         &self,
         send: Option<(&[u8], &[usize], &[usize])>,
-        recv: Option<&mut [u8]>,
+        mut recv: Option<&mut [u8]>,
         root: u32,
     ) -> Result<()> {
         root_ok(root, self.size())?;
@@ -2112,8 +2158,17 @@ impl Comm {
             counts[me],
             root,
         );
-        if let Some(r) = &recv {
-            same_len("scatterv (root's block)", counts[me], r.len())?;
+        if let Some(r) = recv.as_deref_mut().filter(|r| r.len() != counts[me]) {
+            let mut own = vec![0u8; counts[me]];
+            let res = self.scatterv(Some((s, counts, displs)), Some(&mut own), root);
+            let n = own.len().min(r.len());
+            r[..n].copy_from_slice(&own[..n]);
+            let e = CollError::Count(format!(
+                "scatterv (root's block): {} bytes to send, receive buffer of {}",
+                counts[me],
+                r.len()
+            ));
+            return late(res, e);
         }
         c.scounts = counts.to_vec();
         c.sdispls = displs.to_vec();
@@ -2136,8 +2191,9 @@ impl Comm {
         }
         let b = recv.len() / p;
         let me = self.rank() as usize;
-        if let Input::Buf(s) = send {
-            same_len("allgather (per block)", s.len(), b)?;
+        if let Some(s) = send.other_len(b) {
+            let (own, e) = fit("allgather (per block)", s, b);
+            return late(self.allgather(Input::Buf(&own), recv), e);
         }
         if let Some((n, ctx)) = self.node(CollKind::Allgather, b, None, Some(1))? {
             let own = send.data();
@@ -2159,7 +2215,7 @@ impl Comm {
         if let Some(d) = fits.then(|| self.direct(CollKind::Allgather, b)).flatten() {
             if ring {
                 let own = send.data();
-                return direct::allgather_ring(&d, own, recv);
+                return d.finish(direct::allgather_ring(&d, own, recv));
             }
             let mut copy = Scratch::new();
             let own: &[u8] = match send {
@@ -2170,7 +2226,7 @@ impl Comm {
                     own
                 }
             };
-            return direct::allgather(&d, own, recv);
+            return d.finish(direct::allgather(&d, own, recv));
         }
         let (data, input) = match send {
             Input::Buf(s) => (Vec::new(), Some(s)),
@@ -2194,10 +2250,11 @@ impl Comm {
         check_v("allgatherv", counts, displs, self.size(), recv.len())?;
         let me = self.rank() as usize;
         let data = match send {
-            Input::Buf(s) => {
-                same_len("allgatherv (own block)", s.len(), counts[me])?;
-                crate::pool::copy_of(s)
+            Input::Buf(s) if s.len() != counts[me] => {
+                let (own, e) = fit("allgatherv (own block)", s, counts[me]);
+                return late(self.allgatherv(Input::Buf(&own), recv, counts, displs), e);
             }
+            Input::Buf(s) => crate::pool::copy_of(s),
             Input::InPlace => recv[displs[me]..displs[me] + counts[me]].to_vec(),
         };
         let mut c = self.call_block(CollKind::Allgatherv, data, 0, 0);
@@ -2218,8 +2275,9 @@ impl Comm {
                 recv.len()
             )));
         }
-        if let Input::Buf(s) = send {
-            same_len("alltoall", s.len(), recv.len())?;
+        if let Some(s) = send.other_len(recv.len()) {
+            let (own, e) = fit("alltoall", s, recv.len());
+            return late(self.alltoall(Input::Buf(&own), recv), e);
         }
         if let Some((n, ctx)) = self.node(CollKind::Alltoall, recv.len(), None, Some(1))? {
             let own = send.data();
@@ -2247,7 +2305,7 @@ impl Comm {
                         data
                     }
                 };
-                return direct::alltoall(&d, data, recv);
+                return d.finish(direct::alltoall(&d, data, recv));
             }
         }
         let (data, input) = match send {

@@ -43,6 +43,7 @@
 //!
 //! [`Comm`]: crate::Comm
 
+use std::cell::Cell;
 use std::mem::MaybeUninit;
 
 use crate::algo::{lowbit, pof2_floor, Pos};
@@ -118,6 +119,9 @@ pub(crate) struct Direct<'a> {
     pub(crate) map: Option<&'a [u32]>,
     pub(crate) pos: Pos,
     pub(crate) tag: i32,
+    /// The first message of another length than expected, kept for the end
+    /// of the call as on the schedule path ([`Direct::finish`]).
+    pub(crate) mismatch: Cell<Option<CollError>>,
 }
 
 impl Direct<'_> {
@@ -195,22 +199,45 @@ impl Direct<'_> {
         }
     }
 
-    /// Receives exactly `buf.len()` bytes from `peer` (another length is
-    /// `MPI_ERR_TRUNCATE`, as on the schedule path).
+    /// Receives `buf.len()` bytes from `peer`. Another length is
+    /// `MPI_ERR_TRUNCATE`, as on the schedule path, returned by
+    /// [`Direct::finish`] once the algorithm is through: the bytes that fit
+    /// are in `buf` and the algorithm goes on, so that its sends reach the
+    /// ranks waiting for them.
     fn recv(&self, peer: u32, buf: &mut [u8]) -> Result<()> {
         let expected = buf.len();
-        let got = self
+        let got = match self
             .p2p
-            .recv_small(self.ep, self.wire(peer)?, self.tag, buf)?
-            .ok_or_else(|| CollError::Intern("transport without recv_small".into()))?;
+            .recv_small(self.ep, self.wire(peer)?, self.tag, buf)
+        {
+            Ok(got) => {
+                got.ok_or_else(|| CollError::Intern("transport without recv_small".into()))?
+            }
+            Err(e) if crate::schedule::is_length_mismatch(&e) => return self.keep(e),
+            Err(e) => return Err(e),
+        };
         if got != expected {
-            return Err(CollError::Truncate {
+            return self.keep(CollError::Truncate {
                 peer,
                 got,
                 expected,
             });
         }
         Ok(())
+    }
+
+    fn keep(&self, e: CollError) -> Result<()> {
+        tracing::debug!(target: "coll_base", "finishing the collective after: {e}");
+        let first = self.mismatch.take().unwrap_or(e);
+        self.mismatch.set(Some(first));
+        Ok(())
+    }
+
+    /// The algorithm's result `r`, or the first length mismatch it went
+    /// past.
+    pub(crate) fn finish(&self, r: Result<()>) -> Result<()> {
+        r?;
+        self.mismatch.take().map_or(Ok(()), Err)
     }
 }
 

@@ -28,6 +28,7 @@ use crate::datatype::Datatype;
 use crate::op::Op;
 use crate::p2p::{Done, Endpoint, P2p, P2pHandle, SharedBytes, SMALL_SEND};
 use crate::{CollError, Result};
+use tmpi_base::error::MpiErrorClass;
 
 /// Index of a buffer of a [`Schedule`].
 pub type BufId = usize;
@@ -506,6 +507,10 @@ pub struct Exec {
     tag: i32,
     peer_map: Option<Arc<[u32]>>,
     failed: Option<CollError>,
+    /// The first message whose length differed from what this rank expects
+    /// ([`is_length_mismatch`]): the schedule still runs to its end, so that
+    /// its sends reach the ranks waiting for them, and fails with it then.
+    mismatch: Option<CollError>,
     /// Rounds whose messages are all small run with blocking receives
     /// ([`Exec::set_small_blocking`]).
     small_blocking: bool,
@@ -537,6 +542,7 @@ impl Exec {
             tag,
             peer_map,
             failed: None,
+            mismatch: None,
             small_blocking: false,
         })
     }
@@ -597,15 +603,23 @@ impl Exec {
         let mut tmp = [0u8; SMALL_SEND];
         for i in 0..n {
             if let CommOp::Recv { peer, dst, mode } = self.sched.rounds[self.round].comm[i] {
-                let got = p2p
-                    .recv_small(ep, self.wire(peer)?, self.tag, &mut tmp[..dst.len])?
-                    .ok_or_else(|| CollError::Intern("transport without recv_small".into()))?;
+                let got = match p2p.recv_small(ep, self.wire(peer)?, self.tag, &mut tmp[..dst.len])
+                {
+                    Ok(got) => {
+                        got.ok_or_else(|| CollError::Intern("transport without recv_small".into()))?
+                    }
+                    Err(e) => {
+                        self.tolerate(e)?;
+                        continue;
+                    }
+                };
                 if got != dst.len {
-                    return Err(CollError::Truncate {
+                    self.tolerate(CollError::Truncate {
                         peer,
                         got,
                         expected: dst.len,
-                    });
+                    })?;
+                    continue;
                 }
                 self.apply_data(dst, mode, &tmp[..got])?;
             }
@@ -646,9 +660,11 @@ impl Exec {
                     }
                     Err(e) => {
                         // Completed with an error: the handle is consumed
-                        // (`Exec::drain` must not test it again).
+                        // (`Exec::drain` must not test it again). A message
+                        // longer than expected fills the region it had and
+                        // the schedule goes on ([`Exec::tolerate`]).
                         self.pending.swap_remove(i);
-                        return Err(e);
+                        self.tolerate(e)?;
                     }
                 }
             }
@@ -662,7 +678,26 @@ impl Exec {
             self.round += 1;
             self.started = false;
         }
-        Ok(true)
+        match self.mismatch.take() {
+            Some(e) => Err(e),
+            None => Ok(true),
+        }
+    }
+
+    /// Keeps a length mismatch ([`is_length_mismatch`]) for the end of the
+    /// schedule instead of stopping at it: the ranks that called the
+    /// collective with different counts all get through it (each sends what
+    /// its own arguments say, the bytes that fit land, the rest of the
+    /// region keeps its contents), the ones that noticed fail, and every
+    /// rank used up the call's sequence number, so the communicator's later
+    /// collectives stay in step. Any other error is returned.
+    fn tolerate(&mut self, e: CollError) -> Result<()> {
+        if !is_length_mismatch(&e) {
+            return Err(e);
+        }
+        tracing::debug!(target: "coll_base", "finishing the collective after: {e}");
+        self.mismatch.get_or_insert(e);
+        Ok(())
     }
 
     fn start_round(&mut self, p2p: &dyn P2p, ep: &Endpoint) -> Result<()> {
@@ -844,7 +879,7 @@ impl Exec {
             (Some((peer, dst, _)), Done::ReceivedInPlace(n)) => {
                 // The bytes are already in place.
                 if n != dst.len {
-                    return Err(CollError::Truncate {
+                    return self.tolerate(CollError::Truncate {
                         peer,
                         got: n,
                         expected: dst.len,
@@ -860,7 +895,8 @@ impl Exec {
             }
         };
         if data.len() != dst.len {
-            return Err(CollError::Truncate {
+            // Too short to store or fold: the region keeps its contents.
+            return self.tolerate(CollError::Truncate {
                 peer,
                 got: data.len(),
                 expected: dst.len,
@@ -1019,4 +1055,18 @@ impl Exec {
             None => Vec::new(),
         }
     }
+}
+
+/// Whether `e` says a collective's message had another length than this
+/// rank expects (the ranks passed different counts): shorter
+/// ([`CollError::Truncate`]) or longer (the transport's `MPI_ERR_TRUNCATE`).
+pub(crate) fn is_length_mismatch(e: &CollError) -> bool {
+    matches!(
+        e,
+        CollError::Truncate { .. }
+            | CollError::P2p {
+                class: MpiErrorClass::Truncate,
+                ..
+            }
+    )
 }

@@ -12,7 +12,7 @@ static int cls(int rc) {
 }
 
 int main(int argc, char **argv) {
-    int rank, size, rc;
+    int rank, size, rc, one = 1, sum = 0;
     char buf[64] = {0};
     MPI_Comm c1, c2;
     OK(MPI_Init(&argc, &argv));
@@ -43,8 +43,63 @@ int main(int argc, char **argv) {
     rc = rank == 0 ? MPI_Barrier(c2) : MPI_Bcast(buf, 8, MPI_BYTE, 0, c2);
     CHECK(cls(rc) == MPI_ERR_OTHER);
 
+    /* Lengths that differ on the message path (gather and scatter do not
+     * go through the segment): every rank gets through the call, the ones
+     * that notice fail, and the communicator keeps working. */
+    MPI_Comm c3;
+    OK(MPI_Comm_dup(MPI_COMM_WORLD, &c3));
+    OK(MPI_Comm_set_errhandler(c3, MPI_ERRORS_RETURN));
+    enum { BIG = 16384 }; /* ints: above the eager limit (rendezvous) */
+    int *big = malloc(sizeof(int) * 2 * BIG * size), *all = malloc(sizeof(int) * BIG * size);
+    CHECK(big && all);
+    for (int i = 0; i < 2 * BIG * size; i++)
+        big[i] = rank * 1000 + i % 1000;
+    for (int n = 4; n <= BIG; n *= 4096) {
+        /* The root takes 1 int from each rank, the others send n. */
+        int mine = rank == 0 ? 1 : n;
+        rc = MPI_Gather(big, mine, MPI_INT, all, 1, MPI_INT, 0, c3);
+        if (rank == 0)
+            CHECK(cls(rc) == MPI_ERR_TRUNCATE);
+        else
+            CHECK(rc == MPI_SUCCESS);
+        /* The root sends 1 int to each rank and takes n itself: its own
+         * arguments disagree (MPI_ERR_COUNT); the ranks it sends to find
+         * the short message (a rank further down the tree gets a block of
+         * the length it expects from its parent). */
+        rc = MPI_Scatter(big, 1, MPI_INT, all, n, MPI_INT, 0, c3);
+        if (rank == 0)
+            CHECK(cls(rc) == MPI_ERR_COUNT);
+        else
+            CHECK(rc == MPI_SUCCESS || cls(rc) == MPI_ERR_TRUNCATE);
+        if (rank == 1)
+            CHECK(cls(rc) == MPI_ERR_TRUNCATE);
+        /* Rank 0 sends twice what it receives: its own arguments
+         * disagree; it takes part with its blocks cut to its receive
+         * size, so the others receive what they expect. */
+        rc = MPI_Alltoall(big, rank == 0 ? 2 * n : n, MPI_INT, all, n, MPI_INT, c3);
+        if (rank == 0)
+            CHECK(cls(rc) == MPI_ERR_COUNT);
+        else
+            CHECK(rc == MPI_SUCCESS);
+        /* In step afterwards: correct calls on the same communicator. */
+        sum = 0;
+        OK(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, c3));
+        CHECK(sum == size);
+        int r = rank * 10 + n;
+        OK(MPI_Gather(&r, 1, MPI_INT, all, 1, MPI_INT, 0, c3));
+        if (rank == 0)
+            for (int i = 0; i < size; i++)
+                CHECK(all[i] == i * 10 + n);
+        OK(MPI_Scatter(big, n, MPI_INT, all, n, MPI_INT, 0, c3));
+        for (int i = 0; i < n; i++)
+            CHECK(all[i] == (rank * n + i) % 1000);
+    }
+    free(big);
+    free(all);
+    OK(MPI_Comm_free(&c3));
+
     /* World is another communicator, untouched. */
-    int one = 1, sum = 0;
+    sum = 0;
     OK(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
     CHECK(sum == size);
     report_ok("coll_mismatch");
