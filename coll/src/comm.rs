@@ -1483,10 +1483,17 @@ impl Comm {
     /// Starts `call` as a non-blocking collective. The call must be valid
     /// (the typed methods check their arguments before they get here).
     pub fn start(&self, call: Call) -> Result<CollRequest> {
+        self.start_late(call, None)
+    }
+
+    /// [`Comm::start`]; with `late`, for a rank whose own arguments
+    /// disagree ([`fit`]): it takes part, and its request fails with `late`
+    /// once complete (its result is not delivered).
+    fn start_late(&self, call: Call, late: Option<CollError>) -> Result<CollRequest> {
         if self.reserved_seq(false).is_none() {
             self.announce_nonblocking(&call)?;
         }
-        let req = self.start_inner(&call)?;
+        let req = self.start_inner(&call, late)?;
         self.inner.ctx.add_active(Arc::downgrade(&req.inner));
         Ok(req)
     }
@@ -1705,13 +1712,16 @@ impl Comm {
         Exec::new(sched, tag, self.inner.peer_map.clone())
     }
 
-    fn start_inner(&self, call: &Call) -> Result<CollRequest> {
+    fn start_inner(&self, call: &Call, late: Option<CollError>) -> Result<CollRequest> {
         if call.ext_send.is_some() || call.ext_out.is_some() {
             return Err(CollError::Intern(
                 "a non-blocking collective cannot borrow caller memory".into(),
             ));
         }
-        let exec = self.exec_for(call)?;
+        let mut exec = self.exec_for(call)?;
+        if let Some(e) = late {
+            exec.fail_at_end(e);
+        }
         Ok(CollRequest {
             inner: Arc::new(ReqInner {
                 comm: Arc::clone(&self.inner),
@@ -2627,12 +2637,18 @@ impl Comm {
         let (len, counts, displs) = recv
             .ok_or_else(|| CollError::Buffer("igatherv: the root needs a receive layout".into()))?;
         check_v("igatherv", counts, displs, self.size(), len)?;
-        same_len("igatherv (root's block)", send.len(), counts[root as usize])?;
+        let (send, late) = match counts[root as usize] {
+            n if n != send.len() => {
+                let (own, e) = fit("igatherv (root's block)", &send, n);
+                (own, Some(e))
+            }
+            _ => (send, None),
+        };
         let mut c = self.call_block(CollKind::Gatherv, send, 0, root);
         c.counts = counts.to_vec();
         c.displs = displs.to_vec();
         c.recv_len = len;
-        self.start(c)
+        self.start_late(c, late)
     }
 
     /// `MPI_Iscatterv`: the root passes its whole send buffer with
@@ -2654,11 +2670,11 @@ impl Comm {
             .ok_or_else(|| CollError::Buffer("iscatterv: the root needs a send layout".into()))?;
         check_v("iscatterv", counts, displs, self.size(), send.len())?;
         let me = root as usize;
-        same_len("iscatterv (root's block)", counts[me], recv_len)?;
+        let late = same_len("iscatterv (root's block)", counts[me], recv_len).err();
         let mut c = self.call_block(CollKind::Scatterv, send, counts[me], root);
         c.scounts = counts.to_vec();
         c.sdispls = displs.to_vec();
-        self.start(c)
+        self.start_late(c, late)
     }
 
     /// `MPI_Iallgatherv`: `send` is this rank's block (for `MPI_IN_PLACE`
@@ -2673,16 +2689,18 @@ impl Comm {
         displs: &[usize],
     ) -> Result<CollRequest> {
         check_v("iallgatherv", counts, displs, self.size(), recv_len)?;
-        same_len(
-            "iallgatherv (own block)",
-            send.len(),
-            counts[self.rank() as usize],
-        )?;
+        let (send, late) = match counts[self.rank() as usize] {
+            n if n != send.len() => {
+                let (own, e) = fit("iallgatherv (own block)", &send, n);
+                (own, Some(e))
+            }
+            _ => (send, None),
+        };
         let mut c = self.call_block(CollKind::Allgatherv, send, 0, 0);
         c.counts = counts.to_vec();
         c.displs = displs.to_vec();
         c.recv_len = recv_len;
-        self.start(c)
+        self.start_late(c, late)
     }
 
     /// `MPI_Ialltoallv` in bytes: `send` with its layout, the receive

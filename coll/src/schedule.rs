@@ -684,6 +684,14 @@ impl Exec {
         }
     }
 
+    /// Makes the schedule fail with `e` once it ran to its end (kept as the
+    /// first error: a length mismatch found later does not replace it): for
+    /// a rank that takes part in a call although its own arguments
+    /// disagree.
+    pub(crate) fn fail_at_end(&mut self, e: CollError) {
+        self.mismatch.get_or_insert(e);
+    }
+
     /// Keeps a length mismatch ([`is_length_mismatch`]) for the end of the
     /// schedule instead of stopping at it: the ranks that called the
     /// collective with different counts all get through it (each sends what

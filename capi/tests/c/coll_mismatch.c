@@ -81,6 +81,26 @@ int main(int argc, char **argv) {
             CHECK(cls(rc) == MPI_ERR_COUNT);
         else
             CHECK(rc == MPI_SUCCESS);
+        /* Non-blocking, the root's own block disagreeing with its
+         * layout: its request fails at completion, the others' succeed. */
+        int *counts = malloc(sizeof(int) * size), *displs = malloc(sizeof(int) * size);
+        CHECK(counts && displs);
+        for (int i = 0; i < size; i++) {
+            counts[i] = n;
+            displs[i] = i * n;
+        }
+        MPI_Request rq;
+        OK(MPI_Igatherv(big, rank == 0 ? n / 2 : n, MPI_INT, all, counts, displs, MPI_INT, 0, c3, &rq));
+        rc = MPI_Wait(&rq, MPI_STATUS_IGNORE);
+        CHECK(rank == 0 ? cls(rc) == MPI_ERR_COUNT : rc == MPI_SUCCESS);
+        OK(MPI_Iscatterv(big, counts, displs, MPI_INT, all, rank == 0 ? n / 2 : n, MPI_INT, 0, c3, &rq));
+        rc = MPI_Wait(&rq, MPI_STATUS_IGNORE);
+        CHECK(rank == 0 ? cls(rc) == MPI_ERR_COUNT : rc == MPI_SUCCESS);
+        if (rank != 0)
+            for (int i = 0; i < n; i++)
+                CHECK(all[i] == (rank * n + i) % 1000);
+        free(counts);
+        free(displs);
         /* In step afterwards: correct calls on the same communicator. */
         sum = 0;
         OK(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, c3));
