@@ -412,7 +412,7 @@ fn errors_are_fatal_ends_the_job_naming_call_and_error() {
 /// different paths").
 #[test]
 fn mismatched_collectives_fail_instead_of_hanging() {
-    expect_ok("coll_mismatch", &[2, 3]);
+    expect_ok("coll_mismatch", &[2, 3, 4]);
     let exe = build("coll_mismatch_fatal");
     let _g = serial();
     let (code, out, err) = run(&exe, 3, 60);

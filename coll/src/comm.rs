@@ -1541,6 +1541,7 @@ impl Comm {
             pos: self.pos(),
             tag: inner.space.tag(seq),
             mismatch: Default::default(),
+            mismatched: Default::default(),
         })
     }
 

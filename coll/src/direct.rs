@@ -122,6 +122,8 @@ pub(crate) struct Direct<'a> {
     /// The first message of another length than expected, kept for the end
     /// of the call as on the schedule path ([`Direct::finish`]).
     pub(crate) mismatch: Cell<Option<CollError>>,
+    /// Whether `mismatch` holds one (read on every send).
+    pub(crate) mismatched: Cell<bool>,
 }
 
 impl Direct<'_> {
@@ -139,6 +141,9 @@ impl Direct<'_> {
     /// for the receiver.
     fn send(&self, peer: u32, data: &[u8]) -> Result<()> {
         let wire = self.wire(peer)?;
+        // After a length mismatch: an empty message (as on the schedule
+        // path, `Exec::tolerate`).
+        let data = if self.mismatched() { &[] } else { data };
         let sent = if data.len() <= SMALL_SEND {
             self.p2p.send_small(self.ep, wire, self.tag, data)?
         } else {
@@ -164,7 +169,7 @@ impl Direct<'_> {
     /// (each of them doing the same with its own partners): as
     /// [`Direct::exchange`].
     fn sendrecv(&self, dest: u32, data: &[u8], source: u32, buf: &mut [u8]) -> Result<()> {
-        if data.len() <= SMALL_SEND {
+        if data.len() <= SMALL_SEND || self.mismatched() {
             self.send(dest, data)?;
             return self.recv(source, buf);
         }
@@ -226,8 +231,13 @@ impl Direct<'_> {
         Ok(())
     }
 
+    fn mismatched(&self) -> bool {
+        self.mismatched.get()
+    }
+
     fn keep(&self, e: CollError) -> Result<()> {
         tracing::debug!(target: "coll_base", "finishing the collective after: {e}");
+        self.mismatched.set(true);
         let first = self.mismatch.take().unwrap_or(e);
         self.mismatch.set(Some(first));
         Ok(())

@@ -511,6 +511,9 @@ pub struct Exec {
     /// ([`is_length_mismatch`]): the schedule still runs to its end, so that
     /// its sends reach the ranks waiting for them, and fails with it then.
     mismatch: Option<CollError>,
+    /// The error of a call this rank takes part in although its own
+    /// arguments disagree ([`Exec::fail_at_end`]).
+    late: Option<CollError>,
     /// Rounds whose messages are all small run with blocking receives
     /// ([`Exec::set_small_blocking`]).
     small_blocking: bool,
@@ -543,6 +546,7 @@ impl Exec {
             peer_map,
             failed: None,
             mismatch: None,
+            late: None,
             small_blocking: false,
         })
     }
@@ -593,6 +597,7 @@ impl Exec {
                 let bytes = self.sched.bytes(src.buf).get(src.range()).ok_or_else(|| {
                     CollError::Intern(format!("send outside its buffer: {src:?}"))
                 })?;
+                let bytes = if self.mismatch.is_some() { &[] } else { bytes };
                 if !p2p.send_small(ep, self.wire(peer)?, self.tag, bytes)? {
                     return Err(CollError::Intern(
                         "transport with recv_small refused a small send".into(),
@@ -678,27 +683,28 @@ impl Exec {
             self.round += 1;
             self.started = false;
         }
-        match self.mismatch.take() {
+        match self.late.take().or_else(|| self.mismatch.take()) {
             Some(e) => Err(e),
             None => Ok(true),
         }
     }
 
-    /// Makes the schedule fail with `e` once it ran to its end (kept as the
-    /// first error: a length mismatch found later does not replace it): for
-    /// a rank that takes part in a call although its own arguments
-    /// disagree.
+    /// Makes the schedule fail with `e` once it ran to its end (before any
+    /// length mismatch it finds): for a rank that takes part in a call
+    /// although its own arguments disagree. Its messages go out as they
+    /// are.
     pub(crate) fn fail_at_end(&mut self, e: CollError) {
-        self.mismatch.get_or_insert(e);
+        self.late = Some(e);
     }
 
     /// Keeps a length mismatch ([`is_length_mismatch`]) for the end of the
     /// schedule instead of stopping at it: the ranks that called the
-    /// collective with different counts all get through it (each sends what
-    /// its own arguments say, the bytes that fit land, the rest of the
-    /// region keeps its contents), the ones that noticed fail, and every
-    /// rank used up the call's sequence number, so the communicator's later
-    /// collectives stay in step. Any other error is returned.
+    /// collective with different counts all get through it (the bytes that
+    /// fit land, the rest of the region keeps its contents; from the next
+    /// round this rank's messages are empty, so the ranks its data would
+    /// reach fail too), and every rank used up the call's sequence number,
+    /// so the communicator's later collectives stay in step. Any other
+    /// error is returned.
     fn tolerate(&mut self, e: CollError) -> Result<()> {
         if !is_length_mismatch(&e) {
             return Err(e);
@@ -763,6 +769,21 @@ impl Exec {
         let round = &self.sched.rounds[self.round];
         for c in &round.comm {
             if let CommOp::Send { peer, src } = c {
+                if self.mismatch.is_some() {
+                    // After a length mismatch this rank's data are not what
+                    // the others expect: an empty message instead, so that
+                    // the ranks that depend on them fail too (a scatter's
+                    // subtree, every rank of an exchange) rather than take
+                    // them as good.
+                    let wire = self.wire(*peer)?;
+                    if !p2p.send_small(ep, wire, self.tag, &[])? {
+                        let none = SharedBytes::new(Arc::new(Vec::new()), 0..0)
+                            .ok_or_else(|| CollError::Intern("empty send".into()))?;
+                        let h = p2p.isend_shared(ep, wire, self.tag, none)?;
+                        self.pending.push(Pending { h, recv: None });
+                    }
+                    continue;
+                }
                 if src.len <= SMALL_SEND {
                     // Small: sent at once from the bytes, no request to test.
                     let bytes = self.sched.bytes(src.buf).get(src.range()).ok_or_else(|| {

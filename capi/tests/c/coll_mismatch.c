@@ -54,7 +54,12 @@ int main(int argc, char **argv) {
     CHECK(big && all);
     for (int i = 0; i < 2 * BIG * size; i++)
         big[i] = rank * 1000 + i % 1000;
-    for (int n = 4; n <= BIG; n *= 4096) {
+    /* From 4 ranks the root's 1-int gather and the others' 64 KiB blocks
+     * take different algorithms (binomial against linear): a send nobody
+     * receives waits forever (docs/coll.md "Errors"), so the large case
+     * runs at 2 and 3 ranks only. */
+    int most = size <= 3 ? BIG : 4;
+    for (int n = 4; n <= most; n *= 4096) {
         /* The root takes 1 int from each rank, the others send n. */
         int mine = rank == 0 ? 1 : n;
         rc = MPI_Gather(big, mine, MPI_INT, all, 1, MPI_INT, 0, c3);
@@ -64,15 +69,10 @@ int main(int argc, char **argv) {
             CHECK(rc == MPI_SUCCESS);
         /* The root sends 1 int to each rank and takes n itself: its own
          * arguments disagree (MPI_ERR_COUNT); the ranks it sends to find
-         * the short message (a rank further down the tree gets a block of
-         * the length it expects from its parent). */
+         * the short message, and pass an empty one down the tree, so the
+         * ranks below them fail too. */
         rc = MPI_Scatter(big, 1, MPI_INT, all, n, MPI_INT, 0, c3);
-        if (rank == 0)
-            CHECK(cls(rc) == MPI_ERR_COUNT);
-        else
-            CHECK(rc == MPI_SUCCESS || cls(rc) == MPI_ERR_TRUNCATE);
-        if (rank == 1)
-            CHECK(cls(rc) == MPI_ERR_TRUNCATE);
+        CHECK(cls(rc) == (rank == 0 ? MPI_ERR_COUNT : MPI_ERR_TRUNCATE));
         /* Rank 0 sends twice what it receives: its own arguments
          * disagree; it takes part with its blocks cut to its receive
          * size, so the others receive what they expect. */
