@@ -534,18 +534,24 @@ fn ranks_on_different_paths_fail_instead_of_waiting_forever() {
     let class = |r: tmpi_coll::Result<()>| r.map_err(|e| e.class());
     // Bcast lengths on both sides of the stream ring's 16 bytes: the root
     // on the stream ring, the others wait on the small ring. They find the
-    // root's call described differently (Truncate); the segment is then
-    // out of step, so every later call through it fails on every rank
-    // (the root's barrier included, which would otherwise wait forever).
+    // root's call described differently, follow the root's ring and fail
+    // (Truncate); the segment stays in step, so the barrier after it
+    // works, and so does a reduce whose root's length sends it to another
+    // ring than the others' (the root follows them and fails).
     let out = job_cfg(shm(3), &[], move |w, _| {
         let mut b = vec![1u8; if w.rank() == 0 { 8 } else { 32 }];
         let bc = class(w.bcast(&mut b, 0));
-        (bc, class(w.barrier()), w.shared_calls())
+        let n = if w.rank() == 0 { 40 } else { 4 };
+        let mut out = vec![0u8; n];
+        let recv = (w.rank() == 0).then_some(&mut out[..]);
+        let rd = class(w.reduce(Input::Buf(&vec![1u8; n]), recv, Datatype::U8, &Op::Sum, 0));
+        (bc, rd, class(w.barrier()), w.shared_calls())
     });
-    assert_eq!((out[0].0, out[0].1), (Ok(()), Err(Other)), "{out:?}");
+    assert_eq!((out[0].0, out[0].1, out[0].2), (Ok(()), Err(Truncate), Ok(())), "{out:?}");
     for o in &out[1..] {
-        assert_eq!((o.0, o.1), (Err(Truncate), Err(Other)), "{out:?}");
+        assert_eq!((o.0, o.1, o.2), (Err(Truncate), Ok(()), Ok(())), "{out:?}");
     }
+    assert!(out.iter().all(|o| o.3 == 3), "all three calls on the segment: {out:?}");
     // The first call of a kind with one rank within the limit and the
     // other above it: both attach the segment (before, the rank within the
     // limit waited alone in the attach); the root goes over messages, the

@@ -28,16 +28,58 @@ int main(int argc, char **argv) {
     OK(MPI_Bcast(buf, 8, MPI_BYTE, 0, c1));
     OK(MPI_Barrier(c2));
 
-    /* The root's 8 bytes go on the stream ring, the others' 32 on the
-     * small ring: the others find the root's call described differently. */
-    rc = MPI_Bcast(buf, rank == 0 ? 8 : 32, MPI_BYTE, 0, c1);
+    /* Lengths that send the ranks to different rings of the segment (a
+     * bcast's root with 8 bytes on the stream ring, the others' 32 on the
+     * small ring, and the other way round): the ranks that notice follow
+     * the root's ring and fail with MPI_ERR_TRUNCATE, so the communicator
+     * stays in step (docs/coll.md "Errors"). */
+    for (int k = 0; k < 2; k++) {
+        rc = MPI_Bcast(buf, (rank == 0) == (k == 0) ? 8 : 32, MPI_BYTE, 0, c1);
+        if (rank == 0)
+            CHECK(rc == MPI_SUCCESS);
+        else
+            CHECK(cls(rc) == MPI_ERR_TRUNCATE);
+    }
+    /* A reduce's root with 10 ints against the others' 1, and the other
+     * way round: the root follows the others' ring and fails. */
+    int v[10], out[10];
+    for (int i = 0; i < 10; i++)
+        v[i] = rank + i;
+    for (int k = 0; k < 2; k++) {
+        rc = MPI_Reduce(v, out, (rank == 0) == (k == 0) ? 10 : 1, MPI_INT, MPI_SUM, 0, c1);
+        if (rank == 0)
+            CHECK(cls(rc) == MPI_ERR_TRUNCATE);
+        else
+            CHECK(rc == MPI_SUCCESS);
+    }
+    /* From 3 ranks a bcast above coll_sm_max runs on the segment in
+     * chunks after the root's length: a root with 256 KiB against others
+     * with 4 or 40 bytes, and 4 bytes against 256 KiB. */
+    if (size >= 3) {
+        char *lb = calloc(1, 256 * 1024);
+        CHECK(lb != NULL);
+        int lens[3][2] = {{256 * 1024, 4}, {256 * 1024, 40}, {4, 256 * 1024}};
+        for (int k = 0; k < 3; k++) {
+            rc = MPI_Bcast(lb, lens[k][rank == 0 ? 0 : 1], MPI_BYTE, 0, c1);
+            if (rank == 0)
+                CHECK(rc == MPI_SUCCESS);
+            else
+                CHECK(cls(rc) == MPI_ERR_TRUNCATE);
+        }
+        free(lb);
+    }
+    /* In step afterwards: correct calls on c1 give correct results. */
+    OK(MPI_Barrier(c1));
+    int val = rank == 0 ? 4242 : -1;
+    OK(MPI_Bcast(&val, 1, MPI_INT, 0, c1));
+    CHECK(val == 4242);
+    OK(MPI_Reduce(v, out, 10, MPI_INT, MPI_SUM, 0, c1));
     if (rank == 0)
-        CHECK(rc == MPI_SUCCESS);
-    else
-        CHECK(cls(rc) == MPI_ERR_TRUNCATE);
-    /* c1's segment is out of step: every later call through it fails,
-     * the root's included (it would wait for the others forever). */
-    CHECK(cls(MPI_Barrier(c1)) == MPI_ERR_OTHER);
+        for (int i = 0; i < 10; i++)
+            CHECK(out[i] == size * (size - 1) / 2 + size * i);
+    sum = 0;
+    OK(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, c1));
+    CHECK(sum == size);
 
     /* Different operations. */
     rc = rank == 0 ? MPI_Barrier(c2) : MPI_Bcast(buf, 8, MPI_BYTE, 0, c2);

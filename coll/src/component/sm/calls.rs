@@ -58,6 +58,11 @@ impl CallInfo {
         self.0 >> 43 & 1 == 1
     }
 
+    /// The same call with another length.
+    fn with_bytes(self, bytes: usize) -> CallInfo {
+        CallInfo(self.0 & !MAX_BYTES | (bytes as u64).min(MAX_BYTES))
+    }
+
     fn bytes(self) -> usize {
         (self.0 & MAX_BYTES) as usize
     }
@@ -236,6 +241,23 @@ impl Node {
             if same_call && self.route_of(a) == self.route_of(b) {
                 continue;
             }
+            if same_call && c < mine && c == theirs {
+                // Only the length differs, in a call `r` is still in: it
+                // may be about to follow this rank's route
+                // (`Node::take_diverged` then rewrites its description);
+                // if it cannot, it finds the difference itself.
+                continue;
+            }
+            if same_call && c == mine && self.may_follow(a, r, b) {
+                // This rank's caller takes the other ranks' route
+                // (`Node::take_diverged`): the rings stay in step.
+                self.diverged.store(1 + b.bytes() as u64, Ordering::Relaxed);
+                return Some(CollError::Truncate {
+                    peer: r,
+                    got: b.bytes(),
+                    expected: a.bytes(),
+                });
+            }
             self.set_broken(c);
             return Some(if same_call && c == mine {
                 CollError::Truncate {
@@ -251,6 +273,76 @@ impl Node {
             });
         }
         None
+    }
+
+    /// Whether this rank, in a wait that may follow another route
+    /// ([`Node::following`]), follows rank `r`'s call `b` of the same
+    /// collective as its own `a` whose length sent it on another ring: a
+    /// bcast's non-root follows the root; a reduce's root follows the
+    /// other ranks when every one of them described the call with that
+    /// ring (as far as they came to it). Non-roots' lengths that differ
+    /// among themselves, or a call on messages, leave the segment to be
+    /// marked broken as before.
+    fn may_follow(&self, a: CallInfo, r: u32, b: CallInfo) -> bool {
+        if !self.follow.load(Ordering::Relaxed) || !a.on_segment() || !b.on_segment() {
+            return false;
+        }
+        let root = a.root();
+        match a.kind() {
+            Some(CollKind::Bcast) => root == Some(u64::from(r)) && root != Some(u64::from(self.me)),
+            Some(CollKind::Reduce) if root == Some(u64::from(self.me)) => {
+                let c = self.call.load(Ordering::Relaxed);
+                let route = self.route_of(b);
+                // Ranks not at this call yet are not known to differ: if
+                // one does, the root finds it in the op it follows.
+                (0..self.p).filter(|&q| q != self.me).all(|q| {
+                    self.described(q, c).map_or(true, |d| {
+                        d.kind() == a.kind() && d.root() == root && self.route_of(d) == route
+                    })
+                })
+            }
+            _ => false,
+        }
+    }
+
+    /// Runs `wait` (a wait for other ranks' flags in this rank's current
+    /// call) so that evidence of their call on another ring ends it with
+    /// their length recorded instead of marking the segment broken; the
+    /// caller then takes [`Node::take_diverged`] and follows them.
+    pub(super) fn following<T>(&self, wait: impl FnOnce() -> T) -> T {
+        self.follow.store(true, Ordering::Relaxed);
+        let t = wait();
+        self.follow.store(false, Ordering::Relaxed);
+        t
+    }
+
+    /// The other ranks' length recorded by the last [`Node::following`]
+    /// wait, cleared. This rank's call line then describes its current
+    /// call with that length, the route it follows: the call lines agree
+    /// again, so later looks do not take this call for one that differs.
+    pub(super) fn take_diverged(&self) -> Option<usize> {
+        // A load first: the swap, an atomic read-modify-write, only after
+        // a divergence (this runs after every bcast and reduce wait).
+        if self.diverged.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let n = self.diverged.swap(0, Ordering::Relaxed) as usize - 1;
+        let c = self.call.load(Ordering::Relaxed);
+        if let Some(a) = self.described(self.me, c) {
+            self.call_word(self.me, c).store(
+                (c & CALL_MASK) << INFO_BITS | a.with_bytes(n).0,
+                Ordering::Release,
+            );
+        }
+        Some(n)
+    }
+
+    /// The length rank `r` described for this rank's current call, if its
+    /// call line holds it and it is the same collective.
+    pub(super) fn bytes_of_call(&self, r: u32) -> Option<usize> {
+        let c = self.call.load(Ordering::Relaxed);
+        let (a, b) = (self.described(self.me, c)?, self.described(r, c)?);
+        (a.kind() == b.kind() && a.root() == b.root()).then_some(b.bytes())
     }
 
     /// Looks, while waiting for rank `r`, for evidence that `r`'s calls

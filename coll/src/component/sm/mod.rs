@@ -57,7 +57,7 @@
 mod calls;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use tmpi_base::component::{Availability, ComponentDescriptor};
@@ -456,6 +456,13 @@ pub struct Node {
     cma: OnceLock<Option<Vec<u32>>>,
     /// Collective calls this rank announced (`Node::announce`).
     call: AtomicU64,
+    /// Set while a wait may end by following another route
+    /// ([`Node::following`]).
+    follow: AtomicBool,
+    /// 1 + the other ranks' length of this call when their call took
+    /// another ring than this rank's and this rank follows them
+    /// ([`Node::take_diverged`]); 0: none.
+    diverged: AtomicU64,
 }
 
 /// The way a call goes ([`Node::route`]).
@@ -519,6 +526,8 @@ impl Node {
             probe_fail: nc.probe_fail,
             cma: OnceLock::new(),
             call: AtomicU64::new(0),
+            follow: AtomicBool::new(false),
+            diverged: AtomicU64::new(0),
         }
     }
 
@@ -621,7 +630,7 @@ impl Node {
     /// [`SLOTS`] chunks ahead of the slowest reader).
     pub fn bcast(&self, ctx: &CollContext, buf: &mut [u8], root: u32) -> Result<()> {
         if buf.len() <= self.max {
-            return self.bcast_one(ctx, buf, root);
+            return self.bcast_small(ctx, buf, root);
         }
         // The root's length first (a small op the root does not wait in):
         // a rank whose length differs follows the root's chunks without
@@ -632,21 +641,19 @@ impl Node {
             st.publish(&(buf.len() as u64).to_ne_bytes());
             buf.len()
         } else {
-            st.wait_flag(ctx, root)?;
+            let waited = self.following(|| st.wait_flag(ctx, root));
+            if let Some(theirs) = self.take_diverged() {
+                // The root's call went another route (a short vector on
+                // the stream ring): follow it instead.
+                st.undo(false);
+                return self.bcast_follow(ctx, root, theirs, buf.len());
+            }
+            waited?;
             read_len(st.data(root, 8))
         };
         st.finish();
         if total != buf.len() {
-            let mut left = total;
-            while left > 0 {
-                // The root's chunks go where `bcast_one` puts them: a last
-                // chunk within the stream ring's areas goes there.
-                let c = left.min(self.max);
-                let st = self.begin_stream(c);
-                st.wait_flag(ctx, root)?;
-                st.finish();
-                left -= c;
-            }
+            self.skip_chunks(ctx, root, total)?;
             return Err(CollError::Truncate {
                 peer: root,
                 got: total,
@@ -663,6 +670,90 @@ impl Node {
             }
         }
         r
+    }
+
+    /// Follows the root's chunks of a bcast of `total` bytes (above
+    /// [`Node::max`]) without copying: this rank's length differs.
+    fn skip_chunks(&self, ctx: &CollContext, root: u32, total: usize) -> Result<()> {
+        let mut left = total;
+        while left > 0 {
+            // The root's chunks go where `bcast_one` puts them: a last
+            // chunk within the stream ring's areas goes there.
+            let c = left.min(self.max);
+            let st = self.begin_stream(c);
+            st.wait_flag(ctx, root)?;
+            st.finish();
+            left -= c;
+        }
+        Ok(())
+    }
+
+    /// A bcast of up to [`Node::max`] bytes: one op. A non-root whose
+    /// length sends it on another ring than the root's (the stream ring
+    /// holds up to [`STREAM_DATA`] bytes, a root above the limit starts
+    /// with its length on the small ring) finds the root's call described
+    /// in its call line while it waits ([`Node::evidence`]) and follows the
+    /// root's route instead, so the rings stay in step and only this call
+    /// fails (`MPI_ERR_TRUNCATE`).
+    fn bcast_small(&self, ctx: &CollContext, buf: &mut [u8], root: u32) -> Result<()> {
+        if self.me == root {
+            return self.bcast_one(ctx, buf, root);
+        }
+        let st = self.begin_stream(buf.len());
+        let waited = self.following(|| st.wait_flag(ctx, root));
+        if let Some(theirs) = self.take_diverged() {
+            st.undo(false);
+            return self.bcast_follow(ctx, root, theirs, buf.len());
+        }
+        waited?;
+        let got = st.len_of(root);
+        if got != buf.len() && got == 8 && st.ring.slots == SMALL_SLOTS {
+            // A length op on the small ring: the root's vector is above
+            // the limit (a non-root's own bcast of 8 bytes goes on the
+            // stream ring, so this is never its data).
+            if self.bytes_of_call(root).is_some_and(|b| b > self.max) {
+                let total = read_len(st.data(root, 8));
+                st.finish();
+                self.skip_chunks(ctx, root, total)?;
+                return Err(CollError::Truncate {
+                    peer: root,
+                    got: total,
+                    expected: buf.len(),
+                });
+            }
+        }
+        let r = st.expect_len(root, buf.len()).map(|()| {
+            buf.copy_from_slice(st.data(root, buf.len()));
+        });
+        st.finish();
+        r
+    }
+
+    /// The rest of a bcast whose root took another route than this
+    /// rank's length would (`theirs`: the root's call): its length op and
+    /// chunks, or its one op, without copying; fails with
+    /// `MPI_ERR_TRUNCATE`.
+    #[cold]
+    fn bcast_follow(&self, ctx: &CollContext, root: u32, theirs: usize, mine: usize) -> Result<()> {
+        let got = if theirs > self.max {
+            let st = self.begin(8);
+            st.wait_flag(ctx, root)?;
+            let total = read_len(st.data(root, 8));
+            st.finish();
+            self.skip_chunks(ctx, root, total)?;
+            total
+        } else {
+            let st = self.begin_stream(theirs);
+            st.wait_flag(ctx, root)?;
+            let got = st.len_of(root);
+            st.finish();
+            got
+        };
+        Err(CollError::Truncate {
+            peer: root,
+            got,
+            expected: mine,
+        })
     }
 
     fn bcast_one(&self, ctx: &CollContext, buf: &mut [u8], root: u32) -> Result<()> {
@@ -700,7 +791,10 @@ impl Node {
                 st.publish(x);
                 match recv {
                     Some(out) if self.me == root => {
-                        st.wait_all(ctx)?;
+                        if let Some(theirs) = self.root_waits(ctx, &st)? {
+                            st.undo(true);
+                            return self.reduce_follow(ctx, theirs, n);
+                        }
                         st.fold(out, dtype, op)
                     }
                     _ => Ok(()),
@@ -708,13 +802,45 @@ impl Node {
             }
             (None, Some(out)) => {
                 st.publish(out);
-                st.wait_all(ctx)?;
+                if let Some(theirs) = self.root_waits(ctx, &st)? {
+                    st.undo(true);
+                    return self.reduce_follow(ctx, theirs, n);
+                }
                 st.fold(out, dtype, op)
             }
             (None, None) => Err(CollError::Buffer("reduce: no input".into())),
         };
         st.finish();
         r
+    }
+
+    /// The reduce root's wait for every rank's input; `Some(bytes)` when
+    /// the other ranks' vectors (`bytes` each) took another ring than the
+    /// root's ([`Node::evidence`]): the root then follows them
+    /// ([`Node::reduce_follow`]).
+    fn root_waits(&self, ctx: &CollContext, st: &Step<'_>) -> Result<Option<usize>> {
+        let waited = self.following(|| st.wait_all(ctx));
+        if let Some(theirs) = self.take_diverged() {
+            return Ok(Some(theirs));
+        }
+        waited.map(|()| None)
+    }
+
+    /// The rest of a reduce at a root whose length sent it on another ring
+    /// than the other ranks' (`theirs`: their length): their op, without
+    /// folding; fails with `MPI_ERR_TRUNCATE`.
+    #[cold]
+    fn reduce_follow(&self, ctx: &CollContext, theirs: usize, mine: usize) -> Result<()> {
+        let st = self.begin_stream(theirs);
+        st.wait_all(ctx)?;
+        let peer = (0..self.p).find(|&r| r != self.me).unwrap_or(0);
+        let got = st.len_of(peer);
+        st.finish();
+        Err(CollError::Truncate {
+            peer,
+            got,
+            expected: mine,
+        })
     }
 
     /// `MPI_Allreduce` (`own` `None`: in place).
@@ -902,6 +1028,13 @@ impl Node {
 }
 
 /// A length (or address, pid) published as 8 bytes.
+/// Whether call number `a` comes before `b` (both modulo 2^[`CALL_BITS`],
+/// less than half that apart).
+fn before(a: u64, b: u64) -> bool {
+    let d = b.wrapping_sub(a) & CALL_MASK;
+    d != 0 && d < 1 << (CALL_BITS - 1)
+}
+
 fn read_len(d: &[u8]) -> usize {
     u64::from_ne_bytes(d.try_into().unwrap_or([0xff; 8])) as usize
 }
@@ -1180,14 +1313,21 @@ impl Step<'_> {
     fn wait_flag(&self, ctx: &CollContext, r: u32) -> Result<()> {
         let f = self.flag(r);
         let need = self.s << CALL_BITS;
+        let call = self.node.call.load(Ordering::Relaxed) & CALL_MASK;
         let mut v = f.load(Ordering::Acquire);
-        if v < need {
+        if v == need | call {
+            return Ok(());
+        }
+        // A flag of this op's number from an earlier call is one a rank
+        // raised and took back (`Step::undo`): not yet this op's.
+        let early = |v: u64| v < need || (v >> CALL_BITS == self.s && before(v & CALL_MASK, call));
+        if early(v) {
             self.node.wait(ctx, || {
                 v = f.load(Ordering::Acquire);
-                (v < need).then_some(r)
+                early(v).then_some(r)
             })?;
         }
-        if v != need | self.node.call.load(Ordering::Relaxed) & CALL_MASK {
+        if v != need | call {
             return Err(self.node.wrong_call(r, v & CALL_MASK));
         }
         Ok(())
@@ -1209,6 +1349,31 @@ impl Step<'_> {
         self.node.wait(ctx, || {
             (0..self.node.p).find(|&r| self.done(r).load(Ordering::Acquire) < self.s)
         })
+    }
+
+    /// The length rank `r` published for this op (after its flag).
+    fn len_of(&self, r: u32) -> usize {
+        self.node
+            .seg
+            .atomic(self.area(r) + 8)
+            .load(Ordering::Relaxed) as usize
+    }
+
+    /// Gives this op's number back to its ring: the op never happened on
+    /// this rank (it found that the other ranks' call took another ring,
+    /// [`Node::take_diverged`]), and the ring's next op takes the number
+    /// again. `published`: this rank raised its flag; it is cleared, so
+    /// that no rank reads it as this rank's flag of that next op. Every
+    /// rank that could read the flag's old value finished with it before
+    /// this rank claimed the slot.
+    fn undo(self, published: bool) {
+        if published {
+            self.node
+                .seg
+                .atomic(self.area(self.node.me))
+                .store(0, Ordering::Release);
+        }
+        self.ring.seq.store(self.s - 1, Ordering::Relaxed);
     }
 
     fn expect_len(&self, r: u32, expected: usize) -> Result<()> {
