@@ -547,11 +547,18 @@ fn ranks_on_different_paths_fail_instead_of_waiting_forever() {
         let rd = class(w.reduce(Input::Buf(&vec![1u8; n]), recv, Datatype::U8, &Op::Sum, 0));
         (bc, rd, class(w.barrier()), w.shared_calls())
     });
-    assert_eq!((out[0].0, out[0].1, out[0].2), (Ok(()), Err(Truncate), Ok(())), "{out:?}");
+    assert_eq!(
+        (out[0].0, out[0].1, out[0].2),
+        (Ok(()), Err(Truncate), Ok(())),
+        "{out:?}"
+    );
     for o in &out[1..] {
         assert_eq!((o.0, o.1, o.2), (Err(Truncate), Ok(()), Ok(())), "{out:?}");
     }
-    assert!(out.iter().all(|o| o.3 == 3), "all three calls on the segment: {out:?}");
+    assert!(
+        out.iter().all(|o| o.3 == 3),
+        "all three calls on the segment: {out:?}"
+    );
     // The first call of a kind with one rank within the limit and the
     // other above it: both attach the segment (before, the rank within the
     // limit waited alone in the attach); the root goes over messages, the

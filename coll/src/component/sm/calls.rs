@@ -309,6 +309,7 @@ impl Node {
     /// call) so that evidence of their call on another ring ends it with
     /// their length recorded instead of marking the segment broken; the
     /// caller then takes [`Node::take_diverged`] and follows them.
+    #[inline(always)]
     pub(super) fn following<T>(&self, wait: impl FnOnce() -> T) -> T {
         self.follow.store(true, Ordering::Relaxed);
         let t = wait();
@@ -320,12 +321,19 @@ impl Node {
     /// wait, cleared. This rank's call line then describes its current
     /// call with that length, the route it follows: the call lines agree
     /// again, so later looks do not take this call for one that differs.
+    #[inline(always)]
     pub(super) fn take_diverged(&self) -> Option<usize> {
-        // A load first: the swap, an atomic read-modify-write, only after
-        // a divergence (this runs after every bcast and reduce wait).
+        // A load first: the rest only after a divergence (this runs after
+        // every bcast and reduce wait).
         if self.diverged.load(Ordering::Relaxed) == 0 {
             return None;
         }
+        self.take_diverged_slow()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_diverged_slow(&self) -> Option<usize> {
         let n = self.diverged.swap(0, Ordering::Relaxed) as usize - 1;
         let c = self.call.load(Ordering::Relaxed);
         if let Some(a) = self.described(self.me, c) {

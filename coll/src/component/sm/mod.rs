@@ -1313,13 +1313,28 @@ impl Step<'_> {
     fn wait_flag(&self, ctx: &CollContext, r: u32) -> Result<()> {
         let f = self.flag(r);
         let need = self.s << CALL_BITS;
-        let call = self.node.call.load(Ordering::Relaxed) & CALL_MASK;
         let mut v = f.load(Ordering::Acquire);
-        if v == need | call {
-            return Ok(());
+        if v < need {
+            self.node.wait(ctx, || {
+                v = f.load(Ordering::Acquire);
+                (v < need).then_some(r)
+            })?;
         }
-        // A flag of this op's number from an earlier call is one a rank
-        // raised and took back (`Step::undo`): not yet this op's.
+        if v != need | self.node.call.load(Ordering::Relaxed) & CALL_MASK {
+            return self.other_call(ctx, r, v);
+        }
+        Ok(())
+    }
+
+    /// [`Step::wait_flag`] found rank `r`'s flag `v` of another call. A
+    /// flag of this op's number from an earlier call is one `r` raised and
+    /// took back (`Step::undo`): it waits on for the flag of this call;
+    /// anything else is the error of calls that differ.
+    #[cold]
+    fn other_call(&self, ctx: &CollContext, r: u32, mut v: u64) -> Result<()> {
+        let f = self.flag(r);
+        let need = self.s << CALL_BITS;
+        let call = self.node.call.load(Ordering::Relaxed) & CALL_MASK;
         let early = |v: u64| v < need || (v >> CALL_BITS == self.s && before(v & CALL_MASK, call));
         if early(v) {
             self.node.wait(ctx, || {
