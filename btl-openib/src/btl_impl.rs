@@ -282,7 +282,7 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
         let len = dst.len();
         if offset
             .checked_add(len as u64)
-            .map_or(true, |e| e > region.len)
+            .is_none_or(|e| e > region.len)
         {
             return Err(BtlError::OutOfBounds {
                 offset,

@@ -108,7 +108,7 @@ impl<P: Provider> Reg<P> {
     pub fn sge(&self, offset: u64, len: u32) -> Result<tmpi_verbs::Sge> {
         if offset
             .checked_add(u64::from(len))
-            .map_or(true, |e| e > self.len)
+            .is_none_or(|e| e > self.len)
         {
             return Err(OpenibError::InvalidArgument(format!(
                 "range {offset}+{len} outside a registration of {} bytes",

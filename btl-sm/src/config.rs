@@ -141,7 +141,10 @@ impl SmConfig {
         if self.poll_budget == 0 {
             return Err("btl_sm_poll_budget must be > 0".into());
         }
-        if self.coop_chunk < 16 * 1024 || self.coop_chunk % 4096 != 0 || self.coop_chunk > 1 << 30 {
+        if self.coop_chunk < 16 * 1024
+            || !self.coop_chunk.is_multiple_of(4096)
+            || self.coop_chunk > 1 << 30
+        {
             return Err(format!(
                 "btl_sm_coop_chunk {} is not a 4 KiB multiple in 16K..=1G",
                 self.coop_chunk

@@ -179,7 +179,7 @@ fn coop_copy(
         } else {
             std::hint::spin_loop();
         }
-        if spins % 1024 == 0 {
+        if spins.is_multiple_of(1024) {
             if let Err(e) = cma::probe(pid, probe_addr) {
                 if e.raw_os_error() == Some(libc::ESRCH) {
                     tracing::warn!(target: "btl_sm", "rank {peer} is gone during a cooperative copy");
@@ -822,7 +822,7 @@ impl SmModule {
         self.peers[l]
             .as_ref()
             .and_then(|s| s.fbox(self.me_local))
-            .map_or(true, |fb| fb.drained())
+            .is_none_or(|fb| fb.drained())
     }
 }
 
@@ -1138,7 +1138,7 @@ impl BtlModule for SmModule {
         }
         let pid = self.peers[l].as_ref().map_or(0, |s| s.pid);
         let (key_pid, slot, generation) = split_key(region.key);
-        if key_pid != pid || region.key >> 32 != 0 && slot.map_or(true, |s| s >= COOP_SLOTS) {
+        if key_pid != pid || region.key >> 32 != 0 && slot.is_none_or(|s| s >= COOP_SLOTS) {
             return Err(BtlError::BadRegion(format!(
                 "region key {:#x} (process {key_pid}) read from rank {peer} (process {pid})",
                 region.key

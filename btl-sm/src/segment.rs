@@ -173,11 +173,11 @@ impl Layout {
     /// `None` if `off` is not the start of a slot.
     pub fn classify(&self, off: usize) -> Option<(Class, usize)> {
         let (e0, m0) = (self.eager_start(), self.max_start());
-        if off >= e0 && off < m0 && (off - e0) % self.eager_stride() == 0 {
+        if off >= e0 && off < m0 && (off - e0).is_multiple_of(self.eager_stride()) {
             return Some((Class::Eager, self.eager_cap as usize));
         }
         let end = m0 + self.n_max as usize * self.max_stride();
-        if off >= m0 && off < end && (off - m0) % self.max_stride() == 0 {
+        if off >= m0 && off < end && (off - m0).is_multiple_of(self.max_stride()) {
             return Some((Class::Max, self.max_cap as usize));
         }
         None

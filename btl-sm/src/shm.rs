@@ -611,7 +611,7 @@ mod tests {
     impl Resolve for Res {
         fn frag(&self, r: i64) -> Option<*mut FragHdr> {
             let (l, off) = unrel(r);
-            if l != 0 || off < self.first || (off - self.first) % self.slot != 0 {
+            if l != 0 || off < self.first || !(off - self.first).is_multiple_of(self.slot) {
                 return None;
             }
             if (off - self.first) / self.slot >= self.n {
@@ -821,7 +821,13 @@ mod tests {
                 let payload: Vec<u8> = (0..len).map(|k| (k as u32 ^ i) as u8).collect();
                 let tag = (i % 251) as u8;
                 let ok = if hinted {
-                    fb.write_hinted(&mut hint, i % 3 != 0, tag, &i.to_le_bytes(), &payload)
+                    fb.write_hinted(
+                        &mut hint,
+                        !i.is_multiple_of(3),
+                        tag,
+                        &i.to_le_bytes(),
+                        &payload,
+                    )
                 } else {
                     fb.write(tag, &i.to_le_bytes(), &payload)
                 };
@@ -918,7 +924,7 @@ mod tests {
         let mut skips = 0;
         for round in 0..40 {
             loop {
-                let payload: &[u8] = if next_write % 4 == 0 {
+                let payload: &[u8] = if next_write.is_multiple_of(4) {
                     &[b'a'; 150]
                 } else {
                     b"abcdefgh"

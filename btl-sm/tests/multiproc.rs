@@ -86,7 +86,7 @@ impl BtlRecvHandler for Checker {
         self.next[src as usize] += 1;
         self.received += 1;
         if let Some((every, pause)) = self.slow {
-            if self.received % every == 0 {
+            if self.received.is_multiple_of(every) {
                 std::thread::sleep(pause);
             }
         }

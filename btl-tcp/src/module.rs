@@ -1270,7 +1270,7 @@ impl BtlModule for TcpModule {
             }
         }
         self.ticks += 1;
-        if self.ticks % 256 == 0 {
+        if self.ticks.is_multiple_of(256) {
             self.check_timeouts();
         }
         delivered

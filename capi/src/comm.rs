@@ -841,7 +841,7 @@ fn balanced_factors(n: i64, k: usize) -> Vec<i64> {
     /// The largest `r` with `r^m <= x` (`m >= 1`).
     fn iroot(x: i64, m: u32) -> i64 {
         let mut r = (x as f64).powf(1.0 / f64::from(m)).round() as i64;
-        while r > 1 && r.checked_pow(m).map_or(true, |p| p > x) {
+        while r > 1 && r.checked_pow(m).is_none_or(|p| p > x) {
             r -= 1;
         }
         while (r + 1).checked_pow(m).is_some_and(|p| p <= x) {
@@ -859,7 +859,7 @@ fn balanced_factors(n: i64, k: usize) -> Vec<i64> {
             if slots == 1 {
                 if rest <= maxf {
                     self.cur.push(rest);
-                    if self.best.as_ref().map_or(true, |b| better(&self.cur, b)) {
+                    if self.best.as_ref().is_none_or(|b| better(&self.cur, b)) {
                         self.best = Some(self.cur.clone());
                     }
                     self.cur.pop();

@@ -33,6 +33,7 @@ pub mod mpit;
 pub mod neighbor;
 pub mod p2p;
 pub mod pcoll;
+pub mod pmpi;
 pub(crate) mod req_table;
 pub mod request;
 pub(crate) mod state;

@@ -901,7 +901,7 @@ pub extern "C" fn MPI_Waitall(
             // of 64 messages otherwise spent most of its time re-testing
             // the 64 handles between two arrivals. Every 16th round tests
             // anyway (another thread's progress may have completed them).
-            if check || colls || round % 16 == 0 {
+            if check || colls || round.is_multiple_of(16) {
                 for i in 0..n {
                     if done[i] {
                         continue;
@@ -1439,7 +1439,7 @@ fn elements(s: &MpiStatus, dtype: c_int, whole: bool) -> Res<i64> {
         return Ok(0);
     }
     if whole {
-        if bytes % t.size as u64 != 0 {
+        if !bytes.is_multiple_of(t.size as u64) {
             return Ok(UNDEFINED as i64);
         }
         return Ok((bytes / t.size as u64) as i64);
@@ -1452,7 +1452,7 @@ fn elements(s: &MpiStatus, dtype: c_int, whole: bool) -> Res<i64> {
     let mut rest = bytes % t.size as u64;
     let Some(runs) = &t.prims else {
         let prim_size = (t.size as u64 / per).max(1);
-        if rest % prim_size != 0 {
+        if !rest.is_multiple_of(prim_size) {
             return Ok(UNDEFINED as i64);
         }
         return Ok((full * per + rest / prim_size) as i64);

@@ -503,7 +503,7 @@ fn pack_into(
 ) -> Res<usize> {
     let mut v = Vec::with_capacity(t.size * n);
     crate::ffi::gather_blocks(inbuf.cast(), n, t.extent(), &t.blocks, &mut v);
-    if pos.checked_add(v.len()).map_or(true, |e| e > outsize) {
+    if pos.checked_add(v.len()).is_none_or(|e| e > outsize) {
         return Err(Error::new(
             C::Truncate,
             format!(
@@ -526,7 +526,7 @@ fn unpack_from(
     t: &Dtype,
 ) -> Res<usize> {
     let need = t.size * n;
-    if pos.checked_add(need).map_or(true, |e| e > insize) {
+    if pos.checked_add(need).is_none_or(|e| e > insize) {
         return Err(Error::new(
             C::Truncate,
             format!("unpack: {need} bytes at position {pos} exceed the {insize}-byte buffer"),

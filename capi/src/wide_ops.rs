@@ -57,7 +57,7 @@ fn run(kind: c_int, op: c_int, input: &[u8], inout: &mut [u8], n: usize, item: u
 pub(crate) fn bind(o: &Op, t: &Dtype) -> Option<Res<(Elem, Op)>> {
     let (kind, item) = kind_of(t)?;
     let op = op_code(o);
-    if t.size % item != 0 || !run(kind, op, &[], &mut [], 0, item) {
+    if !t.size.is_multiple_of(item) || !run(kind, op, &[], &mut [], 0, item) {
         return Some(Err(Error::new(
             C::Op,
             format!("{} is not defined on {}", o.name(), t.name),

@@ -425,6 +425,17 @@ fn mismatched_collectives_fail_instead_of_hanging() {
     );
 }
 
+/// The profiling interface: the program defines MPI_Send, MPI_Recv,
+/// MPI_Allreduce and MPI_Wtime itself (as a tool linked into it does),
+/// counts and calls PMPI_X; the messages and the sum arrive, and libmpi's
+/// own calls (MPI_Sendrecv inside it) do not go through the program's
+/// wrappers. Without libmpi's `-Bsymbolic-functions` PMPI_Send would jump
+/// back into the program's MPI_Send and recurse until the stack ends.
+#[test]
+fn profiling_interface_wraps_calls() {
+    expect_ok("pmpi", &[1, 2, 3]);
+}
+
 #[test]
 fn abort_ends_the_job() {
     let exe = build("abort");
@@ -448,16 +459,25 @@ fn header_is_clean_and_every_function_links() {
             let open = l.find('(')?;
             let head = &l[..open];
             let name = head.split_whitespace().last()?;
-            (name.starts_with("MPI_")
+            let name = name.trim_start_matches('*');
+            ((name.starts_with("MPI_") || name.starts_with("PMPI_"))
                 && (l.starts_with("int ") || l.starts_with("double ") || l.starts_with("MPI_")))
-            .then(|| name.trim_start_matches('*').to_string())
+            .then(|| name.to_string())
         })
         .collect();
     assert!(
-        re_names.len() > 300,
+        re_names.len() > 600,
         "only {} prototypes found",
         re_names.len()
     );
+    // The profiling interface: a PMPI_X for every MPI_X, and no other.
+    let (pmpi, mpi): (Vec<&String>, Vec<&String>) =
+        re_names.iter().partition(|n| n.starts_with("PMPI_"));
+    let mut twins: Vec<String> = pmpi.iter().map(|n| n[1..].to_string()).collect();
+    let mut plain: Vec<String> = mpi.iter().map(|n| n.to_string()).collect();
+    twins.sort();
+    plain.sort();
+    assert_eq!(twins, plain, "PMPI_ prototypes must mirror the MPI_ ones");
     let mut src = String::from(
         "#include <mpi.h>\n#include <stdio.h>\n\
          #if MPI_VERSION != 3 || MPI_SUBVERSION != 1\n#error version\n#endif\n\

@@ -1396,7 +1396,7 @@ impl Comm {
                     "neighbour {peer} {who} is not a rank of a communicator of {p}"
                 )));
             }
-            if off.checked_add(len).map_or(true, |end| end > total) {
+            if off.checked_add(len).is_none_or(|end| end > total) {
                 return Err(CollError::Buffer(format!(
                     "block of {len} bytes at {off} {who} neighbour {peer} outside {total} bytes"
                 )));
@@ -2194,7 +2194,7 @@ impl Comm {
     /// takes this rank's block from `recv`.
     pub fn allgather(&self, send: Input<'_>, recv: &mut [u8]) -> Result<()> {
         let p = self.size() as usize;
-        if recv.len() % p != 0 {
+        if !recv.len().is_multiple_of(p) {
             return Err(CollError::Count(format!(
                 "allgather: {} bytes is not {p} equal blocks",
                 recv.len()
@@ -2280,7 +2280,7 @@ impl Comm {
     /// `MPI_Alltoall`: both buffers hold size × block bytes.
     pub fn alltoall(&self, send: Input<'_>, recv: &mut [u8]) -> Result<()> {
         let p = self.size() as usize;
-        if recv.len() % p != 0 {
+        if !recv.len().is_multiple_of(p) {
             return Err(CollError::Count(format!(
                 "alltoall: {} bytes is not {p} equal blocks",
                 recv.len()
@@ -2479,7 +2479,7 @@ impl Comm {
                 (crate::pool::copy_of(s), recv.len())
             }
             Input::InPlace => {
-                if recv.len() % p != 0 {
+                if !recv.len().is_multiple_of(p) {
                     return Err(CollError::Count(format!(
                         "reduce_scatter_block: {} bytes is not {p} blocks",
                         recv.len()
@@ -2588,7 +2588,7 @@ impl Comm {
     /// `MPI_Ialltoall`: `send` holds size blocks.
     pub fn ialltoall(&self, send: Vec<u8>) -> Result<CollRequest> {
         let p = self.size() as usize;
-        if send.len() % p != 0 {
+        if !send.len().is_multiple_of(p) {
             return Err(CollError::Count(format!(
                 "ialltoall: {} bytes is not {p} equal blocks",
                 send.len()
@@ -2606,7 +2606,7 @@ impl Comm {
         op: &Op,
     ) -> Result<CollRequest> {
         let p = self.size() as usize;
-        if send.len() % p != 0 {
+        if !send.len().is_multiple_of(p) {
             return Err(CollError::Count(format!(
                 "ireduce_scatter_block: {} bytes is not {p} blocks",
                 send.len()

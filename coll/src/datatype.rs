@@ -180,7 +180,7 @@ impl Datatype {
     /// Number of whole elements in `bytes`, or an `MPI_ERR_COUNT` error when
     /// `bytes` is not a multiple of the element size.
     pub fn count_of(self, bytes: usize) -> crate::Result<usize> {
-        if self.size() == 0 || bytes % self.size() != 0 {
+        if self.size() == 0 || !bytes.is_multiple_of(self.size()) {
             return Err(crate::CollError::Count(format!(
                 "{bytes} bytes is not a whole number of {} elements ({} bytes each)",
                 self.name(),

@@ -190,7 +190,7 @@ pub fn check(w: &Comm) -> Result<(), String> {
         .range_incl(&[(0, i64::from(p) - 1, 2)])
         .map_err(|e| e.to_string())?;
     let c = w.create(&half).map_err(|e| e.to_string())?;
-    if c.is_some() != (me % 2 == 0) {
+    if c.is_some() != me.is_multiple_of(2) {
         return Err("create membership".into());
     }
     if let Some(c) = c {

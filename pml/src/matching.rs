@@ -40,7 +40,7 @@ impl Pattern {
     /// Whether `env` satisfies this pattern.
     pub fn accepts(&self, env: &Envelope) -> bool {
         self.ctx == env.ctx
-            && self.src.map_or(true, |s| s == env.src)
+            && self.src.is_none_or(|s| s == env.src)
             && match self.tag {
                 Some(t) => t == env.tag,
                 None => env.tag >= 0,

@@ -375,7 +375,7 @@ impl BtlNet {
     #[inline(always)]
     fn poll(&mut self, deliver: &mut dyn FnMut(u32, &[u8]), waiting: bool) -> usize {
         self.polls = self.polls.wrapping_add(1);
-        if self.polls % IDLE_MODULE_POLL == 0 {
+        if self.polls.is_multiple_of(IDLE_MODULE_POLL) {
             return self.poll_all(deliver, waiting);
         }
         let BtlNet {
@@ -582,7 +582,7 @@ impl Transport for BtlNet {
 
     fn take_failed(&mut self) -> Vec<(u32, String)> {
         let mut out = Vec::new();
-        let all = self.polls % IDLE_MODULE_POLL == 0;
+        let all = self.polls.is_multiple_of(IDLE_MODULE_POLL);
         for (i, m) in self.modules.iter_mut().enumerate() {
             if !(self.carries[i] || all) {
                 continue;

@@ -187,7 +187,7 @@ impl Inner {
         // ~10% of an 8-byte sm ping-pong's waiting loop (perf record); a
         // failure is still noticed within microseconds.
         self.rounds = self.rounds.wrapping_add(1);
-        if self.rounds % FAILED_POLL == 0 {
+        if self.rounds.is_multiple_of(FAILED_POLL) {
             n += self.collect_failed();
         }
         if self.tm_in {

@@ -243,7 +243,7 @@ impl Transport for Loopback {
     fn deregister(&mut self, _peer: u32, _region: &[u8]) {}
     fn send(&mut self, peer: u32, hdr: &[u8], data: &[u8]) -> Result<(), TxError> {
         self.sends += 1;
-        if self.cfg.busy_every > 0 && self.sends % self.cfg.busy_every == 0 {
+        if self.cfg.busy_every > 0 && self.sends.is_multiple_of(self.cfg.busy_every) {
             return Err(TxError::Busy);
         }
         let mut v = Vec::with_capacity(hdr.len() + data.len());

@@ -363,7 +363,7 @@ impl Comm {
     /// rank `r`; the result holds the blocks for this rank in rank order.
     pub fn ialltoall<T: Equivalence>(&self, send: Vec<T>) -> Result<CollRequest<T>, Error> {
         let p = self.size() as usize;
-        if send.len() % p.max(1) != 0 {
+        if !send.len().is_multiple_of(p.max(1)) {
             return Err(Error::new(
                 MpiErrorClass::Count,
                 format!("ialltoall: {} elements is not {p} equal blocks", send.len()),

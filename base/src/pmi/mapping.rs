@@ -209,7 +209,8 @@ pub fn parse_process_mapping(mapping: &str, size: u32) -> Result<Vec<u32>, Mappi
 pub fn encode_process_mapping(node_of: &[u32]) -> String {
     let period = (1..=node_of.len())
         .find(|&p| {
-            node_of.len() % p == 0 && (p..node_of.len()).all(|i| node_of[i] == node_of[i - p])
+            node_of.len().is_multiple_of(p)
+                && (p..node_of.len()).all(|i| node_of[i] == node_of[i - p])
         })
         .unwrap_or(node_of.len());
     let prefix = &node_of[..period];

@@ -177,7 +177,7 @@ pub fn allreduce_recursive_doubling(c: &Call, pos: Pos) -> Result<Schedule> {
     let mut in_out = false;
     // Fold: among the first 2*rem ranks, even ones hand their data to r+1.
     let newrank = if r < 2 * rem {
-        if r % 2 == 0 {
+        if r.is_multiple_of(2) {
             s.send(r + 1, ia);
             s.next_round();
             s.recv(r + 1, oa);
@@ -341,7 +341,7 @@ pub fn allreduce_rabenseifner(c: &Call, pos: Pos) -> Result<Schedule> {
     let rem = p - pof2;
     let mut in_out = false;
     let newrank = if r < 2 * rem {
-        if r % 2 == 0 {
+        if r.is_multiple_of(2) {
             s.send(r + 1, ia);
             s.next_round();
             s.recv(r + 1, oa);

@@ -91,7 +91,7 @@ impl Cfg {
     fn want(&self, group: &str) -> bool {
         self.only
             .as_ref()
-            .map_or(true, |o| o.iter().any(|g| g == group))
+            .is_none_or(|o| o.iter().any(|g| g == group))
     }
 }
 

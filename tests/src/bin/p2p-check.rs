@@ -39,7 +39,7 @@ fn order(w: &Comm) -> R {
     const M: u32 = 300;
     let (rank, size) = (w.rank(), w.size());
     ensure!(size >= 2, "needs 2 ranks");
-    let len_of = |i: u32| if i % 5 == 0 { 20_000 } else { 8 };
+    let len_of = |i: u32| if i.is_multiple_of(5) { 20_000 } else { 8 };
     if rank != 0 {
         // Non-blocking sends: the receiver takes tags out of send order, so
         // a blocking rendezvous send would (legally) deadlock.

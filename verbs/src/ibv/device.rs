@@ -369,7 +369,7 @@ impl Context {
             for &d in devs {
                 // SAFETY: d is from the live list.
                 let n = unsafe { device_name(&lib.0, d) };
-                if want.as_deref().map_or(true, |w| w == n) {
+                if want.as_deref().is_none_or(|w| w == n) {
                     // SAFETY: d is live until the list is freed; the context
                     // stays valid after freeing the list (ibv_free_device_list(3)).
                     let c = unsafe { (lib.0.fns.open_device)(d) };

@@ -296,7 +296,7 @@ impl Node {
                 // Ranks not at this call yet are not known to differ: if
                 // one does, the root finds it in the op it follows.
                 (0..self.p).filter(|&q| q != self.me).all(|q| {
-                    self.described(q, c).map_or(true, |d| {
+                    self.described(q, c).is_none_or(|d| {
                         d.kind() == a.kind() && d.root() == root && self.route_of(d) == route
                     })
                 })

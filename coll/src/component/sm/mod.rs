@@ -603,8 +603,8 @@ impl Node {
         let mut polls = 0u32;
         while let Some(r) = pending() {
             polls = polls.wrapping_add(1);
-            if polls % 32 == 0 {
-                if polls % CHECK_POLLS == 0 {
+            if polls.is_multiple_of(32) {
+                if polls.is_multiple_of(CHECK_POLLS) {
                     self.look_for_mismatch(r, &mut pending)?;
                 }
                 if !ctx.progress_all() {
