@@ -120,6 +120,18 @@ pub extern "C" fn MPI_Comm_dup_with_info(comm: c_int, _info: c_int, newcomm: *mu
     MPI_Comm_dup(comm, newcomm)
 }
 
+/// MPI-4.0: the info hints are accepted and ignored, as in
+/// `MPI_Comm_dup_with_info`.
+#[no_mangle]
+pub extern "C" fn MPI_Comm_idup_with_info(
+    comm: c_int,
+    _info: c_int,
+    newcomm: *mut c_int,
+    request: *mut c_int,
+) -> c_int {
+    MPI_Comm_idup(comm, newcomm, request)
+}
+
 #[no_mangle]
 pub extern "C" fn MPI_Comm_idup(comm: c_int, newcomm: *mut c_int, request: *mut c_int) -> c_int {
     guard("MPI_Comm_idup", comm, || {

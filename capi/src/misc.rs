@@ -150,6 +150,39 @@ pub extern "C" fn MPI_Info_get(
     })
 }
 
+/// MPI-4.0: the value of `key` into `value` (at most `*buflen` bytes with
+/// the terminating NUL, cut to fit; nothing written when `*buflen` is 0),
+/// and `*buflen` set to the value's length plus one, so a caller can ask
+/// for the size first. `*flag` false (and `*buflen` untouched) when the
+/// key is not set.
+#[no_mangle]
+pub extern "C" fn MPI_Info_get_string(
+    info: c_int,
+    k: *const c_char,
+    buflen: *mut c_int,
+    value: *mut c_char,
+    flag: *mut c_int,
+) -> c_int {
+    guard("MPI_Info_get_string", COMM_WORLD, || {
+        let k = key(k)?;
+        let cap = ccount(get(buflen, "buflen")?, C::Arg, "buflen")?;
+        match info_mut(info, |kv| {
+            Ok(kv.iter().find(|e| e.0 == k).map(|e| e.1.clone()))
+        })? {
+            Some(v) => {
+                if cap > 0 {
+                    put_cstr(value, cap, &v)?;
+                }
+                let n = c_int::try_from(v.len() + 1)
+                    .map_err(|_| Error::new(C::Arg, "value longer than an int counts"))?;
+                put(buflen, n, "buflen")?;
+                put(flag, 1, "flag")
+            }
+            None => put(flag, 0, "flag"),
+        }
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn MPI_Info_get_valuelen(
     info: c_int,

@@ -127,6 +127,21 @@ int main(int argc, char **argv) {
     OK(MPI_Info_dup(info, &dupi));
     OK(MPI_Info_free(&info)); CHECK(info == MPI_INFO_NULL);
     OK(MPI_Info_get_valuelen(dupi, "beta", &len, &flag)); CHECK(flag && len == 3);
+    /* MPI-4.0 MPI_Info_get_string: the size first (buflen 0 writes
+     * nothing), then cut to fit, then whole; a missing key leaves buflen. */
+    char small[3] = {'x', 'x', 'x'};
+    int blen = 0;
+    OK(MPI_Info_get_string(dupi, "beta", &blen, small, &flag));
+    CHECK(flag && blen == 4 && small[0] == 'x');
+    blen = 3;
+    OK(MPI_Info_get_string(dupi, "beta", &blen, small, &flag));
+    CHECK(flag && blen == 4 && strcmp(small, "tw") == 0);
+    blen = MPI_MAX_INFO_VAL;
+    OK(MPI_Info_get_string(dupi, "beta", &blen, val, &flag));
+    CHECK(flag && blen == 4 && strcmp(val, "two") == 0);
+    blen = 17;
+    OK(MPI_Info_get_string(dupi, "gamma", &blen, val, &flag));
+    CHECK(!flag && blen == 17);
     OK(MPI_Info_free(&dupi));
     /* MPI_INFO_ENV: readable, not modifiable (MPICH's info/infoenv). */
     OK(MPI_Info_get(MPI_INFO_ENV, "maxprocs", MPI_MAX_INFO_VAL - 1, val, &flag));
