@@ -638,6 +638,116 @@ pub extern "C" fn MPI_Sendrecv(
     })
 }
 
+/// MPI-4.0: the send and the receive of `MPI_Sendrecv` started, one
+/// request for both (`Req::Pair`): complete once both are, with the
+/// receive's status. Cancelling it does nothing (sends are not cancelled).
+#[no_mangle]
+pub extern "C" fn MPI_Isendrecv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    guard("MPI_Isendrecv", comm, || {
+        if request.is_null() {
+            return Err(Error::new(C::Arg, "request is NULL"));
+        }
+        let r = start_recv(recvbuf, recvcount, recvtype, source, recvtag, comm, None)?;
+        let rh = tables().add_req(r);
+        let s = match start_send(
+            sendbuf,
+            sendcount,
+            sendtype,
+            dest,
+            sendtag,
+            comm,
+            SendMode::Standard,
+            None,
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                cancel_and_drop(rh);
+                return Err(e);
+            }
+        };
+        pair(request, s, rh, Vec::new(), comm)
+    })
+}
+
+/// MPI-4.0: `MPI_Sendrecv_replace` started: the outgoing data is packed
+/// first (kept with the request until the send completes), then the
+/// receive lands in `buf`.
+#[no_mangle]
+pub extern "C" fn MPI_Isendrecv_replace(
+    buf: *mut c_void,
+    count: c_int,
+    dtype: c_int,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    guard("MPI_Isendrecv_replace", comm, || {
+        if request.is_null() {
+            return Err(Error::new(C::Arg, "request is NULL"));
+        }
+        let n = ccount(count, C::Count, "count")?;
+        let t = tables().comm_type(dtype)?;
+        let mut v = Vec::with_capacity(t.size * n);
+        crate::ffi::gather_blocks(buf as *const u8, n, t.extent(), &t.blocks, &mut v);
+        let len =
+            c_int::try_from(v.len()).map_err(|_| Error::new(C::Count, "message too large"))?;
+        let r = start_recv(buf, count, dtype, source, recvtag, comm, None)?;
+        let rh = tables().add_req(r);
+        // The pml reads `v`'s heap block, which moving the Vec into the
+        // request does not move.
+        let s = match start_send(
+            v.as_ptr().cast(),
+            len,
+            4, // MPI_BYTE
+            dest,
+            sendtag,
+            comm,
+            SendMode::Standard,
+            None,
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                cancel_and_drop(rh);
+                return Err(e);
+            }
+        };
+        pair(request, s, rh, v, comm)
+    })
+}
+
+/// Registers the send `s` and the receive under handle `rh` as one
+/// request and writes its handle.
+fn pair(request: *mut c_int, s: Req, rh: c_int, keep: Vec<u8>, comm: c_int) -> Res<()> {
+    let mut t = tables();
+    let sh = t.add_req(s);
+    let h = t.add_req(Req::Pair(Box::new(crate::request::Pair {
+        send: sh,
+        recv: rh,
+        send_st: None,
+        recv_st: None,
+        keep,
+        comm,
+    })));
+    drop(t);
+    put(request, h, "request")
+}
+
 fn cancel_and_drop(h: c_int) {
     if let Ok(rt) = rt() {
         let r = tables().reqs.remove(&h);
@@ -1189,7 +1299,7 @@ pub extern "C" fn MPI_Request_free(request: *mut c_int) -> c_int {
             | Some(Req::Done {
                 persist: Some(p), ..
             }) => p.release(),
-            Some(r @ (Req::Pml { .. } | Req::Coll { .. } | Req::Greq(_))) => {
+            Some(r @ (Req::Pml { .. } | Req::Coll { .. } | Req::Greq(_) | Req::Pair(_))) => {
                 // Staged data must outlive the operation: let it finish in
                 // the background by parking it under a fresh handle that
                 // nobody references; it completes on the next waits.

@@ -191,6 +191,62 @@ pub(crate) enum Req {
     Inactive(Persist),
     /// `MPI_Grequest_start`: complete once `MPI_Grequest_complete` ran.
     Greq(crate::greq::Greq),
+    /// `MPI_Isendrecv(_replace)`: a send and a receive under hidden
+    /// handles, complete once both are.
+    Pair(Box<Pair>),
+}
+
+/// The two halves of an `MPI_Isendrecv(_replace)`.
+#[derive(Debug)]
+pub(crate) struct Pair {
+    /// Hidden handles of the send and the receive (0 once complete).
+    pub send: c_int,
+    pub recv: c_int,
+    /// Their statuses once complete.
+    pub send_st: Option<St>,
+    pub recv_st: Option<St>,
+    /// The packed outgoing data of `MPI_Isendrecv_replace`: the send reads
+    /// it until it completes.
+    #[allow(dead_code)]
+    pub keep: Vec<u8>,
+    pub comm: c_int,
+}
+
+impl Pair {
+    /// Tests the halves still running; the receive's status (with the
+    /// send's error class if only the send failed) once both completed.
+    fn test(&mut self) -> Option<St> {
+        for (h, st) in [
+            (&mut self.send, &mut self.send_st),
+            (&mut self.recv, &mut self.recv_st),
+        ] {
+            if *h == 0 {
+                continue;
+            }
+            match test_handle(*h) {
+                Ok(Tested::Pending) => continue,
+                Ok(Tested::Complete(s, _)) => *st = Some(s),
+                Ok(Tested::Inactive) => *st = Some(St::empty()),
+                // The half is gone (its handle released): its error class.
+                Err(e) => {
+                    let mut s = St::empty();
+                    s.error = e.class;
+                    *st = Some(s);
+                }
+            }
+            *h = 0;
+        }
+        if self.send != 0 || self.recv != 0 {
+            return None;
+        }
+        let mut st = self.recv_st.unwrap_or_else(St::empty);
+        if let Some(s) = self.send_st {
+            if st.error == C::Success {
+                st.error = s.error;
+            }
+        }
+        Some(st)
+    }
 }
 
 impl Req {
@@ -202,6 +258,7 @@ impl Req {
                 .map_or(crate::state::COMM_WORLD, |p| p.comm),
             Req::Inactive(p) => p.comm,
             Req::Greq(_) => crate::state::COMM_WORLD,
+            Req::Pair(p) => p.comm,
         }
     }
 }
@@ -336,6 +393,10 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
         Req::Greq(g) => match g.complete()? {
             Some(st) => Ok(Taken::Done(st, None)),
             None => Ok(Taken::Again(Req::Greq(g))),
+        },
+        Req::Pair(mut p) => match p.test() {
+            Some(st) => Ok(Taken::Done(st, None)),
+            None => Ok(Taken::Again(Req::Pair(p))),
         },
         Req::Coll {
             req,

@@ -436,6 +436,13 @@ fn profiling_interface_wraps_calls() {
     expect_ok("pmpi", &[1, 2, 3]);
 }
 
+/// MPI-4.0 MPI_Isendrecv(_replace): one request for both halves
+/// (`Req::Pair`), at 1-4 ranks.
+#[test]
+fn isendrecv() {
+    expect_ok("isendrecv", &[1, 2, 3, 4]);
+}
+
 #[test]
 fn abort_ends_the_job() {
     let exe = build("abort");
