@@ -611,24 +611,11 @@ pub extern "C" fn MPI_Sendrecv(
     status: *mut MpiStatus,
 ) -> c_int {
     guard("MPI_Sendrecv", comm, || {
-        let r = start_recv(recvbuf, recvcount, recvtype, source, recvtag, comm, None)?;
-        let rh = tables().add_req(r);
-        let s = match start_send(
-            sendbuf,
-            sendcount,
-            sendtype,
-            dest,
-            sendtag,
+        let (s, rh) = start_both(
+            (sendbuf, sendcount, sendtype, dest, sendtag),
+            (recvbuf, recvcount, recvtype, source, recvtag),
             comm,
-            SendMode::Standard,
-            None,
-        ) {
-            Ok(s) => s,
-            Err(e) => {
-                cancel_and_drop(rh);
-                return Err(e);
-            }
-        };
+        )?;
         let sh = tables().add_req(s);
         let (sst, _) = wait_handle(sh)?;
         let (rst, _) = wait_handle(rh)?;
@@ -660,24 +647,11 @@ pub extern "C" fn MPI_Isendrecv(
         if request.is_null() {
             return Err(Error::new(C::Arg, "request is NULL"));
         }
-        let r = start_recv(recvbuf, recvcount, recvtype, source, recvtag, comm, None)?;
-        let rh = tables().add_req(r);
-        let s = match start_send(
-            sendbuf,
-            sendcount,
-            sendtype,
-            dest,
-            sendtag,
+        let (s, rh) = start_both(
+            (sendbuf, sendcount, sendtype, dest, sendtag),
+            (recvbuf, recvcount, recvtype, source, recvtag),
             comm,
-            SendMode::Standard,
-            None,
-        ) {
-            Ok(s) => s,
-            Err(e) => {
-                cancel_and_drop(rh);
-                return Err(e);
-            }
-        };
+        )?;
         pair(request, s, rh, Vec::new(), comm)
     })
 }
@@ -701,34 +675,61 @@ pub extern "C" fn MPI_Isendrecv_replace(
         if request.is_null() {
             return Err(Error::new(C::Arg, "request is NULL"));
         }
-        let n = ccount(count, C::Count, "count")?;
-        let t = tables().comm_type(dtype)?;
-        let mut v = Vec::with_capacity(t.size * n);
-        crate::ffi::gather_blocks(buf as *const u8, n, t.extent(), &t.blocks, &mut v);
-        let len =
-            c_int::try_from(v.len()).map_err(|_| Error::new(C::Count, "message too large"))?;
-        let r = start_recv(buf, count, dtype, source, recvtag, comm, None)?;
-        let rh = tables().add_req(r);
+        let (v, len) = pack_outgoing(buf, count, dtype)?;
         // The pml reads `v`'s heap block, which moving the Vec into the
         // request does not move.
-        let s = match start_send(
-            v.as_ptr().cast(),
-            len,
-            4, // MPI_BYTE
-            dest,
-            sendtag,
+        let (s, rh) = start_both(
+            (v.as_ptr().cast(), len, BYTE, dest, sendtag),
+            (buf, count, dtype, source, recvtag),
             comm,
-            SendMode::Standard,
-            None,
-        ) {
-            Ok(s) => s,
-            Err(e) => {
-                cancel_and_drop(rh);
-                return Err(e);
-            }
-        };
+        )?;
         pair(request, s, rh, v, comm)
     })
+}
+
+/// `MPI_BYTE`'s handle.
+const BYTE: c_int = 4;
+
+/// One half of a sendrecv: buffer, count, datatype, peer, tag.
+type Half<P> = (P, c_int, c_int, c_int, c_int);
+
+/// Starts a sendrecv's receive (registered, under the returned handle),
+/// then its send (returned unregistered); the receive is cancelled and
+/// dropped when the send cannot start.
+fn start_both(
+    send: Half<*const c_void>,
+    recv: Half<*mut c_void>,
+    comm: c_int,
+) -> Res<(Req, c_int)> {
+    let r = start_recv(recv.0, recv.1, recv.2, recv.3, recv.4, comm, None)?;
+    let rh = tables().add_req(r);
+    match start_send(
+        send.0,
+        send.1,
+        send.2,
+        send.3,
+        send.4,
+        comm,
+        SendMode::Standard,
+        None,
+    ) {
+        Ok(s) => Ok((s, rh)),
+        Err(e) => {
+            cancel_and_drop(rh);
+            Err(e)
+        }
+    }
+}
+
+/// `count` items of `dtype` at `buf` packed, and their length as a count
+/// of bytes (the outgoing half of a sendrecv_replace).
+fn pack_outgoing(buf: *const c_void, count: c_int, dtype: c_int) -> Res<(Vec<u8>, c_int)> {
+    let n = ccount(count, C::Count, "count")?;
+    let t = tables().comm_type(dtype)?;
+    let mut v = Vec::with_capacity(t.size * n);
+    crate::ffi::gather_blocks(buf as *const u8, n, t.extent(), &t.blocks, &mut v);
+    let len = c_int::try_from(v.len()).map_err(|_| Error::new(C::Count, "message too large"))?;
+    Ok((v, len))
 }
 
 /// Registers the send `s` and the receive under handle `rh` as one
@@ -773,25 +774,12 @@ pub extern "C" fn MPI_Sendrecv_replace(
     status: *mut MpiStatus,
 ) -> c_int {
     guard("MPI_Sendrecv_replace", comm, || {
-        let n = ccount(count, C::Count, "count")?;
-        let t = tables().comm_type(dtype)?;
         // Pack the outgoing data first, then receive in place.
-        let mut v = Vec::with_capacity(t.size * n);
-        crate::ffi::gather_blocks(buf as *const u8, n, t.extent(), &t.blocks, &mut v);
-        let byte = 4; // MPI_BYTE
-        let len =
-            c_int::try_from(v.len()).map_err(|_| Error::new(C::Count, "message too large"))?;
-        let r = start_recv(buf, count, dtype, source, recvtag, comm, None)?;
-        let rh = tables().add_req(r);
-        let s = start_send(
-            v.as_ptr().cast(),
-            len,
-            byte,
-            dest,
-            sendtag,
+        let (v, len) = pack_outgoing(buf, count, dtype)?;
+        let (s, rh) = start_both(
+            (v.as_ptr().cast(), len, BYTE, dest, sendtag),
+            (buf, count, dtype, source, recvtag),
             comm,
-            SendMode::Standard,
-            None,
         )?;
         let sh = tables().add_req(s);
         let (sst, _) = wait_handle(sh)?;
