@@ -2,7 +2,7 @@
  * send and a receive, complete once both are, with the receive's status.
  * A ring at every size (1 rank: to itself), small and rendezvous-sized
  * messages, several outstanding at once, a strided datatype for the
- * replace form, MPI_PROC_NULL, and a freed active request whose data
+ * replace form (and the blocking MPI_Sendrecv_replace), MPI_PROC_NULL, and a freed active request whose data
  * still arrives. */
 #include "check.h"
 
@@ -66,6 +66,13 @@ int main(int argc, char **argv) {
     OK(MPI_Isendrecv_replace(buf, 1, every2, next, 9, prev, 9, MPI_COMM_WORLD, &rq));
     OK(MPI_Wait(&rq, &st));
     CHECK(st.MPI_SOURCE == prev && st.MPI_TAG == 9);
+    for (int i = 0; i < 8; i++)
+        CHECK(buf[i] == (i % 2 == 0 ? prev * 100 + i : rank * 100 + i));
+    /* The blocking form on the same type. */
+    for (int i = 0; i < 8; i++)
+        buf[i] = rank * 100 + i;
+    OK(MPI_Sendrecv_replace(buf, 1, every2, next, 10, prev, 10, MPI_COMM_WORLD, &st));
+    CHECK(st.MPI_SOURCE == prev && st.MPI_TAG == 10);
     for (int i = 0; i < 8; i++)
         CHECK(buf[i] == (i % 2 == 0 ? prev * 100 + i : rank * 100 + i));
     OK(MPI_Type_free(&every2));
