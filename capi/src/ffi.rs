@@ -31,6 +31,25 @@ pub(crate) fn put<T>(p: *mut T, v: T, what: &str) -> Res<()> {
     Ok(())
 }
 
+/// Writes every field of `v` to the status at `p` but its error field.
+pub(crate) fn put_status_keeping_error(
+    p: *mut crate::request::MpiStatus,
+    v: crate::request::MpiStatus,
+) {
+    // SAFETY: `p` is non-null (the caller checked it and the
+    // `MPI_STATUS_IGNORE` sentinel) and points to a writable `MPI_Status`
+    // (the call's contract); each field is written through a raw place,
+    // unaligned-tolerant, without reading the struct (the caller's status
+    // may be uninitialized).
+    unsafe {
+        std::ptr::addr_of_mut!((*p).count_lo).write_unaligned(v.count_lo);
+        std::ptr::addr_of_mut!((*p).count_hi_and_cancelled)
+            .write_unaligned(v.count_hi_and_cancelled);
+        std::ptr::addr_of_mut!((*p).source).write_unaligned(v.source);
+        std::ptr::addr_of_mut!((*p).tag).write_unaligned(v.tag);
+    }
+}
+
 /// `MPI_ERR_ARG` if the output argument `p` is NULL: checked before a call
 /// does its work, so that the NULL is what it reports (a group constructor
 /// with a bad range as well reported the range, MPICH's

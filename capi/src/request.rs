@@ -65,11 +65,18 @@ pub(crate) fn status_bytes(s: &MpiStatus) -> u64 {
 }
 
 /// Writes `st` to a C status pointer unless it is `MPI_STATUS_IGNORE`.
+///
+/// For the calls that return one status (receive, probe, wait, test,
+/// sendrecv): its `MPI_ERROR` field is left as the caller had it (MPI-4.0
+/// 3.2.5: the call's return code says it; only the calls that return
+/// several statuses write the field, `MPI_ERR_IN_STATUS`). MPICH's
+/// pt2pt/mprobe checks that.
 pub(crate) fn put_status(p: *mut MpiStatus, st: St) -> Res<()> {
     if p.is_null() || p as usize == crate::ffi::STATUS_IGNORE {
         return Ok(());
     }
-    crate::ffi::put(p, st.to_c(), "status")
+    crate::ffi::put_status_keeping_error(p, st.to_c());
+    Ok(())
 }
 
 /// What a persistent request restarts.

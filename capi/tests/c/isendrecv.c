@@ -24,6 +24,8 @@ int main(int argc, char **argv) {
             in[i] = -1;
         }
         MPI_Request rq;
+        /* A call that returns one status leaves its error field alone. */
+        st.MPI_ERROR = MPI_ERR_DIMS;
         OK(MPI_Isendrecv(out, n, MPI_INT, next, 5, in, n, MPI_INT, prev, 5, MPI_COMM_WORLD, &rq));
         if (n == 1) {
             OK(MPI_Wait(&rq, &st));
@@ -33,7 +35,7 @@ int main(int argc, char **argv) {
                 OK(MPI_Test(&rq, &done, &st));
         }
         CHECK(rq == MPI_REQUEST_NULL);
-        CHECK(st.MPI_SOURCE == prev && st.MPI_TAG == 5);
+        CHECK(st.MPI_SOURCE == prev && st.MPI_TAG == 5 && st.MPI_ERROR == MPI_ERR_DIMS);
         int cnt = -1;
         OK(MPI_Get_count(&st, MPI_INT, &cnt));
         CHECK(cnt == n);
@@ -71,8 +73,9 @@ int main(int argc, char **argv) {
     /* The blocking form on the same type. */
     for (int i = 0; i < 8; i++)
         buf[i] = rank * 100 + i;
+    st.MPI_ERROR = MPI_ERR_TOPOLOGY;
     OK(MPI_Sendrecv_replace(buf, 1, every2, next, 10, prev, 10, MPI_COMM_WORLD, &st));
-    CHECK(st.MPI_SOURCE == prev && st.MPI_TAG == 10);
+    CHECK(st.MPI_SOURCE == prev && st.MPI_TAG == 10 && st.MPI_ERROR == MPI_ERR_TOPOLOGY);
     for (int i = 0; i < 8; i++)
         CHECK(buf[i] == (i % 2 == 0 ? prev * 100 + i : rank * 100 + i));
     OK(MPI_Type_free(&every2));
