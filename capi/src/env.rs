@@ -106,9 +106,10 @@ fn init(required: c_int) -> Res<c_int> {
         },
     );
     let provided = required.clamp(0, 3);
-    tables
-        .infos
-        .insert(state::INFO_ENV, env_info(pml.size(), provided));
+    tables.infos.insert(
+        state::INFO_ENV,
+        env_info(cmdline(), pml.size(), Some(provided)),
+    );
     let fast = state::FastHandles::new(&tables);
     // MPI_THREAD_MULTIPLE = 3: below it calls are serialized by the user.
     pml.set_serial_calls(provided < 3);
@@ -133,15 +134,21 @@ pub extern "C" fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c
     guard("MPI_Init", COMM_WORLD, || init(0).map(drop))
 }
 
-/// `MPI_INFO_ENV`'s keys (MPI-4.0 11.2.3) as this process knows them: the
-/// command and its arguments, the job's size, the working directory and the
-/// thread level provided.
-fn env_info(world_size: u32, provided: c_int) -> Vec<(String, String)> {
-    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
-    let mut args = cmdline
+/// This process's command line (`/proc/self/cmdline`).
+fn cmdline() -> Vec<String> {
+    std::fs::read("/proc/self/cmdline")
+        .unwrap_or_default()
         .split(|&b| b == 0)
         .filter(|a| !a.is_empty())
-        .map(|a| String::from_utf8_lossy(a).into_owned());
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+/// `MPI_INFO_ENV`'s keys (MPI-4.0 11.2.3) as this process knows them: the
+/// command and its arguments (`args`), the job's size, the working
+/// directory and the thread level provided (`None`: not known, left out).
+fn env_info(args: Vec<String>, world_size: u32, provided: Option<c_int>) -> Vec<(String, String)> {
+    let mut args = args.into_iter();
     let mut kv = Vec::new();
     if let Some(cmd) = args.next() {
         kv.push(("command".to_string(), cmd));
@@ -160,11 +167,41 @@ fn env_info(world_size: u32, provided: c_int) -> Vec<(String, String)> {
         "MPI_THREAD_SERIALIZED",
         "MPI_THREAD_MULTIPLE",
     ];
-    kv.push((
-        "thread_level".to_string(),
-        level[provided.clamp(0, 3) as usize].to_string(),
-    ));
+    if let Some(p) = provided {
+        kv.push((
+            "thread_level".to_string(),
+            level[p.clamp(0, 3) as usize].to_string(),
+        ));
+    }
     kv
+}
+
+/// MPI-4.0: a new info object with `MPI_INFO_ENV`'s keys, callable before
+/// `MPI_Init` and after `MPI_Finalize` too, and the same at every point:
+/// the command and arguments from `argc`/`argv` (from the process's
+/// command line when `argv` is NULL or `argc` is 0), the job's size as the
+/// launcher gave it (`PMI_SIZE`, Slurm's `SLURM_NTASKS`, else 1: a
+/// singleton), the working directory; no thread level (not known before
+/// init).
+#[no_mangle]
+pub extern "C" fn MPI_Info_create_env(
+    argc: c_int,
+    argv: *mut *mut c_char,
+    info: *mut c_int,
+) -> c_int {
+    guard("MPI_Info_create_env", crate::state::COMM_WORLD, || {
+        crate::ffi::out_arg(info, "info")?;
+        let args = match crate::ffi::c_strings(argc, argv)? {
+            Some(a) => a,
+            None => cmdline(),
+        };
+        let size = ["PMI_SIZE", "SLURM_NTASKS"]
+            .iter()
+            .find_map(|v| std::env::var(v).ok()?.parse::<u32>().ok())
+            .unwrap_or(1);
+        let h = crate::state::tables().add_info(env_info(args, size, None));
+        put(info, h, "info")
+    })
 }
 
 #[no_mangle]

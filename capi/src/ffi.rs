@@ -109,6 +109,23 @@ pub(crate) fn cstr(p: *const c_char, what: &str) -> Res<String> {
     Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
+/// The `argc` strings of a C `argv`, `None` when `argv` is NULL or `argc`
+/// is not positive.
+pub(crate) fn c_strings(argc: c_int, argv: *mut *mut c_char) -> Res<Option<Vec<String>>> {
+    if argv.is_null() || argc <= 0 {
+        return Ok(None);
+    }
+    (0..argc as usize)
+        .map(|i| {
+            // SAFETY: `argv` is non-null and holds `argc` entries (main's
+            // contract, which MPI_Info_create_env takes over).
+            let p = unsafe { *argv.add(i) };
+            cstr(p, "argv entry")
+        })
+        .collect::<Res<Vec<String>>>()
+        .map(Some)
+}
+
 /// Copies `s` as a NUL-terminated string into `p` (capacity `cap` bytes
 /// including the NUL; truncated to fit) and returns the length written.
 pub(crate) fn put_cstr(p: *mut c_char, cap: usize, s: &str) -> Res<c_int> {

@@ -443,6 +443,13 @@ fn isendrecv() {
     expect_ok("isendrecv", &[1, 2, 3, 4]);
 }
 
+/// MPI-4.0 MPI_Info_create_env before init, after init (equal to
+/// MPI_INFO_ENV) and after finalize.
+#[test]
+fn info_create_env() {
+    expect_ok("info_env", &[1, 3]);
+}
+
 #[test]
 fn abort_ends_the_job() {
     let exe = build("abort");
