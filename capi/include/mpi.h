@@ -248,6 +248,8 @@ typedef struct MPI_Status {
 #define MPI_DIST_GRAPH 3
 
 #define MPI_COMM_TYPE_SHARED 1
+#define MPI_COMM_TYPE_HW_GUIDED 2
+#define MPI_COMM_TYPE_HW_UNGUIDED 3
 
 #define MPI_COMBINER_NAMED            1
 #define MPI_COMBINER_DUP              2

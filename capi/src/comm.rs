@@ -196,17 +196,32 @@ pub extern "C" fn MPI_Comm_split_type(
     comm: c_int,
     split_type: c_int,
     key: c_int,
-    _info: c_int,
+    info: c_int,
     newcomm: *mut c_int,
 ) -> c_int {
     guard("MPI_Comm_split_type", comm, || {
+        use tmpi_coll::SplitType::{Shared, Undefined};
         let kind = match split_type {
-            1 => tmpi_coll::SplitType::Shared,
-            UNDEFINED => tmpi_coll::SplitType::Undefined,
+            1 => Shared,
+            // MPI-4.0 MPI_COMM_TYPE_HW_GUIDED: the resource named by the
+            // info key "mpi_hw_resource_type"; the one level tmpi knows is
+            // the node's shared memory, any other (or no key) gives
+            // MPI_COMM_NULL, as MPI-4.0 7.4.2 says for an unknown type.
+            2 => match crate::misc::info_value(info, "mpi_hw_resource_type")?.as_deref() {
+                Some("mpi_shared_memory") => Shared,
+                _ => Undefined,
+            },
+            // MPI_COMM_TYPE_HW_UNGUIDED: a level finer than the node is not
+            // known here, so MPI_COMM_NULL (allowed when none exists).
+            3 => Undefined,
+            UNDEFINED => Undefined,
             _ => {
                 return Err(Error::new(
                     C::Arg,
-                    format!("split_type {split_type} is not MPI_COMM_TYPE_SHARED or MPI_UNDEFINED"),
+                    format!(
+                        "split_type {split_type} is not MPI_COMM_TYPE_SHARED, \
+                         MPI_COMM_TYPE_HW_GUIDED, MPI_COMM_TYPE_HW_UNGUIDED or MPI_UNDEFINED"
+                    ),
                 ))
             }
         };

@@ -86,6 +86,16 @@ fn info_mut<T>(h: c_int, f: impl FnOnce(&mut Vec<(String, String)>) -> Res<T>) -
     f(v)
 }
 
+/// The value of `key` in info `h` (`MPI_INFO_NULL`: none).
+pub(crate) fn info_value(h: c_int, key: &str) -> Res<Option<String>> {
+    if h == 0 {
+        return Ok(None);
+    }
+    info_mut(h, |kv| {
+        Ok(kv.iter().find(|e| e.0 == key).map(|e| e.1.clone()))
+    })
+}
+
 fn key(p: *const c_char) -> Res<String> {
     let k = cstr(p, "key")?;
     if k.is_empty() || k.len() > 255 {

@@ -450,6 +450,12 @@ fn info_create_env() {
     expect_ok("info_env", &[1, 3]);
 }
 
+/// MPI_Comm_split_type: SHARED, MPI-4.0's HW_GUIDED / HW_UNGUIDED.
+#[test]
+fn split_type() {
+    expect_ok("split_type", &[1, 3]);
+}
+
 #[test]
 fn abort_ends_the_job() {
     let exe = build("abort");
