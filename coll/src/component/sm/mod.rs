@@ -700,33 +700,56 @@ impl Node {
             return self.bcast_one(ctx, buf, root);
         }
         let st = self.begin_stream(buf.len());
-        let waited = self.following(|| st.wait_flag(ctx, root));
-        if let Some(theirs) = self.take_diverged() {
-            st.undo(false);
-            return self.bcast_follow(ctx, root, theirs, buf.len());
-        }
-        waited?;
-        let got = st.len_of(root);
-        if got != buf.len() && got == 8 && st.ring.slots == SMALL_SLOTS {
-            // A length op on the small ring: the root's vector is above
-            // the limit (a non-root's own bcast of 8 bytes goes on the
-            // stream ring, so this is never its data).
-            if self.bytes_of_call(root).is_some_and(|b| b > self.max) {
-                let total = read_len(st.data(root, 8));
-                st.finish();
-                self.skip_chunks(ctx, root, total)?;
-                return Err(CollError::Truncate {
-                    peer: root,
-                    got: total,
-                    expected: buf.len(),
-                });
+        if !st.flag_is_up(root) {
+            // Only a wait can end on evidence of another route.
+            let waited = self.following(|| st.wait_flag(ctx, root));
+            if let Some(theirs) = self.take_diverged() {
+                st.undo(false);
+                return self.bcast_follow(ctx, root, theirs, buf.len());
             }
+            waited?;
         }
-        let r = st.expect_len(root, buf.len()).map(|()| {
-            buf.copy_from_slice(st.data(root, buf.len()));
-        });
+        if st.len_of(root) != buf.len() {
+            return self.bcast_other_len(ctx, st, root, buf.len());
+        }
+        buf.copy_from_slice(st.data(root, buf.len()));
         st.finish();
-        r
+        Ok(())
+    }
+
+    /// A non-root's bcast op whose root published another length: a
+    /// length op on the small ring starts a root's vector above the limit
+    /// (a non-root's own bcast of 8 bytes goes on the stream ring, so this
+    /// is never its data), whose chunks this rank follows; else the call's
+    /// `MPI_ERR_TRUNCATE`.
+    #[cold]
+    fn bcast_other_len(
+        &self,
+        ctx: &CollContext,
+        st: Step<'_>,
+        root: u32,
+        mine: usize,
+    ) -> Result<()> {
+        let got = st.len_of(root);
+        if got == 8
+            && st.ring.slots == SMALL_SLOTS
+            && self.bytes_of_call(root).is_some_and(|b| b > self.max)
+        {
+            let total = read_len(st.data(root, 8));
+            st.finish();
+            self.skip_chunks(ctx, root, total)?;
+            return Err(CollError::Truncate {
+                peer: root,
+                got: total,
+                expected: mine,
+            });
+        }
+        st.finish();
+        Err(CollError::Truncate {
+            peer: root,
+            got,
+            expected: mine,
+        })
     }
 
     /// The rest of a bcast whose root took another route than this
@@ -819,6 +842,9 @@ impl Node {
     /// root's ([`Node::evidence`]): the root then follows them
     /// ([`Node::reduce_follow`]).
     fn root_waits(&self, ctx: &CollContext, st: &Step<'_>) -> Result<Option<usize>> {
+        if (0..self.p).all(|r| r == self.me || st.flag_is_up(r)) {
+            return Ok(None);
+        }
         let waited = self.following(|| st.wait_all(ctx));
         if let Some(theirs) = self.take_diverged() {
             return Ok(Some(theirs));
@@ -1364,6 +1390,13 @@ impl Step<'_> {
         self.node.wait(ctx, || {
             (0..self.node.p).find(|&r| self.done(r).load(Ordering::Acquire) < self.s)
         })
+    }
+
+    /// Whether rank `r`'s flag of this op is up (of this call: one load).
+    #[inline(always)]
+    fn flag_is_up(&self, r: u32) -> bool {
+        self.flag(r).load(Ordering::Acquire)
+            == self.s << CALL_BITS | self.node.call.load(Ordering::Relaxed) & CALL_MASK
     }
 
     /// The length rank `r` published for this op (after its flag).
