@@ -28,6 +28,7 @@ pub(crate) mod ffi;
 pub mod greq;
 pub(crate) mod intercoll;
 pub mod intercomm;
+pub mod large_count;
 pub mod misc;
 pub mod mpit;
 pub mod neighbor;

@@ -1666,3 +1666,27 @@ pub extern "C" fn MPI_Status_set_cancelled(status: *mut MpiStatus, flag: c_int) 
         put(status, s, "status")
     })
 }
+
+/// MPI-4.0 `MPI_Get_count` with an `MPI_Count` result (the whole range;
+/// `MPI_UNDEFINED` when the bytes are not whole items).
+#[no_mangle]
+pub extern "C" fn MPI_Get_count_c(
+    status: *const MpiStatus,
+    dtype: c_int,
+    count: *mut i64,
+) -> c_int {
+    guard("MPI_Get_count_c", COMM_WORLD, || {
+        let s = get(status, "status")?;
+        put(count, elements(&s, dtype, true)?, "count")
+    })
+}
+
+/// MPI-4.0 `MPI_Get_elements_x` under its large-count name.
+#[no_mangle]
+pub extern "C" fn MPI_Get_elements_c(
+    status: *const MpiStatus,
+    dtype: c_int,
+    count: *mut i64,
+) -> c_int {
+    MPI_Get_elements_x(status, dtype, count)
+}

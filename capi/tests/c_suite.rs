@@ -456,6 +456,13 @@ fn split_type() {
     expect_ok("split_type", &[1, 3]);
 }
 
+/// MPI-4.0 large-count forms (`MPI_X_c`): int-sized counts work, larger
+/// ones are MPI_ERR_COUNT on every rank.
+#[test]
+fn large_count_forms() {
+    expect_ok("large_count", &[1, 2, 4]);
+}
+
 #[test]
 fn abort_ends_the_job() {
     let exe = build("abort");

@@ -1,0 +1,235 @@
+//! MPI-4.0's large-count entry points (`MPI_X_c`): the same calls with
+//! `MPI_Count` counts (and `MPI_Aint` displacements in the v-forms), so
+//! that programs written against them build and run.
+//!
+//! What they cover: the queries (`MPI_Get_count_c`, `MPI_Get_elements_c`,
+//! `MPI_Type_size_c`, `MPI_Type_get_(true_)extent_c`) answer over the whole
+//! `MPI_Count` range. The communication calls and `MPI_Type_contiguous_c`
+//! run the `int` call when every count (and displacement) fits an `int`,
+//! and fail with `MPI_ERR_COUNT` naming the count when one does not: the C
+//! layer below still counts in `int` (docs/capi.md, "Large counts").
+
+use std::ffi::{c_int, c_void};
+
+use crate::coll::{
+    MPI_Allgather, MPI_Allreduce, MPI_Alltoall, MPI_Alltoallv, MPI_Bcast, MPI_Gather,
+    MPI_Iallreduce, MPI_Ibcast, MPI_Reduce, MPI_Scatter,
+};
+use crate::error::{guard, Error, MpiErrorClass as C};
+use crate::p2p::{
+    MPI_Bsend, MPI_Ibsend, MPI_Irecv, MPI_Irsend, MPI_Isend, MPI_Issend, MPI_Recv, MPI_Rsend,
+    MPI_Send, MPI_Sendrecv, MPI_Ssend,
+};
+use crate::request::MpiStatus;
+use crate::types::{
+    MPI_Type_contiguous, MPI_Type_get_extent_x, MPI_Type_get_true_extent_x, MPI_Type_size_x,
+};
+
+/// `MPI_Count` (mpi.h: `long long`).
+type Count = i64;
+/// `MPI_Aint` (mpi.h: `intptr_t`).
+type Aint = isize;
+
+/// The call's `MPI_ERR_COUNT` for a count or displacement beyond `int`,
+/// through `comm`'s error handler.
+#[cold]
+fn too_large(name: &'static str, comm: c_int, what: &str, v: i64) -> c_int {
+    guard(name, comm, || {
+        Err(Error::new(
+            C::Count,
+            format!(
+                "{what} {v} is beyond INT_MAX: tmpi's large-count calls take int-sized counts only"
+            ),
+        ))
+    })
+}
+
+/// `fn NAME_c(...)` that converts its `MPI_Count` arguments `$cnt` to
+/// `int` and runs `$f` with every argument in order.
+macro_rules! by_int {
+    ($c:ident => $f:ident, $comm:expr, [$($cnt:ident),+], ($($arg:ident : $ty:ty),* $(,)?)) => {
+        #[doc = concat!("`", stringify!($f), "` with `MPI_Count` counts (module docs).")]
+        #[no_mangle]
+        pub extern "C" fn $c($($arg: $ty),*) -> c_int {
+            $(
+                let Ok($cnt) = c_int::try_from($cnt) else {
+                    return too_large(stringify!($c), $comm, stringify!($cnt), $cnt);
+                };
+            )+
+            $f($($arg),*)
+        }
+    };
+}
+
+macro_rules! sends {
+    ($($c:ident => $f:ident),*) => {$(
+        by_int!($c => $f, comm, [count], (
+            buf: *const c_void, count: Count, dtype: c_int, dest: c_int, tag: c_int, comm: c_int,
+        ));
+    )*};
+}
+sends!(MPI_Send_c => MPI_Send, MPI_Ssend_c => MPI_Ssend, MPI_Rsend_c => MPI_Rsend,
+       MPI_Bsend_c => MPI_Bsend);
+
+macro_rules! isends {
+    ($($c:ident => $f:ident),*) => {$(
+        by_int!($c => $f, comm, [count], (
+            buf: *const c_void, count: Count, dtype: c_int, dest: c_int, tag: c_int, comm: c_int,
+            request: *mut c_int,
+        ));
+    )*};
+}
+isends!(MPI_Isend_c => MPI_Isend, MPI_Issend_c => MPI_Issend, MPI_Irsend_c => MPI_Irsend,
+        MPI_Ibsend_c => MPI_Ibsend);
+
+by_int!(MPI_Recv_c => MPI_Recv, comm, [count], (
+    buf: *mut c_void, count: Count, dtype: c_int, source: c_int, tag: c_int, comm: c_int,
+    status: *mut MpiStatus,
+));
+by_int!(MPI_Irecv_c => MPI_Irecv, comm, [count], (
+    buf: *mut c_void, count: Count, dtype: c_int, source: c_int, tag: c_int, comm: c_int,
+    request: *mut c_int,
+));
+by_int!(MPI_Sendrecv_c => MPI_Sendrecv, comm, [sendcount, recvcount], (
+    sendbuf: *const c_void, sendcount: Count, sendtype: c_int, dest: c_int, sendtag: c_int,
+    recvbuf: *mut c_void, recvcount: Count, recvtype: c_int, source: c_int, recvtag: c_int,
+    comm: c_int, status: *mut MpiStatus,
+));
+by_int!(MPI_Bcast_c => MPI_Bcast, comm, [count], (
+    buf: *mut c_void, count: Count, dtype: c_int, root: c_int, comm: c_int,
+));
+by_int!(MPI_Ibcast_c => MPI_Ibcast, comm, [count], (
+    buf: *mut c_void, count: Count, dtype: c_int, root: c_int, comm: c_int, request: *mut c_int,
+));
+by_int!(MPI_Reduce_c => MPI_Reduce, comm, [count], (
+    sendbuf: *const c_void, recvbuf: *mut c_void, count: Count, dtype: c_int, op: c_int,
+    root: c_int, comm: c_int,
+));
+by_int!(MPI_Allreduce_c => MPI_Allreduce, comm, [count], (
+    sendbuf: *const c_void, recvbuf: *mut c_void, count: Count, dtype: c_int, op: c_int,
+    comm: c_int,
+));
+by_int!(MPI_Iallreduce_c => MPI_Iallreduce, comm, [count], (
+    sendbuf: *const c_void, recvbuf: *mut c_void, count: Count, dtype: c_int, op: c_int,
+    comm: c_int, request: *mut c_int,
+));
+by_int!(MPI_Gather_c => MPI_Gather, comm, [sendcount, recvcount], (
+    sendbuf: *const c_void, sendcount: Count, sendtype: c_int, recvbuf: *mut c_void,
+    recvcount: Count, recvtype: c_int, root: c_int, comm: c_int,
+));
+by_int!(MPI_Scatter_c => MPI_Scatter, comm, [sendcount, recvcount], (
+    sendbuf: *const c_void, sendcount: Count, sendtype: c_int, recvbuf: *mut c_void,
+    recvcount: Count, recvtype: c_int, root: c_int, comm: c_int,
+));
+by_int!(MPI_Allgather_c => MPI_Allgather, comm, [sendcount, recvcount], (
+    sendbuf: *const c_void, sendcount: Count, sendtype: c_int, recvbuf: *mut c_void,
+    recvcount: Count, recvtype: c_int, comm: c_int,
+));
+by_int!(MPI_Alltoall_c => MPI_Alltoall, comm, [sendcount, recvcount], (
+    sendbuf: *const c_void, sendcount: Count, sendtype: c_int, recvbuf: *mut c_void,
+    recvcount: Count, recvtype: c_int, comm: c_int,
+));
+
+/// The `n` entries of a C array as `int`s (`None`: a NULL array, passed on
+/// as NULL), or the first that does not fit.
+fn ints<T: Copy>(
+    p: *const T,
+    n: usize,
+    wide: impl Fn(T) -> i64,
+) -> Result<Option<Vec<c_int>>, i64> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: non-null; the caller passes an array of one entry per
+    // process of the group the call addresses (`n`), the MPI contract.
+    let s = unsafe { std::slice::from_raw_parts(p, n) };
+    s.iter()
+        .map(|&v| c_int::try_from(wide(v)).map_err(|_| wide(v)))
+        .collect::<Result<Vec<c_int>, i64>>()
+        .map(Some)
+}
+
+/// `MPI_Alltoallv` with `MPI_Count` counts and `MPI_Aint` displacements.
+#[no_mangle]
+pub extern "C" fn MPI_Alltoallv_c(
+    sendbuf: *const c_void,
+    sendcounts: *const Count,
+    sdispls: *const Aint,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcounts: *const Count,
+    rdispls: *const Aint,
+    recvtype: c_int,
+    comm: c_int,
+) -> c_int {
+    // One entry per process of the remote group on an inter-communicator.
+    let mut inter = 0;
+    let mut n = 0;
+    let rc = crate::comm::MPI_Comm_test_inter(comm, &mut inter);
+    if rc != 0 {
+        return rc;
+    }
+    let rc = if inter != 0 {
+        crate::intercomm::MPI_Comm_remote_size(comm, &mut n)
+    } else {
+        crate::comm::MPI_Comm_size(comm, &mut n)
+    };
+    if rc != 0 {
+        return rc;
+    }
+    let n = n.max(0) as usize;
+    let name = "MPI_Alltoallv_c";
+    let conv = |p: *const Count, what| ints(p, n, |v| v).map_err(|v| (what, v));
+    let conva = |p: *const Aint, what| ints(p, n, |v| v as i64).map_err(|v| (what, v));
+    let all = (|| {
+        Ok::<_, (&str, i64)>((
+            conv(sendcounts, "sendcounts entry")?,
+            conva(sdispls, "sdispls entry")?,
+            conv(recvcounts, "recvcounts entry")?,
+            conva(rdispls, "rdispls entry")?,
+        ))
+    })();
+    match all {
+        Err((what, v)) => too_large(name, comm, what, v),
+        Ok((sc, sd, rc_, rd)) => {
+            let ptr = |v: &Option<Vec<c_int>>| v.as_ref().map_or(std::ptr::null(), |v| v.as_ptr());
+            MPI_Alltoallv(
+                sendbuf,
+                ptr(&sc),
+                ptr(&sd),
+                sendtype,
+                recvbuf,
+                ptr(&rc_),
+                ptr(&rd),
+                recvtype,
+                comm,
+            )
+        }
+    }
+}
+
+by_int!(MPI_Type_contiguous_c => MPI_Type_contiguous, crate::state::COMM_WORLD, [count], (
+    count: Count, oldtype: c_int, newtype: *mut c_int,
+));
+
+/// `MPI_Type_size_x` (the same arguments).
+#[no_mangle]
+pub extern "C" fn MPI_Type_size_c(dtype: c_int, size: *mut Count) -> c_int {
+    MPI_Type_size_x(dtype, size)
+}
+
+/// `MPI_Type_get_extent_x` (the same arguments).
+#[no_mangle]
+pub extern "C" fn MPI_Type_get_extent_c(dtype: c_int, lb: *mut Count, extent: *mut Count) -> c_int {
+    MPI_Type_get_extent_x(dtype, lb, extent)
+}
+
+/// `MPI_Type_get_true_extent_x` (the same arguments).
+#[no_mangle]
+pub extern "C" fn MPI_Type_get_true_extent_c(
+    dtype: c_int,
+    lb: *mut Count,
+    extent: *mut Count,
+) -> c_int {
+    MPI_Type_get_true_extent_x(dtype, lb, extent)
+}
