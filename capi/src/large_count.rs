@@ -12,17 +12,20 @@
 use std::ffi::{c_int, c_void};
 
 use crate::coll::{
-    MPI_Allgather, MPI_Allreduce, MPI_Alltoall, MPI_Alltoallv, MPI_Bcast, MPI_Gather,
-    MPI_Iallreduce, MPI_Ibcast, MPI_Reduce, MPI_Scatter,
+    MPI_Allgather, MPI_Allreduce, MPI_Alltoall, MPI_Alltoallv, MPI_Bcast, MPI_Exscan, MPI_Gather,
+    MPI_Iallgather, MPI_Iallreduce, MPI_Ialltoall, MPI_Ibcast, MPI_Igather, MPI_Ireduce,
+    MPI_Iscatter, MPI_Reduce, MPI_Reduce_scatter_block, MPI_Scan, MPI_Scatter,
 };
 use crate::error::{guard, Error, MpiErrorClass as C};
+use crate::misc::MPI_Reduce_local;
 use crate::p2p::{
     MPI_Bsend, MPI_Ibsend, MPI_Irecv, MPI_Irsend, MPI_Isend, MPI_Issend, MPI_Recv, MPI_Rsend,
     MPI_Send, MPI_Sendrecv, MPI_Ssend,
 };
 use crate::request::MpiStatus;
 use crate::types::{
-    MPI_Type_contiguous, MPI_Type_get_extent_x, MPI_Type_get_true_extent_x, MPI_Type_size_x,
+    MPI_Type_contiguous, MPI_Type_create_hvector, MPI_Type_get_extent_x,
+    MPI_Type_get_true_extent_x, MPI_Type_size_x, MPI_Type_vector,
 };
 
 /// `MPI_Count` (mpi.h: `long long`).
@@ -129,6 +132,72 @@ by_int!(MPI_Alltoall_c => MPI_Alltoall, comm, [sendcount, recvcount], (
     sendbuf: *const c_void, sendcount: Count, sendtype: c_int, recvbuf: *mut c_void,
     recvcount: Count, recvtype: c_int, comm: c_int,
 ));
+
+macro_rules! folds {
+    ($($c:ident => $f:ident),*) => {$(
+        by_int!($c => $f, comm, [count], (
+            sendbuf: *const c_void, recvbuf: *mut c_void, count: Count, dtype: c_int, op: c_int,
+            comm: c_int,
+        ));
+    )*};
+}
+folds!(MPI_Scan_c => MPI_Scan, MPI_Exscan_c => MPI_Exscan,
+       MPI_Reduce_scatter_block_c => MPI_Reduce_scatter_block);
+by_int!(MPI_Ireduce_c => MPI_Ireduce, comm, [count], (
+    sendbuf: *const c_void, recvbuf: *mut c_void, count: Count, dtype: c_int, op: c_int,
+    root: c_int, comm: c_int, request: *mut c_int,
+));
+by_int!(MPI_Reduce_local_c => MPI_Reduce_local, crate::state::COMM_WORLD, [count], (
+    inbuf: *const c_void, inoutbuf: *mut c_void, count: Count, dtype: c_int, op: c_int,
+));
+
+macro_rules! rooted_nb {
+    ($($c:ident => $f:ident),*) => {$(
+        by_int!($c => $f, comm, [sendcount, recvcount], (
+            sendbuf: *const c_void, sendcount: Count, sendtype: c_int, recvbuf: *mut c_void,
+            recvcount: Count, recvtype: c_int, root: c_int, comm: c_int, request: *mut c_int,
+        ));
+    )*};
+}
+rooted_nb!(MPI_Igather_c => MPI_Igather, MPI_Iscatter_c => MPI_Iscatter);
+
+macro_rules! exchanges_nb {
+    ($($c:ident => $f:ident),*) => {$(
+        by_int!($c => $f, comm, [sendcount, recvcount], (
+            sendbuf: *const c_void, sendcount: Count, sendtype: c_int, recvbuf: *mut c_void,
+            recvcount: Count, recvtype: c_int, comm: c_int, request: *mut c_int,
+        ));
+    )*};
+}
+exchanges_nb!(MPI_Iallgather_c => MPI_Iallgather, MPI_Ialltoall_c => MPI_Ialltoall);
+
+by_int!(MPI_Type_vector_c => MPI_Type_vector, crate::state::COMM_WORLD,
+    [count, blocklength, stride], (
+    count: Count, blocklength: Count, stride: Count, oldtype: c_int, newtype: *mut c_int,
+));
+/// `MPI_Type_create_hvector` with `MPI_Count` arguments (the stride, in
+/// bytes, as an `MPI_Aint`).
+#[no_mangle]
+pub extern "C" fn MPI_Type_create_hvector_c(
+    count: Count,
+    blocklength: Count,
+    stride: Count,
+    oldtype: c_int,
+    newtype: *mut c_int,
+) -> c_int {
+    let name = "MPI_Type_create_hvector_c";
+    let world = crate::state::COMM_WORLD;
+    let Ok(count) = c_int::try_from(count) else {
+        return too_large(name, world, "count", count);
+    };
+    let Ok(blocklength) = c_int::try_from(blocklength) else {
+        return too_large(name, world, "blocklength", blocklength);
+    };
+    let Ok(stride) = Aint::try_from(stride) else {
+        return too_large(name, world, "stride", stride);
+    };
+    MPI_Type_create_hvector(count, blocklength, stride, oldtype, newtype)
+}
 
 /// The `n` entries of a C array as `int`s (`None`: a NULL array, passed on
 /// as NULL), or the first that does not fit.

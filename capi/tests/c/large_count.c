@@ -91,7 +91,63 @@ int main(int argc, char **argv) {
     for (int r = 0; r < size; r++)
         CHECK(back[2 * r] == r * 100 + rank);
 
+    /* Scan, exscan, reduce_scatter_block, reduce_local, ireduce. */
+    long long pre = 0;
+    OK(MPI_Scan_c(&one, &pre, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
+    CHECK(pre == rank + 1);
+    pre = -1;
+    OK(MPI_Exscan_c(&one, &pre, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
+    CHECK(rank == 0 || pre == rank);
+    long long *ones = malloc(sizeof(long long) * size), blk = 0;
+    CHECK(ones != NULL);
+    for (int r = 0; r < size; r++)
+        ones[r] = r;
+    OK(MPI_Reduce_scatter_block_c(ones, &blk, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
+    CHECK(blk == (long long)rank * size);
+    long long acc = 5;
+    OK(MPI_Reduce_local_c(&one, &acc, 1, MPI_LONG_LONG, MPI_SUM));
+    CHECK(acc == 6);
+    sum = 0;
+    OK(MPI_Ireduce_c(&one, &sum, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD, &rq));
+    OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+    CHECK(rank != 0 || sum == size);
+    free(ones);
+    /* The non-blocking gather, scatter, allgather, alltoall. */
+    MPI_Request four[4];
+    int gat[2] = {rank, rank}, *g = malloc(sizeof(int) * 2 * size), sc[2] = {-1, -1};
+    int *ag = malloc(sizeof(int) * 2 * size), *at = malloc(sizeof(int) * 2 * size);
+    int *src = malloc(sizeof(int) * 2 * size);
+    CHECK(g && ag && at && src);
+    for (int r = 0; r < 2 * size; r++)
+        src[r] = rank * 1000 + r;
+    OK(MPI_Igather_c(gat, 2, MPI_INT, g, 2, MPI_INT, 0, MPI_COMM_WORLD, &four[0]));
+    OK(MPI_Iscatter_c(src, 2, MPI_INT, sc, 2, MPI_INT, 0, MPI_COMM_WORLD, &four[1]));
+    OK(MPI_Iallgather_c(gat, 2, MPI_INT, ag, 2, MPI_INT, MPI_COMM_WORLD, &four[2]));
+    OK(MPI_Ialltoall_c(src, 2, MPI_INT, at, 2, MPI_INT, MPI_COMM_WORLD, &four[3]));
+    OK(MPI_Waitall(4, four, MPI_STATUSES_IGNORE));
+    for (int r = 0; r < size; r++) {
+        CHECK(rank != 0 || (g[2 * r] == r && g[2 * r + 1] == r));
+        CHECK(ag[2 * r] == r && ag[2 * r + 1] == r);
+        CHECK(at[2 * r] == r * 1000 + 2 * rank && at[2 * r + 1] == r * 1000 + 2 * rank + 1);
+    }
+    CHECK(sc[0] == 2 * rank && sc[1] == 2 * rank + 1);
+    free(g);
+    free(ag);
+    free(at);
+    free(src);
+
     /* Datatypes. */
+    MPI_Datatype vec, hvec;
+    OK(MPI_Type_vector_c(3, 2, 4, MPI_INT, &vec));
+    OK(MPI_Type_create_hvector_c(3, 2, 16, MPI_INT, &hvec));
+    MPI_Count vs = 0, hs = 0, vl = -1, ve = 0, hl = -1, he = 0;
+    OK(MPI_Type_size_c(vec, &vs));
+    OK(MPI_Type_size_c(hvec, &hs));
+    OK(MPI_Type_get_extent_c(vec, &vl, &ve));
+    OK(MPI_Type_get_extent_c(hvec, &hl, &he));
+    CHECK(vs == 24 && hs == 24 && vl == 0 && hl == 0 && ve == 40 && he == 40);
+    OK(MPI_Type_free(&vec));
+    OK(MPI_Type_free(&hvec));
     MPI_Datatype c3;
     OK(MPI_Type_contiguous_c(3, MPI_INT, &c3));
     OK(MPI_Type_commit(&c3));
