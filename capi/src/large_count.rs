@@ -231,50 +231,39 @@ pub extern "C" fn MPI_Alltoallv_c(
     recvtype: c_int,
     comm: c_int,
 ) -> c_int {
-    // One entry per process of the remote group on an inter-communicator.
-    let mut inter = 0;
-    let mut n = 0;
-    let rc = crate::comm::MPI_Comm_test_inter(comm, &mut inter);
-    if rc != 0 {
-        return rc;
-    }
-    let rc = if inter != 0 {
-        crate::intercomm::MPI_Comm_remote_size(comm, &mut n)
-    } else {
-        crate::comm::MPI_Comm_size(comm, &mut n)
-    };
-    if rc != 0 {
-        return rc;
-    }
-    let n = n.max(0) as usize;
     let name = "MPI_Alltoallv_c";
-    let conv = |p: *const Count, what| ints(p, n, |v| v).map_err(|v| (what, v));
-    let conva = |p: *const Aint, what| ints(p, n, |v| v as i64).map_err(|v| (what, v));
-    let all = (|| {
-        Ok::<_, (&str, i64)>((
-            conv(sendcounts, "sendcounts entry")?,
-            conva(sdispls, "sdispls entry")?,
-            conv(recvcounts, "recvcounts entry")?,
-            conva(rdispls, "rdispls entry")?,
+    // One entry per process of the remote group on an inter-communicator.
+    let n = match crate::intercoll::target(comm) {
+        Ok(crate::intercoll::Target::Inter(ic)) => crate::intercoll::remote_size(&ic),
+        Ok(crate::intercoll::Target::Intra(c)) => c.size() as usize,
+        Err(e) => return guard(name, comm, || Err(e)),
+    };
+    let counts = |p: *const Count, what| ints(p, n, |v| v).map_err(|v| (what, v));
+    let displs = |p: *const Aint, what| ints(p, n, |v| v as i64).map_err(|v| (what, v));
+    let converted = counts(sendcounts, "sendcounts entry").and_then(|sc| {
+        Ok((
+            sc,
+            displs(sdispls, "sdispls entry")?,
+            counts(recvcounts, "recvcounts entry")?,
+            displs(rdispls, "rdispls entry")?,
         ))
-    })();
-    match all {
-        Err((what, v)) => too_large(name, comm, what, v),
-        Ok((sc, sd, rc_, rd)) => {
-            let ptr = |v: &Option<Vec<c_int>>| v.as_ref().map_or(std::ptr::null(), |v| v.as_ptr());
-            MPI_Alltoallv(
-                sendbuf,
-                ptr(&sc),
-                ptr(&sd),
-                sendtype,
-                recvbuf,
-                ptr(&rc_),
-                ptr(&rd),
-                recvtype,
-                comm,
-            )
-        }
-    }
+    });
+    let (sc, sd, rc, rd) = match converted {
+        Ok(v) => v,
+        Err((what, v)) => return too_large(name, comm, what, v),
+    };
+    let ptr = |v: &Option<Vec<c_int>>| v.as_ref().map_or(std::ptr::null(), |v| v.as_ptr());
+    MPI_Alltoallv(
+        sendbuf,
+        ptr(&sc),
+        ptr(&sd),
+        sendtype,
+        recvbuf,
+        ptr(&rc),
+        ptr(&rd),
+        recvtype,
+        comm,
+    )
 }
 
 by_int!(MPI_Type_contiguous_c => MPI_Type_contiguous, crate::state::COMM_WORLD, [count], (

@@ -86,14 +86,19 @@ fn info_mut<T>(h: c_int, f: impl FnOnce(&mut Vec<(String, String)>) -> Res<T>) -
     f(v)
 }
 
-/// The value of `key` in info `h` (`MPI_INFO_NULL`: none).
+/// The value of `key` in info `h`.
+fn lookup(h: c_int, key: &str) -> Res<Option<String>> {
+    info_mut(h, |kv| {
+        Ok(kv.iter().find(|e| e.0 == key).map(|e| e.1.clone()))
+    })
+}
+
+/// [`lookup`] that takes `MPI_INFO_NULL` for an empty info (hints).
 pub(crate) fn info_value(h: c_int, key: &str) -> Res<Option<String>> {
     if h == 0 {
         return Ok(None);
     }
-    info_mut(h, |kv| {
-        Ok(kv.iter().find(|e| e.0 == key).map(|e| e.1.clone()))
-    })
+    lookup(h, key)
 }
 
 fn key(p: *const c_char) -> Res<String> {
@@ -148,9 +153,7 @@ pub extern "C" fn MPI_Info_get(
     guard("MPI_Info_get", COMM_WORLD, || {
         let k = key(k)?;
         let cap = ccount(valuelen, C::Arg, "valuelen")?;
-        match info_mut(info, |kv| {
-            Ok(kv.iter().find(|e| e.0 == k).map(|e| e.1.clone()))
-        })? {
+        match lookup(info, &k)? {
             Some(v) => {
                 put_cstr(value, cap + 1, &v)?;
                 put(flag, 1, "flag")
@@ -176,9 +179,7 @@ pub extern "C" fn MPI_Info_get_string(
     guard("MPI_Info_get_string", COMM_WORLD, || {
         let k = key(k)?;
         let cap = ccount(get(buflen, "buflen")?, C::Arg, "buflen")?;
-        match info_mut(info, |kv| {
-            Ok(kv.iter().find(|e| e.0 == k).map(|e| e.1.clone()))
-        })? {
+        match lookup(info, &k)? {
             Some(v) => {
                 if cap > 0 {
                     put_cstr(value, cap, &v)?;

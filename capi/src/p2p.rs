@@ -691,14 +691,14 @@ pub extern "C" fn MPI_Isendrecv_replace(
 const BYTE: c_int = 4;
 
 /// One half of a sendrecv: buffer, count, datatype, peer, tag.
-type Half<P> = (P, c_int, c_int, c_int, c_int);
+type Side<P> = (P, c_int, c_int, c_int, c_int);
 
 /// Starts a sendrecv's receive (registered, under the returned handle),
 /// then its send (returned unregistered); the receive is cancelled and
 /// dropped when the send cannot start.
 fn start_both(
-    send: Half<*const c_void>,
-    recv: Half<*mut c_void>,
+    send: Side<*const c_void>,
+    recv: Side<*mut c_void>,
     comm: c_int,
 ) -> Res<(Req, c_int)> {
     let r = start_recv(recv.0, recv.1, recv.2, recv.3, recv.4, comm, None)?;
@@ -738,10 +738,10 @@ fn pair(request: *mut c_int, s: Req, rh: c_int, keep: Vec<u8>, comm: c_int) -> R
     let mut t = tables();
     let sh = t.add_req(s);
     let h = t.add_req(Req::Pair(Box::new(crate::request::Pair {
-        send: sh,
-        recv: rh,
-        send_st: None,
-        recv_st: None,
+        halves: [
+            crate::request::Half::Running(sh),
+            crate::request::Half::Running(rh),
+        ],
         keep,
         comm,
     })));

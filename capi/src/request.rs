@@ -206,12 +206,8 @@ pub(crate) enum Req {
 /// The two halves of an `MPI_Isendrecv(_replace)`.
 #[derive(Debug)]
 pub(crate) struct Pair {
-    /// Hidden handles of the send and the receive (0 once complete).
-    pub send: c_int,
-    pub recv: c_int,
-    /// Their statuses once complete.
-    pub send_st: Option<St>,
-    pub recv_st: Option<St>,
+    /// The send, then the receive.
+    pub halves: [Half; 2],
     /// The packed outgoing data of `MPI_Isendrecv_replace`: the send reads
     /// it until it completes.
     #[allow(dead_code)]
@@ -219,38 +215,39 @@ pub(crate) struct Pair {
     pub comm: c_int,
 }
 
+/// One half of a [`Pair`].
+#[derive(Debug)]
+pub(crate) enum Half {
+    /// Running under this hidden handle.
+    Running(c_int),
+    /// Complete with this status.
+    Done(St),
+}
+
 impl Pair {
     /// Tests the halves still running; the receive's status (with the
     /// send's error class if only the send failed) once both completed.
     fn test(&mut self) -> Option<St> {
-        for (h, st) in [
-            (&mut self.send, &mut self.send_st),
-            (&mut self.recv, &mut self.recv_st),
-        ] {
-            if *h == 0 {
-                continue;
-            }
-            match test_handle(*h) {
+        for half in &mut self.halves {
+            let Half::Running(h) = *half else { continue };
+            let st = match test_handle(h) {
                 Ok(Tested::Pending) => continue,
-                Ok(Tested::Complete(s, _)) => *st = Some(s),
-                Ok(Tested::Inactive) => *st = Some(St::empty()),
+                Ok(Tested::Complete(s, _)) => s,
+                Ok(Tested::Inactive) => St::empty(),
                 // The half is gone (its handle released): its error class.
                 Err(e) => {
                     let mut s = St::empty();
                     s.error = e.class;
-                    *st = Some(s);
+                    s
                 }
-            }
-            *h = 0;
+            };
+            *half = Half::Done(st);
         }
-        if self.send != 0 || self.recv != 0 {
+        let [Half::Done(send), Half::Done(mut st)] = self.halves else {
             return None;
-        }
-        let mut st = self.recv_st.unwrap_or_else(St::empty);
-        if let Some(s) = self.send_st {
-            if st.error == C::Success {
-                st.error = s.error;
-            }
+        };
+        if st.error == C::Success {
+            st.error = send.error;
         }
         Some(st)
     }

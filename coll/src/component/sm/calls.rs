@@ -244,13 +244,13 @@ impl Node {
             if same_call && c < mine && c == theirs {
                 // Only the length differs, in a call `r` is still in: it
                 // may be about to follow this rank's route
-                // (`Node::take_diverged` then rewrites its description);
+                // (`Node::wait_or_diverge` then rewrites its description);
                 // if it cannot, it finds the difference itself.
                 continue;
             }
             if same_call && c == mine && self.may_follow(a, r, b) {
                 // This rank's caller takes the other ranks' route
-                // (`Node::take_diverged`): the rings stay in step.
+                // (`Node::wait_or_diverge`): the rings stay in step.
                 self.diverged.store(1 + b.bytes() as u64, Ordering::Relaxed);
                 return Some(CollError::Truncate {
                     peer: r,
@@ -276,7 +276,7 @@ impl Node {
     }
 
     /// Whether this rank, in a wait that may follow another route
-    /// ([`Node::following`]), follows rank `r`'s call `b` of the same
+    /// ([`Node::wait_or_diverge`]), follows rank `r`'s call `b` of the same
     /// collective as its own `a` whose length sent it on another ring: a
     /// bcast's non-root follows the root; a reduce's root follows the
     /// other ranks when every one of them described the call with that
@@ -307,33 +307,29 @@ impl Node {
 
     /// Runs `wait` (a wait for other ranks' flags in this rank's current
     /// call) so that evidence of their call on another ring ends it with
-    /// their length recorded instead of marking the segment broken; the
-    /// caller then takes [`Node::take_diverged`] and follows them.
-    #[inline(always)]
-    pub(super) fn following<T>(&self, wait: impl FnOnce() -> T) -> T {
+    /// their length recorded instead of marking the segment broken:
+    /// `Some(their length)` then, for the caller to follow them (its call
+    /// line now describes that length, the route it follows, so later
+    /// looks do not take this call for one that differs); else the wait's
+    /// outcome.
+    pub(super) fn wait_or_diverge(
+        &self,
+        wait: impl FnOnce() -> Result<()>,
+    ) -> Result<Option<usize>> {
         self.follow.store(true, Ordering::Relaxed);
-        let t = wait();
+        let waited = wait();
         self.follow.store(false, Ordering::Relaxed);
-        t
-    }
-
-    /// The other ranks' length recorded by the last [`Node::following`]
-    /// wait, cleared. This rank's call line then describes its current
-    /// call with that length, the route it follows: the call lines agree
-    /// again, so later looks do not take this call for one that differs.
-    #[inline(always)]
-    pub(super) fn take_diverged(&self) -> Option<usize> {
-        // A load first: the rest only after a divergence (this runs after
-        // every bcast and reduce wait).
-        if self.diverged.load(Ordering::Relaxed) == 0 {
-            return None;
+        if self.diverged.load(Ordering::Relaxed) != 0 {
+            return Ok(Some(self.take_diverged()));
         }
-        self.take_diverged_slow()
+        waited.map(|()| None)
     }
 
+    /// The length recorded by [`Node::evidence`], cleared, and written
+    /// into this rank's call line.
     #[cold]
     #[inline(never)]
-    fn take_diverged_slow(&self) -> Option<usize> {
+    fn take_diverged(&self) -> usize {
         let n = self.diverged.swap(0, Ordering::Relaxed) as usize - 1;
         let c = self.call.load(Ordering::Relaxed);
         if let Some(a) = self.described(self.me, c) {
@@ -342,7 +338,7 @@ impl Node {
                 Ordering::Release,
             );
         }
-        Some(n)
+        n
     }
 
     /// The length rank `r` described for this rank's current call, if its

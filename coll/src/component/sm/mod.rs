@@ -457,11 +457,11 @@ pub struct Node {
     /// Collective calls this rank announced (`Node::announce`).
     call: AtomicU64,
     /// Set while a wait may end by following another route
-    /// ([`Node::following`]).
+    /// ([`Node::wait_or_diverge`]).
     follow: AtomicBool,
     /// 1 + the other ranks' length of this call when their call took
     /// another ring than this rank's and this rank follows them
-    /// ([`Node::take_diverged`]); 0: none.
+    /// ([`Node::wait_or_diverge`]); 0: none.
     diverged: AtomicU64,
 }
 
@@ -641,14 +641,12 @@ impl Node {
             st.publish(&(buf.len() as u64).to_ne_bytes());
             buf.len()
         } else {
-            let waited = self.following(|| st.wait_flag(ctx, root));
-            if let Some(theirs) = self.take_diverged() {
+            if let Some(theirs) = self.wait_or_diverge(|| st.wait_flag(ctx, root))? {
                 // The root's call went another route (a short vector on
                 // the stream ring): follow it instead.
                 st.undo(false);
                 return self.bcast_follow(ctx, root, theirs, buf.len());
             }
-            waited?;
             read_len(st.data(root, 8))
         };
         st.finish();
@@ -702,12 +700,10 @@ impl Node {
         let st = self.begin_stream(buf.len());
         if !st.flag_is_up(root) {
             // Only a wait can end on evidence of another route.
-            let waited = self.following(|| st.wait_flag(ctx, root));
-            if let Some(theirs) = self.take_diverged() {
+            if let Some(theirs) = self.wait_or_diverge(|| st.wait_flag(ctx, root))? {
                 st.undo(false);
                 return self.bcast_follow(ctx, root, theirs, buf.len());
             }
-            waited?;
         }
         if st.len_of(root) != buf.len() {
             return self.bcast_other_len(ctx, st, root, buf.len());
@@ -845,11 +841,7 @@ impl Node {
         if (0..self.p).all(|r| r == self.me || st.flag_is_up(r)) {
             return Ok(None);
         }
-        let waited = self.following(|| st.wait_all(ctx));
-        if let Some(theirs) = self.take_diverged() {
-            return Ok(Some(theirs));
-        }
-        waited.map(|()| None)
+        self.wait_or_diverge(|| st.wait_all(ctx))
     }
 
     /// The rest of a reduce at a root whose length sent it on another ring
@@ -1053,7 +1045,6 @@ impl Node {
     }
 }
 
-/// A length (or address, pid) published as 8 bytes.
 /// Whether call number `a` comes before `b` (both modulo 2^[`CALL_BITS`],
 /// less than half that apart).
 fn before(a: u64, b: u64) -> bool {
@@ -1061,6 +1052,7 @@ fn before(a: u64, b: u64) -> bool {
     d != 0 && d < 1 << (CALL_BITS - 1)
 }
 
+/// A length (or address, pid) published as 8 bytes.
 fn read_len(d: &[u8]) -> usize {
     u64::from_ne_bytes(d.try_into().unwrap_or([0xff; 8])) as usize
 }
@@ -1409,7 +1401,7 @@ impl Step<'_> {
 
     /// Gives this op's number back to its ring: the op never happened on
     /// this rank (it found that the other ranks' call took another ring,
-    /// [`Node::take_diverged`]), and the ring's next op takes the number
+    /// [`Node::wait_or_diverge`]), and the ring's next op takes the number
     /// again. `published`: this rank raised its flag; it is cleared, so
     /// that no rank reads it as this rank's flag of that next op. Every
     /// rank that could read the flag's old value finished with it before
@@ -1425,11 +1417,7 @@ impl Step<'_> {
     }
 
     fn expect_len(&self, r: u32, expected: usize) -> Result<()> {
-        let got = self
-            .node
-            .seg
-            .atomic(self.area(r) + 8)
-            .load(Ordering::Relaxed) as usize;
+        let got = self.len_of(r);
         if got != expected {
             return Err(CollError::Truncate {
                 peer: r,
