@@ -25,6 +25,7 @@ mod direct;
 pub mod module;
 pub mod segment;
 pub mod shm;
+pub mod splice;
 
 pub use config::{SingleCopy, SmConfig};
 pub use module::{segment_path, SmModule, SmStats, MODEX_KEY};

@@ -1559,6 +1559,13 @@ impl Comm {
         self.attached_node().and_then(Node::single_copy_state)
     }
 
+    /// Whether `sm`'s single copy moves blocks through pipes
+    /// (`coll_sm_splice_max_ranks`): `None` before its probe ran, else
+    /// whether every rank set them up.
+    pub fn single_copy_piped(&self) -> Option<bool> {
+        self.attached_node().and_then(Node::single_copy_piped)
+    }
+
     /// Blocking collectives of this communicator that ran through `sm`'s
     /// segment (for tests and diagnostics).
     pub fn shared_calls(&self) -> u64 {

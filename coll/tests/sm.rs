@@ -198,6 +198,27 @@ fn large_allgather_and_alltoall_read_the_other_ranks_memory_once() {
         });
         assert!(out.iter().all(|&o| o == (6, 4, 4)), "{n} ranks: {out:?}");
     }
+    // Through pipes (up to coll_sm_splice_max_ranks, default 4): blocks
+    // of 1.2 MB, more than a pipe holds (the rest by process_vm_readv),
+    // in place and not; with pipes off the same by process_vm_readv.
+    for (n, limit, piped) in [
+        (2u32, "4", true),
+        (3, "4", true),
+        (5, "4", false),
+        (3, "0", false),
+    ] {
+        let params = [("coll_sm_max", "256"), ("coll_sm_splice_max_ranks", limit)];
+        let out = job_cfg(shm(n), &params, |w, _| {
+            let ops = gather_and_exchange(&w, 75);
+            let big = gather_and_exchange(&w, 300_000);
+            (ops, big, w.single_copy_piped())
+        });
+        assert_eq!(
+            out,
+            vec![(6, 4, Some(piped)); n as usize],
+            "{n} ranks, limit {limit}"
+        );
+    }
     // 2 ranks with the default limits: a 64 KiB block is above the 8 KiB
     // the segment copies.
     let out = job_cfg(shm(2), &[], |w, _| {

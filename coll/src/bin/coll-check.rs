@@ -3,7 +3,7 @@
 //! * `check`: every collective against a reference computed locally, every
 //!   root, several counts, in place; communicators from dup/split/create;
 //!   several non-blocking collectives outstanding at once. Rank 0 prints
-//!   `coll-check check: OK (sm single copy: on|off|unused)`.
+//!   `coll-check check: OK (sm single copy: on|on through pipes|off|unused)`.
 //! * `nodes [N]`: `split_type(SHARED)` against the hosts the ranks really
 //!   run on (host name and network namespace), the job spanning N hosts;
 //!   the node communicator passes `check` through coll's `sm` segment.
@@ -68,10 +68,11 @@ fn main() {
                 if w.rank() == 0 {
                     // Whether sm's single copy carried the large allgather
                     // and alltoall calls (the multi-process tests ask).
-                    let sc = match w.single_copy() {
-                        Some(true) => "on",
-                        Some(false) => "off",
-                        None => "unused",
+                    let sc = match (w.single_copy(), w.single_copy_piped()) {
+                        (Some(true), Some(true)) => "on through pipes",
+                        (Some(true), _) => "on",
+                        (Some(false), _) => "off",
+                        (None, _) => "unused",
                     };
                     println!("coll-check check: OK (sm single copy: {sc})");
                 }

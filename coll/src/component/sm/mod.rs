@@ -100,6 +100,25 @@ pub const SEGMENT_BUDGET: usize = 16 << 20;
 /// 18.5). From 3 ranks the segment's one step wins at 64 KiB (docs/coll.md).
 pub const PAIR_COPY_MAX: usize = 8 * 1024;
 
+/// Default of `coll_sm_splice_max_ranks`: single copy through pipes pays
+/// at 2 and 4 ranks on 2 cores and not at 8, where the copies of all the
+/// ranks share the cores and the exchange takes as long either way
+/// (docs/coll.md "Spliced single copy").
+pub const SPLICE_MAX_RANKS: i64 = 4;
+
+/// Capacity asked for each pipe of single copy (the default
+/// `/proc/sys/fs/pipe-max-size`).
+const PIPE_BYTES: usize = 1 << 20;
+
+/// Single copy's pipes, indexed by rank (`None` at this rank's index):
+/// `to[r]` the write end of this rank's pipe to `r`, `from[r]` the read
+/// end of `r`'s pipe to this rank, taken from `r`'s fd table.
+#[derive(Debug)]
+struct Pipes {
+    to: Vec<Option<std::os::fd::OwnedFd>>,
+    from: Vec<Option<std::os::fd::OwnedFd>>,
+}
+
 /// Cache-line distance between the words different ranks write (two
 /// lines: the adjacent-line prefetcher pairs lines).
 const LINE: usize = 128;
@@ -131,6 +150,20 @@ fn single_copy_spec() -> ParamSpec {
         .level(Level::TunerAll)
 }
 
+fn splice_spec() -> ParamSpec {
+    ParamSpec::new("coll", "sm", "splice_max_ranks")
+        .help(
+            "On communicators of 2 up to this many ranks, single copy (coll_sm_single_copy) \
+             moves each block through a pipe per pair of ranks instead: the sender \
+             vmsplices it (page references, no copy) and the receiver reads it out, about \
+             three quarters of process_vm_readv's cost; the part of a block beyond the \
+             pipe's 1 MiB goes by process_vm_readv. Set up once per communicator with the \
+             single-copy probe (pidfd_getfd), process_vm_readv alone when that fails; \
+             0 = never",
+        )
+        .level(Level::TunerAll)
+}
+
 fn probe_fail_spec() -> ParamSpec {
     ParamSpec::new("coll", "sm", "single_copy_fail_test")
         .help(
@@ -145,6 +178,7 @@ fn register_params(reg: &Registry) -> Result<(), McaError> {
     reg.register_size(max_spec(), MAX_DEFAULT)?;
     reg.register_bool(single_copy_spec(), true)?;
     reg.register_int(probe_fail_spec(), -1)?;
+    reg.register_int(splice_spec(), SPLICE_MAX_RANKS)?;
     reg.register_verbose("coll", "sm")?;
     Ok(())
 }
@@ -174,6 +208,7 @@ pub struct Sm {
     max: usize,
     single_copy: bool,
     probe_fail: i64,
+    splice_max_ranks: i64,
 }
 
 impl Sm {
@@ -187,11 +222,13 @@ impl Sm {
             .min(MAX_CAP) as usize;
         let single_copy = reg.register_bool(single_copy_spec(), true)?.value();
         let probe_fail = reg.register_int(probe_fail_spec(), -1)?.value();
+        let splice_max_ranks = reg.register_int(splice_spec(), SPLICE_MAX_RANKS)?.value();
         Ok(Sm {
             priority,
             max,
             single_copy,
             probe_fail,
+            splice_max_ranks,
         })
     }
 }
@@ -219,6 +256,9 @@ impl CollComponent for Sm {
                 max,
                 single_copy: self.single_copy,
                 probe_fail: self.probe_fail == i64::from(shape.rank),
+                // (its probe publishes 16 + 8 x size bytes in a small slot)
+                splice: i64::from(shape.size()) <= self.splice_max_ranks
+                    && 16 + 8 * shape.size() as usize <= SMALL_DATA,
                 size: shape.size(),
                 rank: shape.rank,
                 state: OnceLock::new(),
@@ -280,6 +320,8 @@ pub struct NodeColl {
     single_copy: bool,
     /// `coll_sm_single_copy_fail_test` names this rank.
     probe_fail: bool,
+    /// Single copy through pipes (`coll_sm_splice_max_ranks`).
+    splice: bool,
     size: u32,
     rank: u32,
     /// `Some(None)`: attaching failed on some rank, never used.
@@ -346,9 +388,15 @@ impl NodeColl {
             .store(self.max as u64, Ordering::Relaxed);
         node.seg
             .atomic(24)
-            .store(u64::from(self.single_copy), Ordering::Relaxed);
+            .store(self.copy_word(), Ordering::Relaxed);
         node.seg.atomic(0).store(MAGIC, Ordering::Release);
         Ok((node, path))
+    }
+
+    /// The single-copy settings as the header holds them: bit 0
+    /// `coll_sm_single_copy`, bit 1 through pipes.
+    fn copy_word(&self) -> u64 {
+        u64::from(self.single_copy) | (u64::from(self.splice) << 1)
     }
 
     /// The other ranks' part: opens what rank 0 created and checks it.
@@ -361,11 +409,12 @@ impl NodeColl {
         let ok = seg.atomic(0).load(Ordering::Acquire) == MAGIC
             && seg.atomic(8).load(Ordering::Relaxed) == u64::from(self.size)
             && seg.atomic(16).load(Ordering::Relaxed) == self.max as u64
-            && seg.atomic(24).load(Ordering::Relaxed) == u64::from(self.single_copy);
+            && seg.atomic(24).load(Ordering::Relaxed) == self.copy_word();
         if !ok {
             return Err(format!(
-                "{path}: header does not match this communicator (coll_sm_max and \
-                 coll_sm_single_copy must be the same on every rank)"
+                "{path}: header does not match this communicator (coll_sm_max, \
+                 coll_sm_single_copy and coll_sm_splice_max_ranks must be the same on \
+                 every rank)"
             ));
         }
         Ok(Node::new(seg, self))
@@ -451,6 +500,11 @@ pub struct Node {
     single_copy: bool,
     /// This rank's probe reports a failure (testing).
     probe_fail: bool,
+    /// Whether the single-copy probe also sets up pipes.
+    splice: bool,
+    /// The pipes to and from every other rank when the probe set them up
+    /// on every rank ([`Node::single_copy`]).
+    pipes: OnceLock<Option<Pipes>>,
     /// Every rank's pid when single copy works between all of them
     /// (probed on first use), `None` when not.
     cma: OnceLock<Option<Vec<u32>>>,
@@ -524,6 +578,8 @@ impl Node {
             large,
             single_copy: nc.single_copy,
             probe_fail: nc.probe_fail,
+            splice: nc.splice,
+            pipes: OnceLock::new(),
             cma: OnceLock::new(),
             call: AtomicU64::new(0),
             follow: AtomicBool::new(false),
@@ -1101,39 +1157,102 @@ impl Node {
         self.cma.get().map(Option::is_some)
     }
 
+    /// Whether single copy goes through pipes, `None` before the probe.
+    pub fn single_copy_piped(&self) -> Option<bool> {
+        self.pipes.get().map(Option::is_some)
+    }
+
     #[cold]
     fn probe_cma(&self, ctx: &CollContext) -> Result<Option<Vec<u32>>> {
+        use std::os::fd::AsRawFd;
         tmpi_btl_sm::cma::allow_ptracer_any();
-        let hello = two_words(
+        let p = self.p as usize;
+        // With pipes: one to every other rank, its read end's number
+        // published in the rank's word (u64::MAX: none).
+        let mine: Vec<Option<tmpi_btl_sm::splice::Pipe>> = (0..self.p)
+            .map(|r| {
+                if !self.splice || r == self.me {
+                    return None;
+                }
+                tmpi_btl_sm::splice::Pipe::new(PIPE_BYTES)
+                    .inspect_err(|e| {
+                        tracing::info!(target: "coll_sm", "pipe to rank {r}: {e}");
+                    })
+                    .ok()
+            })
+            .collect();
+        let mut hello = two_words(
             u64::from(std::process::id()),
             tmpi_btl_sm::cma::probe_addr(),
-        );
+        )
+        .to_vec();
+        if self.splice {
+            for pipe in &mine {
+                let fd = pipe
+                    .as_ref()
+                    .map_or(u64::MAX, |x| x.read.as_raw_fd() as u64);
+                hello.extend_from_slice(&fd.to_ne_bytes());
+            }
+        }
         let st = self.begin(hello.len());
         st.claim(ctx)?;
         st.publish(&hello);
         st.wait_all(ctx)?;
-        let mut pids = vec![std::process::id(); self.p as usize];
+        let mut pids = vec![std::process::id(); p];
         let mut ok = !self.probe_fail;
+        let mut piped = self.splice && mine.iter().filter(|x| x.is_some()).count() == p - 1;
+        let mut from: Vec<Option<std::os::fd::OwnedFd>> = (0..p).map(|_| None).collect();
         for r in (0..self.p).filter(|&r| r != self.me) {
-            let (pid, addr) = read_two_words(st.data(r, hello.len()));
+            let d = st.data(r, hello.len());
+            let (pid, addr) = read_two_words(d);
             let pid = pid as u32;
             pids[r as usize] = pid;
             if let Err(e) = tmpi_btl_sm::cma::probe(pid, addr) {
                 tracing::info!(target: "coll_sm", "single copy from rank {r} (pid {pid}) fails: {e}");
                 ok = false;
             }
+            if piped {
+                let at = 16 + 8 * self.me as usize;
+                let fd = read_len(&d[at..at + 8]) as u64;
+                let taken = i32::try_from(fd)
+                    .map_err(|_| std::io::Error::other("no pipe"))
+                    .and_then(|fd| tmpi_btl_sm::splice::take_fd(pid, fd));
+                match taken {
+                    Ok(fd) => from[r as usize] = Some(fd),
+                    Err(e) => {
+                        tracing::info!(target: "coll_sm", "pipe from rank {r} (pid {pid}): {e}");
+                        piped = false;
+                    }
+                }
+            }
         }
         st.finish();
+        // Bit 0: every read worked; bit 1: every pipe is in place.
         let st = self.begin(1);
         st.claim(ctx)?;
-        st.publish(&[u8::from(ok)]);
+        st.publish(&[u8::from(ok) | (u8::from(ok && piped) << 1)]);
         st.wait_all(ctx)?;
-        let all = ok
-            && (0..self.p)
-                .filter(|&r| r != self.me)
-                .all(|r| st.data(r, 1)[0] == 1);
+        let others = || (0..self.p).filter(|&r| r != self.me);
+        let all = ok && others().all(|r| st.data(r, 1)[0] & 1 == 1);
+        let all_piped = all && piped && others().all(|r| st.data(r, 1)[0] & 2 == 2);
         st.finish();
-        tracing::debug!(target: "coll_sm", "single copy {}", if all { "on" } else { "off" });
+        // Every rank took its read ends before it published: this rank's
+        // copies close with `mine`.
+        if all_piped {
+            let to = mine.into_iter().map(|x| x.map(|x| x.write)).collect();
+            let _ = self.pipes.set(Some(Pipes { to, from }));
+        } else {
+            let _ = self.pipes.set(None);
+        }
+        tracing::debug!(
+            target: "coll_sm",
+            "single copy {}",
+            match (all, all_piped) {
+                (true, true) => "through pipes",
+                (true, false) => "on",
+                _ => "off",
+            }
+        );
         Ok(all.then_some(pids))
     }
 
@@ -1141,27 +1260,76 @@ impl Node {
     /// is (`src` address, `len` bytes), and for every other rank `r` reads
     /// `want(r)` = (offset in `r`'s source, length) straight from `r`'s
     /// memory into `place(r)` of `recv`; then it waits until every rank has
-    /// read its source, which may be reused once this returns.
+    /// read its source, which may be reused once this returns. With pipes
+    /// ([`Node::single_copy`]) this rank first splices `give(r)` = (offset
+    /// in its source, length) of its source into its pipe to each `r`, as
+    /// much as the pipe holds, and publishes how much; a reader takes that
+    /// from the pipe and the rest of its block from memory. A reader drains
+    /// what was spliced for it even when it cannot use it (a length
+    /// mismatch), so the pipe stays in step for the next call.
+    #[allow(clippy::too_many_arguments)]
     fn exchange_cma(
         &self,
         ctx: &CollContext,
         pids: &[u32],
         (src, src_len): (u64, usize),
         recv: &mut [u8],
+        give: impl Fn(u32) -> (usize, usize),
         want: impl Fn(u32) -> (usize, usize),
         place: impl Fn(u32) -> usize,
     ) -> Result<()> {
-        let hello = two_words(src, src_len as u64);
+        let pipes = self.pipes.get().and_then(Option::as_ref);
+        let mut hello = two_words(src, src_len as u64).to_vec();
+        if let Some(pipes) = pipes {
+            for r in 0..self.p {
+                let sent = match &pipes.to[r as usize] {
+                    Some(fd) => {
+                        let (off, n) = give(r);
+                        // A failure (a bad address) splices nothing: the
+                        // reader's process_vm_readv reports it.
+                        tmpi_btl_sm::splice::give(fd, src + off as u64, n).unwrap_or(0)
+                    }
+                    None => 0,
+                };
+                hello.extend_from_slice(&(sent as u64).to_ne_bytes());
+            }
+        }
         let st = self.begin(hello.len());
         st.claim(ctx)?;
         st.publish(&hello);
         st.wait_all(ctx)?;
         let mut res = Ok(());
+        let failed = |message: String| CollError::P2p {
+            class: tmpi_base::error::MpiErrorClass::Other,
+            message,
+        };
         // Each rank starts with the next one: not all on rank 0's pages.
         for r in (1..self.p).map(|k| (self.me + k) % self.p) {
-            let (addr, len) = read_two_words(st.data(r, hello.len()));
+            let d = st.data(r, hello.len());
+            let (addr, len) = read_two_words(d);
             let len = len as usize;
             let (off, n) = want(r);
+            let at = place(r);
+            let mut piped = 0;
+            if let Some(pipes) = pipes {
+                let w = 16 + 8 * self.me as usize;
+                let sent = read_len(&d[w..w + 8]);
+                let Some(from) = pipes.from[r as usize].as_ref() else {
+                    // Not reached: pipes are kept only with one from every rank.
+                    res = res.and(Err(failed(format!("no pipe from rank {r}"))));
+                    continue;
+                };
+                let usable = if len == src_len { sent.min(n) } else { 0 };
+                if let Err(e) = tmpi_btl_sm::splice::take(from, &mut recv[at..at + usable])
+                    .and_then(|()| tmpi_btl_sm::splice::discard(from, sent - usable))
+                {
+                    res = res.and(Err(failed(format!(
+                        "reading {sent} bytes from rank {r}'s pipe: {e}"
+                    ))));
+                    continue;
+                }
+                piped = usable;
+            }
             if len != src_len {
                 res = res.and(Err(CollError::Truncate {
                     peer: r,
@@ -1170,14 +1338,15 @@ impl Node {
                 }));
                 continue;
             }
-            let at = place(r);
-            if let Err(e) =
-                tmpi_btl_sm::cma::read(pids[r as usize], addr + off as u64, &mut recv[at..at + n])
-            {
-                res = res.and(Err(CollError::P2p {
-                    class: tmpi_base::error::MpiErrorClass::Other,
-                    message: format!("reading {n} bytes from rank {r} (process_vm_readv): {e}"),
-                }));
+            if let Err(e) = tmpi_btl_sm::cma::read(
+                pids[r as usize],
+                addr + (off + piped) as u64,
+                &mut recv[at + piped..at + n],
+            ) {
+                res = res.and(Err(failed(format!(
+                    "reading {} bytes from rank {r} (process_vm_readv): {e}",
+                    n - piped
+                ))));
             }
         }
         // Everyone has read this rank's source once every rank finished
@@ -1206,7 +1375,8 @@ impl Node {
             }
             None => recv[me * b..].as_ptr() as u64,
         };
-        self.exchange_cma(ctx, pids, (src, b), recv, |_| (0, b), |r| r as usize * b)
+        let whole = |_| (0, b);
+        self.exchange_cma(ctx, pids, (src, b), recv, whole, whole, |r| r as usize * b)
     }
 
     /// `MPI_Alltoall` by single copy (vectors above [`Node::max`]): each
@@ -1233,7 +1403,15 @@ impl Node {
         };
         recv[me * b..(me + 1) * b].copy_from_slice(&src[me * b..(me + 1) * b]);
         let at = (src.as_ptr() as u64, n);
-        self.exchange_cma(ctx, pids, at, recv, |_| (me * b, b), |r| r as usize * b)
+        self.exchange_cma(
+            ctx,
+            pids,
+            at,
+            recv,
+            |r| (r as usize * b, b),
+            |_| (me * b, b),
+            |r| r as usize * b,
+        )
     }
 }
 
