@@ -19,14 +19,16 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 pub struct Pipe {
     pub read: OwnedFd,
     pub write: OwnedFd,
-    /// Its capacity in bytes after [`Pipe::new`] asked for more.
+    /// Its capacity in bytes after [`Pipe::new`] set it.
     pub capacity: usize,
 }
 
 impl Pipe {
-    /// A pipe of at least `capacity` bytes (`F_SETPIPE_SZ`: a power of
-    /// two number of pages, at most `/proc/sys/fs/pipe-max-size` and
-    /// within the user's pipe page budget, else `EPERM`).
+    /// A pipe of `capacity` bytes (see [`resize`]). Every pipe's
+    /// capacity counts against its user's pipe budget
+    /// (`/proc/sys/fs/pipe-user-pages-soft`, 64 MiB by default, for all
+    /// the user's processes together; past it the user's new pipes get two
+    /// pages), so pipes that idle should be small.
     pub fn new(capacity: usize) -> io::Result<Pipe> {
         let mut fds = [0 as libc::c_int; 2];
         // SAFETY: `fds` is a writable array of two ints, as pipe2 wants.
@@ -36,19 +38,28 @@ impl Pipe {
         // SAFETY: pipe2 succeeded: both fds are open and owned by nobody
         // else.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let want = libc::c_int::try_from(capacity)
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        // SAFETY: fcntl on an fd we own with an integer argument.
-        let got = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, want) };
-        if got < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let capacity = resize(&write, capacity)?;
         Ok(Pipe {
             read,
             write,
-            capacity: got as usize,
+            capacity,
         })
     }
+}
+
+/// Sets the capacity of the pipe of `fd` to at least `bytes`
+/// (`F_SETPIPE_SZ`: rounded up to a power of two number of pages, at most
+/// `/proc/sys/fs/pipe-max-size` and within the user's pipe budget, else
+/// `EPERM`; smaller than what the pipe holds, `EBUSY`). Returns it.
+pub fn resize(fd: &OwnedFd, bytes: usize) -> io::Result<usize> {
+    let want =
+        libc::c_int::try_from(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: fcntl on an fd we own with an integer argument.
+    let got = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, want) };
+    if got < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(got as usize)
 }
 
 /// A duplicate of file descriptor `fd` of process `pid`
@@ -148,8 +159,9 @@ mod tests {
 
     #[test]
     fn splice_through_a_pipe_taken_from_our_own_fd_table() {
-        let pipe = Pipe::new(1 << 20).unwrap();
-        assert!(pipe.capacity >= 1 << 20);
+        let pipe = Pipe::new(4096).unwrap();
+        assert_eq!(pipe.capacity, 4096);
+        assert_eq!(resize(&pipe.write, 1 << 20).unwrap(), 1 << 20);
         let read = take_fd(std::process::id(), pipe.read.as_raw_fd()).unwrap();
         let src: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
         let n = give(&pipe.write, src.as_ptr() as u64, src.len()).unwrap();
@@ -166,8 +178,12 @@ mod tests {
         let n = give(&pipe.write, big.as_ptr() as u64, big.len()).unwrap();
         // (one page reference per slot: an unaligned buffer fills the
         // pipe a little short of its capacity)
-        assert!(n > pipe.capacity - 4096 && n <= pipe.capacity, "{n}");
+        assert!(n > (1 << 20) - 4096 && n <= 1 << 20, "{n}");
+        // a pipe that holds bytes cannot shrink below them
+        let e = resize(&pipe.write, 4096).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EBUSY));
         discard(&read, n).unwrap();
+        assert_eq!(resize(&pipe.read, 4096).unwrap(), 4096);
         // errors
         assert!(give(&pipe.write, 8, 4096).is_err());
         assert!(take_fd(0x3fff_fff0, 0).is_err());

@@ -1566,6 +1566,12 @@ impl Comm {
         self.attached_node().and_then(Node::single_copy_piped)
     }
 
+    /// Bytes this rank received through `sm`'s single-copy pipes on this
+    /// communicator (for tests and diagnostics).
+    pub fn piped_bytes(&self) -> u64 {
+        self.attached_node().map_or(0, Node::piped_bytes)
+    }
+
     /// Blocking collectives of this communicator that ran through `sm`'s
     /// segment (for tests and diagnostics).
     pub fn shared_calls(&self) -> u64 {

@@ -200,7 +200,8 @@ fn large_allgather_and_alltoall_read_the_other_ranks_memory_once() {
     }
     // Through pipes (up to coll_sm_splice_max_ranks, default 4): blocks
     // of 1.2 MB, more than a pipe holds (the rest by process_vm_readv),
-    // in place and not; with pipes off the same by process_vm_readv.
+    // in place and not; blocks under 128 KiB and, with pipes off, every
+    // block by process_vm_readv.
     for (n, limit, piped) in [
         (2u32, "4", true),
         (3, "4", true),
@@ -208,16 +209,25 @@ fn large_allgather_and_alltoall_read_the_other_ranks_memory_once() {
         (3, "0", false),
     ] {
         let params = [("coll_sm_max", "256"), ("coll_sm_splice_max_ranks", limit)];
-        let out = job_cfg(shm(n), &params, |w, _| {
+        let out = job_cfg(shm(n), &params, move |w, _| {
             let ops = gather_and_exchange(&w, 75);
+            let small = w.piped_bytes();
             let big = gather_and_exchange(&w, 300_000);
-            (ops, big, w.single_copy_piped())
+            // Each call: a pipe's worth (1 MiB, less an unaligned start's
+            // page) from every other rank.
+            let per_call = w.piped_bytes() / 4 / u64::from(n - 1);
+            (ops, big, w.single_copy_piped(), small, per_call)
         });
-        assert_eq!(
-            out,
-            vec![(6, 4, Some(piped)); n as usize],
-            "{n} ranks, limit {limit}"
-        );
+        let want = if piped {
+            (1 << 20) - 4096..=1 << 20
+        } else {
+            0..=0
+        };
+        for o in &out {
+            let head = (o.0, o.1, o.2, o.3);
+            assert_eq!(head, (6, 4, Some(piped), 0), "{n} ranks, limit {limit}");
+            assert!(want.contains(&o.4), "{n} ranks, limit {limit}: {o:?}");
+        }
     }
     // 2 ranks with the default limits: a 64 KiB block is above the 8 KiB
     // the segment copies.
