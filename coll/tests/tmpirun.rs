@@ -65,11 +65,12 @@ fn coll_check_one_process() {
 }
 
 /// From 2 processes the large allgather/alltoall calls read the other
-/// processes' buffers (sm's single copy): up to 4 ranks through a pipe per
-/// pair (vmsplice, the read ends taken with pidfd_getfd), else with
-/// process_vm_readv.
+/// processes' buffers (sm's single copy): up to `coll_sm_splice_max_ranks`
+/// ranks (default 2) through a pipe per pair (vmsplice, the read ends
+/// taken with pidfd_getfd), else with process_vm_readv.
 #[test]
-fn coll_check_three_and_four_processes() {
-    run(3, &[], "on through pipes");
-    run(4, &[("coll_sm_splice_max_ranks", "0")], "on");
+fn coll_check_two_three_and_four_processes() {
+    run(2, &[], "on through pipes");
+    run(3, &[("coll_sm_splice_max_ranks", "3")], "on through pipes");
+    run(4, &[], "on");
 }

@@ -101,10 +101,11 @@ pub const SEGMENT_BUDGET: usize = 16 << 20;
 pub const PAIR_COPY_MAX: usize = 8 * 1024;
 
 /// Default of `coll_sm_splice_max_ranks`: single copy through pipes pays
-/// at 2 and 4 ranks on 2 cores and not at 8, where the copies of all the
-/// ranks share the cores and the exchange takes as long either way
-/// (docs/coll.md "Spliced single copy").
-pub const SPLICE_MAX_RANKS: i64 = 4;
+/// at 2 ranks (0.84x of process_vm_readv at 1 MiB); at 4 and 8 ranks on
+/// this 2-core host, where the ranks' copies share the cores, it was
+/// within the noise or slower (docs/coll.md "Spliced single copy"): to be
+/// measured with a core per rank before it goes further.
+pub const SPLICE_MAX_RANKS: i64 = 2;
 
 /// Capacity of an idle pipe of single copy: one page. Every pipe's
 /// capacity counts against the user's pipe budget (64 MiB for all the
@@ -165,11 +166,11 @@ fn single_copy_spec() -> ParamSpec {
 fn splice_spec() -> ParamSpec {
     ParamSpec::new("coll", "sm", "splice_max_ranks")
         .help(
-            "On communicators of 2 up to this many ranks, single copy (coll_sm_single_copy) \
+            "On communicators of 2 up to this many ranks (default 2), single copy (coll_sm_single_copy) \
              moves each block through a pipe per pair of ranks instead: the sender \
              vmsplices it (page references, no copy) and the receiver reads it out, about \
-             three quarters of process_vm_readv's cost; the part of a block beyond the \
-             pipe's 1 MiB goes by process_vm_readv. Set up once per communicator with the \
+             three quarters of process_vm_readv's cost; parts under 128 KiB and the part \
+             of a block beyond 1 MiB go by process_vm_readv. Set up once per communicator with the \
              single-copy probe (pidfd_getfd), process_vm_readv alone when that fails; \
              0 = never",
         )
