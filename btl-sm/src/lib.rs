@@ -22,6 +22,7 @@
 pub mod cma;
 pub mod config;
 mod direct;
+pub mod huge;
 pub mod module;
 pub mod segment;
 pub mod shm;

@@ -456,6 +456,66 @@ fn split_type() {
     expect_ok("split_type", &[1, 3]);
 }
 
+/// Single-copy sources reused by alltoall go onto huge pages in their
+/// owner's process (coll sm, `coll_sm_huge_after`, default 4) while the
+/// other processes read them, results exact in every round; with the
+/// parameter at 0 they stay on small pages. Where the kernel has no
+/// transparent huge pages or no MADV_COLLAPSE (before 6.1) only the
+/// results are checked.
+#[test]
+fn alltoall_sources_on_huge_pages() {
+    let exe = build("huge_sources");
+    let _g = serial();
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    let collapse = tmpi_btl_sm::huge::HugeSources::new(2, "test").available();
+    for (n, param) in [(3u32, None), (4, None), (3, Some("0"))] {
+        let extra: Vec<&str> = match param {
+            Some(v) => vec!["--mca", "coll_sm_huge_after", v],
+            None => vec![],
+        };
+        let (code, out, err) = run_with(&exe, n, 90, &extra);
+        assert_eq!(
+            code,
+            Some(0),
+            "{n} ranks, {param:?}
+{out}
+{err}"
+        );
+        assert!(
+            out.contains("huge_sources: OK"),
+            "{out}
+{err}"
+        );
+        let kb: i64 = out
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("huge pages: ")?
+                    .strip_suffix(" kB")?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "no huge page figure
+{out}
+{err}"
+                )
+            });
+        match param {
+            // 2 MiB blocks: each send vector holds whole 2 MiB ranges.
+            None if collapse => assert!(
+                kb >= 2048,
+                "{n} ranks: {kb} kB
+{out}
+{err}"
+            ),
+            Some(_) if !thp.contains("[always]") => assert_eq!(kb, 0, "off: {kb} kB"),
+            _ => eprintln!("huge pages unchecked here ({kb} kB; THP {thp:?})"),
+        }
+    }
+}
+
 /// MPI-4.0 large-count forms (`MPI_X_c`): int-sized counts work, larger
 /// ones are MPI_ERR_COUNT on every rank.
 #[test]

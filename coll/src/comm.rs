@@ -1572,6 +1572,13 @@ impl Comm {
         self.attached_node().map_or(0, Node::piped_bytes)
     }
 
+    /// Whole huge-page ranges of this process's single-copy sources that
+    /// `sm` put onto huge pages (`coll_sm_huge_after`), over every
+    /// communicator (for tests and diagnostics).
+    pub fn huge_source_ranges(&self) -> u64 {
+        self.attached_node().map_or(0, Node::huge_ranges)
+    }
+
     /// Blocking collectives of this communicator that ran through `sm`'s
     /// segment (for tests and diagnostics).
     pub fn shared_calls(&self) -> u64 {

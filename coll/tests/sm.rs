@@ -257,6 +257,50 @@ fn large_allgather_and_alltoall_read_the_other_ranks_memory_once() {
 }
 
 #[test]
+fn a_reused_alltoall_source_goes_onto_huge_pages_with_its_data_intact() {
+    // 3 ranks, blocks of 2 MiB: each send vector (6 MiB) spans at least two
+    // whole 2 MiB ranges wherever it starts. The first call leaves it alone, the second
+    // (coll_sm_huge_after=2; the default is 4) collapses it before the others read it,
+    // later calls find it settled; every result exact. With the parameter
+    // at 0 nothing is collapsed.
+    let count = 512 * 1024;
+    for (after, want) in [("2", 1..=2u64), ("0", 0..=0)] {
+        let params = [("coll_sm_max", "256"), ("coll_sm_huge_after", after)];
+        let out = job_cfg(shm(3), &params, move |w, _| {
+            let (me, p) = (w.rank(), w.size());
+            let mut send: Vec<u8> = (0..p)
+                .flat_map(|d| bytes(&ints(me * 100 + d, count, 9)))
+                .collect();
+            let mut seen = Vec::new();
+            for round in 0..4u32 {
+                // New contents each round, same pages.
+                let b = count * 4;
+                for d in 0..p as usize {
+                    send[d * b] = round as u8;
+                }
+                let mut out = vec![0u8; send.len()];
+                w.alltoall(Input::Buf(&send), &mut out).unwrap();
+                for s in 0..p as usize {
+                    let mut block = bytes(&ints(s as u32 * 100 + me, count, 9));
+                    block[0] = round as u8;
+                    assert!(
+                        out[s * b..(s + 1) * b] == block[..],
+                        "rank {me}, round {round}, block from {s}"
+                    );
+                }
+                seen.push(w.huge_source_ranges());
+            }
+            seen
+        });
+        for seen in &out {
+            assert_eq!(seen[0], 0, "first call: left alone ({seen:?})");
+            assert!(want.contains(&seen[1]), "after {after:?}: {seen:?}");
+            assert_eq!(seen[1], seen[3], "settled: {seen:?}");
+        }
+    }
+}
+
+#[test]
 fn single_copy_length_mismatch_is_a_truncation_error_not_a_hang() {
     let out = job_cfg(shm(3), &[("coll_sm_max", "256")], |w, _| {
         let me = w.rank();
