@@ -73,6 +73,10 @@ pub struct SmConfig {
     /// cooperative writes are not done and reported as failed, so the
     /// receiver re-reads those chunks.
     pub coop_fail_test: bool,
+    /// `btl_sm_huge_after` (default 4, 0 = never): a single-copy source
+    /// whose whole 2 MiB ranges were registered this many times goes onto
+    /// transparent huge pages ([`crate::huge`]).
+    pub huge_after: u32,
 }
 
 /// Default of `btl_sm_fbox_max`: a 1 KiB message with the pml's match
@@ -101,6 +105,7 @@ impl Default for SmConfig {
             coop_min: 32 * 1024,
             coop_chunk: 128 * 1024,
             coop_fail_test: false,
+            huge_after: 4,
         }
     }
 }
@@ -291,6 +296,18 @@ impl SmConfig {
                 d.coop_fail_test,
             )?
             .value();
+        let huge_after = reg.register_int_range(
+            spec(
+                "huge_after",
+                "Single copy: once a message source's whole 2 MiB ranges have been sent this many \
+                 times, they are put on transparent huge pages (madvise MADV_COLLAPSE, once each; \
+                 contents unchanged, only ranges whose pages are all in memory), so the \
+                 receiver's process_vm_readv pins one page per 2 MiB instead of 512; 0 = never",
+                Level::TunerBasic,
+            ),
+            i64::from(d.huge_after),
+            0..=i64::from(u32::MAX),
+        )?;
         reg.register_verbose("btl", "sm")?;
         let single_copy = match sc.get().as_str() {
             "cma" => SingleCopy::Cma,
@@ -309,6 +326,7 @@ impl SmConfig {
             coop_min,
             coop_chunk,
             coop_fail_test,
+            huge_after: huge_after.value() as u32,
         };
         cfg.validate().map_err(|why| McaError::InvalidValue {
             name: "btl_sm_*".into(),

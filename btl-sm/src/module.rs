@@ -59,6 +59,7 @@ use crate::config::{SingleCopy, SmConfig};
 use std::sync::atomic::Ordering;
 
 use crate::direct::{PeerRx, PeerTx};
+use crate::huge::HugeSources;
 use crate::segment::{coop_phase, Class, CoopSlot, Segment, COOP_SLOTS};
 use crate::shm::{self, Fbox, FragHdr, Resolve};
 
@@ -316,6 +317,8 @@ pub struct SmModule {
     /// This process's id, read once: `getpid` is a system call, and each
     /// rendezvous send registers a region keyed by it.
     pid: u32,
+    /// Reused sources onto huge pages (`btl_sm_huge_after`).
+    huge: HugeSources,
 }
 
 impl std::fmt::Debug for SmModule {
@@ -405,6 +408,7 @@ impl SmModule {
             coop_help: vec![true; nlocal],
             coop_waiting_shown: false,
             pid: std::process::id(),
+            huge: HugeSources::new(cfg.huge_after, "btl_sm"),
         };
         let value = format!("v1:{}", path.display());
         if let Err(e) = modex.put(MODEX_KEY, value.as_bytes()) {
@@ -1054,6 +1058,9 @@ impl BtlModule for SmModule {
         if addr.checked_add(len as u64).is_none() {
             return Err(BtlError::BadRegion("address range wraps".into()));
         }
+        // Before the peer can read it; a range another reader still pins
+        // is refused by the kernel and asked again later.
+        self.huge.note(ptr as usize, len);
         let pid = self.pid;
         let mut key = coop_key(pid, None, 0);
         if self.cfg.coop_min > 0 && len >= self.cfg.coop_min {

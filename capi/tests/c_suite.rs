@@ -456,62 +456,50 @@ fn split_type() {
     expect_ok("split_type", &[1, 3]);
 }
 
-/// Single-copy sources reused by alltoall go onto huge pages in their
-/// owner's process (coll sm, `coll_sm_huge_after`, default 4) while the
-/// other processes read them, results exact in every round; with the
-/// parameter at 0 they stay on small pages. Where the kernel has no
-/// transparent huge pages or no MADV_COLLAPSE (before 6.1) only the
-/// results are checked.
+/// Single-copy sources reused by alltoall (coll sm, `coll_sm_huge_after`)
+/// and by 8 MiB sends (btl-sm's rendezvous, `btl_sm_huge_after`), both
+/// default 4, go onto huge pages in their owner's process while the other
+/// processes read them, results exact in every round; with the parameters
+/// at 0 they stay on small pages. Where the kernel has no transparent huge
+/// pages or no MADV_COLLAPSE (before 6.1) only the results are checked.
 #[test]
-fn alltoall_sources_on_huge_pages() {
+fn reused_sources_on_huge_pages() {
     let exe = build("huge_sources");
     let _g = serial();
     let thp =
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
     let collapse = tmpi_btl_sm::huge::HugeSources::new(2, "test").available();
-    for (n, param) in [(3u32, None), (4, None), (3, Some("0"))] {
-        let extra: Vec<&str> = match param {
-            Some(v) => vec!["--mca", "coll_sm_huge_after", v],
-            None => vec![],
+    let figure = |out: &str, what: &str| -> i64 {
+        out.lines()
+            .find_map(|l| l.strip_prefix(what)?.strip_suffix(" kB")?.parse().ok())
+            .unwrap_or_else(|| panic!("no {what:?} figure\n{out}"))
+    };
+    for (n, off) in [(3u32, false), (4, false), (3, true)] {
+        let extra: &[&str] = if off {
+            &[
+                "--mca",
+                "coll_sm_huge_after",
+                "0",
+                "--mca",
+                "btl_sm_huge_after",
+                "0",
+            ]
+        } else {
+            &[]
         };
-        let (code, out, err) = run_with(&exe, n, 90, &extra);
-        assert_eq!(
-            code,
-            Some(0),
-            "{n} ranks, {param:?}
-{out}
-{err}"
-        );
-        assert!(
-            out.contains("huge_sources: OK"),
-            "{out}
-{err}"
-        );
-        let kb: i64 = out
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("huge pages: ")?
-                    .strip_suffix(" kB")?
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or_else(|| {
-                panic!(
-                    "no huge page figure
-{out}
-{err}"
-                )
-            });
-        match param {
-            // 2 MiB blocks: each send vector holds whole 2 MiB ranges.
-            None if collapse => assert!(
-                kb >= 2048,
-                "{n} ranks: {kb} kB
-{out}
-{err}"
-            ),
-            Some(_) if !thp.contains("[always]") => assert_eq!(kb, 0, "off: {kb} kB"),
-            _ => eprintln!("huge pages unchecked here ({kb} kB; THP {thp:?})"),
+        let (code, out, err) = run_with(&exe, n, 90, extra);
+        assert_eq!(code, Some(0), "{n} ranks, off {off}\n{out}\n{err}");
+        assert!(out.contains("huge_sources: OK"), "{out}\n{err}");
+        let coll = figure(&out, "huge pages: ");
+        let sends = figure(&out, "huge pages by sends: ");
+        if off && !thp.contains("[always]") {
+            assert_eq!((coll, sends), (0, 0), "off\n{out}");
+        } else if !off && collapse {
+            // 2 MiB blocks and 8 MiB messages: whole 2 MiB ranges in both.
+            assert!(coll >= 2048, "{n} ranks: alltoall {coll} kB\n{out}\n{err}");
+            assert!(sends >= 2048, "{n} ranks: sends {sends} kB\n{out}\n{err}");
+        } else {
+            eprintln!("huge pages unchecked here ({coll}, {sends} kB; THP {thp:?})");
         }
     }
 }
