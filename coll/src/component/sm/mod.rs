@@ -1328,20 +1328,26 @@ impl Node {
     /// from the pipe and the rest of its block from memory. A reader drains
     /// what was spliced for it even when it cannot use it (a length
     /// mismatch), so the pipe stays in step for the next call.
+    /// `user_source`: the source is the caller's buffer (counted for huge
+    /// pages, `coll_sm_huge_after`), not a copy made for this call.
     #[allow(clippy::too_many_arguments)]
     fn exchange_cma(
         &self,
         ctx: &CollContext,
         pids: &[u32],
         (src, src_len): (u64, usize),
+        user_source: bool,
         recv: &mut [u8],
         give: impl Fn(u32) -> (usize, usize),
         want: impl Fn(u32) -> (usize, usize),
         place: impl Fn(u32) -> usize,
     ) -> Result<()> {
         let pipes = self.pipes.get().and_then(Option::as_ref);
-        // Before any peer can read it (nothing of it is pinned now).
-        self.huge.note(src as usize, src_len);
+        // Before any peer can read it (nothing of it is pinned now); not a
+        // copy made for this call alone.
+        if user_source {
+            self.huge.note(src as usize, src_len);
+        }
         let mut hello = two_words(src, src_len as u64).to_vec();
         // Pipes grown for this call, shrunk back once every reader is done.
         let mut grown = Vec::new();
@@ -1463,7 +1469,9 @@ impl Node {
             None => recv[me * b..].as_ptr() as u64,
         };
         let whole = |_| (0, b);
-        self.exchange_cma(ctx, pids, (src, b), recv, whole, whole, |r| r as usize * b)
+        self.exchange_cma(ctx, pids, (src, b), true, recv, whole, whole, |r| {
+            r as usize * b
+        })
     }
 
     /// `MPI_Alltoall` by single copy (vectors above [`Node::max`]): each
@@ -1494,6 +1502,7 @@ impl Node {
             ctx,
             pids,
             at,
+            send.is_some(),
             recv,
             |r| (r as usize * b, b),
             |_| (me * b, b),
