@@ -257,6 +257,45 @@ fn large_allgather_and_alltoall_read_the_other_ranks_memory_once() {
 }
 
 #[test]
+fn a_rank_for_which_pipes_cost_more_is_sent_its_blocks_by_process_vm_readv() {
+    // 2 ranks through pipes, 20 allgathers of 1.2 MB blocks. Each reader
+    // says in every call which way it wants the next one; with pipes made
+    // to read 1000 times dearer (testing parameter) the pipes carry only
+    // the first three calls (each way's first figure is dropped, and a
+    // reader's wish takes effect in the next call) and the sample of call
+    // 16 (every 16 calls the other way once); as measured they carry at
+    // least the first three. Results exact either way.
+    for (factor, forced) in [("1000", true), ("0", false)] {
+        let params = [("coll_sm_max", "256"), ("coll_sm_splice_cost_test", factor)];
+        let out = job_cfg(shm(2), &params, move |w, _| {
+            let (me, p) = (w.rank(), w.size());
+            let count = 300_000;
+            let block = bytes(&ints(me, count, 3));
+            let want: Vec<u8> = (0..p).flat_map(|r| bytes(&ints(r, count, 3))).collect();
+            let mut piped_calls = Vec::new();
+            for call in 0..20 {
+                let before = w.piped_bytes();
+                let mut all = vec![0u8; want.len()];
+                w.allgather(Input::Buf(&block), &mut all).unwrap();
+                assert!(all == want, "call {call}");
+                if w.piped_bytes() > before {
+                    piped_calls.push(call);
+                }
+            }
+            (w.single_copy_piped(), piped_calls)
+        });
+        for (piped, calls) in &out {
+            assert_eq!(*piped, Some(true));
+            if forced {
+                assert_eq!(calls, &[0, 1, 2, 16], "factor {factor}");
+            } else {
+                assert!(calls.starts_with(&[0, 1, 2]), "as measured: {calls:?}");
+            }
+        }
+    }
+}
+
+#[test]
 fn a_reused_alltoall_source_goes_onto_huge_pages_with_its_data_intact() {
     // 3 ranks, blocks of 2 MiB: each send vector (6 MiB) spans at least two
     // whole 2 MiB ranges wherever it starts. The first call leaves it alone, the second

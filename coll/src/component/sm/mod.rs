@@ -133,6 +133,117 @@ const PIPE_MAX: usize = 1 << 20;
 /// on 128 KiB.
 const SPLICE_MIN: usize = 128 * 1024;
 
+/// Every this many calls through pipes (or around them), a reader asks
+/// for the other way once, to keep both costs current.
+const SPLICE_SAMPLE_EVERY: u64 = 16;
+
+/// Per communicator with pipes: whether this rank, as a reader, wants its
+/// blocks spliced, from what each way has cost it lately, and what each
+/// other rank last said it wants. Splicing is not always the cheaper way:
+/// with the host's two cores far apart every page reference the sender
+/// takes and the reader drops crosses between them (2 ranks, 1 MiB: 122 us
+/// through pipes against 105 for Open MPI's `process_vm_readv`), and pages
+/// never written (the kernel's zero page) take `vmsplice`'s slow path (156
+/// against 103 us). The costs are moving averages of ns per KiB: for pipes
+/// this rank's own `vmsplice` plus its pipe reads (the exchange is
+/// symmetric), for `process_vm_readv` its reads of parts of at least
+/// [`SPLICE_MIN`]. A reader publishes its wish in its own word of the
+/// exchange's op (the `sent` word at its own index, which no pipe uses);
+/// a sender follows what each reader said in the previous call.
+#[derive(Debug)]
+struct SpliceChoice {
+    /// f64 bits; 0 = no figure yet, -1 = the first sample seen and
+    /// dropped (the first call of each way pays for growing pipes and
+    /// cold pages: 2 ranks, 1 MiB, 394-437 ns/KiB through pipes where
+    /// later calls take ~130).
+    pipe_ns_kib: AtomicU64,
+    cma_ns_kib: AtomicU64,
+    calls: AtomicU64,
+    /// Indexed by rank: that rank wants blocks spliced to it.
+    peer_wants: Vec<AtomicBool>,
+    /// The last choice from both figures (for the log on a change).
+    last: AtomicBool,
+    /// Testing (`coll_sm_splice_cost_test`): pipe costs read this many
+    /// times what they measured; 0 = as measured.
+    pipe_factor: u32,
+}
+
+impl SpliceChoice {
+    fn new(p: u32, pipe_factor: u32) -> Self {
+        SpliceChoice {
+            pipe_ns_kib: AtomicU64::new(0),
+            cma_ns_kib: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+            peer_wants: (0..p).map(|_| AtomicBool::new(true)).collect(),
+            last: AtomicBool::new(true),
+            pipe_factor,
+        }
+    }
+
+    fn cost(a: &AtomicU64) -> f64 {
+        f64::from_bits(a.load(Ordering::Relaxed))
+    }
+
+    /// Folds a sample of `ns` for `bytes` into `a` (a quarter weight).
+    fn fold(a: &AtomicU64, ns: f64, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        let x = ns * 1024.0 / bytes as f64;
+        let old = Self::cost(a);
+        let new = if old == 0.0 {
+            -1.0
+        } else if old < 0.0 {
+            x
+        } else {
+            old + (x - old) / 4.0
+        };
+        a.store(new.to_bits(), Ordering::Relaxed);
+    }
+
+    /// This call's wish as a reader (for the next call): pipes until
+    /// they have a figure, then `process_vm_readv` until it has one, then
+    /// the cheaper way, and the other one once every
+    /// [`SPLICE_SAMPLE_EVERY`] calls.
+    fn wish(&self) -> bool {
+        let k = self.calls.fetch_add(1, Ordering::Relaxed);
+        let (pipe, cma) = (Self::cost(&self.pipe_ns_kib), Self::cost(&self.cma_ns_kib));
+        if pipe <= 0.0 {
+            return true;
+        }
+        if cma <= 0.0 {
+            return false;
+        }
+        let cheaper = pipe < cma;
+        if self.last.swap(cheaper, Ordering::Relaxed) != cheaper {
+            tracing::debug!(
+                target: "coll_sm",
+                "single copy to this rank now {} (pipes {pipe:.0} ns/KiB, process_vm_readv {cma:.0})",
+                if cheaper { "through pipes" } else { "by process_vm_readv" }
+            );
+        }
+        if k % SPLICE_SAMPLE_EVERY == SPLICE_SAMPLE_EVERY - 1 {
+            !cheaper
+        } else {
+            cheaper
+        }
+    }
+
+    /// Records a pipe-way sample: this rank's splicing and reading.
+    fn pipe_sample(&self, splice: (f64, usize), read: (f64, usize)) {
+        if splice.1 == 0 || read.1 == 0 {
+            return;
+        }
+        let f = if self.pipe_factor > 0 {
+            f64::from(self.pipe_factor)
+        } else {
+            1.0
+        };
+        let per_kib = (splice.0 / splice.1 as f64 + read.0 / read.1 as f64) * 1024.0 * f;
+        Self::fold(&self.pipe_ns_kib, per_kib, 1024);
+    }
+}
+
 /// Single copy's pipes, indexed by rank (`None` at this rank's index):
 /// `to[r]` the write end of this rank's pipe to `r`, `from[r]` the read
 /// end of `r`'s pipe to this rank, taken from `r`'s fd table.
@@ -199,6 +310,16 @@ fn huge_after_spec() -> ParamSpec {
         .level(Level::TunerAll)
 }
 
+fn splice_cost_test_spec() -> ParamSpec {
+    ParamSpec::new("coll", "sm", "splice_cost_test")
+        .help(
+            "Testing only: single copy through pipes counts its measured cost this many \
+             times (a rank then asks for process_vm_readv instead, but for a sample every \
+             16 calls); 0 = as measured",
+        )
+        .level(Level::DevAll)
+}
+
 fn probe_fail_spec() -> ParamSpec {
     ParamSpec::new("coll", "sm", "single_copy_fail_test")
         .help(
@@ -215,6 +336,7 @@ fn register_params(reg: &Registry) -> Result<(), McaError> {
     reg.register_int(probe_fail_spec(), -1)?;
     reg.register_int(splice_spec(), SPLICE_MAX_RANKS)?;
     reg.register_int(huge_after_spec(), HUGE_AFTER)?;
+    reg.register_int(splice_cost_test_spec(), 0)?;
     reg.register_verbose("coll", "sm")?;
     Ok(())
 }
@@ -245,6 +367,7 @@ pub struct Sm {
     single_copy: bool,
     probe_fail: i64,
     splice_max_ranks: i64,
+    splice_cost_test: u32,
     /// Reused sources onto huge pages (`coll_sm_huge_after`), for every
     /// communicator of this process: the same buffer serves many.
     huge: Arc<HugeSources>,
@@ -263,6 +386,8 @@ impl Sm {
         let probe_fail = reg.register_int(probe_fail_spec(), -1)?.value();
         let splice_max_ranks = reg.register_int(splice_spec(), SPLICE_MAX_RANKS)?.value();
         let huge_after = reg.register_int(huge_after_spec(), HUGE_AFTER)?.value();
+        let splice_cost_test = reg.register_int(splice_cost_test_spec(), 0)?.value();
+        let splice_cost_test = u32::try_from(splice_cost_test.max(0)).unwrap_or(u32::MAX);
         let huge_after = u32::try_from(huge_after.max(0)).unwrap_or(u32::MAX);
         Ok(Sm {
             priority,
@@ -270,6 +395,7 @@ impl Sm {
             single_copy,
             probe_fail,
             splice_max_ranks,
+            splice_cost_test,
             huge: Arc::new(HugeSources::new(huge_after, "coll_sm")),
         })
     }
@@ -303,6 +429,7 @@ impl CollComponent for Sm {
                     && 16 + 8 * shape.size() as usize <= SMALL_DATA,
                 size: shape.size(),
                 rank: shape.rank,
+                splice_cost_test: self.splice_cost_test,
                 huge: Arc::clone(&self.huge),
                 state: OnceLock::new(),
             }),
@@ -367,6 +494,8 @@ pub struct NodeColl {
     splice: bool,
     size: u32,
     rank: u32,
+    /// `coll_sm_splice_cost_test`.
+    splice_cost_test: u32,
     /// The component's reused-source tracker (`coll_sm_huge_after`).
     huge: Arc<HugeSources>,
     /// `Some(None)`: attaching failed on some rank, never used.
@@ -552,6 +681,10 @@ pub struct Node {
     pipes: OnceLock<Option<Pipes>>,
     /// Bytes this rank read out of pipes (diagnostics, tests).
     piped: AtomicU64,
+    /// Pipes or `process_vm_readv`, per call (set up with the pipes).
+    choice: OnceLock<SpliceChoice>,
+    /// `coll_sm_splice_cost_test`.
+    splice_cost_test: u32,
     /// Reused sources onto huge pages (`coll_sm_huge_after`).
     huge: Arc<HugeSources>,
     /// Every rank's pid when single copy works between all of them
@@ -630,6 +763,8 @@ impl Node {
             splice: nc.splice,
             pipes: OnceLock::new(),
             piped: AtomicU64::new(0),
+            choice: OnceLock::new(),
+            splice_cost_test: nc.splice_cost_test,
             huge: Arc::clone(&nc.huge),
             cma: OnceLock::new(),
             call: AtomicU64::new(0),
@@ -1302,6 +1437,9 @@ impl Node {
         if all_piped {
             let to = mine.into_iter().map(|x| x.map(|x| x.write)).collect();
             let _ = self.pipes.set(Some(Pipes { to, from }));
+            let _ = self
+                .choice
+                .set(SpliceChoice::new(self.p, self.splice_cost_test));
         } else {
             let _ = self.pipes.set(None);
         }
@@ -1351,11 +1489,20 @@ impl Node {
         let mut hello = two_words(src, src_len as u64).to_vec();
         // Pipes grown for this call, shrunk back once every reader is done.
         let mut grown = Vec::new();
-        if let Some(pipes) = pipes {
+        let choice = self.choice.get().filter(|_| pipes.is_some());
+        let mut spliced = (0.0f64, 0usize);
+        if let (Some(pipes), Some(choice)) = (pipes, choice) {
             for r in 0..self.p {
+                if r == self.me {
+                    // This rank's own word: its wish as a reader.
+                    let w = choice.wish();
+                    hello.extend_from_slice(&u64::from(w).to_ne_bytes());
+                    continue;
+                }
                 let (off, n) = give(r);
+                let wanted = choice.peer_wants[r as usize].load(Ordering::Relaxed);
                 let sent = match &pipes.to[r as usize] {
-                    Some(fd) if n >= SPLICE_MIN => {
+                    Some(fd) if n >= SPLICE_MIN && wanted => {
                         let at = src + off as u64;
                         // The pages the part spans, one pipe slot each.
                         let span = (at + n as u64).div_ceil(4096) - at / 4096;
@@ -1365,7 +1512,11 @@ impl Node {
                                 grown.push(fd);
                                 // A failure (a bad address) splices nothing:
                                 // the reader's process_vm_readv reports it.
-                                tmpi_btl_sm::splice::give(fd, at, n).unwrap_or(0)
+                                let t = std::time::Instant::now();
+                                let k = tmpi_btl_sm::splice::give(fd, at, n).unwrap_or(0);
+                                spliced.0 += t.elapsed().as_nanos() as f64;
+                                spliced.1 += k;
+                                k
                             }
                             Err(e) => {
                                 // Over the user's pipe budget: this block
@@ -1389,6 +1540,10 @@ impl Node {
             class: tmpi_base::error::MpiErrorClass::Other,
             message,
         };
+        // Time spent reading out of pipes and with process_vm_readv (parts
+        // of at least SPLICE_MIN), for the choice between them.
+        let mut taken = (0.0f64, 0usize);
+        let mut read = (0.0f64, 0usize);
         // Each rank starts with the next one: not all on rank 0's pages.
         for r in (1..self.p).map(|k| (self.me + k) % self.p) {
             let d = st.data(r, hello.len());
@@ -1398,6 +1553,12 @@ impl Node {
             let at = place(r);
             let mut piped = 0;
             if let Some(pipes) = pipes {
+                if let Some(choice) = choice {
+                    // What `r` wants for the next call.
+                    let w = 16 + 8 * r as usize;
+                    choice.peer_wants[r as usize]
+                        .store(read_len(&d[w..w + 8]) != 0, Ordering::Relaxed);
+                }
                 let w = 16 + 8 * self.me as usize;
                 let sent = read_len(&d[w..w + 8]);
                 let Some(from) = pipes.from[r as usize].as_ref() else {
@@ -1406,8 +1567,14 @@ impl Node {
                     continue;
                 };
                 let usable = if len == src_len { sent.min(n) } else { 0 };
-                if let Err(e) = tmpi_btl_sm::splice::take(from, &mut recv[at..at + usable])
-                    .and_then(|()| tmpi_btl_sm::splice::discard(from, sent - usable))
+                let t = std::time::Instant::now();
+                let took = tmpi_btl_sm::splice::take(from, &mut recv[at..at + usable]);
+                if took.is_ok() {
+                    taken.0 += t.elapsed().as_nanos() as f64;
+                    taken.1 += usable;
+                }
+                if let Err(e) =
+                    took.and_then(|()| tmpi_btl_sm::splice::discard(from, sent - usable))
                 {
                     res = res.and(Err(failed(format!(
                         "reading {sent} bytes from rank {r}'s pipe: {e}"
@@ -1425,16 +1592,28 @@ impl Node {
                 }));
                 continue;
             }
-            if let Err(e) = tmpi_btl_sm::cma::read(
+            let t = std::time::Instant::now();
+            match tmpi_btl_sm::cma::read(
                 pids[r as usize],
                 addr + (off + piped) as u64,
                 &mut recv[at + piped..at + n],
             ) {
-                res = res.and(Err(failed(format!(
-                    "reading {} bytes from rank {r} (process_vm_readv): {e}",
-                    n - piped
-                ))));
+                Ok(()) if n - piped >= SPLICE_MIN => {
+                    read.0 += t.elapsed().as_nanos() as f64;
+                    read.1 += n - piped;
+                }
+                Ok(()) => {}
+                Err(e) => {
+                    res = res.and(Err(failed(format!(
+                        "reading {} bytes from rank {r} (process_vm_readv): {e}",
+                        n - piped
+                    ))))
+                }
             }
+        }
+        if let Some(choice) = choice {
+            choice.pipe_sample(spliced, taken);
+            SpliceChoice::fold(&choice.cma_ns_kib, read.0, read.1);
         }
         // Everyone has read this rank's source once every rank finished
         // this op, and drained this rank's pipes.
