@@ -21,6 +21,7 @@
 
 pub mod cma;
 pub mod config;
+pub mod copy_alone;
 mod direct;
 pub mod huge;
 pub mod module;
@@ -29,6 +30,7 @@ pub mod shm;
 pub mod splice;
 
 pub use config::{SingleCopy, SmConfig};
+pub use copy_alone::CopyAlone;
 pub use module::{segment_path, SmModule, SmStats, MODEX_KEY};
 
 use tmpi_base::component::{Availability, ComponentDescriptor, ComponentRegistry};

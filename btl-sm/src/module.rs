@@ -237,6 +237,9 @@ pub struct SmStats {
     pub coop_exhausted: u64,
     /// Gets done as cooperative copies (receiver).
     pub coop_gets: u64,
+    /// Whole-region gets of regions with a cooperative slot read alone
+    /// because the thread asked to copy alone ([`crate::CopyAlone`]).
+    pub coop_declined: u64,
     /// Chunks this process read as a receiver of cooperative copies.
     pub coop_chunks_read: u64,
     /// Chunks this process wrote as a sender (helping).
@@ -1161,11 +1164,15 @@ impl BtlModule for SmModule {
         }
         // The whole region (what the pml's rendezvous reads): cooperative
         // copy if the key names a slot; pieces and prefixes: plain read.
+        // A thread that asked to copy alone ([`crate::copy_alone`]) reads
+        // those whole regions alone too.
         if let (Some(s), 0) = (slot, offset) {
-            if dst.len() as u64 == region.len
-                && self.coop_get(peer, l, s, generation, start, dst)?
-            {
-                return Ok(());
+            if dst.len() as u64 == region.len {
+                if crate::copy_alone::copying_alone() {
+                    self.stats.coop_declined += 1;
+                } else if self.coop_get(peer, l, s, generation, start, dst)? {
+                    return Ok(());
+                }
             }
         }
         cma::read(pid, start, dst).map_err(|e| self.cma_error(peer, e))

@@ -14,7 +14,7 @@ use tmpi_btl::testing::{child_context, run_ranks, ChildContext};
 use tmpi_btl::{BtlError, BtlModule, RemoteRegion};
 use tmpi_btl_sm::module::coop_chunking;
 use tmpi_btl_sm::segment::COOP_SLOTS;
-use tmpi_btl_sm::{SmConfig, SmModule, SmStats};
+use tmpi_btl_sm::{CopyAlone, SmConfig, SmModule, SmStats};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 /// Control fragments carry this tag.
@@ -124,6 +124,9 @@ enum Mode {
     /// The sender never has an idle progress round before the get: the
     /// receiver reads plain without arming the slot.
     Busy,
+    /// Default parameters; the receiver asks to copy alone
+    /// ([`CopyAlone`]) for every other message.
+    Alone,
 }
 
 fn mode() -> Mode {
@@ -132,6 +135,7 @@ fn mode() -> Mode {
         Ok("lazy") => Mode::Lazy,
         Ok("fail") => Mode::Fail,
         Ok("busy") => Mode::Busy,
+        Ok("alone") => Mode::Alone,
         _ => Mode::On,
     }
 }
@@ -181,7 +185,7 @@ fn transfer(ctx: &ChildContext) {
             seq += 1;
             let st = m.stats();
             let sender_path = match mode {
-                Mode::On => st.coop_chunks_written > 0,
+                Mode::On | Mode::Alone => st.coop_chunks_written > 0,
                 Mode::Fail => st.coop_chunks_failed > 0,
                 Mode::Off | Mode::Lazy | Mode::Busy => true,
             };
@@ -199,7 +203,9 @@ fn transfer(ctx: &ChildContext) {
                 assert_eq!(st.coop_regs, seq as u64);
                 assert_eq!(st.coop_chunks_written + st.coop_chunks_failed, 0);
             }
-            Mode::On => assert_eq!((st.coop_regs, st.coop_chunks_failed), (seq as u64, 0)),
+            Mode::On | Mode::Alone => {
+                assert_eq!((st.coop_regs, st.coop_chunks_failed), (seq as u64, 0))
+            }
             Mode::Fail => assert_eq!((st.coop_regs, st.coop_chunks_written), (seq as u64, 0)),
         }
     } else {
@@ -214,7 +220,10 @@ fn transfer(ctx: &ChildContext) {
             assert_eq!(r.len as usize, SIZES[seq % SIZES.len()]);
             let before: SmStats = m.stats();
             let mut dst = vec![0u8; r.len as usize];
+            let alone = mode == Mode::Alone && seq % 2 == 1;
+            let guard = alone.then(CopyAlone::new);
             m.get(0, &r, 0, &mut dst).unwrap();
+            drop(guard);
             assert_eq!(fnv(&dst), sum, "message {seq}: checksum");
             let st = m.stats();
             let n = coop_chunking(r.len, cfg.coop_chunk as u64).1;
@@ -223,6 +232,16 @@ fn transfer(ctx: &ChildContext) {
                     (st.coop_gets, st.coop_owner_busy),
                     (before.coop_gets, before.coop_owner_busy + 1),
                     "a sender that never waited: one plain read"
+                );
+            } else if alone {
+                assert_eq!(
+                    (st.coop_gets, st.coop_declined, st.coop_chunks_read),
+                    (
+                        before.coop_gets,
+                        before.coop_declined + 1,
+                        before.coop_chunks_read
+                    ),
+                    "asked to copy alone: one plain read"
                 );
             } else if mode != Mode::Off {
                 chunks += n;
@@ -253,6 +272,13 @@ fn transfer(ctx: &ChildContext) {
                 (st.coop_gets, st.coop_chunks_read, st.coop_owner_busy),
                 (0, 0, seq as u64)
             ),
+            Mode::Alone => {
+                assert_eq!(
+                    (st.coop_gets, st.coop_declined),
+                    ((seq as u64).div_ceil(2), seq as u64 / 2)
+                );
+                assert_eq!(st.coop_rereads, 0);
+            }
             Mode::Fail => {
                 assert!(st.coop_rereads > 0);
                 assert_eq!(st.coop_chunks_read + st.coop_rereads, chunks);
@@ -292,6 +318,11 @@ fn transfer_child() {
 #[test]
 fn coop_on_sender_helps_checksums() {
     run("on", &[]);
+}
+
+#[test]
+fn a_receiver_that_asks_to_copy_alone_reads_plain_checksums() {
+    run("alone", &[]);
 }
 
 #[test]

@@ -1951,6 +1951,9 @@ impl Comm {
         if let Some((node, ctx)) = self.node(CollKind::Reduce, n, Some(root), Some(1))? {
             return node.reduce(ctx, input, recv, dtype, op, root);
         }
+        // Large receives copy with the sender's help or alone, whichever
+        // has cost this process less lately (`reduce_copy`).
+        let timed = crate::reduce_copy::ReduceCopy::start(n);
         if let Some(d) = self.direct(CollKind::Reduce, n) {
             let mut copy = Scratch::new();
             let mut big = direct::Heap::default();
@@ -1962,7 +1965,11 @@ impl Comm {
                     own
                 }
             };
-            return d.finish(direct::reduce(&d, inp, recv, dtype, op, root));
+            let r = d.finish(direct::reduce(&d, inp, recv, dtype, op, root));
+            if let (Some(t), true) = (timed, r.is_ok()) {
+                t.done();
+            }
+            return r;
         }
         let data = match (input, &recv) {
             (None, Some(r)) => crate::pool::copy_of(r),
@@ -1978,6 +1985,9 @@ impl Comm {
             _ => {
                 self.run_borrowing(c, input, None)?;
             }
+        }
+        if let Some(t) = timed {
+            t.done();
         }
         Ok(())
     }

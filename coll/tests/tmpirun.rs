@@ -74,3 +74,30 @@ fn coll_check_two_three_and_four_processes() {
     run(3, &[("coll_sm_splice_max_ranks", "3")], "on through pipes");
     run(4, &[], "on");
 }
+
+/// Blocking reduces of 64 KiB between 2 processes (btl-sm, whose
+/// cooperative copy the root may decline, `tmpi_coll::reduce_copy`): every
+/// result exact, and both ways taken (each way's first figure is dropped,
+/// so calls 0-1 copy with the sender's help and calls 2-3 alone; later
+/// calls follow the timings, the other way once every 16).
+#[test]
+fn reduces_copy_with_the_senders_help_or_alone_with_exact_results() {
+    let out = Command::new(tmpirun())
+        .args(["-n", "2", "--timeout", "120", PROG, "reduce-copy", "40"])
+        .output()
+        .expect("start tmpirun");
+    let so = String::from_utf8_lossy(&out.stdout);
+    let se = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "job failed ({:?})\n{so}\n{se}",
+        out.status
+    );
+    let alone: u64 = so
+        .split("coll-check reduce-copy: OK (40 calls, ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no result line\n{so}\n{se}"));
+    assert!((2..=38).contains(&alone), "{alone} of 40 calls alone\n{so}");
+}

@@ -13,6 +13,10 @@
 //! * `bench`: latency of barrier, bcast, allreduce, reduce, allgather and
 //!   alltoall at 8 B, 1 KiB, 64 KiB and 1 MiB per rank (median of 5 runs of
 //!   a timed loop, rank 0 prints µs per call).
+//! * `reduce-copy N`: N blocking reduces of 64 KiB vectors (`u32` sums,
+//!   checked exactly at the root), whose receives copy with the sender's
+//!   help or alone as `tmpi_coll::reduce_copy` picks; rank 0 prints
+//!   `coll-check reduce-copy: OK (N calls, A alone)`.
 //! * `pingpong`: the point-to-point floor under the collectives: ranks 0
 //!   and 1 bounce a message of each benchmark size through the same
 //!   transport calls the schedules use (median of 5 timed loops, rank 0
@@ -45,6 +49,38 @@ fn bench_threads(n: u32) {
     for h in handles {
         h.join().expect("rank thread");
     }
+}
+
+/// `reduce-copy N` (see the module's documentation).
+fn reduce_copy(w: &tmpi_coll::Comm, calls: u32) -> Result<(), String> {
+    use tmpi_coll::{Datatype, Input, Op};
+    const COUNT: u32 = 16 * 1024;
+    let (me, p) = (w.rank(), w.size());
+    let before = tmpi_coll::reduce_copy::calls_alone();
+    for call in 0..calls {
+        let v: Vec<u8> = (0..COUNT)
+            .flat_map(|i| (i * 7 + me * 1000 + call).to_ne_bytes())
+            .collect();
+        let mut out = vec![0u8; v.len()];
+        let recv = (me == 0).then_some(&mut out[..]);
+        w.reduce(Input::Buf(&v), recv, Datatype::U32, &Op::Sum, 0)
+            .map_err(|e| format!("call {call}: {e}"))?;
+        if me == 0 {
+            for (i, got) in out.chunks_exact(4).enumerate() {
+                let i = i as u32;
+                let want: u32 = (0..p).map(|r| i * 7 + r * 1000 + call).sum();
+                let got = u32::from_ne_bytes(got.try_into().expect("4 bytes"));
+                if got != want {
+                    return Err(format!("call {call}, element {i}: {got} != {want}"));
+                }
+            }
+        }
+    }
+    if me == 0 {
+        let alone = tmpi_coll::reduce_copy::calls_alone() - before;
+        println!("coll-check reduce-copy: OK ({calls} calls, {alone} alone)");
+    }
+    Ok(())
 }
 
 fn main() {
@@ -92,6 +128,16 @@ fn main() {
                     eprintln!("rank {}: coll-check nodes FAILED: {e}", w.rank());
                     std::process::exit(1);
                 }
+            }
+        }
+        "reduce-copy" => {
+            let n = std::env::args()
+                .nth(2)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(40);
+            if let Err(e) = reduce_copy(&w, n) {
+                eprintln!("rank {}: coll-check reduce-copy FAILED: {e}", w.rank());
+                std::process::exit(1);
             }
         }
         "bench" => bench(&w),

@@ -66,6 +66,7 @@ use tmpi_btl_sm::huge::HugeSources;
 
 use crate::algo::{Call, CollKind, Pos};
 use crate::comm::CollContext;
+use crate::cost_choice::{CostChoice, Way};
 use crate::datatype::Datatype;
 use crate::framework::{CollComponent, CollModule, CommShape, Underlying};
 use crate::op::Op;
@@ -133,10 +134,6 @@ const PIPE_MAX: usize = 1 << 20;
 /// on 128 KiB.
 const SPLICE_MIN: usize = 128 * 1024;
 
-/// Every this many calls through pipes (or around them), a reader asks
-/// for the other way once, to keep both costs current.
-const SPLICE_SAMPLE_EVERY: u64 = 16;
-
 /// Per communicator with pipes: whether this rank, as a reader, wants its
 /// blocks spliced, from what each way has cost it lately, and what each
 /// other rank last said it wants. Splicing is not always the cheaper way:
@@ -144,25 +141,20 @@ const SPLICE_SAMPLE_EVERY: u64 = 16;
 /// takes and the reader drops crosses between them (2 ranks, 1 MiB: 122 us
 /// through pipes against 105 for Open MPI's `process_vm_readv`), and pages
 /// never written (the kernel's zero page) take `vmsplice`'s slow path (156
-/// against 103 us). The costs are moving averages of ns per KiB: for pipes
-/// this rank's own `vmsplice` plus its pipe reads (the exchange is
-/// symmetric), for `process_vm_readv` its reads of parts of at least
-/// [`SPLICE_MIN`]. A reader publishes its wish in its own word of the
-/// exchange's op (the `sent` word at its own index, which no pipe uses);
-/// a sender follows what each reader said in the previous call.
+/// against 103 us). The costs ([`CostChoice`]: pipes first, the first
+/// figure of each way dropped since the first call through pipes pays for
+/// growing them and for cold pages, 394-437 ns/KiB at 2 ranks 1 MiB where
+/// later calls take ~130) are, for pipes, this rank's own `vmsplice` plus
+/// its pipe reads (the exchange is symmetric), for `process_vm_readv` its
+/// reads of parts of at least [`SPLICE_MIN`]. A reader publishes its wish
+/// in its own word of the exchange's op (the `sent` word at its own
+/// index, which no pipe uses); a sender follows what each reader said in
+/// the previous call.
 #[derive(Debug)]
 struct SpliceChoice {
-    /// f64 bits; 0 = no figure yet, -1 = the first sample seen and
-    /// dropped (the first call of each way pays for growing pipes and
-    /// cold pages: 2 ranks, 1 MiB, 394-437 ns/KiB through pipes where
-    /// later calls take ~130).
-    pipe_ns_kib: AtomicU64,
-    cma_ns_kib: AtomicU64,
-    calls: AtomicU64,
+    ways: CostChoice,
     /// Indexed by rank: that rank wants blocks spliced to it.
     peer_wants: Vec<AtomicBool>,
-    /// The last choice from both figures (for the log on a change).
-    last: AtomicBool,
     /// Testing (`coll_sm_splice_cost_test`): pipe costs read this many
     /// times what they measured; 0 = as measured.
     pipe_factor: u32,
@@ -171,62 +163,26 @@ struct SpliceChoice {
 impl SpliceChoice {
     fn new(p: u32, pipe_factor: u32) -> Self {
         SpliceChoice {
-            pipe_ns_kib: AtomicU64::new(0),
-            cma_ns_kib: AtomicU64::new(0),
-            calls: AtomicU64::new(0),
+            ways: CostChoice::new(),
             peer_wants: (0..p).map(|_| AtomicBool::new(true)).collect(),
-            last: AtomicBool::new(true),
             pipe_factor,
         }
     }
 
-    fn cost(a: &AtomicU64) -> f64 {
-        f64::from_bits(a.load(Ordering::Relaxed))
-    }
-
-    /// Folds a sample of `ns` for `bytes` into `a` (a quarter weight).
-    fn fold(a: &AtomicU64, ns: f64, bytes: usize) {
-        if bytes == 0 {
-            return;
-        }
-        let x = ns * 1024.0 / bytes as f64;
-        let old = Self::cost(a);
-        let new = if old == 0.0 {
-            -1.0
-        } else if old < 0.0 {
-            x
-        } else {
-            old + (x - old) / 4.0
-        };
-        a.store(new.to_bits(), Ordering::Relaxed);
-    }
-
-    /// This call's wish as a reader (for the next call): pipes until
-    /// they have a figure, then `process_vm_readv` until it has one, then
-    /// the cheaper way, and the other one once every
-    /// [`SPLICE_SAMPLE_EVERY`] calls.
+    /// This call's wish as a reader (for the next call): whether blocks
+    /// should come through pipes.
     fn wish(&self) -> bool {
-        let k = self.calls.fetch_add(1, Ordering::Relaxed);
-        let (pipe, cma) = (Self::cost(&self.pipe_ns_kib), Self::cost(&self.cma_ns_kib));
-        if pipe <= 0.0 {
-            return true;
-        }
-        if cma <= 0.0 {
-            return false;
-        }
-        let cheaper = pipe < cma;
-        if self.last.swap(cheaper, Ordering::Relaxed) != cheaper {
+        let (way, changed) = self.ways.pick();
+        if let Some(cheaper) = changed {
             tracing::debug!(
                 target: "coll_sm",
-                "single copy to this rank now {} (pipes {pipe:.0} ns/KiB, process_vm_readv {cma:.0})",
-                if cheaper { "through pipes" } else { "by process_vm_readv" }
+                "single copy to this rank now {} (pipes {:.0} ns/KiB, process_vm_readv {:.0})",
+                if cheaper == Way::First { "through pipes" } else { "by process_vm_readv" },
+                self.ways.cost(Way::First).unwrap_or(0.0),
+                self.ways.cost(Way::Second).unwrap_or(0.0),
             );
         }
-        if k % SPLICE_SAMPLE_EVERY == SPLICE_SAMPLE_EVERY - 1 {
-            !cheaper
-        } else {
-            cheaper
-        }
+        way == Way::First
     }
 
     /// Records a pipe-way sample: this rank's splicing and reading.
@@ -240,7 +196,12 @@ impl SpliceChoice {
             1.0
         };
         let per_kib = (splice.0 / splice.1 as f64 + read.0 / read.1 as f64) * 1024.0 * f;
-        Self::fold(&self.pipe_ns_kib, per_kib, 1024);
+        self.ways.sample(Way::First, per_kib, 1024);
+    }
+
+    /// Records a `process_vm_readv` sample.
+    fn cma_sample(&self, read: (f64, usize)) {
+        self.ways.sample(Way::Second, read.0, read.1);
     }
 }
 
@@ -1613,7 +1574,7 @@ impl Node {
         }
         if let Some(choice) = choice {
             choice.pipe_sample(spliced, taken);
-            SpliceChoice::fold(&choice.cma_ns_kib, read.0, read.1);
+            choice.cma_sample(read);
         }
         // Everyone has read this rank's source once every rank finished
         // this op, and drained this rank's pipes.

@@ -1,0 +1,101 @@
+//! How a blocking reduce's large receives are copied: with the sender's
+//! help (btl-sm's cooperative copy, where the sender writes part of the
+//! message into the receiver's buffer; the default) or by the receiver
+//! alone ([`tmpi_btl_sm::CopyAlone`]), chosen per size class from what each
+//! way has cost this process's reduce calls lately ([`CostChoice`]).
+//!
+//! Why: the fold that follows each receive reads the bytes just received,
+//! and the part the sender wrote is in the sender's cache. With the two
+//! cores close the shared copy wins (2 ranks, reduce 64 KiB, collbench:
+//! 6.6 us against 8.3 alone, Open MPI 8.0); with them far apart those lines
+//! cross between the cores a second time and it loses (10.6 against 8.5,
+//! Open MPI 8.5; 84 rounds of each in the host's slow placement,
+//! 2026-11-29). The host moves its vCPUs between the two placements every
+//! few seconds, so the choice is made from timings, not from a topology.
+//! Transports without a cooperative copy are unaffected by the hint (both
+//! ways then cost the same and the choice does not matter).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use tmpi_btl_sm::CopyAlone;
+
+use crate::cost_choice::{CostChoice, Way};
+
+/// Smallest vector measured (btl-sm's default `btl_sm_coop_min`).
+pub const MIN: usize = 32 << 10;
+/// Size classes by powers of two from [`MIN`]; the last takes the rest.
+const CLASSES: usize = 12;
+/// `Way::First`: with the sender's help; `Way::Second`: alone.
+static CHOICES: [CostChoice; CLASSES] = [const { CostChoice::new() }; CLASSES];
+static CALLS_ALONE: AtomicU64 = AtomicU64::new(0);
+
+fn class(n: usize) -> Option<usize> {
+    (n >= MIN).then(|| ((n.ilog2() - MIN.ilog2()) as usize).min(CLASSES - 1))
+}
+
+/// One timed reduce call; while it lives, this thread copies alone if
+/// that was the pick.
+#[derive(Debug)]
+pub(crate) struct ReduceCopy {
+    class: usize,
+    way: Way,
+    bytes: usize,
+    start: Instant,
+    _alone: Option<CopyAlone>,
+}
+
+impl ReduceCopy {
+    /// Picks the way for a reduce of `n` bytes (`None` below [`MIN`]).
+    pub(crate) fn start(n: usize) -> Option<Self> {
+        let c = class(n)?;
+        let (way, changed) = CHOICES[c].pick();
+        if let Some(cheaper) = changed {
+            tracing::debug!(
+                target: "coll_base",
+                "reduce receives of {} KiB and up now copy {} (with help {:.0} ns/KiB, alone {:.0})",
+                (MIN << c) >> 10,
+                if cheaper == Way::First { "with the sender's help" } else { "alone" },
+                CHOICES[c].cost(Way::First).unwrap_or(0.0),
+                CHOICES[c].cost(Way::Second).unwrap_or(0.0),
+            );
+        }
+        if way == Way::Second {
+            CALLS_ALONE.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(ReduceCopy {
+            class: c,
+            way,
+            bytes: n,
+            start: Instant::now(),
+            _alone: (way == Way::Second).then(CopyAlone::new),
+        })
+    }
+
+    /// The call completed: its time is a sample of its way.
+    pub(crate) fn done(self) {
+        let ns = self.start.elapsed().as_nanos() as f64;
+        CHOICES[self.class].sample(self.way, ns, self.bytes);
+    }
+}
+
+/// Blocking reduce calls of this process that copied alone (tests and
+/// diagnostics).
+pub fn calls_alone() -> u64 {
+    CALLS_ALONE.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes() {
+        assert_eq!(class(MIN - 1), None);
+        assert_eq!(class(MIN), Some(0));
+        assert_eq!(class(64 << 10), Some(1));
+        assert_eq!(class((64 << 10) - 1), Some(0));
+        assert_eq!(class(1 << 20), Some(5));
+        assert_eq!(class(usize::MAX), Some(CLASSES - 1));
+    }
+}
