@@ -4,7 +4,7 @@
 //! way back; a moving average did, for as long as the way was not sampled
 //! again), the first sample of each way dropped (it pays for cold caches
 //! and first-time set-up), the cheaper way taken, and the other one once
-//! every [`SAMPLE_EVERY`] picks so that both figures follow a machine whose
+//! every few picks ([`SAMPLE_EVERY`] by default) so that both figures follow a machine whose
 //! costs move (a shared host moves its vCPUs between near and far cores
 //! every few seconds).
 //!
@@ -13,8 +13,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// Every this many picks, the way that is not the cheaper one is taken
-/// once, to keep both costs current.
+/// The usual sampling period: every this many picks, the way that is not
+/// the cheaper one is taken once, to keep both costs current.
 pub const SAMPLE_EVERY: u64 = 16;
 /// Samples kept per way.
 pub const WINDOW: usize = 4;
@@ -37,6 +37,12 @@ pub struct CostChoice {
     picks: AtomicU64,
     /// The cheaper way at the last pick (for the log on a change).
     first_cheaper: AtomicBool,
+    /// Sampling period (picks).
+    every: u64,
+    /// The second way is taken only when it is cheaper than the first by
+    /// more than this share of the first's cost (a bias towards the
+    /// first way, the default).
+    margin: f64,
 }
 
 /// One way's last [`WINDOW`] samples (f64 bits, 0 = empty) and how many
@@ -58,17 +64,26 @@ impl Samples {
 
 impl Default for CostChoice {
     fn default() -> Self {
-        Self::new()
+        Self::new(SAMPLE_EVERY)
     }
 }
 
 impl CostChoice {
-    /// No figures yet.
-    pub const fn new() -> Self {
+    /// No figures yet; the other way is taken once every `every` picks
+    /// (at least 2).
+    pub const fn new(every: u64) -> Self {
+        Self::with_margin(every, 0.0)
+    }
+
+    /// As [`CostChoice::new`], taking the second way only when it is
+    /// cheaper than the first by more than `margin` (a share: 0.1 = 10%).
+    pub const fn with_margin(every: u64, margin: f64) -> Self {
         CostChoice {
             ways: [Samples::new(), Samples::new()],
             picks: AtomicU64::new(0),
             first_cheaper: AtomicBool::new(true),
+            every: if every < 2 { 2 } else { every },
+            margin,
         }
     }
 
@@ -117,14 +132,14 @@ impl CostChoice {
             };
             return (way, None);
         };
-        let first_cheaper = first <= second;
+        let first_cheaper = first <= second * (1.0 + self.margin);
         let changed = self.first_cheaper.swap(first_cheaper, Ordering::Relaxed) != first_cheaper;
         let (cheaper, other) = if first_cheaper {
             (Way::First, Way::Second)
         } else {
             (Way::Second, Way::First)
         };
-        let way = if k % SAMPLE_EVERY == SAMPLE_EVERY - 1 {
+        let way = if k % self.every == self.every - 1 {
             other
         } else {
             cheaper
@@ -150,7 +165,7 @@ mod tests {
 
     #[test]
     fn first_way_until_it_has_a_figure_then_the_second_then_the_cheaper() {
-        let c = CostChoice::new();
+        let c = CostChoice::default();
         let ways = run(&c, 40, |w| if w == Way::First { 100.0 } else { 10.0 });
         // Two samples of each way (the first dropped), then the cheaper
         // (the second), the first way again once every SAMPLE_EVERY picks.
@@ -168,7 +183,7 @@ mod tests {
 
     #[test]
     fn a_change_of_costs_changes_the_choice_within_a_few_samples() {
-        let c = CostChoice::new();
+        let c = CostChoice::default();
         run(&c, 40, |w| if w == Way::First { 10.0 } else { 20.0 });
         assert_eq!(c.pick().0, Way::First);
         // The first way becomes dear (the cores moved apart): once its
@@ -191,7 +206,7 @@ mod tests {
 
     #[test]
     fn one_slow_sample_does_not_hold_a_way_back() {
-        let c = CostChoice::new();
+        let c = CostChoice::default();
         run(&c, 20, |w| if w == Way::First { 10.0 } else { 12.0 });
         c.sample(Way::First, 1000.0, 1024);
         assert_eq!(c.cost(Way::First), Some(10.0));
@@ -200,7 +215,7 @@ mod tests {
 
     #[test]
     fn a_change_is_reported_once() {
-        let c = CostChoice::new();
+        let c = CostChoice::default();
         for (w, x) in [
             (Way::First, 1.0),
             (Way::First, 1.0),
@@ -218,8 +233,20 @@ mod tests {
     }
 
     #[test]
+    fn with_a_margin_the_second_way_must_be_clearly_cheaper() {
+        let c = CostChoice::with_margin(SAMPLE_EVERY, 0.1);
+        // 5% cheaper: not enough.
+        let ways = run(&c, 40, |w| if w == Way::First { 100.0 } else { 95.0 });
+        assert_eq!(ways.iter().filter(|&&w| w == Way::Second).count(), 2 + 2);
+        // 20% cheaper: taken.
+        let c = CostChoice::with_margin(SAMPLE_EVERY, 0.1);
+        let ways = run(&c, 40, |w| if w == Way::First { 100.0 } else { 80.0 });
+        assert_eq!(ways.iter().filter(|&&w| w == Way::First).count(), 2 + 2);
+    }
+
+    #[test]
     fn empty_or_bad_samples_are_ignored() {
-        let c = CostChoice::new();
+        let c = CostChoice::default();
         c.sample(Way::First, 5.0, 0);
         c.sample(Way::First, f64::NAN, 1024);
         c.sample(Way::First, -1.0, 1024);

@@ -79,7 +79,7 @@ fn coll_check_two_three_and_four_processes() {
 /// cooperative copy the root may decline, `tmpi_coll::reduce_copy`): every
 /// result exact, and both ways taken (each way's first figure is dropped,
 /// so calls 0-1 copy with the sender's help and calls 2-3 alone; later
-/// calls follow the timings, the other way once every 16).
+/// calls follow the timings, the other way once every 128).
 #[test]
 fn reduces_copy_with_the_senders_help_or_alone_with_exact_results() {
     let out = Command::new(tmpirun())

@@ -163,7 +163,7 @@ struct SpliceChoice {
 impl SpliceChoice {
     fn new(p: u32, pipe_factor: u32) -> Self {
         SpliceChoice {
-            ways: CostChoice::new(),
+            ways: CostChoice::default(),
             peer_wants: (0..p).map(|_| AtomicBool::new(true)).collect(),
             pipe_factor,
         }
