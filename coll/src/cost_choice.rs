@@ -4,9 +4,9 @@
 //! way back; a moving average did, for as long as the way was not sampled
 //! again), the first sample of each way dropped (it pays for cold caches
 //! and first-time set-up), the cheaper way taken, and the other one once
-//! every few picks ([`SAMPLE_EVERY`] by default) so that both figures follow a machine whose
-//! costs move (a shared host moves its vCPUs between near and far cores
-//! every few seconds).
+//! every few picks ([`SAMPLE_EVERY`] by default) so that both figures
+//! follow a machine whose costs move (a shared host moves its vCPUs
+//! between near and far cores every few seconds).
 //!
 //! Used by sm's single copy (pipes or `process_vm_readv`) and by reduce
 //! (btl-sm's cooperative copy or copying alone before a fold).
@@ -39,9 +39,9 @@ pub struct CostChoice {
     first_cheaper: AtomicBool,
     /// Sampling period (picks).
     every: u64,
-    /// The second way is taken only when it is cheaper than the first by
-    /// more than this share of the first's cost (a bias towards the
-    /// first way, the default).
+    /// The second way is taken only when the first costs more than
+    /// `1 + margin` times the second (a bias towards the first way, the
+    /// default).
     margin: f64,
 }
 
@@ -75,8 +75,8 @@ impl CostChoice {
         Self::with_margin(every, 0.0)
     }
 
-    /// As [`CostChoice::new`], taking the second way only when it is
-    /// cheaper than the first by more than `margin` (a share: 0.1 = 10%).
+    /// As [`CostChoice::new`], taking the second way only when the first
+    /// costs more than `1 + margin` times it (0.1: 10% more).
     pub const fn with_margin(every: u64, margin: f64) -> Self {
         CostChoice {
             ways: [Samples::new(), Samples::new()],
@@ -124,13 +124,10 @@ impl CostChoice {
     /// changed since the last pick (for the caller's log).
     pub fn pick(&self) -> (Way, Option<Way>) {
         let k = self.picks.fetch_add(1, Ordering::Relaxed);
-        let (Some(first), Some(second)) = (self.cost(Way::First), self.cost(Way::Second)) else {
-            let way = if self.cost(Way::First).is_none() {
-                Way::First
-            } else {
-                Way::Second
-            };
-            return (way, None);
+        let (first, second) = match (self.cost(Way::First), self.cost(Way::Second)) {
+            (None, _) => return (Way::First, None),
+            (Some(_), None) => return (Way::Second, None),
+            (Some(f), Some(s)) => (f, s),
         };
         let first_cheaper = first <= second * (1.0 + self.margin);
         let changed = self.first_cheaper.swap(first_cheaper, Ordering::Relaxed) != first_cheaper;

@@ -35,8 +35,8 @@ const CLASSES: usize = 4;
 /// against 6.64 us); a change of placement shows in the taken way's own
 /// figures within 4 calls, and the way back needs one sample of the other.
 const SAMPLE_EVERY: u64 = 128;
-/// Copying alone is taken only when it costs more than this much less than
-/// the shared copy: with the cores close the two ways time within a few
+/// Copying alone is taken only when the shared copy costs more than
+/// `1 + MARGIN` times it: with the cores close the two ways time within a few
 /// percent of each other call by call (a call after one of the other way
 /// pays for the change), while a loop that stays with the shared copy runs
 /// ~20% faster than one that copies alone (6.7 against 8.3 us, 2 ranks,
@@ -72,8 +72,9 @@ impl ReduceCopy {
         if let Some(cheaper) = changed {
             tracing::debug!(
                 target: "coll_base",
-                "reduce receives of {} KiB and up now copy {} (with help {:.0} ns/KiB, alone {:.0})",
+                "reduce receives of {}-{} KiB now copy {} (with help {:.0} ns/KiB, alone {:.0})",
                 (MIN << c) >> 10,
+                ((MIN << (c + 1)) >> 10) - 1,
                 if cheaper == Way::First { "with the sender's help" } else { "alone" },
                 CHOICES[c].cost(Way::First).unwrap_or(0.0),
                 CHOICES[c].cost(Way::Second).unwrap_or(0.0),
