@@ -626,12 +626,16 @@ fn bind_to_core() {
     let s = Scratch::new("bind");
     let allowed = sys::allowed_cpus().unwrap().cpus();
     let cores = binding::cores(&allowed, Path::new("/sys/devices/system/cpu"));
-    let n = 3u32;
+    // One rank more than cores: the ranks outnumber them and are bound in
+    // blocks (ranks 0 and 1 share the first core, the last rank gets the
+    // last core).
+    let n = cores.len() as u32 + 1;
+    let ns = n.to_string();
     let o = run(
         &s,
         &[
             "-n",
-            "3",
+            &ns,
             "--bind-to",
             "core",
             "sh",
@@ -641,7 +645,7 @@ fn bind_to_core() {
     );
     assert_eq!(o.code(), 0, "stderr: {}", o.stderr);
     for r in 0..n {
-        let want = binding::cpus_for_rank(&cores, r);
+        let want = binding::cpus_for_rank(&cores, r, n);
         let line = o
             .stdout
             .lines()
@@ -649,6 +653,11 @@ fn bind_to_core() {
             .unwrap();
         let got = binding::parse_cpu_list(line.split_once(' ').unwrap().1).unwrap();
         assert_eq!(got, want, "rank {r}: {line}");
+        let expected_core = match r {
+            0 | 1 => 0,
+            r => r as usize - 1,
+        };
+        assert_eq!(got, cores[expected_core], "rank {r}: {line}");
     }
     // Without binding the ranks keep tmpirun's mask.
     let o = run(

@@ -73,7 +73,8 @@ options:
   --tag-output           prefix each output line with [1,RANK]<stdout>: or <stderr>:
   --timeout SECS         end the job after SECS seconds (exit status 124);
                          default from MPIEXEC_TIMEOUT if set, else none
-  --bind-to core|none    bind rank r to core r % ncores (default none)
+  --bind-to core|none    bind rank r to core r (ranks outnumbering the cores: in
+                         blocks, neighbouring ranks on one core; default none)
   --kill-grace SECS      time between SIGTERM and SIGKILL when ending a job (default 2)
   --stdin RANK|none      rank that receives tmpirun's standard input (default 0)
   -v, --verbose          log what tmpirun does on stderr

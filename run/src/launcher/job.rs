@@ -331,7 +331,7 @@ impl Job<'_> {
             cmd.stdout(Stdio::piped());
             cmd.stderr(Stdio::piped());
             let cpus = (!cores.is_empty())
-                .then(|| sys::CpuSet::from_cpus(binding::cpus_for_rank(&cores, rank)));
+                .then(|| sys::CpuSet::from_cpus(binding::cpus_for_rank(&cores, rank, cfg.nprocs)));
             sys::prepare_child(
                 &mut cmd,
                 ChildSetup {

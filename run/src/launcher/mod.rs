@@ -83,7 +83,8 @@ pub const SETTLE: Duration = Duration::from_secs(1);
 pub enum BindTo {
     /// No binding (default).
     None,
-    /// Rank r on core r % ncores (see [`binding`]).
+    /// Rank r on core r, in blocks when ranks outnumber cores (see
+    /// [`binding`]).
     Core,
 }
 
