@@ -26,6 +26,9 @@ bash ci/mpich/run.sh
 echo "== stress: randomized traffic over every transport the pml can use (docs/stress.md)"
 bash ci/stress.sh --short --rxe
 
+echo "== AArch64: the workspace cross-built, libmpi's PMPI entries and C programs under qemu-user (ci/aarch64.sh)"
+bash ci/aarch64.sh
+
 echo "== security checks (segments, session directory, PMI socket, leftovers)"
 SECURITY_NO_BUILD=1 bash ci/security-checks.sh
 

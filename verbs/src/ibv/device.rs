@@ -415,7 +415,8 @@ impl Context {
             .fw_ver
             .iter()
             .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
+            // `c_char` is i8 on x86-64 and u8 on AArch64: the byte either way.
+            .map(|&c| u8::from_ne_bytes(c.to_ne_bytes()))
             .collect::<Vec<u8>>();
         Ok(DeviceAttr {
             fw_ver: String::from_utf8_lossy(&fw).into_owned(),
