@@ -262,18 +262,35 @@ impl Builder {
             return Ok(());
         }
         let ext = t.extent();
-        if self
-            .blocks
-            .len()
-            .saturating_add(n.saturating_mul(t.blocks.len()))
-            > MAX_BLOCKS
-        {
-            return Err(Error::new(C::NoMem, "derived datatype typemap too large"));
-        }
-        for i in 0..n {
-            let base = disp + i as isize * ext;
-            for &(o, l) in &t.blocks {
-                push_block(&mut self.blocks, base + o, l);
+        let bytes = n
+            .checked_mul(t.size)
+            .filter(|&b| isize::try_from(b).is_ok())
+            .ok_or_else(|| {
+                Error::new(C::Count, "derived datatype larger than the address space")
+            })?;
+        match t.blocks.as_slice() {
+            // One block filling the whole extent (a predefined type, a
+            // contiguous one): n copies side by side are one block, however
+            // large n is (a contiguous type of 2^31 bytes, or a large-count
+            // call's message, costs one entry).
+            &[(o, l)] if ext > 0 && l as isize == ext => {
+                push_block(&mut self.blocks, disp + o, bytes);
+            }
+            blocks => {
+                if self
+                    .blocks
+                    .len()
+                    .saturating_add(n.saturating_mul(blocks.len()))
+                    > MAX_BLOCKS
+                {
+                    return Err(Error::new(C::NoMem, "derived datatype typemap too large"));
+                }
+                for i in 0..n {
+                    let base = disp + i as isize * ext;
+                    for &(o, l) in blocks {
+                        push_block(&mut self.blocks, base + o, l);
+                    }
+                }
             }
         }
         let last = disp + (n as isize - 1) * ext;
@@ -282,7 +299,7 @@ impl Builder {
         self.ub = Some(self.ub.map_or(hi + t.ub, |v| v.max(hi + t.ub)));
         self.tlb = Some(self.tlb.map_or(lo + t.true_lb, |v| v.min(lo + t.true_lb)));
         self.tub = Some(self.tub.map_or(hi + t.true_ub, |v| v.max(hi + t.true_ub)));
-        self.size += n * t.size;
+        self.size += bytes;
         self.nprim += n * t.nprim;
         self.prims = match (self.prims.take(), &t.prims) {
             (Some(mut runs), Some(tp)) => {
@@ -369,4 +386,55 @@ pub(crate) fn total_size(t: &Dtype, count: usize) -> Res<usize> {
     t.size
         .checked_mul(count)
         .ok_or_else(|| Error::new(C::Count, "message size overflows"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn predefined_named(name: &str) -> Arc<Dtype> {
+        predefined()
+            .into_iter()
+            .find(|t| t.name == name)
+            .expect("a predefined type")
+    }
+
+    #[test]
+    fn a_run_of_a_type_that_fills_its_extent_is_one_block_at_any_count() {
+        let n = (1usize << 33) + 3;
+        let mut b = Builder::new();
+        b.place(&predefined_named("MPI_BYTE"), 8, n).unwrap();
+        let t = b.finish(combiner::CONTIGUOUS, vec![], vec![], vec![4], false);
+        assert_eq!(t.blocks, vec![(8, n)]);
+        assert_eq!((t.size, t.lb, t.extent()), (n, 8, n as isize));
+        // Of that type again: still one block.
+        let mut b = Builder::new();
+        b.place(&t, 0, 3).unwrap();
+        let t3 = b.finish(combiner::CONTIGUOUS, vec![], vec![], vec![], false);
+        assert_eq!(t3.blocks, vec![(8, 3 * n)]);
+        assert_eq!(t3.size, 3 * n);
+    }
+
+    #[test]
+    fn a_type_with_gaps_keeps_one_block_per_item_up_to_the_limit() {
+        // MPI_DOUBLE_INT: 12 data bytes in an extent of 16.
+        let pair = predefined_named("MPI_DOUBLE_INT");
+        let mut b = Builder::new();
+        b.place(&pair, 0, 3).unwrap();
+        let t = b.finish(combiner::CONTIGUOUS, vec![], vec![], vec![], false);
+        assert_eq!(t.blocks, vec![(0, 12), (16, 12), (32, 12)]);
+        assert_eq!(t.size, 36);
+        let mut b = Builder::new();
+        let e = b.place(&pair, 0, MAX_BLOCKS + 1).unwrap_err();
+        assert_eq!(e.class, C::NoMem);
+    }
+
+    #[test]
+    fn a_type_larger_than_the_address_space_is_a_count_error() {
+        let mut b = Builder::new();
+        let e = b
+            .place(&predefined_named("MPI_INT"), 0, usize::MAX / 2)
+            .unwrap_err();
+        assert_eq!(e.class, C::Count);
+    }
 }

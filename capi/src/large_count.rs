@@ -4,10 +4,14 @@
 //!
 //! What they cover: the queries (`MPI_Get_count_c`, `MPI_Get_elements_c`,
 //! `MPI_Type_size_c`, `MPI_Type_get_(true_)extent_c`) answer over the whole
-//! `MPI_Count` range. The communication calls and `MPI_Type_contiguous_c`
-//! run the `int` call when every count (and displacement) fits an `int`,
-//! and fail with `MPI_ERR_COUNT` naming the count when one does not: the C
-//! layer below still counts in `int` (docs/capi.md, "Large counts").
+//! `MPI_Count` range. Point-to-point calls and `MPI_Bcast_c`/`MPI_Ibcast_c`
+//! take any count: one beyond `int` is sent as one item of a contiguous
+//! type of that many items, made for the call ([`WideType`]; the type
+//! signature is the same, so either side may use either form). The other
+//! communication calls and `MPI_Type_contiguous_c` run the `int` call when
+//! every count (and displacement) fits an `int`, and fail with
+//! `MPI_ERR_COUNT` naming the count when one does not (docs/capi.md,
+//! "Large counts").
 
 use std::ffi::{c_int, c_void};
 
@@ -16,13 +20,15 @@ use crate::coll::{
     MPI_Iallgather, MPI_Iallreduce, MPI_Ialltoall, MPI_Ibcast, MPI_Igather, MPI_Ireduce,
     MPI_Iscatter, MPI_Reduce, MPI_Reduce_scatter_block, MPI_Scan, MPI_Scatter,
 };
-use crate::error::{guard, Error, MpiErrorClass as C};
+use crate::datatype::{combiner, Builder};
+use crate::error::{guard, Error, MpiErrorClass as C, Res};
 use crate::misc::MPI_Reduce_local;
 use crate::p2p::{
     MPI_Bsend, MPI_Ibsend, MPI_Irecv, MPI_Irsend, MPI_Isend, MPI_Issend, MPI_Recv, MPI_Rsend,
     MPI_Send, MPI_Sendrecv, MPI_Ssend,
 };
 use crate::request::MpiStatus;
+use crate::state::tables;
 use crate::types::{
     MPI_Type_contiguous, MPI_Type_create_hvector, MPI_Type_get_extent_x,
     MPI_Type_get_true_extent_x, MPI_Type_size_x, MPI_Type_vector,
@@ -40,9 +46,7 @@ fn too_large(name: &'static str, comm: c_int, what: &str, v: i64) -> c_int {
     guard(name, comm, || {
         Err(Error::new(
             C::Count,
-            format!(
-                "{what} {v} is beyond INT_MAX: tmpi's large-count calls take int-sized counts only"
-            ),
+            format!("{what} {v} is beyond INT_MAX: tmpi's {name} takes int-sized counts only"),
         ))
     })
 }
@@ -64,9 +68,69 @@ macro_rules! by_int {
     };
 }
 
+/// `count` items of datatype `dtype` as one item of a committed contiguous
+/// type made for one call. The handle leaves the handle table when this
+/// drops, after the call returns; an operation still in flight (a
+/// non-blocking call's request) holds the type itself, as it does for a
+/// type the user frees meanwhile.
+struct WideType(c_int);
+
+impl WideType {
+    fn new(dtype: c_int, count: Count) -> Res<WideType> {
+        let n = usize::try_from(count)
+            .map_err(|_| Error::new(C::Count, format!("count {count} is negative")))?;
+        let t = tables().comm_type(dtype)?;
+        let mut b = Builder::new();
+        // A contiguous run of `n` items of a type that fills its extent is
+        // one typemap block, however large `n` is.
+        b.place(&t, 0, n)?;
+        let mut wide = b.finish(combiner::CONTIGUOUS, vec![], vec![], vec![dtype], false);
+        wide.committed = true;
+        wide.name = format!("{count} items of datatype {dtype}");
+        Ok(WideType(tables().add_type(wide)))
+    }
+}
+
+impl Drop for WideType {
+    fn drop(&mut self) {
+        tables().types.remove(&self.0);
+    }
+}
+
+/// `fn NAME_c(...)` that runs `$f` with every argument in order, each
+/// count `$cnt` of datatype `$ty` that does not fit an `int` replaced by one
+/// item of a [`WideType`].
+macro_rules! by_wide {
+    ($c:ident => $f:ident, $comm:expr, [$($cnt:ident : $ty:ident),+], ($($arg:ident : $argty:ty),* $(,)?)) => {
+        #[doc = concat!("`", stringify!($f), "` with `MPI_Count` counts of any size (module docs).")]
+        #[no_mangle]
+        pub extern "C" fn $c($($arg: $argty),*) -> c_int {
+            $(
+                // Keeps a wide type's handle until `$f` has returned.
+                let _held: Option<WideType>;
+                let ($cnt, $ty) = match c_int::try_from($cnt) {
+                    Ok(n) => {
+                        _held = None;
+                        (n, $ty)
+                    }
+                    Err(_) => match WideType::new($ty, $cnt) {
+                        Ok(w) => {
+                            let h = w.0;
+                            _held = Some(w);
+                            (1, h)
+                        }
+                        Err(e) => return guard(stringify!($c), $comm, || Err(e)),
+                    },
+                };
+            )+
+            $f($($arg),*)
+        }
+    };
+}
+
 macro_rules! sends {
     ($($c:ident => $f:ident),*) => {$(
-        by_int!($c => $f, comm, [count], (
+        by_wide!($c => $f, comm, [count: dtype], (
             buf: *const c_void, count: Count, dtype: c_int, dest: c_int, tag: c_int, comm: c_int,
         ));
     )*};
@@ -76,7 +140,7 @@ sends!(MPI_Send_c => MPI_Send, MPI_Ssend_c => MPI_Ssend, MPI_Rsend_c => MPI_Rsen
 
 macro_rules! isends {
     ($($c:ident => $f:ident),*) => {$(
-        by_int!($c => $f, comm, [count], (
+        by_wide!($c => $f, comm, [count: dtype], (
             buf: *const c_void, count: Count, dtype: c_int, dest: c_int, tag: c_int, comm: c_int,
             request: *mut c_int,
         ));
@@ -85,23 +149,23 @@ macro_rules! isends {
 isends!(MPI_Isend_c => MPI_Isend, MPI_Issend_c => MPI_Issend, MPI_Irsend_c => MPI_Irsend,
         MPI_Ibsend_c => MPI_Ibsend);
 
-by_int!(MPI_Recv_c => MPI_Recv, comm, [count], (
+by_wide!(MPI_Recv_c => MPI_Recv, comm, [count: dtype], (
     buf: *mut c_void, count: Count, dtype: c_int, source: c_int, tag: c_int, comm: c_int,
     status: *mut MpiStatus,
 ));
-by_int!(MPI_Irecv_c => MPI_Irecv, comm, [count], (
+by_wide!(MPI_Irecv_c => MPI_Irecv, comm, [count: dtype], (
     buf: *mut c_void, count: Count, dtype: c_int, source: c_int, tag: c_int, comm: c_int,
     request: *mut c_int,
 ));
-by_int!(MPI_Sendrecv_c => MPI_Sendrecv, comm, [sendcount, recvcount], (
+by_wide!(MPI_Sendrecv_c => MPI_Sendrecv, comm, [sendcount: sendtype, recvcount: recvtype], (
     sendbuf: *const c_void, sendcount: Count, sendtype: c_int, dest: c_int, sendtag: c_int,
     recvbuf: *mut c_void, recvcount: Count, recvtype: c_int, source: c_int, recvtag: c_int,
     comm: c_int, status: *mut MpiStatus,
 ));
-by_int!(MPI_Bcast_c => MPI_Bcast, comm, [count], (
+by_wide!(MPI_Bcast_c => MPI_Bcast, comm, [count: dtype], (
     buf: *mut c_void, count: Count, dtype: c_int, root: c_int, comm: c_int,
 ));
-by_int!(MPI_Ibcast_c => MPI_Ibcast, comm, [count], (
+by_wide!(MPI_Ibcast_c => MPI_Ibcast, comm, [count: dtype], (
     buf: *mut c_void, count: Count, dtype: c_int, root: c_int, comm: c_int, request: *mut c_int,
 ));
 by_int!(MPI_Reduce_c => MPI_Reduce, comm, [count], (

@@ -511,6 +511,15 @@ fn large_count_forms() {
     expect_ok("large_count", &[1, 2, 4]);
 }
 
+/// Point-to-point and bcast messages of 2^31 + 64 bytes through the
+/// large-count forms (2 ranks, ~2 GiB of memory each): every page and the
+/// tail checked, Get_count_c exact, int and large-count forms matching each
+/// other, a short receive truncated without writing past its end.
+#[test]
+fn messages_beyond_int_max_items() {
+    expect_ok("large_messages", &[2]);
+}
+
 #[test]
 fn abort_ends_the_job() {
     let exe = build("abort");

@@ -1,7 +1,8 @@
 /* MPI-4.0 large-count forms (MPI_X_c): the same results as the int calls
  * for counts that fit an int, the queries over MPI_Count, and
  * MPI_ERR_COUNT (not a hang, not a truncation) for a count beyond INT_MAX
- * in a communication call (docs/capi.md "Large counts"). */
+ * in a call that takes int counts only (docs/capi.md "Large counts";
+ * large_messages.c sends such counts). */
 #include "check.h"
 
 static int cls(int rc) {
@@ -159,11 +160,17 @@ int main(int argc, char **argv) {
     CHECK(lb == 0 && ext == 12);
     OK(MPI_Type_free(&c3));
 
-    /* Beyond INT_MAX: MPI_ERR_COUNT on every rank, nothing sent. */
+    /* Beyond INT_MAX where only int counts are taken (every call but
+     * point-to-point and bcast, which large_messages.c runs with such
+     * counts): MPI_ERR_COUNT on every rank, nothing sent. A negative
+     * count beyond int is MPI_ERR_COUNT in the calls that take any count. */
     OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     MPI_Count huge = (MPI_Count)1 << 31;
-    CHECK(cls(MPI_Send_c(out, huge, MPI_INT, next, 4, MPI_COMM_WORLD)) == MPI_ERR_COUNT);
-    CHECK(cls(MPI_Bcast_c(out, huge, MPI_INT, 0, MPI_COMM_WORLD)) == MPI_ERR_COUNT);
+    CHECK(cls(MPI_Allreduce_c(out, in, huge, MPI_INT, MPI_SUM, MPI_COMM_WORLD)) == MPI_ERR_COUNT);
+    CHECK(cls(MPI_Gather_c(out, huge, MPI_INT, in, huge, MPI_INT, 0, MPI_COMM_WORLD)) ==
+          MPI_ERR_COUNT);
+    CHECK(cls(MPI_Send_c(out, -huge - 1, MPI_INT, next, 4, MPI_COMM_WORLD)) == MPI_ERR_COUNT);
+    CHECK(cls(MPI_Bcast_c(out, -huge - 1, MPI_INT, 0, MPI_COMM_WORLD)) == MPI_ERR_COUNT);
     counts[0] = huge;
     CHECK(cls(MPI_Alltoallv_c(all, counts, displs, MPI_INT, back, counts, displs, MPI_INT,
                               MPI_COMM_WORLD)) == MPI_ERR_COUNT);
