@@ -276,6 +276,8 @@ impl Builder {
             &[(o, l)] if ext > 0 && l as isize == ext => {
                 push_block(&mut self.blocks, disp + o, bytes);
             }
+            // No data (an empty type): nothing to place, whatever n is.
+            [] => {}
             blocks => {
                 if self
                     .blocks
