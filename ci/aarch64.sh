@@ -69,7 +69,7 @@ if ! [[ $body =~ ^[[:space:]]*b[[:space:]]+[0-9a-f]+[[:space:]]+\<MPI_Send\>[[:s
     echo "aarch64: FAILED: PMPI_Send is not one branch to MPI_Send: $body"
     exit 1
 fi
-echo "aarch64: $mpi MPI_ functions, each with its PMPI_ branch"
+echo "aarch64: $mpi MPI_ functions, each with its PMPI_ twin; PMPI_Send is one branch to MPI_Send"
 
 failed=0
 run() { # name ranks

@@ -106,19 +106,11 @@ macro_rules! by_wide {
         #[no_mangle]
         pub extern "C" fn $c($($arg: $argty),*) -> c_int {
             $(
-                // Keeps a wide type's handle until `$f` has returned.
-                let _held: Option<WideType>;
-                let ($cnt, $ty) = match c_int::try_from($cnt) {
-                    Ok(n) => {
-                        _held = None;
-                        (n, $ty)
-                    }
+                // `_held` keeps a wide type's handle until `$f` has returned.
+                let ($cnt, $ty, _held) = match c_int::try_from($cnt) {
+                    Ok(n) => (n, $ty, None),
                     Err(_) => match WideType::new($ty, $cnt) {
-                        Ok(w) => {
-                            let h = w.0;
-                            _held = Some(w);
-                            (1, h)
-                        }
+                        Ok(w) => (1, w.0, Some(w)),
                         Err(e) => return guard(stringify!($c), $comm, || Err(e)),
                     },
                 };
