@@ -10,8 +10,8 @@
 #   --soak    ~10^6 messages per transport, release build (minutes each)
 #   --rxe     also run over btl openib on a real soft-RoCE device (rxe0)
 #             inside the qemu VM of ci/rxe/rxe-run.sh (root only)
-#   --only N  run only transport N (sm, tcp, openib-tm1, openib-tm0, sm-credit,
-#             openib-tm1-credit, rxe)
+#   --only N  run only transport N (sm, tcp, openib-tm1, openib-tm1-all,
+#             openib-tm0, sm-credit, openib-tm1-credit, rxe)
 #   STRESS-ARGS are passed to every run (e.g. --seed 1234 to reproduce).
 #
 # env: STRESS_RANKS (default 3), STRESS_TIMEOUT (seconds per run; default
@@ -87,11 +87,17 @@ run() {
     t1=$(date +%s.%N)
     local secs
     secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
-    if [ $rc -eq 0 ] && grep -q '^stress: OK' "$log"; then
+    local nic
+    nic=$(sed -n 's/^pml_stats .* nic_matches=\([0-9]*\) .*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
+    if [ $rc -eq 0 ] && grep -q '^stress: OK' "$log" && { [ "$NEED_NIC" = 0 ] || [ "$nic" -gt 0 ]; }; then
         local msgs
         msgs=$(sed -n 's/^stress: OK .* messages \([0-9]*\) .*/\1/p' "$log")
         grep -E '^stress: OK|pml_stats' "$log"
-        SUMMARY+=("$name: OK ($msgs messages, ${secs} s)")
+        SUMMARY+=("$name: OK ($msgs messages, ${secs} s, $nic matched by the NIC)")
+    elif [ $rc -eq 0 ] && grep -q '^stress: OK' "$log"; then
+        grep -E '^stress: OK|pml_stats' "$log"
+        SUMMARY+=("$name: FAILED (tag matching on, but the NIC matched no receive)")
+        FAILED=1
     elif grep -q 'no BTL reaches' "$log"; then
         local why
         why=$(grep -m1 -o 'no BTL reaches.*' "$log")
@@ -104,10 +110,18 @@ run() {
     fi
 }
 
+NEED_NIC=0
 run sm --mca btl self,sm
 run tcp --mca btl self,tcp
-# pml_stats=1: each rank prints how many receives the NIC matched.
+# pml_stats=1: each rank prints how many receives the NIC matched; a run
+# with tag matching on fails when the NIC matched none (NEED_NIC=1).
+NEED_NIC=1
 run openib-tm1 --mca btl self,openib --mca btl_openib_if_include tmsoft0 --mca btl_openib_tm_enable 1 --mca pml_stats 1
+# Every receive size offloaded (pml_tm_thresh 0): small eager messages in
+# bounce buffers, eager messages across one packet (the soft NIC's path MTU
+# is 1 KiB: two completions), rendezvous read by the NIC and by software.
+run openib-tm1-all --mca btl self,openib --mca btl_openib_if_include tmsoft0 --mca btl_openib_tm_enable 1 --mca pml_stats 1 --mca pml_tm_thresh 0
+NEED_NIC=0
 run openib-tm0 --mca btl self,openib --mca btl_openib_if_include tmsoft0 --mca btl_openib_tm_enable 0 --mca pml_stats 1
 # A 2 KiB window of unexpected-message credit (pml_ob1_unexpected_limit):
 # most eager-sized sends switch to rendezvous; checks that flow control
@@ -115,6 +129,7 @@ run openib-tm0 --mca btl self,openib --mca btl_openib_if_include tmsoft0 --mca b
 # first design: MPI's progress rule) and keeps order, with and without the
 # NIC matching.
 run sm-credit --mca btl self,sm --mca pml_ob1_unexpected_limit 2K
+NEED_NIC=1
 run openib-tm1-credit --mca btl self,openib --mca btl_openib_if_include tmsoft0 --mca btl_openib_tm_enable 1 --mca pml_stats 1 --mca pml_ob1_unexpected_limit 2K
 
 if [ "$RXE" = 1 ] && { [ -z "$ONLY" ] || [ "$ONLY" = rxe ]; }; then

@@ -8,12 +8,14 @@
 //!
 //! Key: [`MODEX_KEY`] (`btl.openib`). Value, little-endian:
 //! ```text
-//! b"TOIB" | u8 version (1) | u8 module count
+//! b"TOIB" | u8 version (2) | u8 module count
 //! per module:
 //!   u8 name_len | name bytes | u8 port | u8 link (0 IB, 1 Ethernet)
 //!   | u8 mtu (ibv_mtu code) | u16 lid | [u8; 16] gid | u32 psn (24 bits)
 //!   | u32 tm_rndv_hdr (max_rndv_hdr_size when the module offloads tag
 //!     matching, 0 otherwise: bounds the inline data of RTS sent to it)
+//!   | u32 max_msg_sz (the port's largest message: bounds the rendezvous
+//!     requests its NIC is asked to read)
 //!   | u32 nqp | u32 qpn[nqp]   (qpn[r] = our QP for rank r; 0 = none)
 //! ```
 
@@ -22,7 +24,7 @@ use tmpi_verbs::{Gid, LinkLayer, Mtu};
 /// Modex key of btl-openib.
 pub const MODEX_KEY: &str = "btl.openib";
 const MAGIC: &[u8; 4] = b"TOIB";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 /// One module's published address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +45,8 @@ pub struct ModuleAddr {
     pub psn: u32,
     /// `max_rndv_hdr_size` of the module's TM-SRQ, 0 without tag matching.
     pub tm_rndv_hdr: u32,
+    /// The port's `max_msg_sz`.
+    pub max_msg_sz: u32,
     /// `qpns[r]`: this module's QP for rank `r` (0 = none).
     pub qpns: Vec<u32>,
 }
@@ -84,6 +88,7 @@ pub fn encode(mods: &[ModuleAddr]) -> Vec<u8> {
         v.extend_from_slice(&m.gid.0);
         v.extend_from_slice(&m.psn.to_le_bytes());
         v.extend_from_slice(&m.tm_rndv_hdr.to_le_bytes());
+        v.extend_from_slice(&m.max_msg_sz.to_le_bytes());
         v.extend_from_slice(&(m.qpns.len() as u32).to_le_bytes());
         for q in &m.qpns {
             v.extend_from_slice(&q.to_le_bytes());
@@ -150,6 +155,7 @@ pub fn decode(bytes: &[u8], max_ranks: u32) -> Result<Vec<ModuleAddr>, AddrError
             return Err(AddrError(format!("PSN {psn} exceeds 24 bits")));
         }
         let tm_rndv_hdr = r.u32()?;
+        let max_msg_sz = r.u32()?;
         let nqp = r.u32()?;
         if nqp > max_ranks {
             return Err(AddrError(format!("{nqp} QPs for a job of {max_ranks}")));
@@ -167,6 +173,7 @@ pub fn decode(bytes: &[u8], max_ranks: u32) -> Result<Vec<ModuleAddr>, AddrError
             gid: Gid(gid),
             psn,
             tm_rndv_hdr,
+            max_msg_sz,
             qpns,
         });
     }
@@ -190,6 +197,7 @@ mod tests {
             gid: Gid([7; 16]),
             psn: 0x00ab_cdef,
             tm_rndv_hdr: 64,
+            max_msg_sz: 1 << 30,
             qpns: vec![0, 17, 18],
         }
     }

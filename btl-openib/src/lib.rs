@@ -37,8 +37,9 @@ pub use component::{init, open_modules, probe, register, wire_up, Btl, COMPONENT
 pub use config::OpenibConfig;
 pub use error::{OpenibError, Result};
 pub use module::{
-    Event, Module, ModuleStats, Op, TmEvent, FIN_ERROR_LEN, MAX_RECV_ID, MAX_RNDV_LEN,
+    tm_list_ops, Event, Module, ModuleStats, Op, TmEvent, FIN_ERROR_LEN, MAX_RECV_ID, MAX_RNDV_LEN,
+    TM_MIN_UNTAGGED,
 };
 pub use rcache::{Reg, RegCache};
 pub use tm::{TmHandle, TmOffload};
-pub use tmpi_verbs::wire::{Rvh, Tmh};
+pub use tmpi_verbs::wire::{Rvh, Tmh, TmhOpcode, RVH_LEN, TMH_LEN};

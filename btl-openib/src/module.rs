@@ -106,29 +106,36 @@ pub enum TmEvent {
         /// `IBV_WC_TM_SYNC_REQ`.
         sync_req: bool,
     },
-    /// A message matched the tagged buffer. `complete`: eager data is in
-    /// place (the receive is done); otherwise a rendezvous is in progress and
-    /// [`TmEvent::RndvDone`] follows.
+    /// A message matched the tagged buffer (the NIC's first completion of
+    /// it, in matching order). `complete`: a single-packet eager message is
+    /// in place and the receive is done; otherwise [`TmEvent::DataValid`],
+    /// [`TmEvent::RndvIncomplete`] (with `after_match`) or an
+    /// [`Event::Failed`] follows.
     Matched {
         /// The receive.
         recv_id: u64,
-        /// Sender's world rank.
+        /// Sender's world rank when the completion names its QP, else
+        /// `u32::MAX` (mlx5's first completion of a multi-packet message is
+        /// a no-packet CQE whose QP number is not documented: take the
+        /// sender from the tag).
         peer: u32,
         /// The message's TMH tag.
         tag: u64,
         /// The message's app_ctx.
         app_ctx: u32,
-        /// Bytes in the buffer (eager: payload length).
+        /// Bytes in the buffer (single-packet eager: payload length).
         byte_len: u32,
         /// Data valid with the match.
         complete: bool,
     },
-    /// The NIC finished the rendezvous read into the tagged buffer and sent
-    /// the FIN: the receive is done.
-    RndvDone {
+    /// The data of a [`TmEvent::Matched`] `{ complete: false }` receive is in
+    /// its buffer: the rest of an eager message (`byte_len` bytes of
+    /// payload), or a rendezvous the NIC read (`byte_len` bytes) and
+    /// answered with a FIN. The receive is done.
+    DataValid {
         /// The receive.
         recv_id: u64,
-        /// Bytes read.
+        /// Bytes placed.
         byte_len: u32,
     },
     /// The tagged buffer was smaller than the rendezvous: the tag was
@@ -137,12 +144,12 @@ pub enum TmEvent {
     RndvIncomplete {
         /// The receive.
         recv_id: u64,
-        /// Sender's world rank.
-        peer: u32,
-        /// The request's TMH.
+        /// The request's TMH (from the match completion).
         tmh: Tmh,
         /// The request's RVH (read back from the buffer).
         rvh: Option<Rvh>,
+        /// A [`TmEvent::Matched`] `{ complete: false }` came first.
+        after_match: bool,
     },
     /// A TAG_DEL removed the buffer: it is the caller's again.
     Deleted {
@@ -225,6 +232,8 @@ struct Peer<P: Provider> {
     state: PeerState,
     /// Peer's TM `max_rndv_hdr_size` (0 = software matching there).
     rndv_hdr: u32,
+    /// Peer's port `max_msg_sz` (0 until connected).
+    max_msg_sz: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -260,8 +269,11 @@ struct GetOp<P: Provider> {
 
 struct Tagged<P: Provider> {
     reg: Reg<P>,
-    /// Set by the MATCH completion: (peer, info).
-    matched: Option<(u32, TmInfo)>,
+    /// The tag information of the first completion with MATCH.
+    matched: Option<TmInfo>,
+    /// That completion said RNDV_INCOMPLETE: software finishes the
+    /// rendezvous once DATA_VALID arrives.
+    sw_rndv: bool,
 }
 
 /// One port of one device, generic over the verbs provider.
@@ -400,10 +412,12 @@ impl<P: Provider> Module<P> {
         };
         let pd = ctx.alloc_pd()?;
         let tm_tags = cfg.tm_max_tags.min(caps.max_num_tags);
-        let tm_ops = caps.max_ops.max(1);
+        let tm_ops = tm_list_ops(tm_tags, caps.max_ops, dattr.max_qp_wr);
         let npeers = size.saturating_sub(1);
+        // Up to 3 completions per posted tag (UCX's rule: match, data, and
+        // the ADD's own), one per list operation, one per untagged buffer.
         let cqe =
-            cfg.srq_max + cfg.send_queue + if want_tm { 2 * tm_tags + tm_ops } else { 0 } + 64;
+            cfg.srq_max + cfg.send_queue + if want_tm { 3 * tm_tags + tm_ops } else { 0 } + 64;
         let cqe = cqe.min(dattr.max_cqe.max(1));
         let mut cq = ctx.create_cq_ex(&CqInitAttr {
             cqe,
@@ -419,7 +433,11 @@ impl<P: Provider> Module<P> {
             });
         }
         let cq = cq?;
-        let srq_max = cfg.srq_max.min(dattr.max_srq_wr.max(16));
+        let mut srq_max = cfg.srq_max.min(dattr.max_srq_wr.max(16));
+        if tm {
+            // mlx5 and UCX keep at least 33 untagged buffers on a TM-SRQ.
+            srq_max = srq_max.max(TM_MIN_UNTAGGED);
+        }
         let mut srq = None;
         if tm {
             match pd.create_srq_ex(
@@ -505,6 +523,7 @@ impl<P: Provider> Module<P> {
                 qp,
                 state: PeerState::Init,
                 rndv_hdr: 0,
+                max_msg_sz: 0,
             }));
         }
         let psn = initial_psn(me);
@@ -540,13 +559,23 @@ impl<P: Provider> Module<P> {
             me,
             rd_atom: rd,
             max_chunk,
-            tm: tm.then_some(caps),
+            // What the TM-SRQ was created with, not the device's maximum:
+            // the NIC refuses ADDs past the created list (ENOMEM).
+            tm: tm.then_some(TmCaps {
+                max_num_tags: tm_tags,
+                max_ops: tm_ops,
+                ..caps
+            }),
             tm_ops_out: 0,
             tm_max_ops: tm_ops,
             sw_unexpected: 0,
             next_get: 0,
             stats: ModuleStats {
-                recv_target: cfg.srq_size.min(srq_max),
+                recv_target: if tm {
+                    cfg.srq_size.clamp(TM_MIN_UNTAGGED, srq_max)
+                } else {
+                    cfg.srq_size.min(srq_max)
+                },
                 ..Default::default()
             },
             wcs: vec![WorkCompletion::default(); 64],
@@ -571,6 +600,7 @@ impl<P: Provider> Module<P> {
             gid: self.gid,
             psn: self.psn,
             tm_rndv_hdr: self.tm.map_or(0, |c| c.max_rndv_hdr_size),
+            max_msg_sz: self.port_attr.max_msg_sz,
             qpns: self
                 .peers
                 .iter()
@@ -627,6 +657,7 @@ impl<P: Provider> Module<P> {
         })?;
         peer.state = PeerState::Connected;
         peer.rndv_hdr = remote.tm_rndv_hdr;
+        peer.max_msg_sz = remote.max_msg_sz;
         tracing::debug!(target: "btl_openib", rank, qpn = peer.qp.qp_num(), dest_qp, ?mtu, "connected");
         Ok(())
     }
@@ -816,6 +847,20 @@ impl<P: Provider> Module<P> {
         )
     }
 
+    /// Largest rendezvous request to `rank`: the RVH's 32-bit length, and,
+    /// towards a peer whose NIC reads it (tag matching there), the largest
+    /// message of either port (`max_msg_sz`; 1 GiB on mlx5). UCX caps its
+    /// hardware rendezvous the same way.
+    pub fn max_rndv_len(&self, rank: u32) -> Result<usize> {
+        let p = self.peer(rank)?;
+        let mut limit = MAX_RNDV_LEN;
+        if p.rndv_hdr > 0 {
+            let msg = self.port_attr.max_msg_sz.min(p.max_msg_sz);
+            limit = limit.min(msg as usize);
+        }
+        Ok(limit)
+    }
+
     /// Sends a rendezvous request for `len` bytes at `buf`:
     /// `TMH(RNDV, app_ctx, tag) | RVH | inline`. The buffer is registered
     /// (cache) and stays pinned until the FIN arrives
@@ -838,12 +883,9 @@ impl<P: Provider> Module<P> {
         inline: &[u8],
         id: u64,
     ) -> Result<()> {
-        self.peer(rank)?;
-        if len == 0 || len > MAX_RNDV_LEN {
-            return Err(OpenibError::TooLarge {
-                len,
-                limit: MAX_RNDV_LEN,
-            });
+        let limit = self.max_rndv_len(rank)?;
+        if len == 0 || len > limit {
+            return Err(OpenibError::TooLarge { len, limit });
         }
         if inline.len() > self.max_rts_inline(rank) {
             return Err(OpenibError::TooLarge {
@@ -1418,88 +1460,109 @@ impl<P: Provider> Module<P> {
         out.push(Event::Tm(ev));
     }
 
+    /// A completion of a tagged buffer. mlx5 reports a match in one of
+    /// these forms (rdma-core `providers/mlx5/cq.c`, `handle_tag_matching`
+    /// and `mlx5_cq_read_wc_flags`; `Documentation/tag_matching.md`):
+    /// - one CQE `MATCH|DATA_VALID`: a single-packet eager message;
+    /// - `MATCH`, later `DATA_VALID`: an eager message of several packets,
+    ///   or a rendezvous the NIC reads itself;
+    /// - software rendezvous (`RNDV_INCOMPLETE`): one CQE
+    ///   `MATCH|DATA_VALID`; or `MATCH` with the status and a second CQE
+    ///   `DATA_VALID`; or a plain `MATCH` followed by a `MATCH|DATA_VALID`
+    ///   CQE with the status (a cancelled NIC rendezvous).
+    ///
+    /// The tag information is read only from the first CQE with `MATCH`
+    /// (later CQEs need not carry it), and the TMH/RVH of a software
+    /// rendezvous only once `DATA_VALID` is seen.
     fn tagged_completion(&mut self, wc: &WorkCompletion, recv_id: u64, out: &mut Vec<Event>) {
         let peer = self.rank_of(wc.qp_num);
+        let has_match = wc.flags.contains(WcFlags::TM_MATCH);
+        let valid = wc.flags.contains(WcFlags::TM_DATA_VALID);
+        let Some(t) = self.tagged.get_mut(&recv_id) else {
+            tracing::error!(target: "btl_openib", recv_id, status = ?wc.status,
+                "completion for a tagged buffer that is not posted; ignored");
+            return;
+        };
+        let first = t.matched.is_none();
+        if has_match && first {
+            t.matched = Some(wc.tm_info.unwrap_or_default());
+        }
+        let info = t.matched.unwrap_or_default();
+        let tmh = Tmh {
+            opcode: TmhOpcode::Rndv,
+            app_ctx: info.priv_,
+            tag: info.tag,
+        };
+        let matched_event = |complete| {
+            Event::Tm(TmEvent::Matched {
+                recv_id,
+                peer,
+                tag: info.tag,
+                app_ctx: info.priv_,
+                byte_len: wc.byte_len,
+                complete,
+            })
+        };
         match wc.status {
-            WcStatus::Success => {
-                let matched = wc.flags.contains(WcFlags::TM_MATCH);
-                let valid = wc.flags.contains(WcFlags::TM_DATA_VALID);
-                if matched {
-                    let info = wc.tm_info.unwrap_or_default();
-                    if let Some(t) = self.tagged.get_mut(&recv_id) {
-                        t.matched = Some((peer, info));
-                    }
-                    if valid {
-                        self.tagged.remove(&recv_id);
-                    }
-                    out.push(Event::Tm(TmEvent::Matched {
+            WcStatus::Success if has_match && valid && first => {
+                self.tagged.remove(&recv_id);
+                out.push(matched_event(true));
+            }
+            WcStatus::Success if has_match && first => out.push(matched_event(false)),
+            WcStatus::Success if valid && !first => {
+                let Some(t) = self.tagged.remove(&recv_id) else {
+                    return;
+                };
+                if t.sw_rndv {
+                    let rvh = read_rvh(&t.reg);
+                    out.push(Event::Tm(TmEvent::RndvIncomplete {
                         recv_id,
-                        peer,
-                        tag: info.tag,
-                        app_ctx: info.priv_,
-                        byte_len: wc.byte_len,
-                        complete: valid,
-                    }));
-                } else if valid {
-                    self.tagged.remove(&recv_id);
-                    out.push(Event::Tm(TmEvent::RndvDone {
-                        recv_id,
-                        byte_len: wc.byte_len,
+                        tmh,
+                        rvh,
+                        after_match: true,
                     }));
                 } else {
-                    tracing::error!(target: "btl_openib", recv_id, ?wc, "tagged completion without MATCH or DATA_VALID");
+                    out.push(Event::Tm(TmEvent::DataValid {
+                        recv_id,
+                        byte_len: wc.byte_len,
+                    }));
                 }
             }
-            WcStatus::TmRndvIncomplete => {
-                let t = self.tagged.remove(&recv_id);
-                let info = wc
-                    .tm_info
-                    .or(t.as_ref().and_then(|t| t.matched.map(|m| m.1)))
-                    .unwrap_or_default();
-                let rvh = t.as_ref().and_then(|t| read_rvh(&t.reg));
+            WcStatus::TmRndvIncomplete if valid => {
+                let Some(t) = self.tagged.remove(&recv_id) else {
+                    return;
+                };
+                let rvh = read_rvh(&t.reg);
                 out.push(Event::Tm(TmEvent::RndvIncomplete {
                     recv_id,
-                    peer,
-                    tmh: Tmh {
-                        opcode: TmhOpcode::Rndv,
-                        app_ctx: info.priv_,
-                        tag: info.tag,
-                    },
+                    tmh,
                     rvh,
+                    after_match: !first,
                 }));
+            }
+            WcStatus::TmRndvIncomplete if has_match && first => {
+                // The tag is not released: a DATA_VALID completion follows.
+                t.sw_rndv = true;
+                out.push(matched_event(false));
+            }
+            WcStatus::Success | WcStatus::TmRndvIncomplete => {
+                tracing::error!(target: "btl_openib", recv_id, status = ?wc.status,
+                    has_match, valid, first, "tagged completion out of sequence; ignored");
             }
             status => {
                 let t = self.tagged.remove(&recv_id);
-                let matched = t.and_then(|t| t.matched);
-                let peer = matched.map_or(peer, |m| m.0);
+                let was_matched = t.is_some_and(|t| t.matched.is_some());
                 if status != WcStatus::WrFlushErr {
-                    tracing::error!(target: "btl_openib", device = %self.device, recv_id, peer, ?status,
-                        "offloaded receive failed (rendezvous read by the NIC?)");
-                }
-                // A NIC-issued rendezvous read failed: the NIC sent no FIN;
-                // tell the sender so its send fails rather than hangs.
-                if let Some((p, info)) = matched {
-                    let tmh = Tmh {
-                        opcode: TmhOpcode::Rndv,
-                        app_ctx: info.priv_,
-                        tag: info.tag,
-                    };
-                    let rvh = Rvh {
-                        va: 0,
-                        rkey: 0,
-                        len: 0,
-                    };
-                    if let Err(e) = self.send_fin_error(p, tmh, rvh) {
-                        tracing::warn!(target: "btl_openib", peer = p, "could not send the error FIN: {e}");
-                    }
+                    tracing::error!(target: "btl_openib", device = %self.device, recv_id, ?status,
+                        was_matched, "offloaded receive failed at the NIC");
                 }
                 out.push(Event::Failed {
                     id: recv_id,
-                    peer,
+                    peer: u32::MAX,
                     op: Op::TaggedRecv,
                     error: OpenibError::Completion {
                         what: "offloaded receive",
-                        peer,
+                        peer: u32::MAX,
                         status,
                     },
                 });
@@ -1568,7 +1631,14 @@ impl<P: Provider> Module<P> {
         )
         .with_sync(unexpected_cnt);
         self.tm_post(&mut op)?;
-        self.tagged.insert(recv_id, Tagged { reg, matched: None });
+        self.tagged.insert(
+            recv_id,
+            Tagged {
+                reg,
+                matched: None,
+                sw_rndv: false,
+            },
+        );
         Ok(op.handle)
     }
 
@@ -1597,6 +1667,29 @@ impl<P: Provider> Module<P> {
     pub(crate) fn tm_unexpected(&self) -> u32 {
         self.sw_unexpected
     }
+}
+
+/// Untagged receive buffers a TM-SRQ keeps posted at least (mlx5 and UCX:
+/// `UCT_IB_MLX5_XRQ_MIN_UWQ_POST`).
+pub const TM_MIN_UNTAGGED: u32 = 33;
+
+/// The `max_ops` to create a TM-SRQ with: what a list of `tags` entries
+/// needs (UCX: `2 * tags + 2`, an ADD and a DEL per entry in flight), no more
+/// than the device reports, and no more than mlx5's command QP can hold. That
+/// QP is created with `max_send_wr = max_ops` and each of its work requests
+/// takes 4 send-queue basic blocks (rdma-core `providers/mlx5/verbs.c`:
+/// `create_cmd_qp`, `mlx5_calc_sq_size`), so creation fails with EINVAL once
+/// `roundup_pow2(4 * max_ops)` exceeds the device's send-queue size
+/// (`max_qp_wr`), which is also what the device reports as `max_ops`.
+pub fn tm_list_ops(tags: u32, dev_max_ops: u32, max_qp_wr: u32) -> u32 {
+    let want = tags.saturating_mul(2).saturating_add(2);
+    let sq_room = if max_qp_wr == 0 {
+        u32::MAX
+    } else {
+        // The largest power of two not above max_qp_wr, in basic blocks.
+        (1u32 << (31 - max_qp_wr.leading_zeros())) / 4
+    };
+    want.min(dev_max_ops).min(sq_room).max(1)
 }
 
 /// Reads the RVH the NIC left in a too-small tagged buffer.

@@ -31,10 +31,19 @@
 //!   [`TmOffload::tm_sync`].
 //! - A receive posted with [`TmOffload::tm_post_recv`] ends with exactly one
 //!   of: `Matched { complete: true }`; `Matched { complete: false }` then
-//!   `RndvDone`; `RndvIncomplete`; `Deleted`; or `Event::Failed` with
-//!   `Op::TaggedRecv`. `DelConsumed` means the DEL lost the race and the
-//!   match completion settles the receive. The NIC handle is reused only
-//!   after the receive ended.
+//!   `DataValid`, `RndvIncomplete { after_match: true }` or `Event::Failed`;
+//!   `RndvIncomplete { after_match: false }`; `Deleted`; or `Event::Failed`
+//!   with `Op::TaggedRecv`. `Matched` comes in matching order (serialised
+//!   with unexpected messages), its data may come much later: an eager
+//!   message longer than one packet and a NIC-read rendezvous both take two
+//!   completions on mlx5. Whether a `complete: false` match is an eager
+//!   message or a rendezvous is the caller's to know (the sender's app_ctx).
+//!   `DelConsumed` means the DEL lost the race and the match completion
+//!   settles the receive. The NIC handle is reused only after the receive
+//!   ended.
+//! - A failed NIC-issued rendezvous read sends no FIN: the caller tells the
+//!   sender ([`TmOffload`]'s FIN with `ok == false`), taking the sender from
+//!   the tag, not from the completion.
 //! - `max_ops` operations may be outstanding; beyond, operations return
 //!   [`OpenibError::Busy`] (retry after progress). A full tag list is also
 //!   `Busy`: keep the receive in software.

@@ -400,7 +400,7 @@ fn role_tm(job: &mut Job, m: &mut M) {
                     ..
                 }
             )
-        }) && tm_evt(e, |t| matches!(t, TmEvent::RndvDone { recv_id: 2, .. }))
+        }) && tm_evt(e, |t| matches!(t, TmEvent::DataValid { recv_id: 2, .. }))
             && has(e, |e| matches!(e, Event::Recv(f) if f.unexpected))
     });
     for e in &evs {
@@ -424,7 +424,7 @@ fn role_tm(job: &mut Job, m: &mut M) {
                 assert!(!complete, "rendezvous: data comes later");
                 assert_eq!(*peer, 0);
             }
-            Event::Tm(TmEvent::RndvDone {
+            Event::Tm(TmEvent::DataValid {
                 recv_id: 2,
                 byte_len,
             }) => assert_eq!(*byte_len, 200 * 1024),

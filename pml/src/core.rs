@@ -45,7 +45,7 @@ use crate::offload::Late;
 use crate::raw::{RawBuf, RawBufMut};
 use crate::region::Region;
 use crate::request::{ReqId, SendMode, Status, BSEND_OVERHEAD, PROC_NULL};
-use crate::transport::TmInput;
+use crate::transport::{NicData, TmInput};
 use crate::PmlError;
 
 /// What a BTL can do for one peer.
@@ -401,7 +401,7 @@ pub struct Core {
     /// Receives matched by the NIC to a rendezvous request, the NIC reading
     /// into their buffer: envelope, whether the split matcher reported the
     /// match, and the read's outcome once known.
-    nic_rndv: HashMap<u64, NicRndvState>,
+    nic_pending: HashMap<u64, NicPendingState>,
     /// Typed (non-contiguous) receives reading a rendezvous request of a
     /// tag-matching NIC peer, which cannot be pipelined: the get lands in
     /// this contiguous buffer, unpacked on success (by receive id).
@@ -409,10 +409,10 @@ pub struct Core {
 }
 
 #[derive(Debug)]
-struct NicRndvState {
+struct NicPendingState {
     env: tmpi_tm_engine::Envelope,
     reported: bool,
-    done: Option<Result<usize, String>>,
+    done: Option<Result<NicData, String>>,
 }
 
 impl std::fmt::Debug for Core {
@@ -449,7 +449,7 @@ impl Core {
             tm: false,
             tm_peers: Vec::new(),
             nic_bytes: HashMap::new(),
-            nic_rndv: HashMap::new(),
+            nic_pending: HashMap::new(),
             typed_get: HashMap::new(),
         }
     }
@@ -462,6 +462,16 @@ impl Core {
             ReqState::Recv { buf, .. } if buf.is_contiguous() => Some(buf),
             _ => None,
         }
+    }
+
+    /// World rank of the source receive `id` names (`None`: any source, or
+    /// not a receive).
+    pub fn recv_peer(&self, id: ReqId) -> Option<u32> {
+        let s = self.slots.get(id.index())?;
+        if s.gen != id.gen() || !matches!(s.state, ReqState::Recv { .. }) {
+            return None;
+        }
+        s.dep?.1
     }
 
     /// Turns the offload path on: `peers[r]` says whether world rank `r`
@@ -1977,10 +1987,10 @@ impl Core {
                     complete: true,
                 });
             }
-            TmInput::NicRndv { recv, id, envelope } => {
-                self.nic_rndv.insert(
+            TmInput::NicPending { recv, id, envelope } => {
+                self.nic_pending.insert(
                     recv,
-                    NicRndvState {
+                    NicPendingState {
                         env: envelope,
                         reported: false,
                         done: None,
@@ -1992,12 +2002,15 @@ impl Core {
                     complete: false,
                 });
             }
-            TmInput::NicRndvDone { recv, id, result } => {
-                if let Some(r) = self.nic_rndv.get_mut(&recv) {
-                    r.done = Some(result);
+            TmInput::NicData { recv, id, result } => {
+                match self.nic_pending.get_mut(&recv) {
+                    Some(r) => r.done = Some(result),
+                    None => {
+                        tracing::error!(target: "pml_ob1", recv, "NIC data for a receive without a pending match")
+                    }
                 }
                 self.nic_event(NicEvent::DataDone { id });
-                self.finish_nic_rndv(recv);
+                self.finish_nic_pending(wire, recv);
             }
             TmInput::SendDone { sreq, ok } => {
                 let f = FinHdr {
@@ -2100,21 +2113,24 @@ impl Core {
         }
     }
 
-    /// Completes receive `recv` of a NIC-read rendezvous once the split
-    /// matcher reported its match and the read ended.
-    fn finish_nic_rndv(&mut self, recv: u64) {
+    /// Finishes receive `recv`, matched by the NIC with its data coming
+    /// later, once the split matcher reported the match and the data are
+    /// in: a rendezvous the NIC read completes it; an eager fragment or a
+    /// rendezvous request software must finish goes the way of a
+    /// one-completion match.
+    fn finish_nic_pending(&mut self, wire: &mut dyn Wire, recv: u64) {
         let ready = self
-            .nic_rndv
+            .nic_pending
             .get(&recv)
             .is_some_and(|r| r.reported && r.done.is_some());
         if !ready {
             return;
         }
-        let Some(r) = self.nic_rndv.remove(&recv) else {
+        let Some(r) = self.nic_pending.remove(&recv) else {
             return;
         };
         let st = match r.done {
-            Some(Ok(n)) => {
+            Some(Ok(NicData::Read(n))) => {
                 self.stats.rndv_nic_read += 1;
                 Status {
                     source: r.env.source as i32,
@@ -2124,29 +2140,37 @@ impl Core {
                     cancelled: false,
                 }
             }
-            _ => {
-                let e = match &r.done {
-                    Some(Err(e)) => e.as_str(),
-                    _ => "",
-                };
-                tracing::error!(target: "pml_ob1", "rendezvous read by the NIC failed: {e}; the receive fails");
+            Some(Ok(NicData::Frag { peer, bytes })) => {
+                self.nic_bytes.insert(recv, Ok((peer, bytes)));
+                self.deliver_nic_bytes(wire, ReqId(recv));
+                return;
+            }
+            Some(Err(e)) => {
+                tracing::error!(target: "pml_ob1", "offloaded receive failed at the NIC: {e}; the receive fails");
                 Status {
                     error: MpiErrorClass::Other,
                     ..Status::empty()
                 }
             }
+            None => return,
         };
         self.complete(ReqId(recv), st);
     }
 
-    /// The NIC matched receive `id`: the fragment is in `nic_bytes`.
+    /// The NIC matched receive `id`: the fragment is in `nic_bytes`, or its
+    /// data are still coming (`nic_pending`).
     fn nic_matched(&mut self, wire: &mut dyn Wire, id: ReqId) {
-        if let Some(r) = self.nic_rndv.get_mut(&id.0) {
-            // The NIC reads the data; the receive completes when it is in.
+        if let Some(r) = self.nic_pending.get_mut(&id.0) {
             r.reported = true;
-            self.finish_nic_rndv(id.0);
+            self.finish_nic_pending(wire, id.0);
             return;
         }
+        self.deliver_nic_bytes(wire, id);
+    }
+
+    /// Completes or continues receive `id` with the fragment the NIC placed
+    /// for it (`nic_bytes`).
+    fn deliver_nic_bytes(&mut self, wire: &mut dyn Wire, id: ReqId) {
         let failed = |e: MpiErrorClass| Status {
             error: e,
             ..Status::empty()

@@ -22,7 +22,10 @@ use tmpi_base::mca::{Registry, SelectionList};
 use tmpi_base::modex::Modex;
 use tmpi_btl::{BtlComponent, BtlError, BtlFlags, BtlModule, RemoteRegion};
 
-use tmpi_btl_openib::{offload_of, Event, FragKind, Op, RecvFrag, Rvh, TmEvent, TmHandle, Tmh};
+use tmpi_btl_openib::{
+    offload_of, Event, FragKind, Op, RecvFrag, Rvh, TmEvent, TmHandle, Tmh, TmhOpcode, RVH_LEN,
+    TMH_LEN,
+};
 use tmpi_tm_engine::split::{NicAction, NicEvent, NicId};
 
 use crate::core::Limits;
@@ -33,7 +36,7 @@ use crate::hdr::{
 use crate::matching::Envelope;
 use crate::raw::{RawBuf, RawBufMut};
 use crate::region::Region;
-use crate::transport::{TmInput, Transport, TxError};
+use crate::transport::{NicData, TmInput, Transport, TxError};
 use crate::PmlError;
 
 /// Exit status of a process that lost a message to a completion error
@@ -115,8 +118,16 @@ const TOKEN_BASE: u64 = 1 << 63;
 /// rendezvous request may overwrite: MPI lets a receive modify only the
 /// bytes of the message it gets).
 enum TagBuf {
-    Bounce(Vec<u8>),
+    Bounce(Bounce),
     User(RawBufMut, Vec<u8>),
+}
+
+/// A bounce buffer for tagged receives, registered once for its lifetime
+/// (`pin`; `None` when registering failed: the ADD registers it then) and
+/// reused from [`TmState::pool`].
+struct Bounce {
+    mem: Vec<u8>,
+    pin: Option<Box<dyn std::any::Any + Send>>,
 }
 
 impl TagBuf {
@@ -124,7 +135,7 @@ impl TagBuf {
     /// user buffer gets its original first bytes back.
     fn take_head(&self, n: usize) -> Vec<u8> {
         match self {
-            TagBuf::Bounce(b) => b[..n.min(b.len())].to_vec(),
+            TagBuf::Bounce(b) => b.mem[..n.min(b.mem.len())].to_vec(),
             TagBuf::User(u, saved) => {
                 let n = n.min(u.len());
                 // SAFETY: the receive's buffer, valid until the receive
@@ -150,11 +161,59 @@ struct TmState {
     /// Size of every tagged buffer (the module's eager limit: any tagged pml
     /// fragment fits).
     buf_len: usize,
-    /// Posted tagged buffers: NIC id → (buffer, handle, receive).
-    bufs: HashMap<u64, (TagBuf, TmHandle, u64)>,
-    /// Receives whose buffer the NIC is reading a rendezvous into: NIC id
-    /// → receive.
-    rndv_inflight: HashMap<u64, u64>,
+    /// Posted tagged buffers by NIC id.
+    bufs: HashMap<u64, Tagged>,
+    /// Tagged buffers the NIC matched whose data are still coming (its
+    /// first of two completions was seen), by NIC id.
+    pending: HashMap<u64, PendingMatch>,
+    /// Bounce buffers not in use (at most `caps.0`).
+    pool: Vec<Bounce>,
+}
+
+impl TmState {
+    /// A tagged buffer is back from the NIC: a bounce buffer returns to
+    /// the pool.
+    fn recycle(&mut self, buf: TagBuf) {
+        if let TagBuf::Bounce(b) = buf {
+            if self.pool.len() < self.caps.0 as usize {
+                self.pool.push(b);
+            }
+        }
+    }
+
+    /// Every registration the offload path holds is released (before the
+    /// modules go); the memory stays until the modules are gone.
+    fn unpin_all(&mut self) {
+        let bufs = self.bufs.values_mut().map(|t| &mut t.buf);
+        let pending = self.pending.values_mut().map(|p| &mut p.buf);
+        for b in bufs.chain(pending) {
+            if let TagBuf::Bounce(b) = b {
+                b.pin = None;
+            }
+        }
+        for b in &mut self.pool {
+            b.pin = None;
+        }
+    }
+}
+
+/// A tagged buffer in the NIC's list.
+struct Tagged {
+    buf: TagBuf,
+    handle: TmHandle,
+    recv: u64,
+    /// World rank of the receive's source: the sender of whatever matches.
+    peer: Option<u32>,
+}
+
+/// A tagged buffer the NIC matched, waiting for its data.
+struct PendingMatch {
+    buf: TagBuf,
+    recv: u64,
+    peer: Option<u32>,
+    /// The message's TMH as the match completion gave it (opcode EAGER for
+    /// a pml eager fragment, RNDV otherwise).
+    tmh: Tmh,
 }
 
 impl std::fmt::Debug for BtlNet {
@@ -344,7 +403,8 @@ fn tm_state(
         peers,
         buf_len,
         bufs: HashMap::new(),
-        rndv_inflight: HashMap::new(),
+        pending: HashMap::new(),
+        pool: Vec::new(),
     })
 }
 
@@ -564,6 +624,9 @@ impl Transport for BtlNet {
     }
 
     fn finalize(&mut self) {
+        if let Some(tm) = &mut self.tm {
+            tm.unpin_all();
+        }
         for m in self.modules.iter_mut() {
             if let Err(e) = m.finalize() {
                 tracing::warn!(target: "pml_ob1", btl = m.name(), "finalize: {e}");
@@ -573,6 +636,8 @@ impl Transport for BtlNet {
         // buffers may go.
         if let Some(tm) = &mut self.tm {
             tm.bufs.clear();
+            tm.pending.clear();
+            tm.pool.clear();
         }
     }
 
@@ -653,7 +718,13 @@ impl Transport for BtlNet {
                 };
                 match (Some(i) == tm_module, self.tm.as_mut()) {
                     (true, Some(tm)) => {
-                        tm_input(tm, &mut self.rts_in, &mut self.next_token, ev, out)
+                        let mut ctx = TmInputCtx {
+                            tm,
+                            ob: &mut *ob,
+                            rts_in: &mut self.rts_in,
+                            next_token: &mut self.next_token,
+                        };
+                        ctx.input(ev, out)
                     }
                     _ => match ev {
                         // A peer with tag matching sent tagged; this
@@ -674,7 +745,12 @@ impl Transport for BtlNet {
         }
     }
 
-    fn tm_exec(&mut self, a: NicAction<u64>, user: Option<RawBufMut>) -> Option<NicEvent> {
+    fn tm_exec(
+        &mut self,
+        a: NicAction<u64>,
+        user: Option<RawBufMut>,
+        peer: Option<u32>,
+    ) -> Option<NicEvent> {
         let tm = self.tm.as_mut()?;
         let Some(ob) = offload_of(self.modules[tm.module].as_mut()) else {
             return match a {
@@ -703,10 +779,18 @@ impl Transport for BtlNet {
                         let head = unsafe { std::slice::from_raw_parts(u.ptr(), tm.buf_len) };
                         TagBuf::User(u, head.to_vec())
                     }
-                    _ => TagBuf::Bounce(vec![0u8; tm.buf_len]),
+                    _ => TagBuf::Bounce(tm.pool.pop().unwrap_or_else(|| {
+                        let mut mem = vec![0u8; tm.buf_len];
+                        // SAFETY: the Vec's heap memory stays allocated
+                        // while the pin lives (both move together; the pin
+                        // is dropped first, in `unpin_all`, before the
+                        // modules are finalized).
+                        let pin = unsafe { ob.ob_pin(mem.as_mut_ptr(), mem.len()) }.ok();
+                        Bounce { mem, pin }
+                    })),
                 };
                 let (ptr, len) = match &mut buf {
-                    TagBuf::Bounce(b) => (b.as_mut_ptr(), b.len()),
+                    TagBuf::Bounce(b) => (b.mem.as_mut_ptr(), b.mem.len()),
                     TagBuf::User(u, _) => (u.ptr(), u.len()),
                 };
                 // SAFETY: a bounce buffer's heap allocation does not move
@@ -719,21 +803,30 @@ impl Transport for BtlNet {
                     ob.ob_tm_post_recv(ptr, len, tag.tag, tag.mask, id.0, unexpected_cnt)
                 };
                 match r {
-                    Ok(h) => {
-                        tm.bufs.insert(id.0, (buf, h, recv));
+                    Ok(handle) => {
+                        tm.bufs.insert(
+                            id.0,
+                            Tagged {
+                                buf,
+                                handle,
+                                recv,
+                                peer,
+                            },
+                        );
                         None
                     }
                     Err(e) => {
                         tracing::debug!(target: "pml_ob1", recv, "TAG_ADD refused: {e}");
+                        tm.recycle(buf);
                         Some(NicEvent::AddRefused { id })
                     }
                 }
             }
             NicAction::Del { id, unexpected_cnt } => {
-                let Some(&(_, h, _)) = tm.bufs.get(&id.0) else {
+                let Some(t) = tm.bufs.get(&id.0) else {
                     return Some(NicEvent::DelRefused { id });
                 };
-                match ob.ob_tm_del(h, unexpected_cnt) {
+                match ob.ob_tm_del(t.handle, unexpected_cnt) {
                     Ok(()) => None,
                     Err(e) => {
                         tracing::debug!(target: "pml_ob1", "TAG_DEL refused: {e}");
@@ -811,6 +904,11 @@ impl BtlNet {
         // folded to 32 bits keeps concurrent requests of one envelope apart
         // (a collision is refused and takes the tagged-eager path).
         let app_ctx = (r.sreq as u32) ^ ((r.sreq >> 32) as u32);
+        if app_ctx == u32::from(BTL_TAG_PML) {
+            // The receiver tells eager fragments from rendezvous requests
+            // it matched by this app_ctx: keep them apart.
+            return None;
+        }
         // SAFETY: the region is the send request's buffer (registered by
         // `register` above for this RNDV); the request stays incomplete, its
         // buffer valid and unmodified (isend contract), until this
@@ -910,148 +1008,283 @@ fn rts_hdr(
     Some(hdr)
 }
 
-/// One event of the tag-matching module, as an input of the offload path.
-fn tm_input(
-    tm: &mut TmState,
-    rts_in: &mut HashMap<(u32, u64), (Tmh, Rvh)>,
-    next_token: &mut u64,
-    ev: Event,
-    out: &mut Vec<TmInput>,
-) {
-    match ev {
-        Event::RndvDone { id, .. } => out.push(TmInput::SendDone { sreq: id, ok: true }),
-        Event::Failed {
-            id,
-            op: Op::Rndv,
-            peer,
-            error,
-        } => {
-            tracing::error!(target: "pml_ob1", peer, "rendezvous send to rank {peer} failed: {error}");
-            out.push(TmInput::SendDone {
-                sreq: id,
-                ok: false,
-            })
+/// What turning one event of the tag-matching module into offload-path
+/// inputs needs.
+struct TmInputCtx<'a> {
+    tm: &'a mut TmState,
+    ob: &'a mut dyn tmpi_btl_openib::OffloadBtl,
+    rts_in: &'a mut HashMap<(u32, u64), (Tmh, Rvh)>,
+    next_token: &'a mut u64,
+}
+
+/// The sender of a NIC-matched message: the receive's source, known since
+/// its ADD (an offloaded receive names one source).
+fn sender_of(peer: Option<u32>, recv: u64) -> Result<u32, String> {
+    peer.ok_or_else(|| format!("NIC match for receive {recv}, which names no source"))
+}
+
+impl TmInputCtx<'_> {
+    /// One event of the tag-matching module, as inputs of the offload path.
+    fn input(&mut self, ev: Event, out: &mut Vec<TmInput>) {
+        match ev {
+            Event::RndvDone { id, .. } => out.push(TmInput::SendDone { sreq: id, ok: true }),
+            Event::Failed {
+                id,
+                op: Op::Rndv,
+                peer,
+                error,
+            } => {
+                tracing::error!(target: "pml_ob1", peer, "rendezvous send to rank {peer} failed: {error}");
+                out.push(TmInput::SendDone {
+                    sreq: id,
+                    ok: false,
+                })
+            }
+            Event::Recv(f) if f.tmh.app_ctx == u32::from(BTL_TAG_PML) && f.rvh.is_none() => {
+                out.push(TmInput::Frag {
+                    peer: f.peer,
+                    from_nic: f.unexpected,
+                    bytes: f.payload().to_vec(),
+                });
+            }
+            Event::Tm(t) => self.tm_event(t, out),
+            Event::Failed {
+                id,
+                op: Op::TaggedRecv,
+                error,
+                ..
+            } => self.failed(id, error.to_string(), out),
+            other => other_event(other),
         }
-        Event::Recv(f) if f.tmh.app_ctx == u32::from(BTL_TAG_PML) && f.rvh.is_none() => {
-            out.push(TmInput::Frag {
-                peer: f.peer,
-                from_nic: f.unexpected,
-                bytes: f.payload().to_vec(),
-            });
-        }
-        Event::Tm(t) => match t {
+    }
+
+    fn tm_event(&mut self, t: TmEvent, out: &mut Vec<TmInput>) {
+        match t {
             TmEvent::Added { recv_id, sync_req } => out.push(TmInput::Nic(NicEvent::Added {
                 id: NicId(recv_id),
                 sync_req,
             })),
             TmEvent::Matched {
                 recv_id,
-                peer,
                 tag,
+                app_ctx,
                 byte_len,
                 complete,
                 ..
-            } => {
-                let id = NicId(recv_id);
-                let Some((buf, _, recv)) = tm.bufs.remove(&recv_id) else {
-                    tracing::error!(target: "pml_ob1", recv_id, "NIC match for no tagged buffer");
-                    return;
-                };
-                let e = tmpi_btl_openib::tag::unpack(tag);
-                let envelope = tmpi_tm_engine::Envelope::new(e.context, e.source, e.tag);
-                if !complete && matches!(buf, TagBuf::User(..)) {
-                    // The NIC reads the rendezvous into the receive's buffer.
-                    tm.rndv_inflight.insert(recv_id, recv);
-                    out.push(TmInput::NicRndv { recv, id, envelope });
-                    return;
-                }
-                if !complete {
-                    out.push(TmInput::Failed {
-                        recv,
-                        id,
-                        error: "NIC rendezvous (not used by the pml)".into(),
-                    });
-                    return;
-                }
-                out.push(TmInput::Matched {
-                    recv,
-                    id,
-                    peer,
-                    envelope,
-                    bytes: buf.take_head(byte_len as usize),
-                });
-            }
-            TmEvent::RndvDone { recv_id, byte_len } => match tm.rndv_inflight.remove(&recv_id) {
-                Some(recv) => out.push(TmInput::NicRndvDone {
-                    recv,
-                    id: NicId(recv_id),
-                    result: Ok(byte_len as usize),
-                }),
-                None => out.push(TmInput::Nic(NicEvent::DataDone { id: NicId(recv_id) })),
-            },
+            } => self.matched(recv_id, tag, app_ctx, byte_len, complete, out),
+            TmEvent::DataValid { recv_id, byte_len } => self.data_valid(recv_id, byte_len, out),
             TmEvent::RndvIncomplete {
                 recv_id,
-                peer,
                 tmh,
                 rvh,
-            } => {
-                // The request is longer than the buffer: the entry is
-                // consumed, software finishes (read of what fits, FIN).
-                if let Some((buf, _, recv)) = tm.bufs.remove(&recv_id) {
-                    // TMH + RVH landed in the buffer: restore it.
-                    let _ = buf.take_head(64);
-                    let e = tmpi_btl_openib::tag::unpack(tmh.tag);
-                    let hdr = rvh.and_then(|rvh| rts_hdr(rts_in, next_token, peer, tmh, rvh));
-                    match hdr {
-                        Some(bytes) => out.push(TmInput::Matched {
-                            recv,
-                            id: NicId(recv_id),
-                            peer,
-                            envelope: tmpi_tm_engine::Envelope::new(e.context, e.source, e.tag),
-                            bytes,
-                        }),
-                        None => out.push(TmInput::Failed {
-                            recv,
-                            id: NicId(recv_id),
-                            error: "incomplete NIC rendezvous without its request".into(),
-                        }),
-                    }
-                }
-            }
+                after_match,
+            } => self.rndv_incomplete(recv_id, tmh, rvh, after_match, out),
             TmEvent::Deleted { recv_id } => {
-                tm.bufs.remove(&recv_id);
+                if let Some(t) = self.tm.bufs.remove(&recv_id) {
+                    self.tm.recycle(t.buf);
+                }
                 out.push(TmInput::Nic(NicEvent::Deleted { id: NicId(recv_id) }));
             }
             TmEvent::DelConsumed { recv_id } => {
                 out.push(TmInput::Nic(NicEvent::DelConsumed { id: NicId(recv_id) }))
             }
             TmEvent::Synced => out.push(TmInput::Nic(NicEvent::Synced)),
-        },
-        Event::Failed {
-            id,
-            op: Op::TaggedRecv,
-            error,
-            ..
-        } => {
-            if let Some(recv) = tm.rndv_inflight.remove(&id) {
-                tracing::error!(target: "pml_ob1", recv, "rendezvous read by the NIC failed: {error}");
-                out.push(TmInput::NicRndvDone {
-                    recv,
-                    id: NicId(id),
-                    result: Err(error.to_string()),
-                });
-            } else if let Some((_, _, recv)) = tm.bufs.remove(&id) {
-                tracing::error!(target: "pml_ob1", recv, "tagged receive failed: {error}");
-                out.push(TmInput::Failed {
-                    recv,
-                    id: NicId(id),
-                    error: error.to_string(),
-                });
-            }
         }
-        other => other_event(other),
+    }
+
+    /// The NIC's match of a tagged buffer, in matching order: complete (a
+    /// single-packet eager fragment is in the buffer), or the first of two
+    /// completions (the data follow).
+    fn matched(
+        &mut self,
+        recv_id: u64,
+        tag: u64,
+        app_ctx: u32,
+        byte_len: u32,
+        complete: bool,
+        out: &mut Vec<TmInput>,
+    ) {
+        let id = NicId(recv_id);
+        let Some(t) = self.tm.bufs.remove(&recv_id) else {
+            tracing::error!(target: "pml_ob1", recv_id, "NIC match for no tagged buffer");
+            return;
+        };
+        let e = tmpi_btl_openib::tag::unpack(tag);
+        let envelope = tmpi_tm_engine::Envelope::new(e.context, e.source, e.tag);
+        if !complete {
+            let opcode = if app_ctx == u32::from(BTL_TAG_PML) {
+                TmhOpcode::Eager
+            } else {
+                TmhOpcode::Rndv
+            };
+            self.tm.pending.insert(
+                recv_id,
+                PendingMatch {
+                    buf: t.buf,
+                    recv: t.recv,
+                    peer: t.peer,
+                    tmh: Tmh {
+                        opcode,
+                        app_ctx,
+                        tag,
+                    },
+                },
+            );
+            out.push(TmInput::NicPending {
+                recv: t.recv,
+                id,
+                envelope,
+            });
+            return;
+        }
+        let bytes = t.buf.take_head(byte_len as usize);
+        self.tm.recycle(t.buf);
+        match sender_of(t.peer, t.recv) {
+            Ok(peer) => out.push(TmInput::Matched {
+                recv: t.recv,
+                id,
+                peer,
+                envelope,
+                bytes,
+            }),
+            Err(error) => out.push(TmInput::Failed {
+                recv: t.recv,
+                id,
+                error,
+            }),
+        }
+    }
+
+    /// The data of a pending match are in: the rest of an eager fragment,
+    /// or a rendezvous the NIC read (and FINed).
+    fn data_valid(&mut self, recv_id: u64, byte_len: u32, out: &mut Vec<TmInput>) {
+        let Some(p) = self.tm.pending.remove(&recv_id) else {
+            tracing::error!(target: "pml_ob1", recv_id, "NIC data for no pending match");
+            out.push(TmInput::Nic(NicEvent::DataDone { id: NicId(recv_id) }));
+            return;
+        };
+        let result = if p.tmh.opcode == TmhOpcode::Eager {
+            let bytes = p.buf.take_head(byte_len as usize);
+            sender_of(p.peer, p.recv).map(|peer| NicData::Frag { peer, bytes })
+        } else if matches!(p.buf, TagBuf::User(..)) {
+            Ok(NicData::Read(byte_len as usize))
+        } else {
+            Err("NIC rendezvous into a bounce buffer".to_string())
+        };
+        self.tm.recycle(p.buf);
+        out.push(TmInput::NicData {
+            recv: p.recv,
+            id: NicId(recv_id),
+            result,
+        });
+    }
+
+    /// A rendezvous request longer than the tagged buffer: the NIC consumed
+    /// the entry and left TMH+RVH in the buffer; software reads and FINs
+    /// (the pml gets it as a RNDV whose region is the RVH).
+    fn rndv_incomplete(
+        &mut self,
+        recv_id: u64,
+        tmh: Tmh,
+        rvh: Option<Rvh>,
+        after_match: bool,
+        out: &mut Vec<TmInput>,
+    ) {
+        let id = NicId(recv_id);
+        let (buf, recv, peer, tmh) = if after_match {
+            let Some(p) = self.tm.pending.remove(&recv_id) else {
+                tracing::error!(target: "pml_ob1", recv_id, "software rendezvous for no pending match");
+                return;
+            };
+            (
+                p.buf,
+                p.recv,
+                p.peer,
+                Tmh {
+                    opcode: TmhOpcode::Rndv,
+                    ..p.tmh
+                },
+            )
+        } else {
+            let Some(t) = self.tm.bufs.remove(&recv_id) else {
+                tracing::error!(target: "pml_ob1", recv_id, "software rendezvous for no tagged buffer");
+                return;
+            };
+            (t.buf, t.recv, t.peer, tmh)
+        };
+        // TMH + RVH landed in the buffer: give a user buffer its bytes back.
+        let _ = buf.take_head(TMH_AND_RVH);
+        self.tm.recycle(buf);
+        let e = tmpi_btl_openib::tag::unpack(tmh.tag);
+        let envelope = tmpi_tm_engine::Envelope::new(e.context, e.source, e.tag);
+        let frag = sender_of(peer, recv).and_then(|peer| {
+            rvh.and_then(|rvh| rts_hdr(self.rts_in, self.next_token, peer, tmh, rvh))
+                .map(|bytes| (peer, bytes))
+                .ok_or_else(|| "incomplete NIC rendezvous without its request".to_string())
+        });
+        match (after_match, frag) {
+            (true, r) => out.push(TmInput::NicData {
+                recv,
+                id,
+                result: r.map(|(peer, bytes)| NicData::Frag { peer, bytes }),
+            }),
+            (false, Ok((peer, bytes))) => out.push(TmInput::Matched {
+                recv,
+                id,
+                peer,
+                envelope,
+                bytes,
+            }),
+            (false, Err(error)) => out.push(TmInput::Failed { recv, id, error }),
+        }
+    }
+
+    /// A tagged receive failed at the NIC: before its match (the receive
+    /// fails) or after it (its data never came). A rendezvous the NIC was
+    /// reading gets an error FIN, so the send fails rather than hangs: to
+    /// the receive's source, since the NIC's completions need not name the
+    /// sender's QP.
+    fn failed(&mut self, recv_id: u64, error: String, out: &mut Vec<TmInput>) {
+        let id = NicId(recv_id);
+        if let Some(p) = self.tm.pending.remove(&recv_id) {
+            tracing::error!(target: "pml_ob1", recv = p.recv, "offloaded receive failed after its match: {error}");
+            if p.tmh.opcode == TmhOpcode::Rndv {
+                match p.peer {
+                    Some(peer) => {
+                        let rvh = Rvh {
+                            va: 0,
+                            rkey: 0,
+                            len: 0,
+                        };
+                        if let Err(e) = self.ob.ob_send_fin(peer, p.tmh, rvh, false) {
+                            tracing::warn!(target: "pml_ob1", peer, "could not tell rank {peer} its rendezvous failed: {e}");
+                        }
+                    }
+                    None => {
+                        tracing::warn!(target: "pml_ob1", recv = p.recv, "failed NIC rendezvous of a receive without a source: no error FIN")
+                    }
+                }
+            }
+            self.tm.recycle(p.buf);
+            out.push(TmInput::NicData {
+                recv: p.recv,
+                id,
+                result: Err(error),
+            });
+        } else if let Some(t) = self.tm.bufs.remove(&recv_id) {
+            self.tm.recycle(t.buf);
+            tracing::error!(target: "pml_ob1", recv = t.recv, "tagged receive failed: {error}");
+            out.push(TmInput::Failed {
+                recv: t.recv,
+                id,
+                error,
+            });
+        }
     }
 }
+
+/// Bytes of TMH + RVH (what an incomplete rendezvous leaves in the buffer).
+const TMH_AND_RVH: usize = TMH_LEN + RVH_LEN;
 
 /// Events of an openib module the pml does not act on: logged. A send
 /// that failed after its request completed (eager and fragment sends

@@ -409,15 +409,17 @@ impl Inner {
         }
         core.drain_late(&mut w);
         while let Some(a) = core.poll_nic_action() {
-            let user = match a {
-                tmpi_tm_engine::split::NicAction::Add {
-                    recv,
-                    buffer: tmpi_tm_engine::split::NicBuffer::User,
-                    ..
-                } => core.recv_buffer(ReqId(recv)),
-                _ => None,
+            let (user, peer) = match a {
+                tmpi_tm_engine::split::NicAction::Add { recv, buffer, .. } => (
+                    match buffer {
+                        tmpi_tm_engine::split::NicBuffer::User => core.recv_buffer(ReqId(recv)),
+                        tmpi_tm_engine::split::NicBuffer::Bounce => None,
+                    },
+                    core.recv_peer(ReqId(recv)),
+                ),
+                _ => (None, None),
             };
-            if let Some(refused) = net.tm_exec(a, user) {
+            if let Some(refused) = net.tm_exec(a, user, peer) {
                 core.on_tm_input(&mut w, crate::transport::TmInput::Nic(refused));
             }
         }

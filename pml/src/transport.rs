@@ -91,11 +91,35 @@ pub trait Transport: Send {
     /// Tagged-path inputs since the last call, in CQ order.
     fn tm_take(&mut self, _out: &mut Vec<TmInput>) {}
     /// Executes a NIC-list operation; `Some(refusal)` when it was refused.
-    /// `user`: the receive's own buffer, for an ADD the split matcher wants
-    /// posted with the user's buffer (`NicBuffer::User`).
-    fn tm_exec(&mut self, _a: NicAction<u64>, _user: Option<RawBufMut>) -> Option<NicEvent> {
+    /// For an ADD: `user` is the receive's own buffer when the split matcher
+    /// wants it posted (`NicBuffer::User`), `peer` the world rank of the
+    /// receive's source (an offloaded receive names one): the sender of
+    /// whatever the NIC matches to it, which the NIC's first completion of a
+    /// multi-packet message does not reliably name.
+    fn tm_exec(
+        &mut self,
+        _a: NicAction<u64>,
+        _user: Option<RawBufMut>,
+        _peer: Option<u32>,
+    ) -> Option<NicEvent> {
         None
     }
+}
+
+/// What a NIC-matched receive got once its data are in.
+#[derive(Debug)]
+pub enum NicData {
+    /// The NIC read a rendezvous of this many bytes into the receive's
+    /// buffer and answered the sender itself.
+    Read(usize),
+    /// A pml fragment (an eager MATCH, or the RNDV standing for a
+    /// rendezvous software must finish) from world rank `peer`.
+    Frag {
+        /// World rank of the sender.
+        peer: u32,
+        /// The pml fragment.
+        bytes: Vec<u8>,
+    },
 }
 
 /// An input of the offload path (btl-openib with tag matching), in CQ order.
@@ -128,10 +152,12 @@ pub enum TmInput {
         /// The pml fragment.
         bytes: Vec<u8>,
     },
-    /// The NIC matched a rendezvous request (RTS) to receive `recv`, whose
-    /// own buffer is the tagged buffer: the NIC reads the data into it and
-    /// sends the FIN itself; [`TmInput::NicRndvDone`] follows.
-    NicRndv {
+    /// The NIC matched receive `recv` (list entry `id`) and its data are
+    /// still coming (mlx5's first of two completions: an eager message
+    /// longer than one packet, a rendezvous the NIC reads into the receive's
+    /// buffer, or a software rendezvous announced early); [`TmInput::NicData`]
+    /// follows.
+    NicPending {
         /// The receive.
         recv: u64,
         /// Its list entry.
@@ -139,15 +165,14 @@ pub enum TmInput {
         /// The matched envelope (from the tag).
         envelope: tmpi_tm_engine::Envelope,
     },
-    /// The NIC's read of a [`TmInput::NicRndv`] ended: `Ok(bytes)` landed in
-    /// the receive buffer, or the read failed.
-    NicRndvDone {
+    /// The data of a [`TmInput::NicPending`] receive, or why it failed.
+    NicData {
         /// The receive.
         recv: u64,
         /// Its list entry.
         id: NicId,
-        /// Bytes read, or what failed.
-        result: Result<usize, String>,
+        /// What landed.
+        result: Result<NicData, String>,
     },
     /// A rendezvous send that went out as a NIC rendezvous request ended
     /// (the receiver's FIN, or an error FIN / broken connection): as a pml

@@ -28,9 +28,22 @@ fn mca(tm: &'static str) -> Vec<(&'static str, &'static str)> {
 fn case(n: u32, name: &str, tm: &'static str, extra: &[(&str, &str)]) -> String {
     let _g = serial();
     let mut m = mca(tm);
+    if tm == "1" {
+        m.push(("pml_stats", "1"));
+    }
     m.extend_from_slice(extra);
     let out = run(n, 60, &m, PROG, &[name]);
     assert_ok(&out, &format!("p2p-check {name}: OK"));
+    if tm == "1" {
+        // Every run with tag matching on must have been matched by the NIC
+        // in part: a path that silently fell back to software proves nothing.
+        let se = String::from_utf8_lossy(&out.stderr);
+        let nic: u64 = pml_stats(&se, n).iter().map(|f| f["nic_matches"]).sum();
+        assert!(
+            nic > 0,
+            "p2p-check {name} {extra:?}: no receive matched by the NIC\n{se}"
+        );
+    }
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -85,6 +98,67 @@ fn tm_on_suite_2_ranks() {
         "order", "probe", "cancel", "truncate", "zero", "big", "ssend",
     ] {
         case(2, c, "1", &[]);
+    }
+}
+
+/// Sizes across one packet, the eager limit and the rendezvous switch,
+/// into bounce buffers and user buffers of several sizes, every receive
+/// held by the NIC when its message arrives: over the soft NIC's default
+/// 1 KiB path MTU (eager messages past one packet take two completions), the
+/// smallest and largest MTU, and a small eager limit.
+#[test]
+fn tm_on_sizes_across_packets_eager_limit_and_buffers() {
+    case(2, "sizes", "1", &[]);
+    case(2, "sizes", "1", &[("btl_openib_tmsoft_mtu", "256")]);
+    case(2, "sizes", "1", &[("btl_openib_tmsoft_mtu", "4096")]);
+    case(2, "sizes", "1", &[("pml_eager_limit", "2048")]);
+    case(3, "sizes", "1", &[("btl_openib_tmsoft_mtu", "512")]);
+}
+
+/// Truncated rendezvous into an offloaded receive is finished in software
+/// (RNDV_INCOMPLETE) in each of mlx5's three completion forms.
+#[test]
+fn tm_on_software_rendezvous_in_each_completion_form() {
+    for form in ["single", "match_first", "cancel", "rotate"] {
+        case(
+            2,
+            "truncate_posted",
+            "1",
+            &[("btl_openib_tmsoft_sw_rndv_form", form)],
+        );
+        case(2, "big", "1", &[("btl_openib_tmsoft_sw_rndv_form", form)]);
+    }
+}
+
+/// Small receives offloaded with bounce buffers (`pml_tm_thresh 0`) reuse
+/// a pool of buffers registered once, so an ADD does not register memory
+/// (tens of microseconds on hardware) even with the registration cache off
+/// (the default): 1 600 receives matched by the NIC per rank cost a few
+/// dozen registrations.
+#[test]
+fn bounce_buffers_are_registered_once_not_per_add() {
+    let _g = serial();
+    let mut m = mca("1");
+    m.push(("pml_stats", "1"));
+    m.push(("btl_openib_verbose", "100"));
+    let out = run(2, 60, &m, PROG, &["small_rounds"]);
+    assert_ok(&out, "p2p-check small_rounds: OK");
+    let se = String::from_utf8_lossy(&out.stderr);
+    let st = pml_stats(&se, 2);
+    let nic: u64 = st.iter().map(|f| f["nic_matches"]).sum();
+    assert!(nic >= 3_000, "{st:?}");
+    let regs: Vec<u64> = se
+        .lines()
+        .filter_map(|l| {
+            let at = l.find("registration cache at finalize: ")?;
+            let rest = &l[at..];
+            let i = rest.find(" hits, ")? + " hits, ".len();
+            rest[i..].split(' ').next()?.parse().ok()
+        })
+        .collect();
+    assert_eq!(regs.len(), 2, "one registration cache line per rank\n{se}");
+    for r in regs {
+        assert!(r < 200, "{r} registrations for {nic} NIC-matched receives");
     }
 }
 
@@ -362,6 +436,30 @@ fn nic_matched_rendezvous_is_read_by_the_nic_sizes_and_offsets() {
     assert_eq!(rank_stat(&se, 1, "rndv_get"), 1, "{se}");
 }
 
+/// A rendezvous longer than the port's largest message (`max_msg_sz`, 1 GiB
+/// on mlx5; 64 KiB here) is never handed to the receiver's NIC to read: the
+/// sender announces it in software and the receiver reads it in
+/// `max_msg_sz` pieces. Without the cap the soft NIC, like the worst case
+/// of the hardware, consumes the entry and fails the read.
+#[test]
+fn rendezvous_beyond_max_msg_sz_is_read_in_software() {
+    let cap = [("btl_openib_tmsoft_max_msg_sz", "65536")];
+    for bytes in [65_537usize, 1 << 20] {
+        let b = bytes.to_string();
+        let (code, so, se) = fault_run("1", &cap, &[&b, "0"]);
+        assert_eq!(code, 0, "{bytes}\n{so}\n{se}");
+        assert!(
+            so.contains(&format!("rank 1 recv ok bytes={bytes}")),
+            "{so}\n{se}"
+        );
+        assert_eq!(rank_stat(&se, 1, "rndv_nic_read"), 0, "{se}");
+        assert_eq!(rank_stat(&se, 1, "rndv_get"), 1, "{se}");
+        // The request itself was still matched by the NIC (as a tagged
+        // eager RNDV).
+        assert_eq!(pml_stats(&se, 2)[1]["nic_matches"], 1, "{se}");
+    }
+}
+
 #[test]
 fn completion_error_on_the_rendezvous_read_fails_the_receive_and_ends_the_job() {
     for tm in ["0", "1"] {
@@ -386,6 +484,27 @@ fn completion_error_on_the_rendezvous_read_fails_the_receive_and_ends_the_job() 
         assert!(!se.contains("timed out"), "tm={tm}\n{se}");
         assert_eq!(code, 3, "tm={tm}\n{so}\n{se}");
     }
+}
+
+/// A rendezvous the NIC matched and failed to read ends with an error FIN
+/// to the sender, whose send then fails by itself (the receiver lingers
+/// instead of ending the job). The FIN goes to the receive's source: the
+/// NIC's match completion (a no-packet CQE on mlx5, modelled with QP
+/// number 0 by the soft NIC) does not name the sender's QP.
+#[test]
+fn failed_nic_read_fails_the_send_through_the_error_fin() {
+    let inject = [("btl_openib_tmsoft_inject_error", "read:1")];
+    let (code, so, se) = fault_run("1", &inject, &["1048576", "100", "linger"]);
+    assert!(
+        so.contains("rank 1 recv error class=MPI_ERR_OTHER"),
+        "{so}\n{se}"
+    );
+    assert!(
+        so.contains("rank 0 send error class=MPI_ERR_OTHER"),
+        "the sender did not learn of the failed read\n{so}\n{se}"
+    );
+    assert!(!se.contains("timed out"), "{se}");
+    assert_eq!(code, 3, "{so}\n{se}");
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! A two-rank rendezvous used by the openib tests (`tests/tests/openib_soft.rs`):
-//! `tmpirun -n 2 openib-fault BYTES [OFFSET [late|trunc]]`.
+//! `tmpirun -n 2 openib-fault BYTES [OFFSET [late|trunc|linger]]`.
 //!
 //! Rank 0 sends `BYTES` bytes (taken at `OFFSET` inside a larger vector, so
 //! the buffer need not be page-aligned) to rank 1 with tag 5; rank 1
@@ -9,7 +9,10 @@
 //! rank 0 sends at once and rank 1 probes for the message before posting
 //! (the request arrives unexpected); with `trunc` rank 1's buffer holds
 //! only half the message: it expects `MPI_ERR_TRUNCATE` with the first half
-//! of the data, prints `rank 1 recv truncated bytes=N` and goes on. Each
+//! of the data, prints `rank 1 recv truncated bytes=N` and goes on; with
+//! `linger` rank 1, when its receive fails, prints its error line and then
+//! waits (up to a minute) instead of exiting, so the job ends only when
+//! rank 0 learns of the failure by itself (its send fails). Each
 //! rank prints one line: `rank R send ok`, `rank R recv ok
 //! bytes=N fnv=H` (the data checked against the pattern), or `rank R
 //! {send|recv} error class=CLASS: message` and then exits with status 3
@@ -87,6 +90,12 @@ fn run(w: &Comm, len: usize, off: usize, mode: &str) -> Result<(), String> {
                 println!("rank 1 recv truncated bytes={cap}");
                 let _ = std::io::stdout().flush();
                 return w.barrier().map_err(|e| e.to_string());
+            }
+            Err((what, e)) if mode == "linger" => {
+                println!("rank {rank} {what} error class={}: {e}", e.class().name());
+                let _ = std::io::stdout().flush();
+                std::thread::sleep(std::time::Duration::from_secs(60));
+                std::process::exit(3)
             }
             Err((what, e)) => report(rank, what, &e),
         };

@@ -418,6 +418,49 @@ fn truncate(w: &Comm) -> R {
     w.barrier().map_err(e)
 }
 
+/// A 1 MiB rendezvous into a receive of half its size that was posted
+/// (and, with tag matching on, handed to the NIC) before the message left:
+/// the NIC consumes the entry and hands the request to software
+/// (RNDV_INCOMPLETE), which reports the truncation with the prefix in place.
+fn truncate_posted(w: &Comm) -> R {
+    let n = 1usize << 20;
+    let cut = n / 2 + 3;
+    match w.rank() {
+        0 => {
+            let mut region = vec![0xa5u8; n];
+            let mut next = [0u8; 64];
+            let (head, tail) = region.split_at_mut(cut);
+            let first = tmpi::scope(|s| -> Result<Result<tmpi::Status, Error>, Error> {
+                let r1 = w.irecv(s, head, 1, 5)?;
+                let r2 = w.irecv(s, &mut next, 1, 6)?;
+                w.barrier()?;
+                let first = r1.wait();
+                r2.wait()?;
+                Ok(first)
+            })
+            .map_err(e)?;
+            let err = first.expect_err("truncation not reported");
+            ensure!(
+                err.class() == MpiErrorClass::Truncate,
+                "class {:?}",
+                err.class()
+            );
+            let st = err.status().ok_or("no status")?;
+            ensure!(st.bytes() == cut && st.source() == 1, "status {st:?}");
+            ensure!(head[..] == payload(7, n)[..cut], "prefix differs");
+            ensure!(tail.iter().all(|&b| b == 0xa5), "written past the buffer");
+            ensure!(next[..] == payload(8, 64)[..], "later message damaged");
+        }
+        1 => {
+            w.barrier().map_err(e)?;
+            w.send(&payload(7, n), 0, 5).map_err(e)?;
+            w.send(&payload(8, 64), 0, 6).map_err(e)?;
+        }
+        _ => w.barrier().map_err(e)?,
+    }
+    w.barrier().map_err(e)
+}
+
 /// Zero-byte messages in every mode, to peers and to self.
 fn zero(w: &Comm) -> R {
     let (rank, size) = (w.rank(), w.size());
@@ -494,6 +537,115 @@ fn big(w: &Comm) -> R {
         );
     }
     w.barrier().map_err(e)
+}
+
+/// Message sizes across one packet of a 1 KiB path MTU (the soft NIC's
+/// default), the eager limit and the rendezvous switch, each received into
+/// a buffer of exactly its size and into larger ones (user buffers the NIC
+/// writes into, and with `pml_tm_max_bb_size` above them bounce buffers).
+/// The receives are posted and a barrier passed before anything is sent,
+/// so with tag matching on the NIC holds them when the messages arrive.
+fn sizes(w: &Comm) -> R {
+    let sizes = [
+        0usize, 1, 900, 990, 1000, 1023, 1024, 1025, 2000, 2048, 4095, 4096, 4097, 8000, 8100,
+        8191, 8192, 8193, 12_000, 16_384, 65_536, 300_001,
+    ];
+    let extra = [0usize, 1, 4096];
+    if w.rank() > 1 {
+        // Two barriers per direction, one at the end.
+        for _ in 0..5 {
+            w.barrier().map_err(e)?;
+        }
+        return Ok(());
+    }
+    let peer = 1 - w.rank();
+    for dir in 0..2 {
+        let receiver = w.rank() == dir;
+        let cases: Vec<(usize, usize)> = sizes
+            .iter()
+            .flat_map(|&n| extra.iter().map(move |&x| (n, n + x)))
+            .collect();
+        let seed = |k: usize| 77_000 + k as u64 + 1000 * dir as u64;
+        if receiver {
+            let mut bufs: Vec<Vec<u8>> = cases.iter().map(|&(_, cap)| vec![0xa5; cap]).collect();
+            let mut sts = Vec::new();
+            tmpi::scope(|s| -> Result<(), Error> {
+                let mut reqs = Vec::new();
+                for (k, b) in bufs.iter_mut().enumerate() {
+                    reqs.push(w.irecv(s, b.as_mut_slice(), peer, k as i32)?);
+                }
+                w.barrier()?;
+                sts = Request::wait_all(reqs)?;
+                Ok(())
+            })
+            .map_err(e)?;
+            for (k, &(n, cap)) in cases.iter().enumerate() {
+                let st = &sts[k];
+                ensure!(
+                    st.bytes() == n,
+                    "{n} bytes into {cap}: status says {} bytes",
+                    st.bytes()
+                );
+                ensure!(
+                    bufs[k][..n] == payload(seed(k), n)[..],
+                    "{n} bytes into {cap}: payload differs"
+                );
+                ensure!(
+                    bufs[k][n..].iter().all(|&b| b == 0xa5),
+                    "{n} bytes into {cap}: bytes past the message were written"
+                );
+            }
+        } else {
+            w.barrier().map_err(e)?;
+            for (k, &(n, _)) in cases.iter().enumerate() {
+                w.send(&payload(seed(k), n), peer, k as i32).map_err(e)?;
+            }
+        }
+        w.barrier().map_err(e)?;
+    }
+    w.barrier().map_err(e)
+}
+
+/// 100 rounds of 32 small receives posted (then a barrier) before their
+/// messages are sent: with tag matching on and every size offloaded, the
+/// NIC matches them in bounce buffers, 3 200 list entries per rank.
+fn small_rounds(w: &Comm) -> R {
+    const ROUNDS: usize = 100;
+    const N: usize = 32;
+    if w.rank() > 1 {
+        for _ in 0..2 * ROUNDS {
+            w.barrier().map_err(e)?;
+        }
+        return Ok(());
+    }
+    let peer = 1 - w.rank();
+    for round in 0..ROUNDS {
+        let receiver = w.rank() as usize == round % 2;
+        if receiver {
+            let mut inb = vec![[0u64; 1]; N];
+            tmpi::scope(|s| -> Result<(), Error> {
+                let mut reqs = Vec::with_capacity(N);
+                for (i, b) in inb.iter_mut().enumerate() {
+                    reqs.push(w.irecv(s, b.as_mut_slice(), peer, i as i32)?);
+                }
+                w.barrier()?;
+                Request::wait_all(reqs)?;
+                Ok(())
+            })
+            .map_err(e)?;
+            for (i, b) in inb.iter().enumerate() {
+                ensure!(b[0] == (round * N + i) as u64, "round {round} message {i}");
+            }
+        } else {
+            w.barrier().map_err(e)?;
+            for i in 0..N {
+                w.send(&[(round * N + i) as u64], peer, i as i32)
+                    .map_err(e)?;
+            }
+        }
+        w.barrier().map_err(e)?;
+    }
+    Ok(())
 }
 
 /// 10 000 outstanding requests on each side.
@@ -659,9 +811,12 @@ fn main() -> ExitCode {
         "probe" => probe(&w),
         "cancel" => cancel(&w),
         "truncate" => truncate(&w),
+        "truncate_posted" => truncate_posted(&w),
         "direct" => direct(&mpi, &w),
         "zero" => zero(&w),
         "big" => big(&w),
+        "sizes" => sizes(&w),
+        "small_rounds" => small_rounds(&w),
         "many" => many(&w),
         "ssend" => ssend(&w),
         "self" => selfsend(&w, &mpi.self_comm()),

@@ -361,13 +361,11 @@ impl<R: Copy, M: Copy> SplitMatcher<R, M> {
                     });
                 }
                 Queued::Del(idx, gen) => {
-                    let cnt = if self.stall == Some(idx) {
-                        // The stall's own DEL: removal and resumption happen together.
-                        self.stall_excl = 0;
-                        self.sw_cnt
-                    } else {
-                        self.sw_cnt.wrapping_sub(self.stall_excl)
-                    };
+                    // The stall's own DEL too carries the count without the stalled message:
+                    // whether a NIC applies a new count and a removal atomically is not
+                    // documented, so matching resumes only with the SYNC (or the next
+                    // operation) that follows the DEL's completion.
+                    let cnt = self.sw_cnt.wrapping_sub(self.stall_excl);
                     let Some(rec) = self.live_rec_mut(idx, gen) else {
                         continue;
                     };
