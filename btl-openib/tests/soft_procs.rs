@@ -389,18 +389,12 @@ fn role_tm(job: &mut Job, m: &mut M) {
     barrier(job, m, &mut evs);
     // Phase 1: the NIC matches eager into `a` and reads the rendezvous into
     // `b` itself; the internal tag is not matched by the ANY_TAG entry
-    // (matching was active: counts equal).
+    // (matching was active: counts equal). The 3000-byte eager message spans
+    // three packets of the soft NIC's 1 KiB MTU: a match first (its tag
+    // information, no data, no QP number), the data later.
     wait_until(m, &mut evs, |e| {
-        tm_evt(e, |t| {
-            matches!(
-                t,
-                TmEvent::Matched {
-                    recv_id: 1,
-                    complete: true,
-                    ..
-                }
-            )
-        }) && tm_evt(e, |t| matches!(t, TmEvent::DataValid { recv_id: 2, .. }))
+        tm_evt(e, |t| matches!(t, TmEvent::DataValid { recv_id: 1, .. }))
+            && tm_evt(e, |t| matches!(t, TmEvent::DataValid { recv_id: 2, .. }))
             && has(e, |e| matches!(e, Event::Recv(f) if f.unexpected))
     });
     for e in &evs {
@@ -410,11 +404,16 @@ fn role_tm(job: &mut Job, m: &mut M) {
                 peer,
                 tag: t,
                 app_ctx,
-                byte_len,
+                complete,
                 ..
             }) => {
-                assert_eq!((*peer, *t, *app_ctx, *byte_len), (0, tag(1, 0, 5), 1, 3000));
+                assert!(!complete, "a multi-packet eager message: data comes later");
+                assert_eq!((*peer, *t, *app_ctx), (u32::MAX, tag(1, 0, 5), 1));
             }
+            Event::Tm(TmEvent::DataValid {
+                recv_id: 1,
+                byte_len,
+            }) => assert_eq!(*byte_len, 3000),
             Event::Tm(TmEvent::Matched {
                 recv_id: 2,
                 complete,
@@ -422,7 +421,7 @@ fn role_tm(job: &mut Job, m: &mut M) {
                 ..
             }) => {
                 assert!(!complete, "rendezvous: data comes later");
-                assert_eq!(*peer, 0);
+                assert_eq!(*peer, u32::MAX, "a no-packet CQE names no QP");
             }
             Event::Tm(TmEvent::DataValid {
                 recv_id: 2,
@@ -804,9 +803,34 @@ fn role_nic_read_error(job: &mut Job, m: &mut M) {
         .find(|e| matches!(e, Event::Failed { id: 7, .. }))
         .unwrap();
     assert!(
-        matches!(failed, Event::Failed { op: Op::TaggedRecv, peer: 0, error: OpenibError::Completion { status, .. }, .. } if *status != WcStatus::Success),
+        matches!(failed, Event::Failed { op: Op::TaggedRecv, error: OpenibError::Completion { status, .. }, .. } if *status != WcStatus::Success),
         "{failed:?}"
     );
+    // The NIC sent no FIN: the caller tells the sender (rank 0, the
+    // receive's source), with the tag information of the match.
+    let (t, ctx) = evs
+        .iter()
+        .find_map(|e| match e {
+            Event::Tm(TmEvent::Matched {
+                recv_id: 7,
+                tag,
+                app_ctx,
+                ..
+            }) => Some((*tag, *app_ctx)),
+            _ => None,
+        })
+        .unwrap();
+    let tmh = tmpi_verbs::wire::Tmh {
+        opcode: tmpi_verbs::wire::TmhOpcode::Rndv,
+        app_ctx: ctx,
+        tag: t,
+    };
+    let rvh = Rvh {
+        va: 0,
+        rkey: 0,
+        len: 0,
+    };
+    m.send_fin_error(0, tmh, rvh).unwrap();
     assert!(buf.iter().all(|&b| b == 0), "nothing written");
     evs.clear();
     barrier(job, m, &mut evs);

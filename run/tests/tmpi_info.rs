@@ -371,7 +371,7 @@ fn rdma_lists_soft_nic_with_its_caps() {
     );
     assert!(
         out.contains(&format!(
-            "{line}\n    port 1: Active, Ethernet, active MTU 4096, LID 0\n"
+            "{line}\n    port 1: Active, Ethernet, active MTU 1024, LID 0\n"
         )),
         "{out}"
     );
@@ -388,10 +388,10 @@ fn rdma_lists_soft_nic_with_its_caps() {
         "rdma:device:tmsoft0:provider:soft",
         "rdma:device:tmsoft0:tm:supported:no",
         "rdma:device:tmsoft0:tm:max_num_tags:0",
-        "rdma:device:tmsoft0:tm:max_ops:64",
+        "rdma:device:tmsoft0:tm:max_ops:32768",
         "rdma:device:tmsoft0:tm:max_rndv_hdr_size:64",
         "rdma:device:tmsoft0:tm:flags:0",
-        "rdma:device:tmsoft0:port:1:Active:Ethernet:mtu:4096:lid:0",
+        "rdma:device:tmsoft0:port:1:Active:Ethernet:mtu:1024:lid:0",
     ] {
         assert!(lines.contains(&want), "missing {want:?} in\n{out}");
     }

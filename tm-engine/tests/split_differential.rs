@@ -310,8 +310,10 @@ fn differential_capacity_pressure() {
 
 /// Receives of full size, messages that mostly find a receive, few wildcards, a roomy list: the
 /// path that matters in production. (The random schedule still delays NIC operations against
-/// arrivals far more than hardware does, so the NIC is often suspended by the count; at least
-/// one offloaded receive in ten must be matched by the NIC.)
+/// arrivals far more than hardware does, so the NIC is often suspended by the count, and after
+/// each of the many stalls matching resumes only with the SYNC that follows the DEL's
+/// completion, never with the DEL itself; at least one offloaded receive in twenty must be
+/// matched by the NIC.)
 #[test]
 fn differential_nic_heavy() {
     let n = (cases() / 10).max(1);
@@ -319,7 +321,7 @@ fn differential_nic_heavy() {
     assert_coverage("nic-heavy", &t, n);
     if n >= 2000 {
         assert!(
-            t.nic_matches * 10 > t.offloaded,
+            t.nic_matches * 20 > t.offloaded,
             "NIC matches too rare to mean anything: {t}"
         );
     }

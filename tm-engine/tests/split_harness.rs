@@ -137,6 +137,9 @@ pub struct Sim {
     waiting: HashMap<u32, std::collections::BTreeSet<u64>>,
     cancel_pending: HashMap<u64, u32>,
     nic_msg: Option<u64>,
+    /// Tagged buffers whose match completion came without the data: their
+    /// next completion is the data's (mlx5's two-completion forms).
+    data_pending: std::collections::HashSet<u64>,
     pub trace: Vec<String>,
     pub tracing: bool,
     pub max_live_seen: u32,
@@ -174,6 +177,7 @@ impl Sim {
             waiting: HashMap::new(),
             cancel_pending: HashMap::new(),
             nic_msg: None,
+            data_pending: std::collections::HashSet::new(),
             trace: Vec::new(),
             tracing: false,
             max_live_seen: 0,
@@ -478,21 +482,26 @@ impl Sim {
                     }
                 }
                 WcOpcode::TmSync => self.split.nic_event(NicEvent::Synced),
+                // The second completion of a two-completion match (DATA_VALID, or the
+                // cancelled-rendezvous form whose opcode reads as a plain receive): the tag
+                // information of the first one stands.
+                WcOpcode::TmRecv | WcOpcode::Recv if self.data_pending.remove(&wc.wr_id) => {
+                    self.split.nic_event(NicEvent::DataDone {
+                        id: NicId(wc.wr_id),
+                    })
+                }
                 WcOpcode::TmRecv if wc.flags.contains(WcFlags::TM_MATCH) => {
                     let info = wc.tm_info.ok_or("match without tm_info")?;
                     let msg = u64::from(info.priv_);
                     self.nic_msg = Some(msg);
-                    let complete = wc.flags.contains(WcFlags::TM_DATA_VALID)
-                        || wc.status == WcStatus::TmRndvIncomplete;
+                    let complete = wc.flags.contains(WcFlags::TM_DATA_VALID);
+                    if !complete {
+                        self.data_pending.insert(wc.wr_id);
+                    }
                     self.split.nic_event(NicEvent::Matched {
                         id: NicId(wc.wr_id),
                         envelope: self.msgs[msg as usize],
                         complete,
-                    })
-                }
-                WcOpcode::TmRecv if wc.flags.contains(WcFlags::TM_DATA_VALID) => {
-                    self.split.nic_event(NicEvent::DataDone {
-                        id: NicId(wc.wr_id),
                     })
                 }
                 WcOpcode::TmRecv => {
@@ -556,18 +565,22 @@ impl Sim {
                     let bytes = if rndv {
                         let h = TagHeader {
                             tmh,
+                            // Every fourth request is longer than the tagged buffer: the NIC
+                            // hands it to software in one of mlx5's three forms.
                             rvh: Some(Rvh {
                                 va: 0x1000,
                                 rkey: 7,
-                                len: 512,
+                                len: if msg % 4 == 3 { 8192 } else { 512 },
                             }),
                         };
                         let mut b = vec![0u8; h.header_len()];
                         h.emit(&mut b).map_err(|e| e.to_string())?;
                         b
                     } else {
+                        // Every third eager message spans two packets of the model's 1 KiB
+                        // MTU: a match completion first, the data completion later.
                         let mut b = tmh.to_bytes().to_vec();
-                        b.extend_from_slice(&[0xab; 8]);
+                        b.resize(b.len() + if msg % 3 == 2 { 1500 } else { 8 }, 0xab);
                         b
                     };
                     self.nic.message_arrived(Arrival {

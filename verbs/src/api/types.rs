@@ -707,7 +707,13 @@ pub enum Completion {
         /// Bytes in the tagged buffer.
         byte_len: u32,
     },
-    /// The tagged buffer was too small for the rendezvous: TMH+RVH are in it.
+    /// The tagged buffer was too small for the rendezvous (status
+    /// `IBV_WC_TM_RNDV_INCOMPLETE`): software finishes the transfer. TMH+RVH
+    /// are in the buffer once a completion with `DATA_VALID` was seen: mlx5
+    /// also reports it as a `MATCH`-only completion followed by a `TagData`
+    /// one, or as a plain match followed by a `Recv`-opcode completion with
+    /// this status and no tag information (`info` is then zero). Read the
+    /// raw flags to tell them apart.
     TagRndvIncomplete {
         /// TMH tag and app_ctx.
         info: TmInfo,

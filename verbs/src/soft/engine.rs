@@ -4,6 +4,11 @@
 //! [`Engine::progress`], which drains this device's rings, serves RDMA
 //! requests, runs the TM-SRQ models and flushes queued records.
 //!
+//! # Limits (at the requester)
+//! An RDMA read or write, or a send, longer than the port's `max_msg_sz`
+//! completes at once with `LocLenErr` and moves nothing; the TM-SRQ model
+//! applies the same bound to the NIC's own rendezvous reads.
+//!
 //! # RDMA validation (at the target)
 //! An RDMA read or write travels as a request record to the target QP; the
 //! *target's* engine checks the rkey (exists, same PD as the QP, access flag
@@ -325,9 +330,17 @@ impl Engine {
                 return Ok(());
             }
         };
+        if data.len() as u64 > u64::from(self.cfg.max_msg_sz) {
+            let wc = WorkCompletion {
+                status: WcStatus::LocLenErr,
+                ..wc
+            };
+            self.push_cq(cq, wc, None);
+            return Ok(());
+        }
         if data.len() > max {
             return Err(VerbsError::InvalidArgument(format!(
-                "message of {} bytes exceeds the soft NIC's max_msg_sz {max}",
+                "message of {} bytes exceeds the soft NIC's ring capacity {max} (half of btl_openib_tmsoft_ring_size)",
                 data.len()
             )));
         }
@@ -389,6 +402,18 @@ impl Engine {
             return Ok(());
         }
         let len = sum_len(sges);
+        if len > u64::from(self.cfg.max_msg_sz) {
+            // Longer than the port's max_msg_sz: fails locally.
+            let wc = WorkCompletion {
+                wr_id,
+                status: WcStatus::LocLenErr,
+                opcode,
+                qp_num: qpn,
+                ..Default::default()
+            };
+            self.push_cq(cq, wc, None);
+            return Ok(());
+        }
         let out = Outstanding::Rdma {
             wr_id,
             opcode,
@@ -962,21 +987,16 @@ impl Engine {
                 if self.cfg.max_num_tags == 0 {
                     return Err(VerbsError::verb("ibv_create_srq_ex", libc::EOPNOTSUPP));
                 }
-                if tm.max_num_tags == 0
-                    || tm.max_num_tags > self.cfg.max_num_tags
-                    || tm.max_ops == 0
-                    || tm.max_ops > self.cfg.max_ops
-                {
-                    return Err(VerbsError::verb("ibv_create_srq_ex", libc::EINVAL));
-                }
+                self.check_tm_srq(attr)?;
+                let cfg = TmConfig {
+                    max_num_tags: tm.max_num_tags,
+                    max_ops: tm.max_ops,
+                    max_rndv_hdr_size: self.cfg.max_rndv_hdr_size,
+                    max_untagged: attr.max_wr,
+                    sync_mode: self.cfg.sync_mode,
+                };
                 SrqKind::Tm {
-                    model: Box::new(TmListModel::new(TmConfig {
-                        max_num_tags: tm.max_num_tags,
-                        max_ops: tm.max_ops,
-                        max_rndv_hdr_size: self.cfg.max_rndv_hdr_size,
-                        max_untagged: attr.max_wr,
-                        sync_mode: self.cfg.sync_mode,
-                    })),
+                    model: Box::new(TmListModel::with_params(cfg, self.cfg.nic_params())),
                     cq,
                 }
             }
@@ -984,6 +1004,35 @@ impl Engine {
         let id = self.alloc_id();
         self.srqs.insert(id, SrqEntry { pd, kind });
         Ok(id)
+    }
+
+    /// The limits mlx5 puts on a TM-SRQ (`EINVAL` otherwise): the requested
+    /// capacities within `tm_caps`; the hidden command QP, created with
+    /// `max_send_wr = max_ops` and 4 basic blocks per work request
+    /// (rdma-core `providers/mlx5/verbs.c`: `create_cmd_qp`,
+    /// `mlx5_calc_sq_size`), within `max_qp_wr`; at least
+    /// [`TM_MIN_UNTAGGED`] untagged buffers (UCX's rule).
+    fn check_tm_srq(&self, attr: &SrqAttr) -> Result<(), VerbsError> {
+        let Some(tm) = attr.tm else {
+            return Ok(());
+        };
+        let einval = |why: &str| {
+            tracing::debug!(target: "verbs", why, max_ops = tm.max_ops, max_num_tags = tm.max_num_tags, max_wr = attr.max_wr, "soft: TM-SRQ refused");
+            Err(VerbsError::verb("ibv_create_srq_ex", libc::EINVAL))
+        };
+        if tm.max_num_tags == 0 || tm.max_num_tags > self.cfg.max_num_tags {
+            return einval("max_num_tags outside tm_caps");
+        }
+        if tm.max_ops == 0 || tm.max_ops > self.cfg.max_ops {
+            return einval("max_ops outside tm_caps");
+        }
+        if cmd_qp_wqebbs(tm.max_ops) > u64::from(self.cfg.max_qp_wr) {
+            return einval("command QP larger than max_qp_wr");
+        }
+        if attr.max_wr < TM_MIN_UNTAGGED {
+            return einval("fewer than 33 untagged buffers");
+        }
+        Ok(())
     }
 
     pub(crate) fn post_srq_recv(
@@ -1012,6 +1061,18 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// Untagged receive buffers a TM-SRQ must be created with, at least (UCX,
+/// `src/uct/ib/mlx5/ib_mlx5.h`: `UCT_IB_MLX5_XRQ_MIN_UWQ_POST`; what mlx5
+/// hardware does with fewer is not documented).
+pub const TM_MIN_UNTAGGED: u32 = 33;
+
+/// Send-queue basic blocks of mlx5's command QP for `max_ops` operations:
+/// each work request rounds to 256 bytes = 4 blocks of 64 bytes, the queue to
+/// a power of two.
+fn cmd_qp_wqebbs(max_ops: u32) -> u64 {
+    (u64::from(max_ops) * 4).next_power_of_two()
 }
 
 /// Wire code of a completion status in a RESP record.

@@ -26,7 +26,17 @@
 //!   Sends are copied into the ring at post time (the send completion means
 //!   "in the peer's ring"); a full ring queues the record (flow control); a
 //!   receiver without a posted buffer leaves the record in the ring (RNR,
-//!   retried forever). Messages are limited to `max_msg_sz` = half the ring.
+//!   retried forever). Sends are limited to half the ring
+//!   (`btl_openib_tmsoft_ring_size`; larger ones are refused at post time)
+//!   and, like RDMA, to the port's `max_msg_sz`
+//!   (`btl_openib_tmsoft_max_msg_sz`, 1 GiB; longer ones complete with
+//!   `LocLenErr`).
+//! - **Limits like mlx5**: `max_qp_wr` (`btl_openib_tmsoft_max_qp_wr`)
+//!   bounds every QP's send queue; a TM-SRQ is refused (`EINVAL`) when
+//!   its hidden command QP would not fit (`roundup_pow2(4 * max_ops) >
+//!   max_qp_wr`), when `max_num_tags`/`max_ops` exceed `tm_caps`, or when
+//!   it is created with fewer than 33 untagged buffers (`max_wr`, UCX's
+//!   rule). The port's `active_mtu` is `btl_openib_tmsoft_mtu` (1024).
 //! - **RDMA**: request records validated *at the target* (rkey, PD, access
 //!   flags of region and QP, bounds) and served with
 //!   `process_vm_readv`/`process_vm_writev`; a violation completes with
@@ -35,9 +45,11 @@
 //!   `prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)` so peers of the same user
 //!   may do so under Yama.
 //! - **Tag matching**: a TM-SRQ is a [`tm::TmListModel`] plus data
-//!   movement. Its deterministic mode is reachable through
-//!   [`SoftSrq::hold_ops`], [`SoftSrq::hold_arrivals`],
-//!   [`SoftSrq::release_op`], [`SoftSrq::release_arrival`].
+//!   movement, with mlx5's completion forms (see [`tm`]). Its deterministic
+//!   mode is reachable through [`SoftSrq::hold_ops`],
+//!   [`SoftSrq::hold_arrivals`], [`SoftSrq::hold_data`],
+//!   [`SoftSrq::release_op`], [`SoftSrq::release_arrival`],
+//!   [`SoftSrq::release_data`].
 //! - **Errors**: a CQ that overflows reports [`VerbsError::CqOverrun`] on
 //!   every later poll. Bad local keys complete with `LocProtErr`.
 //!   Unlike hardware, a QP that saw a remote access error stays usable.
@@ -52,7 +64,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::api::*;
-pub use config::{Inject, SoftConfig};
+pub use config::{Inject, SoftConfig, DEFAULT_MAX_QP_WR};
+pub use engine::TM_MIN_UNTAGGED;
 use engine::{CqState, Engine, QpEntry, SrqKind};
 use mem::MrEntry;
 use tm::{Handle, TmOp};
@@ -196,7 +209,7 @@ impl Context<SoftProvider> for SoftContext {
             vendor_part_id: 1,
             max_mr_size: u64::MAX,
             max_qp: 1 << 20,
-            max_qp_wr: 1 << 15,
+            max_qp_wr: cfg.max_qp_wr,
             max_sge: 16,
             max_cq: 1 << 16,
             max_cqe: 1 << 22,
@@ -221,16 +234,16 @@ impl Context<SoftProvider> for SoftContext {
         if port != 1 {
             return Err(VerbsError::verb("ibv_query_port", libc::EINVAL));
         }
-        let ring = self.inner.lock().cfg.ring_size;
+        let cfg = self.inner.lock().cfg;
         Ok(PortAttr {
             state: PortState::Active,
             max_mtu: Mtu::Mtu4096,
-            active_mtu: Mtu::Mtu4096,
+            active_mtu: cfg.mtu,
             lid: 0,
             sm_lid: 0,
             link_layer: LinkLayer::Ethernet,
             gid_tbl_len: 1,
-            max_msg_sz: (ring / 2 - shm::HDR_LEN) as u32,
+            max_msg_sz: cfg.max_msg_sz,
         })
     }
 
@@ -332,10 +345,10 @@ impl ProtectionDomain<SoftProvider> for SoftPd {
                 return Err(VerbsError::verb("ibv_create_qp", libc::EINVAL));
             }
         }
-        if attr.cap.max_send_wr == 0 || attr.cap.max_send_wr > 1 << 15 {
+        let mut e = self.inner.ctx.lock();
+        if attr.cap.max_send_wr == 0 || attr.cap.max_send_wr > e.cfg.max_qp_wr {
             return Err(VerbsError::verb("ibv_create_qp", libc::EINVAL));
         }
-        let mut e = self.inner.ctx.lock();
         let qpn = e.alloc_id() & 0x00ff_ffff;
         let seg =
             shm::Segment::create(e.pid, e.instance, qpn, e.cfg.ring_size).map_err(|source| {
@@ -517,6 +530,24 @@ impl SoftSrq {
     pub fn release_arrival(&self) -> bool {
         self.inner.pd.ctx.lock().progress();
         self.with_model(|m| m.release_arrival()).unwrap_or(false)
+    }
+    /// Deterministic mode: hold (or free) the delayed second CQEs of the
+    /// two-CQE forms (multi-packet eager, NIC rendezvous, two of the
+    /// software-rendezvous forms) until [`SoftSrq::release_data`]. Without
+    /// it they come out at the first poll after the first CQE was polled,
+    /// behind whatever else that poll produces.
+    pub fn hold_data(&self, hold: bool) {
+        self.with_model(|m| m.hold_data(hold));
+    }
+    /// Releases the oldest held second CQE whose first CQE was polled and
+    /// whose data has landed; false if none.
+    pub fn release_data(&self) -> bool {
+        self.inner.pd.ctx.lock().progress();
+        self.with_model(|m| m.release_data()).unwrap_or(false)
+    }
+    /// Second CQEs not released yet.
+    pub fn deferred_data(&self) -> usize {
+        self.with_model(|m| m.deferred_data()).unwrap_or(0)
     }
     /// The TM state, or `None` for a basic SRQ.
     pub fn tm_snapshot(&self) -> Option<TmSnapshot> {
