@@ -66,6 +66,9 @@ pub(crate) const ERRORS_RETURN: c_int = 2;
 /// panics (`MPI_ERR_INTERN`), invokes the communicator's error handler and
 /// returns the error code.
 pub(crate) fn guard(name: &'static str, comm: c_int, f: impl FnOnce() -> Res<()>) -> c_int {
+    if let Err(e) = crate::state::callable(name) {
+        return raise(name, comm, e);
+    }
     match catching(f) {
         Ok(()) => 0,
         Err(e) => raise(name, comm, e),

@@ -485,6 +485,55 @@ pub(crate) fn set_rt(rt: Rt) -> Res<()> {
         .map_err(|_| Error::new(C::Other, "MPI is already initialized"))
 }
 
+/// Calls MPI allows after `MPI_Finalize` (MPI-4.0 §11.2.1 and §11.3: the
+/// version and state queries, info objects, error strings, the tools
+/// interface, sessions), and these plus datatype and error-class calls
+/// (which tmpi serves from its early tables) before `MPI_Init`.
+fn allowed_outside_init(name: &str, before_init: bool) -> bool {
+    const ALWAYS: [&str; 10] = [
+        "MPI_Initialized",
+        "MPI_Finalized",
+        "MPI_Get_version",
+        "MPI_Get_library_version",
+        "MPI_Error_class",
+        "MPI_Error_string",
+        "MPI_Init",
+        "MPI_Init_thread",
+        "MPI_Finalize",
+        "MPI_Abort",
+    ];
+    const ALWAYS_PREFIXES: [&str; 3] = ["MPI_Info_", "MPI_T_", "MPI_Session_"];
+    const EARLY_PREFIXES: [&str; 6] = [
+        "MPI_Type_",
+        "MPI_Add_error_",
+        "MPI_Get_",
+        "MPI_Query_thread",
+        "MPI_Is_thread_main",
+        "MPI_Errhandler_",
+    ];
+    ALWAYS.contains(&name)
+        || ALWAYS_PREFIXES.iter().any(|p| name.starts_with(p))
+        || (before_init && EARLY_PREFIXES.iter().any(|p| name.starts_with(p)))
+}
+
+/// Whether call `name` may run now: every call between MPI_Init and
+/// MPI_Finalize; outside, only those MPI allows there (a call after
+/// MPI_Finalize must not communicate, nor say it succeeded).
+pub(crate) fn callable(name: &str) -> Res<()> {
+    match PHASE.load(Ordering::Acquire) {
+        PHASE_INIT => Ok(()),
+        PHASE_FINALIZED if !allowed_outside_init(name, false) => Err(Error::new(
+            C::Other,
+            format!("{name} called after MPI_Finalize"),
+        )),
+        PHASE_NONE if !allowed_outside_init(name, true) => Err(Error::new(
+            C::Other,
+            format!("{name} called before MPI_Init: MPI is not initialized"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The runtime between MPI_Init and MPI_Finalize.
 pub(crate) fn rt() -> Res<&'static Rt> {
     match PHASE.load(Ordering::Acquire) {

@@ -153,6 +153,31 @@ fn expect_ok(name: &str, ranks: &[u32]) {
     }
 }
 
+/// Calls after MPI_Finalize fail (MPI_ERR_OTHER) instead of succeeding or
+/// communicating; the state queries MPI allows there still work; a call
+/// needing the library before MPI_Init says it is not initialized.
+#[test]
+fn calls_after_finalize_fail_without_communicating() {
+    expect_ok("after_finalize", &[1, 2, 3]);
+}
+
+#[test]
+fn a_call_before_init_says_mpi_is_not_initialized() {
+    let exe = build("before_init");
+    let _g = serial();
+    let (code, out, err) = run(&exe, 1, 60);
+    assert!(
+        code.is_some_and(|c| c != 0 && c != 4),
+        "exit {code:?}\n{out}\n{err}"
+    );
+    assert!(!out.contains("UNREACHABLE"), "{out}");
+    assert!(
+        err.contains("MPI_Comm_rank called before MPI_Init: MPI is not initialized"),
+        "{err}"
+    );
+    assert!(!err.contains("invalid communicator"), "{err}");
+}
+
 #[test]
 fn pt2pt() {
     expect_ok("pt2pt", &[2, 3, 4]);
