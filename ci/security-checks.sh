@@ -15,6 +15,11 @@
 #  4. Nothing is left behind: after the job (normal end and a rank killed
 #     by a signal) there is no session directory, no segment of the job in
 #     /dev/shm, and no new world-writable entry in /tmp or /dev/shm.
+#  5. btl-tcp listens only on the selected interfaces (issue 42): in a
+#     btl self,tcp job with btl_tcp_if_include lo every AF_INET bind of the
+#     ranks is to 127.0.0.1 (none to 0.0.0.0), and tmpirun binds nothing.
+#     (Outsiders against the handshake: btl-tcp's tests/wireup_dos.rs and
+#     tests/multiproc.rs.)
 #
 # Usage: ci/security-checks.sh   (builds tmpirun and examples/ring in target/;
 #        SECURITY_NO_BUILD=1 to use those already built)
@@ -244,6 +249,29 @@ if [ $rc = 137 ]; then pass "job ended with the killed rank's status 137"; else
     tail -20 "$log" | sed 's/^/       /'
 fi
 check_leftovers "$log" "after a killed rank"
+
+echo "== security: btl-tcp job (self,tcp, btl_tcp_if_include lo) under strace"
+log=$work/tcp.log
+tr=$work/tcp.trace
+set +e
+strace -f -qq -o "$tr" -e trace=socket,bind,listen \
+    "$TMPIRUN" -n 2 --timeout 60 --mca btl self,tcp --mca btl_tcp_if_include lo \
+    "$RING" 200 >"$log" 2>&1
+rc=$?
+set -e
+if [ $rc = 0 ] && grep -q 'ring:.*OK' "$log"; then pass "tcp job ran (exit 0)"; else
+    fail "tcp job failed with status $rc"
+    tail -20 "$log" | sed 's/^/       /'
+fi
+binds=$(grep -E 'bind\(.*AF_INET' "$tr" | grep -v ' = -1 ' || true)
+if [ -z "$binds" ]; then
+    fail "no AF_INET bind seen (did btl-tcp open?)"
+elif echo "$binds" | grep -v -q 'inet_addr("127.0.0.1")'; then
+    fail "btl-tcp bound an address other than lo's:"
+    echo "$binds" | grep -v 'inet_addr("127.0.0.1")' | head -5 | sed 's/^/       /'
+else
+    pass "$(echo "$binds" | wc -l) listening socket(s) bound to 127.0.0.1 only (no 0.0.0.0)"
+fi
 
 if [ "$fails" = 0 ]; then
     echo "security-checks: all passed"

@@ -25,6 +25,14 @@ pub struct TcpConfig {
     pub sendq_bytes: usize,
     /// `btl_tcp_connect_timeout`: connection set-up deadline.
     pub connect_timeout: Duration,
+    /// `btl_tcp_handshake_timeout`: how long an inbound connection may
+    /// take to authenticate before it is closed.
+    pub handshake_timeout: Duration,
+    /// `btl_tcp_pending_per_addr`: unauthenticated inbound connections from
+    /// one source address, at most (the oldest is evicted beyond).
+    pub pending_per_addr: usize,
+    /// `btl_tcp_pending_max`: unauthenticated inbound connections, at most.
+    pub pending_max: usize,
     /// `btl_tcp_stats`: print per-peer traffic counters at finalize.
     pub stats: bool,
     /// `btl_tcp_inject_reset` (testing): once this process has sent this
@@ -45,6 +53,9 @@ impl Default for TcpConfig {
             if_exclude: Vec::new(),
             sendq_bytes: 4 << 20,
             connect_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(5),
+            pending_per_addr: 64,
+            pending_max: 256,
             stats: false,
             inject_reset: 0,
             inject_reset_rank: -1,
@@ -129,6 +140,33 @@ impl TcpConfig {
                 1..=3600,
             )?
             .value();
+        let handshake_timeout = reg
+            .register_int_range(
+                spec(
+                    "handshake_timeout",
+                    "Seconds an inbound connection may take to prove the job secret before \
+                     it is closed (a rank whose attempt was closed connects again)",
+                    Level::TunerDetail,
+                ),
+                d.handshake_timeout.as_secs() as i64,
+                1..=600,
+            )?
+            .value();
+        let pending = |name: &str, help: &str, def: usize| {
+            reg.register_int_range(spec(name, help, Level::TunerDetail), def as i64, 1..=65536)
+                .map(|p| p.value() as usize)
+        };
+        let pending_per_addr = pending(
+            "pending_per_addr",
+            "Inbound connections not yet authenticated from one source address, at most; \
+             beyond, the oldest of them is closed",
+            d.pending_per_addr,
+        )?;
+        let pending_max = pending(
+            "pending_max",
+            "Inbound connections not yet authenticated, at most; beyond, the oldest is closed",
+            d.pending_max,
+        )?;
         let stats = reg
             .register_bool(
                 spec(
@@ -172,6 +210,9 @@ impl TcpConfig {
                 if_exclude: Vec::new(),
                 sendq_bytes,
                 connect_timeout: Duration::from_secs(timeout as u64),
+                handshake_timeout: Duration::from_secs(handshake_timeout as u64),
+                pending_per_addr,
+                pending_max,
                 stats,
                 inject_reset: inject_reset as u64,
                 inject_reset_rank,

@@ -2,8 +2,9 @@
 //! non-blocking I/O driven by [`BtlModule::progress`].
 //!
 //! # Wire-up
-//! `open` binds a listening socket (all addresses, ephemeral port) and
-//! publishes `v1 <port> <ip>/<prefix>,...` (the selected interfaces) under
+//! `open` binds one listening socket per address of the selected interfaces
+//! (`btl_tcp_if_include` / `btl_tcp_if_exclude`; never the wildcard
+//! address), all on one ephemeral port, and publishes `v1 <port> <ip>/<prefix>,...` (the selected interfaces) under
 //! [`MODEX_ADDR_KEY`]; rank 0 also publishes the job secret under
 //! [`MODEX_SECRET_KEY`] (see the crate documentation). `add_procs` reads
 //! them after the fence and picks one address per peer: a loopback address
@@ -14,10 +15,20 @@
 //!
 //! # Connections
 //! Made lazily by the first `send` to a peer; fragments queue until the
-//! handshake ([`crate::wire`]) completes. The connecting side sends HELLO
-//! with the job secret; the accepting side checks magic, secret (constant
-//! time), job size and rank, and answers ACCEPT — or closes and logs
-//! anything else. **Simultaneous connects** (both sides connecting at once)
+//! handshake ([`crate::wire`], challenge/response authenticated with the
+//! job secret, [`crate::auth`]) completes. The accepting side sends a
+//! CHALLENGE at once; the connection holds one pending slot
+//! ([`crate::admission`]: bounded per source address and in total, oldest
+//! evicted first) until its HELLO proves the secret, at most
+//! `btl_tcp_handshake_timeout`. Refused connections are logged at a
+//! bounded rate (one line, then a count at most every
+//! [`REJECT_LOG_EVERY`], the rest at finalize). A connecting side whose
+//! attempt is closed before the answer (evicted, timed out) connects again
+//! with back-off until `btl_tcp_connect_timeout`. An authenticated HELLO
+//! from a rank that already has an established connection it started (a
+//! second claim of the rank pair), and an authenticated peer breaking the
+//! protocol, fail that peer at once with an error naming the rank; the
+//! connecting side is told (DUPLICATE) and fails too. **Simultaneous connects** (both sides connecting at once)
 //! are resolved deterministically: the connection started by the lower
 //! rank wins. The higher rank, on receiving the lower rank's HELLO, accepts
 //! it and drops its own attempt; the lower rank answers the higher rank's
@@ -66,13 +77,18 @@ use tmpi_base::identity::ProcessInfo;
 use tmpi_base::modex::{Modex, ModexError};
 use tmpi_btl::{BtlError, BtlFlags, BtlModule, BtlRecvHandler, EXCLUSIVITY_LOW};
 
+use crate::admission::{self, Pending, RejectLog};
+use crate::auth::{NonceSource, Transcript};
 use crate::config::TcpConfig;
 use crate::ifaddr::{self, Iface};
 use crate::sys;
 use crate::wire::{
-    self, Endpoint, FrameHdr, FrameKind, Hello, HelloKind, FRAME_HDR_LEN, HELLO_LEN, MAX_ADDRS,
-    SECRET_LEN,
+    self, Endpoint, FrameHdr, FrameKind, Handshake, HsKind, FRAME_HDR_LEN, HS_LEN, MAX_ADDRS,
+    NONCE_LEN, SECRET_LEN,
 };
+
+mod handshake;
+mod listen;
 
 /// Modex key of a process's listening address.
 pub const MODEX_ADDR_KEY: &str = "btl.tcp.addr";
@@ -80,13 +96,13 @@ pub const MODEX_ADDR_KEY: &str = "btl.tcp.addr";
 pub const MODEX_SECRET_KEY: &str = "btl.tcp.secret";
 /// Most fragments delivered per progress call.
 pub const FRAMES_PER_PROGRESS: usize = 64;
-/// Inbound connections still in their handshake, at most.
-const MAX_PENDING_ACCEPTS: usize = 64;
-/// How long an inbound connection may take to send its HELLO.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Refused connections are reported as a count at most this often.
+pub const REJECT_LOG_EVERY: Duration = Duration::from_secs(10);
 /// Initial receive buffer per connection.
 const READ_CHUNK: usize = 256 * 1024;
-const LISTENER: Token = Token(0);
+/// Tokens of the listening sockets: `LISTENER_BASE + i` (connections use
+/// `slot + 1`).
+const LISTENER_BASE: usize = usize::MAX - MAX_ADDRS;
 
 /// Traffic with one peer.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -108,9 +124,12 @@ pub struct TcpStats {
     pub connects: u64,
     /// Incoming connections accepted.
     pub accepts: u64,
-    /// Incoming connections refused (wrong secret, bad magic, foreign job,
-    /// timeout, too many pending).
+    /// Incoming connections refused (no proof of the job secret, bad
+    /// magic, timeout, evicted for newer ones).
     pub rejected: u64,
+    /// Outgoing attempts made again after the peer closed them before
+    /// answering (evicted or timed out there).
+    pub retries: u64,
     /// Simultaneous connects resolved.
     pub simultaneous: u64,
     /// Sends refused with `WouldBlock`.
@@ -123,11 +142,35 @@ pub struct TcpStats {
     pub injected_resets: u64,
 }
 
+impl std::fmt::Display for TcpStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} connects, {} accepts, {} refused, {} retries, {} simultaneous, {} sends refused \
+             for back-pressure, {} peer failures, {} queued fragments dropped, {} injected resets",
+            self.connects,
+            self.accepts,
+            self.rejected,
+            self.retries,
+            self.simultaneous,
+            self.would_block,
+            self.peer_failures,
+            self.dropped,
+            self.injected_resets
+        )
+    }
+}
+
 #[derive(Debug)]
 enum PeerState {
     Idle,
     Connecting {
         conn: usize,
+        since: Instant,
+    },
+    /// An attempt was closed before its answer: connect again at `at`.
+    Retry {
+        at: Instant,
         since: Instant,
     },
     AwaitingIncoming {
@@ -148,15 +191,21 @@ struct Peer {
     head_off: usize,
     queued: usize,
     stats: PeerStats,
+    /// Connection attempts made (for the back-off).
+    attempts: u32,
+    /// Sends refused after the peer failed (reported once, at finalize).
+    refused_sends: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Outgoing, TCP connect in progress.
     Connecting,
+    /// Outgoing, waiting for the listener's CHALLENGE.
+    AwaitChallenge,
     /// Outgoing, HELLO sent, waiting for the answer.
     SentHello,
-    /// Incoming, waiting for HELLO.
+    /// Incoming, CHALLENGE sent, waiting for HELLO (holds a pending slot).
     AwaitHello,
     /// Carrying frames.
     Established,
@@ -166,9 +215,15 @@ struct Conn {
     stream: TcpStream,
     phase: Phase,
     peer: Option<u32>,
-    remote: Option<SocketAddr>,
-    hs: [u8; HELLO_LEN],
+    remote: SocketAddr,
+    /// Accepted here (not started by this process).
+    inbound: bool,
+    hs: [u8; HS_LEN],
     hs_len: usize,
+    /// The accepting side's nonce.
+    nonce_l: [u8; NONCE_LEN],
+    /// The connecting side's nonce.
+    nonce_c: [u8; NONCE_LEN],
     rbuf: Vec<u8>,
     rstart: usize,
     rend: usize,
@@ -196,8 +251,13 @@ pub struct TcpModule {
     ifaces: Vec<Iface>,
     poll: Poll,
     events: Events,
-    listener: Option<TcpListener>,
+    listeners: Vec<TcpListener>,
+    listen_addrs: Vec<SocketAddr>,
     port: u16,
+    nonces: NonceSource,
+    reject_log: RejectLog,
+    /// Earliest `PeerState::Retry` deadline, if any peer is waiting.
+    retry_due: Option<Instant>,
     conns: Vec<Option<Conn>>,
     free_slots: Vec<usize>,
     peers: Vec<Option<Peer>>,
@@ -254,20 +314,20 @@ impl TcpModule {
                     .into(),
             ));
         }
-        let std_l = std::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
-            .map_err(|e| BtlError::io("bind the tcp BTL listening socket", e))?;
-        std_l
-            .set_nonblocking(true)
-            .map_err(|e| BtlError::io("set_nonblocking", e))?;
-        let port = std_l
-            .local_addr()
-            .map_err(|e| BtlError::io("local_addr", e))?
-            .port();
-        let mut listener = TcpListener::from_std(std_l);
+        let (std_ls, port) = listen::bind_all(&ifaces)?;
         let poll = Poll::new().map_err(|e| BtlError::io("epoll_create", e))?;
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)
-            .map_err(|e| BtlError::io("epoll_ctl listener", e))?;
+        let mut listeners = Vec::with_capacity(std_ls.len());
+        let mut listen_addrs = Vec::with_capacity(std_ls.len());
+        for (i, l) in std_ls.into_iter().enumerate() {
+            listen_addrs.push(l.local_addr().map_err(|e| BtlError::io("local_addr", e))?);
+            let mut l = TcpListener::from_std(l);
+            poll.registry()
+                .register(&mut l, Token(LISTENER_BASE + i), Interest::READABLE)
+                .map_err(|e| BtlError::io("epoll_ctl listener", e))?;
+            listeners.push(l);
+        }
+        let nonces =
+            NonceSource::new().map_err(|e| BtlError::io("reading /dev/urandom for nonces", e))?;
         let secret = match std::env::var(crate::SECRET_ENV) {
             Ok(v) => Some(wire::secret_from_hex(v.trim().as_bytes()).ok_or_else(|| {
                 BtlError::Config(format!("{} must be 64 hex digits", crate::SECRET_ENV))
@@ -303,8 +363,12 @@ impl TcpModule {
             ifaces,
             poll,
             events: Events::with_capacity(128),
-            listener: Some(listener),
+            listeners,
+            listen_addrs,
             port,
+            nonces,
+            reject_log: RejectLog::new(REJECT_LOG_EVERY),
+            retry_due: None,
             conns: Vec::new(),
             free_slots: Vec::new(),
             peers: (0..info.size).map(|_| None).collect(),
@@ -320,6 +384,12 @@ impl TcpModule {
     /// The listening port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The addresses the module listens on (one per selected interface
+    /// address, all on [`TcpModule::port`]).
+    pub fn listen_addrs(&self) -> &[SocketAddr] {
+        &self.listen_addrs
     }
 
     /// Module counters.
@@ -395,20 +465,6 @@ impl TcpModule {
         }
     }
 
-    fn secret(&self) -> [u8; SECRET_LEN] {
-        self.secret.unwrap_or([0; SECRET_LEN])
-    }
-
-    fn hello(&self, kind: HelloKind) -> [u8; HELLO_LEN] {
-        Hello {
-            kind,
-            rank: self.me,
-            size: self.size,
-            secret: self.secret(),
-        }
-        .encode()
-    }
-
     // ---- connections ------------------------------------------------
 
     fn insert_conn(&mut self, mut c: Conn, interest: Interest) -> io::Result<usize> {
@@ -482,45 +538,6 @@ impl TcpModule {
         true
     }
 
-    fn start_connect(&mut self, peer: u32) -> Result<(), BtlError> {
-        let addr = self.peers[peer as usize]
-            .as_ref()
-            .ok_or(BtlError::Unreachable(peer))?
-            .addr;
-        let stream = match TcpStream::connect(addr) {
-            Ok(s) => s,
-            Err(e) => {
-                let why = format!("connect to {addr} failed: {e}");
-                self.fail_peer(peer, why.clone());
-                return Err(BtlError::Protocol { peer, reason: why });
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let c = Conn {
-            stream,
-            phase: Phase::Connecting,
-            peer: Some(peer),
-            remote: Some(addr),
-            hs: [0; HELLO_LEN],
-            hs_len: 0,
-            rbuf: Vec::new(),
-            rstart: 0,
-            rend: 0,
-            since: Instant::now(),
-        };
-        let slot = self
-            .insert_conn(c, Interest::READABLE | Interest::WRITABLE)
-            .map_err(|e| BtlError::io("epoll_ctl connect", e))?;
-        tracing::debug!(target: "btl_tcp", peer, %addr, "connecting");
-        if let Some(p) = self.peers[peer as usize].as_mut() {
-            p.state = PeerState::Connecting {
-                conn: slot,
-                since: Instant::now(),
-            };
-        }
-        Ok(())
-    }
-
     /// Marks `peer` failed (once), logs why, drops its queue and closes its
     /// connections.
     fn fail_peer(&mut self, peer: u32, why: String) {
@@ -546,270 +563,6 @@ impl TcpModule {
         self.stats.dropped += dropped;
         if let Some(c) = conn {
             self.close_conn(c);
-        }
-    }
-
-    fn accept_all(&mut self) {
-        loop {
-            let Some(l) = self.listener.as_ref() else {
-                return;
-            };
-            match l.accept() {
-                Ok((stream, remote)) => {
-                    let pending = self
-                        .conns
-                        .iter()
-                        .flatten()
-                        .filter(|c| c.phase == Phase::AwaitHello)
-                        .count();
-                    if pending >= MAX_PENDING_ACCEPTS {
-                        self.stats.rejected += 1;
-                        tracing::warn!(target: "btl_tcp", from = %remote,
-                            "rejected a connection from {remote}: {pending} handshakes pending");
-                        drop(stream);
-                        continue;
-                    }
-                    let _ = stream.set_nodelay(true);
-                    let c = Conn {
-                        stream,
-                        phase: Phase::AwaitHello,
-                        peer: None,
-                        remote: Some(remote),
-                        hs: [0; HELLO_LEN],
-                        hs_len: 0,
-                        rbuf: Vec::new(),
-                        rstart: 0,
-                        rend: 0,
-                        since: Instant::now(),
-                    };
-                    match self.insert_conn(c, Interest::READABLE) {
-                        // The HELLO may already be there (edge-triggered).
-                        Ok(slot) => self.on_hello_readable(slot),
-                        Err(e) => {
-                            tracing::warn!(target: "btl_tcp", "epoll_ctl for an accepted socket: {e}")
-                        }
-                    }
-                }
-                Err(e) if would_block(&e) => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    // ECONNABORTED, EMFILE...: log and try again next time.
-                    tracing::warn!(target: "btl_tcp", "accept: {e}");
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Reads handshake bytes into the connection; `Ok(true)` when complete.
-    fn read_handshake(c: &mut Conn) -> io::Result<bool> {
-        while c.hs_len < HELLO_LEN {
-            match c.stream.read(&mut c.hs[c.hs_len..]) {
-                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => c.hs_len += n,
-                Err(e) if would_block(&e) => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(true)
-    }
-
-    fn reject_inbound(&mut self, slot: usize, remote: Option<SocketAddr>, why: &str) {
-        self.stats.rejected += 1;
-        let from = remote.map(|r| r.to_string()).unwrap_or_default();
-        tracing::warn!(target: "btl_tcp", %from, "rejected a connection from {from}: {why}");
-        self.close_conn(slot);
-    }
-
-    fn on_hello_readable(&mut self, slot: usize) {
-        let secret = self.secret();
-        let Some(c) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
-            return;
-        };
-        let remote = c.remote;
-        match Self::read_handshake(c) {
-            Ok(false) => return,
-            Ok(true) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && c.hs_len == 0 => {
-                // A peer dropping its side of a simultaneous connect.
-                tracing::debug!(target: "btl_tcp", ?remote, "inbound connection closed before any byte");
-                self.close_conn(slot);
-                return;
-            }
-            Err(e) => {
-                return self.reject_inbound(slot, remote, &format!("closed before its HELLO ({e})"))
-            }
-        }
-        if self.secret.is_none() {
-            return self.reject_inbound(slot, remote, "this process has no job secret yet");
-        }
-        let h = match Hello::decode(&c.hs, &secret) {
-            Ok(h) => h,
-            Err(e) => return self.reject_inbound(slot, remote, &e.to_string()),
-        };
-        if h.kind != HelloKind::Hello {
-            return self.reject_inbound(slot, remote, "first message is not a HELLO");
-        }
-        if h.size != self.size || h.rank >= self.size || h.rank == self.me {
-            return self.reject_inbound(
-                slot,
-                remote,
-                &format!(
-                    "claims rank {} of {} (this job: {} ranks)",
-                    h.rank, h.size, self.size
-                ),
-            );
-        }
-        let from = h.rank;
-        let me = self.me;
-        let Some(p) = self.peers[from as usize].as_mut() else {
-            return self.reject_inbound(slot, remote, &format!("rank {from} was not added"));
-        };
-        let accept = match p.state {
-            PeerState::Idle | PeerState::AwaitingIncoming { .. } => true,
-            PeerState::Connecting { conn, .. } => {
-                self.stats.simultaneous += 1;
-                if from < me {
-                    // The lower rank's connection wins: drop ours.
-                    tracing::debug!(target: "btl_tcp", peer = from, "simultaneous connect: taking the peer's");
-                    self.close_conn(conn);
-                    true
-                } else {
-                    tracing::debug!(target: "btl_tcp", peer = from, "simultaneous connect: keeping ours");
-                    false
-                }
-            }
-            PeerState::Connected { .. } | PeerState::Closed | PeerState::Failed(_) => false,
-        };
-        let answer = self.hello(if accept {
-            HelloKind::Accept
-        } else {
-            HelloKind::Reject
-        });
-        let Some(c) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
-            return;
-        };
-        let wrote = sys::send_vectored(&c.stream, &[&answer]);
-        if !accept {
-            self.close_conn(slot);
-            return;
-        }
-        if !matches!(wrote, Ok(n) if n == HELLO_LEN) {
-            // A fresh socket takes 52 bytes; anything else means it is dead.
-            self.close_conn(slot);
-            if let Some(p) = self.peers[from as usize].as_mut() {
-                if matches!(p.state, PeerState::Connecting { .. }) {
-                    p.state = PeerState::Idle;
-                }
-            }
-            return;
-        }
-        c.phase = Phase::Established;
-        c.peer = Some(from);
-        c.rbuf = vec![0; READ_CHUNK];
-        self.stats.accepts += 1;
-        if let Some(p) = self.peers[from as usize].as_mut() {
-            p.state = PeerState::Connected { conn: slot };
-        }
-        tracing::debug!(target: "btl_tcp", peer = from, ?remote, "accepted");
-        self.readable.push(slot);
-    }
-
-    fn on_connect_event(&mut self, slot: usize) {
-        let hello = self.hello(HelloKind::Hello);
-        let Some(c) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
-            return;
-        };
-        let Some(peer) = c.peer else { return };
-        let addr = c.remote;
-        match c.stream.take_error() {
-            Ok(None) => {}
-            Ok(Some(e)) | Err(e) => {
-                return self.fail_peer(peer, format!("connect to {addr:?} failed: {e}"));
-            }
-        }
-        match c.stream.peer_addr() {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotConnected => return, // still connecting
-            Err(e) => return self.fail_peer(peer, format!("connect to {addr:?} failed: {e}")),
-        }
-        match sys::send_vectored(&c.stream, &[&hello]) {
-            Ok(n) if n == HELLO_LEN => c.phase = Phase::SentHello,
-            Ok(_) | Err(_) => {
-                return self.fail_peer(peer, format!("sending HELLO to {addr:?} failed"))
-            }
-        }
-        // The answer may already be there.
-        self.on_answer_readable(slot);
-    }
-
-    fn on_answer_readable(&mut self, slot: usize) {
-        let secret = self.secret();
-        let Some(c) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
-            return;
-        };
-        let Some(peer) = c.peer else { return };
-        let addr = c.remote;
-        let current = matches!(self.peers[peer as usize].as_ref().map(|p| &p.state),
-            Some(PeerState::Connecting { conn, .. }) if *conn == slot);
-        let done = match Self::read_handshake(c) {
-            Ok(d) => d,
-            Err(e) => {
-                if current {
-                    self.fail_peer(
-                        peer,
-                        format!("{addr:?} closed the connection during the handshake ({e}); a process of another job or with another secret?"),
-                    );
-                } else {
-                    self.close_conn(slot);
-                }
-                return;
-            }
-        };
-        if !done {
-            return;
-        }
-        let h = match Hello::decode(&c.hs, &secret) {
-            Ok(h) if h.rank == peer && h.size == self.size => h,
-            Ok(h) => {
-                return self.fail_peer(
-                    peer,
-                    format!("{addr:?} answered as rank {} of {}", h.rank, h.size),
-                )
-            }
-            Err(e) => {
-                return self.fail_peer(peer, format!("bad handshake answer from {addr:?}: {e}"))
-            }
-        };
-        if !current {
-            self.close_conn(slot);
-            return;
-        }
-        match h.kind {
-            HelloKind::Accept => {
-                c.phase = Phase::Established;
-                c.rbuf = vec![0; READ_CHUNK];
-                self.stats.connects += 1;
-                if let Some(p) = self.peers[peer as usize].as_mut() {
-                    p.state = PeerState::Connected { conn: slot };
-                }
-                tracing::debug!(target: "btl_tcp", peer, ?addr, "connected");
-                self.readable.push(slot);
-                self.flush(peer);
-            }
-            HelloKind::Reject => {
-                self.close_conn(slot);
-                if let Some(p) = self.peers[peer as usize].as_mut() {
-                    p.state = PeerState::AwaitingIncoming {
-                        since: Instant::now(),
-                    };
-                }
-                tracing::debug!(target: "btl_tcp", peer, "connect lost a simultaneous connect; waiting for the peer's");
-            }
-            HelloKind::Hello => {
-                self.fail_peer(peer, format!("{addr:?} answered HELLO with HELLO"));
-            }
         }
     }
 
@@ -965,19 +718,23 @@ impl TcpModule {
 
     fn check_timeouts(&mut self) {
         let now = Instant::now();
+        let auth_limit = self.cfg.handshake_timeout;
         let stale: Vec<usize> = self
             .conns
             .iter()
             .enumerate()
             .filter_map(|(i, c)| {
                 let c = c.as_ref()?;
-                (c.phase == Phase::AwaitHello && now.duration_since(c.since) > HELLO_TIMEOUT)
+                (c.phase == Phase::AwaitHello && now.duration_since(c.since) > auth_limit)
                     .then_some(i)
             })
             .collect();
+        let why = format!(
+            "did not authenticate within btl_tcp_handshake_timeout ({} s)",
+            auth_limit.as_secs()
+        );
         for slot in stale {
-            let remote = self.conns[slot].as_ref().and_then(|c| c.remote);
-            self.reject_inbound(slot, remote, "no HELLO within 10 s");
+            self.refuse(slot, &why);
         }
         let limit = self.cfg.connect_timeout;
         let late: Vec<u32> = self
@@ -985,7 +742,9 @@ impl TcpModule {
             .iter()
             .enumerate()
             .filter_map(|(r, p)| match p.as_ref()?.state {
-                PeerState::Connecting { since, .. } | PeerState::AwaitingIncoming { since }
+                PeerState::Connecting { since, .. }
+                | PeerState::AwaitingIncoming { since }
+                | PeerState::Retry { since, .. }
                     if now.duration_since(since) > limit =>
                 {
                     Some(r as u32)
@@ -996,8 +755,27 @@ impl TcpModule {
         for r in late {
             self.fail_peer(
                 r,
-                format!("no connection within btl_tcp_connect_timeout ({limit:?})"),
+                format!(
+                    "no connection within btl_tcp_connect_timeout ({} s)",
+                    limit.as_secs()
+                ),
             );
+        }
+    }
+
+    /// At finalize: the refusals not reported yet, and per failed peer the
+    /// sends refused after its failure (one line each, instead of one per
+    /// fragment).
+    fn report_leftovers(&mut self) {
+        if let Some(line) = self.reject_log.flush() {
+            tracing::warn!(target: "btl_tcp", "{line}");
+        }
+        for (r, p) in self.peers.iter().enumerate() {
+            let Some(p) = p else { continue };
+            if let (PeerState::Failed(why), n @ 1..) = (&p.state, p.refused_sends) {
+                tracing::warn!(target: "btl_tcp", peer = r,
+                    "{n} later send(s) to rank {r} were refused: its connection had failed ({why})");
+            }
         }
     }
 
@@ -1018,7 +796,7 @@ impl TcpModule {
             ));
         }
         lines.push(format!(
-            "[rank {} host {}] btl_tcp stats: {:?}\n",
+            "[rank {} host {}] btl_tcp stats: {}\n",
             self.me, self.hostname, self.stats
         ));
         let mut err = std::io::stderr().lock();
@@ -1055,6 +833,7 @@ impl BtlModule for TcpModule {
                 }
                 Err(e) => return Err(e.into()),
             }
+            self.recheck_held_hellos();
         }
         let mut out = Vec::with_capacity(peers.len());
         for &r in peers {
@@ -1091,6 +870,8 @@ impl BtlModule for TcpModule {
                 head_off: 0,
                 queued: 0,
                 stats: PeerStats::default(),
+                attempts: 0,
+                refused_sends: 0,
             });
             out.push(r);
         }
@@ -1138,10 +919,11 @@ impl BtlModule for TcpModule {
             .ok_or(BtlError::Unreachable(peer))?;
         match &p.state {
             PeerState::Failed(why) => {
+                p.refused_sends += 1;
                 return Err(BtlError::Protocol {
                     peer,
                     reason: format!("connection failed: {why}"),
-                })
+                });
             }
             PeerState::Closed => {
                 return Err(BtlError::Protocol {
@@ -1193,7 +975,7 @@ impl BtlModule for TcpModule {
             p.queue.push_back(rest);
         }
         if matches!(p.state, PeerState::Idle) {
-            self.start_connect(peer)?;
+            self.start_connect(peer, Instant::now())?;
         }
         // The fragment was accepted (as a write before a real reset would
         // be); what the reset discards is lost with the connection.
@@ -1216,8 +998,8 @@ impl BtlModule for TcpModule {
             .map(|ev| (ev.token().0, ev.is_writable()))
             .collect();
         for (tok, _writable) in ready {
-            if tok == LISTENER.0 {
-                self.accept_all();
+            if tok >= LISTENER_BASE {
+                self.accept_all(tok - LISTENER_BASE);
                 continue;
             }
             let slot = tok - 1;
@@ -1231,6 +1013,7 @@ impl BtlModule for TcpModule {
             };
             match phase {
                 Phase::Connecting => self.on_connect_event(slot),
+                Phase::AwaitChallenge => self.on_challenge_readable(slot),
                 Phase::SentHello => self.on_answer_readable(slot),
                 Phase::AwaitHello => self.on_hello_readable(slot),
                 Phase::Established => {
@@ -1269,6 +1052,7 @@ impl BtlModule for TcpModule {
                 self.maybe_inject_reset(r as u32);
             }
         }
+        self.run_retries();
         self.ticks += 1;
         if self.ticks.is_multiple_of(256) {
             self.check_timeouts();
@@ -1320,11 +1104,12 @@ impl BtlModule for TcpModule {
         for slot in 0..self.conns.len() {
             self.close_conn(slot);
         }
-        if let Some(mut l) = self.listener.take() {
+        for mut l in std::mem::take(&mut self.listeners) {
             let _ = self.poll.registry().deregister(&mut l);
         }
+        self.report_leftovers();
         self.finalized = true;
-        tracing::debug!(target: "btl_tcp", rank = self.me, stats = ?self.stats, "finalized");
+        tracing::debug!(target: "btl_tcp", rank = self.me, stats = %self.stats, "finalized");
         Ok(())
     }
 }

@@ -2,17 +2,30 @@
 //! fragment frame header, and the modex address value. Every length and
 //! field read from the wire is validated here before anyone uses it.
 //!
-//! # Handshake ([`HELLO_LEN`] bytes, both directions)
+//! # Handshake ([`HS_LEN`] bytes per message, challenge/response)
 //! ```text
-//! 0   magic "TMPITCP" + version 1         8 bytes
-//! 8   kind (1 HELLO, 2 ACCEPT, 3 REJECT)  1 byte, then 3 zero bytes
-//! 12  rank of the sender                  u32 LE
-//! 16  job size                            u32 LE
-//! 20  job secret                          32 bytes
+//! 0   magic "TMPITCP" + version 2                       8 bytes
+//! 8   kind (1 CHALLENGE, 2 HELLO, 3 ACCEPT, 4 REJECT,   1 byte, then 3 zero bytes
+//!           5 DUPLICATE)
+//! 12  rank of the sender                                u32 LE
+//! 16  job size                                          u32 LE
+//! 20  nonce (CHALLENGE: the listener's, HELLO: the      32 bytes
+//!     connector's, answers: zero)
+//! 52  MAC (CHALLENGE: zero)                             32 bytes
 //! ```
-//! The connecting side sends HELLO first; the accepting side checks it and
-//! answers ACCEPT (the connection carries fragments from now on) or REJECT
-//! (a simultaneous connect lost, see `module`), then closes on REJECT.
+//! 1. The accepting side sends CHALLENGE with a fresh nonce as soon as it
+//!    accepts; the connection holds only a bounded pending slot until step 2.
+//! 2. The connecting side checks that the CHALLENGE comes from the rank it
+//!    meant to reach and answers HELLO with its own fresh nonce and a MAC
+//!    (HMAC-SHA256 keyed with the job secret, see [`crate::auth`]) over
+//!    both nonces, both ranks, the job size and the kind. A recorded HELLO
+//!    does not verify on another connection (another listener nonce).
+//! 3. The accepting side verifies the MAC and answers, MAC'd the same way
+//!    (so the connecting side authenticates it too): ACCEPT (the
+//!    connection carries frames from now on), REJECT (a simultaneous
+//!    connect lost, see `module`) or DUPLICATE (it already has a
+//!    connection with a process claiming the connecting rank: the job
+//!    fails), then closes on REJECT and DUPLICATE.
 //!
 //! # Frames ([`FRAME_HDR_LEN`]-byte header, then `len` bytes)
 //! ```text
@@ -24,12 +37,16 @@
 
 use std::net::Ipv4Addr;
 
-/// Handshake magic: "TMPITCP" and protocol version 1.
-pub const MAGIC: [u8; 8] = *b"TMPITCP\x01";
+/// Handshake magic: "TMPITCP" and protocol version 2.
+pub const MAGIC: [u8; 8] = *b"TMPITCP\x02";
 /// Bytes of the job secret.
 pub const SECRET_LEN: usize = 32;
+/// Bytes of a handshake nonce.
+pub const NONCE_LEN: usize = 32;
+/// Bytes of a handshake MAC (HMAC-SHA256).
+pub const MAC_LEN: usize = 32;
 /// Bytes of a handshake message.
-pub const HELLO_LEN: usize = 20 + SECRET_LEN;
+pub const HS_LEN: usize = 20 + NONCE_LEN + MAC_LEN;
 /// Bytes of a frame header.
 pub const FRAME_HDR_LEN: usize = 8;
 /// Largest frame body any tcp BTL accepts (bounds `btl_tcp_max_send_size`).
@@ -39,26 +56,59 @@ pub const MAX_ADDRS: usize = 16;
 
 /// A handshake message kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HelloKind {
-    /// First message of the connecting side.
-    Hello = 1,
+pub enum HsKind {
+    /// The accepting side's fresh nonce, first message on a connection.
+    Challenge = 1,
+    /// The connecting side's answer to the challenge.
+    Hello = 2,
     /// The accepting side takes the connection.
-    Accept = 2,
+    Accept = 3,
     /// The accepting side refuses it (a simultaneous connect lost).
-    Reject = 3,
+    Reject = 4,
+    /// The accepting side already has a connection from a process that
+    /// claims the connecting side's rank.
+    Duplicate = 5,
 }
 
-/// A decoded handshake message.
+impl HsKind {
+    fn from_byte(b: u8) -> Option<HsKind> {
+        Some(match b {
+            1 => HsKind::Challenge,
+            2 => HsKind::Hello,
+            3 => HsKind::Accept,
+            4 => HsKind::Reject,
+            5 => HsKind::Duplicate,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for HsKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HsKind::Challenge => "CHALLENGE",
+            HsKind::Hello => "HELLO",
+            HsKind::Accept => "ACCEPT",
+            HsKind::Reject => "REJECT",
+            HsKind::Duplicate => "DUPLICATE",
+        })
+    }
+}
+
+/// A decoded handshake message (structure checked, MAC not: see
+/// [`crate::auth`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hello {
+pub struct Handshake {
     /// Message kind.
-    pub kind: HelloKind,
-    /// Sender's world rank.
+    pub kind: HsKind,
+    /// Sender's world rank (as claimed).
     pub rank: u32,
-    /// Sender's job size.
+    /// Sender's job size (as claimed).
     pub size: u32,
-    /// The job secret as sent.
-    pub secret: [u8; SECRET_LEN],
+    /// The sender's nonce (zero in answers).
+    pub nonce: [u8; NONCE_LEN],
+    /// The MAC (zero in a CHALLENGE).
+    pub mac: [u8; MAC_LEN],
 }
 
 /// Why a handshake or frame was refused.
@@ -76,59 +126,50 @@ pub enum WireError {
         /// What is wrong.
         detail: String,
     },
-    /// The secret does not match this job's.
-    #[error("wrong job secret")]
-    WrongSecret,
     /// A frame longer than [`WIRE_MAX_FRAME`].
     #[error("frame of {0} bytes exceeds the limit of {WIRE_MAX_FRAME}")]
     FrameTooLarge(u64),
 }
 
-impl Hello {
+impl Handshake {
     /// The wire form.
-    pub fn encode(&self) -> [u8; HELLO_LEN] {
-        let mut b = [0u8; HELLO_LEN];
+    pub fn encode(&self) -> [u8; HS_LEN] {
+        let mut b = [0u8; HS_LEN];
         b[..8].copy_from_slice(&MAGIC);
         b[8] = self.kind as u8;
         b[12..16].copy_from_slice(&self.rank.to_le_bytes());
         b[16..20].copy_from_slice(&self.size.to_le_bytes());
-        b[20..].copy_from_slice(&self.secret);
+        b[20..20 + NONCE_LEN].copy_from_slice(&self.nonce);
+        b[20 + NONCE_LEN..].copy_from_slice(&self.mac);
         b
     }
 
-    /// Parses a handshake message and checks the secret (in constant
-    /// time). Does not check rank/size against the job: the caller does.
-    pub fn decode(b: &[u8; HELLO_LEN], secret: &[u8; SECRET_LEN]) -> Result<Hello, WireError> {
+    /// Parses a handshake message: magic, kind and reserved bytes. Rank,
+    /// size and MAC are the caller's to check.
+    pub fn decode(b: &[u8; HS_LEN]) -> Result<Handshake, WireError> {
         if b[..8] != MAGIC {
             return Err(WireError::BadMagic);
         }
-        let kind = match b[8] {
-            1 => HelloKind::Hello,
-            2 => HelloKind::Accept,
-            3 => HelloKind::Reject,
-            k => {
-                return Err(WireError::Malformed {
-                    what: "handshake",
-                    detail: format!("unknown kind {k}"),
-                })
-            }
-        };
+        let kind = HsKind::from_byte(b[8]).ok_or_else(|| WireError::Malformed {
+            what: "handshake",
+            detail: format!("unknown kind {}", b[8]),
+        })?;
         if b[9..12] != [0, 0, 0] {
             return Err(WireError::Malformed {
                 what: "handshake",
                 detail: "reserved bytes are not zero".into(),
             });
         }
-        let mut got = [0u8; SECRET_LEN];
-        got.copy_from_slice(&b[20..]);
-        if !ct_eq(&got, secret) {
-            return Err(WireError::WrongSecret);
-        }
-        Ok(Hello {
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&b[20..20 + NONCE_LEN]);
+        let mut mac = [0u8; MAC_LEN];
+        mac.copy_from_slice(&b[20 + NONCE_LEN..]);
+        Ok(Handshake {
             kind,
             rank: u32::from_le_bytes([b[12], b[13], b[14], b[15]]),
             size: u32::from_le_bytes([b[16], b[17], b[18], b[19]]),
-            secret: got,
+            nonce,
+            mac,
         })
     }
 }
@@ -301,36 +342,37 @@ mod tests {
     const S: [u8; SECRET_LEN] = [7u8; SECRET_LEN];
 
     #[test]
-    fn hello_round_trip_and_rejects() {
-        let h = Hello {
-            kind: HelloKind::Hello,
+    fn handshake_round_trip_and_rejects() {
+        let h = Handshake {
+            kind: HsKind::Hello,
             rank: 3,
             size: 4,
-            secret: S,
+            nonce: [9; NONCE_LEN],
+            mac: S,
         };
         let b = h.encode();
-        assert_eq!(Hello::decode(&b, &S).unwrap(), h);
-        let mut other = S;
-        other[31] ^= 1;
-        assert_eq!(Hello::decode(&b, &other), Err(WireError::WrongSecret));
+        assert_eq!(Handshake::decode(&b).unwrap(), h);
         let mut bad = b;
         bad[0] = b'X';
-        assert_eq!(Hello::decode(&bad, &S), Err(WireError::BadMagic));
+        assert_eq!(Handshake::decode(&bad), Err(WireError::BadMagic));
         let mut bad = b;
-        bad[7] = 2; // other version
-        assert_eq!(Hello::decode(&bad, &S), Err(WireError::BadMagic));
-        let mut bad = b;
-        bad[8] = 9;
-        assert!(matches!(
-            Hello::decode(&bad, &S),
-            Err(WireError::Malformed { .. })
-        ));
+        bad[7] = 1; // version 1
+        assert_eq!(Handshake::decode(&bad), Err(WireError::BadMagic));
+        for k in [0u8, 6, 255] {
+            let mut bad = b;
+            bad[8] = k;
+            assert!(matches!(
+                Handshake::decode(&bad),
+                Err(WireError::Malformed { .. })
+            ));
+        }
         let mut bad = b;
         bad[10] = 1;
         assert!(matches!(
-            Hello::decode(&bad, &S),
+            Handshake::decode(&bad),
             Err(WireError::Malformed { .. })
         ));
+        assert_eq!(HsKind::Duplicate.to_string(), "DUPLICATE");
     }
 
     #[test]

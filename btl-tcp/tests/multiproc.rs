@@ -12,7 +12,8 @@ use tmpi_base::mca::{Registry, Sources};
 use tmpi_base::modex::Modex;
 use tmpi_btl::testing::{child_context, run_ranks, FileModex};
 use tmpi_btl::{BtlError, BtlModule};
-use tmpi_btl_tcp::wire::{self, Endpoint, Hello, HelloKind, HELLO_LEN};
+use tmpi_btl_tcp::auth::Transcript;
+use tmpi_btl_tcp::wire::{self, Endpoint, Handshake, HsKind, HS_LEN, NONCE_LEN, SECRET_LEN};
 use tmpi_btl_tcp::{TcpConfig, TcpModule, MODEX_ADDR_KEY, MODEX_SECRET_KEY};
 
 const TAG: u8 = 0x41;
@@ -167,15 +168,47 @@ fn addr_of(modex: &mut FileModex, r: u32) -> SocketAddr {
     SocketAddr::new(ip.into(), ep.port)
 }
 
-/// Sends `bytes` and returns what comes back before the server closes (or
-/// 5 s pass).
-fn outsider(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+/// An outsider's connection: connects and reads the listener's CHALLENGE.
+fn challenged(addr: SocketAddr) -> (TcpStream, Handshake) {
     let mut s = TcpStream::connect(addr).expect("connect as an outsider");
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut b = [0u8; HS_LEN];
+    s.read_exact(&mut b).expect("the listener's challenge");
+    let h = Handshake::decode(&b).expect("a challenge");
+    assert_eq!(h.kind, HsKind::Challenge);
+    (s, h)
+}
+
+/// Sends `bytes` on `s` and returns what comes back before the server
+/// closes (or 10 s pass).
+fn answer_of(mut s: TcpStream, bytes: &[u8]) -> Vec<u8> {
     let _ = s.write_all(bytes);
     let mut got = Vec::new();
     let _ = s.read_to_end(&mut got);
     got
+}
+
+/// A HELLO from `rank` (of 2) to `to` answering `challenge`, MAC'd with
+/// `secret`.
+fn hello(rank: u32, to: u32, challenge: &Handshake, secret: &[u8; SECRET_LEN]) -> [u8; HS_LEN] {
+    let nonce = [rank as u8 + 1; NONCE_LEN];
+    let mac = Transcript {
+        kind: HsKind::Hello,
+        from: rank,
+        to,
+        size: 2,
+        listener_nonce: &challenge.nonce,
+        connector_nonce: &nonce,
+    }
+    .mac(secret);
+    Handshake {
+        kind: HsKind::Hello,
+        rank,
+        size: 2,
+        nonce,
+        mac,
+    }
+    .encode()
 }
 
 #[test]
@@ -196,34 +229,32 @@ fn outsider_child() {
         let target = addr_of(&mut modex, 1);
         let secret =
             wire::secret_from_hex(&modex.get(0, MODEX_SECRET_KEY).unwrap()).expect("secret");
-        // 1. wrong secret
+        // 1. a MAC under a wrong secret
         let mut wrong = secret;
         wrong[0] ^= 0x5a;
-        let hello = |rank, size, secret| {
-            Hello {
-                kind: HelloKind::Hello,
-                rank,
-                size,
-                secret,
-            }
-            .encode()
-        };
-        let got = outsider(target, &hello(0, 2, wrong));
+        let (s, ch) = challenged(target);
+        let got = answer_of(s, &hello(0, 1, &ch, &wrong));
         assert!(got.is_empty(), "wrong secret got an answer: {got:?}");
         // 2. not our protocol at all
-        let got = outsider(
-            target,
-            b"GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
-        );
+        let (s, _) = challenged(target);
+        let got = answer_of(s, &b"GET / HTTP/1.0\r\n\r\n".repeat(6));
         assert!(got.is_empty());
-        // 3. right secret, foreign job shape
-        let got = outsider(target, &hello(5, 9, secret));
-        assert!(got.is_empty());
+        // 3. a replay: a HELLO valid for one connection (the right secret,
+        // that connection's nonce) sent on another connection
+        let (first, ch1) = challenged(target);
+        let recorded = hello(0, 1, &ch1, &secret);
+        drop(first);
+        let (s, ch2) = challenged(target);
+        assert_ne!(ch1.nonce, ch2.nonce, "a fresh nonce per connection");
+        let got = answer_of(s, &recorded);
+        assert!(got.is_empty(), "a replayed HELLO got an answer: {got:?}");
         // 4. right secret, claims to be rank 1 itself
-        let got = outsider(target, &hello(1, 2, secret));
+        let (s, ch) = challenged(target);
+        let got = answer_of(s, &hello(1, 1, &ch, &secret));
         assert!(got.is_empty());
         // 5. a short HELLO then EOF
-        let got = outsider(target, &hello(0, 2, secret)[..HELLO_LEN / 2]);
+        let (s, ch) = challenged(target);
+        let got = answer_of(s, &hello(0, 1, &ch, &secret)[..HS_LEN / 2]);
         assert!(got.is_empty());
     }
     // The job is unaffected: a real round trip afterwards.
@@ -238,7 +269,7 @@ fn outsider_child() {
             assert_eq!(src, peer);
             got = Some(b.to_vec());
         });
-        assert!(Instant::now() < deadline, "no message: {:?}", m.stats());
+        assert!(Instant::now() < deadline, "no message: {}", m.stats());
     }
     if ctx.rank == 1 {
         assert_eq!(got.unwrap(), b"pingafter the attacks");
@@ -247,12 +278,87 @@ fn outsider_child() {
             m.progress(&mut |_: u32, _: u8, _: &[u8]| {});
         }
         let s = m.stats();
-        assert_eq!(s.rejected, 5, "{s:?}");
-        assert_eq!(s.accepts, 1, "{s:?}");
+        assert_eq!(s.rejected, 5, "{s}");
+        assert_eq!(s.accepts, 1, "{s}");
     } else {
         assert_eq!(got.unwrap(), b"pong");
     }
     assert!(m.failed_peers().is_empty());
+    modex.fence().unwrap();
+    m.finalize().unwrap();
+}
+
+/// An insider (a process with the job secret) claims the rank pair (0, 1)
+/// at rank 1 before rank 0 connects: when rank 0 then connects, both
+/// ranks fail the pair at once with errors naming the rank, instead of
+/// rank 0 waiting out btl_tcp_connect_timeout.
+#[test]
+fn second_claim_of_a_rank_pair_fails_fast() {
+    let out = run_ranks("second_claim_child", 2, &[], Duration::from_secs(60));
+    out.assert_success();
+    eprintln!("{}\n{}", out.output[0], out.output[1]);
+    assert!(
+        out.output[1].contains("rank 1 saw the second claim"),
+        "{}",
+        out.output[1]
+    );
+    assert!(
+        out.output[0].contains("rank 0 was refused"),
+        "{}",
+        out.output[0]
+    );
+}
+
+#[test]
+fn second_claim_child() {
+    let Some(ctx) = child_context() else { return };
+    let info = ctx.process_info();
+    let mut modex = ctx.modex();
+    let mut m = open(&info, &mut modex);
+    modex.fence().unwrap();
+    m.add_procs(&[0, 1], &mut modex).unwrap();
+    let claimed = ctx.dir.join("claimed");
+    let t0 = Instant::now();
+    let limit = Duration::from_secs(20);
+    let mut impostor = None;
+    if ctx.rank == 0 {
+        // The insider: a separate connection, with the secret, as rank 0.
+        let target = addr_of(&mut modex, 1);
+        let secret =
+            wire::secret_from_hex(&modex.get(0, MODEX_SECRET_KEY).unwrap()).expect("secret");
+        let (mut s, ch) = challenged(target);
+        s.write_all(&hello(0, 1, &ch, &secret)).unwrap();
+        let mut b = [0u8; HS_LEN];
+        s.read_exact(&mut b).expect("an answer to the insider");
+        assert_eq!(Handshake::decode(&b).unwrap().kind, HsKind::Accept);
+        impostor = Some(s);
+        std::fs::write(&claimed, b"").unwrap();
+        // Now the real rank 0 connects.
+        m.send(1, TAG, b"", b"hello").unwrap();
+    }
+    let why = loop {
+        m.progress(&mut |_: u32, _: u8, _: &[u8]| {});
+        if let Some((peer, why)) = m.failed_peers().into_iter().next() {
+            assert_eq!(peer, 1 - ctx.rank);
+            break why;
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "rank {}: no failure: {}",
+            ctx.rank,
+            m.stats()
+        );
+    };
+    if ctx.rank == 1 {
+        assert!(why.contains("claims to be rank 0"), "{why}");
+        assert!(why.contains("impersonates rank 0"), "{why}");
+        println!("rank 1 saw the second claim: {why}");
+    } else {
+        assert!(why.contains("rank 1 refused the connection"), "{why}");
+        assert!(why.contains("claims to be rank 0"), "{why}");
+        println!("rank 0 was refused after {:?}: {why}", t0.elapsed());
+    }
+    drop(impostor);
     modex.fence().unwrap();
     m.finalize().unwrap();
 }
@@ -458,6 +564,15 @@ fn interface_selection() {
     let m = TcpModule::open(&info, &mut modex, cfg).unwrap();
     let ep = Endpoint::decode(&modex.get(0, MODEX_ADDR_KEY).unwrap()).unwrap();
     assert_eq!(ep.port, m.port());
+    assert!(!m.listen_addrs().is_empty());
+    for a in m.listen_addrs() {
+        assert_eq!(
+            a.ip(),
+            std::net::Ipv4Addr::LOCALHOST,
+            "bound to lo's address only"
+        );
+        assert_eq!(a.port(), m.port());
+    }
     assert!(
         ep.addrs.iter().all(|(ip, _)| ip.is_loopback()),
         "only lo published: {ep:?}"

@@ -1,23 +1,27 @@
 //! btl-tcp wire formats (`tmpi_btl_tcp::wire`): the connection handshake
-//! (`Hello`, with the job secret), the 8-byte frame header of every
-//! message, and the endpoint string a rank publishes in the modex.
+//! (`Handshake`, authenticated by `tmpi_btl_tcp::auth`), the 8-byte frame
+//! header of every message, and the endpoint string a rank publishes in the
+//! modex.
 //!
 //! Input: byte 0 = which parser; the rest is its input (for the handshake:
-//! 32 secret bytes, then the 52 received bytes).
+//! 32 secret bytes, 32 listener-nonce bytes, then the received message).
 //!
 //! Properties:
 //! * never panics;
-//! * a handshake decodes only with the right secret, and re-encodes to the
-//!   received bytes; a frame header re-encodes to the received bytes and
-//!   its length is within `WIRE_MAX_FRAME`; BYE carries no body or tag;
+//! * a handshake that decodes re-encodes to the received bytes; its MAC
+//!   verifies under the secret only if it is the transcript's MAC, and a MAC
+//!   with one bit changed, or under another secret, never verifies;
+//!   a frame header re-encodes to the received bytes and its length is
+//!   within `WIRE_MAX_FRAME`; BYE carries no body or tag;
 //! * endpoints: `decode(encode(e)) == e` for every decoded endpoint, at most
 //!   `MAX_ADDRS` addresses.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use tmpi_btl_tcp::auth::Transcript;
 use tmpi_btl_tcp::wire::{
-    Endpoint, FrameHdr, FrameKind, Hello, WireError, FRAME_HDR_LEN, HELLO_LEN, SECRET_LEN,
-    WIRE_MAX_FRAME,
+    Endpoint, FrameHdr, FrameKind, Handshake, HsKind, FRAME_HDR_LEN, HS_LEN, NONCE_LEN,
+    SECRET_LEN, WIRE_MAX_FRAME,
 };
 use tmpi_fuzz::Input;
 
@@ -26,21 +30,35 @@ fuzz_target!(|data: &[u8]| {
     match inp.byte() % 3 {
         0 => {
             let mut secret = [0u8; SECRET_LEN];
-            let s = inp.take(SECRET_LEN);
-            secret[..s.len()].copy_from_slice(s);
-            let mut b = [0u8; HELLO_LEN];
-            let r = inp.take(HELLO_LEN);
+            let k = inp.take(SECRET_LEN);
+            secret[..k.len()].copy_from_slice(k);
+            let mut listener = [0u8; NONCE_LEN];
+            let n = inp.take(NONCE_LEN);
+            listener[..n.len()].copy_from_slice(n);
+            let mut b = [0u8; HS_LEN];
+            let r = inp.take(HS_LEN);
             b[..r.len()].copy_from_slice(r);
-            match Hello::decode(&b, &secret) {
-                Ok(h) => {
-                    assert_eq!(h.secret, secret);
-                    assert_eq!(h.encode(), b);
+            if let Ok(h) = Handshake::decode(&b) {
+                assert_eq!(h.encode(), b);
+                if h.kind == HsKind::Hello {
+                    let t = Transcript {
+                        kind: h.kind,
+                        from: h.rank,
+                        to: 0,
+                        size: h.size,
+                        listener_nonce: &listener,
+                        connector_nonce: &h.nonce,
+                    };
+                    let good = t.mac(&secret);
+                    assert_eq!(t.verify(&secret, &h.mac), good == h.mac);
+                    assert!(t.verify(&secret, &good));
+                    let mut bad = good;
+                    bad[usize::from(inp.byte()) % bad.len()] ^= 1;
+                    assert!(!t.verify(&secret, &bad));
                     let mut other = secret;
                     other[usize::from(inp.byte()) % SECRET_LEN] ^= 1;
-                    assert_eq!(Hello::decode(&b, &other), Err(WireError::WrongSecret));
+                    assert!(!t.verify(&other, &good));
                 }
-                Err(WireError::WrongSecret) => assert_ne!(&b[20..], &secret[..]),
-                Err(_) => {}
             }
         }
         1 => {
