@@ -1017,6 +1017,12 @@ struct TmInputCtx<'a> {
     next_token: &'a mut u64,
 }
 
+/// The split matcher's envelope of a message's TMH tag.
+fn tag_envelope(tag: u64) -> tmpi_tm_engine::Envelope {
+    let e = tmpi_btl_openib::tag::unpack(tag);
+    tmpi_tm_engine::Envelope::new(e.context, e.source, e.tag)
+}
+
 /// The sender of a NIC-matched message: the receive's source, known since
 /// its ADD (an offloaded receive names one source).
 fn sender_of(peer: Option<u32>, recv: u64) -> Result<u32, String> {
@@ -1109,8 +1115,7 @@ impl TmInputCtx<'_> {
             tracing::error!(target: "pml_ob1", recv_id, "NIC match for no tagged buffer");
             return;
         };
-        let e = tmpi_btl_openib::tag::unpack(tag);
-        let envelope = tmpi_tm_engine::Envelope::new(e.context, e.source, e.tag);
+        let envelope = tag_envelope(tag);
         if !complete {
             let opcode = if app_ctx == u32::from(BTL_TAG_PML) {
                 TmhOpcode::Eager
@@ -1215,8 +1220,7 @@ impl TmInputCtx<'_> {
         // TMH + RVH landed in the buffer: give a user buffer its bytes back.
         let _ = buf.take_head(TMH_AND_RVH);
         self.tm.recycle(buf);
-        let e = tmpi_btl_openib::tag::unpack(tmh.tag);
-        let envelope = tmpi_tm_engine::Envelope::new(e.context, e.source, e.tag);
+        let envelope = tag_envelope(tmh.tag);
         let frag = sender_of(peer, recv).and_then(|peer| {
             rvh.and_then(|rvh| rts_hdr(self.rts_in, self.next_token, peer, tmh, rvh))
                 .map(|bytes| (peer, bytes))

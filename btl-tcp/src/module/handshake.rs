@@ -426,8 +426,7 @@ impl TcpModule {
     pub(super) fn on_challenge_readable(&mut self, slot: usize) {
         let (me, size) = (self.me, self.size);
         let Some(secret) = self.secret else { return };
-        let nonce_c = self.nonces.next_nonce();
-        let Some(c) = self.conn_mut(slot) else {
+        let Some(c) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
         let (Some(peer), addr) = (c.peer, c.remote) else {
@@ -454,6 +453,8 @@ impl TcpModule {
             let why = format!("the process at {addr} is not rank {peer} of this job");
             return self.fail_peer(peer, why);
         }
+        // Drawn once the challenge is in, not on every readable poll.
+        let nonce_c = self.nonces.next_nonce();
         c.nonce_l = h.nonce;
         c.nonce_c = nonce_c;
         c.hs_len = 0;
