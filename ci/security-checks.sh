@@ -20,8 +20,19 @@
 #     ranks is to 127.0.0.1 (none to 0.0.0.0), and tmpirun binds nothing.
 #     (Outsiders against the handshake: btl-tcp's tests/wireup_dos.rs and
 #     tests/multiproc.rs.)
+#  6. Nothing is left behind either (issue 42) when
+#     - the job ends before every rank attached coll sm's segment (a rank
+#       killed while the others wait in their first allreduce),
+#     - tmpirun itself is killed with SIGKILL while its ranks are in init
+#       (a btl-sm segment in /dev/shm, a peer not attached yet),
+#     - tmpirun is killed with SIGKILL while its ranks exchange traffic:
+#     once the ranks are gone, the session directory and every segment of
+#     the job are removed (by tmpirun's clean-up guard; no later tmpirun
+#     runs in between, and these jobs' session directories are in a private
+#     TMPDIR that no other tmpirun sweeps).
 #
-# Usage: ci/security-checks.sh   (builds tmpirun and examples/ring in target/;
+# Usage: ci/security-checks.sh   (builds tmpirun, examples/ring and
+#        fault-check in target/;
 #        SECURITY_NO_BUILD=1 to use those already built)
 # Needs strace (installed with apt-get when missing and possible).
 # Exit status 0 when every check passed; each failure is printed as FAIL.
@@ -53,10 +64,12 @@ if [ -z "${SECURITY_NO_BUILD:-}" ]; then
     echo "== security: building tmpirun and the ring example"
     cargo build --quiet -p tmpi-run --bins
     cargo build --quiet -p tmpi --example ring
+    cargo build --quiet -p tmpi-tests --bin fault-check
 fi
 TARGET=${CARGO_TARGET_DIR:-target}
 TMPIRUN=$TARGET/debug/tmpirun
 RING=$TARGET/debug/examples/ring
+FAULT=$TARGET/debug/fault-check
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -272,6 +285,95 @@ elif echo "$binds" | grep -v -q 'inet_addr("127.0.0.1")'; then
 else
     pass "$(echo "$binds" | wc -l) listening socket(s) bound to 127.0.0.1 only (no 0.0.0.0)"
 fi
+
+# Waits until the shell condition $1 holds: at most 30 s, only so that a
+# leftover fails the check instead of hanging it.
+wait_for() {
+    local i
+    for i in $(seq 1 1500); do
+        if eval "$1"; then return 0; fi
+        sleep 0.02
+    done
+    return 1
+}
+job_files() { ls /dev/shm 2>/dev/null | grep -- "$1" || true; }
+
+echo "== security: a rank killed before every rank attached coll sm's segment"
+log=$work/coll.log
+TMPDIR=$work "$TMPIRUN" -n 3 --timeout 60 --mca btl self,sm --mca mpi_yield_when_idle 1 \
+    "$FAULT" collearly >"$log" 2>&1 &
+tp=$!
+if wait_for 'grep -q "^fault-check: coll rank 0 pid" "$log" 2>/dev/null'; then
+    # fault-check: coll rank 0 pid P job J DIR
+    read -r pid0 job dir < <(awk '/^fault-check: coll rank 0 pid/ {print $6, $8, $9; exit}' "$log")
+    echo "probe-job $job $dir" >"$log.job"
+    if wait_for 'ls /dev/shm | grep -q "^tmpi-coll\.$pid0\."'; then
+        pass "coll sm's segment created: $(ls /dev/shm | grep "^tmpi-coll\.$pid0\." | tr '\n' ' ')"
+    else
+        fail "coll sm's segment of rank 0 (pid $pid0) never appeared"
+    fi
+    kill -9 "$pid0"
+    set +e
+    wait $tp
+    rc=$?
+    set -e
+    if [ $rc = 137 ]; then pass "job ended with the killed rank's status 137"; else
+        fail "job exited with status $rc"
+        tail -20 "$log" | sed 's/^/       /'
+    fi
+    left=$(ls /dev/shm | grep "^tmpi-coll\.$pid0\." || true)
+    if [ -z "$left" ]; then pass "coll sm's segment removed"; else
+        fail "coll sm's segment left behind: $left"
+        rm -f /dev/shm/tmpi-coll."$pid0".*
+    fi
+    check_leftovers "$log.job" "after a rank killed before the segment was attached"
+else
+    fail "collearly job did not start"
+    kill -9 $tp 2>/dev/null || true
+    tail -20 "$log" | sed 's/^/       /'
+fi
+
+# tmpirun killed with SIGKILL once the line matching $2 is in $log; $3 is
+# the awk program printing "job dir" from it; $4 names the moment.
+kill_tmpirun() {
+    local tp=$1 pattern=$2 prog=$3 what=$4 job dir
+    if ! wait_for "grep -q \"$pattern\" \"$log\" 2>/dev/null"; then
+        fail "$what: the job did not start"
+        kill -9 "$tp" 2>/dev/null || true
+        tail -20 "$log" | sed 's/^/       /'
+        return
+    fi
+    read -r job dir < <(awk "$prog" "$log")
+    echo "probe-job $job $dir" >"$log.job"
+    if [ -n "${5:-}" ] && ! wait_for "[ -e /dev/shm/tmpi-sm.$job.0 ]"; then
+        fail "$what: rank 0's segment never appeared"
+    fi
+    [ -d "$dir" ] || fail "$what: no session directory $dir while the job runs"
+    kill -9 "$tp"
+    wait "$tp" 2>/dev/null || true
+    if wait_for "[ ! -e \"$dir\" ] && [ -z \"\$(job_files $job)\" ]"; then
+        pass "$what: the job's files were removed without a later tmpirun"
+    else
+        fail "$what: the job's files were still there 30 s after tmpirun's death"
+    fi
+    check_leftovers "$log.job" "$what"
+    rm -rf "$dir"
+    for f in $(job_files "$job"); do rm -f "/dev/shm/$f"; done
+}
+
+echo "== security: tmpirun killed with SIGKILL while its ranks are in init"
+log=$work/tmpirun-init.log
+# Rank 1 sleeps 60 s before init: rank 0 waits with its segment in /dev/shm.
+TMPDIR=$work "$TMPIRUN" -n 2 --timeout 120 --mca btl self,sm "$FAULT" lateinit >"$log" 2>&1 &
+kill_tmpirun $! "^fault-check: early rank 0 pid" \
+    '/^fault-check: early rank 0 pid/ {print $8, $9; exit}' "tmpirun killed in init" segment
+
+echo "== security: tmpirun killed with SIGKILL in the middle of the job"
+log=$work/tmpirun-run.log
+TMPDIR=$work "$TMPIRUN" -n 2 --timeout 120 --mca btl self,sm --mca mpi_yield_when_idle 1 \
+    "$FAULT" traffic >"$log" 2>&1 &
+kill_tmpirun $! "^fault-check: job " \
+    '/^fault-check: job/ {print $3, $4; exit}' "tmpirun killed mid-run"
 
 if [ "$fails" = 0 ]; then
     echo "security-checks: all passed"

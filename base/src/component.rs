@@ -110,10 +110,14 @@ pub struct ComponentDescriptor {
 pub type Provider = fn(&Registry, &mut ComponentRegistry) -> Result<(), Error>;
 
 /// The provider of tmpi-base: registers base's own parameters
-/// (`mpi_yield_when_idle`, `mca_base_verbose`); base has no components.
+/// (`mpi_yield_when_idle`, `mpi_param_check`, `mpi_pack_per_fragment`,
+/// `mca_base_verbose`); base has no components.
 pub fn register_base(reg: &Registry, _comps: &mut ComponentRegistry) -> Result<(), Error> {
     crate::mca::yield_when_idle(reg)?;
+    crate::mca::mpi_param_check(reg)?;
+    crate::mca::mpi_pack_per_fragment(reg)?;
     reg.register_verbose("mca", "base")?;
+    crate::pmi::register_client(reg)?;
     Ok(())
 }
 

@@ -606,6 +606,70 @@ fn environment_selects_the_transport() {
     c.fence().unwrap();
     assert_eq!(c.get(Some(0), "k").unwrap().as_deref(), Some("v"));
     c.finalize().unwrap();
+    // Started by a PMIx launcher (Open MPI's mpirun) where libpmix cannot be
+    // loaded: an error naming the variable, the library and how to start
+    // the program instead, not a job of one per process; a one-process job
+    // runs as a singleton. (The library is pointed at a missing name:
+    // PMIx_Init itself is exercised under a real mpirun, in
+    // tests/tests/pmix_mpirun.rs.)
+    const NO_LIB: (&str, &str) = ("TMPI_PMIX_LIBRARY", "libpmix-missing.so.0");
+    for (vars, var) in [
+        (
+            &[
+                ("PMIX_NAMESPACE", "prterun-host-1234@1"),
+                ("PMIX_RANK", "1"),
+                NO_LIB,
+            ][..],
+            "PMIX_NAMESPACE",
+        ),
+        (&[("PMIX_RANK", "0"), NO_LIB][..], "PMIX_RANK"),
+        (
+            &[("TMPI_MCA_pmi_client", "pmix"), NO_LIB][..],
+            "TMPI_MCA_pmi_client",
+        ),
+    ] {
+        match PmiClient::connect_with_env(env(vars)) {
+            Err(e @ PmiError::PmixUnavailable { var: v, .. }) => {
+                assert_eq!(v, var, "{e}");
+                let text = e.to_string();
+                assert!(
+                    text.contains("libpmix-missing.so.0")
+                        && text.contains("libpmix2")
+                        && text.contains("tmpirun"),
+                    "the error names the library and says what to do: {text}"
+                );
+            }
+            other => panic!("{vars:?}: want PmixUnavailable, got {other:?}"),
+        }
+    }
+    // Open MPI's variables without PMIx's: a launcher tmpi cannot talk to.
+    match PmiClient::connect_with_env(env(&[("OMPI_COMM_WORLD_SIZE", "2")])) {
+        Err(e @ PmiError::Env { .. }) => assert!(e.to_string().contains("tmpirun"), "{e}"),
+        other => panic!("want an environment error, got {other:?}"),
+    }
+    let c = PmiClient::connect_with_env(env(&[
+        ("PMIX_NAMESPACE", "prterun-host-1234@1"),
+        ("OMPI_COMM_WORLD_SIZE", "1"),
+        NO_LIB,
+    ]))
+    .unwrap();
+    assert_eq!((c.version(), c.size()), (PmiVersion::Singleton, 1));
+    // The pmi_client parameter: forced singleton under a PMIx launcher, a
+    // bad value refused.
+    let c = PmiClient::connect_with_env(env(&[
+        ("PMIX_NAMESPACE", "prterun-host-1234@1"),
+        ("PMIX_RANK", "1"),
+        ("TMPI_MCA_pmi_client", "singleton"),
+    ]))
+    .unwrap();
+    assert_eq!((c.version(), c.size()), (PmiVersion::Singleton, 1));
+    assert!(matches!(
+        PmiClient::connect_with_env(env(&[("TMPI_MCA_pmi_client", "pmi3")])),
+        Err(PmiError::Env {
+            var: "TMPI_MCA_pmi_client",
+            ..
+        })
+    ));
     // PMI_PORT needs PMI_ID; a port nobody listens on is an I/O error.
     assert!(matches!(
         PmiClient::connect_with_env(env(&[("PMI_PORT", "127.0.0.1:1")])),

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use tmpi_base::identity::ProcessInfo;
 use tmpi_base::mca::{Registry, Sources};
 use tmpi_btl_openib::dirmodex::DirModex;
-use tmpi_btl_openib::tag::{pack, Envelope};
 use tmpi_btl_openib::{init, Btl, Event, FragKind, Module, Op, OpenibError};
+use tmpi_pml::tag::{pack, Envelope};
 use tmpi_verbs::wire::Rvh;
 use tmpi_verbs::{Provider, WcStatus};
 

@@ -17,8 +17,8 @@
 //!   is aborted so the NIC cannot write `dst` afterwards);
 //! - `progress`: generic fragments go to the handler; everything else
 //!   (tagged eager/RTS frags, TM completions, failures) is kept for the
-//!   offload-aware pml, which reaches the module through
-//!   [`OpenibBtl::module_mut`] and [`OpenibBtl::take_events`].
+//!   tag capability ([`BtlModule::tag_offload`], `tag_offload.rs`), whose
+//!   `take_events` hands it up as `TagEvent`s.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -27,7 +27,8 @@ use tmpi_base::identity::ProcessInfo;
 use tmpi_base::mca::{McaError, Registry};
 use tmpi_base::modex::{Modex, ModexError};
 use tmpi_btl::{
-    BtlComponent, BtlError, BtlFlags, BtlModule, BtlRecvHandler, RemoteRegion, EXCLUSIVITY_DEFAULT,
+    BtlComponent, BtlError, BtlFlags, BtlModule, BtlRecvHandler, RemoteRegion, TagOffload,
+    EXCLUSIVITY_DEFAULT,
 };
 use tmpi_verbs::ibv::IbvProvider;
 use tmpi_verbs::soft::{SoftConfig, SoftProvider, DEVICE_NAME};
@@ -41,6 +42,7 @@ use crate::config::OpenibConfig;
 use crate::error::OpenibError;
 use crate::module::{Event, Module};
 use crate::rcache::Reg;
+use crate::tag_offload::TagState;
 
 /// Bound of a blocking [`BtlModule::get`].
 pub const GET_TIMEOUT: Duration = Duration::from_secs(60);
@@ -49,7 +51,7 @@ pub const GET_TIMEOUT: Duration = Duration::from_secs(60);
 /// after the connection broke (or was aborted) before it returns an error.
 pub const ABORT_GRACE: Duration = Duration::from_secs(2);
 
-fn btl_err(e: OpenibError, peer: u32) -> BtlError {
+pub(crate) fn btl_err(e: OpenibError, peer: u32) -> BtlError {
     match e {
         OpenibError::Busy => BtlError::WouldBlock,
         OpenibError::Unreachable(p) => BtlError::Unreachable(p),
@@ -124,14 +126,16 @@ fn boxed<P: Provider>(
 
 /// One btl-openib module behind [`BtlModule`].
 pub struct OpenibBtl<P: Provider> {
-    module: Option<Module<P>>,
+    pub(crate) module: Option<Module<P>>,
     index: usize,
     me: u32,
     size: u32,
     /// Events seen during a blocking `get`, delivered by the next progress.
     pending: VecDeque<Event>,
-    /// Events for the offload-aware user.
-    events: Vec<Event>,
+    /// Events for the tag offload ([`TagOffload::take_events`]).
+    pub(crate) events: Vec<Event>,
+    /// The tag offload's buffers and open rendezvous requests.
+    pub(crate) tags: TagState<P>,
     /// Pins of exported regions; one per `register_region` call: the same
     /// buffer may be exported by several rendezvous at once (two sends of
     /// one buffer), and each `deregister_region` drops one pin.
@@ -142,7 +146,9 @@ pub struct OpenibBtl<P: Provider> {
 impl<P: Provider> OpenibBtl<P> {
     /// Wraps module number `index` of this process.
     pub fn new(module: Module<P>, index: usize, me: u32, size: u32) -> Self {
+        let tags = TagState::new(module.eager_limit());
         OpenibBtl {
+            tags,
             module: Some(module),
             index,
             me,
@@ -159,13 +165,7 @@ impl<P: Provider> OpenibBtl<P> {
         self.module.as_mut()
     }
 
-    /// Events other than generic fragments seen by progress (tagged
-    /// eager/RTS frags, TM completions, rendezvous and failure reports).
-    pub fn take_events(&mut self) -> Vec<Event> {
-        std::mem::take(&mut self.events)
-    }
-
-    fn m(&mut self) -> Result<&mut Module<P>, BtlError> {
+    pub(crate) fn m(&mut self) -> Result<&mut Module<P>, BtlError> {
         self.module.as_mut().ok_or(BtlError::Finalized)
     }
 
@@ -375,11 +375,14 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
         n
     }
 
-    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+    fn tag_offload(&mut self) -> Option<&mut dyn TagOffload> {
         Some(self)
     }
 
     fn finalize(&mut self) -> Result<(), BtlError> {
+        // Registrations go before the module they were made with; the
+        // tagged buffers' memory after it.
+        self.tags.unpin_all();
         self.regions.clear();
         self.pending.clear();
         if let Some(m) = &self.module {
@@ -389,183 +392,7 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
                 r.hits, r.misses, r.evictions);
         }
         self.module = None;
+        self.tags = TagState::new(0);
         Ok(())
     }
-}
-
-/// What the pml's offload path needs from an openib module behind
-/// [`BtlModule`], independent of the provider (reached with [`offload_of`]).
-/// Method names carry `ob_` so they do not shadow [`BtlModule`]'s.
-pub trait OffloadBtl {
-    /// `(max_num_tags, max_ops)` when tag matching is on.
-    fn ob_tm_caps(&self) -> Option<(u32, u32)>;
-    /// Largest tagged eager payload.
-    fn ob_eager_limit(&self) -> usize;
-    /// One tagged eager send `TMH(tag, app_ctx) | data` (copied).
-    fn ob_send_tagged(
-        &mut self,
-        peer: u32,
-        tag: u64,
-        app_ctx: u32,
-        data: &[u8],
-    ) -> Result<(), BtlError>;
-    /// [`TmOffload::tm_post_recv`](crate::TmOffload::tm_post_recv).
-    ///
-    /// # Safety
-    /// As `TmOffload::tm_post_recv`.
-    unsafe fn ob_tm_post_recv(
-        &mut self,
-        buf: *mut u8,
-        len: usize,
-        tag: u64,
-        mask: u64,
-        recv_id: u64,
-        unexpected_cnt: u32,
-    ) -> Result<crate::TmHandle, OpenibError>;
-    /// [`TmOffload::tm_del`](crate::TmOffload::tm_del).
-    fn ob_tm_del(&mut self, h: crate::TmHandle, unexpected_cnt: u32) -> Result<(), OpenibError>;
-    /// [`TmOffload::tm_sync`](crate::TmOffload::tm_sync).
-    fn ob_tm_sync(&mut self, unexpected_cnt: u32) -> Result<(), OpenibError>;
-    /// Events other than generic fragments, in CQ order.
-    fn ob_take_events(&mut self) -> Vec<Event>;
-    /// Registers `len` bytes at `buf` for the NIC to write and keeps them
-    /// registered while the returned token lives, so that tagged buffers
-    /// posted there later find the registration in the cache instead of
-    /// registering again (tens of microseconds each on hardware).
-    ///
-    /// # Safety
-    /// `buf..buf+len` must stay allocated while the token lives, and the
-    /// token must be dropped before the module is finalized.
-    unsafe fn ob_pin(
-        &mut self,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Box<dyn std::any::Any + Send>, OpenibError>;
-    /// A rendezvous request `TMH(RNDV, tag, app_ctx) | RVH` for `len` bytes
-    /// at `buf` (registered here and kept so until the FIN):
-    /// [`Module::send_rndv`] without inline data. `Event::RndvDone { id }`
-    /// or `Event::Failed { id, op: Rndv }` follows.
-    ///
-    /// # Safety
-    /// As [`Module::send_rndv`]: `buf..buf+len` valid and unmodified until
-    /// that event.
-    unsafe fn ob_send_rndv(
-        &mut self,
-        peer: u32,
-        tag: u64,
-        app_ctx: u32,
-        buf: *const u8,
-        len: usize,
-        id: u64,
-    ) -> Result<(), OpenibError>;
-    /// The FIN of a rendezvous request matched in software, after its read
-    /// ([`Module::send_fin`]); `ok == false`: the error FIN
-    /// ([`Module::send_fin_error`]).
-    fn ob_send_fin(
-        &mut self,
-        peer: u32,
-        tmh: tmpi_verbs::wire::Tmh,
-        rvh: tmpi_verbs::wire::Rvh,
-        ok: bool,
-    ) -> Result<(), BtlError>;
-}
-
-impl<P: Provider + 'static> OffloadBtl for OpenibBtl<P> {
-    fn ob_tm_caps(&self) -> Option<(u32, u32)> {
-        let c = self.module.as_ref()?.tm_caps()?;
-        Some((c.max_num_tags, c.max_ops))
-    }
-    fn ob_eager_limit(&self) -> usize {
-        self.module.as_ref().map_or(0, |m| m.eager_limit())
-    }
-    fn ob_send_tagged(
-        &mut self,
-        peer: u32,
-        tag: u64,
-        app_ctx: u32,
-        data: &[u8],
-    ) -> Result<(), BtlError> {
-        self.m()?
-            .send_eager(peer, tag, app_ctx, data, 0)
-            .map_err(|e| btl_err(e, peer))
-    }
-    unsafe fn ob_tm_post_recv(
-        &mut self,
-        buf: *mut u8,
-        len: usize,
-        tag: u64,
-        mask: u64,
-        recv_id: u64,
-        unexpected_cnt: u32,
-    ) -> Result<crate::TmHandle, OpenibError> {
-        let m = self.module.as_mut().ok_or(OpenibError::NoTagMatching)?;
-        // SAFETY: forwarded from this function's contract.
-        unsafe { crate::TmOffload::tm_post_recv(m, buf, len, tag, mask, recv_id, unexpected_cnt) }
-    }
-    fn ob_tm_del(&mut self, h: crate::TmHandle, unexpected_cnt: u32) -> Result<(), OpenibError> {
-        let m = self.module.as_mut().ok_or(OpenibError::NoTagMatching)?;
-        crate::TmOffload::tm_del(m, h, unexpected_cnt)
-    }
-    fn ob_tm_sync(&mut self, unexpected_cnt: u32) -> Result<(), OpenibError> {
-        let m = self.module.as_mut().ok_or(OpenibError::NoTagMatching)?;
-        crate::TmOffload::tm_sync(m, unexpected_cnt)
-    }
-    fn ob_take_events(&mut self) -> Vec<Event> {
-        self.take_events()
-    }
-    unsafe fn ob_pin(
-        &mut self,
-        buf: *mut u8,
-        len: usize,
-    ) -> Result<Box<dyn std::any::Any + Send>, OpenibError> {
-        let m = self.module.as_mut().ok_or(OpenibError::NoTagMatching)?;
-        // SAFETY: forwarded from this function's contract (the memory
-        // outlives the registration handle, which dies before the module).
-        let reg = unsafe { m.register(buf, len, tmpi_verbs::AccessFlags::LOCAL_WRITE) }?;
-        Ok(Box::new(reg))
-    }
-    unsafe fn ob_send_rndv(
-        &mut self,
-        peer: u32,
-        tag: u64,
-        app_ctx: u32,
-        buf: *const u8,
-        len: usize,
-        id: u64,
-    ) -> Result<(), OpenibError> {
-        let m = self.module.as_mut().ok_or(OpenibError::NoTagMatching)?;
-        // SAFETY: forwarded from this function's contract.
-        unsafe { m.send_rndv(peer, tag, app_ctx, buf, len, &[], id) }
-    }
-    fn ob_send_fin(
-        &mut self,
-        peer: u32,
-        tmh: tmpi_verbs::wire::Tmh,
-        rvh: tmpi_verbs::wire::Rvh,
-        ok: bool,
-    ) -> Result<(), BtlError> {
-        let m = self.m()?;
-        let r = if ok {
-            m.send_fin(peer, tmh, rvh)
-        } else {
-            m.send_fin_error(peer, tmh, rvh)
-        };
-        r.map_err(|e| btl_err(e, peer))
-    }
-}
-
-/// The offload interface of a btl-openib module behind [`BtlModule`]
-/// (`None` for other components).
-pub fn offload_of(m: &mut dyn BtlModule) -> Option<&mut dyn OffloadBtl> {
-    if m.name() != "openib" {
-        return None;
-    }
-    let any = m.as_any_mut()?;
-    if any.is::<OpenibBtl<SoftProvider>>() {
-        return any
-            .downcast_mut::<OpenibBtl<SoftProvider>>()
-            .map(|b| b as &mut dyn OffloadBtl);
-    }
-    any.downcast_mut::<OpenibBtl<IbvProvider>>()
-        .map(|b| b as &mut dyn OffloadBtl)
 }

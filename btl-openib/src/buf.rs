@@ -183,7 +183,7 @@ pub struct RecvFrag {
     /// The RVH of a rendezvous request.
     pub rvh: Option<Rvh>,
     /// True when the TM-SRQ delivered a tagged message unmatched (counted
-    /// in the NIC's unexpected counter; see [`crate::TmOffload`]).
+    /// in the NIC's unexpected counter; see `tm.rs`).
     pub unexpected: bool,
 }
 
@@ -275,7 +275,7 @@ pub(crate) fn parse_fin(slab: &Slab, slot: u32, len: usize) -> Result<(Tmh, Opti
 pub(crate) fn read_user(addr: u64, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
     // SAFETY: `addr..addr+len` lies inside a tagged buffer posted through
-    // `TmOffload::tm_post_recv`, whose contract keeps it valid until its
+    // `Module::tm_post_recv`, whose contract keeps it valid until its
     // completion event was returned; we are processing that completion, so
     // the NIC no longer writes it and the caller does not access it yet.
     unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, v.as_mut_ptr(), len) };

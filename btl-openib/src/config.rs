@@ -70,7 +70,7 @@ impl Default for OpenibConfig {
             tm_max_tags: 1024,
             // 0: tmpi sees no free()/munmap, so a cached registration of
             // freed memory would move data from/into the old pages (found
-            // on rxe, docs/stress.md). Raise only for stable buffers.
+            // on rxe, docs/journal/stress-soaks.md). Raise only for stable buffers.
             rcache_max_entries: 0,
             rcache_max_bytes: 1 << 30,
             rnr_retry: 7,

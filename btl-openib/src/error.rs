@@ -3,8 +3,6 @@
 use tmpi_verbs::wire::WireError;
 use tmpi_verbs::{VerbsError, WcStatus};
 
-use crate::tag::TagError;
-
 /// Everything that can go wrong in btl-openib.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -37,9 +35,6 @@ pub enum OpenibError {
         /// The limit.
         limit: usize,
     },
-    /// The envelope cannot be packed into a TMH tag.
-    #[error(transparent)]
-    Tag(#[from] TagError),
     /// A received header is malformed.
     #[error("malformed message from the wire: {0}")]
     Wire(#[from] WireError),
@@ -86,8 +81,6 @@ impl OpenibError {
     pub fn mpi_class(&self) -> tmpi_base::error::MpiErrorClass {
         use tmpi_base::error::MpiErrorClass as C;
         match self {
-            OpenibError::Tag(TagError::Tag(_)) => C::Tag,
-            OpenibError::Tag(TagError::Rank(_)) => C::Rank,
             OpenibError::InvalidArgument(_) | OpenibError::Config(_) => C::Arg,
             OpenibError::TooLarge { .. } => C::Truncate,
             // A message longer than the posted (tagged) buffer.

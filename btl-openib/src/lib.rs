@@ -10,9 +10,11 @@
 //! - [`Module`]: one per active port: SRQ (or TM-SRQ) of untagged buffers,
 //!   one RC QP per peer, eager / rendezvous / FIN / generic fragments, RDMA
 //!   read, progress into [`Event`]s.
-//! - [`TmOffload`]: the offload interface for the pml and the split matcher
-//!   (TAG_ADD/DEL/SYNC and the TM completions).
-//! - [`tag`]: the 64-bit tag layout (context | source | tag) and masks.
+//! - the tag capability of the BTL interface (`tmpi_btl::TagOffload`, in
+//!   `tag_offload.rs`): tagged sends, the NIC's list (TAG_ADD/DEL/SYNC) with
+//!   the tagged-buffer bookkeeping, and the TM completions as
+//!   `tmpi_btl::TagEvent`s; the module's own list operations are in `tm`.
+//!   What a 64-bit tag means is the pml's (its match header).
 //! - [`rcache`]: the bounded registration cache.
 //! - [`addr`]: the modex value layout.
 //!
@@ -28,10 +30,10 @@ pub mod dirmodex;
 pub mod error;
 pub mod module;
 pub mod rcache;
-pub mod tag;
+mod tag_offload;
 pub mod tm;
 
-pub use btl_impl::{offload_of, OffloadBtl, OpenibBtl, OpenibComponent};
+pub use btl_impl::{OpenibBtl, OpenibComponent};
 pub use buf::{FragKind, RecvFrag};
 pub use component::{init, open_modules, probe, register, wire_up, Btl, COMPONENT};
 pub use config::OpenibConfig;
@@ -41,5 +43,6 @@ pub use module::{
     TM_MIN_UNTAGGED,
 };
 pub use rcache::{Reg, RegCache};
-pub use tm::{TmHandle, TmOffload};
+pub use tag_offload::EAGER_APP_CTX;
+pub use tm::TmHandle;
 pub use tmpi_verbs::wire::{Rvh, Tmh, TmhOpcode, RVH_LEN, TMH_LEN};

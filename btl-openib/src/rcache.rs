@@ -193,7 +193,7 @@ impl<P: Provider> RegCache<P> {
         // entries (whose pages are mapped by contract) can be hit. Without
         // this, a buffer freed and reallocated at the same address between
         // two progress calls got the old pages' registration back (the
-        // cache-off hazard of docs/stress.md finding 2).
+        // cache-off hazard of docs/journal/stress-soaks.md, finding 2).
         self.trim();
         self.clock += 1;
         let now = self.clock;

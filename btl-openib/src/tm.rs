@@ -1,4 +1,5 @@
-//! The tag-matching offload interface for the pml and the split matcher.
+//! The module's tag-matching list operations, beneath the BTL interface's
+//! tag capability ([`TagOffload`], implemented in `tag_offload.rs`).
 //!
 //! btl-openib provides the **mechanism** (UCX's uct layer): posting and
 //! removing tagged receive buffers, synchronising the unexpected counter, and
@@ -9,8 +10,8 @@
 //! `shared/reference/tag-matching.md` §4.
 //!
 //! # Contract
-//! - Tags: build them with [`crate::tag`] (`pack` for messages,
-//!   `Matcher` for receives).
+//! - Tags: 64-bit values whose meaning is the caller's (the pml packs its
+//!   match envelope and wildcard masks).
 //! - **Unexpected counter**: every tagged message the NIC did not match
 //!   comes up as an [`Event::Recv`](crate::Event::Recv) frag with
 //!   `unexpected == true`. Every list operation carries the count of
@@ -23,13 +24,13 @@
 //!   earlier one should get (reference §4; found by the split matcher's
 //!   differential test). With `tmpi_tm_engine::split`, pass the
 //!   `unexpected_cnt` of the `NicAction` being executed.
-//!   [`TmOffload::tm_unexpected_count`] is the module's count of messages
+//!   [`Module::tm_unexpected_count`] is the module's count of messages
 //!   handed out, for diagnostics and simple callers that process every
 //!   event before each operation (then both counts agree).
 //! - `Added { sync_req: true }`: the NIC stopped matching because the counts
 //!   differed when the ADD executed; after processing the events call
-//!   [`TmOffload::tm_sync`].
-//! - A receive posted with [`TmOffload::tm_post_recv`] ends with exactly one
+//!   [`Module::tm_sync`].
+//! - A receive posted with [`Module::tm_post_recv`] ends with exactly one
 //!   of: `Matched { complete: true }`; `Matched { complete: false }` then
 //!   `DataValid`, `RndvIncomplete { after_match: true }` or `Event::Failed`;
 //!   `RndvIncomplete { after_match: false }`; `Deleted`; or `Event::Failed`
@@ -42,26 +43,28 @@
 //!   settles the receive. The NIC handle is reused only after the receive
 //!   ended.
 //! - A failed NIC-issued rendezvous read sends no FIN: the caller tells the
-//!   sender ([`TmOffload`]'s FIN with `ok == false`), taking the sender from
+//!   sender ([`Module::send_fin_error`]), taking the sender from
 //!   the tag, not from the completion.
 //! - `max_ops` operations may be outstanding; beyond, operations return
 //!   [`OpenibError::Busy`] (retry after progress). A full tag list is also
 //!   `Busy`: keep the receive in software.
 //! - When software matches an unexpected message to a receive that is also
-//!   in the NIC list, DEL it first ([`TmOffload::tm_del`]) and complete it
+//!   in the NIC list, DEL it first ([`Module::tm_del`]) and complete it
 //!   only after `Deleted` (or handle `DelConsumed`).
 //! - An unexpected rendezvous request (frag of kind `Rndv`) is finished in
 //!   software: [`Module::get`], then [`Module::send_fin`] (or
 //!   [`Module::send_fin_error`] when the read failed).
 
-use tmpi_verbs::{AccessFlags, Provider, TmCaps};
+use tmpi_verbs::{AccessFlags, Provider};
 
 use crate::error::{OpenibError, Result};
 use crate::module::Module;
 #[allow(unused_imports)]
 use crate::module::TmEvent;
+#[allow(unused_imports)]
+use tmpi_btl::TagOffload;
 
-/// Handle of a tagged buffer in the NIC's list (for [`TmOffload::tm_del`]).
+/// Handle of a tagged buffer in the NIC's list (for [`Module::tm_del`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TmHandle {
     /// The provider's handle.
@@ -70,12 +73,10 @@ pub struct TmHandle {
     pub recv_id: u64,
 }
 
-/// Hardware tag-matching operations of a module whose SRQ is a TM-SRQ.
-pub trait TmOffload {
-    /// The TM capabilities in use, `None` when tag matching is off (then
-    /// every other method fails with [`OpenibError::NoTagMatching`]).
-    fn tm_caps(&self) -> Option<TmCaps>;
-
+/// Hardware tag-matching operations of a module whose SRQ is a TM-SRQ
+/// (without tag matching every one fails with
+/// [`OpenibError::NoTagMatching`]).
+impl<P: Provider> Module<P> {
     /// Appends a tagged buffer (`TAG_ADD`): messages with
     /// `msg_tag & mask == tag & mask` land in `buf..buf+len` (eager: the
     /// payload without the TMH; rendezvous: the NIC reads the sender's data
@@ -86,35 +87,7 @@ pub trait TmOffload {
     /// # Safety
     /// `buf..buf+len` must stay valid and must not be accessed until the
     /// receive ended (see the module contract): the NIC writes it.
-    unsafe fn tm_post_recv(
-        &mut self,
-        buf: *mut u8,
-        len: usize,
-        tag: u64,
-        mask: u64,
-        recv_id: u64,
-        unexpected_cnt: u32,
-    ) -> Result<TmHandle>;
-
-    /// Removes a tagged buffer (`TAG_DEL`), carrying `unexpected_cnt`:
-    /// `Deleted` or `DelConsumed` follows.
-    fn tm_del(&mut self, handle: TmHandle, unexpected_cnt: u32) -> Result<()>;
-
-    /// Reports the software unexpected count `unexpected_cnt` (`TAG_SYNC`):
-    /// `Synced` follows.
-    fn tm_sync(&mut self, unexpected_cnt: u32) -> Result<()>;
-
-    /// The unexpected messages the module handed out so far (wrapping;
-    /// diagnostics: list operations carry the caller's count).
-    fn tm_unexpected_count(&self) -> u32;
-}
-
-impl<P: Provider> TmOffload for Module<P> {
-    fn tm_caps(&self) -> Option<TmCaps> {
-        Module::tm_caps(self)
-    }
-
-    unsafe fn tm_post_recv(
+    pub unsafe fn tm_post_recv(
         &mut self,
         buf: *mut u8,
         len: usize,
@@ -133,15 +106,21 @@ impl<P: Provider> TmOffload for Module<P> {
         Ok(TmHandle { handle, recv_id })
     }
 
-    fn tm_del(&mut self, h: TmHandle, unexpected_cnt: u32) -> Result<()> {
+    /// Removes a tagged buffer (`TAG_DEL`), carrying `unexpected_cnt`:
+    /// `Deleted` or `DelConsumed` follows.
+    pub fn tm_del(&mut self, h: TmHandle, unexpected_cnt: u32) -> Result<()> {
         self.tm_del_inner(h.handle, h.recv_id, unexpected_cnt)
     }
 
-    fn tm_sync(&mut self, unexpected_cnt: u32) -> Result<()> {
+    /// Reports the software unexpected count `unexpected_cnt` (`TAG_SYNC`):
+    /// `Synced` follows.
+    pub fn tm_sync(&mut self, unexpected_cnt: u32) -> Result<()> {
         self.tm_sync_inner(unexpected_cnt)
     }
 
-    fn tm_unexpected_count(&self) -> u32 {
+    /// The unexpected messages the module handed out so far (wrapping;
+    /// diagnostics: list operations carry the caller's count).
+    pub fn tm_unexpected_count(&self) -> u32 {
         self.tm_unexpected()
     }
 }

@@ -11,10 +11,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use tmpi_btl_openib::tag::{pack, Envelope, Matcher, Source, TagSel};
-use tmpi_btl_openib::{
-    init, Btl, Event, FragKind, Module, Op, OpenibError, RecvFrag, TmEvent, TmOffload,
-};
+use tmpi_btl_openib::{init, Btl, Event, FragKind, Module, Op, OpenibError, RecvFrag, TmEvent};
+use tmpi_pml::tag::{pack, Envelope, Matcher, Source, TagSel};
 use tmpi_verbs::soft::SoftProvider;
 use tmpi_verbs::wire::Rvh;
 use tmpi_verbs::WcStatus;
@@ -132,7 +130,7 @@ fn role_eager(job: &mut Job, m: &mut M) {
         assert!(!f.unexpected);
         match f.kind {
             FragKind::Eager => {
-                let env = tmpi_btl_openib::tag::unpack(f.tmh.tag);
+                let env = tmpi_pml::tag::unpack(f.tmh.tag);
                 assert_eq!(env.source, f.peer, "source in the tag = sending rank");
                 assert_eq!(env.context, 3);
                 let i = next[f.peer as usize];

@@ -31,11 +31,11 @@ pub enum SingleCopy {
 pub struct SmConfig {
     /// `btl_sm_eager_limit` (default 4 KiB). Above 4 KiB
     /// ([`EAGER_FRAG_DATA`]) an eager message takes a max-class fragment:
-    /// one copy in, one copy out, no rendezvous. 16 KiB measured 2.5x faster
-    /// than the rendezvous at 8-16 KiB when the two cores share a cache
-    /// line in 0.05 us, and 2.1-2.3x slower when the host placed them 0.25
-    /// us apart (docs/pml.md "Eager up to 16 KiB over sm"): not the
-    /// default.
+    /// one copy in, one copy out, no rendezvous. 16 KiB was much faster than
+    /// the rendezvous at 8-16 KiB when the two cores are close and much
+    /// slower when the host placed them far apart (each eager byte crosses
+    /// between the cores twice), so it is not the default
+    /// (docs/journal/pml-performance.md, "Eager up to 16 KiB over sm").
     pub eager_limit: usize,
     /// `btl_sm_max_send_size` (default 32 KiB): largest fragment.
     pub max_send_size: usize,
@@ -75,16 +75,15 @@ pub struct SmConfig {
     pub coop_fail_test: bool,
     /// `btl_sm_huge_after` (default 4, 0 = never): a single-copy source
     /// whose whole 2 MiB ranges were registered this many times goes onto
-    /// transparent huge pages ([`crate::huge`]).
+    /// transparent huge pages ([`tmpi_smsc::huge`]).
     pub huge_after: u32,
 }
 
 /// Default of `btl_sm_fbox_max`: a 1 KiB message with the pml's match
 /// header (1 044 bytes) still goes through the fast box, with room for a
-/// longer header. 256 B ping-pong 0.234 -> 0.185 us, 512 B 0.230 -> 0.208
-/// against 256; 1 KiB collectives at 2 ranks (7 alternating rounds, 1024
-/// -> 1100): allgather 0.60 -> 0.34 us, allreduce 0.61 -> 0.35, alltoall
-/// 0.75 -> 0.45, bcast 0.38 -> 0.16, reduce 0.46 -> 0.23 (docs/pml.md).
+/// longer header: the fast box (and the direct receive) instead of the
+/// FIFO for the small and 1 KiB messages of ping-pongs and collectives
+/// (measurements: docs/journal/pml-performance.md).
 pub const DEFAULT_FBOX_MAX: usize = 1088;
 
 /// Default of `btl_sm_fbox_max` in an oversubscribed launch (more ranks
@@ -144,7 +143,7 @@ impl SmConfig {
             return Err(format!("btl_sm_fifo_size {} exceeds 1G", self.fifo_size));
         }
         if self.poll_budget == 0 {
-            return Err("btl_sm_poll_budget must be > 0".into());
+            return Err("btl_sm_poll_budget 0 is not above 0".into());
         }
         if self.coop_chunk < 16 * 1024
             || !self.coop_chunk.is_multiple_of(4096)
@@ -218,9 +217,9 @@ impl SmConfig {
             // Not set: the default, within what the configured ring holds;
             // in an oversubscribed launch 1 KiB messages keep the FIFO,
             // whose many fragments let a sender run ahead of a descheduled
-            // receiver (a 4 KiB ring holds three such records): bcast 1 KiB
-            // at 4 ranks on 2 cores read 1.1 us through the FIFO and 3.3
-            // through the fast box.
+            // receiver (a 4 KiB ring holds three such records): an
+            // oversubscribed 1 KiB bcast was several times faster through
+            // the FIFO.
             Source::Default if reg.launch_oversubscribed() => OVERSUBSCRIBED_FBOX_MAX
                 .min(fbox_max.value() as usize)
                 .min(Fbox::max_record(fbox_size)),
@@ -273,7 +272,7 @@ impl SmConfig {
         )?;
         // With more ranks than cores a sender is often preempted in the
         // middle of a chunk it claimed, and the receiver then waits for it
-        // (measured at load 10-12: 0.75-1.14x the plain copy): the built-in
+        // (on a loaded machine no faster than the plain copy): the built-in
         // default turns the cooperation off there; a value set anywhere wins.
         let coop_min = if *coop_min_p.source() == Source::Default && reg.launch_oversubscribed() {
             0
@@ -328,11 +327,16 @@ impl SmConfig {
             coop_fail_test,
             huge_after: huge_after.value() as u32,
         };
-        cfg.validate().map_err(|why| McaError::InvalidValue {
-            name: "btl_sm_*".into(),
-            value: format!("{cfg:?}"),
-            expected: why,
-            origin: Source::Default,
+        // Every reason starts with the parameter and its value.
+        cfg.validate().map_err(|why| {
+            let mut w = why.splitn(3, ' ');
+            let (name, value) = (w.next().unwrap_or_default(), w.next().unwrap_or_default());
+            McaError::InvalidValue {
+                name: name.to_string(),
+                value: value.to_string(),
+                expected: why.clone(),
+                origin: Source::Default,
+            }
         })?;
         Ok(cfg)
     }
@@ -389,9 +393,16 @@ mod tests {
             ("TMPI_MCA_btl_sm_fbox_size", "1024"),
             ("TMPI_MCA_btl_sm_fbox_max", "1024"),
         ]));
+        let err = SmConfig::from_registry(&too_big)
+            .expect_err("explicit fbox_max above the ring accepted")
+            .to_string();
+        // Plain words: the parameter, its value and why; no Rust forms.
         assert!(
-            SmConfig::from_registry(&too_big).is_err(),
-            "explicit fbox_max above the ring accepted"
+            err.starts_with("MCA parameter btl_sm_fbox_max: invalid value \"1024\"")
+                && err.contains("exceeds")
+                && !err.contains("SmConfig")
+                && !err.contains('{'),
+            "{err}"
         );
     }
 

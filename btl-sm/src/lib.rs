@@ -5,8 +5,11 @@
 //!   (SPSC rings), the only code touching shared memory concurrently.
 //! * [`segment`]: one segment per process in `/dev/shm`, its layout and
 //!   header.
-//! * [`cma`]: single copy with `process_vm_readv` (the receiver) and, for
-//!   the cooperative copy of large messages, `process_vm_writev` (the sender).
+//! * single copy: `process_vm_readv` (the receiver) and, for the
+//!   cooperative copy of large messages, `process_vm_writev` (the sender),
+//!   from [`tmpi_smsc::cma`], which coll's sm component shares; a receiver
+//!   may ask to copy alone ([`tmpi_smsc::CopyAlone`]), and reused send
+//!   buffers go onto huge pages ([`tmpi_smsc::huge`]).
 //! * [`module`]: wire-up, send paths, flow control, progress, get
 //!   ([`SmModule`] documents the protocol).
 //! * [`config`]: the `btl_sm_*` MCA parameters.
@@ -19,18 +22,14 @@
 //! [`BtlError::GetDenied`] and disables single copy. `none` forces the
 //! copy path, `cma` makes a failed probe an error.
 
-pub mod cma;
 pub mod config;
-pub mod copy_alone;
 mod direct;
-pub mod huge;
+pub mod liveness;
 pub mod module;
 pub mod segment;
 pub mod shm;
-pub mod splice;
 
 pub use config::{SingleCopy, SmConfig};
-pub use copy_alone::CopyAlone;
 pub use module::{segment_path, SmModule, SmStats, MODEX_KEY};
 
 use tmpi_base::component::{Availability, ComponentDescriptor, ComponentRegistry};

@@ -44,6 +44,17 @@
 //! `progress` call (so no second fence is needed). `finalize` (or drop)
 //! unlinks it if that never happened; `tmpirun` removes leftovers of a
 //! crashed job.
+//!
+//! # Dead peers
+//! Shared memory does not break when a peer dies, so the module watches its
+//! attached peers' processes ([`crate::liveness`]). `take_failed_peers`
+//! (which the pml calls every so many polling rounds, also while a call
+//! waits) looks at most every [`LIVENESS_EVERY`]: a peer whose process has
+//! exited without having marked its segment finalized (`finalize` marks
+//! it before unmapping) is reported once, at the look after the one that
+//! saw it gone, so that what it wrote before dying has been polled. The
+//! pml then fails every request that waits on it, as for a broken tcp
+//! connection.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -54,14 +65,15 @@ use tmpi_btl::{
     BtlError, BtlFlags, BtlModule, BtlRecvHandler, DirectRecv, DirectSend, RemoteRegion,
 };
 
-use crate::cma;
 use crate::config::{SingleCopy, SmConfig};
 use std::sync::atomic::Ordering;
+use tmpi_smsc::cma;
 
 use crate::direct::{PeerRx, PeerTx};
-use crate::huge::HugeSources;
+use crate::liveness::PeerWatch;
 use crate::segment::{coop_phase, Class, CoopSlot, Segment, COOP_SLOTS};
 use crate::shm::{self, Fbox, FragHdr, Resolve};
+use tmpi_smsc::huge::HugeSources;
 
 /// Modex key of the segment address.
 pub const MODEX_KEY: &str = "btl.sm.seg";
@@ -71,7 +83,7 @@ const FBOX_BUDGET: usize = 64;
 /// Records per fast box per progress call of a blocked receiver
 /// (`progress_waiting`): one, so that a stream's messages meet their
 /// receives instead of being drained into the unexpected queue in bursts
-/// (C 8-byte stream 0.17-0.26 -> 0.12-0.16 us per message, docs/pml.md).
+/// (docs/pml.md, "The small-message fast path").
 const FBOX_BUDGET_WAITING: usize = 1;
 
 /// Chunks the sender writes per progress call (cooperative copy).
@@ -82,9 +94,8 @@ const COOP_BUDGET: usize = 2;
 const COOP_SPINS: u64 = 1 << 14;
 
 /// Smallest chunk of a cooperative copy: each chunk is one CMA call of
-/// either side (~2 us fixed cost here), so a 32 KiB message is the
-/// smallest cut in two (2-rank ping-pong 32 KiB: 5.17 -> 4.37 us, 64 KiB
-/// 8.2 -> 6.2 us; 16 KiB chunks of a 64 KiB message: 7.5 us).
+/// either side, whose fixed cost (a system call and page pinning) smaller
+/// chunks no longer repay, so a 32 KiB message is the smallest cut in two.
 const COOP_MIN_CHUNK: u64 = 16 * 1024;
 
 /// Most chunks of one cooperative copy (bits of the failed mask).
@@ -238,7 +249,7 @@ pub struct SmStats {
     /// Gets done as cooperative copies (receiver).
     pub coop_gets: u64,
     /// Whole-region gets of regions with a cooperative slot read alone
-    /// because the thread asked to copy alone ([`crate::CopyAlone`]).
+    /// because the thread asked to copy alone ([`tmpi_smsc::CopyAlone`]).
     pub coop_declined: u64,
     /// Chunks this process read as a receiver of cooperative copies.
     pub coop_chunks_read: u64,
@@ -322,7 +333,18 @@ pub struct SmModule {
     pid: u32,
     /// Reused sources onto huge pages (`btl_sm_huge_after`).
     huge: HugeSources,
+    /// Per local peer: its process, once attached (module docs, "Dead
+    /// peers").
+    watch: Vec<Option<PeerWatch>>,
+    /// Per local peer: 0 alive, 1 seen gone, 2 reported.
+    gone: Vec<u8>,
+    /// When `take_failed_peers` last looked.
+    last_look: std::time::Instant,
 }
+
+/// Least time between two looks at the peers' processes (one `poll`
+/// system call): a death is noticed within about twice this.
+pub const LIVENESS_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
 
 impl std::fmt::Debug for SmModule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -412,6 +434,9 @@ impl SmModule {
             coop_waiting_shown: false,
             pid: std::process::id(),
             huge: HugeSources::new(cfg.huge_after, "btl_sm"),
+            watch: (0..nlocal).map(|_| None).collect(),
+            gone: vec![0; nlocal],
+            last_look: std::time::Instant::now(),
         };
         let value = format!("v1:{}", path.display());
         if let Err(e) = modex.put(MODEX_KEY, value.as_bytes()) {
@@ -540,6 +565,7 @@ impl SmModule {
             self.rx.push((peer, fbox as usize, size, l));
             self.rx_direct[l].attach(fbox, size);
         }
+        self.watch[l] = Some(PeerWatch::new(seg.pid));
         self.peers[l] = Some(seg);
         Ok(())
     }
@@ -763,8 +789,8 @@ impl SmModule {
             return Ok(false);
         }
         // A sender with work of its own would not help soon: chunks would
-        // only add reads (each CMA call costs ~2 us on this host; a 2-rank
-        // 64 KiB exchange went 10 -> 14 us).
+        // only add CMA calls, each with its fixed cost (a 2-rank exchange,
+        // where both sides read at once, got slower).
         if slot.owner_waiting.load(Ordering::Acquire) != coop_phase::waiting(generation) {
             self.stats.coop_owner_busy += 1;
             return Ok(false);
@@ -1164,11 +1190,11 @@ impl BtlModule for SmModule {
         }
         // The whole region (what the pml's rendezvous reads): cooperative
         // copy if the key names a slot; pieces and prefixes: plain read.
-        // A thread that asked to copy alone ([`crate::copy_alone`]) reads
+        // A thread that asked to copy alone ([`tmpi_smsc::copy_alone`]) reads
         // those whole regions alone too.
         if let (Some(s), 0) = (slot, offset) {
             if dst.len() as u64 == region.len {
-                if crate::copy_alone::copying_alone() {
+                if tmpi_smsc::copy_alone::copying_alone() {
                     self.stats.coop_declined += 1;
                 } else if self.coop_get(peer, l, s, generation, start, dst)? {
                     return Ok(());
@@ -1205,7 +1231,36 @@ impl BtlModule for SmModule {
         Some(Arc::clone(&self.tx[l]) as Arc<dyn DirectSend>)
     }
 
+    fn take_failed_peers(&mut self) -> Vec<(u32, String)> {
+        let now = std::time::Instant::now();
+        if now.duration_since(self.last_look) < LIVENESS_EVERY {
+            return Vec::new();
+        }
+        self.last_look = now;
+        let mut out = Vec::new();
+        for l in 0..self.watch.len() {
+            let (Some(w), Some(seg)) = (&self.watch[l], &self.peers[l]) else {
+                continue;
+            };
+            match self.gone[l] {
+                0 if w.exited() && !seg.finalized() => self.gone[l] = 1,
+                1 => {
+                    self.gone[l] = 2;
+                    out.push((
+                        self.local_world[l],
+                        format!("its process {} ended without finalizing", seg.pid),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
     fn finalize(&mut self) -> Result<(), BtlError> {
+        if let Some(own) = &self.own {
+            own.mark_finalized();
+        }
         if self.own.is_some() {
             self.unlink();
             // Direct handles still held by the pml refuse from now on.

@@ -220,7 +220,9 @@ struct Header {
     eager_cap: u32,
     n_max: u32,
     max_cap: u32,
-    _pad: u32,
+    /// 1 once the owner finalized (set before it unmaps; peers tell a
+    /// normal exit from a death by it).
+    finalized: AtomicU32,
     probe_addr: u64,
     /// Peers that mapped this segment.
     attached: AtomicU32,
@@ -296,7 +298,7 @@ impl Segment {
             eager_cap: l.eager_cap,
             n_max: l.n_max,
             max_cap: l.max_cap,
-            _pad: 0,
+            finalized: AtomicU32::new(0),
             probe_addr: self.probe_addr,
             attached: AtomicU32::new(0),
             ready: AtomicU32::new(0),
@@ -371,6 +373,16 @@ impl Segment {
     /// Counts one more peer that attached (called by the peer).
     pub fn mark_attached(&self) -> u32 {
         self.header().attached.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Marks the owner finalized ([`Segment::finalized`]).
+    pub fn mark_finalized(&self) {
+        self.header().finalized.store(1, Ordering::Release);
+    }
+
+    /// Whether the owner finalized (it may exit from then on).
+    pub fn finalized(&self) -> bool {
+        self.header().finalized.load(Ordering::Acquire) == 1
     }
 
     /// Peers that attached so far.

@@ -67,10 +67,8 @@ pub const FBOX_REC_HDR: usize = 8;
 /// with its match header) shared a line pair with its neighbours: the
 /// receiver spinning on the next header pulled back the pair the sender
 /// was writing, and the sender's zero word after the record landed in it
-/// too. A C model of the ring (two processes, bound, real-time class,
-/// 7 alternating rounds) measured a half round trip of 0.080 us packed,
-/// 0.084 us with 64-byte records and 0.067 us with 128-byte ones (one
-/// cache-line flag alone: 0.054 us). Past half full the records are packed
+/// too. In a C model of the ring 128-byte records were clearly faster than
+/// packed and 64-byte ones, close to a one-line flag alone. Past half full the records are packed
 /// (the header says how much padding follows the data), so a stream of
 /// small messages still finds room in a small ring.
 pub const FBOX_REC_ALIGN: usize = 128;
@@ -324,7 +322,7 @@ impl<'a> Fbox<'a> {
         // Padding that makes the next record start on a line pair (the
         // size is a multiple of the pair, so it never passes the ring end),
         // for records of one pair at most: larger ones measured no better
-        // padded (512 B ping-pong 4% slower), see FBOX_REC_ALIGN.
+        // padded, see FBOX_REC_ALIGN.
         let pad = if pad_ok && packed <= FBOX_REC_ALIGN {
             (at + packed).wrapping_neg() & (FBOX_REC_ALIGN - 1)
         } else {

@@ -14,7 +14,8 @@ use tmpi_btl::testing::{child_context, run_ranks, ChildContext};
 use tmpi_btl::{BtlError, BtlModule, RemoteRegion};
 use tmpi_btl_sm::module::coop_chunking;
 use tmpi_btl_sm::segment::COOP_SLOTS;
-use tmpi_btl_sm::{CopyAlone, SmConfig, SmModule, SmStats};
+use tmpi_btl_sm::{SmConfig, SmModule, SmStats};
+use tmpi_smsc::CopyAlone;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 /// Control fragments carry this tag.

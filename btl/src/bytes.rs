@@ -1,9 +1,9 @@
 //! Copies of the few bytes of a small fragment.
 //!
 //! `ptr::copy_nonoverlapping` with a length known only at run time is a
-//! call to libc's `memcpy`: ~20 instructions plus the call for the 8-byte
-//! payload or the 20-byte match header of a small message, on every send
-//! and receive. [`copy_bytes`] copies up to 32 bytes with at most two
+//! call to libc's `memcpy`, whose dispatch costs more than the copy for the
+//! 8-byte payload or the 20-byte match header of a small message, on every
+//! send and receive. [`copy_bytes`] copies up to 32 bytes with at most two
 //! (overlapping) loads and stores of one width, inline, and leaves longer
 //! copies to `memcpy`.
 

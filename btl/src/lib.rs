@@ -45,11 +45,13 @@
 
 pub mod bytes;
 mod error;
+pub mod offload;
 mod region;
 pub mod select;
 pub mod testing;
 
 pub use error::BtlError;
+pub use offload::{TagCaps, TagData, TagEvent, TagMsg, TagOffload, TagRndv};
 pub use region::{RemoteRegion, REMOTE_REGION_BYTES};
 
 use tmpi_base::identity::ProcessInfo;
@@ -185,8 +187,8 @@ pub trait BtlModule: Send {
     /// the call failed store-to-load forwarding and waited until the
     /// callee's stores reached the cache, i.e. until the fragment's stores
     /// into the peer's shared-memory line had taken that line from the
-    /// receiver: a stall per message (~30% of a streaming sender's samples
-    /// over btl-sm). Default: `sendi(..).is_ok()`.
+    /// receiver: a stall per message, a large share of a streaming sender's
+    /// time over btl-sm. Default: `sendi(..).is_ok()`.
     fn try_sendi(&mut self, peer: u32, tag: u8, header: &[u8], payload: &[u8]) -> bool {
         self.sendi(peer, tag, header, payload).is_ok()
     }
@@ -295,10 +297,9 @@ pub trait BtlModule: Send {
     /// peers no longer read from this module). Idempotent.
     fn finalize(&mut self) -> Result<(), BtlError>;
 
-    /// The module as `Any`, for a user that knows a component's concrete
-    /// type (the pml reaches btl-openib's tag-matching offload this way,
-    /// once at start-up). `None` (the default): not offered.
-    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+    /// The module's hardware tag matching ([`TagOffload`]), for a module
+    /// that can carry tagged traffic; `None` (the default): not offered.
+    fn tag_offload(&mut self) -> Option<&mut dyn TagOffload> {
         None
     }
 }
@@ -326,7 +327,7 @@ pub trait DirectRecv: Send + Sync {
 /// A module's direct channel to one peer ([`BtlModule::direct_send`]): one
 /// indirect call from the pml to the bytes in shared memory, instead of
 /// the transport, the module's `try_sendi`, its checks and its fast-box
-/// lookup (~250 instructions of a 794-instruction `MPI_Send`, callgrind).
+/// lookup (about a third of a small `MPI_Send`'s work).
 pub trait DirectSend: Send + Sync {
     /// Sends `header ++ payload` tagged `tag` if it can be done at once
     /// without reordering against the module's other sends to the peer;

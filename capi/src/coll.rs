@@ -248,8 +248,10 @@ pub extern "C" fn MPI_Reduce(
 /// (`MPI_IN_PLACE` is the way), and a collective that read its input while
 /// writing its output there would give garbage. A local check, as MPICH's
 /// (its errors/coll/noalias): the other ranks do not learn of it.
+/// NULL is `MPI_BOTTOM` (or an empty buffer): two of them say nothing of
+/// where the data lies (absolute-address datatypes place it).
 pub(crate) fn not_aliased(send: *const c_void, recv: *const c_void, count: c_int) -> Res<()> {
-    if count > 0 && std::ptr::eq(send, recv) && !is_in_place(send) {
+    if count > 0 && std::ptr::eq(send, recv) && !is_in_place(send) && !send.is_null() {
         return Err(Error::new(
             C::Buffer,
             "the send and receive buffers are the same (MPI_IN_PLACE is the way to reuse one)",
@@ -609,8 +611,20 @@ impl VLayout {
         types: &[Arc<Dtype>],
         offsets: impl Fn(usize, &Dtype) -> Res<isize>,
     ) -> Res<VLayout> {
+        VLayout::new_at(counts, types, offsets, false)
+    }
+
+    /// [`VLayout::new`]; `bottom`: the buffer is `MPI_BOTTOM` (NULL), the
+    /// offsets absolute addresses, so the blocks are staged whatever their
+    /// types (the caller's memory is not one slice from NULL).
+    fn new_at(
+        counts: &[c_int],
+        types: &[Arc<Dtype>],
+        offsets: impl Fn(usize, &Dtype) -> Res<isize>,
+        bottom: bool,
+    ) -> Res<VLayout> {
         let p = counts.len();
-        let contig = types.iter().all(|t| t.is_contig());
+        let contig = !bottom && types.iter().all(|t| t.is_contig());
         let mut cb = Vec::with_capacity(p);
         let mut db = Vec::with_capacity(p);
         let mut blocks = Vec::with_capacity(p);
@@ -673,16 +687,18 @@ impl VLayout {
         })
     }
 
-    /// The w-forms: `counts[i]` items of `types[i]` at byte `displs[i]`.
+    /// The w-forms: `counts[i]` items of `types[i]` at byte `displs[i]` of
+    /// `buf` (only whether it is `MPI_BOTTOM` matters here).
     pub(crate) fn w(
         counts: *const c_int,
         displs: *const c_int,
         types: *const c_int,
         p: usize,
+        buf: *const c_void,
     ) -> Res<VLayout> {
         let ds = crate::ffi::array(displs, p, "displs")?;
         let ds: Vec<isize> = ds.into_iter().map(|d| d as isize).collect();
-        VLayout::w_where(counts, &ds, types, |_| true)
+        VLayout::w_where(counts, &ds, types, |_| true, buf)
     }
 
     /// [`VLayout::w`] on byte displacements already read (one per block),
@@ -692,6 +708,7 @@ impl VLayout {
         displs: &[isize],
         types: *const c_int,
         keep: impl Fn(usize) -> bool,
+        buf: *const c_void,
     ) -> Res<VLayout> {
         let p = displs.len();
         let cs = kept(crate::ffi::array(counts, p, "counts")?, keep);
@@ -699,7 +716,7 @@ impl VLayout {
             .into_iter()
             .map(ty)
             .collect::<Res<Vec<_>>>()?;
-        VLayout::new(&cs, &ts, |i, _| Ok(displs[i]))
+        VLayout::new_at(&cs, &ts, |i, _| Ok(displs[i]), buf.is_null())
     }
 
     /// The buffer as tmpi-coll sees it: the caller's bytes, or a staged copy.
@@ -955,6 +972,13 @@ pub extern "C" fn MPI_Allgatherv(
     })
 }
 
+/// 1 when an all-to-all moves data (the aliasing check's count): two
+/// empty buffers may well share an address (mpi4py passes one for every
+/// empty buffer).
+fn moves(send: &Option<VLayout>, recv: &VLayout) -> c_int {
+    c_int::from(send.as_ref().is_some_and(|s| s.end > 0) && recv.end > 0)
+}
+
 /// Shared body of blocking MPI_Alltoallv/w once the layouts are known
 /// (`send = None`: MPI_IN_PLACE, the receive layout on both sides).
 fn alltoall_vw(
@@ -1007,7 +1031,6 @@ pub extern "C" fn MPI_Alltoallv(
             }
             crate::intercoll::Target::Intra(c) => c,
         };
-        not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
         let rl = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
         let send = if is_in_place(sendbuf) {
@@ -1015,6 +1038,7 @@ pub extern "C" fn MPI_Alltoallv(
         } else {
             Some(VLayout::v(sendcounts, sdispls, p, &ty(sendtype)?)?)
         };
+        not_aliased(sendbuf, recvbuf, moves(&send, &rl))?;
         alltoall_vw(&c, false, sendbuf, send, recvbuf, &rl)
     })
 }
@@ -1301,7 +1325,6 @@ pub extern "C" fn MPI_Reduce_scatter(
             }
             crate::intercoll::Target::Intra(c) => c,
         };
-        not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
         let t = ty(dtype)?;
         let (e, o) = red(&t, op, dtype)?;
@@ -1310,6 +1333,7 @@ pub extern "C" fn MPI_Reduce_scatter(
             .map(|x| ccount(x, C::Count, "recvcounts[i]"))
             .collect::<Res<_>>()?;
         let total: usize = counts.iter().sum();
+        not_aliased(sendbuf, recvbuf, c_int::from(total > 0))?;
         let mine = counts[c.rank() as usize];
         let send = if is_in_place(sendbuf) {
             pack(recvbuf, total, &t)
@@ -1561,20 +1585,20 @@ pub extern "C" fn MPI_Alltoallw(
         let c = match crate::intercoll::target(comm)? {
             crate::intercoll::Target::Inter(ic) => {
                 let p = crate::intercoll::remote_size(&ic);
-                let sl = VLayout::w(sendcounts, sdispls, sendtypes, p)?;
-                let rl = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
+                let sl = VLayout::w(sendcounts, sdispls, sendtypes, p, sendbuf)?;
+                let rl = VLayout::w(recvcounts, rdispls, recvtypes, p, recvbuf)?;
                 return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
             }
             crate::intercoll::Target::Intra(c) => c,
         };
-        not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
-        let rl = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
+        let rl = VLayout::w(recvcounts, rdispls, recvtypes, p, recvbuf)?;
         let send = if is_in_place(sendbuf) {
             None
         } else {
-            Some(VLayout::w(sendcounts, sdispls, sendtypes, p)?)
+            Some(VLayout::w(sendcounts, sdispls, sendtypes, p, sendbuf)?)
         };
+        not_aliased(sendbuf, recvbuf, moves(&send, &rl))?;
         alltoall_vw(&c, true, sendbuf, send, recvbuf, &rl)
     })
 }
@@ -1806,7 +1830,6 @@ pub extern "C" fn MPI_Ialltoallv(
             }
             crate::intercoll::Target::Intra(c) => c,
         };
-        not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
         let recv = VLayout::v(recvcounts, rdispls, p, &ty(recvtype)?)?;
         let send = if is_in_place(sendbuf) {
@@ -1814,6 +1837,7 @@ pub extern "C" fn MPI_Ialltoallv(
         } else {
             Some(VLayout::v(sendcounts, sdispls, p, &ty(sendtype)?)?)
         };
+        not_aliased(sendbuf, recvbuf, moves(&send, &recv))?;
         ialltoall_vw(&c, false, sendbuf, send, recvbuf, recv, comm, request)
     })
 }
@@ -1837,20 +1861,20 @@ pub extern "C" fn MPI_Ialltoallw(
             crate::intercoll::Target::Inter(ic) => {
                 let ic = ic.nonblocking(request);
                 let p = crate::intercoll::remote_size(&ic);
-                let sl = VLayout::w(sendcounts, sdispls, sendtypes, p)?;
-                let rl = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
+                let sl = VLayout::w(sendcounts, sdispls, sendtypes, p, sendbuf)?;
+                let rl = VLayout::w(recvcounts, rdispls, recvtypes, p, recvbuf)?;
                 return crate::intercoll::alltoall(&ic, sendbuf, &sl, recvbuf, &rl);
             }
             crate::intercoll::Target::Intra(c) => c,
         };
-        not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
-        let recv = VLayout::w(recvcounts, rdispls, recvtypes, p)?;
+        let recv = VLayout::w(recvcounts, rdispls, recvtypes, p, recvbuf)?;
         let send = if is_in_place(sendbuf) {
             None
         } else {
-            Some(VLayout::w(sendcounts, sdispls, sendtypes, p)?)
+            Some(VLayout::w(sendcounts, sdispls, sendtypes, p, sendbuf)?)
         };
+        not_aliased(sendbuf, recvbuf, moves(&send, &recv))?;
         ialltoall_vw(&c, true, sendbuf, send, recvbuf, recv, comm, request)
     })
 }
@@ -1876,7 +1900,6 @@ pub extern "C" fn MPI_Ireduce_scatter(
             }
             crate::intercoll::Target::Intra(c) => c,
         };
-        not_aliased(sendbuf, recvbuf, 1)?;
         let p = c.size() as usize;
         let t = ty(dtype)?;
         let (e, o) = red(&t, op, dtype)?;
@@ -1885,6 +1908,7 @@ pub extern "C" fn MPI_Ireduce_scatter(
             .map(|x| ccount(x, C::Count, "recvcounts[i]"))
             .collect::<Res<_>>()?;
         let total: usize = counts.iter().sum();
+        not_aliased(sendbuf, recvbuf, c_int::from(total > 0))?;
         let mine = counts[c.rank() as usize];
         let send = if is_in_place(sendbuf) {
             pack(recvbuf, total, &t)

@@ -225,6 +225,12 @@ pub extern "C" fn MPI_Comm_split_type(
                 ))
             }
         };
+        if crate::intercomm::is_inter(comm) {
+            // The processes of one type on both sides (MPI-4.0 §7.4.2).
+            let color = tables().comm(comm)?.comm.split_type_color(kind);
+            let h = crate::intercomm::split(comm, color, key)?;
+            return put(newcomm, h, "newcomm");
+        }
         let c = crate::coll::comm_of(comm)?.split_type(kind, key)?;
         put_opt(comm, newcomm, c)
     })
@@ -269,16 +275,35 @@ fn free_comm(comm: *mut c_int) -> Res<()> {
             "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed",
         ));
     }
+    // The attributes' delete callbacks run while the communicator is still
+    // valid (MPI-4.0 §7.7.2: they may query it), last set first, one at a
+    // time without the tables' lock (they may call MPI). A failing callback
+    // fails the call and leaves the communicator with the attributes not
+    // yet deleted.
+    loop {
+        let next = {
+            let t = tables();
+            let e = t.comm(h)?;
+            e.attr_order
+                .iter()
+                .rev()
+                .find_map(|k| e.attrs.get(k).map(|&v| (*k, v)))
+                .or_else(|| e.attrs.iter().next().map(|(&k, &v)| (k, v)))
+                .map(|(k, v)| (k, v, t.keyvals.get(&k).copied()))
+        };
+        let Some((k, v, kv)) = next else { break };
+        if let Some(kv) = kv {
+            delete_callback(&kv, h, k, v)?;
+        }
+        let mut t = tables();
+        let e = t.comm_mut(h)?;
+        e.attrs.remove(&k);
+        e.attr_order.retain(|&x| x != k);
+    }
     let ent = tables()
         .comms
         .remove(&h)
         .ok_or_else(|| Error::new(C::Comm, format!("invalid communicator handle {h}")))?;
-    for (&k, &v) in &ent.attrs {
-        let kv = tables().keyvals.get(&k).copied();
-        if let Some(f) = kv.and_then(|kv| kv.delete.map(|f| (f, kv.extra))) {
-            crate::ffi::call_delete_attr(f.0, h, k, v, f.1);
-        }
-    }
     ent.comm.free()?;
     put(comm, 0, "comm")
 }
@@ -425,6 +450,9 @@ pub extern "C" fn MPI_Comm_call_errhandler(comm: c_int, errorcode: c_int) -> c_i
 pub extern "C" fn MPI_Errhandler_free(errhandler: *mut c_int) -> c_int {
     guard("MPI_Errhandler_free", COMM_WORLD, || {
         let h = get(errhandler, "errhandler")?;
+        if h == 0 {
+            return Err(Error::new(C::Arg, "MPI_ERRHANDLER_NULL cannot be freed"));
+        }
         if h > 2 {
             tables().errhandlers.remove(&h);
         }
@@ -439,7 +467,20 @@ static TAG_UB_VAL: c_int = tmpi_pml::TAG_UB;
 static HOST_VAL: c_int = -2; // MPI_PROC_NULL: no host process
 static IO_VAL: c_int = -1; // MPI_ANY_SOURCE: every process can do I/O
 static WTIME_GLOBAL_VAL: c_int = 0;
-static APPNUM_VAL: c_int = 0;
+/// MPI_APPNUM: this process's program in an MPMD job: `TMPI_APPNUM` (set
+/// by tmpirun per program; its PMI server answers 0 to every rank), else
+/// what the launcher told the PMI/PMIx client (Hydra, Open MPI's mpirun);
+/// 0 otherwise.
+static APPNUM_VAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+fn appnum() -> c_int {
+    std::env::var("TMPI_APPNUM")
+        .ok()
+        .and_then(|v| v.trim().parse::<c_int>().ok())
+        .filter(|&n| n >= 0)
+        .or_else(tmpi_base::pmi::job_appnum)
+        .unwrap_or(0)
+}
 /// MPI_LASTUSEDCODE: the largest error class or code in use, at least
 /// MPI_ERR_LASTCODE (99; user classes and codes count up from 100).
 pub(crate) static LASTUSED_VAL: std::sync::atomic::AtomicI32 =
@@ -568,13 +609,19 @@ pub extern "C" fn MPI_Comm_get_attr(
                 Some(UNIVERSE_VAL.as_ptr())
             }
             6 => Some(LASTUSED_VAL.as_ptr()),
-            7 => Some(&APPNUM_VAL),
+            7 => {
+                APPNUM_VAL.store(appnum(), std::sync::atomic::Ordering::Relaxed);
+                Some(APPNUM_VAL.as_ptr())
+            }
             _ => None,
         };
         tables().comm(comm)?;
         if let Some(p) = predefined {
             crate::ffi::put_ptr(value, p as usize)?;
             return put(flag, 1, "flag");
+        }
+        if !tables().keyvals.contains_key(&keyval) {
+            return Err(Error::new(C::Keyval, format!("invalid keyval {keyval}")));
         }
         match tables().comm(comm)?.attrs.get(&keyval).copied() {
             Some(v) => {

@@ -55,6 +55,10 @@ pub(crate) struct Dtype {
     pub ints: Vec<c_int>,
     pub addrs: Vec<isize>,
     pub types: Vec<c_int>,
+    /// The datatypes `types` named when this one was made (filled in by
+    /// [`crate::state::Tables::add_type`]): `MPI_Type_get_contents` hands
+    /// out new handles to them, valid even after the user freed theirs.
+    pub inner: Vec<Option<Arc<Dtype>>>,
     pub committed: bool,
     pub predefined: bool,
 }
@@ -170,6 +174,7 @@ pub(crate) fn predefined() -> Vec<Arc<Dtype>> {
                 ints: Vec::new(),
                 addrs: Vec::new(),
                 types: Vec::new(),
+                inner: Vec::new(),
                 committed: true,
                 predefined: true,
             })
@@ -362,6 +367,7 @@ impl Builder {
             ints,
             addrs,
             types,
+            inner: Vec::new(),
             committed: false,
             predefined: false,
         }

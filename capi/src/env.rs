@@ -5,10 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use tmpi_base::mca::{self, Level, ParamSpec};
-use tmpi_coll::pml_adapter::PmlP2p;
-use tmpi_coll::CollContext;
-use tmpi_pml::{InitOptions, Pml};
+use tmpi_base::mca::{self, Registry};
 
 use crate::error::{guard, guard_value, Error, MpiErrorClass as C, Res, ERRORS_ARE_FATAL};
 use crate::ffi::{put, put_cstr};
@@ -37,6 +34,18 @@ fn epoch() -> &'static Instant {
     E.get_or_init(Instant::now)
 }
 
+/// Registers the C API's own parameters (`mpi_*`, specified in
+/// `tmpi_base::mca` so that `tmpi_info` lists them too) and reads them.
+fn register_params(reg: &Registry) -> Res<()> {
+    let arg = |e: mca::McaError| Error::new(C::Arg, e.to_string());
+    PARAM_CHECK.store(mca::mpi_param_check(reg).map_err(arg)?, Ordering::Relaxed);
+    PACK_PER_FRAGMENT.store(
+        mca::mpi_pack_per_fragment(reg).map_err(arg)?,
+        Ordering::Relaxed,
+    );
+    Ok(())
+}
+
 fn init(required: c_int) -> Res<c_int> {
     let _g = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     match PHASE.load(Ordering::Acquire) {
@@ -45,43 +54,14 @@ fn init(required: c_int) -> Res<c_int> {
         _ => return Err(Error::new(C::Other, "MPI_Init after MPI_Finalize")),
     }
     epoch();
-    // Register our parameters and coll's before the pml initialises: it
-    // reports the names no component registered (`--mca mpi_param_check 0`
-    // must not be "unknown").
-    let reg = mca::registry();
-    let pc = reg
-        .register_bool(
-            ParamSpec::new("mpi", "", "param_check")
-                .help("Check the arguments of every MPI call (1) or trust them (0)")
-                .level(Level::UserBasic),
-            true,
-        )
-        .map_err(|e| Error::new(C::Arg, e.to_string()))?;
-    PARAM_CHECK.store(pc.value(), Ordering::Relaxed);
-    let ppf = reg
-        .register_bool(
-            ParamSpec::new("mpi", "", "pack_per_fragment")
-                .help(
-                    "Send and receive non-contiguous datatypes by packing each fragment \
-                     straight from/into the user layout (1) or through a whole-message \
-                     temporary (0)",
-                )
-                .level(Level::UserDetail),
-            true,
-        )
-        .map_err(|e| Error::new(C::Arg, e.to_string()))?;
-    PACK_PER_FRAGMENT.store(ppf.value(), Ordering::Relaxed);
-    // The coll framework's parameters (selection list `coll`, verbosity,
-    // context ids) and component descriptors, as tmpi_info shows them.
-    // Its components' own parameters too (`coll_tuned_<op>_algorithm`, ...),
-    // as tmpi_info does: the pml reports every name set but registered by
-    // nobody before coll opens its components.
-    tmpi_coll::register_all_params(reg).map_err(|e| Error::new(e.class(), e.to_string()))?;
-    let pml = Arc::new(Pml::init(InitOptions { logging: true })?);
+    // The runtime the Rust facade starts too (`tmpi::runtime`). Our
+    // parameters are registered before the pml initialises, as coll's are:
+    // it reports the names no component registered (`--mca
+    // mpi_param_check 0` must not be "unknown").
+    let pml = tmpi::runtime::start(register_params)?;
     // Nodes come from the pml (the launcher's process mapping):
     // split_type(SHARED) and coll's sm component follow them.
-    let p2p = PmlP2p::new(Arc::clone(&pml));
-    let u = CollContext::init(Arc::new(p2p), reg)?;
+    let u = tmpi::runtime::open_coll(&pml)?;
     let mut tables = state::take_early();
     tables.comms.insert(
         COMM_WORLD,
@@ -327,26 +307,38 @@ pub extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
 pub(crate) fn abort_job(code: c_int, msg: &str) -> ! {
     eprintln!("tmpi: rank {}: {msg}", state::world_rank());
     let code = if code == 0 { 1 } else { code };
+    // Under a PMIx runtime (Open MPI's mpirun, srun --mpi=pmix) the PMIx
+    // library's abort ends the job with this code.
+    if tmpi_base::pmi::pmix_abort(code, msg) {
+        std::process::exit(code)
+    }
     // The PMI client lives inside the pml; PMI-1 (tmpirun, Hydra) takes a
     // single abort line on the same descriptor.
     let v2 = std::env::var("PMI_JOBID").is_ok_and(|j| !j.is_empty())
         || std::env::var("TMPI_PMI_VERSION").is_ok_and(|v| v.trim() == "2");
-    if let (Ok(fd), false) = (std::env::var("PMI_FD"), v2) {
-        if let Ok(fd) = fd.trim().parse::<c_int>() {
-            let clean: String = msg
-                .chars()
-                .map(|c| {
-                    if c.is_control() || c == ' ' || c == ';' || c == '=' {
-                        '_'
-                    } else {
-                        c
-                    }
-                })
-                .take(400)
-                .collect();
-            let line = format!("cmd=abort exitcode={code} message={clean}\n");
-            crate::ffi::pmi_abort_line(fd, line.as_bytes());
-        }
+    // The connection's descriptor as the client holds it (adopting
+    // `PMI_FD` moved it to another number).
+    if let (Some(fd), false) = (tmpi_base::pmi::abort_fd(), v2) {
+        // `message` for any server (a PMI-1 value holds no space), the
+        // exact text encoded for tmpirun (`tmpi_base::pmi::ABORT_TEXT_KEY`);
+        // within Slurm's 1024-byte line.
+        let clean: String = msg
+            .chars()
+            .map(|c| {
+                if c.is_control() || c == ' ' || c == ';' || c == '=' {
+                    '_'
+                } else {
+                    c
+                }
+            })
+            .take(300)
+            .collect();
+        let line = format!(
+            "cmd=abort exitcode={code} message={clean} {}={}\n",
+            tmpi_base::pmi::ABORT_TEXT_KEY,
+            tmpi_base::pmi::encode_abort_text(msg, 600)
+        );
+        crate::ffi::pmi_abort_line(fd, line.as_bytes());
     }
     std::process::exit(code)
 }

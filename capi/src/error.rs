@@ -56,6 +56,14 @@ impl From<tmpi_coll::CollError> for Error {
     }
 }
 
+/// The runtime's start-up errors (`tmpi::runtime`): their class and
+/// message as they are.
+impl From<tmpi::Error> for Error {
+    fn from(e: tmpi::Error) -> Self {
+        Error::new(e.class(), e.message())
+    }
+}
+
 /// `MPI_ERRORS_ARE_FATAL`.
 pub(crate) const ERRORS_ARE_FATAL: c_int = 1;
 /// `MPI_ERRORS_RETURN`.

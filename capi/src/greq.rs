@@ -15,7 +15,7 @@ use crate::state::{tables, COMM_WORLD};
 /// One generalized request: the callbacks, their state, and whether
 /// `MPI_Grequest_complete` was called (shared with `Tables::greqs`, which
 /// finds it while a waiting thread has the request taken out).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Greq {
     query: Option<crate::GreqQueryFn>,
     free: Option<crate::GreqFreeFn>,

@@ -48,7 +48,7 @@ use crate::neighbor::uniform;
 use crate::request::Finish;
 use crate::state::{rt, tables, CommRef};
 
-const ROOT: c_int = -3;
+pub(crate) const ROOT: c_int = -3;
 const PROC_NULL: c_int = -2;
 
 /// An inter-communicator as its collectives see it: the local group's

@@ -347,3 +347,53 @@ pub extern "C" fn MPI_Type_get_true_extent_c(
 ) -> c_int {
     MPI_Type_get_true_extent_x(dtype, lb, extent)
 }
+
+/// The persistent collectives' `MPI_Count` forms (MPI-4.0 §6.13), by
+/// [`by_int`] on their `int` forms.
+macro_rules! pinit_c {
+    ($($c:ident => $f:ident [$($cnt:ident),+] on $comm:ident ($($arg:ident : $ty:ty),* $(,)?);)*) => {$(
+        by_int!($c => $f, $comm, [$($cnt),+], ($($arg: $ty,)* info: c_int, request: *mut c_int));
+    )*};
+}
+use crate::pcoll::{
+    MPI_Allgather_init, MPI_Allreduce_init, MPI_Alltoall_init, MPI_Bcast_init, MPI_Exscan_init,
+    MPI_Gather_init, MPI_Neighbor_allgather_init, MPI_Neighbor_alltoall_init, MPI_Reduce_init,
+    MPI_Reduce_scatter_block_init, MPI_Scan_init, MPI_Scatter_init,
+};
+pinit_c! {
+    MPI_Bcast_init_c => MPI_Bcast_init [count] on comm
+        (buf: *mut c_void, count: Count, dtype: c_int, root: c_int, comm: c_int);
+    MPI_Reduce_init_c => MPI_Reduce_init [count] on comm
+        (sendbuf: *const c_void, recvbuf: *mut c_void, count: Count, dtype: c_int, op: c_int,
+         root: c_int, comm: c_int);
+    MPI_Allreduce_init_c => MPI_Allreduce_init [count] on comm
+        (sendbuf: *const c_void, recvbuf: *mut c_void, count: Count, dtype: c_int, op: c_int,
+         comm: c_int);
+    MPI_Scan_init_c => MPI_Scan_init [count] on comm
+        (sendbuf: *const c_void, recvbuf: *mut c_void, count: Count, dtype: c_int, op: c_int,
+         comm: c_int);
+    MPI_Exscan_init_c => MPI_Exscan_init [count] on comm
+        (sendbuf: *const c_void, recvbuf: *mut c_void, count: Count, dtype: c_int, op: c_int,
+         comm: c_int);
+    MPI_Reduce_scatter_block_init_c => MPI_Reduce_scatter_block_init [recvcount] on comm
+        (sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: Count, dtype: c_int, op: c_int,
+         comm: c_int);
+    MPI_Gather_init_c => MPI_Gather_init [sendcount, recvcount] on comm
+        (sendbuf: *const c_void, sendcount: Count, sendtype: c_int, recvbuf: *mut c_void,
+         recvcount: Count, recvtype: c_int, root: c_int, comm: c_int);
+    MPI_Scatter_init_c => MPI_Scatter_init [sendcount, recvcount] on comm
+        (sendbuf: *const c_void, sendcount: Count, sendtype: c_int, recvbuf: *mut c_void,
+         recvcount: Count, recvtype: c_int, root: c_int, comm: c_int);
+    MPI_Allgather_init_c => MPI_Allgather_init [sendcount, recvcount] on comm
+        (sendbuf: *const c_void, sendcount: Count, sendtype: c_int, recvbuf: *mut c_void,
+         recvcount: Count, recvtype: c_int, comm: c_int);
+    MPI_Alltoall_init_c => MPI_Alltoall_init [sendcount, recvcount] on comm
+        (sendbuf: *const c_void, sendcount: Count, sendtype: c_int, recvbuf: *mut c_void,
+         recvcount: Count, recvtype: c_int, comm: c_int);
+    MPI_Neighbor_allgather_init_c => MPI_Neighbor_allgather_init [sendcount, recvcount] on comm
+        (sendbuf: *const c_void, sendcount: Count, sendtype: c_int, recvbuf: *mut c_void,
+         recvcount: Count, recvtype: c_int, comm: c_int);
+    MPI_Neighbor_alltoall_init_c => MPI_Neighbor_alltoall_init [sendcount, recvcount] on comm
+        (sendbuf: *const c_void, sendcount: Count, sendtype: c_int, recvbuf: *mut c_void,
+         recvcount: Count, recvtype: c_int, comm: c_int);
+}

@@ -9,8 +9,8 @@
 //! * `error`: error classes, handlers and the guard around each entry
 //!   point (argument checks, `catch_unwind` → `MPI_ERR_INTERN`);
 //! * `state`: the runtime (pml, coll) and the handle tables;
-//! * `env`, `p2p`, `request`, `datatype`, `types`, `coll`, `comm`, `misc`:
-//!   the MPI chapters; `stubs`: functions present only so that programs
+//! * `env`, `p2p`, `request`, `datatype`, `types`, `coll`, `comm`, `misc`,
+//!   `osc` (one-sided, over `tmpi-osc`): the MPI chapters; `stubs`: functions present only so that programs
 //!   link (they fail with `MPI_ERR_UNSUPPORTED_OPERATION`).
 //!
 //! See `docs/capi.md`.
@@ -32,6 +32,7 @@ pub mod large_count;
 pub mod misc;
 pub mod mpit;
 pub mod neighbor;
+pub mod osc;
 pub mod p2p;
 pub mod pcoll;
 pub mod pmpi;

@@ -298,11 +298,18 @@ pub extern "C" fn MPI_Op_free(op: *mut c_int) -> c_int {
     })
 }
 
+/// `MPI_REPLACE` and `MPI_NO_OP` (mpi.h).
+const REPLACE: c_int = 13;
+const NO_OP: c_int = 14;
+
 #[no_mangle]
 pub extern "C" fn MPI_Op_commutative(op: c_int, commute: *mut c_int) -> c_int {
     guard("MPI_Op_commutative", COMM_WORLD, || {
+        // MPI_REPLACE and MPI_NO_OP (one-sided only) keep one side's
+        // value: not commutative (as MPICH answers).
         let c = match crate::state::predefined_op(op) {
             Some(_) => true,
+            None if op == REPLACE || op == NO_OP => false,
             None => tables().user_op(op)?.1,
         };
         put(commute, c_int::from(c), "commute")

@@ -211,8 +211,8 @@ fn alltoallw(
     let layouts = |nb: &Neighborhood| {
         let sd = array(sdispls, nb.outdegree, "sdispls")?;
         let rd = array(rdispls, nb.indegree, "rdispls")?;
-        let send = VLayout::w_where(sendcounts, &sd, sendtypes, |j| nb.sends_block(j))?;
-        let recv = VLayout::w_where(recvcounts, &rd, recvtypes, |i| nb.receives(i))?;
+        let send = VLayout::w_where(sendcounts, &sd, sendtypes, |j| nb.sends_block(j), sendbuf)?;
+        let recv = VLayout::w_where(recvcounts, &rd, recvtypes, |i| nb.receives(i), recvbuf)?;
         Ok((send, recv))
     };
     run(name, comm, sendbuf, recvbuf, false, layouts, request)

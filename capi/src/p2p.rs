@@ -797,6 +797,15 @@ fn req_comm(h: c_int) -> c_int {
     tables().reqs.get(&h).map_or(COMM_WORLD, Req::comm)
 }
 
+/// After a failed wait or test: when the request completed and is gone
+/// (a generalized request whose query or free callback failed), the
+/// caller's handle becomes `MPI_REQUEST_NULL` instead of dangling.
+fn null_if_freed(request: *mut c_int, h: c_int) {
+    if h != 0 && tables().reqs.get(&h).is_none() {
+        let _ = put(request, 0, "request");
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn MPI_Wait(request: *mut c_int, status: *mut MpiStatus) -> c_int {
     let comm = if request.is_null() {
@@ -806,7 +815,7 @@ pub extern "C" fn MPI_Wait(request: *mut c_int, status: *mut MpiStatus) -> c_int
     };
     guard("MPI_Wait", comm, || {
         let h = get(request, "request")?;
-        let (st, freed) = wait_handle(h)?;
+        let (st, freed) = wait_handle(h).inspect_err(|_| null_if_freed(request, h))?;
         if freed {
             put(request, 0, "request")?;
         }
@@ -824,7 +833,7 @@ pub extern "C" fn MPI_Test(request: *mut c_int, flag: *mut c_int, status: *mut M
     };
     guard("MPI_Test", comm, || {
         let h = get(request, "request")?;
-        match test_handle(h)? {
+        match test_handle(h).inspect_err(|_| null_if_freed(request, h))? {
             Tested::Pending => put(flag, 0, "flag"),
             Tested::Inactive => {
                 put(flag, 1, "flag")?;
@@ -1247,10 +1256,13 @@ pub extern "C" fn MPI_Cancel(request: *mut c_int) -> c_int {
     guard("MPI_Cancel", COMM_WORLD, || {
         let h = get(request, "request")?;
         let rt = rt()?;
-        let id = match tables().reqs.get(&h) {
-            Some(Req::Pml { id, .. }) => Some(*id),
-            Some(Req::Greq(g)) => return g.cancel(),
-            Some(_) => None,
+        // The tables' lock is not held while a generalized request's
+        // cancel callback runs: it may call MPI (mpi4py's report of a
+        // Python exception calls MPI_Error_string), which would deadlock.
+        let found = match tables().reqs.get(&h) {
+            Some(Req::Pml { id, .. }) => Ok(Some(*id)),
+            Some(Req::Greq(g)) => Err(g.clone()),
+            Some(_) => Ok(None),
             None => {
                 return Err(Error::new(
                     C::Request,
@@ -1258,8 +1270,12 @@ pub extern "C" fn MPI_Cancel(request: *mut c_int) -> c_int {
                 ))
             }
         };
-        if let Some(id) = id {
-            rt.pml.cancel(id)?;
+        match found {
+            Ok(Some(id)) => {
+                rt.pml.cancel(id)?;
+            }
+            Ok(None) => {}
+            Err(g) => return g.cancel(),
         }
         Ok(())
     })

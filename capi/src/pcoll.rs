@@ -9,9 +9,12 @@
 //!
 //! The datatype arguments are held ([`crate::state::Tables::hold_type`]),
 //! so the user may free a datatype while a persistent request uses it, as
-//! with persistent point-to-point requests; buffers and the count,
-//! displacement and type arrays are the caller's until the request is
-//! freed (MPI-4.0 §6.13: they must not change meanwhile). The `info`
+//! with persistent point-to-point requests. The count, displacement and
+//! type arrays of the v, w and neighbourhood forms are copied at init (the
+//! types in them held too): a caller may free or reuse them once the init
+//! call returns, as mpi4py does with the temporaries it converts its
+//! arguments into (MPICH builds its schedule at init, so they work there).
+//! The buffers stay the caller's until the request is freed. The `info`
 //! argument is accepted and not used.
 
 use std::ffi::{c_int, c_void};
@@ -115,28 +118,130 @@ impl<T> Kept for *mut T {
     }
 }
 
+/// An array argument copied at init: its entries, or the caller's pointer
+/// as it was when the call does not read it (NULL, or no entries
+/// significant here: a non-root's counts, `MPI_IN_PLACE`'s send side).
+enum Copied<T> {
+    Raw(usize),
+    Own(Vec<T>),
+}
+
+impl<T: Copy> Copied<T> {
+    fn of(p: *const T, n: usize, what: &str) -> Res<Copied<T>> {
+        if n == 0 || p.is_null() {
+            return Ok(Copied::Raw(p as usize));
+        }
+        crate::ffi::array(p, n, what).map(Copied::Own)
+    }
+
+    fn ptr(&self) -> *const T {
+        match self {
+            Copied::Raw(a) => *a as *const T,
+            Copied::Own(v) => v.as_ptr(),
+        }
+    }
+}
+
+/// Datatype handles held for a request being made; released on drop
+/// unless [`Held::keep`] takes them (the init failed otherwise).
+#[derive(Default)]
+struct Held(Vec<c_int>);
+
+impl Held {
+    fn hold(&mut self, h: c_int) -> c_int {
+        let held = tables().hold_type(h);
+        self.0.push(held);
+        held
+    }
+
+    /// A copied array of datatype handles, each one held.
+    fn types(&mut self, p: *const c_int, n: usize, what: &str) -> Res<Copied<c_int>> {
+        let c = Copied::of(p, n, what)?;
+        Ok(match c {
+            Copied::Own(v) => Copied::Own(v.into_iter().map(|h| self.hold(h)).collect()),
+            raw => raw,
+        })
+    }
+
+    fn keep(mut self) -> Vec<c_int> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut t = tables();
+        for &h in &self.0 {
+            t.release_type(h);
+        }
+    }
+}
+
+/// Entries per array of the processes a call addresses: the remote group
+/// of an inter-communicator, the communicator otherwise.
+fn peers(comm: c_int) -> Res<usize> {
+    Ok(match crate::intercoll::target(comm)? {
+        crate::intercoll::Target::Inter(ic) => crate::intercoll::remote_size(&ic),
+        crate::intercoll::Target::Intra(c) => c.size() as usize,
+    })
+}
+
+/// Entries of an array with one per local process (reduce-scatter's counts).
+fn local(comm: c_int) -> Res<usize> {
+    Ok(tables().comm(comm)?.comm.size() as usize)
+}
+
+/// [`peers`] at the root, which alone reads a rooted v-form's arrays (`root`
+/// is `MPI_ROOT` there on an inter-communicator); 0 elsewhere.
+fn at_root(comm: c_int, root: c_int) -> Res<usize> {
+    let t = tables();
+    let e = t.comm(comm)?;
+    let is_root = match &e.inter {
+        Some(_) => root == crate::intercoll::ROOT,
+        None => e.comm.rank() as c_int == root,
+    };
+    drop(t);
+    if is_root {
+        peers(comm)
+    } else {
+        Ok(0)
+    }
+}
+
+/// `n`, or 0 when the send side is `MPI_IN_PLACE` (its arrays are ignored).
+fn unless_in_place(sendbuf: *const c_void, n: Res<usize>) -> Res<usize> {
+    if crate::ffi::is_in_place(sendbuf) {
+        Ok(0)
+    } else {
+        n
+    }
+}
+
+fn indegree(comm: c_int) -> Res<usize> {
+    Ok(crate::topo::neighborhood(comm)?.indegree)
+}
+
+fn outdegree(comm: c_int) -> Res<usize> {
+    Ok(crate::topo::neighborhood(comm)?.outdegree)
+}
+
 /// Registers the inactive persistent request of `comm` that `start`
 /// starts, holding the datatype handles `held`; reserves its sequence
 /// number.
-fn persistent(comm: c_int, start: Arc<Starter>, held: Vec<c_int>, request: *mut c_int) -> Res<()> {
+fn persistent(comm: c_int, start: Arc<Starter>, held: Held, request: *mut c_int) -> Res<()> {
     // On an inter-communicator the rounds run on its union.
-    let c = match tables().comm(comm) {
-        Ok(e) => match &e.inter {
+    let c = {
+        let t = tables();
+        let e = t.comm(comm)?;
+        match &e.inter {
             Some(i) => i.union.clone(),
             None => e.comm.clone(),
-        },
-        Err(e) => {
-            let mut t = tables();
-            for h in held {
-                t.release_type(h);
-            }
-            return Err(e);
         }
     };
     let seq = c.reserve_seq();
     let start = CollStart {
         start,
-        held,
+        held: held.keep(),
         comm: c,
         seq,
     };
@@ -154,20 +259,49 @@ fn persistent(comm: c_int, start: Arc<Starter>, held: Vec<c_int>, request: *mut 
     put(request, h, "request")
 }
 
+/// One argument as the request keeps it: as it is ([`Kept`]), an array
+/// copied (`array(n)`: its first `n` entries) or an array of datatypes
+/// copied and held (`types(n)`).
+macro_rules! keep_arg {
+    ($held:ident, $arg:ident: $ty:ty) => {
+        <$ty as Kept>::keep($arg)
+    };
+    ($held:ident, $arg:ident: $ty:ty => array($n:expr)) => {
+        Copied::of($arg, $n?, stringify!($arg))?
+    };
+    ($held:ident, $arg:ident: $ty:ty => types($n:expr)) => {
+        $held.types($arg, $n?, stringify!($arg))?
+    };
+}
+
+/// A kept argument back as the non-blocking call takes it.
+macro_rules! back_arg {
+    ($arg:ident: $ty:ty) => {
+        <$ty as Kept>::back($arg)
+    };
+    ($arg:ident: $ty:ty => $kind:ident($n:expr)) => {
+        $arg.ptr()
+    };
+}
+
 /// `MPI_<coll>_init`: the arguments of `MPI_I<coll>` (datatype arguments
-/// named in `held`, the communicator after `on`), then `info` and
-/// `request`.
+/// named in `held`, array arguments marked with how they are copied, the
+/// communicator after `on`), then `info` and `request`.
 macro_rules! pinit {
-    ($init:ident => $icall:path; ($($arg:ident: $ty:ty),*); held($($dt:ident),*); on $comm:ident) => {
+    ($init:ident => $icall:path;
+     ($($arg:ident: $ty:ty $(=> $kind:ident($n:expr))?),*); held($($dt:ident),*); on $comm:ident) => {
         #[allow(clippy::too_many_arguments)]
         #[no_mangle]
         pub extern "C" fn $init($($arg: $ty,)* _info: c_int, request: *mut c_int) -> c_int {
             guard(stringify!($init), $comm, || {
-                $(let $dt = tables().hold_type($dt);)*
-                let held = vec![$($dt),*];
-                $(let $arg = <$ty as Kept>::keep($arg);)*
+                #[allow(unused_mut)]
+                let mut held = Held::default();
+                $(let $dt = held.hold($dt);)*
+                // One tuple: every length is computed from the arguments
+                // as the caller passed them.
+                let ($($arg,)*) = ($(keep_arg!(held, $arg: $ty $(=> $kind($n))?),)*);
                 let start = move |req: *mut c_int| {
-                    $icall($(<$ty as Kept>::back($arg),)* req)
+                    $icall($(back_arg!($arg: $ty $(=> $kind($n))?),)* req)
                 };
                 persistent($comm, Arc::new(start), held, request)
             })
@@ -204,20 +338,23 @@ pinit!(MPI_Reduce_scatter_block_init => MPI_Ireduce_scatter_block;
     (sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: c_int, op: c_int,
      comm: c_int); held(datatype); on comm);
 pinit!(MPI_Reduce_scatter_init => MPI_Ireduce_scatter;
-    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: c_int,
-     op: c_int, comm: c_int); held(datatype); on comm);
+    (sendbuf: *const c_void, recvbuf: *mut c_void,
+     recvcounts: *const c_int => array(local(comm)), datatype: c_int, op: c_int, comm: c_int);
+    held(datatype); on comm);
 pinit!(MPI_Gather_init => MPI_Igather;
     (sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void,
      recvcount: c_int, recvtype: c_int, root: c_int, comm: c_int); held(sendtype, recvtype); on comm);
 pinit!(MPI_Gatherv_init => MPI_Igatherv;
     (sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void,
-     recvcounts: *const c_int, displs: *const c_int, recvtype: c_int, root: c_int, comm: c_int);
-    held(sendtype, recvtype); on comm);
+     recvcounts: *const c_int => array(at_root(comm, root)),
+     displs: *const c_int => array(at_root(comm, root)), recvtype: c_int, root: c_int,
+     comm: c_int); held(sendtype, recvtype); on comm);
 pinit!(MPI_Scatter_init => MPI_Iscatter;
     (sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void,
      recvcount: c_int, recvtype: c_int, root: c_int, comm: c_int); held(sendtype, recvtype); on comm);
 pinit!(MPI_Scatterv_init => MPI_Iscatterv;
-    (sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: c_int,
+    (sendbuf: *const c_void, sendcounts: *const c_int => array(at_root(comm, root)),
+     displs: *const c_int => array(at_root(comm, root)), sendtype: c_int,
      recvbuf: *mut c_void, recvcount: c_int, recvtype: c_int, root: c_int, comm: c_int);
     held(sendtype, recvtype); on comm);
 pinit!(MPI_Allgather_init => MPI_Iallgather;
@@ -225,34 +362,46 @@ pinit!(MPI_Allgather_init => MPI_Iallgather;
      recvcount: c_int, recvtype: c_int, comm: c_int); held(sendtype, recvtype); on comm);
 pinit!(MPI_Allgatherv_init => MPI_Iallgatherv;
     (sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void,
-     recvcounts: *const c_int, displs: *const c_int, recvtype: c_int, comm: c_int);
+     recvcounts: *const c_int => array(peers(comm)), displs: *const c_int => array(peers(comm)),
+     recvtype: c_int, comm: c_int);
     held(sendtype, recvtype); on comm);
 pinit!(MPI_Alltoall_init => MPI_Ialltoall;
     (sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void,
      recvcount: c_int, recvtype: c_int, comm: c_int); held(sendtype, recvtype); on comm);
 pinit!(MPI_Alltoallv_init => MPI_Ialltoallv;
-    (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: c_int,
-     recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: c_int,
-     comm: c_int); held(sendtype, recvtype); on comm);
+    (sendbuf: *const c_void,
+     sendcounts: *const c_int => array(unless_in_place(sendbuf, peers(comm))),
+     sdispls: *const c_int => array(unless_in_place(sendbuf, peers(comm))), sendtype: c_int,
+     recvbuf: *mut c_void, recvcounts: *const c_int => array(peers(comm)),
+     rdispls: *const c_int => array(peers(comm)), recvtype: c_int, comm: c_int); held(sendtype, recvtype); on comm);
 pinit!(MPI_Alltoallw_init => MPI_Ialltoallw;
-    (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int,
-     sendtypes: *const c_int, recvbuf: *mut c_void, recvcounts: *const c_int,
-     rdispls: *const c_int, recvtypes: *const c_int, comm: c_int); held(); on comm);
+    (sendbuf: *const c_void,
+     sendcounts: *const c_int => array(unless_in_place(sendbuf, peers(comm))),
+     sdispls: *const c_int => array(unless_in_place(sendbuf, peers(comm))),
+     sendtypes: *const c_int => types(unless_in_place(sendbuf, peers(comm))),
+     recvbuf: *mut c_void, recvcounts: *const c_int => array(peers(comm)),
+     rdispls: *const c_int => array(peers(comm)),
+     recvtypes: *const c_int => types(peers(comm)), comm: c_int); held(); on comm);
 pinit!(MPI_Neighbor_allgather_init => MPI_Ineighbor_allgather;
     (sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void,
      recvcount: c_int, recvtype: c_int, comm: c_int); held(sendtype, recvtype); on comm);
 pinit!(MPI_Neighbor_allgatherv_init => MPI_Ineighbor_allgatherv;
     (sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void,
-     recvcounts: *const c_int, displs: *const c_int, recvtype: c_int, comm: c_int);
+     recvcounts: *const c_int => array(indegree(comm)),
+     displs: *const c_int => array(indegree(comm)), recvtype: c_int, comm: c_int);
     held(sendtype, recvtype); on comm);
 pinit!(MPI_Neighbor_alltoall_init => MPI_Ineighbor_alltoall;
     (sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void,
      recvcount: c_int, recvtype: c_int, comm: c_int); held(sendtype, recvtype); on comm);
 pinit!(MPI_Neighbor_alltoallv_init => MPI_Ineighbor_alltoallv;
-    (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: c_int,
-     recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: c_int,
-     comm: c_int); held(sendtype, recvtype); on comm);
+    (sendbuf: *const c_void, sendcounts: *const c_int => array(outdegree(comm)),
+     sdispls: *const c_int => array(outdegree(comm)), sendtype: c_int,
+     recvbuf: *mut c_void, recvcounts: *const c_int => array(indegree(comm)),
+     rdispls: *const c_int => array(indegree(comm)), recvtype: c_int, comm: c_int); held(sendtype, recvtype); on comm);
 pinit!(MPI_Neighbor_alltoallw_init => MPI_Ineighbor_alltoallw;
-    (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const isize,
-     sendtypes: *const c_int, recvbuf: *mut c_void, recvcounts: *const c_int,
-     rdispls: *const isize, recvtypes: *const c_int, comm: c_int); held(); on comm);
+    (sendbuf: *const c_void, sendcounts: *const c_int => array(outdegree(comm)),
+     sdispls: *const isize => array(outdegree(comm)),
+     sendtypes: *const c_int => types(outdegree(comm)),
+     recvbuf: *mut c_void, recvcounts: *const c_int => array(indegree(comm)),
+     rdispls: *const isize => array(indegree(comm)),
+     recvtypes: *const c_int => types(indegree(comm)), comm: c_int); held(); on comm);

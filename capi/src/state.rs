@@ -246,10 +246,21 @@ impl Tables {
             self.types.remove(&held);
         }
     }
-    pub(crate) fn add_type(&mut self, t: Dtype) -> c_int {
+    pub(crate) fn add_type(&mut self, mut t: Dtype) -> c_int {
+        t.inner = t.types.iter().map(|h| self.types.get(h).cloned()).collect();
         let h = alloc_handle(&self.types, &mut self.next_type, 1000);
         self.types.insert(h, Arc::new(t));
         h
+    }
+    /// A new handle to datatype `t` (the same handle for a predefined one),
+    /// to be freed by its receiver as any other.
+    pub(crate) fn new_handle(&mut self, t: &Arc<Dtype>, h: c_int) -> c_int {
+        if t.predefined {
+            return h;
+        }
+        let new = alloc_handle(&self.types, &mut self.next_type, 1000);
+        self.types.insert(new, Arc::clone(t));
+        new
     }
     pub(crate) fn group(&self, h: c_int) -> Res<Group> {
         self.groups

@@ -461,7 +461,24 @@ pub extern "C" fn MPI_Type_get_contents(
         }
         put_array(ints, &t.ints, "array_of_integers")?;
         put_array(addrs, &t.addrs, "array_of_addresses")?;
-        put_array(types, &t.types, "array_of_datatypes")
+        // New handles for derived inner types (MPI-4.0 §5.1.13: the caller
+        // frees them), not the ones the type was made from: freeing those
+        // would free the user's own.
+        if !t.types.is_empty() && types.is_null() {
+            return Err(Error::new(C::Arg, "array_of_datatypes is NULL"));
+        }
+        let mut tb = tables();
+        let hs: Vec<c_int> = t
+            .types
+            .iter()
+            .zip(&t.inner)
+            .map(|(&h, inner)| match inner {
+                Some(it) => tb.new_handle(it, h),
+                None => h,
+            })
+            .collect();
+        drop(tb);
+        put_array(types, &hs, "array_of_datatypes")
     })
 }
 

@@ -18,7 +18,7 @@ extern "C" {
 }
 
 /// The kernel kind and item size of a type made of one of these types.
-fn kind_of(t: &Dtype) -> Option<(c_int, usize)> {
+pub(crate) fn kind_of(t: &Dtype) -> Option<(c_int, usize)> {
     match t.elem?.0 {
         16 => Some((0, 16)),
         26 => Some((1, 8)),
@@ -70,4 +70,22 @@ pub(crate) fn bind(o: &Op, t: &Dtype) -> Option<Res<(Elem, Op)>> {
         Elem::Derived(item as u32),
         Op::User(UserOp::new(o.name(), true, f)),
     )))
+}
+
+/// One-sided accumulates' kernel (`tmpi_osc::WideKernel`): `inout = input
+/// op inout` over the packed items of kind `kind` in `inout`; with empty
+/// buffers, whether `o` applies to the kind.
+pub(crate) fn osc_kernel(kind: u8, o: &Op, input: &[u8], inout: &mut [u8]) -> bool {
+    let item = match kind {
+        0 | 2 => 16,
+        1 => 8,
+        3 => 32,
+        4 => 20,
+        _ => return false,
+    };
+    if !inout.len().is_multiple_of(item) || input.len() != inout.len() {
+        return false;
+    }
+    let n = inout.len() / item;
+    run(kind as c_int, op_code(o), input, inout, n, item)
 }

@@ -183,6 +183,55 @@ fn pt2pt() {
     expect_ok("pt2pt", &[2, 3, 4]);
 }
 
+/// Runs one-sided test `name` over shared memory and over TCP.
+fn expect_ok_sm_tcp(name: &str, ranks: &[u32]) {
+    let exe = build(name);
+    let _g = serial();
+    for btl in ["self,sm", "self,tcp"] {
+        for &n in ranks {
+            let (code, out, err) = run_with(&exe, n, 90, &["--mca", "btl", btl]);
+            assert_eq!(
+                code,
+                Some(0),
+                "{name} with {n} ranks over {btl} failed\nstdout:\n{out}\nstderr:\n{err}"
+            );
+            assert!(
+                out.contains(&format!("{name}: OK")),
+                "{name} with {n} ranks over {btl} did not report OK\nstdout:\n{out}\nstderr:\n{err}"
+            );
+        }
+    }
+}
+
+/// One-sided fence epochs (osc pt2pt): put/get/accumulate between all
+/// pairs, derived datatypes on both sides, every predefined op, REPLACE
+/// and NO_OP, window attributes, group and name.
+#[test]
+fn rma_fence() {
+    expect_ok_sm_tcp("rma_fence", &[1, 2, 4]);
+}
+
+/// Passive target: a target waiting in MPI_Barrier serves lock epochs;
+/// exclusive-lock contention loses no update; concurrent accumulates and
+/// fetch-and-ops from all ranks to one target; compare-and-swap.
+#[test]
+fn rma_passive() {
+    expect_ok_sm_tcp("rma_passive", &[1, 2, 4]);
+}
+
+/// Post/start/complete/wait and MPI_Win_test with checked data.
+#[test]
+fn rma_pscw() {
+    expect_ok_sm_tcp("rma_pscw", &[2, 3, 4]);
+}
+
+/// One-sided errors: epoch misuse, ranges, type and op mismatches, user
+/// error handlers on windows, unimplemented calls.
+#[test]
+fn rma_errors() {
+    expect_ok_sm_tcp("rma_errors", &[1, 2, 3]);
+}
+
 /// `mpi_param_check` is a known parameter (no "unknown" warning) and the
 /// suite passes with the checks off too.
 #[test]
@@ -343,12 +392,28 @@ fn predefined_ops_on_long_double_and_complex() {
     expect_ok("wide_types", &[1, 2, 3, 4]);
 }
 
+/// Predefined reductions on MPI_CHAR, as Open MPI and MPICH allow
+/// (`tests/c/char_reductions.c`).
+#[test]
+fn predefined_ops_on_mpi_char() {
+    expect_ok("char_reductions", &[1, 2, 3, 4]);
+}
+
 /// Failing attribute callbacks fail their calls and keep the attribute;
 /// MPI_Finalize deletes MPI_COMM_SELF's attributes first, last set first
 /// (`tests/c/attrs.c`).
 #[test]
 fn attribute_callbacks_and_comm_self_at_finalize() {
     expect_ok("attrs", &[1, 2]);
+}
+
+/// NULL buffers with zero counts and MPI_BOTTOM with absolute-address
+/// datatypes in MPI_Alltoallv/w, MPI_Reduce_scatter and
+/// MPI_Neighbor_alltoallw, blocking and not (`tests/c/null_buffers.c`;
+/// mpi4py passes both).
+#[test]
+fn null_and_bottom_buffers_in_v_and_w_collectives() {
+    expect_ok("null_buffers", &[1, 2, 3, 4]);
 }
 
 #[test]
@@ -391,6 +456,15 @@ fn persistent_collectives() {
     expect_ok("pcoll", &[1, 2, 3, 4]);
 }
 
+/// Persistent v, w and neighbourhood collectives copy their count,
+/// displacement and datatype arrays at init: overwritten (and the types
+/// freed) after init, the starts still move the right data
+/// (`tests/c/pcoll_arrays.c`).
+#[test]
+fn persistent_collectives_take_their_arrays_at_init() {
+    expect_ok("pcoll_arrays", &[1, 2, 3, 4]);
+}
+
 #[test]
 fn collectives_split_and_create_on_inter_communicators() {
     expect_ok("intercoll", &[2, 3, 4, 5]);
@@ -399,6 +473,30 @@ fn collectives_split_and_create_on_inter_communicators() {
 #[test]
 fn generalized_requests() {
     expect_ok("greq", &[1, 3]);
+}
+
+/// MPI_Type_get_contents hands out new handles for derived inner types:
+/// freeing them leaves the user's and the outer type working
+/// (`tests/c/type_contents.c`).
+#[test]
+fn type_get_contents_returns_new_handles() {
+    expect_ok("type_contents", &[1]);
+}
+
+/// MPI_Comm_free runs the delete callbacks while the communicator is
+/// valid; a failing one fails the call (`tests/c/comm_free_attr.c`).
+#[test]
+fn comm_free_deletes_attributes_before_the_communicator_goes() {
+    expect_ok("comm_free_attr", &[1, 3]);
+}
+
+/// Errors and answers at the edges mpi4py's suite checks: invalid keyval
+/// and null error handler, a generalized request whose query fails,
+/// MPI_REPLACE's commutativity, split by type of an inter-communicator
+/// (`tests/c/edge_errors.c`).
+#[test]
+fn edge_case_errors_and_answers() {
+    expect_ok("edge_errors", &[1, 2, 3]);
 }
 
 #[test]
@@ -493,7 +591,7 @@ fn reused_sources_on_huge_pages() {
     let _g = serial();
     let thp =
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
-    let collapse = tmpi_btl_sm::huge::HugeSources::new(2, "test").available();
+    let collapse = tmpi_smsc::huge::HugeSources::new(2, "test").available();
     let figure = |out: &str, what: &str| -> i64 {
         out.lines()
             .find_map(|l| l.strip_prefix(what)?.strip_suffix(" kB")?.parse().ok())
@@ -553,6 +651,120 @@ fn abort_ends_the_job() {
     assert!(code.is_some_and(|c| c != 0), "exit {code:?}\n{out}\n{err}");
     assert!(!out.contains("UNREACHABLE"), "{out}");
     assert!(err.contains("MPI_Abort") && err.contains('7'), "{err}");
+    // The abort's text reaches tmpirun's message word for word.
+    assert!(
+        err.contains("called abort with code 7: MPI_Abort called with error code 7;"),
+        "{err}"
+    );
+}
+
+/// MPI_APPNUM is each program's index in an MPMD job: `mpirun -n 2 a : -n 1 a`.
+#[test]
+fn appnum_attribute_follows_the_mpmd_part() {
+    let exe = build("appnum");
+    let _g = serial();
+    let e = exe.to_str().unwrap();
+    let (code, out, err) = run_with(&exe, 2, 60, &[e, ":", "-n", "1"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let mut lines: Vec<&str> = out.lines().filter(|l| l.starts_with("appnum:")).collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        vec![
+            "appnum: rank 0 of 3 app 0 flag 1",
+            "appnum: rank 1 of 3 app 0 flag 1",
+            "appnum: rank 2 of 3 app 1 flag 1",
+        ],
+        "{out}\n{err}"
+    );
+}
+
+/// MPI_APPNUM under Open MPI's mpirun: from PMIx's `pmix.appnum` per
+/// MPMD part.
+#[test]
+fn appnum_attribute_under_open_mpi_mpmd() {
+    let exe = build("appnum");
+    let _g = serial();
+    let mpirun =
+        std::env::var_os("TMPI_TEST_OMPI_MPIRUN").unwrap_or_else(|| "mpirun.openmpi".into());
+    let o = Command::new(&mpirun)
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--timeout",
+            "60",
+            "-n",
+            "1",
+        ])
+        .arg(&exe)
+        .args([":", "-n", "2"])
+        .arg(&exe)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .expect("run Open MPI's mpirun.openmpi (ci/install-deps.sh installs openmpi-bin)");
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{out}\n{err}");
+    let mut lines: Vec<&str> = out.lines().filter(|l| l.starts_with("appnum:")).collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        vec![
+            "appnum: rank 0 of 3 app 0 flag 1",
+            "appnum: rank 1 of 3 app 1 flag 1",
+            "appnum: rank 2 of 3 app 1 flag 1",
+        ],
+        "{out}\n{err}"
+    );
+}
+
+/// MPI_Abort under Open MPI's mpirun (a PMIx runtime): PMIx_Abort ends
+/// every rank and mpirun exits with the abort's code.
+#[test]
+fn abort_under_open_mpi_mpirun() {
+    let exe = build("abort");
+    let _g = serial();
+    let mpirun =
+        std::env::var_os("TMPI_TEST_OMPI_MPIRUN").unwrap_or_else(|| "mpirun.openmpi".into());
+    let mut child = Command::new(&mpirun)
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            "3",
+            "--timeout",
+            "60",
+        ])
+        .arg(&exe)
+        .env_remove("LD_LIBRARY_PATH")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn Open MPI's mpirun.openmpi (ci/install-deps.sh installs openmpi-bin)");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("mpirun.openmpi hung after MPI_Abort");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(7), "{out}\n{err}");
+    assert!(!out.contains("UNREACHABLE"), "{out}");
+    assert!(err.contains("MPI_Abort called with error code 7"), "{err}");
+    // The runtime ended the job on the abort request, not because a rank
+    // exited non-zero (which is what a bare exit(7) gives: mpirun's
+    // "exited with non-zero status" banner after the peers failed). The
+    // peers may still notice rank 0's end before mpirun ends them (btl-sm
+    // watches its peers' processes) and say so: that is not the banner.
+    assert!(!err.contains("exited with non-zero status"), "{err}");
 }
 
 /// mpi.h: C99, pedantic warning-free; MPI 3.1; no OPEN_MPI / MPICH_NAME;

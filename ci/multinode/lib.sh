@@ -1,6 +1,7 @@
 # lib.sh - helpers shared by the ci/multinode driver scripts (sourced).
 # Provides: MN_DIR, REPO, mn_log, mn_fail, mn_netns_up N, mn_slurm_up,
-# mn_cleanup (registered with trap by mn_init), mn_run TIMEOUT OUT CMD...
+# mn_cleanup (registered with trap by mn_init), mn_run TIMEOUT OUT CMD...,
+# mn_hydra and mn_ompi (a job across namespace hosts).
 MN_DIR=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 REPO=$(cd "$MN_DIR/../.." && pwd)
 MN_STARTED_NETNS=0
@@ -76,4 +77,20 @@ mn_hydra() {
   local first=${hosts%%,*}
   mn_run "$t" "$out" "$MN_DIR/nsexec" "$first" \
     "mpiexec.hydra -launcher ssh -launcher-exec $MN_DIR/nsexec -hosts $hosts -n $n $*"
+}
+
+# mn_ompi HOSTS N SECONDS OUTFILE PROG ARGS...: Open MPI's mpirun (ORTE,
+# serving PMIx to tmpi's ranks) started on the first host, its daemons
+# started on HOSTS through nsexec (plm_rsh_agent, the ssh stand-in); N ranks
+# in blocks of N/hosts per host. Runs as root (--allow-run-as-root), with
+# mpirun's own --timeout inside mn_run's.
+mn_ompi() {
+  local hosts=$1 n=$2 t=$3 out=$4; shift 4
+  local first=${hosts%%,*} nh per hl="" h
+  nh=$(echo "$hosts" | tr ',' '\n' | wc -l)
+  per=$(( (n + nh - 1) / nh ))
+  for h in ${hosts//,/ }; do hl="$hl${hl:+,}$h:$per"; done
+  command -v mpirun.openmpi >/dev/null || mn_fail "mpirun.openmpi missing (apt-get install openmpi-bin)"
+  mn_run "$t" "$out" "$MN_DIR/nsexec" "$first" \
+    "mpirun.openmpi --allow-run-as-root --oversubscribe --mca plm_rsh_agent $MN_DIR/nsexec --host $hl -n $n --timeout $t $*"
 }

@@ -5,7 +5,9 @@
 #   hydra2   mpiexec.hydra across 2 namespace hosts, 4 ranks, btl=self,sm,tcp
 #   hydra4   mpiexec.hydra across 4 namespace hosts, 4 ranks, btl=self,sm,tcp
 #   slurm    srun --mpi=pmi2 -n 4 on the single-node cluster, btl=self,tcp
-# (default: all four). Every rank prints its tcp per-peer counters
+#   ompi2    Open MPI's mpirun (PMIx) across 2 namespace hosts, 4 ranks, btl=self,sm,tcp
+#   ompi4    Open MPI's mpirun (PMIx) across 4 namespace hosts, 4 ranks, btl=self,sm,tcp
+# (default: all six). Every rank prints its tcp per-peer counters
 # (btl_tcp_stats=1) and the pml's route per peer (pml_stats=1: pml_peers);
 # check-routes.py asserts for the `order` case that tcp carried cross-host
 # peers and never same-host peers (sm did), or, on one host, that tcp
@@ -22,7 +24,7 @@ source "$(dirname "$(readlink -f "$0")")/lib.sh"
 mn_init
 T0=$SECONDS
 MODES=("$@")
-[ ${#MODES[@]} -gt 0 ] || MODES=(tmpirun hydra2 hydra4 slurm)
+[ ${#MODES[@]} -gt 0 ] || MODES=(tmpirun hydra2 hydra4 slurm ompi2 ompi4)
 CASES=${CASES:-"order probe cancel truncate zero big many ssend self threads bsend"}
 RT=${RUN_TIMEOUT:-120}
 MCA_COMMON=(mpi_yield_when_idle 1 btl_tcp_stats 1)
@@ -56,13 +58,17 @@ run_case() {
     slurm)
       mn_run "$RT" "$out" env TMPI_MCA_btl=self,tcp TMPI_MCA_mpi_yield_when_idle=1 \
         TMPI_MCA_btl_tcp_stats=1 TMPI_MCA_pml_stats=1 srun --mpi=pmi2 -n 4 -t 3 "$P2P" "$c" || rc=$? ;;
+    ompi2|ompi4)
+      local hosts=host1,host2
+      [ "$mode" = ompi4 ] && hosts=host1,host2,host3,host4
+      mn_ompi "$hosts" 4 "$RT" "$out" -x TMPI_MCA_btl=self,sm,tcp \
+        -x TMPI_MCA_mpi_yield_when_idle=1 -x TMPI_MCA_btl_tcp_stats=1 -x TMPI_MCA_pml_stats=1 "$P2P" "$c" || rc=$? ;;
   esac
   [ "$rc" = 0 ] || mn_fail "$mode $c: exit status $rc"
   grep -q "p2p-check $c: OK (4 ranks" "$out.stdout" || mn_fail "$mode $c: no OK line"
   if [ "$c" = order ]; then
     local m=local
-    [ "$mode" = hydra2 ] && m=hosts=2
-    [ "$mode" = hydra4 ] && m=hosts=4
+    case "$mode" in hydra2|ompi2) m=hosts=2 ;; hydra4|ompi4) m=hosts=4 ;; esac
     python3 "$MN_DIR/check-routes.py" "$out" 4 "$m" || mn_fail "$mode $c: routes"
   fi
 }
@@ -84,6 +90,12 @@ run_nodes() {
     slurm)
       mn_run "$RT" "$out" env TMPI_MCA_btl=self,sm TMPI_MCA_mpi_yield_when_idle=1 \
         srun --mpi=pmi2 -n 4 -t 3 "$COLL" nodes 1 || rc=$? ;;
+    ompi2|ompi4)
+      local hl=host1,host2
+      hosts=2
+      [ "$mode" = ompi4 ] && hl=host1,host2,host3,host4 && hosts=4
+      mn_ompi "$hl" 4 "$RT" "$out" -x TMPI_MCA_btl=self,sm,tcp \
+        -x TMPI_MCA_mpi_yield_when_idle=1 "$COLL" nodes $hosts || rc=$? ;;
   esac
   [ "$rc" = 0 ] || mn_fail "$mode nodes: exit status $rc"
   local ok
@@ -98,7 +110,9 @@ for mode in "${MODES[@]}"; do
     hydra2) command -v mpiexec.hydra >/dev/null || mn_fail "mpiexec.hydra missing"; mn_netns_up 2 ;;
     hydra4) command -v mpiexec.hydra >/dev/null || mn_fail "mpiexec.hydra missing"; mn_netns_up 4 ;;
     slurm) mn_slurm_up ;;
-    *) mn_fail "unknown mode $mode (tmpirun hydra2 hydra4 slurm)" ;;
+    ompi2) mn_netns_up 2 ;;
+    ompi4) mn_netns_up 4 ;;
+    *) mn_fail "unknown mode $mode (tmpirun hydra2 hydra4 slurm ompi2 ompi4)" ;;
   esac
   mn_log "== $mode: p2p-check over tcp"
   t=$SECONDS

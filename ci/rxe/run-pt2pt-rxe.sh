@@ -21,7 +21,7 @@
 # Cases: 2 ranks: order probe cancel truncate zero big many ssend self threads bsend, and
 #        rcache-stale (tests/src/bin/rcache-stale.rs with 33 MiB: a rendezvous buffer
 #        registered, deregistered, unmapped and mapped again at the same address, the
-#        known rxe problems of docs/stress.md findings 1-2; must arrive intact, no hang);
+#        known rxe problems of docs/journal/stress-soaks.md findings 1-2; must arrive intact, no hang);
 #        4 ranks (the VM has 2 vCPUs and 2 GiB): order cancel zero probe.
 #
 # env: TMPI_RXE_SKIP=1            skip the whole run (prints why; exit 0)
@@ -107,7 +107,7 @@ one() {
     if [ $rc = 0 ] && grep -q "^$okline" out.txt; then
         ok=1
         # rxe has no tag matching: software matching, RDMA-read rendezvous
-        if [ "$c" = big ] && ! grep -Eq 'rndv_get: [1-9]' out.txt; then
+        if [ "$c" = big ] && ! grep -Eq 'rndv_get=[1-9]' out.txt; then
             echo "no RDMA-read rendezvous in the big case"; ok=0
         fi
         # pml_stats=1: one counters line per rank; nothing offloaded, no NIC match

@@ -1213,11 +1213,17 @@ impl Comm {
 
     /// `MPI_Comm_split_type`.
     pub fn split_type(&self, kind: SplitType, key: i32) -> Result<Option<Comm>> {
-        let color = match kind {
+        self.split(self.split_type_color(kind), key)
+    }
+
+    /// The color `split_type` splits this process by (`None`: none, it
+    /// gets no communicator): the node, for the shared kind. An
+    /// inter-communicator's split by type splits by this color.
+    pub fn split_type_color(&self, kind: SplitType) -> Option<u32> {
+        match kind {
             SplitType::Shared => Some(self.inner.ctx.p2p.node_of(self.inner.ctx.p2p.world_rank())),
             SplitType::Undefined => None,
-        };
-        self.split(color, key)
+        }
     }
 
     /// `MPI_Comm_create`: every rank of this communicator calls it with the
@@ -1786,9 +1792,8 @@ impl Comm {
     /// there: receives land in it, reductions combine into it). Returns
     /// `None` when the result is in `out`, else the result buffer for the
     /// caller to copy out. With `out` `None` the caller wants no result (a
-    /// bcast root, a reduce's non-root): nothing is copied (a 64 KiB bcast
-    /// root copied its own input into a buffer it then dropped: ~3 us of a
-    /// 10.5 us call, perf). On error every transport request of the
+    /// bcast root, a reduce's non-root): nothing is copied (a bcast root
+    /// would otherwise copy its own input into a buffer it then drops). On error every transport request of the
     /// schedule is drained before returning, so no transfer touches the
     /// borrowed memory afterwards.
     fn run_borrowing(

@@ -16,7 +16,10 @@ use std::fmt;
 pub enum Datatype {
     /// `MPI_BYTE`: uninterpreted bytes (bitwise ops only).
     Byte,
-    /// `MPI_CHAR`: characters (no reduction applies, MPI-3.1 §5.9.2).
+    /// `MPI_CHAR`: characters. MPI-4.0 §6.9.2 gives no reduction for
+    /// them, but Open MPI and MPICH reduce them as C `char` integers
+    /// (signed or not as the platform's `char`) and programs rely on it
+    /// (benchmarks reduce `MPI_CHAR` by default): so does tmpi.
     Char,
     /// `MPI_C_BOOL`: one byte, 0 = false (logical ops).
     Bool,
@@ -80,7 +83,7 @@ pub enum TypeClass {
     Byte,
     /// Value/index pair (MAXLOC, MINLOC).
     Pair,
-    /// No reduction applies (`MPI_CHAR`).
+    /// No reduction applies (derived types).
     None,
 }
 
@@ -154,7 +157,7 @@ impl Datatype {
     pub const fn class(self) -> TypeClass {
         match self {
             Datatype::Byte => TypeClass::Byte,
-            Datatype::Char => TypeClass::None,
+            Datatype::Char => TypeClass::Integer,
             Datatype::Bool => TypeClass::Logical,
             Datatype::I8
             | Datatype::U8

@@ -79,7 +79,7 @@ pub enum CollError {
         limit: u32,
     },
     /// After component selection, some collective has no provider.
-    #[error("MPI_ERR_OTHER: no coll component provides {function} for this communicator (selection list coll={selection:?})")]
+    #[error("MPI_ERR_OTHER: no coll component provides {function} for this communicator (selection list coll={selection})")]
     NoProvider {
         /// The collective missing (`"allreduce"`).
         function: &'static str,
@@ -93,6 +93,16 @@ pub enum CollError {
         class: MpiErrorClass,
         /// Its message.
         message: String,
+    },
+    /// A rank this call waits for in shared memory is no longer running.
+    #[error(
+        "MPI_ERR_OTHER: rank {rank} (process {pid}) ended while this collective call waited for it"
+    )]
+    PeerGone {
+        /// The rank in the communicator.
+        rank: u32,
+        /// Its process.
+        pid: u32,
     },
     /// A component or MCA configuration problem.
     #[error("{0}")]
@@ -119,7 +129,9 @@ impl CollError {
             CollError::Arg(_) => MpiErrorClass::Arg,
             CollError::NoContextId { .. } | CollError::NoProvider { .. } => MpiErrorClass::Other,
             CollError::P2p { class, .. } => *class,
-            CollError::Config(_) | CollError::Mismatch(_) => MpiErrorClass::Other,
+            CollError::Config(_) | CollError::Mismatch(_) | CollError::PeerGone { .. } => {
+                MpiErrorClass::Other
+            }
             CollError::Intern(_) => MpiErrorClass::Intern,
         }
     }

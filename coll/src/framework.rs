@@ -219,11 +219,7 @@ impl CollFramework {
     /// `reg`, and opens the components the list allows. A name in the list
     /// that is no coll component is an error.
     pub fn open(reg: &Registry) -> Result<Self> {
-        let sel = reg.register_selection(
-            "coll",
-            "Collective components to use (`basic,tuned,sm,self` or `^sm`); \
-             priorities decide among the allowed ones",
-        )?;
+        let sel = crate::register_selection(reg)?;
         reg.register_verbose("coll", "base")?;
         let selection = sel.value();
         let mut comps = tmpi_base::component::ComponentRegistry::new();

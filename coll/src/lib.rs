@@ -61,14 +61,22 @@ pub fn register(
     for d in framework::descriptors() {
         comps.add(d)?;
     }
+    register_selection(reg)?;
+    reg.register_verbose("coll", "base")?;
+    cid::register_params(reg)?;
+    Ok(())
+}
+
+/// Registers the selection list `coll` (one spec for the provider and
+/// [`CollFramework::open`](framework::CollFramework::open)).
+pub(crate) fn register_selection(
+    reg: &Registry,
+) -> Result<tmpi_base::mca::Param<tmpi_base::mca::SelectionList>, tmpi_base::mca::McaError> {
     reg.register_selection(
         "coll",
         "Collective components to use (`basic,tuned,sm,self` or `^sm`); \
          priorities decide among the allowed ones",
-    )?;
-    reg.register_verbose("coll", "base")?;
-    cid::register_params(reg)?;
-    Ok(())
+    )
 }
 
 /// [`register`] and every component's parameters, for a process that opens

@@ -228,6 +228,7 @@ impl Op {
             Datatype::F64 => float::<f64, REV>(self, input, inout),
             Datatype::Bool => int::<u8, REV>(self, input, inout),
             Datatype::Byte => int::<u8, REV>(self, input, inout),
+            Datatype::Char => int::<std::ffi::c_char, REV>(self, input, inout),
             Datatype::FloatInt => pair::<f32, REV>(self, input, inout, 8, 4),
             Datatype::DoubleInt => pair::<f64, REV>(self, input, inout, 16, 8),
             Datatype::LongInt => pair::<i64, REV>(self, input, inout, 16, 8),
@@ -236,7 +237,7 @@ impl Op {
             Datatype::PackedDoubleInt => pair::<f64, REV>(self, input, inout, 12, 8),
             Datatype::PackedLongInt => pair::<i64, REV>(self, input, inout, 12, 8),
             Datatype::PackedShortInt => pair::<i16, REV>(self, input, inout, 6, 2),
-            Datatype::Char | Datatype::Derived(_) => unreachable_class(self, dtype),
+            Datatype::Derived(_) => unreachable_class(self, dtype),
         }
     }
 }

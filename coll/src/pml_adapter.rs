@@ -347,6 +347,10 @@ impl P2p for PmlP2p {
     }
 
     fn idle(&self) {
+        // The pml's hooks run here as in its own waiting rounds: a rank
+        // waiting in a blocking collective still serves the one-sided
+        // requests aimed at it (osc's pt2pt component registers a hook).
+        self.pml.run_progress_hooks();
         // No `spin_loop` hint when spinning: as in the pml's own waiting
         // loop, the `pause` it emits delays noticing the peer's message.
         if self.pml.yields_when_idle() {

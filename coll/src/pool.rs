@@ -5,10 +5,9 @@
 //! buffers per call (the input copy, the receive buffers, the result). glibc
 //! serves such sizes from fresh `mmap`s or gives the heap top back to the
 //! kernel on free (`M_TRIM_THRESHOLD`), so every call page-faulted and
-//! zeroed its buffers again in the kernel: a 2-rank 1 MiB allreduce took
-//! ~3.4 ms instead of ~0.55 ms (measured with and without
-//! `GLIBC_TUNABLES=glibc.malloc.mmap_threshold=...:trim_threshold=...`,
-//! docs/coll.md). Buffers of at least [`MIN_POOLED`] bytes are kept here
+//! zeroed its buffers again in the kernel, which made a 1 MiB allreduce
+//! several times slower (docs/journal/coll-performance.md, "Buffer pool and
+//! scratch buffers"). Buffers of at least [`MIN_POOLED`] bytes are kept here
 //! instead (at most [`MAX_KEPT`] of them, [`MAX_BYTES`] in all, the oldest
 //! dropped first) and reused best-fit.
 

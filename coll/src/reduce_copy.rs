@@ -1,16 +1,14 @@
 //! How a blocking reduce's large receives are copied: with the sender's
 //! help (btl-sm's cooperative copy, where the sender writes part of the
 //! message into the receiver's buffer; the default) or by the receiver
-//! alone ([`tmpi_btl_sm::CopyAlone`]), chosen per size class from what each
+//! alone ([`tmpi_smsc::CopyAlone`]), chosen per size class from what each
 //! way has cost this process's reduce calls lately ([`CostChoice`]).
 //!
 //! Why: the fold that follows each receive reads the bytes just received,
 //! and the part the sender wrote is in the sender's cache. With the two
-//! cores close the shared copy wins (2 ranks, reduce 64 KiB, collbench:
-//! 6.6 us against 8.3 alone, Open MPI 8.0); with them far apart those lines
-//! cross between the cores a second time and it loses (10.6 against 8.5,
-//! Open MPI 8.5; 84 rounds of each in the host's slow placement,
-//! 2026-11-29). The host moves its vCPUs between the two placements every
+//! cores close the shared copy wins; with them far apart those lines cross
+//! between the cores a second time and it loses (measurements:
+//! docs/journal/coll-performance.md). The host moves its vCPUs between the two placements every
 //! few seconds, so the choice is made from timings, not from a topology.
 //! Transports without a cooperative copy are unaffected by the hint (both
 //! ways then cost the same and the choice does not matter).
@@ -18,29 +16,27 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use tmpi_btl_sm::CopyAlone;
+use tmpi_smsc::CopyAlone;
 
 use crate::cost_choice::{CostChoice, Way};
 
 /// Smallest vector measured (btl-sm's default `btl_sm_coop_min`).
 pub const MIN: usize = 32 << 10;
 /// Size classes by powers of two from [`MIN`] up to 256 KiB. From 512 KiB
-/// the shared copy is kept: it won there in both placements (2 ranks,
-/// 1 MiB: 72.5 us near, 96.4 far, against 105.4 alone), and sampling the
-/// losing way cost ~3% (2026-11-29).
+/// the shared copy is kept: it won there in both placements, and sampling
+/// the losing way cost more than the choice could gain.
 const CLASSES: usize = 4;
 /// Every this many calls of a class the other way is timed once. Rarely:
 /// a call of the other way costs its own difference plus a slower call or
-/// two after it (every 32 calls that was ~4% of a near 64 KiB loop, 6.91
-/// against 6.64 us); a change of placement shows in the taken way's own
+/// two after it (sampling every 32 calls showed in a 64 KiB loop); a change of placement shows in the taken way's own
 /// figures within 4 calls, and the way back needs one sample of the other.
 const SAMPLE_EVERY: u64 = 128;
 /// Copying alone is taken only when the shared copy costs more than
 /// `1 + MARGIN` times it: with the cores close the two ways time within a few
 /// percent of each other call by call (a call after one of the other way
 /// pays for the change), while a loop that stays with the shared copy runs
-/// ~20% faster than one that copies alone (6.7 against 8.3 us, 2 ranks,
-/// 64 KiB); with the cores far apart alone is ~20% cheaper.
+/// clearly faster than one that copies alone; with the cores far apart
+/// copying alone is about as much cheaper.
 const MARGIN: f64 = 0.1;
 /// `Way::First`: with the sender's help; `Way::Second`: alone.
 static CHOICES: [CostChoice; CLASSES] =

@@ -1,6 +1,6 @@
 //! Blocking collectives run their schedules over the caller's memory (the
 //! input read in place, the result built in the receive buffer: see
-//! docs/coll.md "Large messages"). These tests give every blocking call a
+//! docs/journal/coll-performance.md "Large messages"). These tests give every blocking call a
 //! receive buffer full of garbage and check that every byte of the result
 //! is written, that the input is never written (it is only lent read-only),
 //! and that non-commutative ops still combine in rank order now that the

@@ -436,7 +436,8 @@ fn chunked_calls_with_ranks_preempted_mid_call() {
     // preempted in the middle of calls while others run ahead into later
     // slots: no rank may overwrite a chunk another has not read. (A reduce
     // in shares whose ops finished out of order failed this way in 3 runs
-    // of 3; docs/coll.md "The slow placement's remaining cells".)
+    // of 3; docs/journal/coll-performance.md "The slow placement's
+    // remaining cells".)
     for n in [3u32, 5] {
         job_cfg(shm(n), &[("coll_sm_max", "256")], move |w, _| {
             let me = w.rank();

@@ -12,7 +12,7 @@ OUT=${OUT:-$(mktemp -d /tmp/tmpi-capi-compare.XXXXXX)}
 PREFIX=${PREFIX:-$OUT/prefix}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [ -z "${REPORT_ONLY:-}" ]; then
-[ -x "$PREFIX/bin/mpicc" ] || cargo xtask install --release --prefix "$PREFIX" >&2
+[ -x "$PREFIX/bin/mpicc" ] || cargo xtask install --prefix "$PREFIX" >&2
 for b in p2pbench collbench; do
     "$PREFIX/bin/mpicc" -O2 -o "$OUT/$b-tmpi" "perf/c/$b.c"
     mpicc.openmpi -O2 -o "$OUT/$b-ompi" "perf/c/$b.c"

@@ -114,6 +114,53 @@ pub fn params(reg: &mca::Registry) -> Result<PmlParams, PmlError> {
     })
 }
 
+/// Registers `pml_tm_rndv` (read by the BTL wiring in `net.rs`).
+pub(crate) fn register_tm_rndv(reg: &mca::Registry) -> Result<bool, mca::McaError> {
+    Ok(reg
+        .register_bool(
+            ParamSpec::new("pml", "", "tm_rndv")
+                .help(
+                    "Rendezvous to peers on a tag-matching NIC as NIC rendezvous requests \
+                     (the receiver's NIC reads the data when it matched the receive)",
+                )
+                .level(Level::TunerDetail),
+            true,
+        )?
+        .value())
+}
+
+/// Registers the BTL selection parameter `btl` (read by the BTL wiring in
+/// `net.rs`).
+pub(crate) fn register_btl_selection(
+    reg: &mca::Registry,
+) -> Result<mca::SelectionList, mca::McaError> {
+    Ok(reg
+        .register_selection(
+            "btl",
+            "BTL components to use: a list (self,sm) or an exclusion (^sm)",
+        )?
+        .value())
+}
+
+/// The pml's parameter provider, for `tmpi_info` and the parameter
+/// reference: every parameter the pml reads (`pml_*`, `pml_ob1_*`, the `btl`
+/// selection list and `mpi_yield_when_idle`). The pml has no components.
+pub fn register(
+    reg: &mca::Registry,
+    _comps: &mut tmpi_base::component::ComponentRegistry,
+) -> Result<(), tmpi_base::error::Error> {
+    params(reg).map_err(|e| match e {
+        PmlError::Base(b) => b,
+        other => tmpi_base::error::Error::Mpi {
+            class: other.class(),
+            message: other.to_string(),
+        },
+    })?;
+    register_tm_rndv(reg)?;
+    register_btl_selection(reg)?;
+    Ok(())
+}
+
 fn pmi_err(e: impl std::fmt::Display) -> PmlError {
     PmlError::Transport(format!("PMI: {e}"))
 }
@@ -128,7 +175,7 @@ pub(crate) fn start(opts: InitOptions) -> Result<Started, PmlError> {
     }
     let p = params(reg)?;
     let mut modex = PmiModex::new(client);
-    let net = crate::net::open(reg, &info, &mut modex, p.eager_limit)?;
+    let net = crate::net::open(reg, &info, &mut modex, p.eager_limit, &opts.btls)?;
     // Warns about every parameter set but registered by nobody.
     mca::check_unknown();
     let mut core = match net.tm_caps() {

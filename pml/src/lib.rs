@@ -1,32 +1,43 @@
 //! tmpi-pml: MPI point-to-point (the ob1 design of Open MPI) over the BTLs.
 //!
-//! * [`hdr`]: wire headers (parsed forms + checked decoder, fuzzable).
+//! * `hdr`: wire headers (parsed forms + checked decoder, fuzzable).
+//! * [`tag`]: the match header on a tag-matching NIC (the envelope packed
+//!   into the NIC's 64-bit tag, wildcard masks).
 //! * [`matching`]: the single matching call site ([`matching::MatchPoint`])
 //!   over `tmpi-tm-engine`.
-//! * [`core`]: the protocol state machine, I/O-free: requests, per-peer
-//!   ordering, eager / rendezvous (get) / pipelined protocols.
-//! * [`comm`]: communicator records (context id + rank table).
+//! * `core`: the protocol state machine, I/O-free, in files by job as
+//!   ob1 has them: send requests, receive requests, incoming fragments, the
+//!   offload path's input, the fast path.
+//! * `comm`: communicator records (context id + rank table).
 //! * [`Pml`] (module `pml`): the driver: BTL selection per peer, progress,
 //!   waiting, the lock, init and finalize.
+//! * `net`: the transport over the BTL modules the top layer gives the pml
+//!   (`InitOptions::btls`), through the `tmpi-btl` interface only; a
+//!   module's NIC tag list is its optional `TagOffload` capability, whose
+//!   events `tm_input` turns into the offload path's inputs.
 //!
-//! `docs/pml.md` describes the protocols and the measured performance.
+//! `docs/pml.md` describes the protocols and why they are built so;
+//! measurements are in `docs/report/` and `docs/journal/`.
 
-pub mod comm;
+mod comm;
 pub mod convertor;
-pub mod core;
-pub mod hdr;
+mod core;
+mod hdr;
 mod init;
 pub mod matching;
 mod net;
-pub mod offload;
+mod offload;
 mod pml;
 pub mod raw;
-pub mod region;
-pub mod request;
+mod region;
+mod request;
+pub mod tag;
+mod tm_input;
 pub mod transport;
 
+pub use crate::core::{Limits, Stats};
 pub use comm::{CommRecord, CTX_FIRST_FREE, CTX_SELF, CTX_WORLD};
-pub use init::{params, PmlParams};
+pub use init::{params, register, PmlParams};
 pub use pml::{status_error, InitOptions, Pml};
 pub use request::{
     MessageId, ReqId, SendMode, Status, ANY_SOURCE, ANY_TAG, BSEND_OVERHEAD, PROC_NULL, TAG_UB,

@@ -10,20 +10,13 @@
 
 use tmpi_tm_engine::split::SplitStats;
 use tmpi_tm_engine::{
-    ArriveOutcome, CancelOutcome, Engine, Envelope as EEnvelope, PostOutcome, RecvKey, RecvSpec,
-    SourceSpec, TagSpec,
+    ArriveOutcome, CancelOutcome, Engine, PostOutcome, RecvKey, RecvSpec, SourceSpec, TagSpec,
 };
 
-/// The envelope of an arrived message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Envelope {
-    /// Communicator context id.
-    pub ctx: u32,
-    /// Sender's rank in the communicator.
-    pub src: i32,
-    /// Tag.
-    pub tag: i32,
-}
+/// The envelope of an arrived message: tm-engine's (context id, the
+/// sender's rank in the communicator, tag), one type from the wire header
+/// to the matcher and the NIC's tag.
+pub use tmpi_tm_engine::Envelope;
 
 /// What a receive (or probe) accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,8 +32,8 @@ pub struct Pattern {
 impl Pattern {
     /// Whether `env` satisfies this pattern.
     pub fn accepts(&self, env: &Envelope) -> bool {
-        self.ctx == env.ctx
-            && self.src.is_none_or(|s| s == env.src)
+        self.ctx == env.context
+            && self.src.is_none_or(|s| s == env.source as i32)
             && match self.tag {
                 Some(t) => t == env.tag,
                 None => env.tag >= 0,
@@ -83,12 +76,16 @@ pub trait MatchPoint {
     /// Removes the queued receive named by `token`; `false` if it is no
     /// longer queued (matched).
     fn cancel(&mut self, token: u64) -> bool;
-    /// Removes the queued receive named by `token` because its message
-    /// was matched to it outside the matcher (the pml's direct receive);
-    /// `false` if it is no longer queued. Counted as a match where the
-    /// matcher counts. Default: [`MatchPoint::cancel`].
-    fn withdraw(&mut self, token: u64) -> bool {
-        self.cancel(token)
+    /// The fast path's match (the pml's direct receive): a message with
+    /// `env`, next in its sender's order, is offered to the blocking receive
+    /// `pat` while the matcher holds no other receive and nothing
+    /// unexpected (the caller checked [`MatchPoint::depth`]). `token`: the
+    /// receive's, if it is queued here. `true`: the receive takes it; a
+    /// queued receive is removed, and it counts as a match where the
+    /// matcher counts. `false`: nothing changed (the message goes the
+    /// regular way).
+    fn match_direct(&mut self, pat: &Pattern, token: Option<u64>, env: &Envelope) -> bool {
+        pat.accepts(env) && token.is_none_or(|t| self.cancel(t))
     }
     /// Number of posted receives and of unexpected messages.
     fn depth(&self) -> (usize, usize);
@@ -127,8 +124,7 @@ pub trait MatchPoint {
 /// unexpected could have matched it when it was posted. A ping-pong, a
 /// stream of blocking receives and the small collectives post receives one
 /// at a time into empty queues: each skips the engine's bins on posting and
-/// on arrival (~250 instructions of ~1 000 per 8-byte receive, callgrind;
-/// docs/pml.md).
+/// on arrival, a quarter of a small receive's work (docs/pml.md).
 #[derive(Debug, Default)]
 pub struct EngineMatcher {
     engine: Engine<RecvId, MsgId>,
@@ -160,14 +156,6 @@ fn spec(p: &Pattern) -> RecvSpec {
             Some(t) => TagSpec::Tag(t),
             None => TagSpec::Any,
         },
-    }
-}
-
-fn from_env(e: EEnvelope) -> Envelope {
-    Envelope {
-        ctx: e.context,
-        src: e.source as i32,
-        tag: e.tag,
     }
 }
 
@@ -207,9 +195,7 @@ impl MatchPoint for EngineMatcher {
             return Ok(Posted::Queued(self.lone_token()));
         }
         match self.engine.post_recv(spec(&pat), id) {
-            Ok(PostOutcome::Matched { envelope, msg }) => {
-                Ok(Posted::Matched(from_env(envelope), msg))
-            }
+            Ok(PostOutcome::Matched { envelope, msg }) => Ok(Posted::Matched(envelope, msg)),
             Ok(PostOutcome::Posted { key, .. }) => {
                 if self.lone.is_some() {
                     let d = self.engine.posted_len() + 1;
@@ -228,22 +214,17 @@ impl MatchPoint for EngineMatcher {
                 return Ok(Some(id));
             }
         }
-        let e = EEnvelope::new(env.ctx, env.src as u32, env.tag);
-        match self.engine.arrive(e, msg) {
+        match self.engine.arrive(env, msg) {
             Ok(ArriveOutcome::Matched { recv, .. }) => Ok(Some(recv)),
             Ok(ArriveOutcome::Unexpected) => Ok(None),
             Err(e) => Err(MatchError(e.to_string())),
         }
     }
     fn probe(&mut self, pat: Pattern) -> Option<(Envelope, MsgId)> {
-        self.engine
-            .probe(&spec(&pat))
-            .map(|(e, m)| (from_env(e), m))
+        self.engine.probe(&spec(&pat))
     }
     fn mprobe(&mut self, pat: Pattern) -> Option<(Envelope, MsgId)> {
-        self.engine
-            .mprobe(&spec(&pat))
-            .map(|(e, m)| (from_env(e), m))
+        self.engine.mprobe(&spec(&pat))
     }
     fn cancel(&mut self, token: u64) -> bool {
         if self.lone.is_some() && token == self.lone_token() {
@@ -256,7 +237,13 @@ impl MatchPoint for EngineMatcher {
             CancelOutcome::Removed(_)
         )
     }
-    fn withdraw(&mut self, token: u64) -> bool {
+    fn match_direct(&mut self, pat: &Pattern, token: Option<u64>, env: &Envelope) -> bool {
+        if !pat.accepts(env) {
+            return false;
+        }
+        let Some(token) = token else {
+            return true;
+        };
         if self.lone.is_some() && token == self.lone_token() {
             self.lone = None;
             self.lone_matches += 1;
@@ -291,7 +278,7 @@ mod tests {
     use super::*;
 
     fn env(src: i32, tag: i32) -> Envelope {
-        Envelope { ctx: 0, src, tag }
+        Envelope::new(0, src as u32, tag)
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use tmpi_tm_engine::split::{
     NicAction, NicEvent, RecvInfo, SplitConfig, SplitEvent, SplitKey, SplitMatcher, SplitStats,
 };
-use tmpi_tm_engine::{Envelope as EEnvelope, RecvSpec, SourceSpec, TagSpec};
+use tmpi_tm_engine::{RecvSpec, SourceSpec, TagSpec};
 
 use crate::matching::{Envelope, MatchError, MatchPoint, MsgId, Pattern, Posted, RecvId};
 
@@ -64,28 +64,16 @@ fn spec(p: &Pattern) -> RecvSpec {
     }
 }
 
-fn from_env(e: EEnvelope) -> Envelope {
-    Envelope {
-        ctx: e.context,
-        src: e.source as i32,
-        tag: e.tag,
-    }
-}
-
-fn to_env(e: Envelope) -> EEnvelope {
-    EEnvelope::new(e.ctx, e.src as u32, e.tag)
-}
-
 fn merr(e: impl std::fmt::Display) -> MatchError {
     MatchError(e.to_string())
 }
 
 /// The NIC tag and mask of a receive pattern, `None` when it cannot be
 /// offloaded (a wildcard source, or a context/tag outside the 64-bit
-/// layout; the context [`tmpi_btl_openib::tag::MAX_CONTEXT`] is reserved
+/// layout; the context [`crate::tag::MAX_CONTEXT`] is reserved
 /// for messages whose envelope does not pack).
 pub fn nic_tag(p: &Pattern) -> Option<(u64, u64)> {
-    use tmpi_btl_openib::tag::{Matcher, Source, TagSel, MAX_CONTEXT};
+    use crate::tag::{Matcher, Source, TagSel, MAX_CONTEXT};
     let src = p.src?;
     if p.ctx >= MAX_CONTEXT || src < 0 {
         return None;
@@ -102,20 +90,10 @@ pub fn nic_tag(p: &Pattern) -> Option<(u64, u64)> {
 /// envelope, or (when it does not pack) one in the reserved context that no
 /// NIC entry matches, so software matches it from the pml header.
 pub fn msg_tag(env: Envelope) -> u64 {
-    use tmpi_btl_openib::tag::{pack, Envelope as TEnv, MAX_CONTEXT};
-    let e = TEnv {
-        context: env.ctx,
-        source: env.src as u32,
-        tag: env.tag,
-    };
-    match pack(e) {
-        Ok(t) if env.ctx < MAX_CONTEXT => t,
-        _ => pack(TEnv {
-            context: MAX_CONTEXT,
-            source: 0,
-            tag: 0,
-        })
-        .unwrap_or(u64::MAX),
+    use crate::tag::{pack, MAX_CONTEXT};
+    match pack(env) {
+        Ok(t) if env.context < MAX_CONTEXT => t,
+        _ => pack(Envelope::new(MAX_CONTEXT, 0, 0)).unwrap_or(u64::MAX),
     }
 }
 
@@ -151,7 +129,7 @@ impl SplitMatch {
                     ..
                 } => Late::Matched {
                     recv,
-                    env: from_env(envelope),
+                    env: envelope,
                     msg,
                 },
                 SplitEvent::NicMatched { recv, .. } => Late::Nic { recv },
@@ -192,7 +170,7 @@ impl SplitMatch {
         env: Envelope,
         msg: MsgId,
     ) -> Result<Option<RecvId>, MatchError> {
-        self.split.nic_unexpected(to_env(env), msg).map_err(merr)?;
+        self.split.nic_unexpected(env, msg).map_err(merr)?;
         Ok(match self.drain(None, Some(msg)) {
             Some(Late::Matched { recv, .. }) => Some(recv),
             _ => None,
@@ -233,7 +211,7 @@ impl MatchPoint for SplitMatch {
         self.post(pat, id, RecvInfo::software(0))
     }
     fn arrive(&mut self, env: Envelope, msg: MsgId) -> Result<Option<RecvId>, MatchError> {
-        self.split.arrive(to_env(env), msg).map_err(merr)?;
+        self.split.arrive(env, msg).map_err(merr)?;
         Ok(match self.drain(None, Some(msg)) {
             Some(Late::Matched { recv, .. }) => Some(recv),
             _ => None,
@@ -241,18 +219,10 @@ impl MatchPoint for SplitMatch {
     }
     fn probe(&mut self, pat: Pattern) -> Option<(Envelope, MsgId)> {
         // Busy (a DEL pending): "nothing yet"; the caller progresses.
-        self.split
-            .probe(&spec(&pat))
-            .ok()
-            .flatten()
-            .map(|(e, m)| (from_env(e), m))
+        self.split.probe(&spec(&pat)).ok().flatten()
     }
     fn mprobe(&mut self, pat: Pattern) -> Option<(Envelope, MsgId)> {
-        self.split
-            .mprobe(&spec(&pat))
-            .ok()
-            .flatten()
-            .map(|(e, m)| (from_env(e), m))
+        self.split.mprobe(&spec(&pat)).ok().flatten()
     }
     fn cancel(&mut self, token: u64) -> bool {
         // Without the receive id (not used by the core, which calls
@@ -297,7 +267,7 @@ impl SplitMatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tmpi_btl_openib::tag::{unpack, Matcher, Source, TagSel, MAX_CONTEXT};
+    use crate::tag::{unpack, Matcher, Source, TagSel, MAX_CONTEXT};
 
     fn pat(ctx: u32, src: Option<i32>, tag: Option<i32>) -> Pattern {
         Pattern { ctx, src, tag }
@@ -307,11 +277,7 @@ mod tests {
     fn nic_tags_of_receives_and_messages() {
         // A named receive matches exactly its message's tag.
         let (t, m) = nic_tag(&pat(3, Some(2), Some(9))).unwrap();
-        let env = Envelope {
-            ctx: 3,
-            src: 2,
-            tag: 9,
-        };
+        let env = Envelope::new(3, 2, 9);
         assert_eq!(msg_tag(env) & m, t & m);
         let other = Envelope { tag: 10, ..env };
         assert_ne!(msg_tag(other) & m, t & m);
@@ -329,17 +295,9 @@ mod tests {
 
     #[test]
     fn unpackable_messages_use_the_reserved_context() {
-        let big = Envelope {
-            ctx: 1 << 20,
-            src: 1,
-            tag: 4,
-        };
+        let big = Envelope::new(1 << 20, 1, 4);
         assert_eq!(unpack(msg_tag(big)).context, MAX_CONTEXT);
-        let bad_tag = Envelope {
-            ctx: 1,
-            src: 1,
-            tag: i32::MAX,
-        };
+        let bad_tag = Envelope::new(1, 1, i32::MAX);
         assert_eq!(unpack(msg_tag(bad_tag)).context, MAX_CONTEXT);
         // No offloadable receive matches them, even with ANY_TAG.
         let any = Matcher::new(MAX_CONTEXT - 1, Source::Rank(0), TagSel::Any).unwrap();
@@ -350,11 +308,7 @@ mod tests {
     fn software_only_split_matches_and_cancels_at_once() {
         let mut m = SplitMatch::new(8, 4, 1024).unwrap();
         let p = pat(0, Some(1), Some(5));
-        let env = Envelope {
-            ctx: 0,
-            src: 1,
-            tag: 5,
-        };
+        let env = Envelope::new(0, 1, 5);
         // Unexpected first, then the receive matches it at post.
         assert_eq!(m.arrive(env, 10), Ok(None));
         assert_eq!(m.post_recv(p, 1), Ok(Posted::Matched(env, 10)));

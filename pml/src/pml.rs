@@ -8,8 +8,7 @@
 //! it. A thread waiting on a request releases the lock between progress
 //! rounds so other threads can start operations and progress for everyone.
 //! The single-thread cost is one uncontended lock/unlock pair per call
-//! (≈ 20 ns on this machine, measured by `tmpi-bench pingpong`; see
-//! `docs/pml.md`).
+//! (see `docs/pml.md`).
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
@@ -26,12 +25,25 @@ use crate::request::{MessageId, ReqId, SendMode, Status};
 use crate::transport::{Transport, TxError};
 use crate::PmlError;
 
-/// Options for [`Pml::init`] (tests and embedders; normal programs use the
-/// defaults, which read everything from MCA parameters).
-#[derive(Debug, Clone, Default)]
+/// Options for [`Pml::init`]: what the layer above gives the pml. Every
+/// other setting comes from MCA parameters.
+#[derive(Clone, Default)]
 pub struct InitOptions {
     /// Install the rank-tagged tracing subscriber (ignored if one exists).
     pub logging: bool,
+    /// The BTL components this build links, in preference order (the top
+    /// layer's list; the `btl` selection parameter picks among them).
+    pub btls: Vec<&'static dyn tmpi_btl::BtlComponent>,
+}
+
+impl std::fmt::Debug for InitOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.btls.iter().map(|c| c.name()).collect();
+        f.debug_struct("InitOptions")
+            .field("logging", &self.logging)
+            .field("btls", &names)
+            .finish()
+    }
 }
 
 pub(crate) struct Inner {
@@ -59,6 +71,26 @@ pub(crate) struct Inner {
     /// Per world rank: the carrying BTL's direct receive channel
     /// (`Transport::direct_recv`), used by the blocking-receive fast path.
     direct_rx: Vec<Option<std::sync::Arc<dyn tmpi_btl::DirectRecv>>>,
+    /// Transfers that failed on each peer's broken connection
+    /// ([`Inner::log_broken`]).
+    broken: std::collections::HashMap<u32, u64>,
+}
+
+impl Inner {
+    /// Counts a transfer with `peer` that failed because its connection
+    /// broke; `true` for the first, which the caller logs with its cause.
+    /// The later ones are logged only as a count, when it reaches 10, 100,
+    /// 1000, ... (a large message has many fragments, each of which fails
+    /// the same way).
+    fn first_broken(&mut self, peer: u32) -> bool {
+        let n = self.broken.entry(peer).or_insert(0);
+        *n += 1;
+        let n = *n;
+        if n >= 10 && 10u64.pow(n.ilog10()) == n {
+            tracing::error!(target: "pml_ob1", peer, "{n} transfers with rank {peer} have failed on its broken connection so far");
+        }
+        n == 1
+    }
 }
 
 /// Looks at the source's direct channel per polling round of a blocking
@@ -66,7 +98,8 @@ pub(crate) struct Inner {
 const DIRECT_LOOKS: usize = 8;
 
 /// Looks at the source's direct channel before a blocking receive of a
-/// message it can carry is posted (`Pml::recv_blocking`); ~0.5 us.
+/// message it can carry is posted (`Pml::recv_blocking`): a short spin,
+/// about one small message's round trip.
 const PRE_POST_LOOKS: usize = 64;
 
 /// Polling rounds a blocking eager send spends waiting for room in the
@@ -136,6 +169,7 @@ impl Inner {
         Inner {
             direct,
             direct_rx,
+            broken: std::collections::HashMap::new(),
             tm,
             tm_in,
             tm_inputs: Vec::new(),
@@ -183,9 +217,9 @@ impl Inner {
             net.progress(&mut deliver)
         };
         // Failed peers are collected once in FAILED_POLL rounds: asking
-        // every module every round (virtual calls, an empty `Vec`) measured
-        // ~10% of an 8-byte sm ping-pong's waiting loop (perf record); a
-        // failure is still noticed within microseconds.
+        // every module every round (virtual calls, an empty `Vec`) is a
+        // visible share of a small ping-pong's waiting loop; a failure is
+        // still noticed within microseconds.
         self.rounds = self.rounds.wrapping_add(1);
         if self.rounds.is_multiple_of(FAILED_POLL) {
             n += self.collect_failed();
@@ -374,8 +408,8 @@ impl Inner {
 
     /// Fails the requests that depend on peers the transports found dead
     /// since the last call; returns their number. Out of line: most rounds
-    /// do not call it (an empty `Vec` and its loop cost ~20 instructions
-    /// per polling round inline).
+    /// do not call it (an empty `Vec` and its loop would cost every polling
+    /// round inline).
     #[cold]
     #[inline(never)]
     fn collect_failed(&mut self) -> usize {
@@ -462,7 +496,9 @@ impl Inner {
                         Ok(())
                     }
                     Err(TxError::Broken(e)) => {
-                        tracing::error!(target: "pml_ob1", peer, "send to rank {peer} failed, connection broken: {e}");
+                        if self.first_broken(peer) {
+                            tracing::error!(target: "pml_ob1", peer, "send to rank {peer} failed, connection broken: {e}");
+                        }
                         if let Some(id) = done {
                             self.core.send_failed(id, MpiErrorClass::Other);
                         }
@@ -487,7 +523,9 @@ impl Inner {
                         })
                     }
                     Err(TxError::Broken(e)) => {
-                        tracing::error!(target: "pml_ob1", peer, "RDMA read from rank {peer} failed, connection broken: {e}; the receive fails");
+                        if self.first_broken(peer) {
+                            tracing::error!(target: "pml_ob1", peer, "RDMA read from rank {peer} failed, connection broken: {e}; the receive fails");
+                        }
                         self.core.get_failed(rreq, MpiErrorClass::Other);
                     }
                     Err(e) => {
@@ -507,7 +545,8 @@ impl Inner {
     #[inline]
     pub(crate) fn flush(&mut self) -> usize {
         // Most polling rounds have nothing to carry out: answer that without
-        // the call (two flushes per round were ~10% of an idle round).
+        // the call (two flushes per round are a visible share of an idle
+        // round).
         if self.pending.is_empty() && !self.core.has_actions() {
             return 0;
         }
@@ -688,6 +727,22 @@ impl Pml {
         self.hook_pending().is_some() || self.more_hooks.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Runs the progress hooks that have work ([`Pml::set_progress_hook`]),
+    /// for a layer whose own waiting loop does not go through the pml's
+    /// (coll's blocking collectives poll shared memory and call
+    /// [`Pml::progress`]): one-sided requests a rank must serve as a
+    /// target then still move while it waits in `MPI_Barrier`. The caller
+    /// holds no pml lock; a call from inside a hook does nothing.
+    #[inline]
+    pub fn run_progress_hooks(&self) {
+        if let Some(h) = self.hook_pending() {
+            Pml::run_hook(h);
+        }
+        if self.more_hooks.load(std::sync::atomic::Ordering::Acquire) {
+            self.run_more_hooks();
+        }
+    }
+
     /// Runs the later hooks that have work (the caller holds no pml lock).
     #[cold]
     #[inline(never)]
@@ -764,7 +819,7 @@ impl Pml {
         self.lock().core.add_comm(c)
     }
 
-    /// Removes a communicator (see [`Core::remove_comm`]).
+    /// Removes a communicator (the protocol core's `remove_comm`).
     pub fn remove_comm(&self, ctx: u32) -> Result<(), PmlError> {
         self.lock().core.remove_comm(ctx)
     }
@@ -952,7 +1007,9 @@ impl Pml {
                 Ok(st)
             }
             Err(TxError::Broken(e)) => {
-                tracing::error!(target: "pml_ob1", peer, "send to rank {peer} failed, connection broken: {e}");
+                if g.first_broken(peer) {
+                    tracing::error!(target: "pml_ob1", peer, "send to rank {peer} failed, connection broken: {e}");
+                }
                 Ok(Status {
                     error: MpiErrorClass::Other,
                     ..st
@@ -1027,8 +1084,9 @@ impl Pml {
                 .and_then(Option::as_ref)
                 .is_some_and(|tx| buf.len() + crate::hdr::MATCH_LEN <= tx.max_fragment());
             // Not when ranks share cores (`mpi_yield_when_idle`): the
-            // sender may be waiting for this core (reduce 8 B at 4 ranks on
-            // 2 cores went from 0.33 to 0.99 us with the looks).
+            // sender may be waiting for this core, and spinning here delays
+            // it (small reductions with more ranks than cores slowed
+            // threefold with the looks).
             let spin = fits && !self.yield_when_idle;
             let looks = if spin { PRE_POST_LOOKS } else { 1 };
             round_looks = if spin { DIRECT_LOOKS } else { 1 };
@@ -1094,20 +1152,15 @@ impl Pml {
     }
 
     /// Between two polling rounds of a waiting call (the lock is released).
-    /// Spinning rounds carry no `spin_loop` hint: on this machine's EPYC the
-    /// `pause` it emits took ~23% of an 8-byte sm ping-pong's waiting loop,
-    /// i.e. it delayed noticing the peer's message; ranks that share a core
+    /// Spinning rounds carry no `spin_loop` hint: on AMD EPYC the `pause` it
+    /// emits is long enough to delay noticing the peer's message in a small
+    /// ping-pong (docs/journal/pml-performance.md); ranks that share a core
     /// yield instead (`mpi_yield_when_idle`). First runs the progress hook
     /// when it has work ([`Pml::set_progress_hook`]): the caller holds no
     /// pml lock.
     #[inline]
     fn idle(&self) {
-        if let Some(h) = self.hook_pending() {
-            Pml::run_hook(h);
-        }
-        if self.more_hooks.load(std::sync::atomic::Ordering::Acquire) {
-            self.run_more_hooks();
-        }
+        self.run_progress_hooks();
         self.idle_locked();
     }
 
@@ -1476,7 +1529,7 @@ impl Pml {
             // `eprintln!` writes piecewise, so lines of ranks sharing one
             // stream (Hydra forwards them into one) would interleave.
             let text = format!(
-                "[rank {me}] pml_ob1 stats: {s:?}\npml_stats rank={me} {m}\n{}\n",
+                "[rank {me}] pml_ob1 stats: {s}\npml_stats rank={me} {m}\n{}\n",
                 self.peers_line(),
                 me = self.me
             );

@@ -1,7 +1,7 @@
 //! Raw views of user buffers held by requests between the call that
 //! starts an operation and its completion. The only `unsafe` memory access
 //! of the pml lives here; callers uphold the validity contract documented
-//! on the `unsafe` entry points of [`crate::core::Core`] and [`crate::Pml`].
+//! on the `unsafe` entry points of the protocol core (`core::Core`) and [`crate::Pml`].
 
 use std::ptr::NonNull;
 

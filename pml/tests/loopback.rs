@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use tmpi_pml::core::Limits;
 use tmpi_pml::raw::{RawBuf, RawBufMut};
 use tmpi_pml::transport::{Loopback, LoopbackConfig};
+use tmpi_pml::Limits;
 use tmpi_pml::{MpiErrorClass, Pml, SendMode, ANY_SOURCE, ANY_TAG, CTX_SELF, CTX_WORLD, PROC_NULL};
 
 fn job(n: u32, cfg: LoopbackConfig) -> Vec<Arc<Pml>> {

@@ -30,10 +30,6 @@ fn pattern(s: &RecvSpec) -> Pattern {
     }
 }
 
-fn engine_env(e: Envelope) -> EEnvelope {
-    EEnvelope::new(e.ctx, e.src as u32, e.tag)
-}
-
 impl Matcher for Pml {
     type Key = u64;
     fn post(&mut self, spec: RecvSpec, recv: u64) -> PostResult<u64> {
@@ -42,7 +38,7 @@ impl Matcher for Pml {
             .post_recv(pattern(&spec), recv)
             .expect("default limits")
         {
-            Posted::Matched(e, m) => PostResult::Matched(engine_env(e), m),
+            Posted::Matched(e, m) => PostResult::Matched(e, m),
             Posted::Queued(t) => {
                 self.1.insert(t, recv);
                 PostResult::Posted(t)
@@ -50,20 +46,13 @@ impl Matcher for Pml {
         }
     }
     fn arrive(&mut self, env: EEnvelope, msg: u64) -> Option<u64> {
-        let e = Envelope {
-            ctx: env.context,
-            src: env.source as i32,
-            tag: env.tag,
-        };
-        self.0.arrive(e, msg).expect("default limits")
+        self.0.arrive(env, msg).expect("default limits")
     }
     fn probe(&mut self, spec: &RecvSpec) -> Option<(EEnvelope, u64)> {
-        self.0.probe(pattern(spec)).map(|(e, m)| (engine_env(e), m))
+        self.0.probe(pattern(spec))
     }
     fn mprobe(&mut self, spec: &RecvSpec) -> Option<(EEnvelope, u64)> {
-        self.0
-            .mprobe(pattern(spec))
-            .map(|(e, m)| (engine_env(e), m))
+        self.0.mprobe(pattern(spec))
     }
     fn cancel(&mut self, key: u64) -> Option<u64> {
         if self.0.cancel(key) {
@@ -134,11 +123,7 @@ fn posted_high_water_counts_the_lone_slot() {
     }
     assert_eq!(m.depth(), (5, 0));
     for (i, tag) in (100..105).enumerate() {
-        let e = Envelope {
-            ctx: 0,
-            src: 0,
-            tag,
-        };
+        let e = Envelope::new(0, 0, tag);
         assert_eq!(m.arrive(e, i as u64), Ok(Some(i as u64)));
     }
     let s = m.queue_stats();

@@ -11,12 +11,15 @@
 //!
 //! [`Session::cleanup`] (also run by `Drop`) removes the directory with
 //! everything in it, and every shared-memory segment of the job that a
-//! crashed rank may have left: `/dev/shm/tmpi-sm.<job id>.*` (the naming
-//! used by btl-sm). Cleanup is idempotent and never follows symbolic links
-//! out of the directory.
+//! crashed rank may have left: the `/dev/shm/tmpi-*` files with the job id
+//! in their name (btl-sm's `tmpi-sm.<job id>.<rank>`, coll sm's
+//! `tmpi-coll.<pid>.<job id>.<n>`, see [`is_job_segment`]). Cleanup is
+//! idempotent and never follows symbolic links out of the directory.
 //!
-//! If `tmpirun` itself is killed with SIGKILL nothing can clean up;
-//! [`sweep_stale`] removes the leftovers of such jobs. To never touch a live
+//! If `tmpirun` itself is killed with SIGKILL, its clean-up guard (see
+//! [`crate::launcher::guard`]) does the same once the last process of the
+//! job is gone. Should that guard be killed too, [`sweep_stale`] removes the
+//! leftovers of such jobs at the next `tmpirun`. To never touch a live
 //! job of another container sharing `/tmp` and `/dev/shm`, each session
 //! directory holds a file [`OWNER_FILE`] naming the pid namespace of its
 //! `tmpirun`; only sessions of the caller's user and pid namespace whose
@@ -34,7 +37,8 @@ pub const JOB_ID_PREFIX: &str = "tmpi-";
 pub const SESSION_DIR_PREFIX: &str = "tmpi-session-";
 /// Directory holding POSIX shared-memory segments.
 pub const SHM_DIR: &str = "/dev/shm";
-/// Prefix of btl-sm segment names: `tmpi-sm.<job id>.<rank>`.
+/// Prefix of btl-sm segment names: `tmpi-sm.<job id>.<rank>` (coll sm's
+/// are `tmpi-coll.<pid>.<job id>.<n>`; [`is_job_segment`] knows both).
 pub const SHM_PREFIX: &str = "tmpi-sm.";
 /// File in the session directory naming the pid namespace of `tmpirun`.
 pub const OWNER_FILE: &str = ".tmpirun-owner";
@@ -170,9 +174,20 @@ impl Drop for Session {
     }
 }
 
-/// Removes `<shm_dir>/tmpi-sm.<job_id>.*` and returns how many were removed.
+/// Whether the `/dev/shm` entry `name` belongs to job `job_id`: a `tmpi-`
+/// name with the job id as one of its dot-separated parts (btl-sm's
+/// `tmpi-sm.<job id>.<rank>`, coll sm's `tmpi-coll.<pid>.<job id>.<n>`).
+/// Job ids hold no dot, so the match is exact.
+pub fn is_job_segment(name: &str, job_id: &str) -> bool {
+    !job_id.is_empty()
+        && !job_id.contains('.')
+        && name.starts_with(JOB_ID_PREFIX)
+        && name.split('.').skip(1).any(|part| part == job_id)
+}
+
+/// Removes the shared-memory files of job `job_id` in `shm_dir` (see
+/// [`is_job_segment`]) and returns how many were removed.
 pub fn remove_job_segments(shm_dir: &Path, job_id: &str) -> usize {
-    let prefix = format!("{SHM_PREFIX}{job_id}.");
     let Ok(entries) = std::fs::read_dir(shm_dir) else {
         return 0;
     };
@@ -180,7 +195,7 @@ pub fn remove_job_segments(shm_dir: &Path, job_id: &str) -> usize {
     for e in entries.flatten() {
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
-        if !name.starts_with(&prefix) {
+        if !is_job_segment(name, job_id) {
             continue;
         }
         match std::fs::remove_file(e.path()) {
@@ -299,13 +314,17 @@ mod tests {
         std::fs::write(s.dir().join("sub/f"), b"x").unwrap();
         let seg0 = shm.join(format!("tmpi-sm.{}.0", s.job_id()));
         let seg1 = shm.join(format!("tmpi-sm.{}.1", s.job_id()));
+        let coll = shm.join(format!("tmpi-coll.77.{}.0", s.job_id()));
         let other = shm.join("tmpi-sm.tmpi-1-0000000000000000.0");
-        for p in [&seg0, &seg1, &other] {
+        let other_coll = shm.join(format!("tmpi-coll.77.{}x.0", s.job_id()));
+        let old_coll = shm.join("tmpi-coll.77.0");
+        for p in [&seg0, &seg1, &coll, &other, &other_coll, &old_coll] {
             std::fs::write(p, b"").unwrap();
         }
-        assert_eq!(s.cleanup(), 2);
+        assert_eq!(s.cleanup(), 3);
         assert!(!s.dir().exists());
-        assert!(!seg0.exists() && !seg1.exists());
+        assert!(!seg0.exists() && !seg1.exists() && !coll.exists());
+        assert!(other_coll.exists() && old_coll.exists());
         assert!(other.exists(), "another job's segment must stay");
         assert_eq!(s.cleanup(), 0, "idempotent");
         std::fs::remove_dir_all(&base).unwrap();

@@ -769,6 +769,42 @@ fn pmi_abort_ends_the_job_with_its_code() {
     s.assert_no_session();
 }
 
+/// The message of a PMI abort reaches the user as the rank wrote it,
+/// spaces, `;`, `=`, `%`, underscores and all, although a PMI-1 value
+/// cannot hold a space (the client sends it encoded, tmpirun decodes it).
+#[test]
+fn pmi_abort_message_arrives_intact() {
+    let s = Scratch::new("abortmsg");
+    let text = "rank 1 gives up: 50% done; MPI_ERR_OTHER = bad input";
+    let o = run(
+        &s,
+        &[
+            "-n",
+            "2",
+            PMICHECK,
+            "--abort",
+            "9",
+            "--abort-rank",
+            "1",
+            "--abort-message",
+            text,
+            "--quiet",
+        ],
+    );
+    assert_eq!(o.code(), 9, "stderr: {}", o.stderr);
+    assert!(
+        o.stderr
+            .lines()
+            .any(|l| l.starts_with("tmpirun: rank 1 (pid ")
+                && l.ends_with(&format!(
+                    "called abort with code 9: {text}; terminating the job"
+                ))),
+        "{}",
+        o.stderr
+    );
+    s.assert_no_session();
+}
+
 const PY_INIT_CLOSE_SLEEP: &str = r#"
 import os, time
 fd = int(os.environ["PMI_FD"])
@@ -983,4 +1019,299 @@ fn processes_escaping_the_process_group_are_ended_with_the_job() {
     assert_eq!(pids.len(), 2, "{pids:?}");
     assert_all_gone(&pids);
     s.assert_no_session();
+}
+
+/// MPMD: `a : b` runs both programs in one job, ranks numbered in order;
+/// each part has its own -n, -x and --mca (the first part's --mca applies
+/// to all) and sees its index in TMPI_APPNUM (MPI_APPNUM); PMI spans the
+/// parts.
+#[test]
+fn mpmd_parts_have_their_own_ranks_environment_and_appnum() {
+    let s = Scratch::new("mpmd");
+    let line = r#"echo "$0 rank=$PMI_RANK size=$PMI_SIZE app=$TMPI_APPNUM A=${A:-} B=${B:-} MCA=$TMPI_CMDLINE_MCA""#;
+    let o = run(
+        &s,
+        &[
+            "-n",
+            "2",
+            "-x",
+            "A=1",
+            "--mca",
+            "pml_stats",
+            "0",
+            "sh",
+            "-c",
+            line,
+            "first",
+            ":",
+            "-n",
+            "1",
+            "-x",
+            "B=2",
+            "--mca",
+            "btl",
+            "self",
+            "sh",
+            "-c",
+            line,
+            "second",
+        ],
+    );
+    assert_eq!(o.code(), 0, "stderr: {}", o.stderr);
+    let mut lines: Vec<&str> = o.stdout.lines().collect();
+    lines.sort();
+    let first_mca = tmpi_base::mca::encode_cmdline(&[("pml_stats".into(), "0".into())]);
+    let second_mca = tmpi_base::mca::encode_cmdline(&[
+        ("pml_stats".into(), "0".into()),
+        ("btl".into(), "self".into()),
+    ]);
+    assert_eq!(
+        lines,
+        vec![
+            format!("first rank=0 size=3 app=0 A=1 B= MCA={first_mca}"),
+            format!("first rank=1 size=3 app=0 A=1 B= MCA={first_mca}"),
+            format!("second rank=2 size=3 app=1 A= B=2 MCA={second_mca}"),
+        ],
+        "{}",
+        o.stdout
+    );
+    // One PMI job across the parts: every rank reads every other's values.
+    let o = run(&s, &["-n", "1", PMICHECK, ":", "-n", "2", PMICHECK]);
+    assert_eq!(o.code(), 0, "stdout: {}\nstderr: {}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("rank 2: ok (3 peers verified)"),
+        "{}",
+        o.stdout
+    );
+    // A failing part ends the whole job.
+    let o = run(
+        &s,
+        &[
+            "-n", "1", "sleep", "30", ":", "-n", "1", "sh", "-c", "exit 5",
+        ],
+    );
+    assert_eq!(o.code(), 5, "stderr: {}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(20), "{:?}", o.elapsed);
+    // Empty parts are refused.
+    for args in [
+        &["-n", "1", "true", ":"][..],
+        &[":", "-n", "1", "true"],
+        &["-n", "1", "true", ":", "-n", "1"],
+    ] {
+        let o = run(&s, args);
+        assert_eq!(o.code(), 2, "{args:?}: {}", o.stderr);
+    }
+    s.assert_no_session();
+}
+
+/// -wdir/--wdir: the ranks start in that directory (per MPMD part).
+#[test]
+fn working_directory_of_the_ranks() {
+    let s = Scratch::new("wdir");
+    let a = s.pids();
+    let b = s.tmp();
+    let (a_s, b_s) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let o = run(
+        &s,
+        &[
+            "-wdir", a_s, "-n", "1", "pwd", ":", "--wdir", b_s, "-n", "1", "pwd",
+        ],
+    );
+    assert_eq!(o.code(), 0, "stderr: {}", o.stderr);
+    let mut got: Vec<&str> = o.stdout.lines().collect();
+    got.sort();
+    let mut want = vec![a_s, b_s];
+    want.sort();
+    assert_eq!(got, want);
+    let o = run(&s, &["-wdir", "/nonexistent/tmpi-dir", "-n", "1", "pwd"]);
+    assert_ne!(o.code(), 0, "{}", o.stdout);
+}
+
+/// --report-bindings: one line per rank on stderr, naming its CPUs when
+/// bound.
+#[test]
+fn report_bindings() {
+    let s = Scratch::new("report-bindings");
+    let o = run(&s, &["--report-bindings", "-n", "2", "true"]);
+    assert_eq!(o.code(), 0, "stderr: {}", o.stderr);
+    assert!(
+        o.stderr.contains("rank 0 not bound") && o.stderr.contains("rank 1 not bound"),
+        "{}",
+        o.stderr
+    );
+    let o = run(
+        &s,
+        &["--report-bindings", "--bind-to", "core", "-n", "2", "true"],
+    );
+    assert_eq!(o.code(), 0, "stderr: {}", o.stderr);
+    assert!(
+        o.stderr.contains("rank 0 bound to CPU") && o.stderr.contains("rank 1 bound to CPU"),
+        "{}",
+        o.stderr
+    );
+}
+
+/// Without Open MPI's mpirun to hand them to (`TMPIRUN_OMPI_MPIRUN=none`),
+/// multi-host options are refused with a message that names the launchers
+/// to use instead and how.
+#[test]
+fn multi_host_options_say_which_launcher_to_use() {
+    let s = Scratch::new("multihost");
+    let run = |s: &Scratch, args: &[&str]| {
+        let start = Instant::now();
+        let child = tmpirun(s, args)
+            .env("TMPIRUN_OMPI_MPIRUN", "none")
+            .spawn()
+            .unwrap();
+        finish(child, start)
+    };
+    for args in [
+        &["--host", "a,b", "-n", "2", "true"][..],
+        &["-H", "a,b", "-n", "2", "true"],
+        &["--hostfile", "hosts", "-n", "2", "true"],
+        &["-machinefile", "hosts", "-n", "2", "true"],
+        &["-N", "2", "true"],
+        &["--npernode", "2", "true"],
+        &["--map-by", "node", "-n", "2", "true"],
+    ] {
+        let o = run(&s, args);
+        assert_eq!(o.code(), 2, "{args:?}: {}", o.stderr);
+        assert!(
+            o.stderr.contains(args[0])
+                && o.stderr.contains("this machine only")
+                && o.stderr.contains("mpirun.openmpi --host a,b -n 4 ./prog")
+                && o.stderr.contains("mpiexec.hydra -hosts a,b -n 4 ./prog")
+                && o.stderr.contains("srun --mpi=pmi2"),
+            "{args:?}: {}",
+            o.stderr
+        );
+    }
+}
+
+/// --output-filename DIR: each rank's output in DIR/1/rank.R/stdout and
+/// stderr, none on tmpirun's own streams.
+#[test]
+fn output_filename_writes_per_rank_files() {
+    let s = Scratch::new("output-filename");
+    let dir = s.0.join("out");
+    let d = dir.to_str().unwrap();
+    let o = run(
+        &s,
+        &[
+            "--output-filename",
+            d,
+            "-n",
+            "3",
+            "sh",
+            "-c",
+            "echo out $PMI_RANK; echo err $PMI_RANK >&2",
+        ],
+    );
+    assert_eq!(o.code(), 0, "stderr: {}", o.stderr);
+    assert_eq!(o.stdout, "");
+    for r in 0..3 {
+        let read = |f: &str| std::fs::read_to_string(dir.join(format!("1/rank.{r}/{f}"))).unwrap();
+        assert_eq!(read("stdout"), format!("out {r}\n"));
+        assert_eq!(read("stderr"), format!("err {r}\n"));
+    }
+    // A directory that cannot be made: the job fails to start, saying why.
+    let o = run(
+        &s,
+        &["--output-filename", "/proc/tmpi-no", "-n", "1", "true"],
+    );
+    assert_ne!(o.code(), 0);
+    assert!(
+        o.stderr.contains("--output-filename /proc/tmpi-no"),
+        "{}",
+        o.stderr
+    );
+    s.assert_no_session();
+}
+
+/// With Open MPI's mpirun available, a multi-host command line is handed
+/// to it, translated: first to a stand-in that records its arguments, then
+/// to the real mpirun.openmpi (one host named twice: its ranks run over
+/// PMIx and find each other).
+#[test]
+fn multi_host_jobs_are_handed_to_open_mpi() {
+    let s = Scratch::new("handoff");
+    let fake = s.0.join("fake-mpirun");
+    let log = s.0.join("args");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > {}\nexit 7\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let start = Instant::now();
+    let child = tmpirun(
+        &s,
+        &[
+            "--host",
+            "a,b",
+            "-n",
+            "2",
+            "--mca",
+            "btl",
+            "self,tcp",
+            "--timeout",
+            "9",
+            "prog",
+            "arg",
+            ":",
+            "-N",
+            "1",
+            "prog2",
+        ],
+    )
+    .env("TMPIRUN_OMPI_MPIRUN", &fake)
+    .spawn()
+    .unwrap();
+    let o = finish(child, start);
+    assert_eq!(o.code(), 7, "mpirun's status is tmpirun's: {}", o.stderr);
+    assert!(o.stderr.contains("handing the job to"), "{}", o.stderr);
+    let got = std::fs::read_to_string(&log).unwrap();
+    let got: Vec<&str> = got
+        .lines()
+        .filter(|a| *a != "--allow-run-as-root")
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "--oversubscribe",
+            "--host",
+            "a,b",
+            "-n",
+            "2",
+            "-x",
+            "TMPI_MCA_btl=self,tcp",
+            "--timeout",
+            "9",
+            "prog",
+            "arg",
+            ":",
+            "--npernode",
+            "1",
+            "prog2",
+        ]
+    );
+    // The real thing (ci/install-deps.sh installs openmpi-bin).
+    let real = tmpi_run::launcher::handoff::find_runtime()
+        .expect("mpirun.openmpi on PATH (ci/install-deps.sh installs openmpi-bin)");
+    let start = Instant::now();
+    let child = tmpirun(&s, &["--host", "localhost:2", "-n", "2", PMICHECK])
+        .env("TMPIRUN_OMPI_MPIRUN", &real)
+        .spawn()
+        .unwrap();
+    let o = finish(child, start);
+    assert_eq!(o.code(), 0, "stdout: {}\nstderr: {}", o.stdout, o.stderr);
+    assert_eq!(o.stdout.matches("version=Pmix").count(), 2, "{}", o.stdout);
+    assert!(
+        o.stdout.contains("rank 1: ok (2 peers verified)"),
+        "{}",
+        o.stdout
+    );
 }

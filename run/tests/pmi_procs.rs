@@ -204,7 +204,7 @@ fn abort_reaches_the_server_and_no_rank_hangs() {
         vec![&PmiEvent::Abort {
             rank: 2,
             code: 7,
-            message: Some("tmpi-pmicheck_--abort".into())
+            message: Some("tmpi-pmicheck --abort".into())
         }],
         "{ev:?}"
     );

@@ -396,3 +396,154 @@ fn rdma_lists_soft_nic_with_its_caps() {
         assert!(lines.contains(&want), "missing {want:?} in\n{out}");
     }
 }
+
+/// The reference `docs/mca-params.md` is `tmpi_info --all --markdown`:
+/// regenerated whenever a parameter is added, removed or changed. Settings
+/// in the environment and the parameter files never leak into it.
+#[test]
+fn mca_params_reference_is_up_to_date() {
+    let e = Env::new("markdown");
+    let o = e.run(&["--all", "--markdown"], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let generated = stdout(&o);
+    e.user_file("pml_eager_limit = 512\n");
+    e.system_file("btl_sm_fifo_size = 64K\n");
+    let o = e.run(
+        &["--all", "--markdown"],
+        &[("TMPI_MCA_btl_tcp_eager_limit", "1K")],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), generated, "settings changed the reference");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/mca-params.md");
+    let doc = std::fs::read_to_string(&path).unwrap_or_default();
+    if doc != generated {
+        let first = doc
+            .lines()
+            .zip(generated.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(doc.lines().count().min(generated.lines().count()));
+        panic!(
+            "docs/mca-params.md is out of date with the parameter registry (first \
+             difference at line {}: file has {:?}, tmpi_info gives {:?}); regenerate it:\n  \
+             cargo run -q -p tmpi-run --bin tmpi_info -- --all --markdown > docs/mca-params.md",
+            first + 1,
+            doc.lines().nth(first).unwrap_or("(end of file)"),
+            generated.lines().nth(first).unwrap_or("(end of output)"),
+        );
+    }
+}
+
+/// Every parameter the code registers under a literal name
+/// (`ParamSpec::new("fw", "comp", "name")`, `register_selection("fw", ..)`,
+/// `register_verbose("fw", "comp")` in the crates' sources, tests excluded)
+/// is listed by `tmpi_info --all`, and so in the reference: a parameter that
+/// only its own crate registers at run time (as the pml's were) is missing
+/// from both. The pml's, the selection lists and the `mpi_*` ones by name too.
+#[test]
+fn every_registered_parameter_is_listed() {
+    let e = Env::new("listing");
+    let o = e.run(&["--all", "--parsable"], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let listed = |name: &str| field(&out, name, "default").is_some();
+    for name in [
+        "pml_eager_limit",
+        "pml_stats",
+        "pml_tm_thresh",
+        "pml_tm_rndv",
+        "pml_ob1_unexpected_limit",
+        "pml_ob1_verbose",
+        "btl",
+        "coll",
+        "mpi_yield_when_idle",
+        "mpi_param_check",
+        "mpi_pack_per_fragment",
+        "btl_openib_tm_enable",
+    ] {
+        assert!(listed(name), "tmpi_info --all does not list {name}");
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut names = Vec::new();
+    for krate in std::fs::read_dir(&root).unwrap().flatten() {
+        let src = krate.path().join("src");
+        if krate.file_name() != "fuzz" && src.is_dir() {
+            literal_param_names(&src, &mut names);
+        }
+    }
+    assert!(
+        names.len() > 30 && names.iter().any(|(n, _)| n == "pml_tm_rndv"),
+        "the source scan found too little: {names:?}"
+    );
+    let missing: Vec<_> = names.iter().filter(|(n, _)| !listed(n)).collect();
+    assert!(
+        missing.is_empty(),
+        "registered in the code but not listed by tmpi_info --all (add the crate's provider \
+         to tmpi_info's PROVIDERS, or register the parameter in its provider): {missing:?}"
+    );
+}
+
+/// The literal parameter names registered in the `.rs` files below `dir`
+/// (each file up to its `#[cfg(test)]` module; comment lines skipped), with
+/// the file they come from.
+fn literal_param_names(dir: &Path, out: &mut Vec<(String, PathBuf)>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            literal_param_names(&path, out);
+            continue;
+        }
+        if path.extension().is_none_or(|x| x != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = text.split("#[cfg(test)]").next().unwrap_or("");
+        let code: String = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for (call, arity) in [
+            ("ParamSpec::new(", 3),
+            ("register_selection(", 1),
+            ("register_verbose(", 2),
+        ] {
+            let mut rest = code.as_str();
+            while let Some(at) = rest.find(call) {
+                rest = &rest[at + call.len()..];
+                if let Some(parts) = string_args(rest, arity) {
+                    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+                    let name = match parts.as_slice() {
+                        [fw] => fw.to_string(),
+                        [fw, comp] => format!("{fw}_{comp}_verbose"),
+                        [fw, "", n] => format!("{fw}_{n}"),
+                        [fw, c, n] => format!("{fw}_{c}_{n}"),
+                        _ => unreachable!(),
+                    };
+                    out.push((name, path.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// The first `n` arguments at the start of `s` when they are all string
+/// literals without escapes.
+fn string_args(s: &str, n: usize) -> Option<Vec<String>> {
+    let mut rest = s;
+    let mut args = Vec::new();
+    for i in 0..n {
+        rest = rest.trim_start();
+        if i > 0 {
+            rest = rest.strip_prefix(',')?.trim_start();
+        }
+        rest = rest.strip_prefix('"')?;
+        let end = rest.find('"')?;
+        let lit = &rest[..end];
+        if lit.contains('\\') {
+            return None;
+        }
+        args.push(lit.to_string());
+        rest = &rest[end + 1..];
+    }
+    Some(args)
+}

@@ -52,6 +52,15 @@ fn processes_with_marker(m: &str) -> Vec<u32> {
     found
 }
 
+/// A private `TMPDIR` for one job: its session directory is then out of
+/// reach of the stale-session sweep of the other tmpiruns on this machine,
+/// so that what removes it can only be the job's own clean-up.
+fn private_tmpdir(m: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("tmpi-faults-{m}"));
+    std::fs::create_dir_all(&d).expect("private TMPDIR");
+    d
+}
+
 /// `tmpirun` started with piped output and the marker in its environment.
 fn spawn_job(n: u32, timeout_s: u32, m: &str, args: &[&str]) -> Child {
     spawn_job_btl(n, timeout_s, m, "self,sm", args)
@@ -83,6 +92,7 @@ fn spawn_job_mca(
     c.arg(PROG)
         .args(args)
         .env(MARKER_VAR, m)
+        .env("TMPDIR", private_tmpdir(m))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -135,6 +145,7 @@ fn assert_no_leftovers(m: &str, job: &str, session_dir: &str) {
         })
         .unwrap_or_default();
     assert!(segs.is_empty(), "segments of {job} left: {segs:?}");
+    let _ = std::fs::remove_dir(private_tmpdir(m));
 }
 
 /// A `fault-check traffic` job whose ranks all announced their traffic.
@@ -425,6 +436,7 @@ fn return_without_finalize_ends_job() {
         processes_with_marker(&m).is_empty(),
         "processes of the job remain"
     );
+    let _ = std::fs::remove_dir(private_tmpdir(&m));
 }
 
 /// Rank 0 killed with SIGKILL while it waits in init for rank 1 (which
@@ -546,4 +558,338 @@ fn soft_nic_completion_error_ends_the_job_cleanly() {
         left = processes_with_marker(&m);
     }
     assert!(left.is_empty(), "processes of the job remain: {left:?}");
+    let _ = std::fs::remove_dir(private_tmpdir(&m));
+}
+
+/// Files of a job whose name holds `needle`, in `/dev/shm`.
+fn shm_files_with(needle: &str) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.contains(needle))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits for a bounded time until a line of `rx` parses with `f`; kills
+/// the job and panics with its stderr otherwise.
+fn wait_line<T>(
+    child: &mut Child,
+    rx: &mpsc::Receiver<String>,
+    err_t: std::thread::JoinHandle<String>,
+    f: impl Fn(&[&str]) -> Option<T>,
+) -> (T, std::thread::JoinHandle<String>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(l) = rx.recv_timeout(left) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the expected line never came; stderr:\n{}",
+                err_t.join().unwrap()
+            );
+        };
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if let Some(t) = f(&w) {
+            return (t, err_t);
+        }
+    }
+}
+
+/// Waits (bounded) until `cond` holds; kills the job and panics otherwise.
+fn wait_until(child: &mut Child, what: &str, cond: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        if t0.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} never happened");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// coll sm's segment of a job whose rank dies before every rank attached
+/// it (`fault-check collearly`: rank 0 and 1 in their first allreduce, the
+/// last rank 60 s late; rank 0 is killed with SIGKILL): the job's clean-up
+/// knows the segment and removes it, with everything else of the job.
+#[test]
+fn coll_segment_is_removed_when_the_job_ends_before_all_ranks_attached() {
+    let _g = serial();
+    let m = marker();
+    let mut child = spawn_job(3, 60, &m, &["collearly"]);
+    let (err_t, out_t, rx) = read_output(&mut child);
+    let ((pid0, job, dir), err_t) = wait_line(&mut child, &rx, err_t, |w| match w {
+        ["fault-check:", "coll", "rank", "0", "pid", p, "job", j, d] => {
+            Some((p.parse::<u32>().unwrap(), j.to_string(), d.to_string()))
+        }
+        _ => None,
+    });
+    let coll = format!("tmpi-coll.{pid0}.");
+    wait_until(&mut child, "coll sm's segment of rank 0", || {
+        !shm_files_with(&coll).is_empty()
+    });
+    let st = Command::new("kill")
+        .args(["-9", &pid0.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill -9 {pid0} failed");
+    let status = wait_bounded(&mut child, Duration::from_secs(15), "after SIGKILL");
+    let se = err_t.join().unwrap();
+    out_t.join().unwrap();
+    assert_eq!(status.code(), Some(137), "exit status; stderr:\n{se}");
+    let left = shm_files_with(&coll);
+    assert!(left.is_empty(), "coll sm's segment left behind: {left:?}");
+    assert_no_leftovers(&m, &job, &dir);
+}
+
+/// Kills `tmpirun` itself with SIGKILL and waits until the job is gone:
+/// its ranks die with it, and what they and tmpirun created on disk is
+/// removed once the last of them is gone, without a later tmpirun.
+fn kill_tmpirun_and_check_nothing_is_left(mut child: Child, m: &str, job: &str, dir: &str) {
+    let tmpirun_pid = child.id();
+    let st = Command::new("kill")
+        .args(["-9", &tmpirun_pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill -9 {tmpirun_pid} failed");
+    let _ = wait_bounded(&mut child, Duration::from_secs(15), "tmpirun after SIGKILL");
+    // Not a measurement: a bound so that a leftover fails the test rather
+    // than hanging it.
+    let t0 = Instant::now();
+    while (!processes_with_marker(m).is_empty()
+        || Path::new(dir).exists()
+        || !shm_files_with(job).is_empty())
+        && t0.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_no_leftovers(m, job, dir);
+}
+
+/// `tmpirun` killed with SIGKILL while its ranks are in init, rank 0's
+/// btl-sm segment in `/dev/shm` and rank 1 not yet attached
+/// (`fault-check lateinit`): the ranks end, and the session directory and
+/// the segment are removed.
+#[test]
+fn sigkill_of_tmpirun_during_init_leaves_nothing() {
+    let _g = serial();
+    let m = marker();
+    let mut child = spawn_job(2, 60, &m, &["lateinit"]);
+    let (err_t, out_t, rx) = read_output(&mut child);
+    let ((job, dir), err_t) = wait_line(&mut child, &rx, err_t, |w| match w {
+        ["fault-check:", "early", "rank", "0", "pid", _, "job", j, d] => {
+            Some((j.to_string(), d.to_string()))
+        }
+        _ => None,
+    });
+    let seg = format!("/dev/shm/tmpi-sm.{job}.0");
+    wait_until(&mut child, "rank 0's segment", || Path::new(&seg).exists());
+    kill_tmpirun_and_check_nothing_is_left(child, &m, &job, &dir);
+    let _ = err_t.join();
+    let _ = out_t.join();
+}
+
+/// `tmpirun` killed with SIGKILL while its two ranks exchange traffic
+/// (`fault-check traffic`): the ranks end, and the session directory is
+/// removed.
+#[test]
+fn sigkill_of_tmpirun_mid_run_leaves_nothing() {
+    let _g = serial();
+    let m = marker();
+    let child = spawn_job(2, 60, &m, &["traffic"]);
+    let t = Traffic::until_running(child, 2, Duration::from_secs(60));
+    assert!(
+        Path::new(&t.dir).is_dir(),
+        "session dir {:?} not there",
+        t.dir
+    );
+    let (job, dir) = (t.job.clone(), t.dir.clone());
+    let Traffic {
+        child,
+        err_t,
+        out_t,
+        ..
+    } = t;
+    kill_tmpirun_and_check_nothing_is_left(child, &m, &job, &dir);
+    let _ = err_t.join();
+    let _ = out_t.join();
+}
+
+/// A tcp connection broken in the middle of large messages (`fault-check
+/// bigsend`: 16 MiB messages from rank 0 to rank 1; rank 0 resets the
+/// connection after 300 fragments, `btl_tcp_inject_reset`): every fragment
+/// still queued for rank 1 fails, but rank 0's pml logs the broken
+/// connection once with its cause and then only counts (at 10, 100, ...),
+/// not one line per fragment; the job ends with status 1.
+#[test]
+fn broken_connection_under_a_large_message_is_logged_once() {
+    let _g = serial();
+    let m = marker();
+    let mut child = spawn_job_mca(
+        2,
+        60,
+        &m,
+        "self,tcp",
+        &[
+            ("btl_tcp_inject_reset", "300"),
+            ("btl_tcp_inject_reset_rank", "0"),
+        ],
+        &["bigsend"],
+    );
+    let (err_t, out_t, _rx) = read_output(&mut child);
+    let status = wait_bounded(&mut child, Duration::from_secs(90), "bigsend");
+    let se = err_t.join().unwrap();
+    out_t.join().unwrap();
+    assert_eq!(status.code(), Some(1), "exit status; stderr:\n{se}");
+    let pml0: Vec<&str> = se
+        .lines()
+        .filter(|l| l.starts_with("[rank 0] pml_ob1: ERROR"))
+        .collect();
+    let first: Vec<&&str> = pml0
+        .iter()
+        .filter(|l| l.contains("send to rank 1 failed, connection broken: "))
+        .collect();
+    assert_eq!(first.len(), 1, "rank 0's pml lines:\n{}", pml0.join("\n"));
+    assert!(
+        first[0].contains("btl_tcp_inject_reset=300"),
+        "the cause is missing: {}",
+        first[0]
+    );
+    // The rest are counts at powers of ten: a handful however many
+    // fragments were queued.
+    assert!(
+        pml0.len() <= 4
+            && pml0.iter().all(|l| l.contains("send to rank 1 failed")
+                || l.contains("transfers with rank 1 have failed on its broken connection so far")),
+        "rank 0's pml lines:\n{}",
+        pml0.join("\n")
+    );
+    let _ = std::fs::remove_dir(private_tmpdir(&m));
+}
+
+/// Rank 1 of `fault-check peerdeath` (or `peerdeath-coll`) runs under a
+/// shell that outlives it: tmpirun keeps the job (and rank 1's PMI
+/// connection) up after rank 1's process died, as a launcher that does not
+/// end a job on a rank's death would, so only the library can free rank 0.
+fn peer_death(btl: &str, case: &str) {
+    let _g = serial();
+    let m = marker();
+    let script = r#"if [ "$PMI_RANK" = 1 ]; then "$@"; sleep 300; else exec "$@"; fi"#;
+    let mut c = Command::new(tmpirun());
+    c.args(["-n", "2", "--timeout", "60"]);
+    for (k, v) in BASE {
+        let v = if k == "btl" { btl } else { v };
+        c.args(["--mca", k, v]);
+    }
+    let child = c
+        .args(["sh", "-c", script, "sh", PROG, case])
+        .env(MARKER_VAR, &m)
+        .env("TMPDIR", private_tmpdir(&m))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tmpirun");
+    // The job's own --timeout (60 s) is the hang detector; this bound only
+    // keeps the test from waiting past it.
+    let out = {
+        let mut child = child;
+        let (err_t, out_t, rx) = read_output(&mut child);
+        let status = wait_bounded(&mut child, Duration::from_secs(90), case);
+        let se = err_t.join().unwrap();
+        out_t.join().unwrap();
+        let so: Vec<String> = rx.try_iter().collect();
+        (status, so.join("\n"), se)
+    };
+    let (status, so, se) = out;
+    assert_ne!(
+        status.code(),
+        Some(124),
+        "{case} over {btl} hung:\n{so}\n{se}"
+    );
+    assert!(so.contains("fault-check: rank 1 dies now"), "{so}\n{se}");
+    assert!(
+        so.contains("fault-check: rank 0 receive from rank 1: failed: MPI_ERR_OTHER"),
+        "{so}\n{se}"
+    );
+    assert!(
+        so.contains("fault-check: rank 0 allreduce: failed: MPI_ERR_OTHER"),
+        "{so}\n{se}"
+    );
+    assert_eq!(status.code(), Some(3), "{so}\n{se}");
+    let t0 = Instant::now();
+    while !processes_with_marker(&m).is_empty() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        processes_with_marker(&m).is_empty(),
+        "processes of the job remain"
+    );
+    let _ = std::fs::remove_dir(private_tmpdir(&m));
+}
+
+/// A rank that dies (SIGKILL) while its peer waits in a receive from it,
+/// over sm: shared memory does not break, so btl-sm watches its peers'
+/// processes and reports the dead one to the pml, which fails the receive
+/// and every later call that needs the dead rank (here an allreduce) with
+/// `MPI_ERR_OTHER`; nothing waits forever. (Before: the job hung until its
+/// timeout.)
+#[test]
+fn a_dead_peer_fails_the_calls_waiting_for_it_over_sm() {
+    peer_death("self,sm", "peerdeath");
+}
+
+/// The same when coll sm's segment was attached before the death (a first
+/// allreduce of both ranks): the allreduce through the segment fails too,
+/// naming the dead rank, instead of waiting for its flag forever.
+#[test]
+fn a_dead_peer_fails_a_shared_memory_collective() {
+    peer_death("self,sm", "peerdeath-coll");
+}
+
+/// Over tcp the dead rank's connection breaks; the same calls fail.
+#[test]
+fn a_dead_peer_fails_the_calls_waiting_for_it_over_tcp() {
+    peer_death("self,tcp", "peerdeath");
+}
+
+/// `tmpirun` killed with SIGKILL while each rank has a background child
+/// (`sh -c 'sleep 300 & exec fault-check traffic'`): the ranks die with
+/// `tmpirun`, but their children do not get that signal and hold the clean-up
+/// guard's pipe. The guard sees `tmpirun` gone, ends the processes that
+/// carry the job's `TMPI_JOB_ID`, and removes the job's files; nothing of the
+/// job remains.
+#[test]
+fn sigkill_of_tmpirun_ends_the_ranks_children_and_leaves_nothing() {
+    let _g = serial();
+    let m = marker();
+    let mut c = Command::new(tmpirun());
+    c.args(["-n", "2", "--timeout", "120"]);
+    for (k, v) in BASE {
+        c.args(["--mca", k, v]);
+    }
+    let child = c
+        .args(["sh", "-c", r#"sleep 300 & exec "$0" traffic"#, PROG])
+        .env(MARKER_VAR, &m)
+        .env("TMPDIR", private_tmpdir(&m))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tmpirun");
+    let t = Traffic::until_running(child, 2, Duration::from_secs(60));
+    let (job, dir) = (t.job.clone(), t.dir.clone());
+    let Traffic {
+        child,
+        err_t,
+        out_t,
+        ..
+    } = t;
+    kill_tmpirun_and_check_nothing_is_left(child, &m, &job, &dir);
+    let _ = err_t.join();
+    let _ = out_t.join();
 }

@@ -50,7 +50,7 @@ fn case(n: u32, name: &str, tm: &'static str, extra: &[(&str, &str)]) -> String 
 /// The fields of rank 0's pml counters line printed by p2p-check.
 fn stat(out: &str, field: &str) -> u64 {
     let at = out
-        .find(&format!("{field}: "))
+        .find(&format!(" {field}="))
         .unwrap_or_else(|| panic!("no {field} in {out}"));
     out[at + field.len() + 2..]
         .split(|c: char| !c.is_ascii_digit())
@@ -368,7 +368,7 @@ fn fault_run(tm: &'static str, extra: &[(&str, &str)], args: &[&str]) -> (i32, S
     )
 }
 
-/// A field of rank `r`'s `pml_ob1 stats: Stats { .. }` line.
+/// A field of rank `r`'s `pml_ob1 stats: key=value ..` line.
 fn rank_stat(stderr: &str, r: u32, field: &str) -> u64 {
     let line = stderr
         .lines()

@@ -64,7 +64,7 @@ fn big_messages_single_copy() {
     // Rank 0's counters: the large messages were pulled with CMA gets
     // (unless the kernel forbids CMA here, in which case sm falls back).
     assert!(
-        !out.contains("rndv_get: 0,") || !out.contains("rndv_pipelined: 0,"),
+        !out.contains(" rndv_get=0 ") || !out.contains(" rndv_pipelined=0 "),
         "no rendezvous happened: {out}"
     );
 }
@@ -72,8 +72,8 @@ fn big_messages_single_copy() {
 #[test]
 fn big_messages_without_single_copy() {
     let out = case(2, "big", &[("btl_sm_single_copy", "none")]);
-    assert!(out.contains("rndv_get: 0,"), "a get was used: {out}");
-    assert!(!out.contains("rndv_pipelined: 0,"), "not pipelined: {out}");
+    assert!(out.contains(" rndv_get=0 "), "a get was used: {out}");
+    assert!(!out.contains(" rndv_pipelined=0 "), "not pipelined: {out}");
 }
 
 #[test]
@@ -135,4 +135,25 @@ fn a_panicking_rank_ends_the_job() {
         "took {:?}",
         t0.elapsed()
     );
+}
+
+#[test]
+fn a_selection_that_reaches_no_peer_says_so_in_plain_words() {
+    let _g = serial();
+    let out = run(
+        2,
+        60,
+        &[("btl", "self"), ("mpi_yield_when_idle", "1")],
+        PROG,
+        &["ordering"],
+    );
+    let se = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "job succeeded: {se}");
+    assert!(
+        se.contains(
+            "no BTL reaches rank 1 from rank 0 (btl selection: self; modules opened: self)"
+        ),
+        "{se}"
+    );
+    assert!(!se.contains("Include("), "a Rust debug form in: {se}");
 }

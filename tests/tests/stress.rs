@@ -101,9 +101,9 @@ fn lost_duplicated_and_corrupted_messages_are_caught() {
     }
 }
 
-/// Finding 4 of docs/stress.md (fixed): over btl openib on tmsoft0 with
-/// the registration cache off (`btl_openib_rcache_max_entries=0`, the
-/// default since c9d0e34), this seed made an RDMA read of a rendezvous fail
+/// Finding 4 of docs/journal/stress-soaks.md (fixed): over btl openib on
+/// tmsoft0 with the registration cache off (`btl_openib_rcache_max_entries=0`,
+/// the default), this seed made an RDMA read of a rendezvous fail
 /// with `RemAccessErr`, then the job hung.
 #[test]
 fn openib_soft_rcache_off_rendezvous_reads_stay_valid() {

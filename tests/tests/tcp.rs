@@ -27,7 +27,7 @@ fn case(n: u32, name: &str, extra: &[(&str, &str)]) -> (String, String) {
 /// A field of rank 0's pml counters printed by p2p-check.
 fn stat(out: &str, field: &str) -> u64 {
     let at = out
-        .find(&format!("{field}: "))
+        .find(&format!(" {field}="))
         .unwrap_or_else(|| panic!("no {field} in {out}"));
     out[at + field.len() + 2..]
         .split(|c: char| !c.is_ascii_digit())

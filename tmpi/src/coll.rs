@@ -15,8 +15,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
 
 use tmpi_coll::comm::Universe;
-use tmpi_coll::pml_adapter::PmlP2p;
-use tmpi_coll::{CollContext, CollError, Input, Op, SplitType};
+use tmpi_coll::{CollError, Input, Op, SplitType};
 use tmpi_pml::Pml;
 
 use crate::comm::Comm;
@@ -46,27 +45,21 @@ impl From<CollError> for Error {
     }
 }
 
-/// Registers coll's parameters (before the pml checks for unknown names).
-pub(crate) fn register_params() -> Result<(), Error> {
-    tmpi_coll::register_all_params(tmpi_base::mca::registry())
-        .map_err(|e| Error::new(e.class(), e.to_string()))
-}
-
 fn universe<'a>(slot: &'a CollSlot, pml: &Arc<Pml>) -> Result<&'a Universe, Error> {
-    slot.get_or_init(|| {
-        let p2p = PmlP2p::new(Arc::clone(pml));
-        Ok(CollContext::init(
-            Arc::new(p2p),
-            tmpi_base::mca::registry(),
-        )?)
-    })
-    .as_ref()
-    .map_err(Clone::clone)
+    slot.get_or_init(|| crate::runtime::open_coll(pml))
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
-fn root(root: i32) -> u32 {
-    // A negative root becomes one past any size: coll reports MPI_ERR_ROOT.
-    u32::try_from(root).unwrap_or(u32::MAX)
+/// A root as coll takes it; a negative one is `MPI_ERR_ROOT` here (coll
+/// checks the upper bound against the communicator's size).
+fn root(root: i32) -> Result<u32, Error> {
+    u32::try_from(root).map_err(|_| {
+        Error::new(
+            tmpi_pml::MpiErrorClass::Root,
+            format!("root {root} is not a rank"),
+        )
+    })
 }
 
 impl Comm {
@@ -115,7 +108,7 @@ impl Comm {
 
     /// `MPI_Bcast` of `buf` from `root`.
     pub fn bcast<T: Equivalence>(&self, buf: &mut [T], root_rank: i32) -> Result<(), Error> {
-        Ok(self.coll()?.bcast(bytes_mut(buf), root(root_rank))?)
+        Ok(self.coll()?.bcast(bytes_mut(buf), root(root_rank)?)?)
     }
 
     /// `MPI_Reduce`: `recv` (as long as `send`) at the root only.
@@ -132,7 +125,7 @@ impl Comm {
             recv,
             T::ELEMENT,
             op,
-            root(root_rank),
+            root(root_rank)?,
         )?)
     }
 
@@ -167,7 +160,7 @@ impl Comm {
         let recv = recv.map(bytes_mut);
         Ok(self
             .coll()?
-            .gather(Input::Buf(bytes(send)), recv, root(root_rank))?)
+            .gather(Input::Buf(bytes(send)), recv, root(root_rank)?)?)
     }
 
     /// `MPI_Scatter`: block `r` of the root's `send` (size x `recv.len()`
@@ -181,7 +174,7 @@ impl Comm {
         let send = send.map(bytes);
         Ok(self
             .coll()?
-            .scatter(send, Some(bytes_mut(recv)), root(root_rank))?)
+            .scatter(send, Some(bytes_mut(recv)), root(root_rank)?)?)
     }
 
     /// `MPI_Allgather`: every rank's `send` into every rank's `recv`
@@ -288,7 +281,7 @@ impl Comm {
         root_rank: i32,
     ) -> Result<CollRequest<T>, Error> {
         Ok(CollRequest::new(
-            self.coll()?.ibcast(owned(&buf), root(root_rank))?,
+            self.coll()?.ibcast(owned(&buf), root(root_rank)?)?,
         ))
     }
 
@@ -305,7 +298,7 @@ impl Comm {
             owned(&send),
             T::ELEMENT,
             op,
-            root(root_rank),
+            root(root_rank)?,
         )?))
     }
 
@@ -331,7 +324,7 @@ impl Comm {
         root_rank: i32,
     ) -> Result<CollRequest<T>, Error> {
         Ok(CollRequest::new(
-            self.coll()?.igather(owned(&send), root(root_rank))?,
+            self.coll()?.igather(owned(&send), root(root_rank)?)?,
         ))
     }
 
@@ -350,7 +343,7 @@ impl Comm {
         Ok(CollRequest::new(self.coll()?.iscatter(
             send,
             block,
-            root(root_rank),
+            root(root_rank)?,
         )?))
     }
 

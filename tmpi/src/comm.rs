@@ -4,9 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tmpi_pml::raw::{RawBuf, RawBufMut};
-use tmpi_pml::{
-    InitOptions, Pml, SendMode, ANY_SOURCE, ANY_TAG, CTX_SELF, CTX_WORLD, PROC_NULL, TAG_UB,
-};
+use tmpi_pml::{Pml, SendMode, ANY_SOURCE, ANY_TAG, CTX_SELF, CTX_WORLD, PROC_NULL, TAG_UB};
 
 use crate::coll::{CollHandle, CollSlot};
 use crate::datatype::{bytes, bytes_mut, Equivalence};
@@ -42,12 +40,11 @@ impl Mpi {
                 "MPI is already initialised in this process (and cannot be re-initialised)",
             ));
         }
-        // The coll framework's parameters first: the pml reports every
-        // name set but registered by nobody (`--mca coll_sm_max ...`).
-        crate::coll::register_params()?;
-        let pml = Pml::init(InitOptions { logging: true })?;
+        // No parameters of its own; coll's are registered by `start`
+        // (coll opens on first use, `crate::coll`).
+        let pml = crate::runtime::start(|_| Ok::<(), Error>(()))?;
         Ok(Mpi {
-            pml: Arc::new(pml),
+            pml,
             coll: Arc::new(CollSlot::new()),
         })
     }
@@ -113,7 +110,7 @@ impl Mpi {
     }
 
     /// Pml counters (eager/rendezvous/unexpected/out-of-order).
-    pub fn stats(&self) -> tmpi_pml::core::Stats {
+    pub fn stats(&self) -> tmpi_pml::Stats {
         self.pml.stats()
     }
 }

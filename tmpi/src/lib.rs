@@ -49,12 +49,15 @@
 //!   Like any MPI program, every rank calls them in the same order. Do not
 //!   also open a second coll framework over [`Mpi::pml`] and use both: their
 //!   context ids and collective tags are not coordinated.
+//! * Start-up: [`init`] and the C API's `MPI_Init` (tmpi-capi) bring the
+//!   runtime up through the same function, [`runtime::start`].
 
 mod coll;
 mod comm;
 mod datatype;
 mod error;
 mod request;
+pub mod runtime;
 
 pub use coll::CollRequest;
 pub use comm::{Comm, Mpi};

@@ -17,6 +17,17 @@ fn singleton_api() {
     let me = mpi.self_comm();
     assert_eq!((me.rank(), me.size()), (0, 1));
 
+    // A bad root is named as the caller gave it, in plain words.
+    for (root, text) in [
+        (-1, "MPI_ERR_ROOT: root -1 is not a rank"),
+        (3, "MPI_ERR_ROOT: root 3 is not in 0..1"),
+    ] {
+        let mut b = [0u8; 4];
+        let e = w.bcast(&mut b[..], root).unwrap_err();
+        assert_eq!(e.class(), MpiErrorClass::Root);
+        assert_eq!(e.to_string(), text);
+    }
+
     // Typed self-send, counts in elements.
     let out = [1.5f64, -2.0, 3.25];
     let mut inb = [0f64; 4];

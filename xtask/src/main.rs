@@ -1,5 +1,8 @@
-//! `cargo xtask install --prefix DIR [--release]`: builds libmpi (tmpi-capi),
-//! tmpirun and tmpi_info, and lays out an MPI install prefix:
+//! `cargo xtask install --prefix DIR [--debug]`: builds libmpi (tmpi-capi),
+//! tmpirun and tmpi_info with the release profile (optimised, fat LTO; what
+//! users run and benchmarks measure), or with the dev profile for `--debug`
+//! (quicker to build, debug assertions on), and lays out an MPI install
+//! prefix:
 //!
 //! ```text
 //! bin/      mpicc mpicxx (wrappers), mpirun mpiexec (-> tmpirun), tmpirun, tmpi_info
@@ -30,11 +33,13 @@ fn run() -> Result<(), String> {
     match args.first().map(String::as_str) {
         Some("install") => {
             let mut prefix = None;
-            let mut release = false;
+            let mut release = true;
             let mut it = args[1..].iter();
             while let Some(a) = it.next() {
                 match a.as_str() {
                     "--prefix" => prefix = it.next().cloned(),
+                    "--debug" => release = false,
+                    // The default; accepted so that older command lines work.
                     "--release" => release = true,
                     s if s.starts_with("--prefix=") => prefix = Some(s["--prefix=".len()..].into()),
                     other => return Err(format!("unknown argument {other:?}")),
@@ -43,7 +48,7 @@ fn run() -> Result<(), String> {
             let prefix = prefix.ok_or("install needs --prefix DIR")?;
             install(&absolute(Path::new(&prefix))?, release)
         }
-        _ => Err("usage: cargo xtask install --prefix DIR [--release]".into()),
+        _ => Err("usage: cargo xtask install --prefix DIR [--debug]".into()),
     }
 }
 

@@ -218,3 +218,35 @@ pub fn yield_when_idle(reg: &Registry) -> Result<bool, McaError> {
     )?;
     Ok(p.resolve(reg.launch_oversubscribed()))
 }
+
+/// Registers `mpi_param_check` (bool, default true): whether the C interface
+/// checks the arguments of every MPI call. Read by tmpi-capi at `MPI_Init`;
+/// registered here, beside the other `mpi_*` parameters, so that `tmpi_info`
+/// lists it without linking the C library.
+pub fn mpi_param_check(reg: &Registry) -> Result<bool, McaError> {
+    Ok(reg
+        .register_bool(
+            ParamSpec::new("mpi", "", "param_check")
+                .help("Check the arguments of every MPI call (1) or trust them (0)")
+                .level(Level::UserBasic),
+            true,
+        )?
+        .value())
+}
+
+/// Registers `mpi_pack_per_fragment` (bool, default true): how the C
+/// interface moves non-contiguous datatypes. Read by tmpi-capi at `MPI_Init`.
+pub fn mpi_pack_per_fragment(reg: &Registry) -> Result<bool, McaError> {
+    Ok(reg
+        .register_bool(
+            ParamSpec::new("mpi", "", "pack_per_fragment")
+                .help(
+                    "Send and receive non-contiguous datatypes by packing each fragment \
+                     straight from/into the user layout (1) or through a whole-message \
+                     temporary (0)",
+                )
+                .level(Level::UserDetail),
+            true,
+        )?
+        .value())
+}

@@ -9,17 +9,25 @@
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
 use base64::Engine as _;
 
-use super::fd::adopt_pmi_fd;
+use super::fd::{adopt_pmi_fd, clear_live_fd, set_live_fd};
 use super::mapping::parse_process_mapping;
+use super::pmix_sys::{Pmix, Value as PmixValue, RANK_WILDCARD};
 use super::wire::{
-    format_v1_line, format_v2_frame, parse_v1_line, parse_v2_frame, Message, WireError, KEYLEN_MAX,
-    KVSNAME_MAX, V1_MAX_LINE, V2_MAX_BODY, VALLEN_MAX,
+    encode_abort_text, format_v1_line, format_v2_frame, parse_v1_line, parse_v2_frame, Message,
+    WireError, ABORT_TEXT_KEY, KEYLEN_MAX, KVSNAME_MAX, V1_MAX_LINE, V2_MAX_BODY, VALLEN_MAX,
 };
 use crate::identity::{sanitize_job_id, ProcessInfo};
+
+/// `PMIX_MAX_KEYLEN` + 1 (the limit counts a NUL, as PMI's do).
+const PMIX_KEYLEN_MAX: usize = 512;
+/// Values the client puts through PMIx in one piece (the PMIx limit is
+/// memory; this keeps a modex value in one key).
+const PMIX_VALLEN_MAX: usize = 1 << 20;
 
 /// Longest PMI-1 response line the client buffers.
 const MAX_V1_RESPONSE: usize = 64 * 1024;
@@ -121,6 +129,35 @@ pub enum PmiError {
     /// The client was used after `finalize`.
     #[error("PMI client used after finalize")]
     Finalized,
+    /// A PMIx call failed; `message` is the runtime's text for `status`.
+    #[error("{call} failed: {message} (PMIx status {status})")]
+    Pmix {
+        /// The PMIx function.
+        call: &'static str,
+        /// PMIx's status code.
+        status: i32,
+        /// PMIx's description of it (`PMIx_Error_string`).
+        message: String,
+    },
+    /// A PMIx server started this process but the PMIx library cannot be
+    /// loaded.
+    #[error("started by a PMIx launcher ({var} is set) but {reason}; install the PMIx library (Debian: apt-get install libpmix2), or start the program with tmpirun, Hydra's mpiexec or srun --mpi=pmi2")]
+    PmixUnavailable {
+        /// The variable that named the PMIx launcher.
+        var: &'static str,
+        /// What went wrong loading libpmix.
+        reason: String,
+    },
+}
+
+impl From<super::pmix_sys::CallError> for PmiError {
+    fn from(e: super::pmix_sys::CallError) -> Self {
+        PmiError::Pmix {
+            call: e.call,
+            status: e.status,
+            message: e.text,
+        }
+    }
 }
 
 /// Which protocol a client speaks.
@@ -132,6 +169,9 @@ pub enum PmiVersion {
     V2,
     /// No launcher: a job of one, with a KVS inside the process.
     Singleton,
+    /// PMIx through the reference library (`libpmix.so.2`): Open MPI's
+    /// `mpirun`, PRRTE's `prterun`, Slurm's `srun --mpi=pmix`.
+    Pmix,
 }
 
 /// How to connect, normally derived from the environment by
@@ -158,7 +198,19 @@ pub const ENV_VARS: &[&str] = &[
     "PMI_JOBID",
     "PMI_ID",
     "TMPI_PMI_VERSION",
+    "PMIX_NAMESPACE",
+    "PMIX_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    CLIENT_ENV,
 ];
+
+/// The MCA parameter `pmi_client` (`auto`, `pmi1`, `pmi2`, `pmix`,
+/// `singleton`) as an environment variable; `tmpirun --mca pmi_client X`
+/// and the parameter files set it too.
+pub const CLIENT_ENV: &str = "TMPI_MCA_pmi_client";
+
+/// The values of the `pmi_client` parameter.
+pub const CLIENT_CHOICES: &[&str] = &["auto", "pmi1", "pmi2", "pmix", "singleton"];
 
 /// The transport: the inherited socketpair end, or TCP for `PMI_PORT`.
 enum Stream {
@@ -192,6 +244,14 @@ struct Conn {
     /// Received bytes not yet consumed (the server never sends unsolicited
     /// data, but a read may return more than one reply's bytes after init).
     buf: Vec<u8>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Stream::Unix(s) = &self.stream {
+            clear_live_fd(s.as_raw_fd());
+        }
+    }
 }
 
 impl Conn {
@@ -282,6 +342,8 @@ pub struct PmiClient {
     vallen_max: usize,
     /// The singleton's KVS.
     local: HashMap<String, String>,
+    /// The PMIx session (`PmiVersion::Pmix`).
+    pmix: Option<Pmix>,
     finalized: bool,
     info: Option<ProcessInfo>,
 }
@@ -366,6 +428,106 @@ pub fn hostname() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
+/// The variable that says a PMIx server started this process
+/// (`PMIX_NAMESPACE`, else `PMIX_RANK`), with its value.
+fn pmix_launcher(env: &impl Fn(&str) -> Option<String>) -> Option<(&'static str, String)> {
+    env("PMIX_NAMESPACE")
+        .filter(|v| !v.is_empty())
+        .map(|v| ("PMIX_NAMESPACE", v))
+        .or_else(|| {
+            env("PMIX_RANK")
+                .filter(|v| !v.is_empty())
+                .map(|v| ("PMIX_RANK", v))
+        })
+}
+
+/// Whether the launcher says the job has one process (Open MPI's
+/// `OMPI_COMM_WORLD_SIZE=1`, Slurm's `SLURM_STEP_NUM_TASKS=1`).
+fn one_process_job(env: &impl Fn(&str) -> Option<String>) -> bool {
+    let one = |var| env(var).as_deref().map(str::trim) == Some("1");
+    one("OMPI_COMM_WORLD_SIZE") || one("SLURM_STEP_NUM_TASKS")
+}
+
+/// A launcher tmpi cannot talk to, recognised by what it sets instead of
+/// `PMI_FD`/`PMI_PORT` or PMIx's variables: Open MPI before PMIx (ORTE
+/// of Open MPI 1.x) sets only `OMPI_COMM_WORLD_SIZE`. Each process would
+/// otherwise run as a job of its own, every one rank 0 of 1, and the
+/// program would compute the wrong thing without a word; so the start
+/// fails, saying why. A one-process job is a singleton anyway and runs.
+fn foreign_launcher(env: &impl Fn(&str) -> Option<String>) -> Result<(), PmiError> {
+    if one_process_job(env) {
+        return Ok(());
+    }
+    let Some(value) = env("OMPI_COMM_WORLD_SIZE") else {
+        return Ok(());
+    };
+    Err(PmiError::Env {
+        var: "OMPI_COMM_WORLD_SIZE",
+        value,
+        reason: "started by an Open MPI launcher that serves neither PMI nor PMIx to tmpi \
+                 (no PMI_FD, PMI_PORT or PMIX_NAMESPACE); each process would run alone as a \
+                 job of one. Start it with tmpirun (tmpi's mpirun), Hydra's mpiexec, \
+                 an Open MPI 4 or later mpirun, or srun --mpi=pmix or --mpi=pmi2"
+            .into(),
+    })
+}
+
+/// Registers (idempotently) the MCA parameter `pmi_client`.
+pub fn register_client(
+    reg: &crate::mca::Registry,
+) -> Result<crate::mca::Param<String>, crate::mca::McaError> {
+    reg.register_enum(
+        crate::mca::ParamSpec::new("pmi", "", "client")
+            .help(
+                "How a process learns its job: auto (PMI_FD/PMI_PORT: PMI-1 or PMI-2; \
+                 PMIX_NAMESPACE: PMIx through libpmix.so.2; neither: a job of one), \
+                 or forced: pmi1, pmi2, pmix, singleton",
+            )
+            .level(crate::mca::Level::UserDetail),
+        CLIENT_CHOICES,
+        "auto",
+    )
+}
+
+/// The application number the launcher gave the last client connected in
+/// this process (−1 before, and when the launcher has none, as Slurm).
+static JOB_APPNUM: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// This process's application number (its program's index in an MPMD job)
+/// as the launcher told the PMI or PMIx client (PMI-1 `get_appnum`, PMI-2
+/// `fullinit`, PMIx `pmix.appnum`); `None` before a client connected or
+/// when the launcher gives none. For code that cannot reach the client (the
+/// C interface's `MPI_APPNUM`).
+pub fn job_appnum() -> Option<i32> {
+    let n = JOB_APPNUM.load(std::sync::atomic::Ordering::Relaxed);
+    (n >= 0).then_some(n)
+}
+
+/// The `pmi_client` choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    Auto,
+    Pmi1,
+    Pmi2,
+    Pmix,
+    Singleton,
+}
+
+fn parse_choice(var: &'static str, text: &str) -> Result<Choice, PmiError> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "" | "auto" => Ok(Choice::Auto),
+        "pmi1" => Ok(Choice::Pmi1),
+        "pmi2" => Ok(Choice::Pmi2),
+        "pmix" => Ok(Choice::Pmix),
+        "singleton" => Ok(Choice::Singleton),
+        _ => Err(PmiError::Env {
+            var,
+            value: text.to_string(),
+            reason: format!("must be one of {}", CLIENT_CHOICES.join(", ")),
+        }),
+    }
+}
+
 impl PmiClient {
     /// Connects to the launcher named by the environment.
     ///
@@ -376,17 +538,55 @@ impl PmiClient {
     ///   everywhere else (Hydra, tmpirun).
     /// * `PMI_PORT` set without `PMI_FD` (Hydra `-pmi-port`): TCP to that
     ///   `host:port`, identified by `PMI_ID` (required), same protocol choice.
-    /// * neither: a singleton job of one (rank 0, size 1).
+    /// * neither, and `PMIX_NAMESPACE` or `PMIX_RANK` set: PMIx through
+    ///   `libpmix.so.2` (an error naming the library and what else to do
+    ///   when it cannot be loaded, unless the launcher says the job has one
+    ///   process).
+    /// * none of these: a singleton job of one (rank 0, size 1), unless
+    ///   Open MPI's `OMPI_COMM_WORLD_SIZE` says otherwise: then an error.
+    /// * The MCA parameter `pmi_client` (`pmi1`, `pmi2`, `pmix`,
+    ///   `singleton`) overrides the choice.
     ///
     /// The descriptor can be adopted once per process; a second call errs.
     pub fn connect_from_env() -> Result<PmiClient, PmiError> {
-        Self::connect_with_env(|k| std::env::var(k).ok())
+        let choice = register_client(crate::mca::registry())
+            .map_err(|e| PmiError::Env {
+                var: CLIENT_ENV,
+                value: String::new(),
+                reason: e.to_string(),
+            })?
+            .value();
+        let choice = parse_choice(CLIENT_ENV, &choice)?;
+        Self::connect_choice(&|k| std::env::var(k).ok(), choice)
     }
 
     /// [`PmiClient::connect_from_env`] with the variables looked up through
     /// `env` (for tests and embedding).
+    /// The `pmi_client` parameter is read from `env` as
+    /// [`CLIENT_ENV`] only.
     pub fn connect_with_env(env: impl Fn(&str) -> Option<String>) -> Result<PmiClient, PmiError> {
+        let choice = match env(CLIENT_ENV) {
+            Some(text) => parse_choice(CLIENT_ENV, &text)?,
+            None => Choice::Auto,
+        };
+        Self::connect_choice(&env, choice)
+    }
+
+    fn connect_choice(
+        env: &impl Fn(&str) -> Option<String>,
+        choice: Choice,
+    ) -> Result<PmiClient, PmiError> {
+        match choice {
+            Choice::Singleton => return Ok(Self::singleton()),
+            Choice::Pmix => {
+                let var = pmix_launcher(env).map_or(CLIENT_ENV, |(v, _)| v);
+                return Self::connect_pmix(env, var);
+            }
+            _ => {}
+        }
         let forced = match env("TMPI_PMI_VERSION").as_deref().map(str::trim) {
+            _ if choice == Choice::Pmi1 => Some(PmiVersion::V1),
+            _ if choice == Choice::Pmi2 => Some(PmiVersion::V2),
             None | Some("") => None,
             Some("1") => Some(PmiVersion::V1),
             Some("2") => Some(PmiVersion::V2),
@@ -413,6 +613,18 @@ impl PmiClient {
             if let Some(port) = env("PMI_PORT") {
                 return Self::connect_port(&port, forced.unwrap_or(default_version), opts);
             }
+            if let Some((var, value)) = pmix_launcher(env) {
+                if choice == Choice::Auto {
+                    return match Self::connect_pmix(env, var) {
+                        Err(PmiError::PmixUnavailable { reason, .. }) if one_process_job(env) => {
+                            tracing::debug!(target: "pmi", "{var}={value} but {reason}: a one-process job runs as a singleton");
+                            Ok(Self::singleton())
+                        }
+                        r => r,
+                    };
+                }
+            }
+            foreign_launcher(env)?;
             tracing::debug!(target: "pmi", "no PMI_FD: running as a singleton");
             return Ok(Self::singleton());
         };
@@ -423,7 +635,74 @@ impl PmiClient {
         })?;
         let version = forced.unwrap_or(default_version);
         let stream = adopt_pmi_fd(fd_num).map_err(|e| PmiError::Fd(e.to_string()))?;
+        set_live_fd(stream.as_raw_fd());
         Self::connect(stream, version, &opts)
+    }
+
+    /// PMIx: loads the PMIx library ([`super::pmix_sys::LIBRARY_ENV`] or
+    /// `libpmix.so.2`) and calls `PMIx_Init`; `var` names what asked for
+    /// PMIx (for the message when the library is missing).
+    fn connect_pmix(
+        env: &impl Fn(&str) -> Option<String>,
+        var: &'static str,
+    ) -> Result<PmiClient, PmiError> {
+        use super::pmix_sys::{InitError, DEFAULT_LIBRARY, LIBRARY_ENV};
+        let library = env(LIBRARY_ENV)
+            .filter(|l| !l.is_empty())
+            .unwrap_or_else(|| DEFAULT_LIBRARY.to_string());
+        let pmix = Pmix::init(&library).map_err(|e| match e {
+            InitError::Library(reason) => PmiError::PmixUnavailable { var, reason },
+            InitError::Call(c) => c.into(),
+        })?;
+        let mut c = Self::singleton();
+        c.version = PmiVersion::Pmix;
+        c.rank = pmix.rank();
+        c.kvsname = pmix.nspace().to_string();
+        c.keylen_max = PMIX_KEYLEN_MAX;
+        c.vallen_max = PMIX_VALLEN_MAX;
+        c.pmix = Some(pmix);
+        let size = c.pmix_u32(RANK_WILDCARD, "pmix.job.size")?;
+        if let Err(detail) = check_job(c.rank, size) {
+            return Err(PmiError::Protocol {
+                during: "PMIx_Init".into(),
+                detail,
+            });
+        }
+        c.size = size;
+        c.appnum = c
+            .pmix_get(c.rank, "pmix.appnum")?
+            .and_then(|v| v.as_u64())
+            .and_then(|n| i32::try_from(n).ok())
+            .unwrap_or(0);
+        tracing::debug!(target: "pmi", "connected: PMIx rank {} of {} in {}", c.rank, c.size, c.kvsname);
+        JOB_APPNUM.store(c.appnum, std::sync::atomic::Ordering::Relaxed);
+        Ok(c)
+    }
+
+    fn pmix(&self) -> Result<&Pmix, PmiError> {
+        if self.finalized {
+            return Err(PmiError::Finalized);
+        }
+        self.pmix.as_ref().ok_or(PmiError::Finalized)
+    }
+
+    fn pmix_get(&self, rank: u32, key: &str) -> Result<Option<PmixValue>, PmiError> {
+        Ok(self.pmix()?.get(rank, key)?)
+    }
+
+    /// A PMIx key that must exist and be a number.
+    fn pmix_u32(&self, rank: u32, key: &str) -> Result<u32, PmiError> {
+        let v = self.pmix_get(rank, key)?;
+        v.as_ref()
+            .and_then(PmixValue::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| PmiError::Protocol {
+                during: format!("PMIx_Get {key}"),
+                detail: match v {
+                    None => "the server has no such key".to_string(),
+                    Some(v) => format!("not a number: {v:?}"),
+                },
+            })
     }
 
     /// Hydra's `-pmi-port` mode: TCP to `host:port`, identified by `PMI_ID`.
@@ -490,6 +769,7 @@ impl PmiClient {
             keylen_max: KEYLEN_MAX,
             vallen_max: VALLEN_MAX,
             local: HashMap::new(),
+            pmix: None,
             finalized: false,
             info: None,
         }
@@ -520,6 +800,12 @@ impl PmiClient {
         c.kvsname.clear();
         match version {
             PmiVersion::Singleton => return Ok(Self::singleton()),
+            PmiVersion::Pmix => {
+                return Err(PmiError::Protocol {
+                    during: "connect".into(),
+                    detail: "PMIx does not run over a PMI socket; use connect_from_env".into(),
+                })
+            }
             PmiVersion::V1 => {
                 let rank = opts.rank.ok_or_else(|| PmiError::Env {
                     var: "PMI_RANK",
@@ -551,6 +837,7 @@ impl PmiClient {
             }
         }
         tracing::debug!(target: "pmi", "connected: {:?} rank {} of {} in {}", c.version, c.rank, c.size, c.kvsname);
+        JOB_APPNUM.store(c.appnum, std::sync::atomic::Ordering::Relaxed);
         Ok(c)
     }
 
@@ -825,6 +1112,7 @@ impl PmiClient {
                     .with("key", key)
                     .with("value", value))
                 .map(drop),
+            PmiVersion::Pmix => Ok(self.pmix()?.put(key, value)?),
         }
     }
 
@@ -841,6 +1129,7 @@ impl PmiClient {
             }
             PmiVersion::V1 => self.v1(Message::new("barrier_in"), "barrier_out").map(drop),
             PmiVersion::V2 => self.v2(Message::new("kvs-fence")).map(drop),
+            PmiVersion::Pmix => Ok(self.pmix()?.commit_fence()?),
         }
     }
 
@@ -868,6 +1157,17 @@ impl PmiClient {
                     .with("key", key);
                 let m = self.v2(req)?;
                 Self::found_value(&m, "kvs-get")
+            }
+            PmiVersion::Pmix => {
+                let rank = rank_hint.unwrap_or(self.rank);
+                match self.pmix_get(rank, key)? {
+                    None => Ok(None),
+                    Some(PmixValue::Str(v)) => Ok(Some(v)),
+                    Some(other) => Err(PmiError::Protocol {
+                        during: format!("PMIx_Get {key}"),
+                        detail: format!("rank {rank} stored {other:?}, not a string"),
+                    }),
+                }
             }
         }
     }
@@ -917,45 +1217,66 @@ impl PmiClient {
                 let m = self.v2(Message::new("info-getjobattr").with("key", key))?;
                 Self::found_value(&m, "info-getjobattr")
             }
+            // PMIx job information: `pmix.*` keys of the whole job.
+            PmiVersion::Pmix => Ok(match self.pmix_get(RANK_WILDCARD, key)? {
+                None | Some(PmixValue::Other(_)) | Some(PmixValue::Bytes(_)) => None,
+                Some(PmixValue::Str(s)) => Some(s),
+                Some(PmixValue::Uint(n)) => Some(n.to_string()),
+                Some(PmixValue::Int(n)) => Some(n.to_string()),
+                Some(PmixValue::Bool(b)) => Some(if b { "TRUE" } else { "FALSE" }.to_string()),
+            }),
         }
     }
 
     /// Sends `abort` to the server (it ends the whole job) and exits this
     /// process with `code` without waiting for a reply; `msg` is printed on
-    /// standard error and passed to the server with spaces, `;` and control
-    /// characters replaced by `_`.
+    /// standard error and passed to the server. Over PMI-2 it travels as it
+    /// is (`;` and control characters replaced by `_`). A PMI-1 value
+    /// cannot hold a space, so there it goes twice: as `message` with
+    /// spaces, `;` and control characters replaced by `_` (what other
+    /// servers show), and encoded under [`crate::pmi::ABORT_TEXT_KEY`],
+    /// which `tmpirun` decodes to the exact text.
     pub fn abort(&mut self, code: i32, msg: &str) -> ! {
         eprintln!(
             "tmpi: rank {} aborting the job with exit code {code}: {msg}",
             self.rank
         );
         tracing::debug!(target: "pmi", "rank {} sends abort with code {code}", self.rank);
-        let clean: String = msg
-            .chars()
-            .map(|c| {
-                if c.is_control() || c == ' ' || c == ';' {
-                    '_'
-                } else {
-                    c
-                }
-            })
-            .take(512)
-            .collect();
+        let clean = |keep_spaces: bool, max: usize| -> String {
+            msg.chars()
+                .map(|c| {
+                    if c.is_control() || (c == ' ' && !keep_spaces) || c == ';' {
+                        '_'
+                    } else {
+                        c
+                    }
+                })
+                .take(max)
+                .collect()
+        };
         let version = self.version;
+        if version == PmiVersion::Pmix {
+            // PMIx_Abort returns once the server has the request.
+            super::pmix_sys::abort_job(code, msg);
+            std::process::exit(code)
+        }
         if let Ok(conn) = self.conn() {
             let bytes = match version {
-                // Hydra 4.0.2 reads only exitcode; newer servers also message.
+                // Hydra 4.0.2 reads only exitcode; newer servers also
+                // message; tmpirun the encoded text. The line stays within
+                // Slurm's 1024 bytes.
                 PmiVersion::V1 => format_v1_line(
                     &Message::new("abort")
                         .with("exitcode", code)
-                        .with("message", &clean),
+                        .with("message", clean(false, 300))
+                        .with(ABORT_TEXT_KEY, encode_abort_text(msg, 600)),
                 ),
                 // Slurm needs isworld/msg; Hydra HEAD reads exitcode/message.
                 _ => format_v2_frame(
                     &Message::new("abort")
                         .with("isworld", "TRUE")
                         .with("exitcode", code)
-                        .with("msg", &clean),
+                        .with("msg", clean(true, 512)),
                 ),
             };
             if let Ok(bytes) = bytes {
@@ -977,8 +1298,13 @@ impl PmiClient {
             PmiVersion::Singleton => Ok(()),
             PmiVersion::V1 => self.v1(Message::new("finalize"), "finalize_ack").map(drop),
             PmiVersion::V2 => self.v2(Message::new("finalize")).map(drop),
+            PmiVersion::Pmix => match &self.pmix {
+                Some(p) => p.finalize().map_err(PmiError::from),
+                None => Ok(()),
+            },
         };
         self.finalized = true;
+        self.pmix = None;
         // Slurm closes the socket after the ack; close ours too.
         self.conn = None;
         r
@@ -1005,6 +1331,9 @@ impl PmiClient {
                 Some(n) => n,
                 None => self.exchange_hostnames(&host)?,
             };
+            if self.version == PmiVersion::Pmix {
+                self.check_pmix_local_peers(&node_of);
+            }
             let node_id = node_of[self.rank as usize];
             let local_rank = node_of[..self.rank as usize]
                 .iter()
@@ -1026,7 +1355,14 @@ impl PmiClient {
         Ok(info)
     }
 
+    /// Node ids of every rank. PMIx: each rank's `pmix.nodeid`, else each
+    /// rank's `pmix.hname` (equal names share a node). PMI: the
+    /// `PMI_process_mapping` job attribute. `None` when the launcher gives
+    /// neither (then host names go through the KVS).
     fn mapping(&mut self) -> Result<Option<Vec<u32>>, PmiError> {
+        if self.version == PmiVersion::Pmix {
+            return self.pmix_mapping();
+        }
         let Some(m) = self.job_attr("PMI_process_mapping")? else {
             tracing::debug!(target: "pmi", "no PMI_process_mapping; exchanging host names");
             return Ok(None);
@@ -1039,6 +1375,56 @@ impl PmiClient {
                 }
                 Ok(None)
             }
+        }
+    }
+
+    fn pmix_mapping(&mut self) -> Result<Option<Vec<u32>>, PmiError> {
+        let mut node_of = Vec::with_capacity(self.size as usize);
+        for r in 0..self.size {
+            match self.pmix_get(r, "pmix.nodeid")?.and_then(|v| v.as_u64()) {
+                Some(id) => node_of.push(u32::try_from(id).unwrap_or(u32::MAX)),
+                None => break,
+            }
+        }
+        if node_of.len() == self.size as usize {
+            return Ok(Some(node_of));
+        }
+        tracing::debug!(target: "pmi", "no pmix.nodeid for every rank; using host names");
+        let mut names: Vec<String> = Vec::new();
+        node_of.clear();
+        for r in 0..self.size {
+            let Some(PmixValue::Str(name)) = self.pmix_get(r, "pmix.hname")? else {
+                tracing::debug!(target: "pmi", "no pmix.hname for rank {r}; exchanging host names");
+                return Ok(None);
+            };
+            let id = match names.iter().position(|n| *n == name) {
+                Some(i) => i,
+                None => {
+                    names.push(name);
+                    names.len() - 1
+                }
+            };
+            node_of.push(id as u32);
+        }
+        Ok(Some(node_of))
+    }
+
+    /// Compares the node map with the server's own list of this node's
+    /// ranks (`pmix.lpeers`), warning once when they disagree.
+    fn check_pmix_local_peers(&self, node_of: &[u32]) {
+        let Ok(Some(PmixValue::Str(peers))) = self.pmix_get(RANK_WILDCARD, "pmix.lpeers") else {
+            return;
+        };
+        let me = node_of[self.rank as usize];
+        let ours: Vec<u32> = (0..self.size)
+            .filter(|&r| node_of[r as usize] == me)
+            .collect();
+        let theirs: Vec<u32> = peers
+            .split(',')
+            .filter_map(|p| p.trim().parse().ok())
+            .collect();
+        if ours != theirs {
+            tracing::warn!(target: "pmi", "PMIx lists ranks {peers} on this node, the node map {ours:?}");
         }
     }
 

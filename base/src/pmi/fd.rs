@@ -3,11 +3,35 @@
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// Set once the descriptor named by `PMI_FD` has been adopted, so that two
 /// owners can never close the same descriptor.
 static ADOPTED: AtomicBool = AtomicBool::new(false);
+
+/// The descriptor of the adopted PMI connection while the client holds it
+/// open (-1 otherwise): [`abort_fd`].
+static LIVE_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// Records `fd` as the live PMI connection ([`abort_fd`]).
+pub(crate) fn set_live_fd(fd: RawFd) {
+    LIVE_FD.store(fd, Ordering::Release);
+}
+
+/// Forgets `fd` as the live PMI connection (it is being closed).
+pub(crate) fn clear_live_fd(fd: RawFd) {
+    let _ = LIVE_FD.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire);
+}
+
+/// The descriptor of this process's PMI connection inherited through
+/// `PMI_FD` (not `PMI_FD`'s number: it is moved to a close-on-exec
+/// duplicate when adopted) while the PMI client holds it open, for a last
+/// `abort` line written from code that cannot reach the client (the C
+/// interface's `MPI_Abort`). `None` before init and after finalize.
+pub fn abort_fd() -> Option<RawFd> {
+    let fd = LIVE_FD.load(Ordering::Acquire);
+    (fd >= 0).then_some(fd)
+}
 
 /// Why the inherited descriptor cannot be used.
 #[derive(Debug, thiserror::Error)]

@@ -239,6 +239,59 @@ pub fn format_v1_line(msg: &Message) -> Result<Vec<u8>, WireError> {
     Ok(out.into_bytes())
 }
 
+/// Key of the abort message in the form [`encode_abort_text`] makes:
+/// `tmpirun`'s PMI server reads it in preference to `message`/`msg`, other
+/// servers ignore it.
+pub const ABORT_TEXT_KEY: &str = "tmpi_message";
+
+/// An abort message as one PMI-1 value: space, `%`, `;`, `=`, `\` and
+/// control characters as `%XX` (their byte in hex), everything else as is;
+/// cut at a character boundary so the result holds at most `max` bytes.
+/// [`decode_abort_text`] restores the text. (PMI-1 values cannot contain
+/// spaces, and no escape is understood by every server, see
+/// `reference/pmi.md` §2.1; so this form travels in its own key next to
+/// the plain `message`.)
+pub fn encode_abort_text(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max));
+    for c in text.chars() {
+        let enc = if c == ' ' || c == '%' || c == ';' || c == '=' || c == '\\' || c.is_control() {
+            let mut b = [0u8; 4];
+            c.encode_utf8(&mut b)
+                .bytes()
+                .map(|x| format!("%{x:02X}"))
+                .collect::<String>()
+        } else {
+            c.to_string()
+        };
+        if out.len() + enc.len() > max {
+            break;
+        }
+        out.push_str(&enc);
+    }
+    out
+}
+
+/// The text [`encode_abort_text`] encoded (a `%` not followed by two hex
+/// digits stays as it is; invalid UTF-8 becomes U+FFFD).
+pub fn decode_abort_text(enc: &str) -> String {
+    let b = enc.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Parses a PMI-2 body (`cmd=NAME;key=value;...;`) without its length header.
 ///
 /// Pairs end in `;` (a missing final `;` is tolerated); empty pairs (`;;`) are
@@ -527,5 +580,21 @@ mod tests {
                 assert!(s.contains(';'));
             }
         }
+    }
+
+    #[test]
+    fn abort_text_round_trips_through_a_pmi1_value() {
+        let text = "rank 1 gives up: 50% done; MPI_ERR_OTHER = a\\b\tüñ";
+        let enc = encode_abort_text(text, 1000);
+        assert!(!enc.contains(' ') && !enc.contains(';') && !enc.contains('='));
+        let line = format_v1_line(&Message::new("abort").with(ABORT_TEXT_KEY, &enc)).unwrap();
+        let back = parse_v1_line(&line).unwrap();
+        assert_eq!(decode_abort_text(back.get(ABORT_TEXT_KEY).unwrap()), text);
+        // Cut at a whole character, within the bound.
+        let short = encode_abort_text(text, 8);
+        assert!(short.len() <= 8);
+        assert_eq!(short, "rank%201");
+        assert_eq!(decode_abort_text("100%"), "100%");
+        assert_eq!(decode_abort_text("%zz%4"), "%zz%4");
     }
 }

@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
     expect(MPI_Info_get_nkeys(4711, &x), MPI_ERR_INFO, "bad info");
     expect(MPI_Comm_free(&(MPI_Comm){MPI_COMM_WORLD}), MPI_ERR_COMM, "free world");
     MPI_Win win;
-    expect(MPI_Win_create(&x, 4, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win), MPI_ERR_UNSUPPORTED_OPERATION, "one-sided");
+    expect(MPI_Win_create(&x, -4, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win), MPI_ERR_SIZE, "negative window size");
     MPI_File fh;
     expect(MPI_File_open(MPI_COMM_WORLD, "x", MPI_MODE_RDONLY, MPI_INFO_NULL, &fh), MPI_ERR_UNSUPPORTED_OPERATION, "I/O");
 

@@ -175,6 +175,27 @@ int main(int argc, char **argv) {
     CHECK(cls(MPI_Alltoallv_c(all, counts, displs, MPI_INT, back, counts, displs, MPI_INT,
                               MPI_COMM_WORLD)) == MPI_ERR_COUNT);
     CHECK(cls(MPI_Type_contiguous_c(huge, MPI_INT, &c3)) == MPI_ERR_COUNT);
+    MPI_Request pr;
+    CHECK(cls(MPI_Allreduce_init_c(out, in, huge, MPI_INT, MPI_SUM, MPI_COMM_WORLD,
+                                   MPI_INFO_NULL, &pr)) == MPI_ERR_COUNT);
+    /* The persistent forms with MPI_Count counts that fit. */
+    long long pacc = 0, pmine = rank + 1;
+    OK(MPI_Allreduce_init_c(&pmine, &pacc, (MPI_Count)1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD,
+                            MPI_INFO_NULL, &pr));
+    for (int it = 0; it < 2; it++) {
+        OK(MPI_Start(&pr));
+        OK(MPI_Wait(&pr, MPI_STATUS_IGNORE));
+        CHECK(pacc == (long long)size * (size + 1) / 2);
+    }
+    OK(MPI_Request_free(&pr));
+    int *ga = malloc(size * sizeof(int)), gv = 3 * rank;
+    OK(MPI_Allgather_init_c(&gv, (MPI_Count)1, MPI_INT, ga, (MPI_Count)1, MPI_INT,
+                            MPI_COMM_WORLD, MPI_INFO_NULL, &pr));
+    OK(MPI_Start(&pr));
+    OK(MPI_Wait(&pr, MPI_STATUS_IGNORE));
+    for (int i = 0; i < size; i++) CHECK(ga[i] == 3 * i);
+    OK(MPI_Request_free(&pr));
+    free(ga);
     /* Still in step. */
     sum = 0;
     OK(MPI_Allreduce_c(&one, &sum, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));

@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 PREFIX=${1:-${PREFIX:-/tmp/tmpi-rsmpi-prefix}}
 PROBE=${PROBE:-mpicc}
-(cd "$root" && cargo xtask install --prefix "$PREFIX")
+(cd "$root" && cargo xtask install --debug --prefix "$PREFIX")
 # rsmpi's build script does not notice a changed MPI: one target dir per probe.
 export CARGO_TARGET_DIR=${RSMPI_TARGET_DIR:-/tmp/tmpi-rsmpi-target-$PROBE}
 case $PROBE in

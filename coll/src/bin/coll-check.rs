@@ -93,7 +93,13 @@ fn main() {
         bench_threads(n);
         return;
     }
-    let pml = Arc::new(Pml::init(InitOptions { logging: true }).expect("pml init"));
+    let pml = Arc::new(
+        Pml::init(InitOptions {
+            logging: true,
+            btls: tmpi_components::btls(),
+        })
+        .expect("pml init"),
+    );
     let reg = tmpi_base::mca::registry();
     let p2p = PmlP2p::new(Arc::clone(&pml));
     let u = CollContext::init(Arc::new(p2p), reg).expect("coll init");

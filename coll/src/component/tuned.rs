@@ -262,13 +262,11 @@ impl TunedModule {
         match c.kind {
             CollKind::Barrier => 2,
             CollKind::Bcast => {
-                // Binomial up to 4 ranks at every size: measured on btl-sm
-                // (docs/coll.md, "Buffer pool and scratch buffers") it beat
+                // Binomial up to 4 ranks at every size: on btl-sm it beat
                 // scatter_allgather and chain at 4 ranks for 64 KiB and 1 MiB;
-                // at every size when ranks yield (8 ranks on 2 cores, C
-                // collbench, 2 runs: 64 KiB 46-91 vs 246-318 us, 1 MiB
-                // 348-475 vs 700-1200 us; scatter_allgather's log p + p - 1
-                // rounds each wait for the scheduler).
+                // at every size when ranks yield (scatter_allgather's
+                // log p + p - 1 rounds each wait for the scheduler).
+                // Measurements: docs/journal/coll-performance.md.
                 if p <= 4 || c.block < K64 || self.yielding {
                     2
                 } else {
@@ -277,8 +275,8 @@ impl TunedModule {
             }
             CollKind::Reduce => {
                 // Rabenseifner (3) only when forced: on 4 ranks sharing 2
-                // cores it lost to binomial at 1 MiB (350 against 212 us,
-                // 7 alternating rounds; docs/coll.md).
+                // cores it lost to binomial at 1 MiB (its 2 log p rounds
+                // each wait for the scheduler; docs/coll.md).
                 if p <= 2 {
                     1
                 } else {
@@ -318,9 +316,7 @@ impl TunedModule {
             CollKind::Allgatherv => 2,
             CollKind::Alltoall | CollKind::Alltoallv | CollKind::Alltoallw => {
                 // Pairwise's p - 1 rounds each wait for the scheduler when
-                // ranks yield (2 cores, C collbench, RT, 9 rounds: 64 KiB
-                // blocks 92.6 -> 81.2 us at 4 ranks, 610 -> 445 at 8; 1 MiB
-                // 967 -> 944, 6620 -> 5930 with linear).
+                // ranks yield, so linear is faster then.
                 if p > 2 && n / p >= K32 && !self.yielding {
                     2
                 } else {
@@ -414,9 +410,8 @@ impl CollModule for TunedModule {
             // binomial (bcast: 64 KiB above 4 ranks) or linear (alltoall:
             // 32 KiB blocks above 2 ranks) when ranks do not yield.
             // Allgather at 2 ranks: recursive doubling and ring are the same
-            // exchange, in the caller's buffer at every size. (The direct
-            // ring at 4 and 8 ranks measured 0.94-1.34x the schedule, not
-            // kept: docs/coll.md.)
+            // exchange, in the caller's buffer at every size. (A direct
+            // ring at 4 and 8 ranks was no faster than the schedule.)
             // Reduce at 2 ranks (linear: the non-root sends, the root
             // receives into its result or, at rank 1, a pooled buffer).
             CollKind::Allgather | CollKind::Reduce

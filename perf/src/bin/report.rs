@@ -4,7 +4,7 @@
 //!
 //! Builds perf/c's benchmarks with tmpi's `mpicc` (from the prefix made by
 //! `cargo xtask install --prefix DIR`; without `--prefix`, the report makes
-//! one under `target/report-prefix` with `cargo xtask install --release`),
+//! one under `target/report-prefix` with `cargo xtask install` (release)),
 //! `mpicc.openmpi` and `mpicc.mpich`,
 //! runs them alternately (tmpi, Open MPI, MPICH, tmpi, ...), and writes
 //! `DIR/report.md` with medians, min-max and ratios to Open MPI, plus PNG
@@ -14,8 +14,8 @@
 //! class (`chrt -f 20`, RT throttling off for the run, restored after), so
 //! compilers and other jobs on the machine cannot preempt the two
 //! busy-polling ranks: on a shared 2-core machine this is what makes
-//! figures of different runs comparable (Open MPI's 8-byte latency measured
-//! 0.15 us with it and 0.38 us without while two builds ran). Each such job
+//! figures of different runs comparable (without it Open MPI's own 8-byte
+//! latency more than doubled while two builds ran; docs/perf.md). Each such job
 //! is wrapped in `chrt -f 90 timeout` so a hung one is still killed.
 //! Oversubscribed jobs (4 and 8 ranks on 2 cores) run as usual: ranks that
 //! spin without yielding would starve each other under FIFO.
@@ -271,8 +271,8 @@ impl Drop for RtThrottle {
 /// The placement probe: `perf/c/cacheline_floor.c` (one cache line
 /// passed between cores 0 and 1, ~2 ms) run before and after each 2-rank
 /// job. On a shared host the two vCPUs move between physical placements
-/// whose core-to-core floor differs several-fold (0.025, 0.05 and 0.25 us
-/// were seen within a minute, docs/report/notes.md), and a job that ran in
+/// whose core-to-core floor differs several-fold within a minute
+/// (docs/report/notes.md), and a job that ran in
 /// another placement than the others of its table compared nothing. A job
 /// whose probes stray from the median of all probes so far by more than
 /// [`PROBE_SPREAD`] is run again, up to [`PROBE_ATTEMPTS`] times, each
@@ -534,7 +534,7 @@ fn own_prefix() -> Result<PathBuf, ReportError> {
         .unwrap_or_else(|| workspace().join("target"));
     let prefix = target.join("report-prefix");
     let p = prefix.display().to_string();
-    cargo(&["xtask", "install", "--release", "--prefix", &p])?;
+    cargo(&["xtask", "install", "--prefix", &p])?;
     Ok(prefix)
 }
 

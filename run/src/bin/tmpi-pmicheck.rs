@@ -12,6 +12,8 @@
 //! * `--abort CODE` with `--abort-rank R` (default 0): after the first fence
 //!   rank R calls PMI abort with CODE; the other ranks then wait in a fence
 //!   that can never complete, so the launcher must end them.
+//!   `--abort-message TEXT` is the abort's message (default
+//!   `tmpi-pmicheck --abort`).
 //! * `--exit-without-finalize`: every rank exits with status 0 right after
 //!   the checks, without PMI finalize (the launcher must see a failure).
 //! * `--long-len N`: length of the long value (default 3000 bytes).
@@ -30,6 +32,7 @@ use tmpi_base::pmi::{PmiClient, PmiModex};
 struct Opts {
     abort: Option<i32>,
     abort_rank: u32,
+    abort_message: Option<String>,
     no_finalize: bool,
     long_len: usize,
     quiet: bool,
@@ -38,7 +41,7 @@ struct Opts {
 
 fn usage(msg: &str) -> ExitCode {
     eprintln!("tmpi-pmicheck: {msg}");
-    eprintln!("usage: tmpi-pmicheck [--abort CODE [--abort-rank R]] [--exit-without-finalize] [--long-len N] [--pid-dir DIR] [--quiet]");
+    eprintln!("usage: tmpi-pmicheck [--abort CODE [--abort-rank R] [--abort-message TEXT]] [--exit-without-finalize] [--long-len N] [--pid-dir DIR] [--quiet]");
     ExitCode::from(2)
 }
 
@@ -58,6 +61,7 @@ fn parse_args() -> Result<Opts, String> {
                         .map_err(|_| format!("--abort {v:?}: not an integer"))?,
                 );
             }
+            "--abort-message" => o.abort_message = Some(value("--abort-message")?),
             "--abort-rank" => {
                 let v = value("--abort-rank")?;
                 o.abort_rank = v
@@ -142,7 +146,11 @@ fn run(o: &Opts) -> Result<(), String> {
     modex.fence().map_err(|e| format!("fence: {e}"))?;
     if let Some(code) = o.abort {
         if rank == o.abort_rank {
-            modex.client().abort(code, "tmpi-pmicheck --abort");
+            let msg = o
+                .abort_message
+                .as_deref()
+                .unwrap_or("tmpi-pmicheck --abort");
+            modex.client().abort(code, msg);
         }
         // Wait in a fence the aborting rank never enters: the launcher must
         // end this process. A server that fails the fence instead is fine too.

@@ -54,8 +54,53 @@ fn init_logging(verbose: bool) {
     let _ = tracing::subscriber::set_global_default(Stderr(level));
 }
 
+/// Whether tmpirun runs as root (Open MPI's mpirun then needs
+/// `--allow-run-as-root`), from /proc/self/status.
+fn runs_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
 fn main() -> ExitCode {
-    let inv = match launcher::parse_args(std::env::args_os().skip(1)) {
+    let all: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if let Some(r) = launcher::guard::main_if_guard(&all) {
+        return match r {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tmpirun: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    // Several hosts: Open MPI's mpirun takes the job over (exec), if there
+    // is one; otherwise parse_args refuses the options, saying what to use.
+    if launcher::handoff::wants_hosts(&all) {
+        if let Some(rt) = launcher::handoff::find_runtime() {
+            let args = match launcher::handoff::open_mpi_args(&all, runs_as_root()) {
+                Ok(a) => a,
+                Err(e) => {
+                    eprintln!("tmpirun: {e}");
+                    eprintln!("Try 'tmpirun --help' for more information.");
+                    return ExitCode::from(2);
+                }
+            };
+            eprintln!(
+                "tmpirun: several hosts: handing the job to {}",
+                rt.display()
+            );
+            use std::os::unix::process::CommandExt;
+            let e = std::process::Command::new(&rt).args(&args).exec();
+            eprintln!("tmpirun: cannot start {}: {e}", rt.display());
+            return ExitCode::from(1);
+        }
+    }
+    let inv = match launcher::parse_args(all) {
         Ok(i) => i,
         Err(e) => {
             eprintln!("tmpirun: {e}");

@@ -3,7 +3,7 @@
 use std::ffi::{OsStr, OsString};
 use std::time::Duration;
 
-use super::{BindTo, EnvSpec, LaunchConfig, StdinTarget, DEFAULT_KILL_GRACE};
+use super::{AppContext, BindTo, EnvSpec, LaunchConfig, StdinTarget, DEFAULT_KILL_GRACE};
 
 /// Largest accepted `-n`.
 pub const MAX_RANKS: u32 = 65_536;
@@ -15,11 +15,14 @@ pub const RESERVED_ENV: &[&str] = &[
     "PMI_SIZE",
     "TMPI_JOB_ID",
     "TMPI_SESSION_DIR",
+    "TMPI_APPNUM",
     tmpi_base::mca::CMDLINE_ENV,
     tmpi_base::mca::OVERSUBSCRIBED_ENV,
 ];
 
 /// What the command line asks for.
+// Made once per tmpirun process: the size of the Run variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Invocation {
     /// Run a job.
@@ -58,13 +61,32 @@ pub enum ArgError {
     /// An argument that is not valid UTF-8 where text is required.
     #[error("option {0} needs a UTF-8 value")]
     NotUtf8(String),
+    /// A multi-host option: tmpirun starts ranks on this machine only.
+    #[error(
+        "{0}: tmpirun starts ranks on this machine only and hands multi-host jobs to \
+             Open MPI's mpirun, but found none (mpirun.openmpi on PATH, or \
+             $TMPIRUN_OMPI_MPIRUN). Start the program with a cluster launcher, whose runtime \
+             tmpi ranks talk to: Open MPI's \
+             mpirun (PMIx), e.g. `mpirun.openmpi --host a,b -n 4 ./prog` or \
+             `mpirun.openmpi --hostfile hosts -N 2 ./prog`; MPICH's Hydra, e.g. \
+             `mpiexec.hydra -hosts a,b -n 4 ./prog` or `mpiexec.hydra -f hosts -ppn 2 ./prog`; \
+             or Slurm, `srun --mpi=pmi2 -N 2 -n 4 ./prog` (see docs/multinode.md)"
+    )]
+    MultiHost(String),
+    /// `:` with nothing before or after it.
+    #[error("empty program part around ':' (MPMD: tmpirun -n 1 ./a : -n 2 ./b)")]
+    EmptyPart,
 }
 
 /// Usage text for `--help`.
 pub const USAGE: &str = "\
-usage: tmpirun -n N [options] [--] program [args...]
+usage: tmpirun -n N [options] [--] program [args...] [: -n M [options] program2 [args...]]...
 
 Starts N ranks of program on this machine with a built-in PMI-1/PMI-2 server.
+With `:`, several programs form one job (MPMD): ranks are numbered in order,
+and each part's ranks see its index as MPI_APPNUM (0, 1, ...). -n, --mca, -x
+and -wdir given in a part apply to that part; --mca of the first part applies
+to every part, later parts' settings win.
 
 options:
   -n, -np N              number of ranks (1..=65536)
@@ -77,9 +99,19 @@ options:
                          blocks, neighbouring ranks on one core; default none)
   --kill-grace SECS      time between SIGTERM and SIGKILL when ending a job (default 2)
   --stdin RANK|none      rank that receives tmpirun's standard input (default 0)
+  -wdir, --wdir DIR      working directory of the ranks (default tmpirun's)
+  --report-bindings      print each rank's CPU binding on stderr
+  --output-filename DIR  write rank R's output to DIR/1/rank.R/stdout and stderr
+                         instead of tmpirun's
   -v, --verbose          log what tmpirun does on stderr
   --oversubscribe, --allow-run-as-root
                          accepted for Open MPI compatibility (always allowed)
+  --host, -H, --hostfile, -machinefile, -N, --npernode, --map-by
+                         several hosts: tmpirun hands the job to Open MPI's
+                         mpirun ($TMPIRUN_OMPI_MPIRUN, else mpirun.openmpi on
+                         PATH; `none`: never), whose runtime serves the ranks
+                         PMIx; without one the options are refused with a
+                         message naming the launchers to use
   -h, --help             show this help
   -V, --version          show the version
 
@@ -126,143 +158,212 @@ where
     I: IntoIterator<Item = OsString>,
 {
     let mut it = args.into_iter();
-    let mut nprocs: Option<u32> = None;
-    let mut mca = Vec::new();
-    let mut env = Vec::new();
+    let mut parts: Vec<AppContext> = Vec::new();
+    let mut report_bindings = false;
+    let mut output_dir: Option<std::path::PathBuf> = None;
     let mut tag_output = false;
     let mut timeout = None;
     let mut bind = BindTo::None;
     let mut kill_grace = DEFAULT_KILL_GRACE;
     let mut stdin = StdinTarget::Rank(0);
     let mut verbose = false;
-    let mut program: Option<OsString> = None;
+    loop {
+        let mut nprocs: Option<u32> = None;
+        let mut mca = Vec::new();
+        let mut env = Vec::new();
+        let mut wdir: Option<std::path::PathBuf> = None;
+        let mut program: Option<OsString> = None;
 
-    while let Some(arg) = it.next() {
-        let Some(s) = arg.to_str() else {
-            program = Some(arg);
-            break;
-        };
-        if s == "--" {
-            program = Some(it.next().ok_or(ArgError::MissingProgram)?);
-            break;
-        }
-        if !s.starts_with('-') || s == "-" {
-            program = Some(arg);
-            break;
-        }
-        // `--opt=value` for long options.
-        let (name, inline): (String, Option<OsString>) = match s.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(OsString::from(v))),
-            _ => (s.to_string(), None),
-        };
-        let mut inline = inline;
-        let mut value = |it: &mut dyn Iterator<Item = OsString>| -> Result<OsString, ArgError> {
-            match inline.take() {
-                Some(v) => Ok(v),
-                None => it
-                    .next()
-                    .ok_or_else(|| ArgError::MissingValue(name.clone())),
+        while let Some(arg) = it.next() {
+            let Some(s) = arg.to_str() else {
+                program = Some(arg);
+                break;
+            };
+            if s == "--" {
+                program = Some(it.next().ok_or(ArgError::MissingProgram)?);
+                break;
             }
-        };
-        match name.as_str() {
-            "-h" | "--help" | "-help" => return Ok(Invocation::Help),
-            "-V" | "--version" | "-version" => return Ok(Invocation::Version),
-            "-n" | "-np" | "--n" | "--np" | "-c" => {
-                let v = text(&name, value(&mut it)?)?;
-                let n: u32 = v.trim().parse().map_err(|_| ArgError::BadValue {
-                    option: name.clone(),
-                    value: v.clone(),
-                    why: "not a positive integer".into(),
-                })?;
-                if n == 0 || n > MAX_RANKS {
-                    return Err(ArgError::BadValue {
-                        option: name.clone(),
-                        value: v,
-                        why: format!("must be between 1 and {MAX_RANKS}"),
-                    });
+            if s == ":" {
+                return Err(ArgError::EmptyPart);
+            }
+            if !s.starts_with('-') || s == "-" {
+                program = Some(arg);
+                break;
+            }
+            // `--opt=value` for long options.
+            let (name, inline): (String, Option<OsString>) = match s.split_once('=') {
+                Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(OsString::from(v))),
+                _ => (s.to_string(), None),
+            };
+            let mut inline = inline;
+            let mut value = |it: &mut dyn Iterator<Item = OsString>| -> Result<OsString, ArgError> {
+                match inline.take() {
+                    Some(v) => Ok(v),
+                    None => it
+                        .next()
+                        .ok_or_else(|| ArgError::MissingValue(name.clone())),
                 }
-                nprocs = Some(n);
-            }
-            "--mca" | "-mca" => {
-                let k = text(&name, value(&mut it)?)?;
-                let v = text(
-                    &name,
-                    it.next()
-                        .ok_or_else(|| ArgError::MissingValue(format!("{name} {k}")))?,
-                )?;
-                if !tmpi_base::mca::is_param_name(&k) {
-                    return Err(ArgError::BadValue {
+            };
+            match name.as_str() {
+                "-h" | "--help" | "-help" => return Ok(Invocation::Help),
+                "-V" | "--version" | "-version" => return Ok(Invocation::Version),
+                "-n" | "-np" | "--n" | "--np" | "-c" => {
+                    let v = text(&name, value(&mut it)?)?;
+                    let n: u32 = v.trim().parse().map_err(|_| ArgError::BadValue {
                         option: name.clone(),
-                        value: k,
-                        why: "a parameter name has only letters, digits and '_'".into(),
-                    });
-                }
-                mca.push((k, v));
-            }
-            "-x" => {
-                let v = value(&mut it)?;
-                env.push(parse_env_spec(&v)?);
-            }
-            "--tag-output" | "-tag-output" => tag_output = true,
-            "--timeout" | "-timeout" => {
-                let v = text(&name, value(&mut it)?)?;
-                let d = seconds(&name, &v)?;
-                if d.is_zero() {
-                    return Err(ArgError::BadValue {
-                        option: name.clone(),
-                        value: v,
-                        why: "must be more than 0 seconds".into(),
-                    });
-                }
-                timeout = Some(d);
-            }
-            "--kill-grace" => {
-                let v = text(&name, value(&mut it)?)?;
-                kill_grace = seconds(&name, &v)?;
-            }
-            "--bind-to" | "-bind-to" => {
-                let v = text(&name, value(&mut it)?)?;
-                bind = match v.as_str() {
-                    "core" => BindTo::Core,
-                    "none" => BindTo::None,
-                    _ => {
+                        value: v.clone(),
+                        why: "not a positive integer".into(),
+                    })?;
+                    if n == 0 || n > MAX_RANKS {
                         return Err(ArgError::BadValue {
                             option: name.clone(),
                             value: v,
-                            why: "expected core or none".into(),
-                        })
+                            why: format!("must be between 1 and {MAX_RANKS}"),
+                        });
                     }
-                };
+                    nprocs = Some(n);
+                }
+                "--mca" | "-mca" => {
+                    let k = text(&name, value(&mut it)?)?;
+                    let v = text(
+                        &name,
+                        it.next()
+                            .ok_or_else(|| ArgError::MissingValue(format!("{name} {k}")))?,
+                    )?;
+                    if !tmpi_base::mca::is_param_name(&k) {
+                        return Err(ArgError::BadValue {
+                            option: name.clone(),
+                            value: k,
+                            why: "a parameter name has only letters, digits and '_'".into(),
+                        });
+                    }
+                    mca.push((k, v));
+                }
+                "-x" => {
+                    let v = value(&mut it)?;
+                    env.push(parse_env_spec(&v)?);
+                }
+                "--tag-output" | "-tag-output" => tag_output = true,
+                "--timeout" | "-timeout" => {
+                    let v = text(&name, value(&mut it)?)?;
+                    let d = seconds(&name, &v)?;
+                    if d.is_zero() {
+                        return Err(ArgError::BadValue {
+                            option: name.clone(),
+                            value: v,
+                            why: "must be more than 0 seconds".into(),
+                        });
+                    }
+                    timeout = Some(d);
+                }
+                "--kill-grace" => {
+                    let v = text(&name, value(&mut it)?)?;
+                    kill_grace = seconds(&name, &v)?;
+                }
+                "--bind-to" | "-bind-to" => {
+                    let v = text(&name, value(&mut it)?)?;
+                    bind = match v.as_str() {
+                        "core" => BindTo::Core,
+                        "none" => BindTo::None,
+                        _ => {
+                            return Err(ArgError::BadValue {
+                                option: name.clone(),
+                                value: v,
+                                why: "expected core or none".into(),
+                            })
+                        }
+                    };
+                }
+                "--stdin" | "-stdin" => {
+                    let v = text(&name, value(&mut it)?)?;
+                    stdin = if v == "none" {
+                        StdinTarget::None
+                    } else {
+                        StdinTarget::Rank(v.parse().map_err(|_| ArgError::BadValue {
+                            option: name.clone(),
+                            value: v.clone(),
+                            why: "expected a rank or none".into(),
+                        })?)
+                    };
+                }
+                "-v" | "--verbose" => verbose = true,
+                "-wdir" | "--wdir" | "-wd" | "--wd" => {
+                    wdir = Some(std::path::PathBuf::from(value(&mut it)?));
+                }
+                "--report-bindings" | "-report-bindings" => report_bindings = true,
+                "--output-filename" | "-output-filename" => {
+                    let v = value(&mut it)?;
+                    if v.is_empty() {
+                        return Err(ArgError::BadValue {
+                            option: name.clone(),
+                            value: String::new(),
+                            why: "needs a directory".into(),
+                        });
+                    }
+                    output_dir = Some(std::path::PathBuf::from(v));
+                }
+                m if super::handoff::is_multi_host(m) => {
+                    return Err(ArgError::MultiHost(m.to_string()))
+                }
+                // Open MPI compatibility: tmpirun always allows both.
+                "--oversubscribe" | "-oversubscribe" | "--allow-run-as-root" => {}
+                _ => return Err(ArgError::UnknownOption(s.to_string())),
             }
-            "--stdin" | "-stdin" => {
-                let v = text(&name, value(&mut it)?)?;
-                stdin = if v == "none" {
-                    StdinTarget::None
-                } else {
-                    StdinTarget::Rank(v.parse().map_err(|_| ArgError::BadValue {
-                        option: name.clone(),
-                        value: v.clone(),
-                        why: "expected a rank or none".into(),
-                    })?)
-                };
+            if inline.is_some() {
+                // `--flag=value` for an option without a value.
+                return Err(ArgError::BadValue {
+                    option: name.clone(),
+                    value: s.to_string(),
+                    why: "this option takes no value".into(),
+                });
             }
-            "-v" | "--verbose" => verbose = true,
-            // Open MPI compatibility: tmpirun always allows both.
-            "--oversubscribe" | "-oversubscribe" | "--allow-run-as-root" => {}
-            _ => return Err(ArgError::UnknownOption(s.to_string())),
         }
-        if inline.is_some() {
-            // `--flag=value` for an option without a value.
-            return Err(ArgError::BadValue {
-                option: name.clone(),
-                value: s.to_string(),
-                why: "this option takes no value".into(),
-            });
+
+        let program = program.ok_or(ArgError::MissingProgram)?;
+        let nprocs = nprocs.ok_or(ArgError::MissingRanks)?;
+        let mut args = Vec::new();
+        let mut more = false;
+        for a in it.by_ref() {
+            if a == ":" {
+                more = true;
+                break;
+            }
+            args.push(a);
+        }
+        parts.push(AppContext {
+            nprocs,
+            program,
+            args,
+            mca,
+            env,
+            wdir,
+        });
+        if !more {
+            break;
         }
     }
-
-    let program = program.ok_or(ArgError::MissingProgram)?;
-    let nprocs = nprocs.ok_or(ArgError::MissingRanks)?;
+    let nprocs = parts
+        .iter()
+        .try_fold(0u32, |t, p| t.checked_add(p.nprocs))
+        .filter(|&n| n <= MAX_RANKS)
+        .ok_or_else(|| ArgError::BadValue {
+            option: "-n".into(),
+            value: parts
+                .iter()
+                .map(|p| p.nprocs.to_string())
+                .collect::<Vec<_>>()
+                .join("+"),
+            why: format!("the job must have at most {MAX_RANKS} ranks"),
+        })?;
+    let mut rest = parts.split_off(1);
+    let first = parts.pop().expect("one part at least");
+    // The first part's --mca settings apply to every part; a part's own
+    // come later and win.
+    for p in &mut rest {
+        let mut m = first.mca.clone();
+        m.append(&mut p.mca);
+        p.mca = m;
+    }
     if let StdinTarget::Rank(r) = stdin {
         if r >= nprocs {
             return Err(ArgError::BadValue {
@@ -282,10 +383,14 @@ where
     }
     Ok(Invocation::Run(LaunchConfig {
         nprocs,
-        program,
-        args: it.collect(),
-        mca,
-        env,
+        program: first.program,
+        args: first.args,
+        mca: first.mca,
+        env: first.env,
+        wdir: first.wdir,
+        report_bindings,
+        output_dir,
+        apps: rest,
         tag_output,
         timeout,
         bind,
@@ -293,6 +398,7 @@ where
         stdin,
         verbose,
         adopt_orphans: true,
+        cleanup_guard: true,
     }))
 }
 

@@ -7,9 +7,9 @@
 //! all allowed hardware threads of core `r` while the ranks fit, and of core
 //! `r * ncores / n` when they outnumber the cores (the launcher warns): in
 //! blocks, so that neighbouring ranks share a core, as the trees and
-//! rank-neighbour exchanges of the collectives pair them (4 ranks on 2
-//! cores, reduce 1 MiB: 230-261 us in blocks against 450 round-robin and
-//! 278-415 unbound; docs/coll.md). Without readable topology every allowed
+//! rank-neighbour exchanges of the collectives pair them (a binomial
+//! reduce's first-round receivers then each have a core; docs/coll.md,
+//! "Binding when ranks outnumber cores"). Without readable topology every allowed
 //! CPU counts as a core of its own.
 
 use std::collections::BTreeMap;

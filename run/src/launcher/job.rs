@@ -8,6 +8,7 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
+use super::guard::Guard;
 use super::output::{write_out, LineForwarder, Stream};
 use super::sys::{self, ChildSetup, WakePipe};
 use super::{
@@ -117,6 +118,9 @@ struct Job<'a> {
     ending: Option<Ending>,
     deadline: Option<Instant>,
     all_exited_at: Option<Instant>,
+    /// The clean-up guard, not a process of the job (never signalled with
+    /// it, reaped by [`Guard::dismiss`]).
+    guard: Option<Guard>,
 }
 
 fn exit_code_of(status: ExitStatus) -> (RankFailure, u8) {
@@ -174,6 +178,17 @@ pub(super) fn run(cfg: &LaunchConfig) -> Result<JobOutcome, LaunchError> {
     }
     let mut session = Session::create()?;
     let job_id = session.job_id().to_string();
+    let guard = if cfg.cleanup_guard {
+        match Guard::spawn(session.dir(), &job_id) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                tracing::warn!(target: "tmpirun", "cannot start the clean-up guard ({e}); if tmpirun is killed, the next tmpirun removes this job's files");
+                None
+            }
+        }
+    } else {
+        None
+    };
     tracing::debug!(target: "tmpirun", "job {job_id}: {} ranks of {:?}", cfg.nprocs, cfg.program);
 
     let server_cfg = ServerConfig {
@@ -215,6 +230,7 @@ pub(super) fn run(cfg: &LaunchConfig) -> Result<JobOutcome, LaunchError> {
         ending: None,
         deadline: cfg.timeout.map(|t| Instant::now() + t),
         all_exited_at: None,
+        guard,
     };
     job.spawn_all(&server_cfg, child_ends, session.dir(), &job_id);
     let result = job.event_loop(&wake, &ev_rx);
@@ -229,6 +245,9 @@ pub(super) fn run(cfg: &LaunchConfig) -> Result<JobOutcome, LaunchError> {
     let removed = session.cleanup();
     if removed > 0 {
         tracing::info!(target: "tmpirun", "removed {removed} leftover shared-memory segment(s)");
+    }
+    if let Some(g) = job.guard.take() {
+        g.dismiss();
     }
     drop(wake);
     let (end, code) = result.map_err(|source| LaunchError::Os {
@@ -280,19 +299,24 @@ impl Job<'_> {
             }
             StdinTarget::None => None,
         };
-        let mca = tmpi_base::mca::encode_cmdline(&cfg.mca);
         let parent_pid = std::process::id();
 
         for (rank, end) in (0u32..).zip(child_ends) {
             if self.ending.is_some() {
                 break; // an earlier rank failed already; `end` is dropped
             }
-            let mut cmd = Command::new(&cfg.program);
-            cmd.args(&cfg.args);
+            let app = cfg.app_of(rank);
+            let mca = tmpi_base::mca::encode_cmdline(app.mca);
+            let mut cmd = Command::new(app.program);
+            cmd.args(app.args);
+            if let Some(dir) = app.wdir {
+                cmd.current_dir(dir);
+            }
             for k in STRIPPED_ENV {
                 cmd.env_remove(k);
             }
-            for spec in &cfg.env {
+            cmd.env("TMPI_APPNUM", app.appnum.to_string());
+            for spec in app.env {
                 match &spec.value {
                     Some(v) => {
                         cmd.env(&spec.name, v);
@@ -328,14 +352,45 @@ impl Job<'_> {
             } else {
                 Stdio::null()
             });
-            cmd.stdout(Stdio::piped());
-            cmd.stderr(Stdio::piped());
-            let cpus = (!cores.is_empty())
-                .then(|| sys::CpuSet::from_cpus(binding::cpus_for_rank(&cores, rank, cfg.nprocs)));
+            match &cfg.output_dir {
+                None => {
+                    cmd.stdout(Stdio::piped());
+                    cmd.stderr(Stdio::piped());
+                }
+                Some(dir) => match output_files(dir, rank) {
+                    Ok((o, e)) => {
+                        cmd.stdout(o);
+                        cmd.stderr(e);
+                    }
+                    Err(e) => {
+                        drop(end);
+                        let what = format!("--output-filename {}: {e}", dir.display());
+                        self.fail(rank, 0, RankFailure::StartFailed(what), 1);
+                        continue;
+                    }
+                },
+            }
+            let cpus =
+                (!cores.is_empty()).then(|| binding::cpus_for_rank(&cores, rank, cfg.nprocs));
+            if cfg.report_bindings {
+                let host = tmpi_base::pmi::hostname();
+                eprint_line(&match &cpus {
+                    Some(c) => format!(
+                        "[{host}] rank {rank} bound to CPU {}",
+                        c.iter()
+                            .map(|c| c.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    ),
+                    None => format!("[{host}] rank {rank} not bound"),
+                });
+            }
+            let cpus = cpus.map(sys::CpuSet::from_cpus);
             sys::prepare_child(
                 &mut cmd,
                 ChildSetup {
                     keep_fd: Some(end.as_raw_fd()),
+                    watch_fd: self.guard.as_ref().map(Guard::watch_fd),
                     cpus,
                     parent_pid,
                 },
@@ -389,7 +444,7 @@ impl Job<'_> {
                         io::ErrorKind::PermissionDenied => 126,
                         _ => 1,
                     };
-                    let what = format!("{}: {e}", cfg.program.to_string_lossy());
+                    let what = format!("{}: {e}", app.program.to_string_lossy());
                     self.fail(rank, 0, RankFailure::StartFailed(what), code);
                 }
             }
@@ -437,8 +492,9 @@ impl Job<'_> {
         }
         if self.cfg.adopt_orphans {
             // Adopted orphans that left their rank's process group.
+            let guard = self.guard.as_ref().map(Guard::pid);
             for pid in sys::children_of_self() {
-                if self.ranks.iter().any(|r| r.pid == pid && r.running()) {
+                if self.ranks.iter().any(|r| r.pid == pid && r.running()) || guard == Some(pid) {
                     continue;
                 }
                 tracing::debug!(target: "tmpirun", "signal {sig} to adopted process {pid}");
@@ -472,6 +528,7 @@ impl Job<'_> {
                 .iter()
                 .filter(|r| r.running())
                 .map(|r| r.pid)
+                .chain(self.guard.as_ref().map(Guard::pid))
                 .collect();
             sys::reap_orphans(&keep);
         }
@@ -764,7 +821,8 @@ impl Job<'_> {
                     .map(|r| r.rank)
                     .collect();
                 if !still.is_empty() {
-                    tracing::info!(target: "tmpirun", "sending SIGKILL to ranks {still:?}");
+                    let list: Vec<String> = still.iter().map(u32::to_string).collect();
+                    tracing::info!(target: "tmpirun", "sending SIGKILL to ranks {}", list.join(", "));
                 }
                 self.signal_all(libc::SIGKILL);
             }
@@ -845,4 +903,15 @@ fn forward_stdin(mut to: ChildStdin) {
     if let Err(e) = r {
         tracing::warn!(target: "tmpirun", "cannot forward stdin: {e}");
     }
+}
+
+/// `DIR/1/rank.R/{stdout,stderr}` for `--output-filename DIR` (Open MPI's
+/// layout; `1` is the job), created or truncated.
+fn output_files(dir: &std::path::Path, rank: u32) -> io::Result<(std::fs::File, std::fs::File)> {
+    let d = dir.join("1").join(format!("rank.{rank}"));
+    std::fs::create_dir_all(&d)?;
+    Ok((
+        std::fs::File::create(d.join("stdout"))?,
+        std::fs::File::create(d.join("stderr"))?,
+    ))
 }

@@ -57,11 +57,15 @@
 //! same signals as the ranks, and are killed at the end too; a descendant
 //! whose parent is still alive when the job ends and that left its group is
 //! not found (a limitation without cgroups). Then the session directory and leftover shared-memory
-//! segments are removed ([`crate::session`]), on every exit path except a
-//! SIGKILL of `tmpirun` itself (the next `tmpirun` sweeps those up).
+//! segments are removed ([`crate::session`]). On a SIGKILL of `tmpirun`
+//! itself the ranks die with it, and its clean-up guard removes the same
+//! files once the last of them is gone ([`guard`]; each rank holds one more
+//! descriptor, the guard's pipe, for that).
 
 pub mod args;
 pub mod binding;
+pub mod guard;
+pub mod handoff;
 mod job;
 pub mod output;
 pub mod sys;
@@ -138,6 +142,28 @@ pub struct LaunchConfig {
     /// rank is then treated as part of the job: turn this off when calling
     /// [`run`] from a process that has children of its own.
     pub adopt_orphans: bool,
+    /// Working directory of the ranks of the first program (`-wdir`);
+    /// `None`: tmpirun's own.
+    pub wdir: Option<std::path::PathBuf>,
+    /// `--report-bindings`: print each rank's CPU binding on stderr.
+    pub report_bindings: bool,
+    /// `--output-filename DIR`: each rank's standard output and error go to
+    /// `DIR/1/rank.<R>/stdout` and `.../stderr` (Open MPI's layout) instead
+    /// of tmpirun's.
+    pub output_dir: Option<std::path::PathBuf>,
+    /// MPMD (`tmpirun -n 1 ./a : -n 2 ./b`): the programs after the first,
+    /// each with its own ranks, arguments, `--mca`, `-x` and `-wdir`.
+    /// Ranks are numbered in order: `nprocs` counts every part, the
+    /// first part has `nprocs` minus the others' ranks. Each rank gets its
+    /// part's index in `TMPI_APPNUM` (MPI's `MPI_APPNUM`).
+    pub apps: Vec<AppContext>,
+    /// Start the clean-up guard ([`guard`]): a second copy of the running
+    /// executable that removes the job's files if the launcher is killed
+    /// with SIGKILL. The executable must call [`guard::main_if_guard`]
+    /// first thing in `main`, as `tmpirun` does; so this is `true` for
+    /// `tmpirun`'s command line ([`parse_args`]) and `false` in
+    /// [`LaunchConfig::new`].
+    pub cleanup_guard: bool,
 }
 
 impl LaunchConfig {
@@ -156,8 +182,78 @@ impl LaunchConfig {
             stdin: StdinTarget::Rank(0),
             verbose: false,
             adopt_orphans: true,
+            cleanup_guard: false,
+            wdir: None,
+            report_bindings: false,
+            output_dir: None,
+            apps: Vec::new(),
         }
     }
+
+    /// The part of an MPMD job that `rank` belongs to: its index (the
+    /// `MPI_APPNUM`), program, arguments, `--mca` pairs (the first part's
+    /// then its own), `-x` variables and working directory.
+    pub fn app_of(&self, rank: u32) -> AppView<'_> {
+        let first = self.nprocs - self.apps.iter().map(|a| a.nprocs).sum::<u32>();
+        let mut start = first;
+        if rank >= first {
+            for (i, a) in self.apps.iter().enumerate() {
+                if rank < start + a.nprocs {
+                    return AppView {
+                        appnum: i as u32 + 1,
+                        program: &a.program,
+                        args: &a.args,
+                        mca: &a.mca,
+                        env: &a.env,
+                        wdir: a.wdir.as_deref(),
+                    };
+                }
+                start += a.nprocs;
+            }
+        }
+        AppView {
+            appnum: 0,
+            program: &self.program,
+            args: &self.args,
+            mca: &self.mca,
+            env: &self.env,
+            wdir: self.wdir.as_deref(),
+        }
+    }
+}
+
+/// One program of an MPMD command line after the first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppContext {
+    /// Its ranks.
+    pub nprocs: u32,
+    /// The program.
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// Its `--mca` pairs.
+    pub mca: Vec<(String, String)>,
+    /// Its `-x` variables.
+    pub env: Vec<EnvSpec>,
+    /// Its `-wdir`.
+    pub wdir: Option<std::path::PathBuf>,
+}
+
+/// What [`LaunchConfig::app_of`] returns.
+#[derive(Debug, Clone, Copy)]
+pub struct AppView<'a> {
+    /// The part's index (0 for the first program).
+    pub appnum: u32,
+    /// The program.
+    pub program: &'a OsString,
+    /// Its arguments.
+    pub args: &'a [OsString],
+    /// Its `--mca` pairs.
+    pub mca: &'a [(String, String)],
+    /// Its `-x` variables.
+    pub env: &'a [EnvSpec],
+    /// Its working directory.
+    pub wdir: Option<&'a std::path::Path>,
 }
 
 /// What went wrong with one rank.

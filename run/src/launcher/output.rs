@@ -114,7 +114,7 @@ pub fn write_out(stream: Stream, bytes: &[u8], warned: &mut bool) {
     if let Err(e) = r {
         if !*warned {
             *warned = true;
-            tracing::warn!(target: "tmpirun", "cannot forward rank output to {stream:?}: {e}");
+            tracing::warn!(target: "tmpirun", "cannot forward rank output to {}: {e}", match stream { Stream::Stdout => "standard output", Stream::Stderr => "standard error" });
         }
     }
 }

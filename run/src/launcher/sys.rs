@@ -399,11 +399,15 @@ pub struct ChildSetup {
     pub cpus: Option<CpuSet>,
     /// Pid of the launcher: the child gives up if its parent already died.
     pub parent_pid: u32,
+    /// A second descriptor that must survive `exec` (the clean-up guard's
+    /// pipe, see [`super::guard`]).
+    pub watch_fd: Option<RawFd>,
 }
 
 /// Puts the child in its own process group and installs the `pre_exec`
 /// hook: `PR_SET_PDEATHSIG(SIGKILL)` (the child dies when the launching
-/// *thread* ends), clearing `FD_CLOEXEC` on `keep_fd`, and CPU binding.
+/// *thread* ends), clearing `FD_CLOEXEC` on `keep_fd` and `watch_fd`, and
+/// CPU binding.
 pub fn prepare_child(cmd: &mut Command, setup: ChildSetup) {
     cmd.process_group(0);
     let parent = setup.parent_pid as libc::pid_t;
@@ -425,7 +429,7 @@ pub fn prepare_child(cmd: &mut Command, setup: ChildSetup) {
             if libc::getppid() != parent {
                 return Err(io::Error::from_raw_os_error(libc::ESRCH));
             }
-            if let Some(fd) = setup.keep_fd {
+            for fd in [setup.keep_fd, setup.watch_fd].into_iter().flatten() {
                 if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                     return Err(io::Error::last_os_error());
                 }

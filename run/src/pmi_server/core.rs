@@ -545,11 +545,16 @@ impl Core {
                     .get("exitcode")
                     .and_then(|c| c.trim().parse::<i32>().ok())
                     .unwrap_or(1);
-                let message = req
-                    .get("message")
-                    .or_else(|| req.get("msg"))
-                    .map(str::to_string);
-                tracing::info!(target: "pmi", "server: rank {rank} aborts the job with code {code}: {message:?}");
+                // The exact text when the client encoded it (tmpi's
+                // clients over PMI-1), else what the client sent as it is.
+                let message = match req.get(tmpi_base::pmi::ABORT_TEXT_KEY) {
+                    Some(enc) => Some(tmpi_base::pmi::decode_abort_text(enc)),
+                    None => req
+                        .get("message")
+                        .or_else(|| req.get("msg"))
+                        .map(str::to_string),
+                };
+                tracing::info!(target: "pmi", "server: rank {rank} aborts the job with code {code}: {}", message.as_deref().unwrap_or("(no message)"));
                 self.conns[rank as usize].aborted = true;
                 self.events.push(PmiEvent::Abort {
                     rank,

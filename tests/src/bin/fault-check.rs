@@ -13,6 +13,22 @@
 //!   (unlinked only once every peer attached). The test kills rank 0.
 //! * `nofinalize`: rank 1 returns from `main` without finalizing while
 //!   every other rank is blocked in a receive from it.
+//! * `collearly` (3 or more ranks): rank 0 prints `fault-check: coll rank
+//!   0 pid P job J SESSION_DIR` and enters an allreduce, whose first call
+//!   creates coll sm's segment; the last rank sleeps 60 s before it, so the
+//!   segment stays in `/dev/shm` (unlinked only once every rank attached).
+//!   The test kills the last rank.
+//! * `bigsend`: rank 0 sends rank 1 messages of 16 MiB, each sent as many
+//!   fragments, until an error (the tests break the connection under it
+//!   with `btl_tcp_inject_reset`); rank 1 receives them. Both print their
+//!   error and exit 1.
+//! * `peerdeath` (2 ranks): rank 1 waits for rank 0's go-ahead and then
+//!   dies (SIGKILL to itself), while rank 0 waits in a receive from it and
+//!   then calls an allreduce. Rank 0 prints what each call returned and
+//!   exits 3 when both failed. (The tests run rank 1 under a shell that
+//!   outlives it, so that the launcher does not end the job: only the
+//!   library can free rank 0.) `peerdeath-coll`: the same after a first
+//!   allreduce of both ranks (which attaches coll sm's segment).
 //! * `outstanding N`: N receives posted at once, matched by N non-blocking
 //!   sends outstanding at once; every payload checked.
 
@@ -76,6 +92,84 @@ fn nofinalize_peer(w: &Comm) -> R {
             w.rank()
         )),
     }
+    Ok(())
+}
+
+/// 16 MiB messages from rank 0 to rank 1 until one fails.
+fn bigsend(w: &Comm) -> R {
+    ensure!(w.size() == 2, "needs 2 ranks");
+    let mut b = vec![0u8; 16 << 20];
+    for i in 0u32.. {
+        if w.rank() == 0 {
+            b[0] = i as u8;
+            w.send(&b[..], 1, 3).map_err(e)?;
+        } else {
+            w.recv(&mut b[..], 0, 3).map_err(e)?;
+            ensure!(b[0] == i as u8, "message {i}: wrong payload");
+        }
+    }
+    Ok(())
+}
+
+/// Rank 1 dies while rank 0 waits for it (see the module docs).
+fn peerdeath(w: &Comm, coll_first: bool) -> R {
+    ensure!(w.size() == 2, "needs 2 ranks");
+    if coll_first {
+        let mut sum = [0u64];
+        w.allreduce(&[1u64], &mut sum, &tmpi::Op::Sum).map_err(e)?;
+        ensure!(sum[0] == 2, "first allreduce gave {}", sum[0]);
+    }
+    if w.rank() == 1 {
+        let mut go = [0u8];
+        w.recv(&mut go, 0, 1).map_err(e)?;
+        say("fault-check: rank 1 dies now");
+        // SAFETY: raising a signal in this process.
+        unsafe { libc::raise(libc::SIGKILL) };
+        unreachable!("SIGKILL returned");
+    }
+    w.send(&[1u8], 1, 1).map_err(e)?;
+    let mut b = [0u8; 8];
+    let recv = w.recv(&mut b, 1, 2);
+    say(&format!(
+        "fault-check: rank 0 receive from rank 1: {}",
+        match &recv {
+            Ok(_) => "UNEXPECTED success".to_string(),
+            Err(x) => format!("failed: {x}"),
+        }
+    ));
+    let mut sum = [0u64];
+    let red = w.allreduce(&[1u64], &mut sum, &tmpi::Op::Sum);
+    say(&format!(
+        "fault-check: rank 0 allreduce: {}",
+        match &red {
+            Ok(()) => "UNEXPECTED success".to_string(),
+            Err(x) => format!("failed: {x}"),
+        }
+    ));
+    if recv.is_err() && red.is_err() {
+        std::process::exit(3);
+    }
+    Err("a call on the dead rank did not fail".into())
+}
+
+/// The first allreduce (coll sm creates its segment) with the last rank
+/// 60 s late.
+fn collearly(w: &Comm) -> R {
+    ensure!(w.size() >= 3, "needs 3 ranks");
+    if w.rank() == 0 {
+        say(&format!(
+            "fault-check: coll rank 0 pid {} job {} {}",
+            std::process::id(),
+            std::env::var("TMPI_JOB_ID").unwrap_or_default(),
+            std::env::var("TMPI_SESSION_DIR").unwrap_or_default()
+        ));
+    }
+    if w.rank() + 1 == w.size() {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    }
+    let mut sum = [0u64];
+    w.allreduce(&[1u64], &mut sum, &tmpi::Op::Sum).map_err(e)?;
+    ensure!(sum[0] == w.size() as u64, "allreduce gave {}", sum[0]);
     Ok(())
 }
 
@@ -160,6 +254,10 @@ fn main() -> ExitCode {
     let r = match case.as_str() {
         "traffic" => traffic(&w),
         "lateinit" => Ok(()),
+        "collearly" => collearly(&w),
+        "bigsend" => bigsend(&w),
+        "peerdeath" => peerdeath(&w, false),
+        "peerdeath-coll" => peerdeath(&w, true),
         "nofinalize" => {
             if w.rank() == 1 {
                 for p in (0..w.size()).filter(|&p| p != 1) {

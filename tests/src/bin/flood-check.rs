@@ -31,9 +31,9 @@ use tmpi_tests::check::{e, say, status_bytes, R};
 use tmpi_tests::ensure;
 
 const TAG_END: i32 = 9;
-/// Fixed charge per eager message (`tmpi_pml::core::CREDIT_OVERHEAD`).
+/// Fixed charge per eager message (the pml's `CREDIT_OVERHEAD`).
 const OVERHEAD: u64 = 512;
-/// Eager payloads that never switch (`tmpi_pml::core::CREDIT_SWITCH_MIN`).
+/// Eager payloads that never switch (the pml's `CREDIT_SWITCH_MIN`).
 const SWITCH_MIN: usize = 256;
 /// Slack of the RSS bound: allocator, matching tables, the BTL's segment.
 const SLACK: u64 = 8 << 20;

@@ -245,8 +245,8 @@ fn cancel(w: &Comm) -> R {
     Ok(())
 }
 
-/// The blocking receive's direct path (docs/pml.md "Blocking receive
-/// straight from the fast box"): rank 1's small messages wait in the fast
+/// The blocking receive's direct path (docs/pml.md "The small-message fast
+/// path", direct receive): rank 1's small messages wait in the fast
 /// box while rank 0 sleeps, so each of rank 0's receives finds one at the
 /// head; then a ping-pong, where rank 0's receive is posted and waiting
 /// when the reply lands. Checks that the path is taken in both (the
@@ -837,7 +837,7 @@ fn main() -> ExitCode {
         Ok(()) => {
             if w.rank() == 0 {
                 println!(
-                    "p2p-check {case}: OK ({} ranks, stats {:?})",
+                    "p2p-check {case}: OK ({} ranks, stats {})",
                     w.size(),
                     mpi.stats()
                 );

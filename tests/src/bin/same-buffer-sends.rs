@@ -1,6 +1,6 @@
 //! Two rendezvous sends of one buffer in flight at once (legal MPI), the
 //! receiver taking the second one later: `tmpirun -n 2 same-buffer-sends`.
-//! Minimal reproducer of stress finding 4 (docs/stress.md): btl-openib
+//! Minimal reproducer of stress finding 4 (docs/journal/stress-soaks.md): btl-openib
 //! kept one pin per exported region *value*, so the first FIN unpinned the
 //! buffer while the second read was pending (`RemAccessErr`, then a hang,
 //! with `btl_openib_rcache_max_entries=0`). Rank 1 prints

@@ -189,6 +189,28 @@ impl Node {
             .unwrap_or_else(|| CollError::Intern("sm: broken segment without a record".into()))
     }
 
+    /// Offset of rank `r`'s pid: the word after the [`HISTORY`] call
+    /// words of its call line.
+    pub(super) fn pid_word(p: u32, r: u32) -> usize {
+        Node::call_lines(p) + LINE * r as usize + 8 * HISTORY as usize
+    }
+
+    /// The error for rank `r` when its process no longer runs: a rank
+    /// killed in the middle of a collective never raises the flag the
+    /// others wait for. (A reused pid looks alive: a death may go
+    /// unnoticed, never the reverse.)
+    fn gone(&self, r: u32) -> Option<CollError> {
+        let pid = self
+            .seg
+            .atomic(Node::pid_word(self.p, r))
+            .load(Ordering::Acquire) as u32;
+        let p = libc::pid_t::try_from(pid).ok().filter(|&p| p > 0)?;
+        // SAFETY: signal 0 only checks whether the process exists.
+        let r0 = unsafe { libc::kill(p, 0) };
+        (r0 != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH))
+            .then_some(CollError::PeerGone { rank: r, pid })
+    }
+
     /// Rank `r`'s word for call `c` in its call line.
     fn call_word(&self, r: u32, c: u64) -> &AtomicU64 {
         self.seg
@@ -361,6 +383,9 @@ impl Node {
         pending: &mut impl FnMut() -> Option<u32>,
     ) -> Result<()> {
         if let Some(e) = self.evidence(r) {
+            return Err(e);
+        }
+        if let Some(e) = self.gone(r) {
             return Err(e);
         }
         let mine = self.call.load(Ordering::Relaxed);

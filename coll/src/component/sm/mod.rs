@@ -62,7 +62,7 @@ use std::sync::{Arc, OnceLock};
 
 use tmpi_base::component::{Availability, ComponentDescriptor};
 use tmpi_base::mca::{Level, McaError, ParamSpec, Registry};
-use tmpi_btl_sm::huge::HugeSources;
+use tmpi_smsc::huge::HugeSources;
 
 use crate::algo::{Call, CollKind, Pos};
 use crate::comm::CollContext;
@@ -96,25 +96,22 @@ pub const SEGMENT_BUDGET: usize = 16 << 20;
 
 /// Largest call through the segment on 2 ranks: above it the pml's
 /// single-copy rendezvous (one copy, no step to save) is as fast or faster
-/// than copying in and out (64 KiB, 2 ranks on 2 cores: bcast 7.0 us on
-/// messages, 7.6 through the segment; allgather 8.1 / 9.5), and much
-/// faster when the host's two cores are far apart (allreduce 32 KiB 8.2 /
-/// 18.5). From 3 ranks the segment's one step wins at 64 KiB (docs/coll.md).
+/// than copying in and out, and much faster when the host's two cores are
+/// far apart. From 3 ranks the segment's one step wins at 64 KiB
+/// (docs/coll.md "Why these limits"; figures in docs/journal/).
 pub const PAIR_COPY_MAX: usize = 8 * 1024;
 
 /// Default of `coll_sm_splice_max_ranks`: single copy through pipes pays
-/// at 2 ranks (0.84x of process_vm_readv at 1 MiB); at 4 and 8 ranks on
-/// this 2-core host, where the ranks' copies share the cores, it was
-/// within the noise or slower (docs/coll.md "Spliced single copy"): to be
+/// at 2 ranks; at 4 and 8 ranks on a 2-core host, where the ranks' copies
+/// share the cores, it was within the noise or slower (docs/coll.md "Spliced single copy"): to be
 /// measured with a core per rank before it goes further.
 pub const SPLICE_MAX_RANKS: i64 = 2;
 
 /// Default of `coll_sm_huge_after`: a source's whole 2 MiB ranges go onto
-/// huge pages the fourth time a call publishes them. Collapsing costs about
-/// 0.2 ms per 2 MiB (a copy), and every later read of the range saves the
-/// readers ~0.1 ms of page pinning per 2 MiB (alltoall 1 MiB at 8 ranks
-/// 0.65x of small pages): a buffer used a few times is never touched, one
-/// used in a loop pays back within a few calls (docs/coll.md "Huge pages
+/// huge pages the fourth time a call publishes them. Collapsing copies the
+/// range once, and every later read of the range saves the readers the
+/// pinning of 511 small pages per 2 MiB: a buffer used a few times is
+/// never touched, one used in a loop pays back within a few calls (docs/coll.md "Huge pages
 /// under reused sources").
 pub const HUGE_AFTER: i64 = 4;
 
@@ -130,21 +127,19 @@ const PIPE_IDLE: usize = 4096;
 const PIPE_MAX: usize = 1 << 20;
 
 /// Smallest part of a block that goes through a pipe: growing the pipe
-/// and shrinking it back costs ~1.8 us, a quarter of what splicing saves
-/// on 128 KiB.
+/// and shrinking it back costs a fixed amount per call, a small part of
+/// what splicing saves from this size on.
 const SPLICE_MIN: usize = 128 * 1024;
 
 /// Per communicator with pipes: whether this rank, as a reader, wants its
 /// blocks spliced, from what each way has cost it lately, and what each
 /// other rank last said it wants. Splicing is not always the cheaper way:
 /// with the host's two cores far apart every page reference the sender
-/// takes and the reader drops crosses between them (2 ranks, 1 MiB: 122 us
-/// through pipes against 105 for Open MPI's `process_vm_readv`), and pages
-/// never written (the kernel's zero page) take `vmsplice`'s slow path (156
-/// against 103 us). The costs ([`CostChoice`]: pipes first, the first
-/// figure of each way dropped since the first call through pipes pays for
-/// growing them and for cold pages, 394-437 ns/KiB at 2 ranks 1 MiB where
-/// later calls take ~130) are, for pipes, this rank's own `vmsplice` plus
+/// takes and the reader drops crosses between them, and pages never
+/// written (the kernel's zero page) take `vmsplice`'s slow path. The costs
+/// ([`CostChoice`]: pipes first, the first figure of each way dropped
+/// since the first call through pipes pays for growing them and for cold
+/// pages) are, for pipes, this rank's own `vmsplice` plus
 /// its pipe reads (the exchange is symmetric), for `process_vm_readv` its
 /// reads of parts of at least [`SPLICE_MIN`]. A reader publishes its wish
 /// in its own word of the exchange's op (the `sent` word at its own
@@ -443,6 +438,27 @@ impl CollModule for SmModule {
     }
 }
 
+/// The path of a new segment: `/dev/shm/tmpi-coll.<pid>.<job id>.<n>`
+/// under a launcher that names the job (`TMPI_JOB_ID`, set by `tmpirun`),
+/// so that the job's clean-up finds it when the job ends before every rank
+/// attached it (rank 0 unlinks it only then); `/dev/shm/tmpi-coll.<pid>.<n>`
+/// otherwise. A job id with characters other than `[A-Za-z0-9_-]` or longer
+/// than 64 is not used. The pid comes first in both forms, so that
+/// [`tmpi_base::shm_sweep::sweep_dead_creators`] finds either.
+fn segment_path(pid: u32, job: Option<&str>, n: u64) -> String {
+    match job {
+        Some(j)
+            if !j.is_empty()
+                && j.len() <= 64
+                && j.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
+        {
+            format!("/dev/shm/tmpi-coll.{pid}.{j}.{n}")
+        }
+        _ => format!("/dev/shm/tmpi-coll.{pid}.{n}"),
+    }
+}
+
 /// One communicator's shared-memory state: the limit and, once attached,
 /// the segment.
 #[derive(Debug)]
@@ -472,8 +488,8 @@ impl NodeColl {
             CollKind::Barrier => Some(0),
             // From 3 ranks bcast of any size, pipelined in chunks. Alltoall
             // is not pipelined: in pieces through the segment it lost to
-            // the messages when the host's cores are far apart (4 ranks,
-            // 64 KiB blocks: 160 us against 60; 0.77x of them otherwise).
+            // the messages when the host's cores are far apart, by far more
+            // than it won with them close.
             // From 3 ranks also allreduce above the limit, in chunks (only
             // for ops that commute: `Comm::allreduce` checks).
             CollKind::Bcast | CollKind::Allreduce if self.size > 2 => Some(usize::MAX),
@@ -507,10 +523,10 @@ impl NodeColl {
                 tracing::info!(target: "coll_sm", segment = %name, "removed the stale segment of a dead process");
             }
         });
-        let path = format!(
-            "/dev/shm/tmpi-coll.{}.{}",
+        let path = segment_path(
             std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
+            std::env::var("TMPI_JOB_ID").ok().as_deref(),
+            NEXT.fetch_add(1, Ordering::Relaxed),
         );
         let seg = Segment::create(Path::new(&path), self.bytes())
             .map_err(|e| format!("create {path}: {e}"))?;
@@ -711,6 +727,9 @@ impl Node {
 
     fn new(seg: Segment, nc: &NodeColl) -> Node {
         let (stream, small, large, _) = Node::rings(nc.size, nc.max);
+        // Each rank's pid, for the others' waits (`Node::look_for_mismatch`).
+        seg.atomic(Node::pid_word(nc.size, nc.rank))
+            .store(u64::from(std::process::id()), Ordering::Release);
         Node {
             seg,
             p: nc.size,
@@ -777,8 +796,7 @@ impl Node {
     /// calls per cache-line transfer. Calls in which every rank waits for
     /// every other (barrier, allreduce, allgather) keep their areas on
     /// lines of their own: packed, a writer's next call pulls back the line
-    /// the others are still reading (2 ranks, 8 B: allreduce 0.137 ->
-    /// 0.149 us, allgather 0.118 -> 0.129, docs/coll.md "Stream ring").
+    /// the others are still reading (docs/coll.md "Stream ring").
     fn begin_stream(&self, n: usize) -> Step<'_> {
         self.begin_route(Node::ring_of(n, true))
     }
@@ -1280,7 +1298,7 @@ impl Node {
     /// when not (`coll_sm_single_copy` off, or some rank could not read
     /// some other). Decided on the first call that asks (a collective step
     /// of every rank, two small ops): every rank publishes its pid and the
-    /// address of btl-sm's probe word (`tmpi_btl_sm::cma::probe_addr`),
+    /// address of the single-copy probe word (`tmpi_smsc::cma::probe_addr`),
     /// reads that word from every other rank (`cma::probe`), then
     /// publishes whether all reads gave the right value; single copy is
     /// used only when every rank says so.
@@ -1322,27 +1340,24 @@ impl Node {
     #[cold]
     fn probe_cma(&self, ctx: &CollContext) -> Result<Option<Vec<u32>>> {
         use std::os::fd::AsRawFd;
-        tmpi_btl_sm::cma::allow_ptracer_any();
+        tmpi_smsc::cma::allow_ptracer_any();
         let p = self.p as usize;
         // With pipes: one to every other rank, its read end's number
         // published in the rank's word (u64::MAX: none).
-        let mine: Vec<Option<tmpi_btl_sm::splice::Pipe>> = (0..self.p)
+        let mine: Vec<Option<tmpi_smsc::splice::Pipe>> = (0..self.p)
             .map(|r| {
                 if !self.splice || r == self.me {
                     return None;
                 }
-                tmpi_btl_sm::splice::Pipe::new(PIPE_IDLE)
+                tmpi_smsc::splice::Pipe::new(PIPE_IDLE)
                     .inspect_err(|e| {
                         tracing::info!(target: "coll_sm", "pipe to rank {r}: {e}");
                     })
                     .ok()
             })
             .collect();
-        let mut hello = two_words(
-            u64::from(std::process::id()),
-            tmpi_btl_sm::cma::probe_addr(),
-        )
-        .to_vec();
+        let mut hello =
+            two_words(u64::from(std::process::id()), tmpi_smsc::cma::probe_addr()).to_vec();
         if self.splice {
             for pipe in &mine {
                 let fd = pipe
@@ -1364,7 +1379,7 @@ impl Node {
             let (pid, addr) = read_two_words(d);
             let pid = pid as u32;
             pids[r as usize] = pid;
-            if let Err(e) = tmpi_btl_sm::cma::probe(pid, addr) {
+            if let Err(e) = tmpi_smsc::cma::probe(pid, addr) {
                 tracing::info!(target: "coll_sm", "single copy from rank {r} (pid {pid}) fails: {e}");
                 ok = false;
             }
@@ -1373,7 +1388,7 @@ impl Node {
                 let fd = read_len(&d[at..at + 8]) as u64;
                 let taken = i32::try_from(fd)
                     .map_err(|_| std::io::Error::other("no pipe"))
-                    .and_then(|fd| tmpi_btl_sm::splice::take_fd(pid, fd));
+                    .and_then(|fd| tmpi_smsc::splice::take_fd(pid, fd));
                 match taken {
                     Ok(fd) => from[r as usize] = Some(fd),
                     Err(e) => {
@@ -1468,13 +1483,13 @@ impl Node {
                         // The pages the part spans, one pipe slot each.
                         let span = (at + n as u64).div_ceil(4096) - at / 4096;
                         let want = (span as usize * 4096).min(PIPE_MAX);
-                        match tmpi_btl_sm::splice::resize(fd, want) {
+                        match tmpi_smsc::splice::resize(fd, want) {
                             Ok(_) => {
                                 grown.push(fd);
                                 // A failure (a bad address) splices nothing:
                                 // the reader's process_vm_readv reports it.
                                 let t = std::time::Instant::now();
-                                let k = tmpi_btl_sm::splice::give(fd, at, n).unwrap_or(0);
+                                let k = tmpi_smsc::splice::give(fd, at, n).unwrap_or(0);
                                 spliced.0 += t.elapsed().as_nanos() as f64;
                                 spliced.1 += k;
                                 k
@@ -1529,13 +1544,12 @@ impl Node {
                 };
                 let usable = if len == src_len { sent.min(n) } else { 0 };
                 let t = std::time::Instant::now();
-                let took = tmpi_btl_sm::splice::take(from, &mut recv[at..at + usable]);
+                let took = tmpi_smsc::splice::take(from, &mut recv[at..at + usable]);
                 if took.is_ok() {
                     taken.0 += t.elapsed().as_nanos() as f64;
                     taken.1 += usable;
                 }
-                if let Err(e) =
-                    took.and_then(|()| tmpi_btl_sm::splice::discard(from, sent - usable))
+                if let Err(e) = took.and_then(|()| tmpi_smsc::splice::discard(from, sent - usable))
                 {
                     res = res.and(Err(failed(format!(
                         "reading {sent} bytes from rank {r}'s pipe: {e}"
@@ -1554,7 +1568,7 @@ impl Node {
                 continue;
             }
             let t = std::time::Instant::now();
-            match tmpi_btl_sm::cma::read(
+            match tmpi_smsc::cma::read(
                 pids[r as usize],
                 addr + (off + piped) as u64,
                 &mut recv[at + piped..at + n],
@@ -1580,7 +1594,7 @@ impl Node {
         // this op, and drained this rank's pipes.
         let finished = st.finish_all(ctx);
         for fd in grown {
-            if let Err(e) = tmpi_btl_sm::splice::resize(fd, PIPE_IDLE) {
+            if let Err(e) = tmpi_smsc::splice::resize(fd, PIPE_IDLE) {
                 tracing::debug!(target: "coll_sm", "pipe not shrunk: {e}");
             }
         }
@@ -1726,9 +1740,9 @@ impl Step<'_> {
     }
 
     /// Stores this rank's flag for this op: the op's number over the
-    /// call's (modulo 2^[`CALL_BITS`]), one store. (A barrier that also
-    /// stored a length carrying the call's number, checked by a second
-    /// load, took 0.083 us at 2 ranks against 0.074 with the flag alone.)
+    /// call's (modulo 2^[`CALL_BITS`]), one store. (A second store carrying
+    /// the call's number, checked by a second load, made a barrier
+    /// measurably slower: the waiting rank can take the line in between.)
     fn raise_flag(&self, a: usize) {
         let call = self.node.call.load(Ordering::Relaxed) & CALL_MASK;
         self.node
@@ -1868,5 +1882,27 @@ impl Step<'_> {
             op.apply(dtype, &self.data(r, n)[from..to], out)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::segment_path;
+
+    #[test]
+    fn segment_names_carry_the_job_id_when_it_is_safe() {
+        assert_eq!(
+            segment_path(7, Some("tmpi-12-0123456789abcdef"), 3),
+            "/dev/shm/tmpi-coll.7.tmpi-12-0123456789abcdef.3"
+        );
+        for bad in [
+            None,
+            Some(""),
+            Some("a/../b"),
+            Some("a.b"),
+            Some(&"x".repeat(65)[..]),
+        ] {
+            assert_eq!(segment_path(7, bad, 3), "/dev/shm/tmpi-coll.7.3", "{bad:?}");
+        }
     }
 }

@@ -1,5 +1,8 @@
-//! Packing of the MPI envelope into the 64-bit TMH tag, and the masks of
-//! wildcard receives.
+//! The match header on a tag-matching NIC: the MPI envelope packed into
+//! the 64-bit tag that the NIC compares (the TMH tag), and the masks of
+//! wildcard receives. This is the pml's format (beside `hdr.rs`'s match
+//! header, which it stands for on the tagged path); the BTL carries tags
+//! without reading them.
 //!
 //! # Layout (bit 63 is the most significant bit of the big-endian wire tag)
 //!
@@ -72,16 +75,8 @@ pub enum TagError {
     Tag(i32),
 }
 
-/// A message envelope as the pml sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Envelope {
-    /// Communicator context id.
-    pub context: u32,
-    /// Source rank in the communicator.
-    pub source: u32,
-    /// MPI tag (negative = internal).
-    pub tag: i32,
-}
+/// A message envelope (context, source rank, tag).
+pub use tmpi_tm_engine::Envelope;
 
 /// Packs an envelope into the 64-bit TMH tag.
 pub fn pack(env: Envelope) -> Result<u64, TagError> {
@@ -105,11 +100,11 @@ pub fn unpack(tag: u64) -> Envelope {
     let field = (tag & TAG_BITS) as u32;
     // Sign-extend the 24-bit field.
     let t = ((field << 8) as i32) >> 8;
-    Envelope {
-        context: ((tag & CONTEXT_BITS) >> CONTEXT_SHIFT) as u32,
-        source: ((tag & SOURCE_BITS) >> SOURCE_SHIFT) as u32,
-        tag: t,
-    }
+    Envelope::new(
+        ((tag & CONTEXT_BITS) >> CONTEXT_SHIFT) as u32,
+        ((tag & SOURCE_BITS) >> SOURCE_SHIFT) as u32,
+        t,
+    )
 }
 
 /// Source selector of a receive.
@@ -151,11 +146,7 @@ impl Matcher {
             // Keep the internal bit in the mask, required to be 0.
             TagSel::Any => (0, INTERNAL_BIT),
         };
-        let full = pack(Envelope {
-            context,
-            source: src,
-            tag: t,
-        })?;
+        let full = pack(Envelope::new(context, src, t))?;
         let mask = CONTEXT_BITS | src_mask | tag_mask;
         Ok(Matcher {
             recv_tag: full & mask,
@@ -175,11 +166,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn env(context: u32, source: u32, tag: i32) -> Envelope {
-        Envelope {
-            context,
-            source,
-            tag,
-        }
+        Envelope::new(context, source, tag)
     }
 
     #[test]

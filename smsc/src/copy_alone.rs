@@ -6,9 +6,9 @@
 //!
 //! Why a receiver would: a reduction's fold reads the received bytes right
 //! after the get, and the part the sender wrote sits in the sender's cache.
-//! With the two cores close that costs little and the shared copy wins
-//! (2 ranks, reduce 64 KiB: 6.6 us against 8.3 alone); with them far apart
-//! each of those lines crosses between the cores again (10.6 against 8.5).
+//! With the two cores close that costs little and the shared copy wins;
+//! with them far apart each of those lines crosses between the cores again
+//! and copying alone is cheaper.
 //! The collective layer measures both ways and says which it wants
 //! (`tmpi-coll`'s reduce). A hint only: a get made on another thread (a
 //! progress thread) ignores it, which costs time, never correctness.

@@ -1,0 +1,1254 @@
+//! The pt2pt component: one-sided operations as active messages over the
+//! pml (Open MPI's osc/pt2pt, MPICH's CH3 RMA).
+//!
+//! * A window duplicates its communicator: its context carries only this
+//!   window's messages. Creation exchanges every rank's window size and
+//!   displacement unit, so the origin checks target ranges before sending.
+//! * Each operation is one request message to the target ([`TAG_REQ`]),
+//!   with the target datatype's block list and the packed origin data; a
+//!   get-like operation first posts the receive of its reply (a tag of its
+//!   sequence number). The origin's data is copied into the message, so
+//!   origin buffers are free when the call returns.
+//! * The target applies requests from the pml's progress: a hook the pml
+//!   runs in every waiting round of a blocking call (and coll in its
+//!   waits), registered once per process while windows exist. One thread
+//!   serves a window at a time, requests in arrival order: the pml keeps
+//!   each origin's messages in order, so a reply to an origin's flush,
+//!   unlock or complete request tells it every earlier operation was
+//!   applied, and accumulates from one origin are applied in issue order.
+//!   Applying one request is atomic with respect to every other one.
+//! * Passive target: the target runs a lock (shared count, exclusive
+//!   holder, FIFO queue of waiting requests); a lock request is answered
+//!   when granted. `MPI_MODE_NOCHECK` skips the lock messages.
+//! * Fence: each rank flushes the targets it wrote to, then a barrier on
+//!   the window's context (point-to-point, so targets keep serving).
+//! * PSCW: `post` sends a notice to each origin; `start` waits for them;
+//!   `complete` sends a complete request to each target; `wait` serves
+//!   until every origin's complete was applied.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+
+use tmpi_coll::Comm;
+use tmpi_pml::raw::{RawBuf, RawBufMut};
+use tmpi_pml::{Pml, ReqId, SendMode, ANY_SOURCE};
+
+use crate::mem::{pack, regions, unpack, WinMem};
+use crate::wire::{reply_tag, Kind, Req, TAG_BARRIER, TAG_INFO, TAG_POST, TAG_REQ};
+use crate::{
+    assert, AccOp, Buf, BufMut, Component, Layout, LockType, Memory, Module, OscError, Result,
+    Target,
+};
+
+/// The component.
+pub struct Pt2ptComponent;
+
+impl Component for Pt2ptComponent {
+    fn name(&self) -> &'static str {
+        "pt2pt"
+    }
+    fn priority(&self, _comm: &Comm) -> Option<i32> {
+        // Works over every transport: the fallback of any later component.
+        Some(10)
+    }
+    fn create(&self, pml: &Arc<Pml>, comm: &Comm, mem: &Memory) -> Result<Box<dyn Module>> {
+        Ok(Box::new(Pt2pt::new(pml, comm, mem)?))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Number of live windows: the progress hook's "has work" counter.
+fn live() -> &'static Arc<AtomicUsize> {
+    static LIVE: OnceLock<Arc<AtomicUsize>> = OnceLock::new();
+    LIVE.get_or_init(|| Arc::new(AtomicUsize::new(0)))
+}
+
+/// The windows the hook serves.
+fn windows() -> &'static Mutex<Vec<Weak<Shared>>> {
+    static W: OnceLock<Mutex<Vec<Weak<Shared>>>> = OnceLock::new();
+    W.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// Registers the serving hook with `pml` once.
+fn hook(pml: &Pml) {
+    static HOOKED: OnceLock<Mutex<Vec<usize>>> = OnceLock::new();
+    let key = pml as *const Pml as usize;
+    let mut h = lock(HOOKED.get_or_init(|| Mutex::new(Vec::new())));
+    if !h.contains(&key) {
+        h.push(key);
+        pml.set_progress_hook(Arc::clone(live()), Box::new(serve_all));
+    }
+}
+
+/// Serves every live window (the progress hook).
+fn serve_all() {
+    let list: Vec<Arc<Shared>> = lock(windows()).iter().filter_map(Weak::upgrade).collect();
+    for w in list {
+        w.serve();
+    }
+}
+
+/// What the target side and the hook share.
+struct Shared {
+    pml: Arc<Pml>,
+    ctx: u32,
+    rank: i32,
+    mem: WinMem,
+    serving: Mutex<()>,
+    target: Mutex<TargetState>,
+    freed: AtomicBool,
+}
+
+#[derive(Default)]
+struct TargetState {
+    exclusive: Option<i32>,
+    shared: usize,
+    /// Lock requests waiting: (origin, exclusive, reply sequence).
+    queue: VecDeque<(i32, bool, u32)>,
+    /// Replies in flight (the buffer lives until the send completes).
+    replies: Vec<(ReqId, Vec<u8>)>,
+    /// PSCW complete requests applied and not yet consumed by a wait.
+    completes: usize,
+}
+
+/// Operations (request sends and awaited replies) one window keeps in
+/// flight before the origin completes the older half.
+const MAX_OPS: usize = 4096;
+/// Bytes of request messages and reply buffers one window keeps in flight
+/// before the origin completes the older half.
+const MAX_BYTES: usize = 64 << 20;
+
+/// Where a reply goes: (address, count, layout) of the user's result.
+type Out = (usize, usize, Layout);
+
+/// An operation whose reply the origin waits for.
+struct Pending {
+    target: i32,
+    id: ReqId,
+    buf: Vec<u8>,
+    out: Option<Out>,
+}
+
+#[derive(Default)]
+struct OriginState {
+    seq: u32,
+    /// A fence opened an access and exposure epoch.
+    fence: bool,
+    /// Operations were issued in the fence's epoch.
+    fence_ops: bool,
+    /// Passive-target locks held: target → (type, taken with NOCHECK).
+    locks: BTreeMap<i32, (LockType, bool)>,
+    lock_all: Option<bool>,
+    start: Option<Vec<i32>>,
+    post: Option<Vec<i32>>,
+    /// Targets written since their last remote completion.
+    dirty: BTreeSet<i32>,
+    pending: Vec<Pending>,
+    sends: Vec<(ReqId, Vec<u8>)>,
+    /// Bytes of `pending`'s buffers and `sends`' messages (recounted when
+    /// either shrinks).
+    held: usize,
+}
+
+/// The module of one window.
+pub struct Pt2pt {
+    sh: Arc<Shared>,
+    size: i32,
+    /// (size in bytes, displacement unit) of every rank's window.
+    peers: Vec<(u64, u64)>,
+    origin: Mutex<OriginState>,
+    comm: Mutex<Option<Comm>>,
+}
+
+impl Pt2pt {
+    fn new(pml: &Arc<Pml>, comm: &Comm, mem: &Memory) -> Result<Pt2pt> {
+        let dup = comm.dup()?;
+        let ctx = dup.context_id();
+        let rank = dup.rank() as i32;
+        let size = dup.size() as i32;
+        let sh = Arc::new(Shared {
+            pml: Arc::clone(pml),
+            ctx,
+            rank,
+            mem: WinMem {
+                base: mem.base,
+                size: mem.size,
+            },
+            serving: Mutex::new(()),
+            target: Mutex::new(TargetState::default()),
+            freed: AtomicBool::new(false),
+        });
+        // Every rank's size and displacement unit.
+        let mine: Vec<u8> = [mem.size as u64, mem.disp_unit as u64]
+            .iter()
+            .flat_map(|x| x.to_ne_bytes())
+            .collect();
+        let mut bufs = vec![[0u8; 16]; size as usize];
+        let mut ids = Vec::new();
+        for (r, b) in bufs.iter_mut().enumerate() {
+            if r as i32 != rank {
+                // SAFETY: `b` lives until the wait below.
+                ids.push(unsafe { pml.irecv(ctx, r as i32, TAG_INFO, RawBufMut::from_slice(b)) }?);
+            }
+        }
+        for r in 0..size {
+            if r != rank {
+                // SAFETY: `mine` lives until the wait below.
+                ids.push(unsafe {
+                    pml.isend(
+                        ctx,
+                        r,
+                        TAG_INFO,
+                        RawBuf::from_slice(&mine),
+                        SendMode::Standard,
+                    )
+                }?);
+            }
+        }
+        for id in ids {
+            wait(pml, id)?;
+        }
+        bufs[rank as usize].copy_from_slice(&mine);
+        let peers = bufs
+            .iter()
+            .map(|b| {
+                let w = |i: usize| {
+                    u64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or_default())
+                };
+                (w(0), w(1))
+            })
+            .collect();
+        lock(windows()).push(Arc::downgrade(&sh));
+        live().fetch_add(1, Ordering::AcqRel);
+        hook(pml);
+        tracing::debug!(target: "osc", "pt2pt window on context {ctx}: rank {rank} of {size}, {} bytes", mem.size);
+        Ok(Pt2pt {
+            sh,
+            size,
+            peers,
+            origin: Mutex::new(OriginState::default()),
+            comm: Mutex::new(Some(dup)),
+        })
+    }
+
+    fn pml(&self) -> &Pml {
+        &self.sh.pml
+    }
+
+    fn check_rank(&self, r: i32) -> Result<()> {
+        if (0..self.size).contains(&r) {
+            Ok(())
+        } else {
+            Err(OscError::Rank(format!(
+                "rank {r} is not in the window's group of {}",
+                self.size
+            )))
+        }
+    }
+
+    /// The byte offset of the target region, checked against the target's
+    /// window.
+    fn target_offset(&self, t: &Target<'_>) -> Result<i64> {
+        self.check_rank(t.rank)?;
+        let (wsize, unit) = self.peers[t.rank as usize];
+        let off = t.disp as i128 * unit as i128;
+        if let Some((lo, hi)) = t.layout.span(t.count) {
+            if off + lo < 0 || off + hi > wsize as i128 {
+                return Err(OscError::Range(format!(
+                    "target bytes {}..{} are outside rank {}'s window of {wsize} bytes",
+                    off + lo,
+                    off + hi,
+                    t.rank
+                )));
+            }
+        }
+        i64::try_from(off)
+            .map_err(|_| OscError::Range(format!("displacement {} overflows", t.disp)))
+    }
+
+    fn target_req(&self, kind: Kind, t: &Target<'_>) -> Result<Req> {
+        let offset = self.target_offset(t)?;
+        // Contiguous items travel as one block: the target then walks one
+        // region, not one per item (a million MPI_CHARs).
+        let (count, extent, blocks) = if t.layout.is_contig(t.count) {
+            let n = t.layout.packed_len(t.count)?;
+            let b = if n == 0 { vec![] } else { vec![(0, n as u64)] };
+            (1, n as i64, b)
+        } else {
+            (
+                t.count as u64,
+                t.layout.extent as i64,
+                t.layout
+                    .blocks
+                    .iter()
+                    .map(|&(o, l)| (o as i64, l as u64))
+                    .collect(),
+            )
+        };
+        Ok(Req {
+            kind,
+            op: None,
+            elem: t.layout.elem,
+            wide: t.layout.wide,
+            lock: 0,
+            seq: 0,
+            offset,
+            count,
+            extent,
+            blocks,
+        })
+    }
+
+    /// A lock or PSCW access epoch begins: a fence's epoch, if one was
+    /// opened, ends here when no operation used it (MPI: a fence starts an
+    /// epoch only when operations follow); with operations in it, or a
+    /// PSCW access epoch open, the call is misplaced.
+    fn leave_fence(o: &mut OriginState, call: &str) -> Result<()> {
+        if o.start.is_some() {
+            return Err(OscError::Sync(format!(
+                "{call} inside a PSCW access epoch (MPI_Win_start ... MPI_Win_complete)"
+            )));
+        }
+        if o.fence && o.fence_ops {
+            return Err(OscError::Sync(format!(
+                "{call} inside a fence epoch with operations (call MPI_Win_fence first)"
+            )));
+        }
+        o.fence = false;
+        Ok(())
+    }
+
+    /// Whether the origin may access `target` now (some epoch covers it).
+    fn access(o: &OriginState, target: i32) -> Result<()> {
+        if o.fence
+            || o.lock_all.is_some()
+            || o.locks.contains_key(&target)
+            || o.start.as_ref().is_some_and(|g| g.contains(&target))
+        {
+            Ok(())
+        } else {
+            Err(OscError::Sync(format!(
+                "no access epoch covers rank {target} (call MPI_Win_fence, MPI_Win_lock, MPI_Win_lock_all or MPI_Win_start first)"
+            )))
+        }
+    }
+
+    /// Sends request `req` with `data` to `target`; with `reply`, first
+    /// posts the receive of a reply of that many bytes (unpacked into
+    /// `out`, if any, when it completes). `epoch`: check the access epoch.
+    fn issue(
+        &self,
+        target: i32,
+        mut req: Req,
+        data: &[&[u8]],
+        reply: Option<(usize, Option<Out>)>,
+        epoch: bool,
+    ) -> Result<()> {
+        self.check_rank(target)?;
+        let pml = self.pml();
+        let mut o = lock(&self.origin);
+        if epoch {
+            Self::access(&o, target)?;
+            if o.fence && o.locks.is_empty() && o.lock_all.is_none() && o.start.is_none() {
+                o.fence_ops = true;
+            }
+        }
+        o.seq = o.seq.wrapping_add(1);
+        req.seq = o.seq;
+        if let Some((len, out)) = reply {
+            let mut buf = vec![0u8; len];
+            // SAFETY: `buf`'s heap block stays where it is (the Vec moves
+            // into `pending`, its storage does not) until the receive
+            // completes in `wait_pending`.
+            let id = unsafe {
+                pml.irecv(
+                    self.sh.ctx,
+                    target,
+                    reply_tag(req.seq),
+                    RawBufMut::from_slice(&mut buf),
+                )
+            }?;
+            o.held += len;
+            o.pending.push(Pending {
+                target,
+                id,
+                buf,
+                out,
+            });
+        }
+        let msg = req.encode(data);
+        // SAFETY: as above, `msg` is kept in `sends` until the send completes.
+        let id = unsafe {
+            pml.isend(
+                self.sh.ctx,
+                target,
+                TAG_REQ,
+                RawBuf::from_slice(&msg),
+                SendMode::Standard,
+            )
+        }?;
+        o.held += msg.len();
+        o.sends.push((id, msg));
+        if matches!(req.kind, Kind::Put | Kind::Acc | Kind::GetAcc | Kind::Cas) {
+            o.dirty.insert(target);
+        }
+        // Reap the completed sends now and then.
+        if o.sends.len() >= 256 {
+            let mut keep = Vec::new();
+            for (id, m) in std::mem::take(&mut o.sends) {
+                match pml.is_done(id) {
+                    Ok(true) => {
+                        wait(pml, id)?;
+                    }
+                    _ => keep.push((id, m)),
+                }
+            }
+            o.sends = keep;
+            o.held = o.pending.iter().map(|p| p.buf.len()).sum::<usize>()
+                + o.sends.iter().map(|s| s.1.len()).sum::<usize>();
+        }
+        // Bound what one epoch keeps in flight (MPICH's rma/manyget issues
+        // 100 000 gets of 128 KiB in one fence epoch): past the limits the
+        // oldest half completes before the call returns, which MPI allows.
+        if o.pending.len() + o.sends.len() > MAX_OPS || o.held > MAX_BYTES {
+            let ns = o.sends.len().div_ceil(2);
+            let np = o.pending.len().div_ceil(2);
+            let sends: Vec<_> = o.sends.drain(..ns).collect();
+            let pending: Vec<_> = o.pending.drain(..np).collect();
+            o.held = o.pending.iter().map(|p| p.buf.len()).sum::<usize>()
+                + o.sends.iter().map(|s| s.1.len()).sum::<usize>();
+            drop(o);
+            self.complete(sends, pending)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for `sends` and for the replies `pending`, unpacking results.
+    fn complete(&self, sends: Vec<(ReqId, Vec<u8>)>, pending: Vec<Pending>) -> Result<()> {
+        let mut first = Ok(());
+        for (id, _msg) in sends {
+            if let Err(e) = wait(self.pml(), id) {
+                first = first.and(Err(e));
+            }
+        }
+        for p in pending {
+            match wait(self.pml(), p.id) {
+                Ok(n) => {
+                    if let Some((addr, count, layout)) = &p.out {
+                        // SAFETY: the user's result buffer stays valid until
+                        // the operation completes (the contract of
+                        // `Module::get`), which is now.
+                        unsafe {
+                            unpack(
+                                *addr as *mut u8,
+                                *count,
+                                layout,
+                                &p.buf[..n.min(p.buf.len())],
+                            )
+                        };
+                    }
+                }
+                Err(e) => first = first.and(Err(e)),
+            }
+        }
+        first
+    }
+
+    /// Waits for the replies of the operations to `targets` (all when
+    /// `None`) and for every request send, unpacking results.
+    fn wait_pending(&self, targets: Option<&[i32]>) -> Result<()> {
+        // Every window moves here, even when nothing of this one is
+        // outstanding: a program spinning on flush or sync of one window
+        // (mpi4py.util.sync) must still answer requests for its others.
+        serve_all();
+        let (mine, sends) = {
+            let mut o = lock(&self.origin);
+            let (mine, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut o.pending)
+                .into_iter()
+                .partition(|p| targets.is_none_or(|t| t.contains(&p.target)));
+            o.pending = rest;
+            o.held = o.pending.iter().map(|p| p.buf.len()).sum();
+            (mine, std::mem::take(&mut o.sends))
+        };
+        self.complete(sends, mine)
+    }
+
+    /// Remote completion at `targets`: a flush request to each one written
+    /// to (its reply follows every earlier request), then every reply.
+    fn flush_targets(&self, targets: &[i32]) -> Result<()> {
+        let dirty: Vec<i32> = {
+            let mut o = lock(&self.origin);
+            targets
+                .iter()
+                .copied()
+                .filter(|t| o.dirty.remove(t))
+                .collect()
+        };
+        for t in dirty {
+            self.issue(
+                t,
+                Req::control(Kind::Flush, 0, 0),
+                &[],
+                Some((0, None)),
+                false,
+            )?;
+        }
+        self.wait_pending(Some(targets))
+    }
+
+    /// A dissemination barrier over the window's context: waiting in the
+    /// pml keeps this rank serving requests.
+    fn barrier(&self) -> Result<()> {
+        let pml = self.pml();
+        let (me, n) = (self.sh.rank, self.size);
+        let mut k = 0;
+        while (1 << k) < n {
+            let d = 1 << k;
+            let to = (me + d) % n;
+            let from = (me - d + n) % n;
+            let mut b = [0u8; 1];
+            // SAFETY: `b` outlives the wait below.
+            let r = unsafe {
+                pml.irecv(
+                    self.sh.ctx,
+                    from,
+                    TAG_BARRIER + k,
+                    RawBufMut::from_slice(&mut b),
+                )
+            }?;
+            // SAFETY: an empty buffer.
+            let s = unsafe {
+                pml.isend(
+                    self.sh.ctx,
+                    to,
+                    TAG_BARRIER + k,
+                    RawBuf::empty(),
+                    SendMode::Standard,
+                )
+            }?;
+            wait(pml, s)?;
+            wait(pml, r)?;
+            k += 1;
+        }
+        Ok(())
+    }
+
+    fn all_ranks(&self) -> Vec<i32> {
+        (0..self.size).collect()
+    }
+}
+
+/// Waits for a pml request; its byte count, or the error it ended with.
+fn wait(pml: &Pml, id: ReqId) -> Result<usize> {
+    let st = pml.wait(id)?;
+    if let Some(c) = tmpi_pml::status_error(&st) {
+        return Err(OscError::Comm(format!(
+            "one-sided transfer ended with {}",
+            c.name()
+        )));
+    }
+    Ok(st.count)
+}
+
+impl Shared {
+    /// Applies the requests that arrived for this window (any thread; one
+    /// at a time).
+    fn serve(&self) {
+        if self.freed.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(_one) = self.serving.try_lock() else {
+            return;
+        };
+        self.reap_replies();
+        let mut served = 0usize;
+        loop {
+            // An origin can keep this loop busy for long: the replies sent
+            // meanwhile are released as they complete, not at the end.
+            served += 1;
+            if served.is_multiple_of(64) {
+                self.reap_replies();
+            }
+            let (msg, st) = match self.pml.improbe(self.ctx, ANY_SOURCE, TAG_REQ) {
+                Ok(Some(m)) => m,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(target: "osc", "serving window on context {}: probe failed: {e}", self.ctx);
+                    break;
+                }
+            };
+            let mut buf = vec![0u8; st.count];
+            // SAFETY: `buf` lives until the wait right after.
+            let got = unsafe { self.pml.imrecv(msg, RawBufMut::from_slice(&mut buf)) }
+                .map_err(OscError::from)
+                .and_then(|id| wait(&self.pml, id));
+            match got {
+                Ok(_) => {
+                    if let Err(e) = self.apply(st.source, &buf) {
+                        tracing::warn!(target: "osc", "request from rank {} on context {} refused: {e}", st.source, self.ctx);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(target: "osc", "receiving a request on context {} failed: {e}", self.ctx);
+                }
+            }
+        }
+    }
+
+    /// Releases the replies whose sends completed.
+    fn reap_replies(&self) {
+        let mut t = lock(&self.target);
+        let pml = &self.pml;
+        t.replies
+            .retain(|(id, _)| matches!(pml.test(*id), Ok(None)));
+    }
+
+    fn reply(&self, to: i32, seq: u32, data: Vec<u8>) -> Result<()> {
+        // SAFETY: `data` is kept in `replies` until the send completes.
+        let id = unsafe {
+            self.pml.isend(
+                self.ctx,
+                to,
+                reply_tag(seq),
+                RawBuf::from_slice(&data),
+                SendMode::Standard,
+            )
+        }?;
+        lock(&self.target).replies.push((id, data));
+        Ok(())
+    }
+
+    /// Applies one request from `src`.
+    fn apply(&self, src: i32, m: &[u8]) -> Result<()> {
+        let (r, data) = Req::decode(m)?;
+        let regs = || regions(r.offset as i128, r.count, r.extent as i128, &r.blocks);
+        match r.kind {
+            Kind::Put => {
+                let n = self.mem.check(regs())?;
+                if n != data.len() {
+                    return Err(OscError::Type(format!(
+                        "put of {} bytes into {n}",
+                        data.len()
+                    )));
+                }
+                self.mem.scatter(regs(), data);
+            }
+            Kind::Get => {
+                let n = self.mem.check(regs());
+                let mut out = Vec::with_capacity(*n.as_ref().unwrap_or(&0));
+                if n.is_ok() {
+                    self.mem.gather(regs(), &mut out);
+                }
+                self.reply(src, r.seq, out)?;
+                n?;
+            }
+            Kind::Acc | Kind::GetAcc => {
+                let n = self.mem.check(regs());
+                let mut old = Vec::with_capacity(*n.as_ref().unwrap_or(&0));
+                if n.is_ok() {
+                    self.mem.gather(regs(), &mut old);
+                }
+                let res = n.and_then(|_| {
+                    let op =
+                        r.op.clone()
+                            .ok_or_else(|| OscError::Op("accumulate without op".into()))?;
+                    let mut new = old.clone();
+                    match op {
+                        AccOp::NoOp => return Ok(()),
+                        AccOp::Replace => {
+                            if data.len() != new.len() {
+                                return Err(OscError::Type(format!(
+                                    "accumulate of {} bytes into {}",
+                                    data.len(),
+                                    new.len()
+                                )));
+                            }
+                            new.copy_from_slice(data);
+                        }
+                        AccOp::Reduce(o) => {
+                            if data.len() != new.len() {
+                                return Err(OscError::Type(format!(
+                                    "accumulate of {} bytes into {}",
+                                    data.len(),
+                                    new.len()
+                                )));
+                            }
+                            if let Some(k) = r.wide {
+                                if !crate::wide_apply(k, &o, data, &mut new) {
+                                    return Err(OscError::Op(format!(
+                                        "{} does not apply to this datatype",
+                                        o.name()
+                                    )));
+                                }
+                            } else {
+                                let e = r.elem.ok_or_else(|| {
+                                    OscError::Op("accumulate without element type".into())
+                                })?;
+                                o.apply(e, data, &mut new)
+                                    .map_err(|e| OscError::Op(e.to_string()))?;
+                            }
+                        }
+                    }
+                    self.mem.scatter(regs(), &new);
+                    Ok(())
+                });
+                if r.kind == Kind::GetAcc {
+                    self.reply(src, r.seq, old)?;
+                }
+                res?;
+            }
+            Kind::Cas => {
+                let n = self.mem.check(regs());
+                let mut old = Vec::new();
+                if n.is_ok() {
+                    self.mem.gather(regs(), &mut old);
+                }
+                let ok = n.as_ref().is_ok_and(|&n| data.len() == 2 * n);
+                if ok && old[..] == data[old.len()..] {
+                    self.mem.scatter(regs(), &data[..old.len()]);
+                }
+                self.reply(src, r.seq, old)?;
+                n?;
+            }
+            Kind::Lock => {
+                let excl = r.lock == 1;
+                let grant = {
+                    let mut t = lock(&self.target);
+                    let free =
+                        t.exclusive.is_none() && t.queue.is_empty() && (!excl || t.shared == 0);
+                    if free {
+                        if excl {
+                            t.exclusive = Some(src);
+                        } else {
+                            t.shared += 1;
+                        }
+                    } else {
+                        t.queue.push_back((src, excl, r.seq));
+                    }
+                    free
+                };
+                if grant {
+                    self.reply(src, r.seq, Vec::new())?;
+                }
+            }
+            Kind::Unlock => {
+                let granted = {
+                    let mut t = lock(&self.target);
+                    if t.exclusive == Some(src) {
+                        t.exclusive = None;
+                    } else if t.shared > 0 {
+                        t.shared -= 1;
+                    } else {
+                        tracing::warn!(target: "osc", "unlock from rank {src} that holds no lock");
+                    }
+                    let mut g = Vec::new();
+                    while let Some(&(o, excl, seq)) = t.queue.front() {
+                        if t.exclusive.is_some() || (excl && t.shared > 0) {
+                            break;
+                        }
+                        t.queue.pop_front();
+                        if excl {
+                            t.exclusive = Some(o);
+                        } else {
+                            t.shared += 1;
+                        }
+                        g.push((o, seq));
+                    }
+                    g
+                };
+                self.reply(src, r.seq, Vec::new())?;
+                for (o, seq) in granted {
+                    self.reply(o, seq, Vec::new())?;
+                }
+            }
+            Kind::Flush => self.reply(src, r.seq, Vec::new())?,
+            Kind::Complete => lock(&self.target).completes += 1,
+        }
+        Ok(())
+    }
+}
+
+impl Module for Pt2pt {
+    fn component(&self) -> &'static str {
+        "pt2pt"
+    }
+
+    unsafe fn put(&self, origin: Buf<'_>, t: Target<'_>) -> Result<()> {
+        let want = t.layout.packed_len(t.count)?;
+        let have = origin.layout.packed_len(origin.count)?;
+        if want != have {
+            return Err(OscError::Type(format!(
+                "the origin holds {have} bytes of data, the target datatype {want}"
+            )));
+        }
+        let req = self.target_req(Kind::Put, &t)?;
+        // SAFETY: the caller's contract.
+        let data = unsafe { pack(origin.ptr, origin.count, origin.layout) };
+        self.issue(t.rank, req, &[&data], None, true)
+    }
+
+    unsafe fn get(&self, result: BufMut<'_>, t: Target<'_>) -> Result<()> {
+        let want = t.layout.packed_len(t.count)?;
+        let have = result.layout.packed_len(result.count)?;
+        if want != have {
+            return Err(OscError::Type(format!(
+                "the origin buffer holds {have} bytes of data, the target datatype {want}"
+            )));
+        }
+        let req = self.target_req(Kind::Get, &t)?;
+        let out = (result.ptr as usize, result.count, result.layout.clone());
+        self.issue(t.rank, req, &[], Some((want, Some(out))), true)
+    }
+
+    unsafe fn accumulate(&self, origin: Buf<'_>, t: Target<'_>, op: &AccOp) -> Result<()> {
+        if t.layout.packed_len(t.count)? == 0 && origin.layout.packed_len(origin.count)? == 0 {
+            // No data (a zero count, or a type of size 0): nothing to do.
+            self.check_rank(t.rank)?;
+            return Self::access(&lock(&self.origin), t.rank);
+        }
+        acc_check(Some(&origin), &t, op)?;
+        let mut req = self.target_req(Kind::Acc, &t)?;
+        req.op = Some(op.clone());
+        // SAFETY: the caller's contract.
+        let data = unsafe { pack(origin.ptr, origin.count, origin.layout) };
+        self.issue(t.rank, req, &[&data], None, true)
+    }
+
+    unsafe fn get_accumulate(
+        &self,
+        origin: Option<Buf<'_>>,
+        result: BufMut<'_>,
+        t: Target<'_>,
+        op: &AccOp,
+    ) -> Result<()> {
+        let origin = if matches!(op, AccOp::NoOp) {
+            None
+        } else {
+            origin
+        };
+        let empty = |b: Option<&Buf<'_>>| -> Result<bool> {
+            Ok(b.map_or(Ok(0), |b| b.layout.packed_len(b.count))? == 0)
+        };
+        if t.layout.packed_len(t.count)? == 0
+            && result.layout.packed_len(result.count)? == 0
+            && empty(origin.as_ref())?
+        {
+            // No data: nothing to do.
+            self.check_rank(t.rank)?;
+            return Self::access(&lock(&self.origin), t.rank);
+        }
+        acc_check(origin.as_ref(), &t, op)?;
+        let want = t.layout.packed_len(t.count)?;
+        if result.layout.packed_len(result.count)? != want {
+            return Err(OscError::Type(format!(
+                "the result buffer holds {} bytes of data, the target datatype {want}",
+                result.layout.packed_len(result.count)?
+            )));
+        }
+        if (result.layout.elem, result.layout.wide) != (t.layout.elem, t.layout.wide) {
+            return Err(OscError::Type(
+                "result and target datatypes are built of different predefined types".into(),
+            ));
+        }
+        let mut req = self.target_req(Kind::GetAcc, &t)?;
+        req.op = Some(op.clone());
+        let data = match origin {
+            // SAFETY: the caller's contract.
+            Some(o) => unsafe { pack(o.ptr, o.count, o.layout) },
+            None => Vec::new(),
+        };
+        let out = (result.ptr as usize, result.count, result.layout.clone());
+        self.issue(t.rank, req, &[&data], Some((want, Some(out))), true)
+    }
+
+    unsafe fn compare_and_swap(
+        &self,
+        origin: *const u8,
+        compare: *const u8,
+        result: *mut u8,
+        layout: &Layout,
+        rank: i32,
+        disp: isize,
+    ) -> Result<()> {
+        if layout.elem.is_none() || !layout.is_contig(1) {
+            return Err(OscError::Type(
+                "MPI_Compare_and_swap needs a predefined datatype".into(),
+            ));
+        }
+        let t = Target {
+            rank,
+            disp,
+            count: 1,
+            layout,
+        };
+        let req = self.target_req(Kind::Cas, &t)?;
+        // SAFETY: the caller's contract: one element at each.
+        let (a, b) = unsafe { (pack(origin, 1, layout), pack(compare, 1, layout)) };
+        let out = (result as usize, 1, layout.clone());
+        self.issue(rank, req, &[&a, &b], Some((layout.size, Some(out))), true)
+    }
+
+    fn fence(&self, a: u32) -> Result<()> {
+        {
+            let o = lock(&self.origin);
+            if !o.locks.is_empty() || o.lock_all.is_some() || o.start.is_some() || o.post.is_some()
+            {
+                return Err(OscError::Sync(
+                    "MPI_Win_fence inside a lock or PSCW epoch".into(),
+                ));
+            }
+        }
+        self.flush_targets(&self.all_ranks())?;
+        self.barrier()?;
+        let mut o = lock(&self.origin);
+        o.fence = a & assert::NOSUCCEED == 0;
+        o.fence_ops = false;
+        Ok(())
+    }
+
+    fn lock(&self, kind: LockType, rank: i32, a: u32) -> Result<()> {
+        self.check_rank(rank)?;
+        {
+            let mut o = lock(&self.origin);
+            if o.locks.contains_key(&rank) || o.lock_all.is_some() {
+                return Err(OscError::Sync(format!(
+                    "rank {rank} of this window is locked already"
+                )));
+            }
+            Self::leave_fence(&mut o, "MPI_Win_lock")?;
+        }
+        let nocheck = a & assert::NOCHECK != 0;
+        if !nocheck {
+            let l = if kind == LockType::Exclusive { 1 } else { 2 };
+            self.issue(
+                rank,
+                Req::control(Kind::Lock, 0, l),
+                &[],
+                Some((0, None)),
+                false,
+            )?;
+            self.wait_pending(Some(&[rank]))?;
+        }
+        lock(&self.origin).locks.insert(rank, (kind, nocheck));
+        Ok(())
+    }
+
+    fn unlock(&self, rank: i32) -> Result<()> {
+        self.check_rank(rank)?;
+        let Some((_, nocheck)) = lock(&self.origin).locks.get(&rank).copied() else {
+            return Err(OscError::Sync(format!(
+                "MPI_Win_unlock of rank {rank}, which this process has not locked"
+            )));
+        };
+        if nocheck {
+            self.flush_targets(&[rank])?;
+        } else {
+            lock(&self.origin).dirty.remove(&rank);
+            self.issue(
+                rank,
+                Req::control(Kind::Unlock, 0, 0),
+                &[],
+                Some((0, None)),
+                false,
+            )?;
+            self.wait_pending(Some(&[rank]))?;
+        }
+        lock(&self.origin).locks.remove(&rank);
+        Ok(())
+    }
+
+    fn lock_all(&self, a: u32) -> Result<()> {
+        {
+            let mut o = lock(&self.origin);
+            if !o.locks.is_empty() || o.lock_all.is_some() {
+                return Err(OscError::Sync(
+                    "MPI_Win_lock_all while holding locks on this window".into(),
+                ));
+            }
+            Self::leave_fence(&mut o, "MPI_Win_lock_all")?;
+        }
+        let nocheck = a & assert::NOCHECK != 0;
+        if !nocheck {
+            for r in 0..self.size {
+                self.issue(
+                    r,
+                    Req::control(Kind::Lock, 0, 2),
+                    &[],
+                    Some((0, None)),
+                    false,
+                )?;
+            }
+            self.wait_pending(None)?;
+        }
+        lock(&self.origin).lock_all = Some(nocheck);
+        Ok(())
+    }
+
+    fn unlock_all(&self) -> Result<()> {
+        let Some(nocheck) = lock(&self.origin).lock_all else {
+            return Err(OscError::Sync(
+                "MPI_Win_unlock_all without MPI_Win_lock_all".into(),
+            ));
+        };
+        if nocheck {
+            self.flush_targets(&self.all_ranks())?;
+        } else {
+            lock(&self.origin).dirty.clear();
+            for r in 0..self.size {
+                self.issue(
+                    r,
+                    Req::control(Kind::Unlock, 0, 0),
+                    &[],
+                    Some((0, None)),
+                    false,
+                )?;
+            }
+            self.wait_pending(None)?;
+        }
+        lock(&self.origin).lock_all = None;
+        Ok(())
+    }
+
+    fn flush(&self, rank: Option<i32>) -> Result<()> {
+        let targets = {
+            let o = lock(&self.origin);
+            match rank {
+                Some(r) => {
+                    self.check_rank(r)?;
+                    if !o.locks.contains_key(&r) && o.lock_all.is_none() {
+                        return Err(OscError::Sync(format!(
+                            "MPI_Win_flush of rank {r} outside a passive-target epoch on it"
+                        )));
+                    }
+                    vec![r]
+                }
+                None => {
+                    if o.locks.is_empty() && o.lock_all.is_none() {
+                        return Err(OscError::Sync(
+                            "MPI_Win_flush_all outside a passive-target epoch".into(),
+                        ));
+                    }
+                    if o.lock_all.is_some() {
+                        self.all_ranks()
+                    } else {
+                        o.locks.keys().copied().collect()
+                    }
+                }
+            }
+        };
+        self.flush_targets(&targets)
+    }
+
+    fn flush_local(&self, rank: Option<i32>) -> Result<()> {
+        {
+            let o = lock(&self.origin);
+            if let Some(r) = rank {
+                self.check_rank(r)?;
+                if !o.locks.contains_key(&r) && o.lock_all.is_none() {
+                    return Err(OscError::Sync(format!(
+                        "MPI_Win_flush_local of rank {r} outside a passive-target epoch on it"
+                    )));
+                }
+            } else if o.locks.is_empty() && o.lock_all.is_none() {
+                return Err(OscError::Sync(
+                    "MPI_Win_flush_local_all outside a passive-target epoch".into(),
+                ));
+            }
+        }
+        // Origin buffers of puts and accumulates are copied at the call;
+        // local completion is the results of gets arriving.
+        match rank {
+            Some(r) => self.wait_pending(Some(&[r])),
+            None => self.wait_pending(None),
+        }
+    }
+
+    fn sync(&self) -> Result<()> {
+        // One memory: the public and private copies are the same (the
+        // unified model); order this process's accesses and serve what
+        // arrived.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.pml().progress();
+        serve_all();
+        Ok(())
+    }
+
+    fn passive_epoch(&self, rank: i32) -> Result<()> {
+        self.check_rank(rank)?;
+        let o = lock(&self.origin);
+        if o.locks.contains_key(&rank) || o.lock_all.is_some() {
+            Ok(())
+        } else {
+            Err(OscError::Sync(format!(
+                "request-based operations need a passive-target epoch on rank {rank} (MPI_Win_lock or MPI_Win_lock_all)"
+            )))
+        }
+    }
+
+    fn post(&self, group: &[i32], a: u32) -> Result<()> {
+        for &r in group {
+            self.check_rank(r)?;
+        }
+        {
+            let mut o = lock(&self.origin);
+            if o.post.is_some() {
+                return Err(OscError::Sync(
+                    "MPI_Win_post while an exposure epoch is open".into(),
+                ));
+            }
+            o.post = Some(group.to_vec());
+        }
+        if a & assert::NOCHECK == 0 {
+            let pml = self.pml();
+            let mut ids = Vec::new();
+            for &r in group {
+                // SAFETY: an empty buffer.
+                ids.push(unsafe {
+                    pml.isend(
+                        self.sh.ctx,
+                        r,
+                        TAG_POST,
+                        RawBuf::empty(),
+                        SendMode::Standard,
+                    )
+                }?);
+            }
+            lock(&self.origin)
+                .sends
+                .extend(ids.into_iter().map(|i| (i, Vec::new())));
+        }
+        Ok(())
+    }
+
+    fn start(&self, group: &[i32], a: u32) -> Result<()> {
+        for &r in group {
+            self.check_rank(r)?;
+        }
+        {
+            let mut o = lock(&self.origin);
+            if o.start.is_some() || !o.locks.is_empty() || o.lock_all.is_some() {
+                return Err(OscError::Sync(
+                    "MPI_Win_start while an access epoch is open".into(),
+                ));
+            }
+            Self::leave_fence(&mut o, "MPI_Win_start")?;
+        }
+        if a & assert::NOCHECK == 0 {
+            let pml = self.pml();
+            let mut bufs = vec![[0u8; 1]; group.len()];
+            let mut ids = Vec::new();
+            for (b, &r) in bufs.iter_mut().zip(group) {
+                // SAFETY: `bufs` outlives the waits below.
+                ids.push(unsafe { pml.irecv(self.sh.ctx, r, TAG_POST, RawBufMut::from_slice(b)) }?);
+            }
+            for id in ids {
+                wait(pml, id)?;
+            }
+        }
+        lock(&self.origin).start = Some(group.to_vec());
+        Ok(())
+    }
+
+    fn complete(&self) -> Result<()> {
+        let Some(group) = lock(&self.origin).start.clone() else {
+            return Err(OscError::Sync(
+                "MPI_Win_complete without MPI_Win_start".into(),
+            ));
+        };
+        for &r in &group {
+            lock(&self.origin).dirty.remove(&r);
+            self.issue(r, Req::control(Kind::Complete, 0, 0), &[], None, false)?;
+        }
+        self.wait_pending(Some(&group))?;
+        lock(&self.origin).start = None;
+        Ok(())
+    }
+
+    fn wait(&self, block: bool) -> Result<bool> {
+        let Some(n) = lock(&self.origin).post.as_ref().map(Vec::len) else {
+            return Err(OscError::Sync(
+                "MPI_Win_wait or MPI_Win_test without MPI_Win_post".into(),
+            ));
+        };
+        loop {
+            serve_all();
+            {
+                let mut t = lock(&self.sh.target);
+                if t.completes >= n {
+                    t.completes -= n;
+                    drop(t);
+                    lock(&self.origin).post = None;
+                    return Ok(true);
+                }
+            }
+            if !block {
+                self.pml().progress();
+                serve_all();
+                let t = lock(&self.sh.target);
+                if t.completes < n {
+                    return Ok(false);
+                }
+                continue;
+            }
+            if self.pml().progress() == 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    fn free(&self) -> Result<()> {
+        {
+            let o = lock(&self.origin);
+            if !o.locks.is_empty() || o.lock_all.is_some() || o.start.is_some() || o.post.is_some()
+            {
+                return Err(OscError::Sync(
+                    "MPI_Win_free with an epoch still open (unlock, complete or wait first)".into(),
+                ));
+            }
+        }
+        self.wait_pending(None)?;
+        self.barrier()?;
+        self.sh.freed.store(true, Ordering::Release);
+        // Wait until no thread serves the window any more, then drop it
+        // from the hook's list.
+        drop(lock(&self.sh.serving));
+        {
+            let mut w = lock(windows());
+            let me = Arc::as_ptr(&self.sh);
+            w.retain(|x| x.upgrade().is_some_and(|s| Arc::as_ptr(&s) != me));
+        }
+        live().fetch_sub(1, Ordering::AcqRel);
+        let replies = std::mem::take(&mut lock(&self.sh.target).replies);
+        for (id, _buf) in replies {
+            wait(self.pml(), id)?;
+        }
+        if let Some(c) = lock(&self.comm).take() {
+            c.free()?;
+        }
+        Ok(())
+    }
+}
+
+/// The checks of an accumulate: the op applies, origin and target hold
+/// the same amount of data of the same predefined type.
+fn acc_check(origin: Option<&Buf<'_>>, t: &Target<'_>, op: &AccOp) -> Result<()> {
+    op.check(t.layout)?;
+    if let Some(o) = origin {
+        if (o.layout.elem, o.layout.wide) != (t.layout.elem, t.layout.wide) {
+            return Err(OscError::Type(
+                "origin and target datatypes are built of different predefined types".into(),
+            ));
+        }
+        let (have, want) = (o.layout.packed_len(o.count)?, t.layout.packed_len(t.count)?);
+        if have != want {
+            return Err(OscError::Type(format!(
+                "the origin holds {have} bytes of data, the target datatype {want}"
+            )));
+        }
+    }
+    Ok(())
+}
