@@ -30,6 +30,16 @@
 #     the job are removed (by tmpirun's clean-up guard; no later tmpirun
 #     runs in between, and these jobs' session directories are in a private
 #     TMPDIR that no other tmpirun sweeps).
+#  7. Outsiders against btl-tcp's wire-up from another network namespace
+#     and as another user (issue 42): a 3-rank self,tcp job runs in a
+#     namespace of its own on a veth link; once every rank listens and
+#     before any pair of ranks has connected, two outsiders running as
+#     user nobody (uid 65534) -- one in a second namespace across the veth
+#     link, one inside the job's namespace -- each hold 200 idle connections
+#     to every rank's listener. The ranks then connect to each other for
+#     the first time and must exchange their messages and an allreduce
+#     (before the authenticated wire-up, outsiders holding the pending
+#     handshake slots ended such a job within seconds).
 #
 # Usage: ci/security-checks.sh   (builds tmpirun, examples/ring and
 #        fault-check in target/;
@@ -374,6 +384,105 @@ TMPDIR=$work "$TMPIRUN" -n 2 --timeout 120 --mca btl self,sm --mca mpi_yield_whe
     "$FAULT" traffic >"$log" 2>&1 &
 kill_tmpirun $! "^fault-check: job " \
     '/^fault-check: job/ {print $3, $4; exit}' "tmpirun killed mid-run"
+
+echo "== security: outsiders from another namespace and as another user flood btl-tcp's listeners"
+# Names of at most 15 characters (veth), unique per run.
+tag=$$
+ns_job=tmpisec${tag}j
+ns_out=tmpisec${tag}o
+veth_job=tsj$tag
+veth_out=tso$tag
+netns_down() {
+    ip netns del "$ns_job" 2>/dev/null || true
+    ip netns del "$ns_out" 2>/dev/null || true
+}
+trap 'netns_down; rm -rf "$work"' EXIT
+# The outsider: holds N idle connections to each address given, says how
+# many it holds, then sleeps until killed.
+outsider_py='
+import os, select, socket, sys, time
+n = int(sys.argv[1])
+socks = []
+for a in sys.argv[2:]:
+    host, port = a.rsplit(":", 1)
+    for _ in range(n):
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex((host, int(port)))
+        socks.append(s)
+# Connections the listeners queue complete at once; the rest wait in
+# SYN_SENT while the listeners backlog is full (they hold it full).
+deadline = time.time() + 5
+waiting = list(socks)
+while waiting and time.time() < deadline:
+    _, w, _ = select.select([], waiting, [], 0.2)
+    waiting = [s for s in waiting if s not in w]
+up = sum(1 for s in socks if s not in waiting and s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0)
+print("held", up, "of", len(socks), "connections, uid", os.getuid(), flush=True)
+time.sleep(600)
+'
+if ! command -v setpriv >/dev/null 2>&1 || ! ip netns add "$ns_job" 2>/dev/null; then
+    fail "cannot create a network namespace or drop privileges (setpriv) here"
+else
+    ip netns add "$ns_out"
+    ip link add "$veth_job" type veth peer name "$veth_out"
+    ip link set "$veth_job" netns "$ns_job"
+    ip link set "$veth_out" netns "$ns_out"
+    ip -n "$ns_job" addr add 10.213.7.1/24 dev "$veth_job"
+    ip -n "$ns_out" addr add 10.213.7.2/24 dev "$veth_out"
+    for ns in "$ns_job" "$ns_out"; do ip -n "$ns" link set lo up; done
+    ip -n "$ns_job" link set "$veth_job" up
+    ip -n "$ns_out" link set "$veth_out" up
+    log=$work/flood.log
+    go=$work/flood.go
+    ip netns exec "$ns_job" "$TMPIRUN" -n 3 --timeout 150 --mca btl self,tcp \
+        --mca btl_tcp_if_include "$veth_job" "$FAULT" flooded "$go" >"$log" 2>&1 &
+    tp=$!
+    if wait_for '[ "$(grep -c "^fault-check: rank .* waiting" "$log" 2>/dev/null)" = 3 ]'; then
+        # The namespace is the job's alone: every listener in it is a rank's.
+        listen=$(ip netns exec "$ns_job" ss -Hltn | awk '{print $4}' | sort -u)
+        nl=$(echo "$listen" | grep -c . || true)
+        if [ "$nl" = 3 ] && ! echo "$listen" | grep -v -q '^10\.213\.7\.1:'; then
+            pass "3 ranks listen on the veth address only: $(echo $listen)"
+        else
+            fail "expected 3 listeners on 10.213.7.1 only, found: $(echo $listen)"
+        fi
+        addrs=$(echo "$listen" | sed 's/.*:/10.213.7.1:/')
+        # Debian's python3 (a per-user interpreter may not be readable by nobody).
+        drop=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+        # shellcheck disable=SC2086
+        ip netns exec "$ns_out" "${drop[@]}" /usr/bin/python3 -c "$outsider_py" 200 $addrs >"$work/out-ns.log" 2>&1 &
+        o1=$!
+        # shellcheck disable=SC2086
+        ip netns exec "$ns_job" "${drop[@]}" /usr/bin/python3 -c "$outsider_py" 200 $addrs >"$work/out-user.log" 2>&1 &
+        o2=$!
+        if wait_for 'grep -q "^held" "$work/out-ns.log" && grep -q "^held" "$work/out-user.log"' &&
+            ! grep -q "^held 0 " "$work/out-ns.log" "$work/out-user.log"; then
+            pass "outsider in namespace $ns_out: $(cat "$work/out-ns.log"); outsider in the job's namespace: $(cat "$work/out-user.log")"
+        else
+            fail "the outsiders did not connect: $(cat "$work/out-ns.log" "$work/out-user.log" | tr '\n' ' ')"
+        fi
+        touch "$go"
+        set +e
+        wait $tp
+        rc=$?
+        set -e
+        kill "$o1" "$o2" 2>/dev/null || true
+        wait "$o1" "$o2" 2>/dev/null || true
+        ok=$(grep -c "^fault-check: rank .* exchanged with every peer" "$log" || true)
+        if [ $rc = 0 ] && [ "$ok" = 3 ]; then
+            pass "the flooded job's ranks wired up and exchanged messages (exit 0)"
+        else
+            fail "the flooded job exited with status $rc ($ok of 3 ranks exchanged)"
+            tail -20 "$log" | sed 's/^/       /'
+        fi
+    else
+        fail "the flooded job did not start"
+        kill -9 $tp 2>/dev/null || true
+        tail -20 "$log" | sed 's/^/       /'
+    fi
+    netns_down
+fi
 
 if [ "$fails" = 0 ]; then
     echo "security-checks: all passed"

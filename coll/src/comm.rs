@@ -1626,7 +1626,7 @@ impl Comm {
         };
         let node = match nc.attached() {
             Some(n) => n.as_ref(),
-            None => self.attach_node(nc),
+            None => self.attach_node(nc)?,
         };
         let Some(node) = node else {
             return Ok(None);
@@ -1669,9 +1669,12 @@ impl Comm {
     /// rank 0 creates it and broadcasts its path, the others open it, all
     /// agree (allreduce of "attached", minimum) before anyone uses it, and
     /// rank 0 unlinks the file. Any failure keeps every rank on the
-    /// message path for this communicator.
+    /// message path for this communicator; a failed message exchange (a
+    /// peer died or finalized) also fails the call: a rank that went on to
+    /// the agreement would leave others waiting in the broadcast for its
+    /// part.
     #[cold]
-    fn attach_node<'a>(&self, nc: &'a NodeColl) -> Option<&'a Node> {
+    fn attach_node<'a>(&self, nc: &'a NodeColl) -> Result<Option<&'a Node>> {
         let cid = self.context_id();
         let mut msg = [0u8; 128];
         let mut created = None;
@@ -1699,8 +1702,12 @@ impl Comm {
         };
         match self.bcast_msgs(&mut msg, 0) {
             Err(e) => {
-                node = None;
+                if let Some(p) = path {
+                    let _ = std::fs::remove_file(p);
+                }
+                nc.set(None);
                 tracing::warn!(target: "coll_sm", "cid {cid}: attaching the segment: {e}");
+                return Err(e);
             }
             Ok(()) if path.is_none() && msg[0] == 1 => {
                 let len = usize::from(msg[1]).min(msg.len() - 2);
@@ -1724,7 +1731,8 @@ impl Comm {
         }
         let use_it = matches!(agreed, Ok(())) && all[0] == 1;
         tracing::debug!(target: "coll_sm", "cid {cid}: shared-memory segment {}", if use_it { "attached" } else { "not used" });
-        nc.set(if use_it { node } else { None })
+        let n = nc.set(if use_it { node } else { None });
+        agreed.map(|()| n)
     }
 
     /// Builds `call`'s schedule and takes the communicator's next sequence

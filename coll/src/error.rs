@@ -104,6 +104,14 @@ pub enum CollError {
         /// Its process.
         pid: u32,
     },
+    /// A rank this collective call waits for called `MPI_Finalize`.
+    #[error(
+        "MPI_ERR_OTHER: rank {rank} called MPI_Finalize while this collective call waited for it"
+    )]
+    PeerFinalized {
+        /// The rank in the communicator.
+        rank: u32,
+    },
     /// A component or MCA configuration problem.
     #[error("{0}")]
     Config(String),
@@ -129,9 +137,10 @@ impl CollError {
             CollError::Arg(_) => MpiErrorClass::Arg,
             CollError::NoContextId { .. } | CollError::NoProvider { .. } => MpiErrorClass::Other,
             CollError::P2p { class, .. } => *class,
-            CollError::Config(_) | CollError::Mismatch(_) | CollError::PeerGone { .. } => {
-                MpiErrorClass::Other
-            }
+            CollError::Config(_)
+            | CollError::Mismatch(_)
+            | CollError::PeerGone { .. }
+            | CollError::PeerFinalized { .. } => MpiErrorClass::Other,
             CollError::Intern(_) => MpiErrorClass::Intern,
         }
     }

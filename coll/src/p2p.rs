@@ -223,6 +223,11 @@ pub trait P2p: Send + Sync + 'static {
     fn idle(&self) {
         std::thread::yield_now();
     }
+    /// Whether world rank `w` called `MPI_Finalize` (its BYE arrived):
+    /// a collective waiting for it then fails instead of waiting forever.
+    fn peer_finalized(&self, _w: u32) -> bool {
+        false
+    }
     /// A communicator with this endpoint now exists (the pml creates its
     /// per-communicator matching state). Called on every member.
     fn comm_added(&self, _ep: &Endpoint) -> Result<()> {

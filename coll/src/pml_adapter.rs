@@ -358,6 +358,10 @@ impl P2p for PmlP2p {
         }
     }
 
+    fn peer_finalized(&self, w: u32) -> bool {
+        self.pml.peer_gone(w)
+    }
+
     fn comm_added(&self, ep: &Endpoint) -> Result<()> {
         self.pml
             .add_comm(CommRecord {

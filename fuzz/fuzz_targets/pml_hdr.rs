@@ -35,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
             Header::Frag(f, d) => (f.encode().to_vec(), d),
             Header::Fin(f) => (f.encode().to_vec(), &data[FIN_LEN..]),
             Header::Credit(c) => (c.encode().to_vec(), &data[CREDIT_LEN..]),
+            Header::Bye => (encode_bye().to_vec(), &data[BYE_LEN..]),
         };
         assert_within(data, tail);
         assert!(enc.len() <= data.len());

@@ -16,6 +16,7 @@
 //! | 4    | FRAG  | rreq u64 @8, offset u64 @16, then data                             | 24   |
 //! | 5    | FIN   | sreq u64 @8, status i32 @16                                         | 20   |
 //! | 6    | CREDIT| pad u32 @4 (zero), bytes u64 @8; flag CREDIT_REQ                    | 16   |
+//! | 7    | BYE   | pad u32 @4 (zero)                                                  | 8    |
 //!
 //! * MATCH is an eager message: match envelope + the whole payload.
 //! * RNDV (request to send) carries the envelope, the message length, the
@@ -33,6 +34,10 @@
 //!   control of `pml_ob1_unexpected_limit`, docs/pml.md). With flag
 //!   [`FLAG_CREDIT_REQ`] (and `bytes` 0) it is a waiting sender's request
 //!   to return whatever is owed at once.
+//! * BYE is the last fragment a finalizing process sends a peer: it sends
+//!   nothing after it, and will post no receive. The peer fails what can
+//!   then never complete (receives naming the sender, sends waiting for
+//!   its clear-to-send) instead of waiting forever (docs/pml.md, finalize).
 
 use thiserror::Error;
 
@@ -48,6 +53,8 @@ pub const KIND_FRAG: u8 = 4;
 pub const KIND_FIN: u8 = 5;
 /// Kind byte of an unexpected-message credit return.
 pub const KIND_CREDIT: u8 = 6;
+/// Kind byte of a finalizing process's last fragment.
+pub const KIND_BYE: u8 = 7;
 
 /// RNDV flag: the sender asked for a synchronous send (MPI_Ssend).
 pub const FLAG_SYNC: u8 = 0x01;
@@ -72,6 +79,8 @@ pub const FRAG_LEN: usize = 24;
 pub const FIN_LEN: usize = 20;
 /// Size of an encoded [`CreditHdr`].
 pub const CREDIT_LEN: usize = 16;
+/// Size of an encoded BYE.
+pub const BYE_LEN: usize = 8;
 /// Largest region description accepted (BTL registration handles are small).
 pub const MAX_REGION_LEN: usize = 256;
 
@@ -185,6 +194,8 @@ pub enum Header<'a> {
     Fin(FinHdr),
     /// Credit return.
     Credit(CreditHdr),
+    /// The sender is finalizing: nothing follows from it.
+    Bye,
 }
 
 fn u32_at(b: &[u8], o: usize) -> u32 {
@@ -364,6 +375,17 @@ impl<'a> Header<'a> {
                 }
                 Ok(Header::Credit(CreditHdr { bytes, request }))
             }
+            KIND_BYE => {
+                need("BYE", b, BYE_LEN)?;
+                unused_zero("BYE", flags, &b[4..8])?;
+                if b.len() != BYE_LEN {
+                    return Err(HdrError::Invalid {
+                        kind: "BYE",
+                        what: "trailing bytes",
+                    });
+                }
+                Ok(Header::Bye)
+            }
             k => Err(HdrError::UnknownKind(k)),
         }
     }
@@ -507,9 +529,27 @@ impl CreditHdr {
     }
 }
 
+/// Encodes a BYE.
+pub fn encode_bye() -> [u8; BYE_LEN] {
+    let mut o = [0u8; BYE_LEN];
+    prefix(&mut o, KIND_BYE, 0);
+    o
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bye_round_trips_and_rejects_extra_bytes() {
+        assert_eq!(Header::parse(&encode_bye()).unwrap(), Header::Bye);
+        let mut long = encode_bye().to_vec();
+        long.push(0);
+        assert!(Header::parse(&long).is_err());
+        let mut flagged = encode_bye();
+        flagged[1] = 1;
+        assert!(Header::parse(&flagged).is_err());
+    }
 
     #[test]
     fn round_trips() {

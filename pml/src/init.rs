@@ -54,6 +54,9 @@ pub struct PmlParams {
     /// overhead a sender may have unconsumed at one peer before it switches
     /// to rendezvous (0 = no window).
     pub unexpected_limit: u64,
+    /// `pml_ob1_bye_all_max`: largest job whose finalizing ranks tell every
+    /// peer, not only those they talked with (core/bye.rs).
+    pub bye_all_max: u64,
 }
 
 /// Registers (idempotently) and reads the pml's parameters.
@@ -102,6 +105,21 @@ pub fn params(reg: &mca::Registry) -> Result<PmlParams, PmlError> {
             crate::core::DEFAULT_UNEXPECTED_LIMIT as u64,
         )
         .map_err(tmpi_base::error::Error::from)?;
+    let bye_all_max = reg
+        .register_int(
+            ParamSpec::new("pml", "ob1", "bye_all_max")
+                .help(
+                    "A finalizing rank tells its peers it finalized, so that a call still waiting \
+                     on it fails instead of waiting forever. Peers on the same node and peers it \
+                     exchanged messages with are always told; in jobs of at most this many ranks \
+                     every other peer is told too, at the cost of a connection per such pair at \
+                     finalize (0: never). In larger jobs a receive naming a rank that never \
+                     talked to the receiver over the network waits until the job ends",
+                )
+                .level(Level::TunerDetail),
+            256,
+        )
+        .map_err(tmpi_base::error::Error::from)?;
     reg.register_verbose("pml", "ob1")
         .map_err(tmpi_base::error::Error::from)?;
     let yield_when_idle = mca::yield_when_idle(reg).map_err(tmpi_base::error::Error::from)?;
@@ -111,6 +129,7 @@ pub fn params(reg: &mca::Registry) -> Result<PmlParams, PmlError> {
         yield_when_idle,
         tm_thresh: tm_thresh.value(),
         unexpected_limit: unexpected_limit.value(),
+        bye_all_max: bye_all_max.value().max(0) as u64,
     })
 }
 
@@ -189,6 +208,7 @@ pub(crate) fn start(opts: InitOptions) -> Result<Started, PmlError> {
         None => Core::new(info.rank, info.size, Box::new(EngineMatcher::new())),
     };
     core.set_unexpected_limit(p.unexpected_limit);
+    core.set_bye_all_max(p.bye_all_max);
     core.add_comm(CommRecord::world(info.rank, info.size))?;
     core.add_comm(CommRecord::self_comm(info.rank))?;
     tracing::debug!(target: "pml_ob1", rank = info.rank, size = info.size, "pml ready");

@@ -227,6 +227,11 @@ impl Inner {
         if self.tm_in {
             n += self.tm_progress();
         }
+        // After the round's NIC inputs: a BYE must not overtake a tagged
+        // message its sender sent before it (core/bye.rs).
+        if self.core.has_byes() {
+            n += self.apply_byes();
+        }
         if !self.dereg.is_empty() {
             // Drained in place: the list keeps its capacity (no allocation
             // per rendezvous).
@@ -421,6 +426,31 @@ impl Inner {
                 "rank {peer} failed ({why}): {k} pending request(s) depending on it fail with MPI_ERR_OTHER");
         }
         n
+    }
+
+    /// Applies the BYEs that arrived: fails what waits on peers that are
+    /// finalizing; returns how many peers. Out of line: rare.
+    #[cold]
+    #[inline(never)]
+    fn apply_byes(&mut self) -> usize {
+        let done = self.core.apply_byes();
+        for &(peer, k) in &done {
+            if k > 0 {
+                tracing::warn!(target: "pml_ob1", peer,
+                    "rank {peer} called MPI_Finalize: {k} pending request(s) waiting on it fail with MPI_ERR_OTHER");
+            } else {
+                tracing::debug!(target: "pml_ob1", peer, "rank {peer} called MPI_Finalize");
+            }
+        }
+        done.len()
+    }
+
+    /// Queues a BYE to the peers that should get one (core/bye.rs) and
+    /// hands everything to the BTLs.
+    fn say_bye(&mut self) {
+        let Inner { core, net, .. } = self;
+        let n = core.say_bye(&|p| matches!(net.peer_btl(p), Some("self" | "sm")));
+        tracing::debug!(target: "pml_ob1", "finalize: BYE to {n} peer(s)");
     }
 
     /// The offload path, under the pml's lock: NIC inputs in CQ order into
@@ -1497,6 +1527,12 @@ impl Pml {
         self.lock().core.queue_stats()
     }
 
+    /// Whether world rank `w` called `MPI_Finalize` (its BYE arrived and
+    /// was applied; docs/pml.md, finalize).
+    pub fn peer_gone(&self, w: u32) -> bool {
+        self.lock().core.peer_gone(w)
+    }
+
     /// Requests not yet released (for leak checks in tests).
     pub fn live_requests(&self) -> usize {
         self.lock().core.live_requests()
@@ -1507,12 +1543,21 @@ impl Pml {
     /// PMI. Called by drop if not called explicitly.
     pub fn finalize(&self) -> Result<(), PmlError> {
         let rt = lock_plain(&self.rt).take();
-        // Drain actions we still owe (FINs, ACKs, queued eager data).
+        // Drain actions we still owe (FINs, ACKs, queued eager data), then
+        // the BYEs that tell peers nothing more comes from us (once: a
+        // second finalize, from drop, has no runtime left).
+        let mut bye = rt.is_some();
         loop {
             let mut g = self.lock();
             g.progress();
             if g.pending.is_empty() && !g.core.has_actions() {
-                break;
+                if !bye {
+                    break;
+                }
+                bye = false;
+                g.say_bye();
+                g.flush();
+                continue;
             }
             drop(g);
             self.idle();

@@ -893,3 +893,57 @@ fn sigkill_of_tmpirun_ends_the_ranks_children_and_leaves_nothing() {
     let _ = err_t.join();
     let _ = out_t.join();
 }
+
+/// Calls aimed at a rank that sits in `MPI_Finalize` (issue 42): a
+/// receive naming it with no message of it fails instead of waiting
+/// forever, the message it sent before finalizing still arrives, an
+/// `MPI_ANY_SOURCE` receive fails only when no live member is left (a live
+/// one still satisfies it), and an allreduce fails on every other rank --
+/// in messages (`finalized`: its first call, when coll sm's segment is
+/// attached) and on the attached segment (`finalized-coll`), over sm and
+/// tcp. Every rank exits 0 and the job ends long before its timeout.
+#[test]
+fn calls_waiting_on_a_finalized_rank_fail() {
+    let _g = serial();
+    for (case, btl, n) in [
+        ("finalized", "self,sm", 2),
+        ("finalized", "self,sm", 4),
+        ("finalized", "self,tcp", 4),
+        ("finalized-coll", "self,sm", 3),
+        ("finalized-coll", "self,tcp", 3),
+    ] {
+        let m = marker();
+        let what = format!("{case} over {btl} with {n} ranks");
+        let t0 = Instant::now();
+        let mut child = spawn_job_btl(n, 60, &m, btl, &[case]);
+        let (mut so, mut se) = (String::new(), String::new());
+        let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let reader = std::thread::spawn(move || {
+            let mut s = String::new();
+            err.read_to_string(&mut s).unwrap();
+            s
+        });
+        out.read_to_string(&mut so).unwrap();
+        let status = wait_bounded(&mut child, Duration::from_secs(75), &what);
+        se.push_str(&reader.join().unwrap());
+        eprintln!("faults: {what}: ended in {:?}", t0.elapsed());
+        assert_eq!(status.code(), Some(0), "{what}: exit status\n{so}\n{se}");
+        assert!(!so.contains("FAILED"), "{what}:\n{so}\n{se}");
+        let ok = so
+            .lines()
+            .filter(|l| l.ends_with(')') && l.contains(": ok ("))
+            .count();
+        assert_eq!(
+            ok,
+            4 + (n as usize - 2),
+            "{what}: checks passed\n{so}\n{se}"
+        );
+        if case == "finalized-coll" {
+            assert!(
+                so.contains("rank 0 called MPI_Finalize while this collective call waited"),
+                "{what}: the segment's wait did not name the finalized rank\n{so}"
+            );
+        }
+        let _ = std::fs::remove_dir(private_tmpdir(&m));
+    }
+}

@@ -37,6 +37,7 @@ impl Core {
         };
         if over
             || self.dead.get(peer as usize).copied().unwrap_or(false)
+            || self.peer_gone(peer)
             || (len > CREDIT_SWITCH_MIN && self.credit_may_switch(peer, len))
         {
             return Ok(None);
@@ -109,6 +110,7 @@ impl Core {
             .get(peer as usize)
             .is_some_and(|ps| ps.ahead.is_empty())
             && !self.dead.get(peer as usize).copied().unwrap_or(false)
+            && !self.peer_gone(peer)
             && self.matcher.depth() == (posted, 0)
     }
 

@@ -88,6 +88,10 @@ impl Core {
                 self.on_credit(peer, c);
                 Ok(())
             }
+            Header::Bye => {
+                self.byes.push(peer);
+                Ok(())
+            }
         }
     }
 

@@ -35,8 +35,8 @@ use tmpi_base::error::MpiErrorClass;
 
 use crate::comm::CommRecord;
 use crate::hdr::{
-    AckHdr, CreditHdr, FinHdr, FragHdr, HdrError, Header, MatchHdr, RndvHdr, FLAG_INLINE,
-    FLAG_REGION, FLAG_SYNC,
+    encode_bye, AckHdr, CreditHdr, FinHdr, FragHdr, HdrError, Header, MatchHdr, RndvHdr,
+    FLAG_INLINE, FLAG_REGION, FLAG_SYNC,
 };
 use tmpi_tm_engine::split::{NicAction, NicEvent, NicTag, RecvInfo};
 
@@ -424,6 +424,13 @@ pub struct Core {
     /// Per world rank: declared dead by its BTL ([`Core::peer_failed`]);
     /// empty until the first failure (one test per receive posted).
     dead: Vec<bool>,
+    /// Per world rank: sent BYE (it is finalizing; [`Core::apply_byes`]);
+    /// empty until the first.
+    gone: Vec<bool>,
+    /// Ranks whose BYE arrived, applied after the NIC inputs of the round.
+    byes: Vec<u32>,
+    /// `pml_ob1_bye_all_max` ([`Core::say_bye`]).
+    bye_all_max: u64,
     /// Fragments the NIC placed for a receive (or its failure), until the
     /// split matcher reports the match.
     nic_bytes: HashMap<u64, Result<(u32, Vec<u8>), String>>,
@@ -464,6 +471,9 @@ impl Core {
             comms: Vec::new(),
             peers: (0..size).map(|_| PeerState::default()).collect(),
             dead: Vec::new(),
+            gone: Vec::new(),
+            byes: Vec::new(),
+            bye_all_max: 0,
             slots: Vec::new(),
             free: Vec::new(),
             live: 0,
@@ -852,6 +862,7 @@ impl Core {
     }
 }
 
+mod bye;
 mod direct;
 mod frag;
 mod recv;

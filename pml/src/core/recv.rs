@@ -68,6 +68,15 @@ impl Core {
                 if let ReqState::Recv { phase, .. } = &mut self.slots[id.index()].state {
                     *phase = RecvPhase::Posted { token: Some(tok) };
                 }
+                // No message of the source was waiting, and it said BYE:
+                // none will come (core/bye.rs).
+                if self.waits_on_gone(ctx, wsrc) && self.withdraw(tok, id) {
+                    let st = Status {
+                        error: MpiErrorClass::Other,
+                        ..Status::empty()
+                    };
+                    self.complete(id, st);
+                }
             }
             Err(e) => {
                 self.release(id);

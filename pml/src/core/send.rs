@@ -33,8 +33,9 @@ impl Core {
             return Ok(id);
         }
         let peer = comm.world_rank(dest)?;
-        if self.dead.get(peer as usize).copied().unwrap_or(false) {
-            // A send to a dead rank fails at once (docs/pml.md).
+        if self.dead.get(peer as usize).copied().unwrap_or(false) || self.peer_gone(peer) {
+            // A send to a dead rank, or to one that said BYE (it posts no
+            // receive any more), fails at once (docs/pml.md).
             let id = self.alloc(ReqState::Done);
             self.slots[id.index()].status = Status {
                 error: MpiErrorClass::Other,

@@ -31,6 +31,23 @@
 //!   allreduce of both ranks (which attaches coll sm's segment).
 //! * `outstanding N`: N receives posted at once, matched by N non-blocking
 //!   sends outstanding at once; every payload checked.
+//! * `finalized` (2 or more ranks): rank 0 sends rank 1 one message and
+//!   calls `MPI_Finalize` at once. Rank 1 then receives from rank 0 with
+//!   a tag rank 0 never sent (must fail, not hang), receives the message it
+//!   did send (must arrive), with 3 or more ranks posts an `MPI_ANY_SOURCE`
+//!   receive that rank 2 satisfies after the failure (must arrive: a live
+//!   member can still send), with 2 ranks one that nobody can satisfy
+//!   (must fail); ranks 1.. then call an allreduce (must fail). Each check
+//!   prints `fault-check: rank R CHECK: ok|FAILED ...`; all ranks exit 0.
+//!   `finalized-coll`: the same after a first allreduce of all ranks
+//!   (which attaches coll sm's segment: the last allreduce then waits
+//!   there, not in messages).
+//! * `flooded FILE`: each rank prints `fault-check: rank R pid P waiting`
+//!   once initialized (its tcp listener is up, no peer connected yet) and
+//!   waits until FILE exists (at most 120 s); then every rank exchanges
+//!   eager and rendezvous messages with every other (each pair's first
+//!   connection) and the job runs an allreduce. `ci/security-checks.sh`
+//!   floods the listeners from outside meanwhile.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -74,6 +91,120 @@ fn traffic(w: &Comm) -> R {
             ));
         }
     }
+    Ok(())
+}
+
+/// The `finalized` case: calls aimed at a rank inside `MPI_Finalize`.
+fn finalized(w: &Comm, coll_first: bool) -> R {
+    let (rank, size) = (w.rank(), w.size());
+    ensure!(size >= 2, "needs 2 ranks");
+    if coll_first {
+        let mut sum = [0u64];
+        w.allreduce(&[1u64], &mut sum, &tmpi::Op::Sum).map_err(e)?;
+        ensure!(sum[0] == size as u64, "first allreduce gave {}", sum[0]);
+    }
+    if rank == 0 {
+        w.send(&[42u8], 1, 7).map_err(e)?;
+        return Ok(());
+    }
+    let report = |what: &str, good: bool, detail: String| {
+        let verdict = if good { "ok" } else { "FAILED" };
+        say(&format!(
+            "fault-check: rank {rank} {what}: {verdict} ({detail})"
+        ));
+    };
+    if rank == 1 {
+        let mut b = [0u8; 1];
+        let r = w.recv(&mut b, 0, 8);
+        report(
+            "receive-never-sent",
+            r.is_err(),
+            r.map_or_else(|x| x.to_string(), |_| "completed".into()),
+        );
+        let mut b = [0u8; 1];
+        let r = w.recv(&mut b, 0, 7);
+        report(
+            "receive-sent-before-finalize",
+            r.is_ok() && b[0] == 42,
+            r.map_or_else(|x| x.to_string(), |_| format!("got {}", b[0])),
+        );
+        let mut b = [0u8; 1];
+        if size >= 3 {
+            let r = tmpi::scope(|s| -> Result<(), Error> {
+                let q = w.irecv(s, &mut b[..], tmpi::ANY_SOURCE, 9)?;
+                w.send(&[1u8], 2, 10)?;
+                q.wait()?;
+                Ok(())
+            });
+            report(
+                "any-source-live-sender",
+                r.is_ok() && b[0] == 2,
+                r.map_or_else(|x| x.to_string(), |_| format!("got {}", b[0])),
+            );
+        } else {
+            let r = w.recv(&mut b, tmpi::ANY_SOURCE, 9);
+            report(
+                "any-source-nobody-left",
+                r.is_err(),
+                r.map_or_else(|x| x.to_string(), |_| "completed".into()),
+            );
+        }
+    } else if rank == 2 {
+        let mut b = [0u8; 1];
+        w.recv(&mut b, 1, 10).map_err(e)?;
+        w.send(&[2u8], 1, 9).map_err(e)?;
+    }
+    let mut sum = [0u64];
+    let r = w.allreduce(&[1u64], &mut sum, &tmpi::Op::Sum);
+    report(
+        "allreduce",
+        r.is_err(),
+        r.map_or_else(|x| x.to_string(), |_| format!("completed with {}", sum[0])),
+    );
+    Ok(())
+}
+
+/// Waits for `go` to exist, then every pair of ranks connects and
+/// exchanges messages (the `flooded` case).
+fn flooded(w: &Comm, go: String) -> R {
+    ensure!(
+        !go.is_empty(),
+        "flooded needs the path of the go-ahead file"
+    );
+    let (rank, size) = (w.rank(), w.size());
+    say(&format!(
+        "fault-check: rank {rank} pid {} waiting",
+        std::process::id()
+    ));
+    let deadline = Instant::now() + std::time::Duration::from_secs(120);
+    while !std::path::Path::new(&go).exists() {
+        ensure!(Instant::now() < deadline, "{go} never appeared");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for d in 1..size {
+        let (to, from) = ((rank + d) % size, (rank + size - d) % size);
+        for len in [8usize, 300_000] {
+            let out: Vec<u8> = (0..len).map(|k| (k as i32 + rank) as u8).collect();
+            let mut inb = vec![0u8; len];
+            tmpi::scope(|s| -> Result<(), Error> {
+                let r = w.irecv(s, inb.as_mut_slice(), from, 9)?;
+                let q = w.isend(s, out.as_slice(), to, 9)?;
+                Request::wait_all(vec![r, q])?;
+                Ok(())
+            })
+            .map_err(e)?;
+            let want: Vec<u8> = (0..len).map(|k| (k as i32 + from) as u8).collect();
+            ensure!(inb == want, "wrong {len}-byte payload from {from}");
+        }
+    }
+    let mut sum = [0u64];
+    w.allreduce(&[rank as u64 + 1], &mut sum, &tmpi::Op::Sum)
+        .map_err(e)?;
+    let n = size as u64;
+    ensure!(sum[0] == n * (n + 1) / 2, "allreduce gave {}", sum[0]);
+    say(&format!(
+        "fault-check: rank {rank} exchanged with every peer"
+    ));
     Ok(())
 }
 
@@ -276,6 +407,9 @@ fn main() -> ExitCode {
             nofinalize_peer(&w)
         }
         "outstanding" => outstanding(&w, num.unwrap_or(100_000)),
+        "finalized" => finalized(&w, false),
+        "finalized-coll" => finalized(&w, true),
+        "flooded" => flooded(&w, std::env::args().nth(2).unwrap_or_default()),
         _ => Err(format!("unknown case {case:?}")),
     };
     match r {

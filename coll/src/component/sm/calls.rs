@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Node, Route, LINE};
 use crate::algo::CollKind;
-use crate::{CollError, Result};
+use crate::{CollContext, CollError, Result};
 
 /// Header word: 0, or (from bit [`BROKEN_BY_BITS`]) 1 + the number of the
 /// call in which some rank found that the ranks' calls differ (the rings
@@ -400,6 +400,26 @@ impl Node {
             )));
         }
         self.check_broken()
+    }
+
+    /// Fails when rank `r`, which this rank still waits for, called
+    /// `MPI_Finalize` (the pml got its BYE): it will never raise the flag.
+    /// Asked again after the pml's answer: whatever `r` did before it
+    /// finalized is visible by then.
+    #[cold]
+    pub(super) fn look_for_finalized(
+        &self,
+        ctx: &CollContext,
+        r: u32,
+        pending: &mut impl FnMut() -> Option<u32>,
+    ) -> Result<()> {
+        let Some(&w) = self.world.get(r as usize) else {
+            return Ok(());
+        };
+        if ctx.p2p().peer_finalized(w) && pending() == Some(r) {
+            return Err(CollError::PeerFinalized { rank: r });
+        }
+        Ok(())
     }
 
     /// The error for an op of rank `r` that carries another call's number

@@ -385,6 +385,7 @@ impl CollComponent for Sm {
                     && 16 + 8 * shape.size() as usize <= SMALL_DATA,
                 size: shape.size(),
                 rank: shape.rank,
+                world: Arc::clone(&shape.world),
                 splice_cost_test: self.splice_cost_test,
                 huge: Arc::clone(&self.huge),
                 state: OnceLock::new(),
@@ -471,6 +472,8 @@ pub struct NodeColl {
     splice: bool,
     size: u32,
     rank: u32,
+    /// World rank of every member (asking the pml whether one finalized).
+    world: Arc<[u32]>,
     /// `coll_sm_splice_cost_test`.
     splice_cost_test: u32,
     /// The component's reused-source tracker (`coll_sm_huge_after`).
@@ -643,6 +646,8 @@ pub struct Node {
     seg: Segment,
     p: u32,
     me: u32,
+    /// World rank of every member.
+    world: Arc<[u32]>,
     max: usize,
     stream: Ring,
     small: Ring,
@@ -734,6 +739,7 @@ impl Node {
             seg,
             p: nc.size,
             me: nc.rank,
+            world: Arc::clone(&nc.world),
             max: nc.max,
             stream,
             small,
@@ -827,6 +833,7 @@ impl Node {
             if polls.is_multiple_of(32) {
                 if polls.is_multiple_of(CHECK_POLLS) {
                     self.look_for_mismatch(r, &mut pending)?;
+                    self.look_for_finalized(ctx, r, &mut pending)?;
                 }
                 if !ctx.progress_all() {
                     ctx.p2p().idle();
