@@ -709,3 +709,22 @@ impl<P: Provider + 'static> TagOffload for OpenibBtl<P> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eager_app_ctx_carries_the_header_length_and_is_told_from_others() {
+        for n in [0usize, 1, 20, 64, 0xFFFF] {
+            let a = eager_app_ctx(n).expect("a header length that fits");
+            assert_eq!(eager_header_len(a), Some(n));
+        }
+        assert_eq!(eager_app_ctx(0x1_0000), None);
+        // Not eager: the pml's BTL tag (generic fragments), the old eager
+        // mark, small rendezvous ids, a neighbouring mark.
+        for a in [0x41, 0, 7, 0x4540_FFFF, 0x4542_0000, u32::MAX] {
+            assert_eq!(eager_header_len(a), None, "{a:#x}");
+        }
+    }
+}
