@@ -43,6 +43,6 @@ pub use module::{
     TM_MIN_UNTAGGED,
 };
 pub use rcache::{Reg, RegCache};
-pub use tag_offload::EAGER_APP_CTX;
+pub use tag_offload::{eager_app_ctx, eager_header_len, EAGER_APP_CTX};
 pub use tm::TmHandle;
 pub use tmpi_verbs::wire::{Rvh, Tmh, TmhOpcode, RVH_LEN, TMH_LEN};

@@ -11,6 +11,14 @@
 //! carries no packet (the sender's app_ctx), and which rendezvous requests
 //! taken in software are still waiting for their FIN.
 //!
+//! An eager message into a receive's own buffer is not copied out: the NIC
+//! scatters `header | payload` (the TMH stripped) at the start of the
+//! buffer; the module moves the payload down over the header (the header
+//! length travels in the sender's app_ctx, which mlx5 reports with the
+//! match), hands up the header alone, and puts back the bytes past the
+//! payload from the copy taken at the ADD, so the buffer changes only
+//! where the message goes.
+//!
 //! Everything here runs on the pml's progress thread, under its lock.
 
 use std::collections::HashMap;
@@ -26,11 +34,32 @@ use crate::module::{Event, Module, Op, TmEvent, FIN_ERROR_LEN, MAX_RNDV_LEN};
 use crate::rcache::Reg;
 use crate::tm::TmHandle;
 
-/// The app_ctx of every tagged eager message this module sends. A
-/// rendezvous request never carries it, so that a match whose first
-/// completion has no packet (mlx5's two-completion forms) is known to be an
-/// eager message or a rendezvous by the app_ctx alone.
-pub const EAGER_APP_CTX: u32 = 0x41;
+/// The mark of every tagged eager message this module sends: its app_ctx
+/// is this value with the length of the sender's header
+/// ([`TagOffload::send_tagged`]'s `hdr`) in the low 16 bits. A rendezvous
+/// request never carries an app_ctx with this mark, so that a match whose
+/// first completion has no packet (mlx5's two-completion forms) is known to
+/// be an eager message or a rendezvous by the app_ctx alone, and the
+/// receiver knows where the payload starts without reading the header.
+pub const EAGER_APP_CTX: u32 = 0x4541_0000;
+
+/// Bits of an eager app_ctx that hold the header length.
+const EAGER_HDR_MASK: u32 = 0xFFFF;
+
+/// The app_ctx of a tagged eager message whose header is `hdr_len` bytes
+/// (`None`: too long to say).
+pub fn eager_app_ctx(hdr_len: usize) -> Option<u32> {
+    let n = u32::try_from(hdr_len)
+        .ok()
+        .filter(|&n| n <= EAGER_HDR_MASK)?;
+    Some(EAGER_APP_CTX | n)
+}
+
+/// The header length of a tagged eager message with this app_ctx; `None`
+/// when the app_ctx is not that of a tagged eager message.
+pub fn eager_header_len(app_ctx: u32) -> Option<usize> {
+    (app_ctx & !EAGER_HDR_MASK == EAGER_APP_CTX).then_some((app_ctx & EAGER_HDR_MASK) as usize)
+}
 
 /// Tokens of rendezvous requests taken in software: unique in the process
 /// (high bit set), whichever module issued them.
@@ -78,6 +107,51 @@ impl<P: Provider> TagBuf<P> {
             }
         }
     }
+
+    /// Gives a user buffer its first `n` bytes back (what the NIC wrote
+    /// there that is not the receive's data).
+    fn restore(&self, n: usize) {
+        if let TagBuf::User(ptr, len, saved) = self {
+            let k = n.min(*len).min(saved.len());
+            // SAFETY: as in `take_head`.
+            let s = unsafe { std::slice::from_raw_parts_mut(*ptr, k) };
+            s.copy_from_slice(&saved[..k]);
+        }
+    }
+
+    /// An eager message of `n` bytes, `header` bytes of header first, that
+    /// the NIC placed at the start of a user buffer: the payload is moved
+    /// to the start, the bytes past it get their original values back, the
+    /// header comes out. `None` for a bounce buffer or a message that does
+    /// not fit what the buffer's copy can restore (copied out instead).
+    fn place(&self, n: usize, header: usize) -> Option<TagData> {
+        let TagBuf::User(ptr, len, saved) = self else {
+            return None;
+        };
+        if header > n || n > *len || n > saved.len() {
+            return None;
+        }
+        // SAFETY: as in `take_head` (`n` is within the buffer).
+        let s = unsafe { std::slice::from_raw_parts_mut(*ptr, n) };
+        let head = s[..header].to_vec();
+        let payload = n - header;
+        s.copy_within(header.., 0);
+        s[payload..].copy_from_slice(&saved[payload..n]);
+        Some(TagData::Placed {
+            header: head,
+            len: payload,
+        })
+    }
+}
+
+/// What a tagged buffer holds after an eager message of `n` bytes with the
+/// given app_ctx: placed in a user buffer when the app_ctx names its
+/// header, else copied out (a bounce buffer, or a sender that is not this
+/// module's `send_tagged`).
+fn eager_data<P: Provider>(buf: &TagBuf<P>, n: usize, app_ctx: u32) -> TagData {
+    eager_header_len(app_ctx)
+        .and_then(|h| buf.place(n, h))
+        .unwrap_or_else(|| TagData::Msg(TagMsg::Eager(buf.take_head(n))))
 }
 
 /// A tagged buffer in the NIC's list.
@@ -189,7 +263,7 @@ impl<P: Provider> Translate<'_, P> {
     fn event(&mut self, ev: Event) {
         match ev {
             Event::Recv(f) if f.kind == FragKind::Rndv && f.rvh.is_some() => self.unexpected(f),
-            Event::Recv(f) if f.tmh.app_ctx == EAGER_APP_CTX && f.rvh.is_none() => {
+            Event::Recv(f) if eager_header_len(f.tmh.app_ctx).is_some() && f.rvh.is_none() => {
                 self.unexpected(f)
             }
             Event::RndvDone { id, .. } => self.out.push(TagEvent::RndvSent { id, ok: true }),
@@ -287,11 +361,11 @@ impl<P: Provider> Translate<'_, P> {
             return;
         };
         let data = if complete {
-            let bytes = t.buf.take_head(byte_len as usize);
+            let data = eager_data(&t.buf, byte_len as usize, app_ctx);
             self.st.recycle(t.buf, self.max_tags);
-            Some(Ok(TagMsg::Eager(bytes)))
+            Some(Ok(data))
         } else {
-            let opcode = if app_ctx == EAGER_APP_CTX {
+            let opcode = if eager_header_len(app_ctx).is_some() {
                 TmhOpcode::Eager
             } else {
                 TmhOpcode::Rndv
@@ -334,9 +408,7 @@ impl<P: Provider> Translate<'_, P> {
             return;
         };
         let result = if p.tmh.opcode == TmhOpcode::Eager {
-            Ok(TagData::Msg(TagMsg::Eager(
-                p.buf.take_head(byte_len as usize),
-            )))
+            Ok(eager_data(&p.buf, byte_len as usize, p.tmh.app_ctx))
         } else if matches!(p.buf, TagBuf::User(..)) {
             Ok(TagData::Read(byte_len as usize))
         } else {
@@ -372,7 +444,7 @@ impl<P: Provider> Translate<'_, P> {
             (t.buf, t.recv, t.peer, tmh)
         };
         // TMH + RVH landed in the buffer: give a user buffer its bytes back.
-        let _ = buf.take_head(TMH_AND_RVH);
+        buf.restore(TMH_AND_RVH);
         self.st.recycle(buf, self.max_tags);
         let msg = match rvh {
             Some(rvh) => match self.st.rndv_msg(peer, tmh, rvh) {
@@ -394,7 +466,7 @@ impl<P: Provider> Translate<'_, P> {
                 recv,
                 peer,
                 tag: tmh.tag,
-                data: Some(msg),
+                data: Some(msg.map(TagData::Msg)),
             });
         }
     }
@@ -462,9 +534,21 @@ impl<P: Provider + 'static> TagOffload for OpenibBtl<P> {
         self.module.as_ref().map_or(0, |m| m.eager_limit())
     }
 
-    fn send_tagged(&mut self, peer: u32, tag: u64, data: &[u8]) -> Result<(), BtlError> {
+    fn send_tagged(
+        &mut self,
+        peer: u32,
+        tag: u64,
+        hdr: &[u8],
+        payload: &[u8],
+    ) -> Result<(), BtlError> {
+        let Some(app_ctx) = eager_app_ctx(hdr.len()) else {
+            return Err(BtlError::TooLarge {
+                len: hdr.len(),
+                max: EAGER_HDR_MASK as usize,
+            });
+        };
         self.m()?
-            .send_eager(peer, tag, EAGER_APP_CTX, data, 0)
+            .send_eager_hdr(peer, tag, app_ctx, hdr, payload, 0)
             .map_err(|e| btl_err(e, peer))
     }
 
@@ -486,7 +570,7 @@ impl<P: Provider + 'static> TagOffload for OpenibBtl<P> {
         // 32 bits keeps concurrent requests of one tag apart (a collision is
         // refused by the module and the caller sends another way).
         let app_ctx = (id as u32) ^ ((id >> 32) as u32);
-        if app_ctx == EAGER_APP_CTX {
+        if eager_header_len(app_ctx).is_some() {
             return Err(BtlError::Unsupported(
                 "rendezvous id folding to the eager app_ctx",
             ));
@@ -539,9 +623,9 @@ impl<P: Provider + 'static> TagOffload for OpenibBtl<P> {
         let st = &mut self.tags;
         let buf_len = st.buf_len;
         // The receive's own buffer when every tagged eager message fits (it
-        // lands there whole and is copied out like from a bounce buffer); a
-        // NIC rendezvous is then read straight into it. Otherwise a bounce
-        // buffer.
+        // lands there whole, its payload is moved into place and the bytes
+        // past it restored from the copy taken here); a NIC rendezvous is
+        // then read straight into it. Otherwise a bounce buffer.
         let mut buf = match user {
             Some((ptr, len)) if len >= buf_len && len <= u32::MAX as usize => {
                 // SAFETY: the receive's buffer (valid, this function's
@@ -622,6 +706,25 @@ impl<P: Provider + 'static> TagOffload for OpenibBtl<P> {
         // progress round.
         for ev in self.events.drain(..) {
             t.event(ev);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eager_app_ctx_carries_the_header_length_and_is_told_from_others() {
+        for n in [0usize, 1, 20, 64, 0xFFFF] {
+            let a = eager_app_ctx(n).expect("a header length that fits");
+            assert_eq!(eager_header_len(a), Some(n));
+        }
+        assert_eq!(eager_app_ctx(0x1_0000), None);
+        // Not eager: the pml's BTL tag (generic fragments), the old eager
+        // mark, small rendezvous ids, a neighbouring mark.
+        for a in [0x41, 0, 7, 0x4540_FFFF, 0x4542_0000, u32::MAX] {
+            assert_eq!(eager_header_len(a), None, "{a:#x}");
         }
     }
 }

@@ -3,13 +3,16 @@
 //! processes, with no pml above: what the pml relies on when it drives a
 //! NIC tag list through the interface alone.
 //!
-//! Rank 0 sends, rank 1 receives:
-//! - a tagged eager message into a receive's own buffer: the message comes
-//!   up with the match and the buffer holds its original bytes again (the
-//!   NIC scattered the message there; MPI lets a receive modify only the
-//!   bytes of the message it gets, which the caller then writes);
-//! - one into a bounce buffer, and one longer than a packet (mlx5's two
-//!   completions: a match without data, then the data);
+//! Rank 0 sends (every eager message as a caller's header and a payload),
+//! rank 1 receives:
+//! - tagged eager messages into a receive's own buffer, in one packet and
+//!   in two (mlx5's two completions: a match without data, then the data),
+//!   and ones whose payload is shorter than the header, or empty: the NIC
+//!   scattered header and payload at the start of the buffer; the event
+//!   hands up the header alone (`TagData::Placed`), the payload is at the
+//!   start of the buffer and every byte past it holds its original value
+//!   (MPI lets a receive modify only the bytes of the message it gets);
+//! - one into a bounce buffer: header and payload come up copied, whole;
 //! - a rendezvous request the NIC matches and reads into the receive's
 //!   buffer (match, then `Read`), and one no receive takes, which software
 //!   reads and answers with `send_fin` by its token (once only);
@@ -31,6 +34,38 @@ use tmpi_btl_openib::OpenibComponent;
 use tmpi_pml::tag::{pack, Envelope};
 
 const SENTINEL: u8 = 0xA5;
+/// Length of the caller's header in front of every eager payload (a pml
+/// MATCH header's size).
+const HDR_LEN: usize = 20;
+
+/// The caller's header of the message with tag `t`: no byte equals the
+/// sentinel, so a header byte left in a receive's buffer shows.
+fn header(t: u8) -> Vec<u8> {
+    (0..HDR_LEN as u8)
+        .map(|i| t.wrapping_mul(32) ^ (i + 1))
+        .collect()
+}
+
+/// Header and payload as one message (what comes up copied).
+fn whole(t: u8, payload: &[u8]) -> Vec<u8> {
+    [header(t), payload.to_vec()].concat()
+}
+
+/// Asserts a `Placed` result: the header handed up, the payload at the
+/// start of `buf`, every other byte of `buf` untouched.
+fn assert_placed(d: &TagData, t: u8, payload: &[u8], buf: &[u8]) {
+    let TagData::Placed { header: h, len } = d else {
+        panic!("tag {t}: an eager message into the receive's own buffer is placed, not copied out: {d:?}");
+    };
+    assert_eq!(h, &header(t), "tag {t}: the header alone comes up");
+    assert_eq!(*len, payload.len(), "tag {t}: payload length");
+    assert_eq!(&buf[..payload.len()], payload, "tag {t}: payload in place");
+    assert!(
+        buf[payload.len()..].iter().all(|&x| x == SENTINEL),
+        "tag {t}: bytes past the payload changed: {:?}",
+        &buf[payload.len()..(payload.len() + 2 * HDR_LEN).min(buf.len())]
+    );
+}
 const RNDV_LEN: usize = 200_000;
 const LOST_RNDV_LEN: usize = 70_000;
 
@@ -91,7 +126,11 @@ fn with_list(job: &mut Job, m: &mut Box<dyn BtlModule>) {
     assert!(caps.max_tags > 0 && caps.max_ops > 0);
     let limit = t.tagged_limit();
     let small = pattern(1, 100);
-    let long = pattern(2, limit.min(3000));
+    let long = pattern(2, limit.min(3000) - HDR_LEN);
+    // Shorter than the header the NIC places in front of it: the bytes
+    // the header covered past the payload must get their values back.
+    let short = pattern(7, 5);
+    let empty: Vec<u8> = Vec::new();
     let bounced = pattern(3, 50);
     let unexpected = pattern(4, 10);
     let rndv = pattern(5, RNDV_LEN);
@@ -102,6 +141,8 @@ fn with_list(job: &mut Job, m: &mut Box<dyn BtlModule>) {
         // instead of bounce buffers), filled with a sentinel.
         let mut own = vec![SENTINEL; limit + 4096];
         let mut own_long = vec![SENTINEL; limit + 4096];
+        let mut own_short = vec![SENTINEL; limit + 1];
+        let mut own_empty = vec![SENTINEL; limit];
         let mut read_into = vec![SENTINEL; RNDV_LEN.max(limit) + 64];
         let t = m.tag_offload().unwrap();
         // SAFETY: the buffers outlive their receives (each ends with an
@@ -138,12 +179,32 @@ fn with_list(job: &mut Job, m: &mut Box<dyn BtlModule>) {
                 0,
             )
             .unwrap();
+            t.post_recv(
+                7,
+                107,
+                0,
+                tag(7),
+                !0,
+                Some((own_short.as_mut_ptr(), own_short.len())),
+                0,
+            )
+            .unwrap();
+            t.post_recv(
+                8,
+                108,
+                0,
+                tag(8),
+                !0,
+                Some((own_empty.as_mut_ptr(), own_empty.len())),
+                0,
+            )
+            .unwrap();
         }
         collect(m, &mut evs, |e| {
             e.iter()
                 .filter(|e| matches!(e, TagEvent::Added { .. }))
                 .count()
-                == 4
+                == 6
         });
         assert!(evs.iter().all(|e| matches!(
             e,
@@ -154,11 +215,11 @@ fn with_list(job: &mut Job, m: &mut Box<dyn BtlModule>) {
         )));
         evs.clear();
         job.modex.fence().unwrap();
-        // Everything rank 0 sends: 4 matches, 2 unexpected.
+        // Everything rank 0 sends: 6 matches, 2 unexpected.
         let mut unexp = 0u32;
         let mut token = None;
         collect(m, &mut evs, |e| {
-            let done = [1, 2].iter().all(|&i| matched(e, i).is_some())
+            let done = [1, 2, 7, 8].iter().all(|&i| matched(e, i).is_some())
                 && [3, 4].iter().all(|&i| data(e, i).is_some());
             done && e
                 .iter()
@@ -172,17 +233,26 @@ fn with_list(job: &mut Job, m: &mut Box<dyn BtlModule>) {
                     id: 1,
                     recv: 101,
                     peer: 0,
-                    data: Some(Ok(TagMsg::Eager(b))),
+                    data: Some(Ok(d)),
                     ..
-                } => {
-                    assert_eq!(b, &small);
-                    assert!(own.iter().all(|&x| x == SENTINEL), "own buffer restored");
-                }
+                } => assert_placed(d, 1, &small, &own),
+                TagEvent::Matched {
+                    id: 7,
+                    recv: 107,
+                    data: Some(Ok(d)),
+                    ..
+                } => assert_placed(d, 7, &short, &own_short),
+                TagEvent::Matched {
+                    id: 8,
+                    recv: 108,
+                    data: Some(Ok(d)),
+                    ..
+                } => assert_placed(d, 8, &empty, &own_empty),
                 TagEvent::Matched {
                     id: 2,
-                    data: Some(Ok(TagMsg::Eager(b))),
+                    data: Some(Ok(TagData::Msg(TagMsg::Eager(b)))),
                     ..
-                } => assert_eq!(b, &bounced),
+                } => assert_eq!(b, &whole(2, &bounced), "a bounce buffer's copy"),
                 TagEvent::Matched {
                     id: 3,
                     tag: tg,
@@ -197,14 +267,8 @@ fn with_list(job: &mut Job, m: &mut Box<dyn BtlModule>) {
                     id: 3,
                     recv: 103,
                     peer: 0,
-                    result: Ok(TagData::Msg(TagMsg::Eager(b))),
-                } => {
-                    assert_eq!(b, &long);
-                    assert!(
-                        own_long.iter().all(|&x| x == SENTINEL),
-                        "own buffer restored"
-                    );
-                }
+                    result: Ok(d),
+                } => assert_placed(d, 3, &long, &own_long),
                 TagEvent::Matched {
                     id: 4, data: None, ..
                 } => {}
@@ -222,7 +286,7 @@ fn with_list(job: &mut Job, m: &mut Box<dyn BtlModule>) {
                     counted: true,
                     msg: TagMsg::Eager(b),
                 } => {
-                    assert_eq!(b, &unexpected);
+                    assert_eq!(b, &whole(5, &unexpected));
                     unexp += 1;
                 }
                 TagEvent::Unexpected {
@@ -277,19 +341,27 @@ fn with_list(job: &mut Job, m: &mut Box<dyn BtlModule>) {
                 m.progress(&mut sink);
             })
             .unwrap();
-        drop((own, own_long, read_into));
+        drop((own, own_long, own_short, own_empty, read_into));
     } else {
         job.modex.fence().unwrap();
         let t = m.tag_offload().unwrap();
-        t.send_tagged(1, tag(1), &small).unwrap();
-        t.send_tagged(1, tag(2), &bounced).unwrap();
-        t.send_tagged(1, tag(3), &long).unwrap();
+        // A header the NIC's app_ctx cannot describe is refused, nothing
+        // sent.
+        assert!(matches!(
+            t.send_tagged(1, tag(1), &vec![0; 65_536], &[]),
+            Err(BtlError::TooLarge { .. })
+        ));
+        t.send_tagged(1, tag(1), &header(1), &small).unwrap();
+        t.send_tagged(1, tag(2), &header(2), &bounced).unwrap();
+        t.send_tagged(1, tag(3), &header(3), &long).unwrap();
+        t.send_tagged(1, tag(7), &header(7), &short).unwrap();
+        t.send_tagged(1, tag(8), &header(8), &empty).unwrap();
         // SAFETY: `rndv` and `lost` stay untouched until their RndvSent
         // events, collected before they are dropped.
         unsafe {
             t.send_rndv(1, tag(4), rndv.as_ptr(), rndv.len(), 7)
                 .unwrap();
-            t.send_tagged(1, tag(5), &unexpected).unwrap();
+            t.send_tagged(1, tag(5), &header(5), &unexpected).unwrap();
             t.send_rndv(1, tag(6), lost.as_ptr(), lost.len(), 8)
                 .unwrap();
         }
@@ -316,7 +388,7 @@ fn without_list(job: &mut Job, m: &mut Box<dyn BtlModule>) {
     let msg = pattern(9, 64);
     let mut evs = Vec::new();
     if job.rank == 0 {
-        t.send_tagged(1, tag(1), &msg).unwrap();
+        t.send_tagged(1, tag(1), &header(1), &msg).unwrap();
     } else {
         collect(m, &mut evs, |e| !e.is_empty());
         assert_eq!(
@@ -324,7 +396,7 @@ fn without_list(job: &mut Job, m: &mut Box<dyn BtlModule>) {
             vec![TagEvent::Unexpected {
                 peer: 0,
                 counted: false,
-                msg: TagMsg::Eager(msg)
+                msg: TagMsg::Eager(whole(1, &msg))
             }]
         );
     }

@@ -60,7 +60,8 @@ pub struct TagRndv {
 /// A tagged message as software receives it.
 #[derive(Debug, PartialEq, Eq)]
 pub enum TagMsg {
-    /// An eager message: the bytes given to [`TagOffload::send_tagged`].
+    /// An eager message: the header and payload given to
+    /// [`TagOffload::send_tagged`], one after the other.
     Eager(Vec<u8>),
     /// A rendezvous request from [`TagOffload::send_rndv`].
     Rndv(TagRndv),
@@ -69,14 +70,28 @@ pub enum TagMsg {
     Invalid(String),
 }
 
-/// What the data completion of a matched receive brought.
+/// What a matched receive got: with its match, or with the data
+/// completion that follows it.
 #[derive(Debug, PartialEq, Eq)]
 pub enum TagData {
-    /// The message, as software must take it.
+    /// The message, as software must take it (copied out of a bounce
+    /// buffer, or a rendezvous request software must finish).
     Msg(TagMsg),
     /// The NIC read a rendezvous of this many bytes straight into the
     /// receive's own buffer and answered the sender: nothing left to do.
     Read(usize),
+    /// An eager message landed in the receive's own buffer: its payload
+    /// (the `payload` of [`TagOffload::send_tagged`], `len` bytes) is at
+    /// the start of that buffer, where the receive wants it, and every
+    /// byte of the buffer past it holds what it held before the receive
+    /// was posted; `header` is the sender's `hdr`. Nothing was copied
+    /// besides the header.
+    Placed {
+        /// The sender's header.
+        header: Vec<u8>,
+        /// Payload bytes at the start of the receive's buffer.
+        len: usize,
+    },
 }
 
 /// One event of a tag-offloading module, in the NIC's completion order.
@@ -115,7 +130,7 @@ pub enum TagEvent {
         /// The message's tag.
         tag: u64,
         /// What arrived with the match.
-        data: Option<Result<TagMsg, String>>,
+        data: Option<Result<TagData, String>>,
     },
     /// The data of a `Matched { data: None }` receive, or why it failed.
     Data {
@@ -183,9 +198,21 @@ pub trait TagOffload {
     /// buffer.
     fn tagged_limit(&self) -> usize;
 
-    /// Sends one tagged eager message `data` (copied) under `tag`.
+    /// Sends one tagged eager message `hdr | payload` under `tag`, both
+    /// copied once, before returning, into the module's registered send
+    /// memory (the caller need not join them first). A receive that takes
+    /// it in its own buffer gets `payload` at the start of that buffer and
+    /// `hdr` in its event ([`TagData::Placed`]); everywhere else the
+    /// message comes up whole ([`TagMsg::Eager`]). `hdr` is at most
+    /// 65 535 bytes; `hdr` + `payload` at most [`TagOffload::tagged_limit`].
     /// [`BtlError::WouldBlock`]: no resources now, retry after progress.
-    fn send_tagged(&mut self, peer: u32, tag: u64, data: &[u8]) -> Result<(), BtlError>;
+    fn send_tagged(
+        &mut self,
+        peer: u32,
+        tag: u64,
+        hdr: &[u8],
+        payload: &[u8],
+    ) -> Result<(), BtlError>;
 
     /// Sends a rendezvous request under `tag` for `len` bytes at `buf`
     /// (registered by the module until the request ends); the receiver's
@@ -217,8 +244,9 @@ pub trait TagOffload {
     /// the caller's unexpected count. `id` (unique among posted receives,
     /// below 2^56) names it in events and [`TagOffload::del`]; `recv` is
     /// given back with its match. `user`: the receive's own buffer, used
-    /// when it holds [`TagOffload::tagged_limit`] bytes (a NIC-read
-    /// rendezvous then lands in place), else a bounce buffer is used.
+    /// when it holds [`TagOffload::tagged_limit`] bytes (an eager message's
+    /// payload and a NIC-read rendezvous then land in place, only the
+    /// message's bytes of the buffer change), else a bounce buffer is used.
     /// [`BtlError::WouldBlock`]: list or operations full (keep the receive
     /// in software).
     ///

@@ -8,7 +8,11 @@
 //!   account for the whole fragment;
 //! * re-encoding a parsed header reproduces the input's header bytes
 //!   (the decoder accepts only what the encoder can produce);
-//! * `parse(encode(h)) == h` for headers built from the input.
+//! * `parse(encode(h)) == h` for headers built from the input;
+//! * `parse_placed(header, n)` (a NIC left the `n` payload bytes in the
+//!   receive's buffer) never panics, and accepts exactly the MATCH/RNDV
+//!   headers that `parse` accepts with `n` bytes after them, giving the
+//!   same header with empty payload slices.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -47,6 +51,28 @@ fuzz_target!(|data: &[u8]| {
             show(data)
         );
         assert_eq!(Header::parse(&[&enc[..], tail].concat()).as_ref(), Ok(&h));
+    }
+    // A header handed up alone, its payload placed elsewhere: the first
+    // byte says how many payload bytes.
+    if let Some((&n, header)) = data.split_first() {
+        let n = usize::from(n);
+        let placed = Header::parse_placed(header, n);
+        let whole = [header, &vec![0u8; n][..]].concat();
+        let full = match Header::parse(&whole) {
+            Ok(Header::Match(m, p)) if p.len() == n => Some(Header::Match(m, &[][..])),
+            Ok(Header::Rndv(r)) if r.data.len() == n => {
+                let hl = RNDV_LEN + r.region.len();
+                (hl == header.len()).then(|| {
+                    Header::Rndv(RndvHdr {
+                        region: &header[RNDV_LEN..hl],
+                        data: &[],
+                        ..r
+                    })
+                })
+            }
+            _ => None,
+        };
+        assert_eq!(placed.ok(), full, "parse_placed disagrees with parse: {}", show(data));
     }
     // Headers built from the input.
     let mut inp = Input::new(data);

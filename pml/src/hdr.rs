@@ -282,52 +282,7 @@ impl<'a> Header<'a> {
                 }
                 Ok(Header::Match(match_at(b), &b[MATCH_LEN..]))
             }
-            KIND_RNDV => {
-                need("RNDV", b, RNDV_LEN)?;
-                if flags & !(FLAG_SYNC | FLAG_REGION | FLAG_INLINE) != 0 {
-                    return Err(HdrError::Invalid {
-                        kind: "RNDV",
-                        what: "unknown flags",
-                    });
-                }
-                if b[38] != 0 || b[39] != 0 {
-                    return Err(HdrError::Invalid {
-                        kind: "RNDV",
-                        what: "padding not zero",
-                    });
-                }
-                let rlen = u16_at(b, 36) as usize;
-                if rlen > MAX_REGION_LEN || (rlen > 0) != (flags & FLAG_REGION != 0) {
-                    return Err(HdrError::Invalid {
-                        kind: "RNDV",
-                        what: "region length disagrees with flags",
-                    });
-                }
-                need("RNDV", b, RNDV_LEN + rlen)?;
-                let len = u64_at(b, 20);
-                let data = &b[RNDV_LEN + rlen..];
-                if flags & FLAG_INLINE != 0 {
-                    if rlen != 0 || data.len() as u64 != len {
-                        return Err(HdrError::Invalid {
-                            kind: "RNDV",
-                            what: "inline data disagrees with its length",
-                        });
-                    }
-                } else if !data.is_empty() {
-                    return Err(HdrError::Invalid {
-                        kind: "RNDV",
-                        what: "trailing bytes",
-                    });
-                }
-                Ok(Header::Rndv(RndvHdr {
-                    m: match_at(b),
-                    flags,
-                    len,
-                    sreq: u64_at(b, 28),
-                    region: &b[RNDV_LEN..RNDV_LEN + rlen],
-                    data,
-                }))
-            }
+            KIND_RNDV => rndv(b, flags, None),
             KIND_ACK => {
                 need("ACK", b, ACK_LEN)?;
                 unused_zero("ACK", flags, &b[4..8])?;
@@ -389,6 +344,98 @@ impl<'a> Header<'a> {
             k => Err(HdrError::UnknownKind(k)),
         }
     }
+}
+
+impl<'a> Header<'a> {
+    /// Parses the header of a MATCH or RNDV fragment whose `placed` bytes
+    /// after the header (a MATCH's payload, a RNDV's inline data) are not
+    /// here: a tag-matching NIC left them in the receive's buffer and
+    /// handed up `header` alone. Accepts exactly what [`Header::parse`]
+    /// accepts of `header` followed by `placed` bytes, as a MATCH or RNDV
+    /// whose header is all of `header`; the payload slices of the result
+    /// are empty. Never panics.
+    pub fn parse_placed(header: &'a [u8], placed: usize) -> Result<Header<'a>, HdrError> {
+        need("common", header, 4)?;
+        match header[0] {
+            KIND_MATCH => match Header::parse(header)? {
+                Header::Match(m, rest) if rest.is_empty() => Ok(Header::Match(m, rest)),
+                _ => Err(HdrError::Invalid {
+                    kind: "MATCH",
+                    what: "header longer than a MATCH",
+                }),
+            },
+            KIND_RNDV => {
+                if header[2] != 0 || header[3] != 0 {
+                    return Err(HdrError::Invalid {
+                        kind: "common",
+                        what: "reserved bytes not zero",
+                    });
+                }
+                rndv(header, header[1], Some(placed))
+            }
+            k => Err(HdrError::UnknownKind(k)),
+        }
+    }
+}
+
+/// A RNDV fragment `b` (common prefix checked): its inline data are the
+/// bytes after the header, or (`placed`) that many bytes elsewhere, `b`
+/// then being the header alone.
+fn rndv(b: &[u8], flags: u8, placed: Option<usize>) -> Result<Header<'_>, HdrError> {
+    need("RNDV", b, RNDV_LEN)?;
+    if flags & !(FLAG_SYNC | FLAG_REGION | FLAG_INLINE) != 0 {
+        return Err(HdrError::Invalid {
+            kind: "RNDV",
+            what: "unknown flags",
+        });
+    }
+    if b[38] != 0 || b[39] != 0 {
+        return Err(HdrError::Invalid {
+            kind: "RNDV",
+            what: "padding not zero",
+        });
+    }
+    let rlen = u16_at(b, 36) as usize;
+    if rlen > MAX_REGION_LEN || (rlen > 0) != (flags & FLAG_REGION != 0) {
+        return Err(HdrError::Invalid {
+            kind: "RNDV",
+            what: "region length disagrees with flags",
+        });
+    }
+    need("RNDV", b, RNDV_LEN + rlen)?;
+    let len = u64_at(b, 20);
+    let data = &b[RNDV_LEN + rlen..];
+    let data_len = match placed {
+        None => data.len(),
+        Some(_) if !data.is_empty() => {
+            return Err(HdrError::Invalid {
+                kind: "RNDV",
+                what: "header longer than a RNDV",
+            })
+        }
+        Some(n) => n,
+    };
+    if flags & FLAG_INLINE != 0 {
+        if rlen != 0 || data_len as u64 != len {
+            return Err(HdrError::Invalid {
+                kind: "RNDV",
+                what: "inline data disagrees with its length",
+            });
+        }
+    } else if data_len != 0 {
+        return Err(HdrError::Invalid {
+            kind: "RNDV",
+            what: "trailing bytes",
+        });
+    }
+    Ok(Header::Rndv(RndvHdr {
+        m: match_at(b),
+        flags,
+        len,
+        sreq: u64_at(b, 28),
+        region: &b[RNDV_LEN..RNDV_LEN + rlen],
+        data,
+    }))
 }
 
 /// The MATCH fields of a header whose length the caller checked (`need`).
@@ -715,6 +762,171 @@ mod tests {
                 buf[0] = (x % 7) as u8;
             }
             let _ = Header::parse(&buf);
+        }
+    }
+
+    /// `parse_placed(header, n)` agrees with `parse(header ++ n bytes)` on
+    /// MATCH and RNDV fragments, with the payload left out; it refuses a
+    /// header with bytes after it, a wrong inline length, other kinds.
+    #[test]
+    fn parse_placed_agrees_with_parse_of_the_whole_fragment() {
+        let m = MatchHdr {
+            ctx: 7,
+            src: 3,
+            tag: -5,
+            seq: 9,
+        };
+        let payload = [0x11u8; 33];
+        for n in [0usize, 1, 19, 33] {
+            let whole = [&m.encode()[..], &payload[..n]].concat();
+            assert_eq!(Header::parse(&whole), Ok(Header::Match(m, &payload[..n])));
+            assert_eq!(
+                Header::parse_placed(&m.encode(), n),
+                Ok(Header::Match(m, &[]))
+            );
+        }
+        let inline = RndvHdr {
+            m,
+            flags: FLAG_SYNC | FLAG_INLINE,
+            len: 5,
+            sreq: 4,
+            region: &[],
+            data: &[],
+        };
+        let h = inline.encode();
+        assert!(Header::parse(&[&h[..], &payload[..5]].concat()).is_ok());
+        assert_eq!(
+            Header::parse_placed(&h, 5),
+            Ok(Header::Rndv(inline.clone()))
+        );
+        for wrong in [0usize, 4, 6] {
+            assert!(matches!(
+                Header::parse_placed(&h, wrong),
+                Err(HdrError::Invalid { .. })
+            ));
+        }
+        let region = RndvHdr {
+            m,
+            flags: FLAG_REGION,
+            len: 1 << 20,
+            sreq: 4,
+            region: &[1, 2, 3],
+            data: &[],
+        };
+        let h = region.encode();
+        assert_eq!(
+            Header::parse_placed(&h, 0),
+            Ok(Header::Rndv(region.clone()))
+        );
+        assert!(matches!(
+            Header::parse_placed(&h, 1),
+            Err(HdrError::Invalid { .. })
+        ));
+        // The header handed up must be the header alone.
+        let mut long = m.encode().to_vec();
+        long.push(1);
+        assert!(Header::parse_placed(&long, 0).is_err());
+        let mut long = h.clone();
+        long.push(1);
+        assert!(Header::parse_placed(&long, 0).is_err());
+        // Other kinds and short input are refused, never a panic.
+        let fin = FinHdr { sreq: 1, status: 0 }.encode();
+        assert_eq!(
+            Header::parse_placed(&fin, 0),
+            Err(HdrError::UnknownKind(KIND_FIN))
+        );
+        for k in 0..h.len() {
+            assert!(Header::parse_placed(&h[..k], 0).is_err());
+        }
+        let mut bad = h.clone();
+        bad[2] = 1;
+        assert!(Header::parse_placed(&bad, 0).is_err());
+    }
+
+    /// The fuzz target's `parse_placed` property (fuzz/fuzz_targets/
+    /// pml_hdr.rs) over deterministic noise and real headers: accepted
+    /// exactly when `parse` accepts the header followed by `n` bytes, with
+    /// the same header.
+    #[test]
+    fn parse_placed_agrees_with_parse_on_noise() {
+        fn check(data: &[u8]) {
+            let Some((&n, header)) = data.split_first() else {
+                return;
+            };
+            let n = usize::from(n);
+            let placed = Header::parse_placed(header, n);
+            let whole = [header, &vec![0u8; n][..]].concat();
+            let full = match Header::parse(&whole) {
+                Ok(Header::Match(m, p)) if p.len() == n => Some(Header::Match(m, &[][..])),
+                Ok(Header::Rndv(r)) if r.data.len() == n => {
+                    let hl = RNDV_LEN + r.region.len();
+                    (hl == header.len()).then(|| {
+                        Header::Rndv(RndvHdr {
+                            region: &header[RNDV_LEN..hl],
+                            data: &[],
+                            ..r
+                        })
+                    })
+                }
+                _ => None,
+            };
+            assert_eq!(placed.ok(), full, "{data:?}");
+        }
+        let m = MatchHdr {
+            ctx: 1,
+            src: 2,
+            tag: 3,
+            seq: 4,
+        };
+        let reals = [
+            m.encode().to_vec(),
+            RndvHdr {
+                m,
+                flags: FLAG_REGION,
+                len: 9,
+                sreq: 5,
+                region: &[7; 24],
+                data: &[],
+            }
+            .encode(),
+            RndvHdr {
+                m,
+                flags: FLAG_SYNC | FLAG_INLINE,
+                len: 6,
+                sreq: 5,
+                region: &[],
+                data: &[],
+            }
+            .encode(),
+        ];
+        let mut accepted = 0;
+        for h in &reals {
+            for n in 0..8u8 {
+                check(&[&[n][..], h].concat());
+                accepted += usize::from(Header::parse_placed(h, n.into()).is_ok());
+            }
+        }
+        // MATCH at every n, the region RNDV at 0, the inline one at 6.
+        assert_eq!(accepted, 8 + 1 + 1);
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let pick = &reals[(x % 3) as usize];
+            let mut buf = pick.clone();
+            // Flip one byte, cut or extend, then a payload count.
+            let at = (x >> 8) as usize % buf.len();
+            if x & 1 == 0 {
+                buf[at] ^= (x >> 16) as u8 | 1;
+            }
+            match (x >> 24) % 4 {
+                0 => buf.truncate(at),
+                1 => buf.push((x >> 32) as u8),
+                _ => {}
+            }
+            let n = if x & 2 == 0 { 6 } else { (x >> 40) as u8 % 8 };
+            check(&[&[n][..], &buf[..]].concat());
         }
     }
 }

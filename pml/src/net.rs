@@ -634,7 +634,8 @@ impl Transport for BtlNet {
 
 impl BtlNet {
     /// A MATCH/RNDV to a tagged peer: one tagged eager send of the whole
-    /// pml fragment under the envelope's tag.
+    /// pml fragment (header, then payload or inline data) under the
+    /// envelope's tag.
     fn send_tagged(&mut self, peer: u32, hdr: &[u8], data: &[u8]) -> Result<(), TxError> {
         let Some(env) = envelope_of(hdr) else {
             return Err(TxError::Fatal("malformed MATCH/RNDV header".into()));
@@ -646,14 +647,14 @@ impl BtlNet {
         let Some(tm) = &self.tm else {
             return Err(TxError::Fatal("no tag matching".into()));
         };
-        let mut frag = Vec::with_capacity(hdr.len() + data.len());
-        frag.extend_from_slice(hdr);
-        frag.extend_from_slice(data);
         let module = tm.module;
         let Some(t) = self.modules[module].tag_offload() else {
             return Err(TxError::Fatal("tag-matching module lost".into()));
         };
-        match t.send_tagged(peer, tag, &frag) {
+        // Header and payload go to the module apart: it copies each once
+        // into its send buffer, and a receive that takes the message in its
+        // own buffer gets the payload in place (`TagData::Placed`).
+        match t.send_tagged(peer, tag, hdr, data) {
             Ok(()) => Ok(()),
             Err(BtlError::WouldBlock) => Err(TxError::Busy),
             Err(e) => Err(tx_err(self.modules[module].name(), e)),

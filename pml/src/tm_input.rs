@@ -12,7 +12,7 @@ use tmpi_btl::{TagData, TagEvent, TagMsg, TagOffload, TagRndv};
 use tmpi_tm_engine::split::{NicEvent, NicId};
 
 use crate::hdr::{MatchHdr, RndvHdr, FLAG_REGION};
-use crate::transport::{NicData, TmInput};
+use crate::transport::{NicData, NicFrag, TmInput};
 
 /// Exit status of a process that lost a message to a completion error
 /// (see [`lost_message`]; the launcher reports it).
@@ -82,6 +82,23 @@ fn msg_frag(
     }
 }
 
+/// What a matched receive got, as the pml takes it: a NIC read, or a
+/// fragment (copied out whole, or an eager payload already in place).
+fn nic_data(
+    d: TagData,
+    peer: u32,
+    module: usize,
+    rts_in: &mut OpenRequests,
+    t: &mut dyn TagOffload,
+) -> Result<NicData, String> {
+    let frag = match d {
+        TagData::Read(n) => return Ok(NicData::Read(n)),
+        TagData::Placed { header, len } => NicFrag::Placed { header, len },
+        TagData::Msg(m) => NicFrag::Bytes(msg_frag(m, peer, module, rts_in, t)?),
+    };
+    Ok(NicData::Frag { peer, frag })
+}
+
 /// One event of a tag-offloading module (number `module`; `list`: the one
 /// whose list the split matcher drives) as inputs of the offload path.
 pub(crate) fn tm_input(
@@ -132,14 +149,20 @@ pub(crate) fn tm_input(
             data,
         } => {
             let (id, envelope) = (NicId(id), crate::tag::unpack(tag));
-            match data.map(|d| d.and_then(|m| msg_frag(m, peer, module, rts_in, t))) {
+            let data = data.map(|d| d.and_then(|d| nic_data(d, peer, module, rts_in, t)));
+            match data {
                 None => out.push(TmInput::NicPending { recv, id, envelope }),
-                Some(Ok(bytes)) => out.push(TmInput::Matched {
+                Some(Ok(NicData::Frag { frag, .. })) => out.push(TmInput::Matched {
                     recv,
                     id,
                     peer,
                     envelope,
-                    bytes,
+                    frag,
+                }),
+                Some(Ok(NicData::Read(_))) => out.push(TmInput::Failed {
+                    recv,
+                    id,
+                    error: "NIC read reported with its match".into(),
                 }),
                 Some(Err(error)) => out.push(TmInput::Failed { recv, id, error }),
             }
@@ -150,12 +173,7 @@ pub(crate) fn tm_input(
             peer,
             result,
         } => {
-            let result = result.and_then(|d| match d {
-                TagData::Read(n) => Ok(NicData::Read(n)),
-                TagData::Msg(m) => {
-                    msg_frag(m, peer, module, rts_in, t).map(|bytes| NicData::Frag { peer, bytes })
-                }
-            });
+            let result = result.and_then(|d| nic_data(d, peer, module, rts_in, t));
             out.push(TmInput::NicData {
                 recv,
                 id: NicId(id),

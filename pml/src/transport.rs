@@ -118,7 +118,24 @@ pub enum NicData {
         /// World rank of the sender.
         peer: u32,
         /// The pml fragment.
-        bytes: Vec<u8>,
+        frag: NicFrag,
+    },
+}
+
+/// A pml fragment a tag-matching NIC delivered to a receive.
+#[derive(Debug)]
+pub enum NicFrag {
+    /// The whole fragment (copied out of a bounce buffer, or the RNDV a
+    /// rendezvous request software must finish stands for).
+    Bytes(Vec<u8>),
+    /// The fragment's header; its `len` payload bytes (a MATCH's payload, a
+    /// RNDV's inline data) are already at the start of the receive's own
+    /// buffer, the rest of that buffer unchanged (`tmpi_btl::TagData::Placed`).
+    Placed {
+        /// The fragment's header.
+        header: Vec<u8>,
+        /// Payload bytes in the receive's buffer.
+        len: usize,
     },
 }
 
@@ -150,7 +167,7 @@ pub enum TmInput {
         /// The matched envelope (from the tag).
         envelope: tmpi_tm_engine::Envelope,
         /// The pml fragment.
-        bytes: Vec<u8>,
+        frag: NicFrag,
     },
     /// The NIC matched receive `recv` (list entry `id`) and its data are
     /// still coming (mlx5's first of two completions: an eager message

@@ -105,10 +105,16 @@ fn tm_on_suite_2_ranks() {
 /// into bounce buffers and user buffers of several sizes, every receive
 /// held by the NIC when its message arrives: over the soft NIC's default
 /// 1 KiB path MTU (eager messages past one packet take two completions), the
-/// smallest and largest MTU, and a small eager limit.
+/// smallest and largest MTU, and a small eager limit. Eager messages into
+/// user buffers are completed in place (`nic_in_place`, no copy), the
+/// buffers' bytes past the message unchanged (checked by the ranks).
 #[test]
 fn tm_on_sizes_across_packets_eager_limit_and_buffers() {
-    case(2, "sizes", "1", &[]);
+    let out = case(2, "sizes", "1", &[]);
+    assert!(
+        stat(&out, "nic_in_place") > 0,
+        "no eager message completed in the receive's own buffer: {out}"
+    );
     case(2, "sizes", "1", &[("btl_openib_tmsoft_mtu", "256")]);
     case(2, "sizes", "1", &[("btl_openib_tmsoft_mtu", "4096")]);
     case(2, "sizes", "1", &[("pml_eager_limit", "2048")]);

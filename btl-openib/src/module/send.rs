@@ -71,9 +71,26 @@ impl<P: Provider> Module<P> {
         data: &[u8],
         id: u64,
     ) -> Result<()> {
-        if data.len() > self.cfg.eager_limit {
+        self.send_eager_hdr(rank, tag, app_ctx, &[], data, id)
+    }
+
+    /// Sends an eager message `TMH(EAGER, app_ctx, tag) | hdr | data`, as
+    /// [`Module::send_eager`]: the caller's header and payload are copied
+    /// once each, straight into the registered send buffer (no joining
+    /// first). `hdr` + `data` are at most the eager limit.
+    pub fn send_eager_hdr(
+        &mut self,
+        rank: u32,
+        tag: u64,
+        app_ctx: u32,
+        hdr: &[u8],
+        data: &[u8],
+        id: u64,
+    ) -> Result<()> {
+        let len = hdr.len() + data.len();
+        if len > self.cfg.eager_limit {
             return Err(OpenibError::TooLarge {
-                len: data.len(),
+                len,
                 limit: self.cfg.eager_limit,
             });
         }
@@ -85,7 +102,7 @@ impl<P: Provider> Module<P> {
         .to_bytes();
         self.post_copy(
             rank,
-            &[&tmh, data],
+            &[&tmh, hdr, data],
             SendSlot {
                 id,
                 peer: rank,

@@ -45,7 +45,7 @@ use crate::offload::Late;
 use crate::raw::{RawBuf, RawBufMut};
 use crate::region::Region;
 use crate::request::{ReqId, SendMode, Status, BSEND_OVERHEAD, PROC_NULL};
-use crate::transport::{NicData, TmInput};
+use crate::transport::{NicData, NicFrag, TmInput};
 use crate::PmlError;
 
 /// What a BTL can do for one peer.
@@ -188,6 +188,10 @@ pub struct Stats {
     /// Eager messages a blocking receive took straight from the BTL's
     /// direct channel (`Core::take_direct`: no request, no queue).
     pub direct_recv: u64,
+    /// Eager messages (and inline synchronous ones) a tag-matching NIC
+    /// matched into the receive's own buffer, where the module left the
+    /// payload in place: completed without copying it.
+    pub nic_in_place: u64,
 }
 
 impl std::fmt::Display for Stats {
@@ -207,6 +211,7 @@ impl std::fmt::Display for Stats {
             credits_sent,
             credit_requests,
             direct_recv,
+            nic_in_place,
         } = self;
         write!(
             f,
@@ -214,7 +219,8 @@ impl std::fmt::Display for Stats {
              rndv_get={rndv_get} rndv_pipelined={rndv_pipelined} rndv_nic_read={rndv_nic_read} \
              unexpected={unexpected} out_of_order={out_of_order} dropped={dropped} \
              credit_rndv={credit_rndv} credits_sent={credits_sent} \
-             credit_requests={credit_requests} direct_recv={direct_recv}"
+             credit_requests={credit_requests} direct_recv={direct_recv} \
+             nic_in_place={nic_in_place}"
         )
     }
 }
@@ -433,7 +439,7 @@ pub struct Core {
     bye_all_max: u64,
     /// Fragments the NIC placed for a receive (or its failure), until the
     /// split matcher reports the match.
-    nic_bytes: HashMap<u64, Result<(u32, Vec<u8>), String>>,
+    nic_bytes: HashMap<u64, Result<(u32, NicFrag), String>>,
     /// Receives matched by the NIC to a rendezvous request, the NIC reading
     /// into their buffer: envelope, whether the split matcher reported the
     /// match, and the read's outcome once known.

@@ -69,9 +69,9 @@ impl Core {
                 id,
                 peer,
                 envelope,
-                bytes,
+                frag,
             } => {
-                self.nic_bytes.insert(recv, Ok((peer, bytes)));
+                self.nic_bytes.insert(recv, Ok((peer, frag)));
                 self.nic_event(NicEvent::Matched {
                     id,
                     envelope,
@@ -227,8 +227,8 @@ impl Core {
                     cancelled: false,
                 }
             }
-            Some(Ok(NicData::Frag { peer, bytes })) => {
-                self.nic_bytes.insert(recv, Ok((peer, bytes)));
+            Some(Ok(NicData::Frag { peer, frag })) => {
+                self.nic_bytes.insert(recv, Ok((peer, frag)));
                 self.deliver_nic_bytes(wire, ReqId(recv));
                 return;
             }
@@ -262,42 +262,61 @@ impl Core {
             error: e,
             ..Status::empty()
         };
-        match self.nic_bytes.remove(&id.0) {
-            Some(Ok((peer, bytes))) => match Header::parse(&bytes) {
-                Ok(Header::Match(m, data)) => {
-                    self.consumed(peer, charge_of(Some(data.len())));
-                    let env = m.envelope();
-                    self.deliver_eager(id, env, data)
-                }
-                Ok(Header::Rndv(r)) => {
-                    let env = r.m.envelope();
-                    if r.flags & FLAG_INLINE != 0 {
-                        self.deliver_sync(id, env, peer, r.sreq, r.data);
-                        return;
-                    }
-                    self.start_rndv(
-                        wire,
-                        id,
-                        env,
-                        peer,
-                        r.flags,
-                        r.len,
-                        r.sreq,
-                        Region::new(r.region),
-                    )
-                }
-                _ => {
-                    self.stats.dropped += 1;
-                    tracing::error!(target: "pml_ob1", peer, "NIC-matched fragment malformed");
-                    self.complete(id, failed(MpiErrorClass::Intern));
-                }
-            },
+        let (peer, frag) = match self.nic_bytes.remove(&id.0) {
+            Some(Ok(f)) => f,
             Some(Err(e)) => {
                 tracing::error!(target: "pml_ob1", "receive failed at the NIC: {e}");
                 self.complete(id, failed(MpiErrorClass::Other));
+                return;
             }
             None => {
                 tracing::error!(target: "pml_ob1", "NIC match without its data");
+                self.complete(id, failed(MpiErrorClass::Intern));
+                return;
+            }
+        };
+        // The payload is either in the fragment (copied into the receive's
+        // buffer below) or already at the start of that buffer.
+        let (hdr, placed) = match &frag {
+            NicFrag::Bytes(bytes) => (Header::parse(bytes), None),
+            NicFrag::Placed { header, len } => (Header::parse_placed(header, *len), Some(*len)),
+        };
+        match hdr {
+            Ok(Header::Match(m, data)) => {
+                let n = placed.unwrap_or(data.len());
+                self.consumed(peer, charge_of(Some(n)));
+                let env = m.envelope();
+                match placed {
+                    Some(n) => self.delivered_in_place(id, env, n),
+                    None => self.deliver_eager(id, env, data),
+                }
+            }
+            Ok(Header::Rndv(r)) => {
+                let env = r.m.envelope();
+                if r.flags & FLAG_INLINE != 0 {
+                    match placed {
+                        Some(n) => {
+                            self.fin(peer, r.sreq, 0);
+                            self.delivered_in_place(id, env, n)
+                        }
+                        None => self.deliver_sync(id, env, peer, r.sreq, r.data),
+                    }
+                    return;
+                }
+                self.start_rndv(
+                    wire,
+                    id,
+                    env,
+                    peer,
+                    r.flags,
+                    r.len,
+                    r.sreq,
+                    Region::new(r.region),
+                )
+            }
+            _ => {
+                self.stats.dropped += 1;
+                tracing::error!(target: "pml_ob1", peer, "NIC-matched fragment malformed");
                 self.complete(id, failed(MpiErrorClass::Intern));
             }
         }

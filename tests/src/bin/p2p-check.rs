@@ -543,9 +543,13 @@ fn big(w: &Comm) -> R {
 /// default), the eager limit and the rendezvous switch, each received into
 /// a buffer of exactly its size and into larger ones (user buffers the NIC
 /// writes into, and with `pml_tm_max_bb_size` above them bounce buffers).
-/// The receives are posted and a barrier passed before anything is sent,
-/// so with tag matching on the NIC holds them when the messages arrive.
+/// Then short messages (some synchronous) into buffers larger than any
+/// eager message. The receives are posted and a barrier passed before
+/// anything is sent, so with tag matching on the NIC holds them when the
+/// messages arrive. Every receive's bytes past its message must be
+/// unchanged.
 fn sizes(w: &Comm) -> R {
+    const SHORT_INTO_BIG: [usize; 7] = [0, 1, 5, 19, 20, 21, 100];
     let sizes = [
         0usize, 1, 900, 990, 1000, 1023, 1024, 1025, 2000, 2048, 4095, 4096, 4097, 8000, 8100,
         8191, 8192, 8193, 12_000, 16_384, 65_536, 300_001,
@@ -561,10 +565,20 @@ fn sizes(w: &Comm) -> R {
     let peer = 1 - w.rank();
     for dir in 0..2 {
         let receiver = w.rank() == dir;
+        // Then short messages into buffers larger than any eager message:
+        // with tag matching, the NIC places the pml header in front of the
+        // payload in the receive's own buffer, and the bytes it covered
+        // past a payload shorter than it must get their values back.
         let cases: Vec<(usize, usize)> = sizes
             .iter()
             .flat_map(|&n| extra.iter().map(move |&x| (n, n + x)))
+            .chain(SHORT_INTO_BIG.map(|n| (n, 16_384)))
             .collect();
+        // Some of those as synchronous sends: to a tag-matching peer a
+        // RNDV (header and the sender's region, longer than the payload)
+        // that the NIC places in the receive's buffer before the data are
+        // read into it.
+        let sync = |n: usize, cap: usize| cap == 16_384 && n % 2 == 1;
         let seed = |k: usize| 77_000 + k as u64 + 1000 * dir as u64;
         if receiver {
             let mut bufs: Vec<Vec<u8>> = cases.iter().map(|&(_, cap)| vec![0xa5; cap]).collect();
@@ -597,8 +611,12 @@ fn sizes(w: &Comm) -> R {
             }
         } else {
             w.barrier().map_err(e)?;
-            for (k, &(n, _)) in cases.iter().enumerate() {
-                w.send(&payload(seed(k), n), peer, k as i32).map_err(e)?;
+            for (k, &(n, cap)) in cases.iter().enumerate() {
+                if sync(n, cap) {
+                    w.ssend(&payload(seed(k), n), peer, k as i32).map_err(e)?;
+                } else {
+                    w.send(&payload(seed(k), n), peer, k as i32).map_err(e)?;
+                }
             }
         }
         w.barrier().map_err(e)?;
