@@ -41,7 +41,7 @@ pub(crate) struct Inner {
     /// (`Transport::direct_recv`), used by the blocking-receive fast path.
     pub(super) direct_rx: Vec<Option<std::sync::Arc<dyn tmpi_btl::DirectRecv>>>,
     /// Transfers that failed on each peer's broken connection
-    /// ([`Inner::log_broken`]).
+    /// ([`Inner::first_broken`]).
     broken: std::collections::HashMap<u32, u64>,
 }
 
