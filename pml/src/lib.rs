@@ -9,8 +9,8 @@
 //!   ob1 has them: send requests, receive requests, incoming fragments, the
 //!   offload path's input, the fast path.
 //! * `comm`: communicator records (context id + rank table).
-//! * [`Pml`] (module `pml`): the driver: BTL selection per peer, progress,
-//!   waiting, the lock, init and finalize.
+//! * [`Pml`] (module `pml`, files by job): the driver: BTL selection per
+//!   peer, progress, waiting, the lock, init and finalize.
 //! * `net`: the transport over the BTL modules the top layer gives the pml
 //!   (`InitOptions::btls`), through the `tmpi-btl` interface only; a
 //!   module's NIC tag list is its optional `TagOffload` capability, whose
