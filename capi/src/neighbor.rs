@@ -8,9 +8,9 @@
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use crate::coll::{coll_req, comm_of, ty, VLayout};
+use crate::coll::{blocking_and_nonblocking, coll_req, comm_of, ty, VLayout};
 use crate::datatype::Dtype;
-use crate::error::{guard, Error, MpiErrorClass as C, Res};
+use crate::error::{Error, MpiErrorClass as C, Res};
 use crate::ffi::{array, count as ccount, is_in_place};
 use crate::topo::{neighborhood, Neighborhood};
 
@@ -90,24 +90,24 @@ fn exchange(
 /// topology's neighbourhood, then [`exchange`] (`one`: allgather's single
 /// send block).
 fn run(
-    name: &'static str,
     comm: c_int,
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     one: bool,
     layouts: impl FnOnce(&Neighborhood) -> Res<(VLayout, VLayout)>,
     request: Option<*mut c_int>,
-) -> c_int {
-    guard(name, comm, || {
-        let nb = neighborhood(comm)?;
-        let (send, recv) = layouts(&nb)?;
-        exchange(comm, &nb, sendbuf, &send, one, recvbuf, recv, request)
-    })
+) -> Res<()> {
+    let nb = neighborhood(comm)?;
+    let (send, recv) = layouts(&nb)?;
+    exchange(comm, &nb, sendbuf, &send, one, recvbuf, recv, request)
 }
+
+blocking_and_nonblocking!(MPI_Neighbor_allgather, MPI_Ineighbor_allgather => allgather;
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void,
+     recvcount: c_int, recvtype: c_int, comm: c_int) on comm);
 
 #[allow(clippy::too_many_arguments)]
 fn allgather(
-    name: &'static str,
     sendbuf: *const c_void,
     sendcount: c_int,
     sendtype: c_int,
@@ -116,18 +116,21 @@ fn allgather(
     recvtype: c_int,
     comm: c_int,
     request: Option<*mut c_int>,
-) -> c_int {
+) -> Res<()> {
     let layouts = |nb: &Neighborhood| {
         let send = uniform(1, sendcount, &ty(sendtype)?, |_| true)?;
         let recv = uniform(nb.indegree, recvcount, &ty(recvtype)?, |i| nb.receives(i))?;
         Ok((send, recv))
     };
-    run(name, comm, sendbuf, recvbuf, true, layouts, request)
+    run(comm, sendbuf, recvbuf, true, layouts, request)
 }
+
+blocking_and_nonblocking!(MPI_Neighbor_allgatherv, MPI_Ineighbor_allgatherv => allgatherv;
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void,
+     recvcounts: *const c_int, displs: *const c_int, recvtype: c_int, comm: c_int) on comm);
 
 #[allow(clippy::too_many_arguments)]
 fn allgatherv(
-    name: &'static str,
     sendbuf: *const c_void,
     sendcount: c_int,
     sendtype: c_int,
@@ -137,19 +140,22 @@ fn allgatherv(
     recvtype: c_int,
     comm: c_int,
     request: Option<*mut c_int>,
-) -> c_int {
+) -> Res<()> {
     let layouts = |nb: &Neighborhood| {
         let send = uniform(1, sendcount, &ty(sendtype)?, |_| true)?;
         let t = ty(recvtype)?;
         let recv = VLayout::v_where(recvcounts, displs, nb.indegree, &t, |i| nb.receives(i))?;
         Ok((send, recv))
     };
-    run(name, comm, sendbuf, recvbuf, true, layouts, request)
+    run(comm, sendbuf, recvbuf, true, layouts, request)
 }
+
+blocking_and_nonblocking!(MPI_Neighbor_alltoall, MPI_Ineighbor_alltoall => alltoall;
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void,
+     recvcount: c_int, recvtype: c_int, comm: c_int) on comm);
 
 #[allow(clippy::too_many_arguments)]
 fn alltoall(
-    name: &'static str,
     sendbuf: *const c_void,
     sendcount: c_int,
     sendtype: c_int,
@@ -158,7 +164,7 @@ fn alltoall(
     recvtype: c_int,
     comm: c_int,
     request: Option<*mut c_int>,
-) -> c_int {
+) -> Res<()> {
     let layouts = |nb: &Neighborhood| {
         let send = uniform(nb.outdegree, sendcount, &ty(sendtype)?, |j| {
             nb.sends_block(j)
@@ -166,12 +172,16 @@ fn alltoall(
         let recv = uniform(nb.indegree, recvcount, &ty(recvtype)?, |i| nb.receives(i))?;
         Ok((send, recv))
     };
-    run(name, comm, sendbuf, recvbuf, false, layouts, request)
+    run(comm, sendbuf, recvbuf, false, layouts, request)
 }
+
+blocking_and_nonblocking!(MPI_Neighbor_alltoallv, MPI_Ineighbor_alltoallv => alltoallv;
+    (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: c_int,
+     recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: c_int,
+     comm: c_int) on comm);
 
 #[allow(clippy::too_many_arguments)]
 fn alltoallv(
-    name: &'static str,
     sendbuf: *const c_void,
     sendcounts: *const c_int,
     sdispls: *const c_int,
@@ -182,7 +192,7 @@ fn alltoallv(
     recvtype: c_int,
     comm: c_int,
     request: Option<*mut c_int>,
-) -> c_int {
+) -> Res<()> {
     let layouts = |nb: &Neighborhood| {
         let (st, rt) = (ty(sendtype)?, ty(recvtype)?);
         let send = VLayout::v_where(sendcounts, sdispls, nb.outdegree, &st, |j| {
@@ -191,12 +201,16 @@ fn alltoallv(
         let recv = VLayout::v_where(recvcounts, rdispls, nb.indegree, &rt, |i| nb.receives(i))?;
         Ok((send, recv))
     };
-    run(name, comm, sendbuf, recvbuf, false, layouts, request)
+    run(comm, sendbuf, recvbuf, false, layouts, request)
 }
+
+blocking_and_nonblocking!(MPI_Neighbor_alltoallw, MPI_Ineighbor_alltoallw => alltoallw;
+    (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const isize,
+     sendtypes: *const c_int, recvbuf: *mut c_void, recvcounts: *const c_int,
+     rdispls: *const isize, recvtypes: *const c_int, comm: c_int) on comm);
 
 #[allow(clippy::too_many_arguments)]
 fn alltoallw(
-    name: &'static str,
     sendbuf: *const c_void,
     sendcounts: *const c_int,
     sdispls: *const isize,
@@ -207,7 +221,7 @@ fn alltoallw(
     recvtypes: *const c_int,
     comm: c_int,
     request: Option<*mut c_int>,
-) -> c_int {
+) -> Res<()> {
     let layouts = |nb: &Neighborhood| {
         let sd = array(sdispls, nb.outdegree, "sdispls")?;
         let rd = array(rdispls, nb.indegree, "rdispls")?;
@@ -215,268 +229,5 @@ fn alltoallw(
         let recv = VLayout::w_where(recvcounts, &rd, recvtypes, |i| nb.receives(i), recvbuf)?;
         Ok((send, recv))
     };
-    run(name, comm, sendbuf, recvbuf, false, layouts, request)
-}
-
-#[no_mangle]
-pub extern "C" fn MPI_Neighbor_allgather(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: c_int,
-    comm: c_int,
-) -> c_int {
-    allgather(
-        "MPI_Neighbor_allgather",
-        sendbuf,
-        sendcount,
-        sendtype,
-        recvbuf,
-        recvcount,
-        recvtype,
-        comm,
-        None,
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-#[no_mangle]
-pub extern "C" fn MPI_Ineighbor_allgather(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: c_int,
-    comm: c_int,
-    request: *mut c_int,
-) -> c_int {
-    allgather(
-        "MPI_Ineighbor_allgather",
-        sendbuf,
-        sendcount,
-        sendtype,
-        recvbuf,
-        recvcount,
-        recvtype,
-        comm,
-        Some(request),
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-#[no_mangle]
-pub extern "C" fn MPI_Neighbor_allgatherv(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    displs: *const c_int,
-    recvtype: c_int,
-    comm: c_int,
-) -> c_int {
-    allgatherv(
-        "MPI_Neighbor_allgatherv",
-        sendbuf,
-        sendcount,
-        sendtype,
-        recvbuf,
-        recvcounts,
-        displs,
-        recvtype,
-        comm,
-        None,
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-#[no_mangle]
-pub extern "C" fn MPI_Ineighbor_allgatherv(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    displs: *const c_int,
-    recvtype: c_int,
-    comm: c_int,
-    request: *mut c_int,
-) -> c_int {
-    allgatherv(
-        "MPI_Ineighbor_allgatherv",
-        sendbuf,
-        sendcount,
-        sendtype,
-        recvbuf,
-        recvcounts,
-        displs,
-        recvtype,
-        comm,
-        Some(request),
-    )
-}
-
-#[no_mangle]
-pub extern "C" fn MPI_Neighbor_alltoall(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: c_int,
-    comm: c_int,
-) -> c_int {
-    alltoall(
-        "MPI_Neighbor_alltoall",
-        sendbuf,
-        sendcount,
-        sendtype,
-        recvbuf,
-        recvcount,
-        recvtype,
-        comm,
-        None,
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-#[no_mangle]
-pub extern "C" fn MPI_Ineighbor_alltoall(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: c_int,
-    comm: c_int,
-    request: *mut c_int,
-) -> c_int {
-    alltoall(
-        "MPI_Ineighbor_alltoall",
-        sendbuf,
-        sendcount,
-        sendtype,
-        recvbuf,
-        recvcount,
-        recvtype,
-        comm,
-        Some(request),
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-#[no_mangle]
-pub extern "C" fn MPI_Neighbor_alltoallv(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
-    recvtype: c_int,
-    comm: c_int,
-) -> c_int {
-    alltoallv(
-        "MPI_Neighbor_alltoallv",
-        sendbuf,
-        sendcounts,
-        sdispls,
-        sendtype,
-        recvbuf,
-        recvcounts,
-        rdispls,
-        recvtype,
-        comm,
-        None,
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-#[no_mangle]
-pub extern "C" fn MPI_Ineighbor_alltoallv(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
-    recvtype: c_int,
-    comm: c_int,
-    request: *mut c_int,
-) -> c_int {
-    alltoallv(
-        "MPI_Ineighbor_alltoallv",
-        sendbuf,
-        sendcounts,
-        sdispls,
-        sendtype,
-        recvbuf,
-        recvcounts,
-        rdispls,
-        recvtype,
-        comm,
-        Some(request),
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-#[no_mangle]
-pub extern "C" fn MPI_Neighbor_alltoallw(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const isize,
-    sendtypes: *const c_int,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const isize,
-    recvtypes: *const c_int,
-    comm: c_int,
-) -> c_int {
-    alltoallw(
-        "MPI_Neighbor_alltoallw",
-        sendbuf,
-        sendcounts,
-        sdispls,
-        sendtypes,
-        recvbuf,
-        recvcounts,
-        rdispls,
-        recvtypes,
-        comm,
-        None,
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-#[no_mangle]
-pub extern "C" fn MPI_Ineighbor_alltoallw(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const isize,
-    sendtypes: *const c_int,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const isize,
-    recvtypes: *const c_int,
-    comm: c_int,
-    request: *mut c_int,
-) -> c_int {
-    alltoallw(
-        "MPI_Ineighbor_alltoallw",
-        sendbuf,
-        sendcounts,
-        sdispls,
-        sendtypes,
-        recvbuf,
-        recvcounts,
-        rdispls,
-        recvtypes,
-        comm,
-        Some(request),
-    )
+    run(comm, sendbuf, recvbuf, false, layouts, request)
 }
