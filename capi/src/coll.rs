@@ -3,7 +3,7 @@
 //! predefined element type.
 //!
 //! Each `MPI_<x>` and its non-blocking `MPI_I<x>` are one function, declared
-//! as both entry points from one parameter list ([`blocking_and_nonblocking`]):
+//! as both entry points from one parameter list (`blocking_and_nonblocking!`):
 //! the argument checks, the buffer and datatype handling and the
 //! inter-communicator branch are the same code for both; the last step
 //! differs, a blocking call that reads and writes the caller's buffers
@@ -15,7 +15,7 @@
 //! By job: `rooted` (bcast, gather(v), scatter(v)), `exchange` (barrier,
 //! allgather(v), alltoall(v, w)), `reductions` (reduce, allreduce, scan,
 //! exscan, reduce_scatter(_block)); `vlayout`, the blocks of the v and w
-//! forms' buffers ([`VLayout`]). This file: what they share.
+//! forms' buffers (`VLayout`). This file: what they share.
 
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
@@ -92,28 +92,31 @@ pub(crate) fn unpack(buf: *mut c_void, n: usize, t: &Dtype, data: &[u8]) {
     scatter_blocks(buf.cast(), n, t.extent(), &t.blocks, data);
 }
 
-/// The user's `n` items of a contiguous `t` as bytes, read in place
-/// (`None` for other types: pack them).
-fn direct<'a>(buf: *const c_void, n: usize, t: &Dtype) -> Res<Option<&'a [u8]>> {
+/// The byte length of `n` items of `t` when `t` is contiguous (`None`:
+/// pack them).
+fn contiguous_len(n: usize, t: &Dtype) -> Res<Option<usize>> {
     if !t.is_contig() {
         return Ok(None);
     }
-    let len = n
-        .checked_mul(t.size)
-        .ok_or_else(|| Error::new(C::Count, "count x datatype size overflows"))?;
-    crate::ffi::bytes(buf.cast(), len).map(Some)
+    n.checked_mul(t.size)
+        .map(Some)
+        .ok_or_else(|| Error::new(C::Count, "count x datatype size overflows"))
+}
+
+/// The user's `n` items of a contiguous `t` as bytes, read in place
+/// (`None` for other types: pack them).
+fn direct<'a>(buf: *const c_void, n: usize, t: &Dtype) -> Res<Option<&'a [u8]>> {
+    contiguous_len(n, t)?
+        .map(|len| crate::ffi::bytes(buf.cast(), len))
+        .transpose()
 }
 
 /// As [`direct`], writable: collectives write contiguous receive buffers
 /// in place instead of through a packed copy.
 fn direct_mut<'a>(buf: *mut c_void, n: usize, t: &Dtype) -> Res<Option<&'a mut [u8]>> {
-    if !t.is_contig() {
-        return Ok(None);
-    }
-    let len = n
-        .checked_mul(t.size)
-        .ok_or_else(|| Error::new(C::Count, "count x datatype size overflows"))?;
-    crate::ffi::bytes_mut(buf.cast(), len).map(Some)
+    contiguous_len(n, t)?
+        .map(|len| crate::ffi::bytes_mut(buf.cast(), len))
+        .transpose()
 }
 
 /// [`crate::state::fast_call`] for the collectives: the communicator, the

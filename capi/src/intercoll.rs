@@ -44,7 +44,7 @@ use crate::datatype::Dtype;
 use crate::error::{Error, MpiErrorClass as C, Res};
 use crate::ffi::{array, count as ccount, is_in_place};
 use crate::intercomm::Inter;
-use crate::neighbor::uniform;
+use crate::neighbor::{exchange_round, uniform};
 use crate::request::Finish;
 use crate::state::{rt, tables, CommRef};
 
@@ -159,36 +159,8 @@ fn round(
     recv: Option<(&VLayout, *mut c_void)>,
     recvs: &[(u32, usize)],
 ) -> Res<()> {
-    let (len, rl): (usize, Vec<Block>) = match recv {
-        Some((l, _)) => (
-            l.end,
-            recvs
-                .iter()
-                .map(|&(p, b)| (p, l.displs[b], l.counts[b]))
-                .collect(),
-        ),
-        None => (0, Vec::new()),
-    };
-    if let Some(request) = ic.request {
-        let req = ic.inter.union.ineighbor_exchange(data, sends, len, &rl)?;
-        let finish = match recv {
-            Some((l, buf)) if l.end > 0 => l.clone().finish(buf),
-            _ => Finish::Nothing,
-        };
-        return coll_req(request, ic.h, req, finish);
-    }
-    let got = ic.inter.union.neighbor_exchange(data, sends, len, &rl)?;
-    if let Some((l, buf)) = recv {
-        if l.end > 0 {
-            let mut out = l.out(buf)?;
-            let bytes = out.bytes();
-            for &(_, off, n) in &rl {
-                bytes[off..off + n].copy_from_slice(&got[off..off + n]);
-            }
-            out.done(l, buf);
-        }
-    }
-    Ok(())
+    let union = &ic.inter.union;
+    exchange_round(union, ic.h, data, sends, recv, recvs, ic.request)
 }
 
 /// A round in which this process moves no data (`MPI_PROC_NULL` roots).

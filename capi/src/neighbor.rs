@@ -8,10 +8,13 @@
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
+use tmpi_coll::Comm;
+
 use crate::coll::{blocking_and_nonblocking, coll_req, comm_of, ty, VLayout};
 use crate::datatype::Dtype;
 use crate::error::{Error, MpiErrorClass as C, Res};
 use crate::ffi::{array, count as ccount, is_in_place};
+use crate::request::Finish;
 use crate::topo::{neighborhood, Neighborhood};
 
 /// `n` blocks of `count` items of `t`, block `i` at `i * count` extents;
@@ -44,7 +47,7 @@ fn exchange(
     send: &VLayout,
     one: bool,
     recvbuf: *mut c_void,
-    recv: VLayout,
+    recv: &VLayout,
     request: Option<*mut c_int>,
 ) -> Res<()> {
     if is_in_place(sendbuf) || is_in_place(recvbuf) {
@@ -63,27 +66,56 @@ fn exchange(
             (peer, send.displs[b], send.counts[b])
         })
         .collect();
-    let recvs: Vec<(u32, usize, usize)> = nb
-        .recvs
-        .iter()
-        .map(|&(i, peer)| (peer, recv.displs[i], recv.counts[i]))
-        .collect();
-    match request {
-        Some(request) => {
-            let req = c.ineighbor_exchange(data, &sends, recv.end, &recvs)?;
-            coll_req(request, comm, req, recv.finish(recvbuf))
-        }
-        None => {
-            let got = c.neighbor_exchange(data, &sends, recv.end, &recvs)?;
-            let mut out = recv.out(recvbuf)?;
-            let bytes = out.bytes();
-            for &(_, off, len) in &recvs {
-                bytes[off..off + len].copy_from_slice(&got[off..off + len]);
-            }
-            out.done(&recv, recvbuf);
-            Ok(())
-        }
+    let recvs: Vec<(u32, usize)> = nb.recvs.iter().map(|&(i, peer)| (peer, i)).collect();
+    let recv = Some((recv, recvbuf));
+    exchange_round(&c, comm, data, &sends, recv, &recvs, request)
+}
+
+/// One round of `neighbor_exchange` on `c` (the communicator `comm`):
+/// `data[off..off + len]` to every `(peer, off, len)` of `sends`, and
+/// block `b` of the layout of `recv` from every `(peer, b)` of `recvs`,
+/// written into the caller's buffer through that layout (`recv` `None`:
+/// nothing received). Blocking, or started as a request written to
+/// `request` that writes the blocks at completion.
+pub(crate) fn exchange_round(
+    c: &Comm,
+    comm: c_int,
+    data: Vec<u8>,
+    sends: &[(u32, usize, usize)],
+    recv: Option<(&VLayout, *mut c_void)>,
+    recvs: &[(u32, usize)],
+    request: Option<*mut c_int>,
+) -> Res<()> {
+    let (len, blocks): (usize, Vec<(u32, usize, usize)>) = match recv {
+        Some((l, _)) => (
+            l.end,
+            recvs
+                .iter()
+                .map(|&(p, b)| (p, l.displs[b], l.counts[b]))
+                .collect(),
+        ),
+        None => (0, Vec::new()),
+    };
+    // An empty receive layout writes nothing, now or at completion.
+    let recv = recv.filter(|(l, _)| l.end > 0);
+    if let Some(request) = request {
+        let req = c.ineighbor_exchange(data, sends, len, &blocks)?;
+        let finish = match recv {
+            Some((l, buf)) => l.clone().finish(buf),
+            None => Finish::Nothing,
+        };
+        return coll_req(request, comm, req, finish);
     }
+    let got = c.neighbor_exchange(data, sends, len, &blocks)?;
+    if let Some((l, buf)) = recv {
+        let mut out = l.out(buf)?;
+        let bytes = out.bytes();
+        for &(_, off, n) in &blocks {
+            bytes[off..off + n].copy_from_slice(&got[off..off + n]);
+        }
+        out.done(l, buf);
+    }
+    Ok(())
 }
 
 /// The body of every neighbourhood collective: the layouts from the
@@ -99,7 +131,7 @@ fn run(
 ) -> Res<()> {
     let nb = neighborhood(comm)?;
     let (send, recv) = layouts(&nb)?;
-    exchange(comm, &nb, sendbuf, &send, one, recvbuf, recv, request)
+    exchange(comm, &nb, sendbuf, &send, one, recvbuf, &recv, request)
 }
 
 blocking_and_nonblocking!(MPI_Neighbor_allgather, MPI_Ineighbor_allgather => allgather;

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::error::{guard, MpiErrorClass as C, Res};
 use crate::ffi::{count as ccount, is_in_place};
-use crate::intercoll::{self, Blocks};
+use crate::intercoll::{self, Blocks, Ic};
 use crate::request::Finish;
 
 #[no_mangle]
@@ -91,7 +91,7 @@ fn exchange(
     if request.is_none() {
         not_aliased(sendbuf, recvbuf, sendcount)?;
     }
-    let Some(c) = intra(comm, request, |ic| match kind {
+    let inter = |ic: &Ic| match kind {
         Exchange::Alltoall => {
             let (sl, rl) =
                 intercoll::alltoall_layouts(ic, sendcount, sendtype, recvcount, recvtype)?;
@@ -101,8 +101,8 @@ fn exchange(
             let recv = Blocks::Uniform(recvcount, recvtype);
             intercoll::allgather(ic, sendbuf, sendcount, sendtype, recvbuf, recv)
         }
-    })?
-    else {
+    };
+    let Some(c) = intra(comm, request, inter)? else {
         return Ok(());
     };
     if request.is_some() {
@@ -173,10 +173,8 @@ fn allgatherv(
     request: Option<*mut c_int>,
 ) -> Res<()> {
     let recv = Blocks::V(recvcounts, displs, recvtype);
-    let Some(c) = intra(comm, request, |ic| {
-        intercoll::allgather(ic, sendbuf, sendcount, sendtype, recvbuf, recv)
-    })?
-    else {
+    let inter = |ic: &Ic| intercoll::allgather(ic, sendbuf, sendcount, sendtype, recvbuf, recv);
+    let Some(c) = intra(comm, request, inter)? else {
         return Ok(());
     };
     let off = displ_at(displs, c.rank(), recvtype)?;
@@ -261,12 +259,12 @@ fn alltoall_vw(
     comm: c_int,
     request: Option<*mut c_int>,
 ) -> Res<()> {
-    let Some(c) = intra(comm, request, |ic| {
+    let inter = |ic: &Ic| {
         let p = intercoll::remote_size(ic);
         let (sl, rl) = (send_layout(p)?, recv_layout(p)?);
         intercoll::alltoall(ic, sendbuf, &sl, recvbuf, &rl)
-    })?
-    else {
+    };
+    let Some(c) = intra(comm, request, inter)? else {
         return Ok(());
     };
     let p = c.size() as usize;

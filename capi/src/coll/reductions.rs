@@ -11,7 +11,7 @@ use super::{
 };
 use crate::error::{MpiErrorClass as C, Res};
 use crate::ffi::{count as ccount, is_in_place};
-use crate::intercoll;
+use crate::intercoll::{self, Ic};
 use crate::request::Finish;
 
 blocking_and_nonblocking!(MPI_Reduce, MPI_Ireduce => reduce;
@@ -46,10 +46,8 @@ fn reduce(
             }
         }
     }
-    let Some(c) = intra(comm, request, |ic| {
-        intercoll::reduce(ic, sendbuf, recvbuf, count, dtype, op, root)
-    })?
-    else {
+    let inter = |ic: &Ic| intercoll::reduce(ic, sendbuf, recvbuf, count, dtype, op, root);
+    let Some(c) = intra(comm, request, inter)? else {
         return Ok(());
     };
     let r = root_of(root, &c)?;
@@ -161,11 +159,11 @@ fn to_every_rank(
             }
         }
     }
-    let Some(c) = intra(comm, request, |ic| match kind {
+    let inter = |ic: &Ic| match kind {
         ToEveryRank::Allreduce => intercoll::allreduce(ic, sendbuf, recvbuf, count, dtype, op),
         _ => Err(crate::intercomm::not_on_inter()),
-    })?
-    else {
+    };
+    let Some(c) = intra(comm, request, inter)? else {
         return Ok(());
     };
     if request.is_some() {
@@ -210,11 +208,11 @@ fn reduce_scatter_block(
     if request.is_none() {
         not_aliased(sendbuf, recvbuf, recvcount)?;
     }
-    let Some(c) = intra(comm, request, |ic| {
+    let inter = |ic: &Ic| {
         let counts = intercoll::block_counts(ic, recvcount)?;
         intercoll::reduce_scatter(ic, sendbuf, recvbuf, counts, dtype, op)
-    })?
-    else {
+    };
+    let Some(c) = intra(comm, request, inter)? else {
         return Ok(());
     };
     if request.is_some() {
@@ -247,11 +245,11 @@ fn reduce_scatter(
     comm: c_int,
     request: Option<*mut c_int>,
 ) -> Res<()> {
-    let Some(c) = intra(comm, request, |ic| {
+    let inter = |ic: &Ic| {
         let counts = intercoll::local_counts(ic, recvcounts)?;
         intercoll::reduce_scatter(ic, sendbuf, recvbuf, counts, dtype, op)
-    })?
-    else {
+    };
+    let Some(c) = intra(comm, request, inter)? else {
         return Ok(());
     };
     let p = c.size() as usize;

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::error::{MpiErrorClass as C, Res};
 use crate::ffi::{count as ccount, is_in_place};
-use crate::intercoll::{self, Blocks};
+use crate::intercoll::{self, Blocks, Ic};
 use crate::request::Finish;
 
 blocking_and_nonblocking!(MPI_Bcast, MPI_Ibcast => bcast;
@@ -33,10 +33,8 @@ fn bcast(
             }
         }
     }
-    let Some(c) = intra(comm, request, |ic| {
-        intercoll::bcast(ic, buf, count, dtype, root)
-    })?
-    else {
+    let inter = |ic: &Ic| intercoll::bcast(ic, buf, count, dtype, root);
+    let Some(c) = intra(comm, request, inter)? else {
         return Ok(());
     };
     let r = root_of(root, &c)?;
@@ -73,10 +71,8 @@ fn gather(
     request: Option<*mut c_int>,
 ) -> Res<()> {
     let recv = Blocks::Uniform(recvcount, recvtype);
-    let Some(c) = intra(comm, request, |ic| {
-        intercoll::gather(ic, sendbuf, sendcount, sendtype, recvbuf, recv, root)
-    })?
-    else {
+    let inter = |ic: &Ic| intercoll::gather(ic, sendbuf, sendcount, sendtype, recvbuf, recv, root);
+    let Some(c) = intra(comm, request, inter)? else {
         return Ok(());
     };
     let r = root_of(root, &c)?;
@@ -127,10 +123,8 @@ fn gatherv(
     request: Option<*mut c_int>,
 ) -> Res<()> {
     let recv = Blocks::V(recvcounts, displs, recvtype);
-    let Some(c) = intra(comm, request, |ic| {
-        intercoll::gather(ic, sendbuf, sendcount, sendtype, recvbuf, recv, root)
-    })?
-    else {
+    let inter = |ic: &Ic| intercoll::gather(ic, sendbuf, sendcount, sendtype, recvbuf, recv, root);
+    let Some(c) = intra(comm, request, inter)? else {
         return Ok(());
     };
     let r = root_of(root, &c)?;
@@ -180,10 +174,8 @@ fn scatter(
     request: Option<*mut c_int>,
 ) -> Res<()> {
     let send = Blocks::Uniform(sendcount, sendtype);
-    let Some(c) = intra(comm, request, |ic| {
-        intercoll::scatter(ic, sendbuf, send, recvbuf, recvcount, recvtype, root)
-    })?
-    else {
+    let inter = |ic: &Ic| intercoll::scatter(ic, sendbuf, send, recvbuf, recvcount, recvtype, root);
+    let Some(c) = intra(comm, request, inter)? else {
         return Ok(());
     };
     let r = root_of(root, &c)?;
@@ -257,10 +249,8 @@ fn scatterv(
     request: Option<*mut c_int>,
 ) -> Res<()> {
     let send = Blocks::V(sendcounts, displs, sendtype);
-    let Some(c) = intra(comm, request, |ic| {
-        intercoll::scatter(ic, sendbuf, send, recvbuf, recvcount, recvtype, root)
-    })?
-    else {
+    let inter = |ic: &Ic| intercoll::scatter(ic, sendbuf, send, recvbuf, recvcount, recvtype, root);
+    let Some(c) = intra(comm, request, inter)? else {
         return Ok(());
     };
     let r = root_of(root, &c)?;
