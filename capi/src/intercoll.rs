@@ -44,7 +44,7 @@ use crate::datatype::Dtype;
 use crate::error::{Error, MpiErrorClass as C, Res};
 use crate::ffi::{array, count as ccount, is_in_place};
 use crate::intercomm::Inter;
-use crate::neighbor::uniform;
+use crate::neighbor::{exchange_round, uniform};
 use crate::request::Finish;
 use crate::state::{rt, tables, CommRef};
 
@@ -159,41 +159,24 @@ fn round(
     recv: Option<(&VLayout, *mut c_void)>,
     recvs: &[(u32, usize)],
 ) -> Res<()> {
-    let (len, rl): (usize, Vec<Block>) = match recv {
-        Some((l, _)) => (
-            l.end,
-            recvs
-                .iter()
-                .map(|&(p, b)| (p, l.displs[b], l.counts[b]))
-                .collect(),
-        ),
-        None => (0, Vec::new()),
-    };
-    if let Some(request) = ic.request {
-        let req = ic.inter.union.ineighbor_exchange(data, sends, len, &rl)?;
-        let finish = match recv {
-            Some((l, buf)) if l.end > 0 => l.clone().finish(buf),
-            _ => Finish::Nothing,
-        };
-        return coll_req(request, ic.h, req, finish);
-    }
-    let got = ic.inter.union.neighbor_exchange(data, sends, len, &rl)?;
-    if let Some((l, buf)) = recv {
-        if l.end > 0 {
-            let mut out = l.out(buf)?;
-            let bytes = out.bytes();
-            for &(_, off, n) in &rl {
-                bytes[off..off + n].copy_from_slice(&got[off..off + n]);
-            }
-            out.done(l, buf);
-        }
-    }
-    Ok(())
+    let union = &ic.inter.union;
+    exchange_round(union, ic.h, data, sends, recv, recvs, ic.request)
 }
 
 /// A round in which this process moves no data (`MPI_PROC_NULL` roots).
 fn idle(ic: &Ic) -> Res<()> {
     round(ic, Vec::new(), &[], None, &[])
+}
+
+/// A round that sends `data` to remote rank `r`.
+fn to_remote(ic: &Ic, data: Vec<u8>, r: u32) -> Res<()> {
+    let n = data.len();
+    round(ic, data, &[(ic.inter.remote_u(r), 0, n)], None, &[])
+}
+
+/// One block of `count` items of datatype `dtype`.
+fn one_block(count: c_int, dtype: c_int) -> Res<VLayout> {
+    uniform(1, count, &ty(dtype)?, |_| true)
 }
 
 /// A round that receives the one block of `l` from remote rank `r`.
@@ -243,6 +226,12 @@ fn to_remotes(ic: &Ic, l: &VLayout, buf: *const c_void, one: bool) -> Res<(Vec<u
     Ok((data, sends))
 }
 
+/// A round that sends [`to_remotes`] and receives nothing.
+fn send_to_remotes(ic: &Ic, l: &VLayout, buf: *const c_void, one: bool) -> Res<()> {
+    let (data, sends) = to_remotes(ic, l, buf, one)?;
+    round(ic, data, &sends, None, &[])
+}
+
 /// Block `r` of a receive layout from remote process `r`.
 fn from_remotes(ic: &Ic) -> Vec<(u32, usize)> {
     ic.inter
@@ -288,16 +277,9 @@ pub(crate) fn barrier(ic: &Ic) -> Res<()> {
 pub(crate) fn bcast(ic: &Ic, buf: *mut c_void, count: c_int, dtype: c_int, root: c_int) -> Res<()> {
     no_in_place(&[buf])?;
     match side(root, ic)? {
-        Side::Root => {
-            let l = uniform(1, count, &ty(dtype)?, |_| true)?;
-            let (data, sends) = to_remotes(ic, &l, buf, true)?;
-            round(ic, data, &sends, None, &[])
-        }
+        Side::Root => send_to_remotes(ic, &one_block(count, dtype)?, buf, true),
         Side::Idle => idle(ic),
-        Side::Remote(r) => {
-            let l = uniform(1, count, &ty(dtype)?, |_| true)?;
-            from_remote(ic, &l, buf, r)
-        }
+        Side::Remote(r) => from_remote(ic, &one_block(count, dtype)?, buf, r),
     }
 }
 
@@ -338,8 +320,7 @@ pub(crate) fn gather(
         Side::Remote(r) => {
             let t = ty(sendtype)?;
             let data = packed(sendbuf, ccount(sendcount, C::Count, "sendcount")?, &t)?;
-            let n = data.len();
-            round(ic, data, &[(ic.inter.remote_u(r), 0, n)], None, &[])
+            to_remote(ic, data, r)
         }
     }
 }
@@ -358,14 +339,10 @@ pub(crate) fn scatter(
     match side(root, ic)? {
         Side::Root => {
             let l = send.layout(ic.inter.remote.size() as usize)?;
-            let (data, sends) = to_remotes(ic, &l, sendbuf, false)?;
-            round(ic, data, &sends, None, &[])
+            send_to_remotes(ic, &l, sendbuf, false)
         }
         Side::Idle => idle(ic),
-        Side::Remote(r) => {
-            let l = uniform(1, recvcount, &ty(recvtype)?, |_| true)?;
-            from_remote(ic, &l, recvbuf, r)
-        }
+        Side::Remote(r) => from_remote(ic, &one_block(recvcount, recvtype)?, recvbuf, r),
     }
 }
 
@@ -380,8 +357,7 @@ pub(crate) fn allgather(
     recv: Blocks,
 ) -> Res<()> {
     no_in_place(&[sendbuf, recvbuf])?;
-    let s = uniform(1, sendcount, &ty(sendtype)?, |_| true)?;
-    let (data, sends) = to_remotes(ic, &s, sendbuf, true)?;
+    let (data, sends) = to_remotes(ic, &one_block(sendcount, sendtype)?, sendbuf, true)?;
     let l = recv.layout(ic.inter.remote.size() as usize)?;
     round(ic, data, &sends, Some((&l, recvbuf)), &from_remotes(ic))
 }
@@ -431,6 +407,10 @@ pub(crate) fn reduce(
     op: c_int,
     root: c_int,
 ) -> Res<()> {
+    if let Some(request) = ic.request {
+        let what = NbReduce::Rooted(root);
+        return nb_reduce(ic, what, sendbuf, recvbuf, count, dtype, op, request);
+    }
     no_in_place(&[sendbuf, recvbuf])?;
     let t = ty(dtype)?;
     match side(root, ic)? {
@@ -442,10 +422,7 @@ pub(crate) fn reduce(
         Side::Remote(r) => {
             let n = ccount(count, C::Count, "count")?;
             match local_reduce(ic, sendbuf, n, &t, op, dtype)? {
-                Some(v) => {
-                    let len = v.len();
-                    round(ic, v, &[(ic.inter.remote_u(r), 0, len)], None, &[])
-                }
+                Some(v) => to_remote(ic, v, r),
                 None => idle(ic),
             }
         }
@@ -460,6 +437,10 @@ pub(crate) fn allreduce(
     dtype: c_int,
     op: c_int,
 ) -> Res<()> {
+    if let Some(request) = ic.request {
+        let what = NbReduce::All;
+        return nb_reduce(ic, what, sendbuf, recvbuf, count, dtype, op, request);
+    }
     no_in_place(&[sendbuf, recvbuf])?;
     let t = ty(dtype)?;
     let n = ccount(count, C::Count, "count")?;
@@ -489,10 +470,14 @@ pub(crate) fn reduce_scatter(
     ic: &Ic,
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
-    counts: &[usize],
+    counts: Vec<usize>,
     dtype: c_int,
     op: c_int,
 ) -> Res<()> {
+    if let Some(request) = ic.request {
+        let what = NbReduce::Scatter(counts);
+        return nb_reduce(ic, what, sendbuf, recvbuf, 0, dtype, op, request);
+    }
     no_in_place(&[sendbuf, recvbuf])?;
     let t = ty(dtype)?;
     let total: usize = counts.iter().sum();
@@ -562,7 +547,7 @@ pub(crate) fn fold(
 }
 
 /// Which non-blocking reduction [`nb_reduce`] runs.
-pub(crate) enum NbReduce {
+enum NbReduce {
     /// `MPI_Ireduce` with its root argument.
     Rooted(c_int),
     /// `MPI_Iallreduce`.
@@ -576,7 +561,7 @@ pub(crate) enum NbReduce {
 /// remote processes that need them; the request's completion folds them
 /// ([`crate::request::Finish::Fold`]).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn nb_reduce(
+fn nb_reduce(
     ic: &Ic,
     what: NbReduce,
     sendbuf: *const c_void,

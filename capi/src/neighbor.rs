@@ -8,10 +8,13 @@
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use crate::coll::{coll_req, comm_of, ty, VLayout};
+use tmpi_coll::Comm;
+
+use crate::coll::{blocking_and_nonblocking, coll_req, comm_of, ty, VLayout};
 use crate::datatype::Dtype;
-use crate::error::{guard, Error, MpiErrorClass as C, Res};
+use crate::error::{Error, MpiErrorClass as C, Res};
 use crate::ffi::{array, count as ccount, is_in_place};
+use crate::request::Finish;
 use crate::topo::{neighborhood, Neighborhood};
 
 /// `n` blocks of `count` items of `t`, block `i` at `i * count` extents;
@@ -44,7 +47,7 @@ fn exchange(
     send: &VLayout,
     one: bool,
     recvbuf: *mut c_void,
-    recv: VLayout,
+    recv: &VLayout,
     request: Option<*mut c_int>,
 ) -> Res<()> {
     if is_in_place(sendbuf) || is_in_place(recvbuf) {
@@ -63,51 +66,80 @@ fn exchange(
             (peer, send.displs[b], send.counts[b])
         })
         .collect();
-    let recvs: Vec<(u32, usize, usize)> = nb
-        .recvs
-        .iter()
-        .map(|&(i, peer)| (peer, recv.displs[i], recv.counts[i]))
-        .collect();
-    match request {
-        Some(request) => {
-            let req = c.ineighbor_exchange(data, &sends, recv.end, &recvs)?;
-            coll_req(request, comm, req, recv.finish(recvbuf))
-        }
-        None => {
-            let got = c.neighbor_exchange(data, &sends, recv.end, &recvs)?;
-            let mut out = recv.out(recvbuf)?;
-            let bytes = out.bytes();
-            for &(_, off, len) in &recvs {
-                bytes[off..off + len].copy_from_slice(&got[off..off + len]);
-            }
-            out.done(&recv, recvbuf);
-            Ok(())
-        }
+    let recvs: Vec<(u32, usize)> = nb.recvs.iter().map(|&(i, peer)| (peer, i)).collect();
+    let recv = Some((recv, recvbuf));
+    exchange_round(&c, comm, data, &sends, recv, &recvs, request)
+}
+
+/// One round of `neighbor_exchange` on `c` (the communicator `comm`):
+/// `data[off..off + len]` to every `(peer, off, len)` of `sends`, and
+/// block `b` of the layout of `recv` from every `(peer, b)` of `recvs`,
+/// written into the caller's buffer through that layout (`recv` `None`:
+/// nothing received). Blocking, or started as a request written to
+/// `request` that writes the blocks at completion.
+pub(crate) fn exchange_round(
+    c: &Comm,
+    comm: c_int,
+    data: Vec<u8>,
+    sends: &[(u32, usize, usize)],
+    recv: Option<(&VLayout, *mut c_void)>,
+    recvs: &[(u32, usize)],
+    request: Option<*mut c_int>,
+) -> Res<()> {
+    let (len, blocks): (usize, Vec<(u32, usize, usize)>) = match recv {
+        Some((l, _)) => (
+            l.end,
+            recvs
+                .iter()
+                .map(|&(p, b)| (p, l.displs[b], l.counts[b]))
+                .collect(),
+        ),
+        None => (0, Vec::new()),
+    };
+    // An empty receive layout writes nothing, now or at completion.
+    let recv = recv.filter(|(l, _)| l.end > 0);
+    if let Some(request) = request {
+        let req = c.ineighbor_exchange(data, sends, len, &blocks)?;
+        let finish = match recv {
+            Some((l, buf)) => l.clone().finish(buf),
+            None => Finish::Nothing,
+        };
+        return coll_req(request, comm, req, finish);
     }
+    let got = c.neighbor_exchange(data, sends, len, &blocks)?;
+    if let Some((l, buf)) = recv {
+        let mut out = l.out(buf)?;
+        let bytes = out.bytes();
+        for &(_, off, n) in &blocks {
+            bytes[off..off + n].copy_from_slice(&got[off..off + n]);
+        }
+        out.done(l, buf);
+    }
+    Ok(())
 }
 
 /// The body of every neighbourhood collective: the layouts from the
 /// topology's neighbourhood, then [`exchange`] (`one`: allgather's single
 /// send block).
 fn run(
-    name: &'static str,
     comm: c_int,
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     one: bool,
     layouts: impl FnOnce(&Neighborhood) -> Res<(VLayout, VLayout)>,
     request: Option<*mut c_int>,
-) -> c_int {
-    guard(name, comm, || {
-        let nb = neighborhood(comm)?;
-        let (send, recv) = layouts(&nb)?;
-        exchange(comm, &nb, sendbuf, &send, one, recvbuf, recv, request)
-    })
+) -> Res<()> {
+    let nb = neighborhood(comm)?;
+    let (send, recv) = layouts(&nb)?;
+    exchange(comm, &nb, sendbuf, &send, one, recvbuf, &recv, request)
 }
+
+blocking_and_nonblocking!(MPI_Neighbor_allgather, MPI_Ineighbor_allgather => allgather;
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void,
+     recvcount: c_int, recvtype: c_int, comm: c_int) on comm);
 
 #[allow(clippy::too_many_arguments)]
 fn allgather(
-    name: &'static str,
     sendbuf: *const c_void,
     sendcount: c_int,
     sendtype: c_int,
@@ -116,18 +148,21 @@ fn allgather(
     recvtype: c_int,
     comm: c_int,
     request: Option<*mut c_int>,
-) -> c_int {
+) -> Res<()> {
     let layouts = |nb: &Neighborhood| {
         let send = uniform(1, sendcount, &ty(sendtype)?, |_| true)?;
         let recv = uniform(nb.indegree, recvcount, &ty(recvtype)?, |i| nb.receives(i))?;
         Ok((send, recv))
     };
-    run(name, comm, sendbuf, recvbuf, true, layouts, request)
+    run(comm, sendbuf, recvbuf, true, layouts, request)
 }
+
+blocking_and_nonblocking!(MPI_Neighbor_allgatherv, MPI_Ineighbor_allgatherv => allgatherv;
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void,
+     recvcounts: *const c_int, displs: *const c_int, recvtype: c_int, comm: c_int) on comm);
 
 #[allow(clippy::too_many_arguments)]
 fn allgatherv(
-    name: &'static str,
     sendbuf: *const c_void,
     sendcount: c_int,
     sendtype: c_int,
@@ -137,19 +172,22 @@ fn allgatherv(
     recvtype: c_int,
     comm: c_int,
     request: Option<*mut c_int>,
-) -> c_int {
+) -> Res<()> {
     let layouts = |nb: &Neighborhood| {
         let send = uniform(1, sendcount, &ty(sendtype)?, |_| true)?;
         let t = ty(recvtype)?;
         let recv = VLayout::v_where(recvcounts, displs, nb.indegree, &t, |i| nb.receives(i))?;
         Ok((send, recv))
     };
-    run(name, comm, sendbuf, recvbuf, true, layouts, request)
+    run(comm, sendbuf, recvbuf, true, layouts, request)
 }
+
+blocking_and_nonblocking!(MPI_Neighbor_alltoall, MPI_Ineighbor_alltoall => alltoall;
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: c_int, recvbuf: *mut c_void,
+     recvcount: c_int, recvtype: c_int, comm: c_int) on comm);
 
 #[allow(clippy::too_many_arguments)]
 fn alltoall(
-    name: &'static str,
     sendbuf: *const c_void,
     sendcount: c_int,
     sendtype: c_int,
@@ -158,7 +196,7 @@ fn alltoall(
     recvtype: c_int,
     comm: c_int,
     request: Option<*mut c_int>,
-) -> c_int {
+) -> Res<()> {
     let layouts = |nb: &Neighborhood| {
         let send = uniform(nb.outdegree, sendcount, &ty(sendtype)?, |j| {
             nb.sends_block(j)
@@ -166,12 +204,16 @@ fn alltoall(
         let recv = uniform(nb.indegree, recvcount, &ty(recvtype)?, |i| nb.receives(i))?;
         Ok((send, recv))
     };
-    run(name, comm, sendbuf, recvbuf, false, layouts, request)
+    run(comm, sendbuf, recvbuf, false, layouts, request)
 }
+
+blocking_and_nonblocking!(MPI_Neighbor_alltoallv, MPI_Ineighbor_alltoallv => alltoallv;
+    (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: c_int,
+     recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: c_int,
+     comm: c_int) on comm);
 
 #[allow(clippy::too_many_arguments)]
 fn alltoallv(
-    name: &'static str,
     sendbuf: *const c_void,
     sendcounts: *const c_int,
     sdispls: *const c_int,
@@ -182,7 +224,7 @@ fn alltoallv(
     recvtype: c_int,
     comm: c_int,
     request: Option<*mut c_int>,
-) -> c_int {
+) -> Res<()> {
     let layouts = |nb: &Neighborhood| {
         let (st, rt) = (ty(sendtype)?, ty(recvtype)?);
         let send = VLayout::v_where(sendcounts, sdispls, nb.outdegree, &st, |j| {
@@ -191,12 +233,16 @@ fn alltoallv(
         let recv = VLayout::v_where(recvcounts, rdispls, nb.indegree, &rt, |i| nb.receives(i))?;
         Ok((send, recv))
     };
-    run(name, comm, sendbuf, recvbuf, false, layouts, request)
+    run(comm, sendbuf, recvbuf, false, layouts, request)
 }
+
+blocking_and_nonblocking!(MPI_Neighbor_alltoallw, MPI_Ineighbor_alltoallw => alltoallw;
+    (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const isize,
+     sendtypes: *const c_int, recvbuf: *mut c_void, recvcounts: *const c_int,
+     rdispls: *const isize, recvtypes: *const c_int, comm: c_int) on comm);
 
 #[allow(clippy::too_many_arguments)]
 fn alltoallw(
-    name: &'static str,
     sendbuf: *const c_void,
     sendcounts: *const c_int,
     sdispls: *const isize,
@@ -207,7 +253,7 @@ fn alltoallw(
     recvtypes: *const c_int,
     comm: c_int,
     request: Option<*mut c_int>,
-) -> c_int {
+) -> Res<()> {
     let layouts = |nb: &Neighborhood| {
         let sd = array(sdispls, nb.outdegree, "sdispls")?;
         let rd = array(rdispls, nb.indegree, "rdispls")?;
@@ -215,268 +261,5 @@ fn alltoallw(
         let recv = VLayout::w_where(recvcounts, &rd, recvtypes, |i| nb.receives(i), recvbuf)?;
         Ok((send, recv))
     };
-    run(name, comm, sendbuf, recvbuf, false, layouts, request)
-}
-
-#[no_mangle]
-pub extern "C" fn MPI_Neighbor_allgather(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: c_int,
-    comm: c_int,
-) -> c_int {
-    allgather(
-        "MPI_Neighbor_allgather",
-        sendbuf,
-        sendcount,
-        sendtype,
-        recvbuf,
-        recvcount,
-        recvtype,
-        comm,
-        None,
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-#[no_mangle]
-pub extern "C" fn MPI_Ineighbor_allgather(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: c_int,
-    comm: c_int,
-    request: *mut c_int,
-) -> c_int {
-    allgather(
-        "MPI_Ineighbor_allgather",
-        sendbuf,
-        sendcount,
-        sendtype,
-        recvbuf,
-        recvcount,
-        recvtype,
-        comm,
-        Some(request),
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-#[no_mangle]
-pub extern "C" fn MPI_Neighbor_allgatherv(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    displs: *const c_int,
-    recvtype: c_int,
-    comm: c_int,
-) -> c_int {
-    allgatherv(
-        "MPI_Neighbor_allgatherv",
-        sendbuf,
-        sendcount,
-        sendtype,
-        recvbuf,
-        recvcounts,
-        displs,
-        recvtype,
-        comm,
-        None,
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-#[no_mangle]
-pub extern "C" fn MPI_Ineighbor_allgatherv(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    displs: *const c_int,
-    recvtype: c_int,
-    comm: c_int,
-    request: *mut c_int,
-) -> c_int {
-    allgatherv(
-        "MPI_Ineighbor_allgatherv",
-        sendbuf,
-        sendcount,
-        sendtype,
-        recvbuf,
-        recvcounts,
-        displs,
-        recvtype,
-        comm,
-        Some(request),
-    )
-}
-
-#[no_mangle]
-pub extern "C" fn MPI_Neighbor_alltoall(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: c_int,
-    comm: c_int,
-) -> c_int {
-    alltoall(
-        "MPI_Neighbor_alltoall",
-        sendbuf,
-        sendcount,
-        sendtype,
-        recvbuf,
-        recvcount,
-        recvtype,
-        comm,
-        None,
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-#[no_mangle]
-pub extern "C" fn MPI_Ineighbor_alltoall(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: c_int,
-    comm: c_int,
-    request: *mut c_int,
-) -> c_int {
-    alltoall(
-        "MPI_Ineighbor_alltoall",
-        sendbuf,
-        sendcount,
-        sendtype,
-        recvbuf,
-        recvcount,
-        recvtype,
-        comm,
-        Some(request),
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-#[no_mangle]
-pub extern "C" fn MPI_Neighbor_alltoallv(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
-    recvtype: c_int,
-    comm: c_int,
-) -> c_int {
-    alltoallv(
-        "MPI_Neighbor_alltoallv",
-        sendbuf,
-        sendcounts,
-        sdispls,
-        sendtype,
-        recvbuf,
-        recvcounts,
-        rdispls,
-        recvtype,
-        comm,
-        None,
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-#[no_mangle]
-pub extern "C" fn MPI_Ineighbor_alltoallv(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
-    recvtype: c_int,
-    comm: c_int,
-    request: *mut c_int,
-) -> c_int {
-    alltoallv(
-        "MPI_Ineighbor_alltoallv",
-        sendbuf,
-        sendcounts,
-        sdispls,
-        sendtype,
-        recvbuf,
-        recvcounts,
-        rdispls,
-        recvtype,
-        comm,
-        Some(request),
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-#[no_mangle]
-pub extern "C" fn MPI_Neighbor_alltoallw(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const isize,
-    sendtypes: *const c_int,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const isize,
-    recvtypes: *const c_int,
-    comm: c_int,
-) -> c_int {
-    alltoallw(
-        "MPI_Neighbor_alltoallw",
-        sendbuf,
-        sendcounts,
-        sdispls,
-        sendtypes,
-        recvbuf,
-        recvcounts,
-        rdispls,
-        recvtypes,
-        comm,
-        None,
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-#[no_mangle]
-pub extern "C" fn MPI_Ineighbor_alltoallw(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const isize,
-    sendtypes: *const c_int,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const isize,
-    recvtypes: *const c_int,
-    comm: c_int,
-    request: *mut c_int,
-) -> c_int {
-    alltoallw(
-        "MPI_Ineighbor_alltoallw",
-        sendbuf,
-        sendcounts,
-        sdispls,
-        sendtypes,
-        recvbuf,
-        recvcounts,
-        rdispls,
-        recvtypes,
-        comm,
-        Some(request),
-    )
+    run(comm, sendbuf, recvbuf, false, layouts, request)
 }

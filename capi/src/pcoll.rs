@@ -98,25 +98,21 @@ impl Kept for c_int {
     }
 }
 
-impl<T> Kept for *const T {
-    type Stored = usize;
-    fn keep(self) -> usize {
-        self as usize
-    }
-    fn back(s: usize) -> *const T {
-        s as *const T
-    }
+/// Pointers, `*const T` and `*mut T`, are kept as their addresses.
+macro_rules! kept_pointer {
+    ($($mutability:tt),*) => {$(
+        impl<T> Kept for *$mutability T {
+            type Stored = usize;
+            fn keep(self) -> usize {
+                self as usize
+            }
+            fn back(s: usize) -> *$mutability T {
+                s as *$mutability T
+            }
+        }
+    )*};
 }
-
-impl<T> Kept for *mut T {
-    type Stored = usize;
-    fn keep(self) -> usize {
-        self as usize
-    }
-    fn back(s: usize) -> *mut T {
-        s as *mut T
-    }
-}
+kept_pointer!(const, mut);
 
 /// An array argument copied at init: its entries, or the caller's pointer
 /// as it was when the call does not read it (NULL, or no entries
