@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use tmpi_coll::datatype::TypeClass;
+use tmpi_coll::TypeClass;
 use tmpi_osc::{AccOp, Buf, BufMut, Layout, LockType, OscError, Target, Window};
 
 use crate::error::{catching, Error, Handler, MpiErrorClass as C, Res};

@@ -365,7 +365,7 @@ impl fmt::Debug for Comm {
 /// bits and a flag. In a round a rank
 /// offers its free ids only while no other pending agreement of this
 /// process offers them and none over a parent with a lower context id
-/// waits ([`CidPool::take_offer`]); otherwise it offers none. The offered
+/// waits (`CidPool::take_offer`); otherwise it offers none. The offered
 /// ids are reserved meanwhile (blocking agreements skip them). A round where
 /// every rank offered and some id is free everywhere takes the lowest one;
 /// one where every rank offered and none is moves to the next window; any
@@ -1275,7 +1275,7 @@ impl Comm {
     /// `MPI_Comm_create_group`: only the members of `group` (a subset of
     /// this communicator's group) call it, with the same `tag`; the
     /// agreement runs among them on this communicator's context with tags
-    /// of their own ([`TagSpace::CreateGroup`]).
+    /// of their own (`TagSpace::CreateGroup`).
     pub fn create_group(&self, group: &Group, tag: i32) -> Result<Comm> {
         if tag < 0 {
             return Err(CollError::Arg(format!(

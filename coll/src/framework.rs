@@ -47,14 +47,6 @@ impl CommShape {
     pub fn single_node(&self) -> bool {
         self.nodes.windows(2).all(|w| w[0] == w[1])
     }
-
-    /// The position of this rank.
-    pub fn pos(&self) -> Pos {
-        Pos {
-            rank: self.rank,
-            size: self.size(),
-        }
-    }
 }
 
 /// The lower-priority providers of a function, for delegation.
@@ -64,16 +56,6 @@ pub struct Underlying<'a> {
 }
 
 impl<'a> Underlying<'a> {
-    /// An empty chain.
-    pub fn none() -> Self {
-        Underlying { chain: &[] }
-    }
-
-    /// Whether there is a lower provider.
-    pub fn exists(&self) -> bool {
-        !self.chain.is_empty()
-    }
-
     /// Builds the schedule with the next provider down the chain.
     pub fn build(&self, call: &Call, pos: Pos) -> Result<Schedule> {
         match self.chain.split_first() {

@@ -1,45 +1,48 @@
 //! tmpi-coll: the collective framework, communicators and groups.
 //!
-//! * [`comm`]: communicators (dup, split, split_type, create, create_group,
-//!   free, compare, names, attributes) and their collective calls,
-//!   blocking and non-blocking ([`comm::CollRequest`]);
-//! * [`group`]: process groups;
-//! * [`cid`]: context ids agreed collectively;
-//! * [`framework`]: components, per-communicator modules, selection;
-//! * [`component`]: `basic`, `tuned`, `sm`, `self`;
-//! * [`shm`]: the shared-memory segment of `sm`;
-//! * [`algo`]: the algorithm library (schedule builders);
-//! * [`schedule`]: the one engine running every collective;
-//! * [`op`], [`datatype`]: reduction kernels and element types;
-//! * [`p2p`]: the small point-to-point trait coll needs; [`sim`] an
-//!   in-process implementation for tests, [`pml_adapter`] the real one.
+//! The public surface is what callers need: [`Comm`] (communicators:
+//! dup, split, split_type, create, create_group, free, compare, names,
+//! attributes, and their collective calls, blocking and non-blocking
+//! through [`CollRequest`]), [`Group`], [`CollContext`] and [`Universe`]
+//! (the process-wide state), the element types and reduction operations
+//! ([`Datatype`], [`Op`], [`UserOp`]), the point-to-point trait coll runs
+//! on ([`P2p`]) with its pml implementation ([`PmlP2p`]), and for tests
+//! the in-process transport [`sim`] and the [`selftest`] programs.
+//!
+//! Inside (private modules): communicators (`comm`), groups (`group`),
+//! context ids agreed collectively (`cid`), the framework with its
+//! components and per-communicator selection (`framework`, `component`:
+//! `basic`, `tuned`, `sm`, `self`), the shared-memory segment of `sm`
+//! (`shm`), the algorithm library (`algo`) and the one engine that runs
+//! every collective (`schedule`), reduction kernels and element types
+//! (`op`, `datatype`).
 //!
 //! See `docs/coll.md` for the design, the decision table and the limits.
 
 #![warn(missing_docs)]
 
-pub mod algo;
-pub mod cid;
-pub mod comm;
-pub mod component;
-pub mod cost_choice;
-pub mod datatype;
-pub mod direct;
+mod algo;
+mod cid;
+mod comm;
+mod component;
+mod cost_choice;
+mod datatype;
+mod direct;
 mod error;
-pub mod framework;
-pub mod group;
-pub mod op;
-pub mod p2p;
-pub mod pml_adapter;
-pub mod pool;
-pub mod reduce_copy;
-pub mod schedule;
+mod framework;
+mod group;
+mod op;
+mod p2p;
+mod pml_adapter;
+mod pool;
+mod reduce_copy;
+mod schedule;
 pub mod selftest;
-pub mod shm;
+mod shm;
 pub mod sim;
-pub mod tags;
+mod tags;
 
-pub use algo::{Call, CollKind};
+pub use algo::{Call, CollKind, Pos};
 pub use comm::{
     CollContext, CollRequest, Comm, DupStep, Input, InterContext, PendingDup, SplitType,
 };
@@ -48,6 +51,19 @@ pub use error::{CollError, Result};
 pub use group::{Compare, Group};
 pub use op::{Op, UserOp};
 pub use p2p::{Endpoint, P2p, SharedBytes};
+pub use pml_adapter::PmlP2p;
+
+pub use comm::Universe;
+pub use datatype::TypeClass;
+
+/// The blocking collectives `sm` runs on its segment.
+pub use component::sm::KINDS as SM_KINDS;
+/// The algorithms `tuned` offers for `kind` (`coll_tuned_<kind>_algorithm`
+/// values 1..=n; 0 lets it choose).
+pub use component::tuned::algorithms as tuned_algorithms;
+/// Reductions whose root copied alone since the process started
+/// (diagnostics: `coll-check`).
+pub use reduce_copy::calls_alone as reduce_copy_calls_alone;
 
 use tmpi_base::component::ComponentRegistry;
 use tmpi_base::mca::Registry;

@@ -52,7 +52,7 @@ impl SharedBytes {
 /// send to and receive from a communicator rank.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
-    /// The context id (identical on all members; see [`crate::cid`]).
+    /// The context id (identical on all members; see `crate::cid`).
     pub context_id: u32,
     /// This process's rank in the communicator.
     pub rank: u32,
@@ -108,7 +108,7 @@ pub trait P2p: Send + Sync + 'static {
     ) -> Result<P2pHandle> {
         self.isend(ep, dest, tag, data.as_slice().to_vec())
     }
-    /// Sends the small message `data` (at most [`SMALL_SEND`] bytes) to
+    /// Sends the small message `data` (at most `SMALL_SEND` bytes) to
     /// communicator rank `dest` with `tag` and returns once the transport no
     /// longer needs `data` (the message is buffered: it never waits for a
     /// matching receive), without a request to test; `Ok(false)` when the
@@ -120,7 +120,7 @@ pub trait P2p: Send + Sync + 'static {
     }
     /// Blocking standard-mode send of `data` (any size) to communicator rank
     /// `dest` with `tag`, without a request to test: returns once the
-    /// transport no longer needs `data`, which above [`SMALL_SEND`] bytes
+    /// transport no longer needs `data`, which above `SMALL_SEND` bytes
     /// may mean once the receiver matched it (rendezvous). `Ok(false)` when
     /// the transport has no such path (the default). Used by the direct
     /// tree algorithms of blocking collectives (`crate::direct`), where no
@@ -135,7 +135,7 @@ pub trait P2p: Send + Sync + 'static {
     /// transport sends it eagerly at once, so that it never waits for the
     /// receiver's match: `Ok(false)` (nothing sent) otherwise, and the
     /// default. Lets the exchanges of the direct algorithms skip a request
-    /// above [`SMALL_SEND`] bytes.
+    /// above `SMALL_SEND` bytes.
     fn send_eager(&self, ep: &Endpoint, dest: u32, tag: i32, data: &[u8]) -> Result<bool> {
         let _ = (ep, dest, tag, data);
         Ok(false)
@@ -187,8 +187,8 @@ pub trait P2p: Send + Sync + 'static {
 
     /// Like [`P2p::irecv`], but the transport may write the message
     /// straight into the `max_len` bytes at `dst` and complete with
-    /// [`Done::ReceivedInPlace`]. A transport that cannot (the default)
-    /// completes with [`Done::Received`] and the caller copies.
+    /// `Done::ReceivedInPlace`. A transport that cannot (the default)
+    /// completes with `Done::Received` and the caller copies.
     ///
     /// # Safety
     /// `dst` must be valid for writes of `max_len` bytes inside the

@@ -1038,11 +1038,6 @@ impl Exec {
         self.sched.result.is_some_and(|b| self.sched.is_ext_out(b))
     }
 
-    /// Whether the schedule lends caller memory ([`ExtRef`]).
-    pub fn borrows(&self) -> bool {
-        self.sched.ext.iter().any(Option::is_some)
-    }
-
     /// Waits until no transport request of this schedule is pending (after
     /// an error, before the caller's memory lent to it may be released):
     /// tests every pending request until it completes, with or without

@@ -66,16 +66,6 @@ impl Segment {
         map(&file, len)
     }
 
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the segment is empty (never, once mapped).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     fn check(&self, off: usize, n: usize) {
         assert!(
             off.checked_add(n).is_some_and(|end| end <= self.len),
@@ -106,7 +96,8 @@ impl Segment {
         }
     }
 
-    /// Copies `out.len()` bytes from `off` into `out`.
+    /// Copies `out.len()` bytes from `off` into `out` (tests).
+    #[cfg(test)]
     pub fn read(&self, off: usize, out: &mut [u8]) {
         self.check(off, out.len());
         // SAFETY: in bounds, non-overlapping (as in `write`); the caller

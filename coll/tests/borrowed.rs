@@ -10,7 +10,7 @@
 mod common;
 
 use common::*;
-use tmpi_coll::component::tuned;
+
 use tmpi_coll::{CollKind, Comm, Input};
 
 const GARBAGE: u8 = 0xA5;
@@ -22,7 +22,7 @@ const RED_GROUPS: &[usize] = &[1, 257, 4250];
 /// tuned with each algorithm of `kind` forced in turn, tuned deciding, and basic alone.
 fn configs(kind: CollKind) -> Vec<Vec<(String, String)>> {
     let name = format!("coll_tuned_{}_algorithm", kind.name());
-    let mut v: Vec<Vec<(String, String)>> = (0..=tuned::algorithms(kind).len())
+    let mut v: Vec<Vec<(String, String)>> = (0..=tmpi_coll::tuned_algorithms(kind).len())
         .map(|a| vec![(name.clone(), a.to_string())])
         .collect();
     v.push(vec![("coll".to_string(), "basic,self".to_string())]);

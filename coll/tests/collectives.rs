@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use tmpi_coll::component::tuned;
+
 use tmpi_coll::sim::SimConfig;
 use tmpi_coll::{CollKind, Comm, Datatype, Input, Op};
 
@@ -22,10 +22,10 @@ type Config = (bool, Vec<(String, String)>);
 fn configs(kind: CollKind) -> Vec<Config> {
     let mut v = vec![(false, vec![("coll".to_string(), "basic,self".to_string())])];
     let name = format!("coll_tuned_{}_algorithm", kind.name());
-    for a in 0..=tuned::algorithms(kind).len() {
+    for a in 0..=tmpi_coll::tuned_algorithms(kind).len() {
         v.push((false, vec![(name.clone(), a.to_string())]));
     }
-    if tmpi_coll::component::sm::KINDS.contains(&kind) {
+    if tmpi_coll::SM_KINDS.contains(&kind) {
         v.push((true, vec![]));
         v.push((true, vec![("coll_sm_max".to_string(), "64".to_string())]));
     }

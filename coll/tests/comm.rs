@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use tmpi_base::error::MpiErrorClass;
 use tmpi_base::mca::{Registry, Sources};
-use tmpi_coll::algo::{Call, Pos};
 use tmpi_coll::sim::SimConfig;
+use tmpi_coll::{Call, Pos};
 use tmpi_coll::{CollContext, CollKind, Compare, Datatype, Group, Input, Op, SplitType};
 
 #[test]

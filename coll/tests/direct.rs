@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use common::{fold, matmul};
 use tmpi_base::mca::{Registry, Sources};
-use tmpi_coll::pml_adapter::PmlP2p;
+use tmpi_coll::PmlP2p;
 use tmpi_coll::{CollContext, Comm, Datatype, Input, Op};
 use tmpi_pml::transport::{Loopback, LoopbackConfig};
 use tmpi_pml::{MpiErrorClass, Pml};

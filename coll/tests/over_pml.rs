@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tmpi_base::mca::{Registry, Sources};
-use tmpi_coll::pml_adapter::PmlP2p;
+use tmpi_coll::PmlP2p;
 use tmpi_coll::{selftest, CollContext};
 use tmpi_pml::transport::{Loopback, LoopbackConfig};
 use tmpi_pml::Pml;

@@ -14,7 +14,7 @@
 use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
 
-use tmpi_coll::comm::Universe;
+use tmpi_coll::Universe;
 use tmpi_coll::{CollError, Input, Op, SplitType};
 use tmpi_pml::Pml;
 

@@ -21,9 +21,9 @@
 use std::sync::Arc;
 
 use tmpi_base::mca::Registry;
-use tmpi_coll::comm::Universe;
-use tmpi_coll::pml_adapter::PmlP2p;
 use tmpi_coll::CollContext;
+use tmpi_coll::PmlP2p;
+use tmpi_coll::Universe;
 use tmpi_pml::{InitOptions, Pml};
 
 use crate::error::Error;

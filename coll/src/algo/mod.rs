@@ -218,7 +218,7 @@ impl Call {
         }
     }
 
-    /// [`Schedule::out_buf`] (a buffer whose bytes outside `blocks` stay
+    /// `Schedule::out_buf` (a buffer whose bytes outside `blocks` stay
     /// zero), or the caller's output memory when a blocking call lent one of
     /// that length (bytes outside the blocks then keep the caller's values,
     /// as MPI requires of a receive buffer).

@@ -23,9 +23,9 @@
 //!   prints µs per round trip).
 
 use std::sync::Arc;
-use tmpi_coll::pml_adapter::PmlP2p;
 use tmpi_coll::selftest::{bench, check, check_nodes, pingpong};
 use tmpi_coll::CollContext;
+use tmpi_coll::PmlP2p;
 use tmpi_pml::{InitOptions, Pml};
 
 /// `bench-threads N`: N ranks as threads of this process, each with its own
@@ -56,7 +56,7 @@ fn reduce_copy(w: &tmpi_coll::Comm, calls: u32) -> Result<(), String> {
     use tmpi_coll::{Datatype, Input, Op};
     const COUNT: u32 = 16 * 1024;
     let (me, p) = (w.rank(), w.size());
-    let before = tmpi_coll::reduce_copy::calls_alone();
+    let before = tmpi_coll::reduce_copy_calls_alone();
     for call in 0..calls {
         let v: Vec<u8> = (0..COUNT)
             .flat_map(|i| (i * 7 + me * 1000 + call).to_ne_bytes())
@@ -77,7 +77,7 @@ fn reduce_copy(w: &tmpi_coll::Comm, calls: u32) -> Result<(), String> {
         }
     }
     if me == 0 {
-        let alone = tmpi_coll::reduce_copy::calls_alone() - before;
+        let alone = tmpi_coll::reduce_copy_calls_alone() - before;
         println!("coll-check reduce-copy: OK ({calls} calls, {alone} alone)");
     }
     Ok(())

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tmpi::{Comm, Request, Scope, Status, ANY_SOURCE, ANY_TAG, TAG_UB};
-use tmpi_coll::pml_adapter::PmlP2p;
+use tmpi_coll::PmlP2p;
 use tmpi_coll::{CollContext, CollRequest, Datatype, Input, Op};
 
 type R<T = ()> = Result<T, String>;
