@@ -202,6 +202,58 @@ typedef struct MPI_Status {
 #define MPI_SHORT_INT              37
 #define MPI_LONG_DOUBLE_INT        38
 
+/* Fortran and C++ named types usable from C (MPI-4.0 §3.2.2), sized as
+ * gfortran and g++ on x86-64/AArch64 Linux; the optional sized types with no
+ * C equivalent are MPI_DATATYPE_NULL (absent), as in MPICH and Open MPI. */
+#define MPI_INTEGER                39
+#define MPI_REAL                   40
+#define MPI_DOUBLE_PRECISION       41
+#define MPI_LOGICAL                42
+#define MPI_COMPLEX                43
+#define MPI_DOUBLE_COMPLEX         44
+#define MPI_CHARACTER              45
+#define MPI_2INTEGER               46
+#define MPI_2REAL                  47
+#define MPI_2DOUBLE_PRECISION      48
+#define MPI_INTEGER1               49
+#define MPI_INTEGER2               50
+#define MPI_INTEGER4               51
+#define MPI_INTEGER8               52
+#define MPI_INTEGER16              MPI_DATATYPE_NULL
+#define MPI_REAL2                  MPI_DATATYPE_NULL
+#define MPI_REAL4                  53
+#define MPI_REAL8                  54
+#define MPI_REAL16                 MPI_DATATYPE_NULL
+#define MPI_COMPLEX4               MPI_DATATYPE_NULL
+#define MPI_COMPLEX8               55
+#define MPI_COMPLEX16              56
+#define MPI_COMPLEX32              MPI_DATATYPE_NULL
+#define MPI_LOGICAL1               57
+#define MPI_LOGICAL2               58
+#define MPI_LOGICAL4               59
+#define MPI_LOGICAL8               60
+#define MPI_CXX_BOOL               61
+#define MPI_CXX_FLOAT_COMPLEX      62
+#define MPI_CXX_DOUBLE_COMPLEX     63
+#define MPI_CXX_LONG_DOUBLE_COMPLEX 64
+
+/* Fortran status arrays (MPICH's layout: MPI_Status is five ints). */
+#define MPI_F_STATUS_SIZE     5
+#define MPI_F_SOURCE          2
+#define MPI_F_TAG             3
+#define MPI_F_ERROR           4
+#define MPI_F_STATUS_IGNORE   ((MPI_Fint *)1)
+#define MPI_F_STATUSES_IGNORE ((MPI_Fint *)1)
+
+int MPI_Type_create_f90_integer(int r, MPI_Datatype *newtype);
+int MPI_Type_create_f90_real(int p, int r, MPI_Datatype *newtype);
+int MPI_Type_create_f90_complex(int p, int r, MPI_Datatype *newtype);
+int MPI_Type_get_value_index(MPI_Datatype value_type, MPI_Datatype index_type, MPI_Datatype *pair_type);
+int PMPI_Type_create_f90_integer(int r, MPI_Datatype *newtype);
+int PMPI_Type_create_f90_real(int p, int r, MPI_Datatype *newtype);
+int PMPI_Type_create_f90_complex(int p, int r, MPI_Datatype *newtype);
+int PMPI_Type_get_value_index(MPI_Datatype value_type, MPI_Datatype index_type, MPI_Datatype *pair_type);
+
 /* ---- integer constants ---------------------------------------------------- */
 #define MPI_ANY_SOURCE      (-1)
 #define MPI_ANY_TAG         (-1)

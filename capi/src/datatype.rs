@@ -25,6 +25,9 @@ pub(crate) mod combiner {
     pub const STRUCT: i32 = 12;
     pub const SUBARRAY: i32 = 13;
     pub const DARRAY: i32 = 14;
+    pub const F90_REAL: i32 = 15;
+    pub const F90_COMPLEX: i32 = 16;
+    pub const F90_INTEGER: i32 = 17;
     pub const RESIZED: i32 = 18;
     pub const HINDEXED_BLOCK: i32 = 19;
 }
@@ -143,11 +146,15 @@ const PREDEF: &[(c_int, &str, usize, usize, Option<Elem>)] = &[
     (38, "MPI_LONG_DOUBLE_INT", 32, 16, None),
 ];
 
-/// The predefined types, built once.
+/// The predefined types in handle order (the C types, then the Fortran and
+/// C++ ones of [`crate::fortran_types`]), built once.
 pub(crate) fn predefined() -> Vec<Arc<Dtype>> {
-    PREDEF
+    let c_types = PREDEF
         .iter()
-        .map(|&(h, name, size, align, elem)| {
+        .map(|&(h, name, size, align, elem)| (h, name, size, align, elem, blocks_prims(h, size)));
+    c_types
+        .chain(crate::fortran_types::named())
+        .map(|(h, name, size, align, elem, prim_sizes)| {
             // Pair types carry their padding inside the extent; data bytes
             // are the two members.
             let blocks = match h {
@@ -157,7 +164,7 @@ pub(crate) fn predefined() -> Vec<Arc<Dtype>> {
                 _ => vec![(0, size)],
             };
             let data: usize = blocks.iter().map(|b| b.1).sum();
-            let pair = matches!(h, 33..=38);
+            let nprim = prim_sizes.len();
             Arc::new(Dtype {
                 size: data,
                 lb: 0,
@@ -167,8 +174,8 @@ pub(crate) fn predefined() -> Vec<Arc<Dtype>> {
                 align,
                 blocks,
                 elem: Some((h, elem)),
-                nprim: if pair { 2 } else { 1 },
-                prims: Some(prim_runs(blocks_prims(h, size))),
+                nprim,
+                prims: Some(prim_runs(prim_sizes)),
                 name: name.into(),
                 combiner: combiner::NAMED,
                 ints: Vec::new(),

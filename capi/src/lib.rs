@@ -25,6 +25,7 @@ pub(crate) mod datatype;
 pub mod env;
 pub(crate) mod error;
 pub(crate) mod ffi;
+pub mod fortran_types;
 pub mod greq;
 pub(crate) mod intercoll;
 pub mod intercomm;

@@ -444,7 +444,9 @@ pub extern "C" fn MPI_Type_get_contents(
 ) -> c_int {
     guard("MPI_Type_get_contents", COMM_WORLD, || {
         let t = old(datatype)?;
-        if t.predefined {
+        // The f90 types are predefined but not named: their contents are
+        // the (p, r) they were made for (MPI-4.0 §5.1.13).
+        if t.predefined && t.combiner == cb::NAMED {
             return Err(Error::new(
                 C::Type,
                 "MPI_Type_get_contents of a predefined datatype",

@@ -19,7 +19,7 @@ extern "C" {
 
 /// The kernel kind and item size of a type made of one of these types.
 pub(crate) fn kind_of(t: &Dtype) -> Option<(c_int, usize)> {
-    match t.elem?.0 {
+    match crate::fortran_types::wide_alias(t.elem?.0) {
         16 => Some((0, 16)),
         26 => Some((1, 8)),
         27 => Some((2, 16)),
@@ -54,7 +54,12 @@ fn run(kind: c_int, op: c_int, input: &[u8], inout: &mut [u8], n: usize, item: u
 
 /// The element type and op of the predefined op `o` on `t`, when `t` is
 /// made of one of these types; `None` for other types.
+/// The Fortran and C++ named types are bound here first
+/// ([`crate::fortran_types::bind`]: their op classes differ from C's).
 pub(crate) fn bind(o: &Op, t: &Dtype) -> Option<Res<(Elem, Op)>> {
+    if let Some(bound) = crate::fortran_types::bind(o, t) {
+        return Some(bound);
+    }
     let (kind, item) = kind_of(t)?;
     let op = op_code(o);
     if !t.size.is_multiple_of(item) || !run(kind, op, &[], &mut [], 0, item) {

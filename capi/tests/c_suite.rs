@@ -392,6 +392,15 @@ fn predefined_ops_on_long_double_and_complex() {
     expect_ok("wide_types", &[1, 2, 3, 4]);
 }
 
+/// The Fortran and C++ named types from C: sizes, names, envelopes,
+/// reductions by MPI-4.0 §6.9.2's type classes (MPI_ERR_OP outside them),
+/// the f90 constructors and MPI_Type_get_value_index
+/// (`tests/c/fortran_types.c`).
+#[test]
+fn fortran_and_cxx_named_types() {
+    expect_ok("fortran_types", &[1, 2, 3]);
+}
+
 /// Predefined reductions on MPI_CHAR, as Open MPI and MPICH allow
 /// (`tests/c/char_reductions.c`).
 #[test]
