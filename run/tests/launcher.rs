@@ -147,6 +147,9 @@ fn finish(mut child: Child, start: Instant) -> Out {
     }
 }
 
+/// Runs tmpirun with `args`. The tests bound `elapsed` far below what the
+/// alternative would take (a rank sleeping 60 s, a hung job), never as a
+/// speed target: a busy machine must not fail them.
 fn run(s: &Scratch, args: &[&str]) -> Out {
     let start = Instant::now();
     let child = tmpirun(s, args).spawn().unwrap();
@@ -158,7 +161,7 @@ fn all_ranks_exit_3() {
     let s = Scratch::new("exit3");
     let o = run(&s, &["-n", "3", "sh", "-c", "exit 3"]);
     assert_eq!(o.code(), 3, "stderr: {}", o.stderr);
-    assert!(o.elapsed < Duration::from_secs(5), "took {:?}", o.elapsed);
+    assert!(o.elapsed < Duration::from_secs(30), "took {:?}", o.elapsed);
     assert!(o.stderr.contains("exited with status 3"), "{}", o.stderr);
     s.assert_no_session();
 }
@@ -179,7 +182,7 @@ fn one_failing_rank_ends_the_others() {
     "#;
     let o = run(&s, &["-n", "3", "sh", "-c", script]);
     assert_eq!(o.code(), 3, "stderr: {}", o.stderr);
-    assert!(o.elapsed < Duration::from_secs(5), "took {:?}", o.elapsed);
+    assert!(o.elapsed < Duration::from_secs(30), "took {:?}", o.elapsed);
     let line = o
         .stderr
         .lines()
@@ -215,7 +218,7 @@ fn sigkilled_rank_ends_the_job() {
     "#;
     let o = run(&s, &["-n", "3", "sh", "-c", script]);
     assert_eq!(o.code(), 128 + 9, "stderr: {}", o.stderr);
-    assert!(o.elapsed < Duration::from_secs(5), "took {:?}", o.elapsed);
+    assert!(o.elapsed < Duration::from_secs(30), "took {:?}", o.elapsed);
     assert!(
         o.stderr.contains("rank 2 (pid ") && o.stderr.contains("killed by SIGKILL"),
         "{}",
@@ -239,7 +242,7 @@ fn rank_ignoring_sigterm_is_killed_after_grace() {
     "#;
     let o = run(&s, &["-n", "2", "--kill-grace", "0.5", "sh", "-c", script]);
     assert_eq!(o.code(), 5, "stderr: {}", o.stderr);
-    assert!(o.elapsed < Duration::from_secs(4), "took {:?}", o.elapsed);
+    assert!(o.elapsed < Duration::from_secs(30), "took {:?}", o.elapsed);
     assert_all_gone(&s.read_pids());
     s.assert_no_session();
 }
@@ -262,7 +265,7 @@ fn timeout_ends_a_hung_job_with_124() {
     assert_eq!(o.code(), 124, "stderr: {}", o.stderr);
     assert!(o.stderr.contains("timed out after 1 s"), "{}", o.stderr);
     assert!(
-        o.elapsed >= Duration::from_secs(1) && o.elapsed < Duration::from_secs(5),
+        o.elapsed >= Duration::from_secs(1) && o.elapsed < Duration::from_secs(30),
         "took {:?}",
         o.elapsed
     );

@@ -688,7 +688,7 @@ fn shutdown_closes_connections() {
     a.v1("cmd=init pmi_version=1 pmi_subversion=1\n");
     let t = Instant::now();
     handle.shutdown();
-    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(t.elapsed() < Duration::from_secs(30));
     a.closed();
 }
 

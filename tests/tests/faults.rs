@@ -286,8 +286,10 @@ fn sigkill_mid_traffic(btl: &str) {
         se.contains(&format!("rank 2 (pid {victim}) was killed by SIGKILL")),
         "stderr does not name the dead rank:\n{se}"
     );
+    // Far below the job's --timeout, not a speed target (a busy machine
+    // must not fail it): the fault handling ended the job, not the timeout.
     assert!(
-        took < Duration::from_secs(5),
+        took < Duration::from_secs(30),
         "tmpirun took {took:?} to end the job"
     );
     assert_no_leftovers(&m, &job, &dir);
@@ -341,8 +343,9 @@ fn tcp_reset_mid_traffic(n: u32) {
         "the job hung until --timeout:\n{se}"
     );
     assert_eq!(status.code(), Some(1), "exit status; stderr:\n{se}");
+    // Far below the job's --timeout (see above), not a speed target.
     assert!(
-        took < Duration::from_secs(5),
+        took < Duration::from_secs(30),
         "tmpirun took {took:?}:\n{se}"
     );
     // The injecting end: one line naming rank 1 and the injected reset.
@@ -495,7 +498,8 @@ fn sigkill_before_peers_attached_removes_the_segment() {
         se.contains(&format!("rank 0 (pid {pid0}) was killed by SIGKILL")),
         "stderr does not name the dead rank:\n{se}"
     );
-    assert!(took < Duration::from_secs(5), "took {took:?}");
+    // Far below the job's --timeout, not a speed target.
+    assert!(took < Duration::from_secs(30), "took {took:?}");
     assert!(!Path::new(&seg).exists(), "{seg} left behind");
     assert_no_leftovers(&m, &job, &dir);
 }
