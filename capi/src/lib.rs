@@ -21,6 +21,7 @@ use std::ffi::{c_int, c_void};
 
 pub mod coll;
 pub mod comm;
+pub mod comm_buffer;
 pub(crate) mod datatype;
 pub mod env;
 pub(crate) mod error;
@@ -38,7 +39,9 @@ pub mod pcoll;
 pub mod pmpi;
 pub(crate) mod req_table;
 pub mod request;
+pub mod session;
 pub(crate) mod state;
+pub mod status_calls;
 pub mod stubs;
 pub mod topo;
 pub mod type_attr;
