@@ -305,6 +305,7 @@ fn free_comm(comm: *mut c_int) -> Res<()> {
         .remove(&h)
         .ok_or_else(|| Error::new(C::Comm, format!("invalid communicator handle {h}")))?;
     ent.comm.free()?;
+    crate::comm_buffer::forget(h)?;
     put(comm, 0, "comm")
 }
 

@@ -188,6 +188,23 @@ pub extern "C" fn MPI_Comm_detach_buffer(
     })
 }
 
+/// `MPI_Comm_free` of `comm`: its buffer, if any, is detached (its size
+/// no longer counts; a later communicator may get the same handle).
+pub(crate) fn forget(comm: c_int) -> Res<()> {
+    let attached = BUFFERS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .is_some_and(|b| b.comms.contains_key(&comm));
+    if attached {
+        with_buffers(false, |b| {
+            b.comms.remove(&comm);
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
 #[no_mangle]
 pub extern "C" fn MPI_Comm_flush_buffer(comm: c_int) -> c_int {
     guard("MPI_Comm_flush_buffer", comm, || {

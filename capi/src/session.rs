@@ -108,9 +108,9 @@ fn raise_on(name: &str, session: c_int, eh: c_int, e: Error) -> c_int {
 }
 
 /// [`crate::error::guard`] for calls on a session: errors go to the
-/// session's error handler (`MPI_ERRORS_RETURN` for an invalid session, as
-/// MPI-4.0 9.3 says of calls with no valid object... of the session
-/// model: MPICH returns the error).
+/// session's error handler; with no valid session the error is returned
+/// (there is no handler to call, and these calls run outside the world
+/// model, whose `MPI_COMM_WORLD` handler does not apply).
 fn guard_session(name: &'static str, session: c_int, f: impl FnOnce() -> Res<()>) -> c_int {
     match catching(f) {
         Ok(()) => 0,

@@ -201,6 +201,13 @@ fn sessions_beside_the_world_model() {
     expect_ok("sessions_world", &[1, 3]);
 }
 
+/// MPI_Session_init before MPI_Init, and the session ended before
+/// MPI_Finalize: one runtime serves both.
+#[test]
+fn sessions_before_mpi_init() {
+    expect_ok("sessions_then_init", &[2]);
+}
+
 #[test]
 fn pt2pt() {
     expect_ok("pt2pt", &[2, 3, 4]);

@@ -124,7 +124,10 @@ static void buffers(int rank, int size) {
     OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
     OK(MPI_Buffer_detach(&addr, &got));
     CHECK(addr == MPI_BUFFER_AUTOMATIC && got == 0);
+    /* Freeing a communicator detaches its buffer. */
+    OK(MPI_Comm_attach_buffer(dup, mine, n));
     OK(MPI_Comm_free(&dup));
+    CHECK(MPI_Bsend(data, 4, MPI_INT, peer, 3, MPI_COMM_WORLD) != MPI_SUCCESS);
     free(mine);
 }
 
