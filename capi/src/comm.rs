@@ -305,6 +305,7 @@ fn free_comm(comm: *mut c_int) -> Res<()> {
         .remove(&h)
         .ok_or_else(|| Error::new(C::Comm, format!("invalid communicator handle {h}")))?;
     ent.comm.free()?;
+    crate::comm_buffer::forget(h)?;
     put(comm, 0, "comm")
 }
 
@@ -404,7 +405,7 @@ pub extern "C" fn MPI_Errhandler_create(f: Option<crate::ErrFn>, errhandler: *mu
 pub extern "C" fn MPI_Comm_set_errhandler(comm: c_int, errhandler: c_int) -> c_int {
     guard("MPI_Comm_set_errhandler", comm, || {
         let mut t = tables();
-        if !(errhandler == 1 || errhandler == 2 || t.errhandlers.contains_key(&errhandler)) {
+        if !((1..=3).contains(&errhandler) || t.errhandlers.contains_key(&errhandler)) {
             return Err(Error::new(
                 C::Arg,
                 format!("invalid errhandler handle {errhandler}"),
@@ -453,7 +454,7 @@ pub extern "C" fn MPI_Errhandler_free(errhandler: *mut c_int) -> c_int {
         if h == 0 {
             return Err(Error::new(C::Arg, "MPI_ERRHANDLER_NULL cannot be freed"));
         }
-        if h > 2 {
+        if h > crate::error::ERRORS_ABORT {
             tables().errhandlers.remove(&h);
         }
         put(errhandler, 0, "errhandler")

@@ -1,7 +1,7 @@
 //! Environment: init, finalize, abort, queries, time, memory.
 
 use std::ffi::{c_char, c_double, c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -46,12 +46,50 @@ fn register_params(reg: &Registry) -> Res<()> {
     Ok(())
 }
 
+/// The world model's state (`MPI_Init` .. `MPI_Finalize`), apart from the
+/// runtime's (`PHASE`): sessions (MPI-4.0) may start the runtime before
+/// `MPI_Init`, or keep it running after `MPI_Finalize`.
+static WORLD_MODEL: AtomicU8 = AtomicU8::new(PHASE_NONE);
+
+/// Whether the world model is initialised and not finalised.
+pub(crate) fn world_model_active() -> bool {
+    WORLD_MODEL.load(Ordering::Acquire) == PHASE_INIT
+}
+
+/// `MPI_Init`: the world model, starting the runtime unless a session
+/// did already.
 fn init(required: c_int) -> Res<c_int> {
     let _g = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    match PHASE.load(Ordering::Acquire) {
+    match WORLD_MODEL.load(Ordering::Acquire) {
         PHASE_NONE => {}
         PHASE_INIT => return Err(Error::new(C::Other, "MPI_Init called twice")),
         _ => return Err(Error::new(C::Other, "MPI_Init after MPI_Finalize")),
+    }
+    let provided = start_runtime_locked(required)?;
+    WORLD_MODEL.store(PHASE_INIT, Ordering::Release);
+    Ok(provided)
+}
+
+/// Starts the runtime for a session (`MPI_Session_init`) unless it runs
+/// already; returns its thread level.
+pub(crate) fn start_runtime(required: c_int) -> Res<c_int> {
+    let _g = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    start_runtime_locked(required)
+}
+
+/// The runtime's start, the same for `MPI_Init` and a first
+/// `MPI_Session_init` (the caller holds `INIT_LOCK`). Once it ended (the
+/// world model and every session finalised) it cannot start again.
+fn start_runtime_locked(required: c_int) -> Res<c_int> {
+    match PHASE.load(Ordering::Acquire) {
+        PHASE_NONE => {}
+        PHASE_INIT => return Ok(state::rt()?.thread_level),
+        _ => {
+            return Err(Error::new(
+                C::Other,
+                "MPI cannot be initialized again after it was finalized",
+            ))
+        }
     }
     epoch();
     // The runtime the Rust facade starts too (`tmpi::runtime`). Our
@@ -104,6 +142,9 @@ fn init(required: c_int) -> Res<c_int> {
         fast,
     };
     state::set_rt(rt)?;
+    // Sessions' communicators derive from a communicator of their own over
+    // the world (its tags apart from the user's MPI_Comm_create_group).
+    crate::session::set_parent(u.world.dup()?);
     PHASE.store(PHASE_INIT, Ordering::Release);
     tracing::debug!(target: "capi", "MPI initialised");
     Ok(provided)
@@ -207,11 +248,23 @@ pub extern "C" fn MPI_Init_thread(
 pub extern "C" fn MPI_Finalize() -> c_int {
     guard("MPI_Finalize", COMM_WORLD, || {
         let _g = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-        let rt = state::rt()?;
+        state::rt()?;
+        if !world_model_active() {
+            return Err(Error::new(
+                C::Other,
+                "MPI_Finalize without MPI_Init (sessions end with MPI_Session_finalize)",
+            ));
+        }
         // MPI-2.2: first delete MPI_COMM_SELF's attributes, as if the
         // communicator were freed, in the reverse order of setting (what
         // libraries hook their cleanup to; MPI_Finalized is still false).
         delete_self_attrs();
+        WORLD_MODEL.store(PHASE_FINALIZED, Ordering::Release);
+        if crate::session::any_open() {
+            // Sessions still use the runtime (and may use communicators
+            // made before): the last MPI_Session_finalize ends it.
+            return Ok(());
+        }
         // Synchronise so that no peer still needs us, drop user objects.
         {
             let world = state::tables().comm(COMM_WORLD)?.comm.clone();
@@ -229,10 +282,23 @@ pub extern "C" fn MPI_Finalize() -> c_int {
             v
         };
         drop(leftovers);
-        PHASE.store(PHASE_FINALIZED, Ordering::Release);
-        rt.pml.finalize()?;
-        Ok(())
+        end_runtime()
     })
+}
+
+/// Ends the runtime: after `MPI_Finalize`, or the last
+/// `MPI_Session_finalize` once the world model is not active (the caller
+/// synchronised with the peers).
+pub(crate) fn end_runtime() -> Res<()> {
+    let rt = state::rt()?;
+    PHASE.store(PHASE_FINALIZED, Ordering::Release);
+    rt.pml.finalize()?;
+    Ok(())
+}
+
+/// Serialises the end of a session with `MPI_Init`/`MPI_Finalize`.
+pub(crate) fn init_lock() -> std::sync::MutexGuard<'static, ()> {
+    INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Runs the delete callbacks of MPI_COMM_SELF's attributes, last set
@@ -266,7 +332,7 @@ pub extern "C" fn MPI_Initialized(flag: *mut c_int) -> c_int {
     guard("MPI_Initialized", COMM_WORLD, || {
         put(
             flag,
-            c_int::from(PHASE.load(Ordering::Acquire) != PHASE_NONE),
+            c_int::from(WORLD_MODEL.load(Ordering::Acquire) != PHASE_NONE),
             "flag",
         )
     })
@@ -277,7 +343,7 @@ pub extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
     guard("MPI_Finalized", COMM_WORLD, || {
         put(
             flag,
-            c_int::from(PHASE.load(Ordering::Acquire) == PHASE_FINALIZED),
+            c_int::from(WORLD_MODEL.load(Ordering::Acquire) == PHASE_FINALIZED),
             "flag",
         )
     })

@@ -68,6 +68,10 @@ impl From<tmpi::Error> for Error {
 pub(crate) const ERRORS_ARE_FATAL: c_int = 1;
 /// `MPI_ERRORS_RETURN`.
 pub(crate) const ERRORS_RETURN: c_int = 2;
+/// `MPI_ERRORS_ABORT` (MPI-4.0): aborts the processes of the
+/// communicator; tmpi's `MPI_Abort` ends the whole job, so it acts as
+/// `MPI_ERRORS_ARE_FATAL`.
+pub(crate) const ERRORS_ABORT: c_int = 3;
 
 /// Runs the body of the MPI call `name` whose errors are reported on
 /// communicator `comm` (`MPI_COMM_WORLD` when the call has none): catches

@@ -127,7 +127,7 @@ fn leaders_exchange(
 /// Whether the group of world ranks `a` comes before `b` in their union:
 /// the group whose first world rank is lower comes first (every process of
 /// both groups orders them alike).
-fn goes_first(a: &[u32], b: &[u32]) -> bool {
+pub(crate) fn goes_first(a: &[u32], b: &[u32]) -> bool {
     a[0] < b[0]
 }
 
@@ -135,7 +135,13 @@ fn goes_first(a: &[u32], b: &[u32]) -> bool {
 /// this group, owned by it) and `remote` (world ranks) over the union
 /// `union`, registers it under a handle derived from `parent` (its
 /// attributes copied: `dup`).
-fn build(parent: c_int, local: Comm, union: Comm, remote: Vec<u32>, dup: bool) -> Res<c_int> {
+pub(crate) fn build(
+    parent: c_int,
+    local: Comm,
+    union: Comm,
+    remote: Vec<u32>,
+    dup: bool,
+) -> Res<c_int> {
     let ctx = union.inter_context(local.rank(), remote.clone())?;
     let remote = Group::from_world_ranks(remote)?;
     register_inter(parent, local, ctx, union, remote, dup)

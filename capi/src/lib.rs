@@ -10,7 +10,9 @@
 //!   point (argument checks, `catch_unwind` → `MPI_ERR_INTERN`);
 //! * `state`: the runtime (pml, coll) and the handle tables;
 //! * `env`, `p2p`, `request`, `datatype`, `types`, `coll`, `comm`, `misc`,
-//!   `osc` (one-sided, over `tmpi-osc`): the MPI chapters; `stubs`: functions present only so that programs
+//!   `osc` (one-sided, over `tmpi-osc`): the MPI chapters; `session`
+//!   (MPI-4.0 sessions), `status_calls` and `comm_buffer` (MPI-4.1 status,
+//!   request, error-class and buffer calls); `stubs`: functions present only so that programs
 //!   link (they fail with `MPI_ERR_UNSUPPORTED_OPERATION`).
 //!
 //! See `docs/capi.md`.
@@ -21,6 +23,7 @@ use std::ffi::{c_int, c_void};
 
 pub mod coll;
 pub mod comm;
+pub mod comm_buffer;
 pub(crate) mod datatype;
 pub mod env;
 pub(crate) mod error;
@@ -39,7 +42,9 @@ pub mod pcoll;
 pub mod pmpi;
 pub(crate) mod req_table;
 pub mod request;
+pub mod session;
 pub(crate) mod state;
+pub mod status_calls;
 pub mod stubs;
 pub mod topo;
 pub mod type_attr;

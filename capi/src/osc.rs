@@ -1095,7 +1095,7 @@ pub extern "C" fn MPI_Win_set_errhandler(win: c_int, errhandler: c_int) -> c_int
     guard_win("MPI_Win_set_errhandler", win, || {
         let w = win_of(win)?;
         let f = tables().errhandlers.get(&errhandler).copied();
-        if !(errhandler == 1 || errhandler == 2 || f.is_some()) {
+        if !((1..=3).contains(&errhandler) || f.is_some()) {
             return Err(Error::new(
                 C::Arg,
                 format!("invalid errhandler handle {errhandler}"),

@@ -1516,27 +1516,7 @@ pub extern "C" fn MPI_Imrecv(
 
 // ---------------------------------------------------------------- buffers, status
 
-#[no_mangle]
-pub extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
-    guard("MPI_Buffer_attach", COMM_WORLD, || {
-        let n = ccount(size, C::Arg, "size")?;
-        let rt = rt()?;
-        rt.pml.buffer_attach(n)?;
-        tables().bsend_buf = Some((buffer as usize, size));
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    guard("MPI_Buffer_detach", COMM_WORLD, || {
-        let rt = rt()?;
-        rt.pml.buffer_detach()?;
-        let (addr, n) = tables().bsend_buf.take().unwrap_or((0, 0));
-        put(buffer_addr.cast::<usize>(), addr, "buffer_addr")?;
-        put(size, n, "size")
-    })
-}
+// MPI_Buffer_attach/detach: `comm_buffer`.
 
 #[no_mangle]
 pub extern "C" fn MPI_Test_cancelled(status: *const MpiStatus, flag: *mut c_int) -> c_int {

@@ -124,8 +124,6 @@ pub(crate) struct Tables {
     /// User error classes/codes: code -> (class, string).
     pub user_codes: BTreeMap<c_int, (c_int, String)>,
     pub next_code: c_int,
-    /// Buffer attached with MPI_Buffer_attach (address, size).
-    pub bsend_buf: Option<(usize, c_int)>,
     /// Requests freed by the user while still running (staged data).
     pub orphans: Vec<c_int>,
 }
@@ -163,7 +161,7 @@ impl Tables {
             ops: FxHashMap::default(),
             next_op: 100,
             errhandlers: FxHashMap::default(),
-            next_errhandler: 3,
+            next_errhandler: 4,
             infos: FxHashMap::default(),
             next_info: 2,
             keyvals: FxHashMap::default(),
@@ -174,7 +172,6 @@ impl Tables {
             next_message: 2,
             user_codes: BTreeMap::new(),
             next_code: 100,
-            bsend_buf: None,
             orphans: Vec::new(),
         }
     }
@@ -289,7 +286,7 @@ impl Tables {
         h
     }
     pub(crate) fn add_errhandler(&mut self, f: crate::ErrFn) -> c_int {
-        let h = alloc_handle(&self.errhandlers, &mut self.next_errhandler, 3);
+        let h = alloc_handle(&self.errhandlers, &mut self.next_errhandler, 4);
         self.errhandlers.insert(h, f);
         h
     }
@@ -600,7 +597,7 @@ pub(crate) fn errhandler_of(comm: c_int) -> Handler {
         .unwrap_or(ERRORS_ARE_FATAL);
     match h {
         ERRORS_RETURN => Handler::Return,
-        ERRORS_ARE_FATAL => Handler::Fatal,
+        ERRORS_ARE_FATAL | crate::error::ERRORS_ABORT => Handler::Fatal,
         other => match t.errhandlers.get(&other) {
             Some(f) => Handler::User(*f),
             None => Handler::Fatal,

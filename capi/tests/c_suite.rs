@@ -178,6 +178,36 @@ fn a_call_before_init_says_mpi_is_not_initialized() {
     assert!(!err.contains("invalid communicator"), "{err}");
 }
 
+/// MPI-4.1's status field calls, `MPI_Request_get_status_any/all/some`
+/// (the requests stay alive), `MPI_Remove_error_*` and buffered sends
+/// through a communicator's own buffer and `MPI_BUFFER_AUTOMATIC`.
+#[test]
+fn mpi41_status_request_error_and_buffer_calls() {
+    expect_ok("mpi41_calls", &[1, 2, 3]);
+}
+
+/// MPI-4.0 sessions in a program that never calls MPI_Init: process sets,
+/// groups, communicators from groups (intra and inter) with traffic, the
+/// session's error handler, and the runtime ending with the last session.
+#[test]
+fn sessions_without_mpi_init() {
+    expect_ok("sessions", &[1, 2, 3]);
+}
+
+/// A session beside the world model; its communicator works after
+/// MPI_Finalize until MPI_Session_finalize.
+#[test]
+fn sessions_beside_the_world_model() {
+    expect_ok("sessions_world", &[1, 3]);
+}
+
+/// MPI_Session_init before MPI_Init, and the session ended before
+/// MPI_Finalize: one runtime serves both.
+#[test]
+fn sessions_before_mpi_init() {
+    expect_ok("sessions_then_init", &[2]);
+}
+
 #[test]
 fn pt2pt() {
     expect_ok("pt2pt", &[2, 3, 4]);
@@ -535,6 +565,20 @@ fn errors_are_fatal_ends_the_job_naming_call_and_error() {
             && err.contains("MPI_ERR_RANK")
             && err.contains("MPI_ERRORS_ARE_FATAL"),
         "message must name the call and the error:\n{err}"
+    );
+}
+
+/// MPI_ERRORS_ABORT on a communicator ends the job on an error there.
+#[test]
+fn errors_abort_ends_the_job() {
+    let exe = build("errors_abort");
+    let _g = serial();
+    let (code, out, err) = run(&exe, 2, 60);
+    assert!(code.is_some_and(|c| c != 0), "exit {code:?}\n{out}\n{err}");
+    assert!(!out.contains("UNREACHABLE"), "{out}");
+    assert!(
+        err.contains("MPI_Send") && err.contains("MPI_ERR_RANK"),
+        "{err}"
     );
 }
 
