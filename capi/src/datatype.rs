@@ -131,7 +131,7 @@ const PREDEF: &[(c_int, &str, usize, usize, Option<Elem>)] = &[
     (23, "MPI_UINT32_T", 4, 4, Some(Elem::U32)),
     (24, "MPI_UINT64_T", 8, 8, Some(Elem::U64)),
     (25, "MPI_C_BOOL", 1, 1, Some(Elem::Bool)),
-    (26, "MPI_C_FLOAT_COMPLEX", 8, 4, None),
+    (26, "MPI_C_COMPLEX", 8, 4, None),
     (27, "MPI_C_DOUBLE_COMPLEX", 16, 8, None),
     (28, "MPI_C_LONG_DOUBLE_COMPLEX", 32, 16, None),
     (29, "MPI_AINT", 8, 8, Some(Elem::I64)),
