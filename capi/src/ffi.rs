@@ -50,6 +50,14 @@ pub(crate) fn put_status_keeping_error(
     }
 }
 
+/// Writes `error` to the error field of the status at `p` (the "empty"
+/// status of MPI-4.0 §3.7.3 has `MPI_SUCCESS` there).
+pub(crate) fn put_status_error(p: *mut crate::request::MpiStatus, error: c_int) {
+    // SAFETY: as in `put_status_keeping_error`: `p` is non-null, not the
+    // ignore sentinel, and points to a writable `MPI_Status`.
+    unsafe { std::ptr::addr_of_mut!((*p).error).write_unaligned(error) }
+}
+
 /// `MPI_ERR_ARG` if the output argument `p` is NULL: checked before a call
 /// does its work, so that the NULL is what it reports (a group constructor
 /// with a bad range as well reported the range, MPICH's

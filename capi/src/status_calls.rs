@@ -126,7 +126,13 @@ pub extern "C" fn MPI_Request_get_status_any(
             put(flag, 0, "flag")
         } else {
             put(flag, 1, "flag")?;
-            put_status(status, St::empty())
+            // The empty status, its error field included (mpi4py checks
+            // MPI_SUCCESS there).
+            put_status(status, St::empty())?;
+            if !status.is_null() && status as usize != crate::ffi::STATUS_IGNORE {
+                crate::ffi::put_status_error(status, 0);
+            }
+            Ok(())
         }
     })
 }
@@ -202,8 +208,8 @@ fn recompute_lastused(t: &crate::state::Tables) {
 }
 
 /// `MPI_Remove_error_class`: a class added by `MPI_Add_error_class`, no
-/// code of which is left (`MPI_ERR_ARG` otherwise, as for a predefined
-/// class).
+/// code of which is left and whose string (if one was set) was removed
+/// first (`MPI_ERR_ARG` otherwise, as for a predefined class).
 #[no_mangle]
 pub extern "C" fn MPI_Remove_error_class(errorclass: c_int) -> c_int {
     guard("MPI_Remove_error_class", COMM_WORLD, || {
@@ -226,13 +232,23 @@ pub extern "C" fn MPI_Remove_error_class(errorclass: c_int) -> c_int {
                 format!("error class {errorclass} still has error codes (MPI_Remove_error_code them first)"),
             ));
         }
+        if t.user_codes
+            .get(&errorclass)
+            .is_some_and(|(_, s)| !s.is_empty())
+        {
+            return Err(Error::new(
+                C::Arg,
+                format!("error class {errorclass} still has a string (MPI_Remove_error_string it first)"),
+            ));
+        }
         t.user_codes.remove(&errorclass);
         recompute_lastused(&t);
         Ok(())
     })
 }
 
-/// `MPI_Remove_error_code`: a code added by `MPI_Add_error_code`.
+/// `MPI_Remove_error_code`: a code added by `MPI_Add_error_code`, whose
+/// string (if one was set) was removed first (`MPI_ERR_ARG` otherwise).
 #[no_mangle]
 pub extern "C" fn MPI_Remove_error_code(errorcode: c_int) -> c_int {
     guard("MPI_Remove_error_code", COMM_WORLD, || {
@@ -245,6 +261,17 @@ pub extern "C" fn MPI_Remove_error_code(errorcode: c_int) -> c_int {
                     format!("{errorcode} is not an error code added by MPI_Add_error_code"),
                 ))
             }
+        }
+        if t.user_codes
+            .get(&errorcode)
+            .is_some_and(|(_, s)| !s.is_empty())
+        {
+            return Err(Error::new(
+                C::Arg,
+                format!(
+                    "error code {errorcode} still has a string (MPI_Remove_error_string it first)"
+                ),
+            ));
         }
         t.user_codes.remove(&errorcode);
         recompute_lastused(&t);

@@ -46,9 +46,13 @@ static void request_status(int rank, int size) {
     CHECK(in == -1 || in == from); /* not yet read: the wait delivers it */
     OK(MPI_Waitall(2, reqs, sts));
     CHECK(in == from && reqs[0] == MPI_REQUEST_NULL);
-    /* Only null requests: none active. */
+    /* Only null requests: none active; the status is the empty one,
+     * its error field MPI_SUCCESS included. */
+    st.MPI_ERROR = MPI_ERR_OTHER;
     OK(MPI_Request_get_status_any(2, reqs, &idx, &flag, &st));
     CHECK(flag == 1 && idx == MPI_UNDEFINED);
+    CHECK(st.MPI_SOURCE == MPI_ANY_SOURCE && st.MPI_TAG == MPI_ANY_TAG &&
+          st.MPI_ERROR == MPI_SUCCESS);
     OK(MPI_Request_get_status_some(2, reqs, &outcount, indices, sts));
     CHECK(outcount == MPI_UNDEFINED);
     OK(MPI_Request_get_status_all(2, reqs, &flag, sts));
@@ -68,10 +72,16 @@ static void remove_errors(void) {
     CHECK(MPI_Remove_error_class(cls) == MPI_ERR_ARG);
     CHECK(MPI_Remove_error_code(cls) == MPI_ERR_ARG);
     CHECK(MPI_Remove_error_class(code) == MPI_ERR_ARG);
+    /* A code whose string is still set (MPI-4.1: remove the string first). */
+    CHECK(MPI_Remove_error_code(code) == MPI_ERR_ARG);
     OK(MPI_Remove_error_string(code));
     CHECK(MPI_Remove_error_string(code) == MPI_ERR_ARG);
     OK(MPI_Remove_error_code(code));
     CHECK(MPI_Remove_error_code(code) == MPI_ERR_ARG);
+    /* A class whose string is still set. */
+    OK(MPI_Add_error_string(cls, "a user class"));
+    CHECK(MPI_Remove_error_class(cls) == MPI_ERR_ARG);
+    OK(MPI_Remove_error_string(cls));
     OK(MPI_Remove_error_class(cls));
     CHECK(MPI_Add_error_code(cls, &code) == MPI_ERR_ARG);
     OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_LASTUSEDCODE, &attr, &flag));
