@@ -269,6 +269,9 @@ pub struct TcpModule {
     /// `btl_tcp_inject_reset` when it applies to this rank.
     inject_reset: Option<u64>,
     finalized: bool,
+    /// `finalize` runs: a connection failing now is a peer that closed
+    /// first, not an error.
+    closing: bool,
 }
 
 impl std::fmt::Debug for TcpModule {
@@ -378,6 +381,7 @@ impl TcpModule {
             newly_failed: Vec::new(),
             inject_reset,
             finalized: false,
+            closing: false,
         })
     }
 
@@ -552,8 +556,16 @@ impl TcpModule {
             _ => None,
         };
         let dropped = p.queue.len() as u64;
-        tracing::error!(target: "btl_tcp", peer, addr = %p.addr, dropped,
-            "connection to rank {peer} ({}) failed: {why}; transfers with it fail", p.addr);
+        if self.closing {
+            // Finalizing, after the pml's fence: only the farewell frame is
+            // left, and a peer that closed first (its socket held bytes it
+            // no longer read: reset) is no failure.
+            tracing::debug!(target: "btl_tcp", peer, addr = %p.addr, dropped,
+                "finalize: connection to rank {peer} ({}) already closed: {why}", p.addr);
+        } else {
+            tracing::error!(target: "btl_tcp", peer, addr = %p.addr, dropped,
+                "connection to rank {peer} ({}) failed: {why}; transfers with it fail", p.addr);
+        }
         self.newly_failed.push((peer, why.clone()));
         p.state = PeerState::Failed(why);
         p.queue.clear();
@@ -1060,10 +1072,16 @@ impl BtlModule for TcpModule {
         delivered
     }
 
+    fn sends_pending(&self) -> bool {
+        // Failed peers' queues are emptied: what is queued still goes.
+        self.pending_bytes() > 0
+    }
+
     fn finalize(&mut self) -> Result<(), BtlError> {
         if self.finalized {
             return Ok(());
         }
+        self.closing = true;
         let bye = FrameHdr {
             len: 0,
             kind: FrameKind::Bye,

@@ -293,6 +293,14 @@ pub trait BtlModule: Send {
         Vec::new()
     }
 
+    /// Whether fragments the module accepted still wait for the wire (a
+    /// connection being made, a full socket). Finalize waits for them
+    /// before its fence, so that its last fragments (the pml's BYE) reach
+    /// peers that are still there to read them. Default: never.
+    fn sends_pending(&self) -> bool {
+        false
+    }
+
     /// Releases the module's resources (after the pml's finalize fence:
     /// peers no longer read from this module). Idempotent.
     fn finalize(&mut self) -> Result<(), BtlError>;

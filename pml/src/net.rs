@@ -500,6 +500,10 @@ impl Transport for BtlNet {
         self.modules[i].direct_send(peer)
     }
 
+    fn sends_pending(&self) -> bool {
+        self.modules.iter().any(|m| m.sends_pending())
+    }
+
     fn finalize(&mut self) {
         for m in self.modules.iter_mut() {
             if let Err(e) = m.finalize() {

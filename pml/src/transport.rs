@@ -62,6 +62,11 @@ pub trait Transport: Send {
     fn direct_send(&self, _peer: u32) -> Option<std::sync::Arc<dyn tmpi_btl::DirectSend>> {
         None
     }
+    /// Whether a BTL still holds fragments it accepted and has not put on
+    /// the wire (`BtlModule::sends_pending`). Default: none.
+    fn sends_pending(&self) -> bool {
+        false
+    }
     /// Releases the BTLs (after the finalize fence).
     fn finalize(&mut self) {}
     /// Peers found dead since the last call (each once), with the reason:

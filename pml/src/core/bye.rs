@@ -57,6 +57,21 @@ impl Core {
         n
     }
 
+    /// Whether finalize may enter its fence as far as BYEs go: in jobs of at
+    /// most `pml_ob1_bye_all_max` ranks, where every rank tells every
+    /// other, once every live peer's BYE arrived. Then no rank leaves the
+    /// fence and closes its connections while a BYE to it is still unread
+    /// (a close with unread bytes resets the connection under the sender).
+    /// Larger jobs do not wait: who tells whom is not symmetric there.
+    pub fn byes_complete(&self) -> bool {
+        if self.peers.len() as u64 > self.bye_all_max {
+            return true;
+        }
+        (0..self.peers.len() as u32).all(|p| {
+            p == self.me || self.peer_gone(p) || self.dead.get(p as usize).copied().unwrap_or(false)
+        })
+    }
+
     /// Whether a BYE arrived and waits for [`Core::apply_byes`].
     #[inline]
     pub fn has_byes(&self) -> bool {

@@ -14,12 +14,20 @@ impl Pml {
         let rt = lock_plain(&self.rt).take();
         // Drain actions we still owe (FINs, ACKs, queued eager data), then
         // the BYEs that tell peers nothing more comes from us (once: a
-        // second finalize, from drop, has no runtime left).
+        // second finalize, from drop, has no runtime left), until the BTLs
+        // put them on the wire: a BYE to a peer not connected yet waits
+        // for its connection, which the peer accepts while it finalizes
+        // too, before anyone leaves the fence; and (jobs where everyone
+        // tells everyone) until every live peer's BYE arrived.
         let mut bye = rt.is_some();
         loop {
             let mut g = self.lock();
             g.progress();
-            if g.pending.is_empty() && !g.core.has_actions() {
+            if g.pending.is_empty()
+                && !g.core.has_actions()
+                && !g.net.sends_pending()
+                && (bye || rt.is_none() || g.core.byes_complete())
+            {
                 if !bye {
                     break;
                 }
