@@ -50,9 +50,13 @@ pub(crate) fn put_status_keeping_error(
     }
 }
 
-/// Writes `error` to the error field of the status at `p` (the "empty"
-/// status of MPI-4.0 §3.7.3 has `MPI_SUCCESS` there).
+/// Writes `error` to the error field of the status at `p` unless `p` is
+/// NULL or `MPI_STATUS_IGNORE` (the "empty" status of MPI-4.0 §3.7.3 has
+/// `MPI_SUCCESS` there).
 pub(crate) fn put_status_error(p: *mut crate::request::MpiStatus, error: c_int) {
+    if p.is_null() || p as usize == STATUS_IGNORE {
+        return;
+    }
     // SAFETY: as in `put_status_keeping_error`: `p` is non-null, not the
     // ignore sentinel, and points to a writable `MPI_Status`.
     unsafe { std::ptr::addr_of_mut!((*p).error).write_unaligned(error) }

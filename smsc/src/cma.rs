@@ -13,54 +13,52 @@ pub fn allow_ptracer_any() {
 /// Copies `dst.len()` bytes at address `addr` of process `pid` into `dst`.
 /// Loops over partial reads; a read that makes no progress is `EFAULT`.
 pub fn read(pid: u32, addr: u64, dst: &mut [u8]) -> std::io::Result<()> {
-    let mut done = 0usize;
-    while done < dst.len() {
+    let base = dst.as_mut_ptr();
+    transfer(dst.len(), |done, left| {
         let local = libc::iovec {
-            // SAFETY: `done < dst.len()`, in bounds of `dst`.
-            iov_base: unsafe { dst.as_mut_ptr().add(done) } as *mut libc::c_void,
-            iov_len: dst.len() - done,
+            // SAFETY: `done < dst.len()` (`transfer`'s contract), in bounds.
+            iov_base: unsafe { base.add(done) } as *mut libc::c_void,
+            iov_len: left,
         };
         let remote = libc::iovec {
             iov_base: (addr as usize + done) as *mut libc::c_void,
-            iov_len: dst.len() - done,
+            iov_len: left,
         };
         // SAFETY: `local` describes writable memory we exclusively borrow;
         // `remote` is only interpreted by the kernel in the other process
         // (bad addresses yield EFAULT, never touch our memory).
-        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(std::io::Error::from_raw_os_error(libc::EFAULT));
-        }
-        done += n as usize;
-    }
-    Ok(())
+        unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) }
+    })
 }
 
 /// Copies `src` to address `addr` of process `pid` (`process_vm_writev`).
 /// Loops over partial writes; a write that makes no progress is `EFAULT`.
 pub fn write(pid: u32, addr: u64, src: &[u8]) -> std::io::Result<()> {
-    let mut done = 0usize;
-    while done < src.len() {
+    let base = src.as_ptr();
+    transfer(src.len(), |done, left| {
         let local = libc::iovec {
-            // SAFETY: `done < src.len()`, in bounds of `src`.
-            iov_base: unsafe { src.as_ptr().add(done) } as *mut libc::c_void,
-            iov_len: src.len() - done,
+            // SAFETY: `done < src.len()` (`transfer`'s contract), in bounds.
+            iov_base: unsafe { base.add(done) } as *mut libc::c_void,
+            iov_len: left,
         };
         let remote = libc::iovec {
             iov_base: (addr as usize + done) as *mut libc::c_void,
-            iov_len: src.len() - done,
+            iov_len: left,
         };
         // SAFETY: `local` describes memory we borrow for reading (the
         // kernel only reads it); `remote` is only interpreted by the kernel
         // in the other process (bad addresses yield EFAULT).
-        let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) }
+    })
+}
+
+/// The partial-transfer loop of [`read`] and [`write`]: calls `step(done,
+/// left)` (bytes moved so far, bytes left) until `len` bytes moved,
+/// retrying `EINTR`; a step that moves nothing is `EFAULT`.
+fn transfer(len: usize, mut step: impl FnMut(usize, usize) -> isize) -> std::io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let n = step(done, len - done);
         if n < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() == std::io::ErrorKind::Interrupted {

@@ -259,11 +259,7 @@ impl Core {
                     Some((ctx, src)),
                 ) => {
                     let tok = *tok;
-                    self.depends_on_dead(ctx, src)
-                        && match self.matcher.as_split() {
-                            Some(sm) if self.tm => sm.cancel_recv(tok, id.0),
-                            _ => self.matcher.cancel(tok),
-                        }
+                    self.depends_on_dead(ctx, src) && self.withdraw(tok, id)
                 }
                 (
                     ReqState::Recv {
