@@ -194,44 +194,64 @@ pub extern "C" fn MPI_Intercomm_create(
             return Err(Error::new(C::Tag, format!("tag {tag} < 0")));
         }
         let mine: Vec<u32> = lc.group().world_ranks().to_vec();
-        // The leaders swap their groups; each bcasts the other's locally.
+        // The local communicator first: its context id is this call's
+        // alone on every member of this group while the call runs.
+        let local = lc.dup()?;
+        let my_id = local.context_id();
+        // The leaders swap their groups' context ids and members; each
+        // bcasts the other's locally.
         let theirs = if lc.rank() == leader {
-            let m: Vec<c_int> = mine.iter().map(|&w| w as c_int).collect();
+            let m: Vec<c_int> = std::iter::once(my_id as c_int)
+                .chain(mine.iter().map(|&w| w as c_int))
+                .collect();
             leaders_exchange(peer_comm, remote_leader, tag, &m)?
         } else {
             Vec::new()
         };
         let mut len = (theirs.len() as u64).to_ne_bytes();
-        lc.bcast(&mut len, leader)?;
+        local.bcast(&mut len, leader)?;
         let n = u64::from_ne_bytes(len) as usize;
         let mut bytes: Vec<u8> = if lc.rank() == leader {
             theirs.iter().flat_map(|w| w.to_ne_bytes()).collect()
         } else {
             vec![0; n * 4]
         };
-        lc.bcast(&mut bytes, leader)?;
-        let remote: Vec<u32> = bytes
+        local.bcast(&mut bytes, leader)?;
+        let mut ints = bytes
             .chunks_exact(4)
-            .map(|b| c_int::from_ne_bytes([b[0], b[1], b[2], b[3]]) as u32)
-            .collect();
+            .map(|b| c_int::from_ne_bytes([b[0], b[1], b[2], b[3]]) as u32);
+        let their_id = ints.next().unwrap_or(u32::MAX);
+        let remote: Vec<u32> = ints.collect();
         if remote.is_empty() || remote.iter().any(|w| mine.contains(w)) {
             return Err(Error::new(
                 C::Comm,
                 "MPI_Intercomm_create: the local and remote groups overlap or one is empty",
             ));
         }
-        // The union, the same order on both sides, over MPI_COMM_WORLD
-        // (every process is in it): an agreement among its members only,
-        // with tags apart from small user tags of MPI_Comm_create_group.
-        let (a, b) = if goes_first(&mine, &remote) {
-            (&mine, &remote)
+        // The union, the same order on both sides, agreed over the local
+        // communicators and the leaders' channel (peer_comm, tag) only.
+        let first = goes_first(&mine, &remote);
+        let (a, b, ids) = if first {
+            (&mine, &remote, (my_id, their_id))
         } else {
-            (&remote, &mine)
+            (&remote, &mine, (their_id, my_id))
         };
         let union = Group::from_world_ranks(a.iter().chain(b.iter()).copied().collect())?;
-        let world = tables().comm(COMM_WORLD)?.comm.clone();
-        let u = world.create_group(&union, 0x8000 | (tag & 0x7fff))?;
-        let local = lc.dup()?;
+        let mut swap = |part: &[u8]| -> Result<Vec<u8>, tmpi_coll::CollError> {
+            let send: Vec<c_int> = part
+                .chunks_exact(4)
+                .map(|b| c_int::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            let mut recv = vec![0 as c_int; send.len()];
+            swap_ints(peer_comm, remote_leader, tag, &send, &mut recv).map_err(|e| {
+                tmpi_coll::CollError::P2p {
+                    class: e.class,
+                    message: e.msg,
+                }
+            })?;
+            Ok(recv.iter().flat_map(|w| w.to_ne_bytes()).collect())
+        };
+        let u = local.bridge_union(&union, leader, ids, &mut swap)?;
         let h = build(local_comm, local, u, remote, false)?;
         put(newintercomm, h, "newintercomm")
     })

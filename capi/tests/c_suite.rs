@@ -320,6 +320,17 @@ fn create_group_on_threads_with_late_members() {
     expect_ok("create_group_threads", &[3, 4]);
 }
 
+/// `MPI_Intercomm_create` on four threads per process at once, each with
+/// the same tag on a peer communicator of its own
+/// (`tests/c/intercomm_threads.c`, after MPICH's
+/// threads/comm/idup_comm_gen): before, each call agreed on its union over
+/// `MPI_COMM_WORLD` under the user's tag, the threads' agreements crossed
+/// and most runs hung or aborted.
+#[test]
+fn intercomm_create_on_threads_with_one_tag() {
+    expect_ok("intercomm_threads", &[2, 3, 4]);
+}
+
 /// Non-blocking collectives tested (`MPI_Wait`, `MPI_Testall`,
 /// `MPI_Request_get_status`) on one thread while another starts and
 /// completes point-to-point requests (`tests/c/request_threads.c`): before,

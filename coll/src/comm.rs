@@ -777,7 +777,9 @@ impl Comm {
         let table = ctx.framework.select(&shape)?;
         let recv_small = ctx.p2p.has_recv_small();
         let direct_max = CollKind::ALL.map(|k| if recv_small { table.direct_max(k) } else { 0 });
-        let node_of = CollKind::ALL.map(|k| table.node_coll(k));
+        // A view lives for one agreement: no shared-memory segment for it.
+        let node_of =
+            CollKind::ALL.map(|k| view_of.is_none().then(|| table.node_coll(k)).flatten());
         let node_max = CollKind::ALL.map(|k| node_of[k.index()].as_ref().and_then(|n| n.limit(k)));
         let node = node_of.into_iter().flatten().next();
         if owns_cid {
@@ -979,7 +981,9 @@ impl Comm {
         }
         let key = self.agreement_key(0);
         let mut registered = false;
-        let r = self.agree_rounds(key, base, claim, same, &mut registered);
+        let band =
+            |b: &[u8], o: &mut [u8]| self.allreduce(Input::Buf(b), o, Datatype::U64, &Op::Band);
+        let r = self.agree_rounds(key, base, claim, same, &band, &mut registered);
         if registered {
             lock(&self.inner.ctx.cids).unpend(key, false);
         }
@@ -995,13 +999,15 @@ impl Comm {
     /// for the process's offer. A round that holds the offer therefore
     /// never waits for a rank still busy elsewhere (in another agreement
     /// that waits for this process's offer: MPICH's
-    /// threads/comm/comm_create_group_threads2).
+    /// threads/comm/comm_create_group_threads2). `band` is the round's
+    /// allreduce (bitwise AND of `u64` words over everyone who agrees).
     fn agree_rounds(
         &self,
         key: crate::cid::AgreementKey,
         mut base: u32,
         claim: bool,
         same: Option<&[u64]>,
+        band: &dyn Fn(&[u8], &mut [u8]) -> Result<()>,
         registered: &mut bool,
     ) -> Result<u32> {
         let cids = &self.inner.ctx.cids;
@@ -1024,7 +1030,7 @@ impl Comm {
             words.push(u64::from(offering));
             let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
             let mut out = vec![0u8; bytes.len()];
-            let r = self.allreduce(Input::Buf(&bytes), &mut out, Datatype::U64, &Op::Band);
+            let r = band(&bytes, &mut out);
             let end_offer = |c: &mut CidPool| {
                 if offering {
                     c.unreserve(base, &offered);
@@ -1341,6 +1347,61 @@ impl Comm {
         self.barrier()?;
         tracing::debug!(target: "coll_base", "inter-communicator context {cid} on cid {}", self.context_id());
         Ok(ic)
+    }
+
+    /// The union communicator of `MPI_Intercomm_create`, agreed without
+    /// any traffic outside the call's own channels: this communicator (a
+    /// fresh duplicate of the caller's local communicator, so its context
+    /// id is this call's alone on every member) carries each group's part
+    /// of every round, and `swap` the local leaders' exchange of their
+    /// groups' parts (the caller's peer communicator and tag, which MPI
+    /// makes the caller keep apart). A view of `MPI_COMM_WORLD` under the
+    /// user's tag would not do: calls of several threads with one tag on
+    /// different peer communicators are legal and would cross there.
+    ///
+    /// `union` lists every process of both groups, the same on all of
+    /// them; `ids` is the pair of this call's local context ids, the
+    /// group that comes first in `union` first, the same on every member
+    /// (it orders this agreement among the process's others). `swap` is
+    /// called on rank `leader` only, with this group's AND of a round and
+    /// returns the other group's.
+    pub fn bridge_union(
+        &self,
+        union: &Group,
+        leader: u32,
+        ids: (u32, u32),
+        swap: &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>,
+    ) -> Result<Comm> {
+        root_ok(leader, self.size())?;
+        let swap = Mutex::new(swap);
+        let band = |b: &[u8], o: &mut [u8]| -> Result<()> {
+            self.allreduce(Input::Buf(b), o, Datatype::U64, &Op::Band)?;
+            if self.rank() == leader {
+                let theirs = (lock(&swap))(o)?;
+                if theirs.len() != o.len() {
+                    return Err(CollError::Mismatch(format!(
+                        "MPI_Intercomm_create: the leaders' parts differ in length ({} and {} bytes)",
+                        o.len(),
+                        theirs.len()
+                    )));
+                }
+                for (x, y) in o.iter_mut().zip(theirs) {
+                    *x &= y;
+                }
+            }
+            self.bcast(o, leader)
+        };
+        let key = (ids.0, (1 << 40) + i64::from(ids.1), 0);
+        let mut registered = false;
+        let r = self.agree_rounds(key, 0, true, None, &band, &mut registered);
+        if registered {
+            lock(&self.inner.ctx.cids).unpend(key, false);
+        }
+        let cid = r?;
+        let ctx = &self.inner.ctx;
+        Comm::build(ctx, union.clone(), cid, TagSpace::Coll, None, true).inspect_err(|_| {
+            lock(&ctx.cids).release(cid);
+        })
     }
 
     // ---------------------------------------------------------------- neighbourhood
