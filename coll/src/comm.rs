@@ -730,6 +730,10 @@ fn copy_regions(dst: &mut [u8], src: &[u8], counts: &[usize], displs: &[usize]) 
     }
 }
 
+/// The allreduce of one round of a context-id agreement: the bitwise AND
+/// of `u64` words (input, output) over everyone who agrees.
+type RoundAnd<'a> = dyn Fn(&[u8], &mut [u8]) -> Result<()> + 'a;
+
 impl Comm {
     fn build(
         ctx: &Arc<CollContext>,
@@ -1007,7 +1011,7 @@ impl Comm {
         mut base: u32,
         claim: bool,
         same: Option<&[u64]>,
-        band: &dyn Fn(&[u8], &mut [u8]) -> Result<()>,
+        band: &RoundAnd<'_>,
         registered: &mut bool,
     ) -> Result<u32> {
         let cids = &self.inner.ctx.cids;
