@@ -342,7 +342,7 @@ pub(crate) fn coll_req(
     crate::state::COLL_ACTIVE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let h = tables().add_req(Req::Coll {
         req,
-        finish,
+        finish: Box::new(finish),
         comm,
         persist: None,
     });

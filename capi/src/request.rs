@@ -187,7 +187,9 @@ pub(crate) enum Req {
     },
     Coll {
         req: CollRequest,
-        finish: Finish,
+        /// Boxed: the largest part of a record the table moves on every
+        /// point-to-point request too.
+        finish: Box<Finish>,
         comm: c_int,
         /// A started persistent collective: inactive again at completion.
         persist: Option<Persist>,
@@ -423,7 +425,7 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
                 }));
             }
             let out = req.wait()?;
-            match finish {
+            match *finish {
                 Finish::Unpack { dst, count, t } => {
                     crate::ffi::scatter_blocks(dst as *mut u8, count, t.extent(), &t.blocks, &out)
                 }
@@ -471,11 +473,11 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
                         // Another round of the context-id agreement.
                         crate::state::COLL_ACTIVE
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let finish = Finish::Dup {
+                        let finish = Box::new(Finish::Dup {
                             pending,
                             newcomm,
                             inter,
-                        };
+                        });
                         return Ok(Taken::Again(Req::Coll {
                             req,
                             finish,
