@@ -251,7 +251,7 @@ fn persistent(comm: c_int, start: Arc<Starter>, held: Held, request: *mut c_int)
         comm,
         coll: Some(Box::new(start)),
     };
-    let h = tables().add_req(Req::Inactive(p));
+    let h = tables().add_req(Req::Inactive(Arc::new(p)));
     put(request, h, "request")
 }
 

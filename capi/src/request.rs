@@ -116,13 +116,19 @@ pub(crate) enum Stage {
     /// typed view points at this convertor, so it lives (boxed, unmoved)
     /// until the request completes.
     Typed(#[allow(dead_code)] Box<tmpi_pml::convertor::Convertor>),
-    /// Receive staging, unpacked into `dst` on completion.
-    Recv {
-        buf: Vec<u8>,
-        dst: usize,
-        count: usize,
-        t: Arc<Dtype>,
-    },
+    /// Receive staging, unpacked into `dst` on completion (boxed: the
+    /// table moves every request record, most of them `Direct`).
+    Recv(Box<RecvStage>),
+}
+
+/// A staged receive of a non-contiguous type: `count` items of `t` at
+/// `dst`, received into `buf` first.
+#[derive(Debug)]
+pub(crate) struct RecvStage {
+    pub buf: Vec<u8>,
+    pub dst: usize,
+    pub count: usize,
+    pub t: Arc<Dtype>,
 }
 
 /// How a non-blocking collective's result reaches the user.
@@ -182,7 +188,7 @@ pub(crate) enum Req {
     Pml {
         id: ReqId,
         stage: Stage,
-        persist: Option<Persist>,
+        persist: Option<Arc<Persist>>,
         comm: c_int,
     },
     Coll {
@@ -192,12 +198,15 @@ pub(crate) enum Req {
         finish: Box<Finish>,
         comm: c_int,
         /// A started persistent collective: inactive again at completion.
-        persist: Option<Persist>,
+        persist: Option<Arc<Persist>>,
     },
     /// Already complete (e.g. a persistent request started on PROC_NULL).
-    Done { st: St, persist: Option<Persist> },
+    Done {
+        st: St,
+        persist: Option<Arc<Persist>>,
+    },
     /// A persistent request that is not active.
-    Inactive(Persist),
+    Inactive(Arc<Persist>),
     /// `MPI_Grequest_start`: complete once `MPI_Grequest_complete` ran.
     Greq(crate::greq::Greq),
     /// `MPI_Isendrecv(_replace)`: a send and a receive under hidden
@@ -386,7 +395,7 @@ enum Taken {
     /// Still running: put this back.
     Again(Req),
     /// Complete, with the persistent part if any.
-    Done(St, Option<Persist>),
+    Done(St, Option<Arc<Persist>>),
 }
 
 /// Tests a request other than a running point-to-point one, taken out of
@@ -497,7 +506,7 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
 /// one goes back to inactive (or, `keep`, to a completed record holding
 /// its persistent part), a kept one stays as a completed record, any
 /// other frees its handle.
-fn settle(h: c_int, st: St, persist: Option<Persist>, keep: bool) -> Tested {
+fn settle(h: c_int, st: St, persist: Option<Arc<Persist>>, keep: bool) -> Tested {
     let mut t = tables();
     if keep {
         t.reqs.insert(h, Req::Done { st, persist });
@@ -518,9 +527,16 @@ fn settle(h: c_int, st: St, persist: Option<Persist>, keep: bool) -> Tested {
 /// Completes point-to-point request `h` (taken out of the table) whose
 /// pml request finished with `s`: unpacks a staged receive, then
 /// [`settle`]s it if something goes back under its handle.
-fn finish_pml(h: c_int, s: Status, stage: Stage, persist: Option<Persist>, keep: bool) -> Tested {
+fn finish_pml(
+    h: c_int,
+    s: Status,
+    stage: Stage,
+    persist: Option<Arc<Persist>>,
+    keep: bool,
+) -> Tested {
     let st = St::from(s);
-    if let Stage::Recv { buf, dst, count, t } = &stage {
+    if let Stage::Recv(r) = &stage {
+        let RecvStage { buf, dst, count, t } = &**r;
         let n = st.bytes.min(buf.len());
         crate::ffi::scatter_blocks(*dst as *mut u8, *count, t.extent(), &t.blocks, &buf[..n]);
     }
