@@ -17,32 +17,42 @@ use std::ffi::{c_int, c_void};
 
 use crate::coll::{
     MPI_Allgather, MPI_Allreduce, MPI_Alltoall, MPI_Alltoallv, MPI_Bcast, MPI_Exscan, MPI_Gather,
-    MPI_Iallgather, MPI_Iallreduce, MPI_Ialltoall, MPI_Ibcast, MPI_Igather, MPI_Ireduce,
-    MPI_Iscatter, MPI_Reduce, MPI_Reduce_scatter_block, MPI_Scan, MPI_Scatter,
+    MPI_Iallgather, MPI_Iallreduce, MPI_Ialltoall, MPI_Ibcast, MPI_Iexscan, MPI_Igather,
+    MPI_Ireduce, MPI_Ireduce_scatter_block, MPI_Iscan, MPI_Iscatter, MPI_Reduce,
+    MPI_Reduce_scatter_block, MPI_Scan, MPI_Scatter,
+};
+use crate::comm_buffer::{
+    MPI_Buffer_attach, MPI_Buffer_detach, MPI_Comm_attach_buffer, MPI_Comm_detach_buffer,
 };
 use crate::datatype::{combiner, Builder};
 use crate::error::{guard, Error, MpiErrorClass as C, Res};
 use crate::misc::MPI_Reduce_local;
+use crate::neighbor::{
+    MPI_Ineighbor_allgather, MPI_Ineighbor_alltoall, MPI_Neighbor_allgather, MPI_Neighbor_alltoall,
+};
 use crate::p2p::{
-    MPI_Bsend, MPI_Ibsend, MPI_Irecv, MPI_Irsend, MPI_Isend, MPI_Issend, MPI_Recv, MPI_Rsend,
-    MPI_Send, MPI_Sendrecv, MPI_Ssend,
+    MPI_Bsend, MPI_Bsend_init, MPI_Ibsend, MPI_Imrecv, MPI_Irecv, MPI_Irsend, MPI_Isend,
+    MPI_Isendrecv, MPI_Isendrecv_replace, MPI_Issend, MPI_Mrecv, MPI_Recv, MPI_Recv_init,
+    MPI_Rsend, MPI_Rsend_init, MPI_Send, MPI_Send_init, MPI_Sendrecv, MPI_Sendrecv_replace,
+    MPI_Ssend, MPI_Ssend_init, MPI_Status_set_elements_x,
 };
 use crate::request::MpiStatus;
 use crate::state::tables;
 use crate::types::{
-    MPI_Type_contiguous, MPI_Type_create_hvector, MPI_Type_get_extent_x,
-    MPI_Type_get_true_extent_x, MPI_Type_size_x, MPI_Type_vector,
+    MPI_Pack, MPI_Pack_size, MPI_Type_contiguous, MPI_Type_create_hvector, MPI_Type_create_resized,
+    MPI_Type_get_extent_x, MPI_Type_get_true_extent_x, MPI_Type_size_x, MPI_Type_vector,
+    MPI_Unpack,
 };
 
 /// `MPI_Count` (mpi.h: `long long`).
-type Count = i64;
+pub(crate) type Count = i64;
 /// `MPI_Aint` (mpi.h: `intptr_t`).
-type Aint = isize;
+pub(crate) type Aint = isize;
 
 /// The call's `MPI_ERR_COUNT` for a count or displacement beyond `int`,
 /// through `comm`'s error handler.
 #[cold]
-fn too_large(name: &'static str, comm: c_int, what: &str, v: i64) -> c_int {
+pub(crate) fn too_large(name: &'static str, comm: c_int, what: &str, v: i64) -> c_int {
     guard(name, comm, || {
         Err(Error::new(
             C::Count,
@@ -257,7 +267,7 @@ pub extern "C" fn MPI_Type_create_hvector_c(
 
 /// The `n` entries of a C array as `int`s (`None`: a NULL array, passed on
 /// as NULL), or the first that does not fit.
-fn ints<T: Copy>(
+pub(crate) fn ints<T: Copy>(
     p: *const T,
     n: usize,
     wide: impl Fn(T) -> i64,
@@ -265,8 +275,9 @@ fn ints<T: Copy>(
     if p.is_null() {
         return Ok(None);
     }
-    // SAFETY: non-null; the caller passes an array of one entry per
-    // process of the group the call addresses (`n`), the MPI contract.
+    // SAFETY: non-null; the caller passes an array of `n` entries (one
+    // per process of the group the call addresses, or per block of a
+    // type constructor), the MPI contract of the call.
     let s = unsafe { std::slice::from_raw_parts(p, n) };
     s.iter()
         .map(|&v| c_int::try_from(wide(v)).map_err(|_| wide(v)))
@@ -396,4 +407,348 @@ pinit_c! {
     MPI_Neighbor_alltoall_init_c => MPI_Neighbor_alltoall_init [sendcount, recvcount] on comm
         (sendbuf: *const c_void, sendcount: Count, sendtype: c_int, recvbuf: *mut c_void,
          recvcount: Count, recvtype: c_int, comm: c_int);
+}
+
+// ---------------------------------------------------------------- more point-to-point
+
+macro_rules! send_inits {
+    ($($c:ident => $f:ident),*) => {$(
+        // Persistent: the request names its datatype at every MPI_Start, so
+        // no call-long wide type; int-sized counts only.
+        by_int!($c => $f, comm, [count], (
+            buf: *const c_void, count: Count, dtype: c_int, dest: c_int, tag: c_int, comm: c_int,
+            request: *mut c_int,
+        ));
+    )*};
+}
+send_inits!(MPI_Send_init_c => MPI_Send_init, MPI_Bsend_init_c => MPI_Bsend_init,
+            MPI_Ssend_init_c => MPI_Ssend_init, MPI_Rsend_init_c => MPI_Rsend_init);
+by_int!(MPI_Recv_init_c => MPI_Recv_init, comm, [count], (
+    buf: *mut c_void, count: Count, dtype: c_int, source: c_int, tag: c_int, comm: c_int,
+    request: *mut c_int,
+));
+by_wide!(MPI_Mrecv_c => MPI_Mrecv, crate::state::COMM_WORLD, [count: dtype], (
+    buf: *mut c_void, count: Count, dtype: c_int, message: *mut c_int, status: *mut MpiStatus,
+));
+by_wide!(MPI_Imrecv_c => MPI_Imrecv, crate::state::COMM_WORLD, [count: dtype], (
+    buf: *mut c_void, count: Count, dtype: c_int, message: *mut c_int, request: *mut c_int,
+));
+by_wide!(MPI_Sendrecv_replace_c => MPI_Sendrecv_replace, comm, [count: dtype], (
+    buf: *mut c_void, count: Count, dtype: c_int, dest: c_int, sendtag: c_int, source: c_int,
+    recvtag: c_int, comm: c_int, status: *mut MpiStatus,
+));
+by_wide!(MPI_Isendrecv_c => MPI_Isendrecv, comm, [sendcount: sendtype, recvcount: recvtype], (
+    sendbuf: *const c_void, sendcount: Count, sendtype: c_int, dest: c_int, sendtag: c_int,
+    recvbuf: *mut c_void, recvcount: Count, recvtype: c_int, source: c_int, recvtag: c_int,
+    comm: c_int, request: *mut c_int,
+));
+by_wide!(MPI_Isendrecv_replace_c => MPI_Isendrecv_replace, comm, [count: dtype], (
+    buf: *mut c_void, count: Count, dtype: c_int, dest: c_int, sendtag: c_int, source: c_int,
+    recvtag: c_int, comm: c_int, request: *mut c_int,
+));
+
+/// `MPI_Status_set_elements_x` (the same arguments).
+#[no_mangle]
+pub extern "C" fn MPI_Status_set_elements_c(
+    status: *mut MpiStatus,
+    dtype: c_int,
+    count: Count,
+) -> c_int {
+    MPI_Status_set_elements_x(status, dtype, count)
+}
+
+// ---------------------------------------------------------------- more collectives
+
+macro_rules! folds_nb {
+    ($($c:ident => $f:ident),*) => {$(
+        by_int!($c => $f, comm, [count], (
+            sendbuf: *const c_void, recvbuf: *mut c_void, count: Count, dtype: c_int, op: c_int,
+            comm: c_int, request: *mut c_int,
+        ));
+    )*};
+}
+folds_nb!(MPI_Iscan_c => MPI_Iscan, MPI_Iexscan_c => MPI_Iexscan,
+          MPI_Ireduce_scatter_block_c => MPI_Ireduce_scatter_block);
+
+macro_rules! exchanges {
+    ($($c:ident => $f:ident),*) => {$(
+        by_int!($c => $f, comm, [sendcount, recvcount], (
+            sendbuf: *const c_void, sendcount: Count, sendtype: c_int, recvbuf: *mut c_void,
+            recvcount: Count, recvtype: c_int, comm: c_int,
+        ));
+    )*};
+}
+exchanges!(MPI_Neighbor_allgather_c => MPI_Neighbor_allgather,
+           MPI_Neighbor_alltoall_c => MPI_Neighbor_alltoall);
+exchanges_nb!(MPI_Ineighbor_allgather_c => MPI_Ineighbor_allgather,
+              MPI_Ineighbor_alltoall_c => MPI_Ineighbor_alltoall);
+
+// ---------------------------------------------------------------- datatypes and packing
+
+/// `MPI_Type_create_resized` with `MPI_Count` bounds.
+#[no_mangle]
+pub extern "C" fn MPI_Type_create_resized_c(
+    oldtype: c_int,
+    lb: Count,
+    extent: Count,
+    newtype: *mut c_int,
+) -> c_int {
+    let world = crate::state::COMM_WORLD;
+    let Ok(lb) = Aint::try_from(lb) else {
+        return too_large("MPI_Type_create_resized_c", world, "lb", lb);
+    };
+    let Ok(extent) = Aint::try_from(extent) else {
+        return too_large("MPI_Type_create_resized_c", world, "extent", extent);
+    };
+    MPI_Type_create_resized(oldtype, lb, extent, newtype)
+}
+
+/// An `MPI_Count` position in and out of an `int` call: `Err` with the
+/// call's error code when the position does not fit.
+fn with_int_position(
+    name: &'static str,
+    comm: c_int,
+    position: *mut Count,
+    f: impl FnOnce(*mut c_int) -> c_int,
+) -> c_int {
+    let p = match crate::ffi::get(position as *const Count, "position") {
+        Ok(p) => p,
+        Err(e) => return guard(name, comm, || Err(e)),
+    };
+    let Ok(mut pos) = c_int::try_from(p) else {
+        return too_large(name, comm, "position", p);
+    };
+    let rc = f(&mut pos);
+    if rc == 0 {
+        // SAFETY: `position` was read above, so it is a valid pointer to
+        // an `MPI_Count` the caller lets this call update.
+        unsafe { *position = Count::from(pos) };
+    }
+    rc
+}
+
+/// `MPI_Pack` with `MPI_Count` sizes and position.
+#[no_mangle]
+pub extern "C" fn MPI_Pack_c(
+    inbuf: *const c_void,
+    incount: Count,
+    datatype: c_int,
+    outbuf: *mut c_void,
+    outsize: Count,
+    position: *mut Count,
+    comm: c_int,
+) -> c_int {
+    let name = "MPI_Pack_c";
+    let Ok(incount) = c_int::try_from(incount) else {
+        return too_large(name, comm, "incount", incount);
+    };
+    let Ok(outsize) = c_int::try_from(outsize) else {
+        return too_large(name, comm, "outsize", outsize);
+    };
+    with_int_position(name, comm, position, |pos| {
+        MPI_Pack(inbuf, incount, datatype, outbuf, outsize, pos, comm)
+    })
+}
+
+/// `MPI_Unpack` with `MPI_Count` sizes and position.
+#[no_mangle]
+pub extern "C" fn MPI_Unpack_c(
+    inbuf: *const c_void,
+    insize: Count,
+    position: *mut Count,
+    outbuf: *mut c_void,
+    outcount: Count,
+    datatype: c_int,
+    comm: c_int,
+) -> c_int {
+    let name = "MPI_Unpack_c";
+    let Ok(insize) = c_int::try_from(insize) else {
+        return too_large(name, comm, "insize", insize);
+    };
+    let Ok(outcount) = c_int::try_from(outcount) else {
+        return too_large(name, comm, "outcount", outcount);
+    };
+    with_int_position(name, comm, position, |pos| {
+        MPI_Unpack(inbuf, insize, pos, outbuf, outcount, datatype, comm)
+    })
+}
+
+/// `MPI_Pack_size` with an `MPI_Count` count and size.
+#[no_mangle]
+pub extern "C" fn MPI_Pack_size_c(
+    incount: Count,
+    datatype: c_int,
+    comm: c_int,
+    size: *mut Count,
+) -> c_int {
+    let Ok(incount) = c_int::try_from(incount) else {
+        return too_large("MPI_Pack_size_c", comm, "incount", incount);
+    };
+    let mut s: c_int = 0;
+    let rc = MPI_Pack_size(incount, datatype, comm, &mut s);
+    if rc != 0 {
+        return rc;
+    }
+    guard("MPI_Pack_size_c", comm, || {
+        crate::ffi::put(size, Count::from(s), "size")
+    })
+}
+
+// ---------------------------------------------------------------- buffered mode
+
+/// `MPI_Buffer_attach` with an `MPI_Count` size.
+#[no_mangle]
+pub extern "C" fn MPI_Buffer_attach_c(buffer: *mut c_void, size: Count) -> c_int {
+    let Ok(size) = c_int::try_from(size) else {
+        return too_large(
+            "MPI_Buffer_attach_c",
+            crate::state::COMM_WORLD,
+            "size",
+            size,
+        );
+    };
+    MPI_Buffer_attach(buffer, size)
+}
+
+/// `MPI_Buffer_detach` with an `MPI_Count` size.
+#[no_mangle]
+pub extern "C" fn MPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *mut Count) -> c_int {
+    let mut s: c_int = 0;
+    let rc = MPI_Buffer_detach(buffer_addr, &mut s);
+    if rc != 0 {
+        return rc;
+    }
+    guard("MPI_Buffer_detach_c", crate::state::COMM_WORLD, || {
+        crate::ffi::put(size, Count::from(s), "size")
+    })
+}
+
+/// `MPI_Comm_attach_buffer` with an `MPI_Count` size.
+#[no_mangle]
+pub extern "C" fn MPI_Comm_attach_buffer_c(comm: c_int, buffer: *mut c_void, size: Count) -> c_int {
+    let Ok(size) = c_int::try_from(size) else {
+        return too_large("MPI_Comm_attach_buffer_c", comm, "size", size);
+    };
+    MPI_Comm_attach_buffer(comm, buffer, size)
+}
+
+/// `MPI_Comm_detach_buffer` with an `MPI_Count` size.
+#[no_mangle]
+pub extern "C" fn MPI_Comm_detach_buffer_c(
+    comm: c_int,
+    buffer_addr: *mut c_void,
+    size: *mut Count,
+) -> c_int {
+    let mut s: c_int = 0;
+    let rc = MPI_Comm_detach_buffer(comm, buffer_addr, &mut s);
+    if rc != 0 {
+        return rc;
+    }
+    guard("MPI_Comm_detach_buffer_c", comm, || {
+        crate::ffi::put(size, Count::from(s), "size")
+    })
+}
+
+// ---------------------------------------------------------------- one-sided
+
+/// [`too_large`] for a window call: through `win`'s error handler.
+#[cold]
+fn too_large_win(name: &'static str, win: c_int, what: &str, v: i64) -> c_int {
+    crate::osc::guard_win(name, win, || {
+        Err(Error::new(
+            C::Count,
+            format!("{what} {v} is beyond INT_MAX: tmpi's {name} takes int-sized counts only"),
+        ))
+    })
+}
+
+/// [`by_int`] for the window calls (errors through the window's handler).
+macro_rules! by_int_win {
+    ($c:ident => $f:ident, $win:ident, [$($cnt:ident),+], ($($arg:ident : $ty:ty),* $(,)?)) => {
+        #[doc = concat!("`", stringify!($f), "` with `MPI_Count` counts (module docs).")]
+        #[no_mangle]
+        pub extern "C" fn $c($($arg: $ty),*) -> c_int {
+            $(
+                let Ok($cnt) = c_int::try_from($cnt) else {
+                    return too_large_win(stringify!($c), $win, stringify!($cnt), $cnt);
+                };
+            )+
+            $f($($arg),*)
+        }
+    };
+}
+use crate::osc::{
+    MPI_Accumulate, MPI_Get, MPI_Get_accumulate, MPI_Put, MPI_Raccumulate, MPI_Rget,
+    MPI_Rget_accumulate, MPI_Rput, MPI_Win_allocate, MPI_Win_create,
+};
+by_int_win!(MPI_Put_c => MPI_Put, win, [origin_count, target_count], (
+    origin_addr: *const c_void, origin_count: Count, origin_datatype: c_int, target_rank: c_int,
+    target_disp: Aint, target_count: Count, target_datatype: c_int, win: c_int,
+));
+by_int_win!(MPI_Get_c => MPI_Get, win, [origin_count, target_count], (
+    origin_addr: *mut c_void, origin_count: Count, origin_datatype: c_int, target_rank: c_int,
+    target_disp: Aint, target_count: Count, target_datatype: c_int, win: c_int,
+));
+by_int_win!(MPI_Accumulate_c => MPI_Accumulate, win, [origin_count, target_count], (
+    origin_addr: *const c_void, origin_count: Count, origin_datatype: c_int, target_rank: c_int,
+    target_disp: Aint, target_count: Count, target_datatype: c_int, op: c_int, win: c_int,
+));
+by_int_win!(MPI_Get_accumulate_c => MPI_Get_accumulate, win, [origin_count, result_count, target_count], (
+    origin_addr: *const c_void, origin_count: Count, origin_datatype: c_int,
+    result_addr: *mut c_void, result_count: Count, result_datatype: c_int, target_rank: c_int,
+    target_disp: Aint, target_count: Count, target_datatype: c_int, op: c_int, win: c_int,
+));
+by_int_win!(MPI_Rput_c => MPI_Rput, win, [origin_count, target_count], (
+    origin_addr: *const c_void, origin_count: Count, origin_datatype: c_int, target_rank: c_int,
+    target_disp: Aint, target_count: Count, target_datatype: c_int, win: c_int,
+    request: *mut c_int,
+));
+by_int_win!(MPI_Rget_c => MPI_Rget, win, [origin_count, target_count], (
+    origin_addr: *mut c_void, origin_count: Count, origin_datatype: c_int, target_rank: c_int,
+    target_disp: Aint, target_count: Count, target_datatype: c_int, win: c_int,
+    request: *mut c_int,
+));
+by_int_win!(MPI_Raccumulate_c => MPI_Raccumulate, win, [origin_count, target_count], (
+    origin_addr: *const c_void, origin_count: Count, origin_datatype: c_int, target_rank: c_int,
+    target_disp: Aint, target_count: Count, target_datatype: c_int, op: c_int, win: c_int,
+    request: *mut c_int,
+));
+by_int_win!(MPI_Rget_accumulate_c => MPI_Rget_accumulate, win,
+    [origin_count, result_count, target_count], (
+    origin_addr: *const c_void, origin_count: Count, origin_datatype: c_int,
+    result_addr: *mut c_void, result_count: Count, result_datatype: c_int, target_rank: c_int,
+    target_disp: Aint, target_count: Count, target_datatype: c_int, op: c_int, win: c_int,
+    request: *mut c_int,
+));
+
+/// `MPI_Win_create` with an `MPI_Aint` displacement unit.
+#[no_mangle]
+pub extern "C" fn MPI_Win_create_c(
+    base: *mut c_void,
+    size: Aint,
+    disp_unit: Aint,
+    info: c_int,
+    comm: c_int,
+    win: *mut c_int,
+) -> c_int {
+    let Ok(disp_unit) = c_int::try_from(disp_unit) else {
+        return too_large("MPI_Win_create_c", comm, "disp_unit", disp_unit as i64);
+    };
+    MPI_Win_create(base, size, disp_unit, info, comm, win)
+}
+
+/// `MPI_Win_allocate` with an `MPI_Aint` displacement unit.
+#[no_mangle]
+pub extern "C" fn MPI_Win_allocate_c(
+    size: Aint,
+    disp_unit: Aint,
+    info: c_int,
+    comm: c_int,
+    baseptr: *mut c_void,
+    win: *mut c_int,
+) -> c_int {
+    let Ok(disp_unit) = c_int::try_from(disp_unit) else {
+        return too_large("MPI_Win_allocate_c", comm, "disp_unit", disp_unit as i64);
+    };
+    MPI_Win_allocate(size, disp_unit, info, comm, baseptr, win)
 }

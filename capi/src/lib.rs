@@ -33,6 +33,7 @@ pub mod greq;
 pub(crate) mod intercoll;
 pub mod intercomm;
 pub mod large_count;
+pub mod large_count_arrays;
 pub mod misc;
 pub mod mpit;
 pub mod neighbor;

@@ -66,7 +66,7 @@ fn win_of(h: c_int) -> Res<Arc<WinEnt>> {
 
 /// Runs the body of window call `name`; errors go to `win`'s handler
 /// (world's when `win` is not a window).
-fn guard_win(name: &'static str, win: c_int, f: impl FnOnce() -> Res<()>) -> c_int {
+pub(crate) fn guard_win(name: &'static str, win: c_int, f: impl FnOnce() -> Res<()>) -> c_int {
     let r = crate::state::callable(name).and_then(|()| catching(f));
     match r {
         Ok(()) => 0,

@@ -698,6 +698,16 @@ fn large_count_forms() {
     expect_ok("large_count", &[1, 2, 4]);
 }
 
+/// The remaining `_c` forms tmpi runs through its int calls
+/// (`tests/c/large_count_more.c`): persistent and matched point-to-point,
+/// the v- and w-collectives with root-only arrays, datatype constructors,
+/// packing with an `MPI_Count` position, buffered mode, one-sided calls;
+/// `MPI_ERR_COUNT` for an entry beyond `INT_MAX`.
+#[test]
+fn large_count_forms_of_array_and_window_calls() {
+    expect_ok("large_count_more", &[1, 2, 3]);
+}
+
 /// Point-to-point and bcast messages of 2^31 + 64 bytes through the
 /// large-count forms (2 ranks, ~2 GiB of memory each): every page and the
 /// tail checked, Get_count_c exact, int and large-count forms matching each
