@@ -175,7 +175,7 @@ impl Drop for Held {
 
 /// Entries per array of the processes a call addresses: the remote group
 /// of an inter-communicator, the communicator otherwise.
-fn peers(comm: c_int) -> Res<usize> {
+pub(crate) fn peers(comm: c_int) -> Res<usize> {
     Ok(match crate::intercoll::target(comm)? {
         crate::intercoll::Target::Inter(ic) => crate::intercoll::remote_size(&ic),
         crate::intercoll::Target::Intra(c) => c.size() as usize,
@@ -183,13 +183,13 @@ fn peers(comm: c_int) -> Res<usize> {
 }
 
 /// Entries of an array with one per local process (reduce-scatter's counts).
-fn local(comm: c_int) -> Res<usize> {
+pub(crate) fn local(comm: c_int) -> Res<usize> {
     Ok(tables().comm(comm)?.comm.size() as usize)
 }
 
 /// [`peers`] at the root, which alone reads a rooted v-form's arrays (`root`
 /// is `MPI_ROOT` there on an inter-communicator); 0 elsewhere.
-fn at_root(comm: c_int, root: c_int) -> Res<usize> {
+pub(crate) fn at_root(comm: c_int, root: c_int) -> Res<usize> {
     let t = tables();
     let e = t.comm(comm)?;
     let is_root = match &e.inter {
@@ -205,7 +205,7 @@ fn at_root(comm: c_int, root: c_int) -> Res<usize> {
 }
 
 /// `n`, or 0 when the send side is `MPI_IN_PLACE` (its arrays are ignored).
-fn unless_in_place(sendbuf: *const c_void, n: Res<usize>) -> Res<usize> {
+pub(crate) fn unless_in_place(sendbuf: *const c_void, n: Res<usize>) -> Res<usize> {
     if crate::ffi::is_in_place(sendbuf) {
         Ok(0)
     } else {
@@ -213,11 +213,11 @@ fn unless_in_place(sendbuf: *const c_void, n: Res<usize>) -> Res<usize> {
     }
 }
 
-fn indegree(comm: c_int) -> Res<usize> {
+pub(crate) fn indegree(comm: c_int) -> Res<usize> {
     Ok(crate::topo::neighborhood(comm)?.indegree)
 }
 
-fn outdegree(comm: c_int) -> Res<usize> {
+pub(crate) fn outdegree(comm: c_int) -> Res<usize> {
     Ok(crate::topo::neighborhood(comm)?.outdegree)
 }
 

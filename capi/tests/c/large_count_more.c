@@ -113,6 +113,38 @@ int main(int argc, char **argv) {
     OK(MPI_Wait(&q, MPI_STATUS_IGNORE));
     CHECK(pre == rank + 1);
 
+    /* Persistent Gatherv_init_c (arrays at the root only, copied at
+     * init: changed afterwards, the rounds still use the init's). */
+    for (int i = 0; i < size; i++) {
+        counts[i] = 1;
+        displs[i] = size - 1 - i;
+    }
+    MPI_Request pr;
+    int gv = rank + 40, *gat = malloc(size * sizeof(int));
+    OK(MPI_Gatherv_init_c(&gv, 1, MPI_INT, gat, rank == 0 ? counts : NULL,
+                          rank == 0 ? displs : NULL, MPI_INT, 0, MPI_COMM_WORLD, MPI_INFO_NULL, &pr));
+    for (int i = 0; i < size; i++) displs[i] = 0;
+    for (int it = 0; it < 2; it++) {
+        for (int i = 0; i < size; i++) gat[i] = -1;
+        OK(MPI_Start(&pr));
+        OK(MPI_Wait(&pr, MPI_STATUS_IGNORE));
+        if (rank == 0)
+            for (int i = 0; i < size; i++) CHECK(gat[size - 1 - i] == i + 40);
+    }
+    OK(MPI_Request_free(&pr));
+    free(gat);
+    /* Neighbor_alltoallv_c on a periodic ring: one int to each side. */
+    MPI_Comm ring;
+    int dims[1] = {size}, periods[1] = {1};
+    OK(MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &ring));
+    int nsend[2] = {rank * 2, rank * 2 + 1}, nrecv[2] = {-1, -1};
+    MPI_Count nc[2] = {1, 1};
+    MPI_Aint nd[2] = {0, 1};
+    OK(MPI_Neighbor_alltoallv_c(nsend, nc, nd, MPI_INT, nrecv, nc, nd, MPI_INT, ring));
+    /* From the lower neighbour its "up" block, from the upper its "down". */
+    CHECK(nrecv[0] == prev * 2 + 1 && nrecv[1] == next * 2);
+    OK(MPI_Comm_free(&ring));
+
     /* Datatype constructors: the same type maps as the int forms. */
     MPI_Count bl[3] = {1, 2, 3}, dp[3] = {0, 3, 8};
     int bli[3] = {1, 2, 3}, dpi[3] = {0, 3, 8};
