@@ -752,3 +752,58 @@ pub extern "C" fn MPI_Win_allocate_c(
     };
     MPI_Win_allocate(size, disp_unit, info, comm, baseptr, win)
 }
+
+// ---------------------------------------------------------------- datatype decoding
+
+/// `MPI_Type_get_envelope` with `MPI_Count` numbers. tmpi's `_c`
+/// constructors build the type of their `int` form, so every type decodes
+/// as one made by an `int` constructor: no large counts.
+#[no_mangle]
+pub extern "C" fn MPI_Type_get_envelope_c(
+    datatype: c_int,
+    num_integers: *mut Count,
+    num_addresses: *mut Count,
+    num_large_counts: *mut Count,
+    num_datatypes: *mut Count,
+    combiner: *mut c_int,
+) -> c_int {
+    let (mut ni, mut na, mut nd) = (0, 0, 0);
+    let rc = crate::types::MPI_Type_get_envelope(datatype, &mut ni, &mut na, &mut nd, combiner);
+    if rc != 0 {
+        return rc;
+    }
+    guard("MPI_Type_get_envelope_c", crate::state::COMM_WORLD, || {
+        crate::ffi::put(num_integers, Count::from(ni), "num_integers")?;
+        crate::ffi::put(num_addresses, Count::from(na), "num_addresses")?;
+        crate::ffi::put(num_large_counts, 0, "num_large_counts")?;
+        crate::ffi::put(num_datatypes, Count::from(nd), "num_datatypes")
+    })
+}
+
+/// `MPI_Type_get_contents` with `MPI_Count` maxima (no large counts: see
+/// [`MPI_Type_get_envelope_c`]).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn MPI_Type_get_contents_c(
+    datatype: c_int,
+    max_integers: Count,
+    max_addresses: Count,
+    _max_large_counts: Count,
+    max_datatypes: Count,
+    array_of_integers: *mut c_int,
+    array_of_addresses: *mut Aint,
+    _array_of_large_counts: *mut Count,
+    array_of_datatypes: *mut c_int,
+) -> c_int {
+    // Maxima beyond int are as good as INT_MAX: no type has that many.
+    let clamp = |v: Count| c_int::try_from(v.max(0)).unwrap_or(c_int::MAX);
+    crate::types::MPI_Type_get_contents(
+        datatype,
+        clamp(max_integers),
+        clamp(max_addresses),
+        clamp(max_datatypes),
+        array_of_integers,
+        array_of_addresses,
+        array_of_datatypes,
+    )
+}

@@ -157,6 +157,14 @@ int main(int argc, char **argv) {
     OK(MPI_Type_get_extent_c(t1, &l1, &e1));
     OK(MPI_Type_get_extent_c(t2, &l2, &e2));
     CHECK(s1 == s2 && l1 == l2 && e1 == e2 && s1 == 24 && e1 == 44);
+    /* Decoded as the int constructor's type: no large counts. */
+    MPI_Count eni = -1, ena = -1, enl = -1, end_ = -1;
+    int comb = -1, ci[7], cd[1];
+    MPI_Aint ca[1];
+    OK(MPI_Type_get_envelope_c(t1, &eni, &ena, &enl, &end_, &comb));
+    CHECK(comb == MPI_COMBINER_INDEXED && eni == 7 && ena == 0 && enl == 0 && end_ == 1);
+    OK(MPI_Type_get_contents_c(t1, 7, 0, 0, 1, ci, ca, NULL, cd));
+    CHECK(ci[0] == 3 && ci[1] == 1 && ci[3] == 3 && ci[4] == 0 && ci[6] == 8 && cd[0] == MPI_INT);
     OK(MPI_Type_free(&t2));
     MPI_Count bd[3] = {0, 12, 32};
     OK(MPI_Type_create_hindexed_c(3, bl, bd, MPI_INT, &t2));
