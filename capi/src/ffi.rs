@@ -274,32 +274,12 @@ pub(crate) fn bytes_mut<'a>(p: *mut u8, len: usize) -> Res<&'a mut [u8]> {
     Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
 }
 
-/// Calls a user reduction function `f(in, inout, &len, &dtype)`.
+/// Calls a user reduction function `f(in, inout, &len, &dtype)` on
+/// buffers in the datatype's own layout: item 0 of both starts `shift`
+/// bytes in (0 for a contiguous type; with gaps its lowest byte may lie
+/// before it, user_op::Layout).
 pub(crate) fn call_user_op(
-    f: crate::UserFn,
-    input: &[u8],
-    inout: &mut [u8],
-    len: c_int,
-    dtype: c_int,
-) {
-    let mut l = len;
-    let mut d = dtype;
-    // SAFETY: `f` is the function pointer the user registered with
-    // MPI_Op_create; both buffers hold `len` elements of `dtype`.
-    unsafe {
-        f(
-            input.as_ptr() as *mut std::ffi::c_void,
-            inout.as_mut_ptr().cast(),
-            &mut l,
-            &mut d,
-        )
-    }
-}
-
-/// [`call_user_op`] on buffers in a datatype's own layout: item 0 of
-/// both starts `shift` bytes in (its lowest byte may lie before it).
-pub(crate) fn call_user_op_laid_out(
-    f: crate::UserFn,
+    f: crate::UserOpFn,
     input: &[u8],
     inout: &mut [u8],
     shift: usize,
@@ -309,18 +289,28 @@ pub(crate) fn call_user_op_laid_out(
     if shift > input.len() || shift > inout.len() {
         return;
     }
-    let mut l = len;
     let mut d = dtype;
-    // SAFETY: `f` is the function pointer the user registered with
-    // MPI_Op_create; both buffers hold `len` items of `dtype` laid out
-    // from `shift` (user_op::Layout), and `shift` is within both.
-    unsafe {
-        f(
+    // SAFETY: `shift` is within both buffers (checked above).
+    let (a, b) = unsafe {
+        (
             input.as_ptr().add(shift) as *mut std::ffi::c_void,
-            inout.as_mut_ptr().add(shift).cast(),
-            &mut l,
-            &mut d,
+            inout.as_mut_ptr().add(shift).cast::<std::ffi::c_void>(),
         )
+    };
+    match f {
+        crate::UserOpFn::Int(f) => {
+            let mut l = len;
+            // SAFETY: `f` is the function pointer the user registered with
+            // MPI_Op_create; both buffers hold `len` items of `dtype` laid
+            // out from `shift`.
+            unsafe { f(a, b, &mut l, &mut d) }
+        }
+        crate::UserOpFn::Large(f) => {
+            let mut l = i64::from(len);
+            // SAFETY: as above, the function registered with
+            // MPI_Op_create_c, which takes the length as an MPI_Count.
+            unsafe { f(a, b, &mut l, &mut d) }
+        }
     }
 }
 

@@ -55,6 +55,16 @@ pub(crate) mod wide_ops;
 
 /// `MPI_User_function`.
 pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut c_int);
+/// `MPI_User_function_c` (MPI-4.0: the length as an `MPI_Count`).
+pub type UserFnC = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut i64, *mut c_int);
+
+/// A user reduction function as registered: by `MPI_Op_create` or
+/// `MPI_Op_create_c`.
+#[derive(Clone, Copy)]
+pub(crate) enum UserOpFn {
+    Int(UserFn),
+    Large(UserFnC),
+}
 /// `MPI_Comm_errhandler_function` (called with two arguments).
 pub type ErrFn = unsafe extern "C" fn(*mut c_int, *mut c_int);
 /// `MPI_Comm_copy_attr_function`.

@@ -279,7 +279,21 @@ pub extern "C" fn MPI_Info_free(info: *mut c_int) -> c_int {
 pub extern "C" fn MPI_Op_create(f: Option<crate::UserFn>, commute: c_int, op: *mut c_int) -> c_int {
     guard("MPI_Op_create", COMM_WORLD, || {
         let f = f.ok_or_else(|| Error::new(C::Arg, "user_fn is NULL"))?;
-        let h = tables().add_op((f, commute != 0));
+        let h = tables().add_op((crate::UserOpFn::Int(f), commute != 0));
+        put(op, h, "op")
+    })
+}
+
+/// `MPI_Op_create` with a function taking the length as an `MPI_Count`.
+#[no_mangle]
+pub extern "C" fn MPI_Op_create_c(
+    f: Option<crate::UserFnC>,
+    commute: c_int,
+    op: *mut c_int,
+) -> c_int {
+    guard("MPI_Op_create_c", COMM_WORLD, || {
+        let f = f.ok_or_else(|| Error::new(C::Arg, "user_fn is NULL"))?;
+        let h = tables().add_op((crate::UserOpFn::Large(f), commute != 0));
         put(op, h, "op")
     })
 }

@@ -106,7 +106,7 @@ pub(crate) struct Tables {
     pub reqs: crate::req_table::ReqTable,
     /// User ops: the function and whether it commutes (bound to each
     /// call's datatype by `user_op::bind`).
-    pub ops: FxHashMap<c_int, (crate::UserFn, bool)>,
+    pub ops: FxHashMap<c_int, (crate::UserOpFn, bool)>,
     pub next_op: c_int,
     pub errhandlers: FxHashMap<c_int, crate::ErrFn>,
     pub next_errhandler: c_int,
@@ -274,13 +274,13 @@ impl Tables {
         self.reqs.add(r)
     }
     /// A user op's function and whether it commutes.
-    pub(crate) fn user_op(&self, h: c_int) -> Res<(crate::UserFn, bool)> {
+    pub(crate) fn user_op(&self, h: c_int) -> Res<(crate::UserOpFn, bool)> {
         self.ops
             .get(&h)
             .copied()
             .ok_or_else(|| Error::new(C::Op, format!("invalid op handle {h}")))
     }
-    pub(crate) fn add_op(&mut self, op: (crate::UserFn, bool)) -> c_int {
+    pub(crate) fn add_op(&mut self, op: (crate::UserOpFn, bool)) -> c_int {
         let h = alloc_handle(&self.ops, &mut self.next_op, 100);
         self.ops.insert(h, op);
         h

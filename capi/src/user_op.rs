@@ -25,7 +25,7 @@ use tmpi_coll::{Datatype as Elem, Op, UserOp};
 use crate::datatype::Dtype;
 use crate::error::{Error, MpiErrorClass as C, Res};
 use crate::ffi::{gather_blocks, scatter_blocks};
-use crate::UserFn;
+use crate::UserOpFn;
 
 /// Where the items of a type with gaps lie in a buffer of its own layout.
 struct Layout {
@@ -98,7 +98,7 @@ impl Layout {
 
 /// The element type and op of a reduction over `t` (handle `dtype`) with
 /// the user function `f`.
-pub(crate) fn bind(f: UserFn, commute: bool, dtype: c_int, t: &Dtype) -> Res<(Elem, Op)> {
+pub(crate) fn bind(f: UserOpFn, commute: bool, dtype: c_int, t: &Dtype) -> Res<(Elem, Op)> {
     let kernel_elem = t.predefined.then(|| t.reduce_elem()).flatten();
     let elem = match kernel_elem {
         Some(e) => e,
@@ -119,11 +119,11 @@ pub(crate) fn bind(f: UserFn, commute: bool, dtype: c_int, t: &Dtype) -> Res<(El
         // Counts of one call are at most the caller's `c_int` count.
         let n = c_int::try_from(count).unwrap_or(c_int::MAX);
         match &layout {
-            None => crate::ffi::call_user_op(f, input, inout, n, dtype),
+            None => crate::ffi::call_user_op(f, input, inout, 0, n, dtype),
             Some(l) => {
                 let a = l.expand(input, count);
                 let mut b = l.expand(inout, count);
-                crate::ffi::call_user_op_laid_out(f, &a, &mut b, l.shift, n, dtype);
+                crate::ffi::call_user_op(f, &a, &mut b, l.shift, n, dtype);
                 l.pack_into(&b, count, inout);
             }
         }

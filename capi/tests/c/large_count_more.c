@@ -8,6 +8,15 @@
  * INT_MAX (large_count.c covers the first set). */
 #include "check.h"
 
+/* A large-count user op, associative and not commutative: a op b = a
+ * (inout = in), so a reduction in rank order gives rank 0's value. */
+static long long seen_len = -1;
+static void keep_left(void *in, void *inout, MPI_Count *len, MPI_Datatype *dt) {
+    seen_len = *len;
+    for (MPI_Count i = 0; i < *len; i++) ((int *)inout)[i] = ((int *)in)[i];
+    (void)dt;
+}
+
 static int cls(int rc) {
     int c = -1;
     MPI_Error_class(rc, &c);
@@ -144,6 +153,20 @@ int main(int argc, char **argv) {
     /* From the lower neighbour its "up" block, from the upper its "down". */
     CHECK(nrecv[0] == prev * 2 + 1 && nrecv[1] == next * 2);
     OK(MPI_Comm_free(&ring));
+
+    /* Op_create_c: the function gets an MPI_Count length. */
+    MPI_Op uop;
+    OK(MPI_Op_create_c(keep_left, 0, &uop));
+    int lin[3] = {1, 2, 3}, lio[3] = {10, 20, 30};
+    OK(MPI_Reduce_local(lin, lio, 3, MPI_INT, uop));
+    CHECK(seen_len == 3 && lio[0] == 1 && lio[1] == 2 && lio[2] == 3);
+    int uin = rank + 1, uout = -1;
+    OK(MPI_Allreduce(&uin, &uout, 1, MPI_INT, uop, MPI_COMM_WORLD));
+    CHECK(uout == 1);
+    int comm_ = -1;
+    OK(MPI_Op_commutative(uop, &comm_));
+    CHECK(comm_ == 0);
+    OK(MPI_Op_free(&uop));
 
     /* Datatype constructors: the same type maps as the int forms. */
     MPI_Count bl[3] = {1, 2, 3}, dp[3] = {0, 3, 8};
