@@ -122,6 +122,7 @@ typedef struct MPI_Status {
 #define MPI_T_ERR_PVAR_NO_ATOMIC         72
 #define MPI_T_ERR_INVALID_NAME           73
 #define MPI_T_ERR_INVALID                74
+#define MPI_ERR_SESSION                  75
 #define MPI_ERR_LASTCODE                 99 /* user classes and codes start at 100 */
 
 /* ---- null and predefined handles ---------------------------------------- */

@@ -208,6 +208,15 @@ fn sessions_before_mpi_init() {
     expect_ok("sessions_then_init", &[2]);
 }
 
+/// MPI-4.0's MPI_ERR_SESSION from every session call on MPI_SESSION_NULL,
+/// a made-up and a finalised session, returned without calling a handler
+/// (mpi4py's test_exceptions.TestExcSessionNull); a valid session's own
+/// errors keep their classes.
+#[test]
+fn invalid_sessions_are_mpi_err_session() {
+    expect_ok("session_errors", &[1, 2]);
+}
+
 #[test]
 fn pt2pt() {
     expect_ok("pt2pt", &[2, 3, 4]);
