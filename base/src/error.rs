@@ -1,7 +1,8 @@
 //! Errors: the standard MPI error classes and the error type of tmpi-base.
 //!
-//! [`MpiErrorClass`] carries the MPI-3.1 error classes with the numeric values
-//! of MPICH's `mpi.h` (MPICH 4.x ABI), which tmpi's C interface uses too.
+//! [`MpiErrorClass`] carries the MPI-3.1 error classes and MPI-4.0's
+//! `MPI_ERR_SESSION` with the numeric values of MPICH's `mpi.h` (MPICH 4.x
+//! ABI), which tmpi's C interface uses too.
 //! Every error that reaches an MPI call maps to one class
 //! ([`Error::class`]).
 
@@ -15,7 +16,8 @@ use crate::modex::ModexError;
 pub const MPI_ERR_LASTCODE: i32 = 0x3fff_ffff;
 
 /// The MPI-3.1 error classes (MPI-3.1 §8.4, table 8.1 and the MPI_T classes of
-/// §14.3.9) with MPICH's numeric values. Value 54 is unused in MPICH.
+/// §14.3.9) and MPI-4.0's `MPI_ERR_SESSION`, with MPICH's numeric values.
+/// Value 54 is unused in MPICH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(i32)]
 pub enum MpiErrorClass {
@@ -167,6 +169,8 @@ pub enum MpiErrorClass {
     TErrInvalidName = 73,
     /// `MPI_T_ERR_INVALID` (74): Generic error code for MPI_T invalid parameters.
     TErrInvalid = 74,
+    /// `MPI_ERR_SESSION` (75, MPI-4.0; MPICH's value): Invalid session.
+    Session = 75,
 }
 
 impl MpiErrorClass {
@@ -246,6 +250,7 @@ impl MpiErrorClass {
         MpiErrorClass::TErrPvarNoAtomic,
         MpiErrorClass::TErrInvalidName,
         MpiErrorClass::TErrInvalid,
+        MpiErrorClass::Session,
     ];
 
     /// The numeric value (as in MPICH's `mpi.h`).
@@ -330,6 +335,7 @@ impl MpiErrorClass {
             72 => MpiErrorClass::TErrPvarNoAtomic,
             73 => MpiErrorClass::TErrInvalidName,
             74 => MpiErrorClass::TErrInvalid,
+            75 => MpiErrorClass::Session,
             _ => return None,
         })
     }
@@ -411,6 +417,7 @@ impl MpiErrorClass {
             MpiErrorClass::TErrPvarNoAtomic => "MPI_T_ERR_PVAR_NO_ATOMIC",
             MpiErrorClass::TErrInvalidName => "MPI_T_ERR_INVALID_NAME",
             MpiErrorClass::TErrInvalid => "MPI_T_ERR_INVALID",
+            MpiErrorClass::Session => "MPI_ERR_SESSION",
         }
     }
 
@@ -491,6 +498,7 @@ impl MpiErrorClass {
             MpiErrorClass::TErrPvarNoAtomic => "Variable cannot be read and written atomically",
             MpiErrorClass::TErrInvalidName => "Name doesn't match",
             MpiErrorClass::TErrInvalid => "Generic error code for MPI_T invalid parameters",
+            MpiErrorClass::Session => "Invalid session",
         }
     }
 }
@@ -590,6 +598,7 @@ mod tests {
             (MpiErrorClass::RmaFlavor, 58),
             (MpiErrorClass::TErrMemory, 59),
             (MpiErrorClass::TErrInvalid, 74),
+            (MpiErrorClass::Session, 75),
         ];
         for (c, v) in expect {
             assert_eq!(c.as_raw(), v, "{}", c.name());
@@ -606,10 +615,10 @@ mod tests {
             assert!(!c.message().is_empty());
             assert!(c.as_raw() < MPI_ERR_LASTCODE);
         }
-        assert_eq!(MpiErrorClass::ALL.len(), 74);
+        assert_eq!(MpiErrorClass::ALL.len(), 75);
         assert_eq!(MpiErrorClass::from_raw(54), None);
         assert_eq!(MpiErrorClass::from_raw(-1), None);
-        assert_eq!(MpiErrorClass::from_raw(75), None);
+        assert_eq!(MpiErrorClass::from_raw(76), None);
     }
 
     #[test]

@@ -122,6 +122,7 @@ typedef struct MPI_Status {
 #define MPI_T_ERR_PVAR_NO_ATOMIC         72
 #define MPI_T_ERR_INVALID_NAME           73
 #define MPI_T_ERR_INVALID                74
+#define MPI_ERR_SESSION                  75
 #define MPI_ERR_LASTCODE                 99 /* user classes and codes start at 100 */
 
 /* ---- null and predefined handles ---------------------------------------- */
@@ -540,6 +541,13 @@ int MPI_Bsend_init(const void *buf, int count, MPI_Datatype datatype, int dest, 
 int MPI_Recv_init(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request *request);
 int MPI_Start(MPI_Request *request);
 int MPI_Startall(int count, MPI_Request array_of_requests[]);
+/* partitioned point-to-point (MPI-4.0 chapter 4; docs/capi.md "Partitioned communication") */
+int MPI_Psend_init(const void *buf, int partitions, MPI_Count count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Info info, MPI_Request *request);
+int MPI_Precv_init(void *buf, int partitions, MPI_Count count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Info info, MPI_Request *request);
+int MPI_Pready(int partition, MPI_Request request);
+int MPI_Pready_range(int partition_low, int partition_high, MPI_Request request);
+int MPI_Pready_list(int length, const int array_of_partitions[], MPI_Request request);
+int MPI_Parrived(MPI_Request request, int partition, int *flag);
 int MPI_Buffer_attach(void *buffer, int size);
 int MPI_Buffer_detach(void *buffer_addr, int *size);
 int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status *status);
@@ -1095,6 +1103,13 @@ int PMPI_Bsend_init(const void *buf, int count, MPI_Datatype datatype, int dest,
 int PMPI_Recv_init(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request *request);
 int PMPI_Start(MPI_Request *request);
 int PMPI_Startall(int count, MPI_Request array_of_requests[]);
+/* partitioned point-to-point (MPI-4.0 chapter 4; docs/capi.md "Partitioned communication") */
+int PMPI_Psend_init(const void *buf, int partitions, MPI_Count count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Info info, MPI_Request *request);
+int PMPI_Precv_init(void *buf, int partitions, MPI_Count count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Info info, MPI_Request *request);
+int PMPI_Pready(int partition, MPI_Request request);
+int PMPI_Pready_range(int partition_low, int partition_high, MPI_Request request);
+int PMPI_Pready_list(int length, const int array_of_partitions[], MPI_Request request);
+int PMPI_Parrived(MPI_Request request, int partition, int *flag);
 int PMPI_Buffer_attach(void *buffer, int size);
 int PMPI_Buffer_detach(void *buffer_addr, int *size);
 int PMPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status *status);

@@ -10,7 +10,8 @@
 //!   point (argument checks, `catch_unwind` → `MPI_ERR_INTERN`);
 //! * `state`: the runtime (pml, coll) and the handle tables;
 //! * `env`, `p2p`, `request`, `datatype`, `types`, `coll`, `comm`, `misc`,
-//!   `osc` (one-sided, over `tmpi-osc`): the MPI chapters; `session`
+//!   `osc` (one-sided, over `tmpi-osc`), `partitioned` (MPI-4.0
+//!   partitioned point-to-point): the MPI chapters; `session`
 //!   (MPI-4.0 sessions), `status_calls` and `comm_buffer` (MPI-4.1 status,
 //!   request, error-class and buffer calls); `stubs`: functions present only so that programs
 //!   link (they fail with `MPI_ERR_UNSUPPORTED_OPERATION`).
@@ -39,6 +40,7 @@ pub mod mpit;
 pub mod neighbor;
 pub mod osc;
 pub mod p2p;
+pub mod partitioned;
 pub mod pcoll;
 pub mod pmpi;
 pub(crate) mod req_table;

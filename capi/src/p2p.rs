@@ -66,6 +66,21 @@ fn resolve(
     Ok(Target { ctx, t: ty })
 }
 
+/// The checks of `MPI_Send_init`/`MPI_Recv_init` (`recv`) on their
+/// arguments: communicator, datatype, rank, tag, count and buffer.
+pub(crate) fn check_args(
+    buf: *const c_void,
+    count: usize,
+    dtype: c_int,
+    peer: c_int,
+    tag: c_int,
+    comm: c_int,
+    recv: bool,
+) -> Res<()> {
+    let tg = resolve(comm, dtype, peer, tag, count, recv)?;
+    check_buf(buf, count, &tg.t)
+}
+
 /// A valid peer rank for a communicator of `size` ranks.
 fn rank_ok(peer: c_int, size: c_int, recv: bool) -> bool {
     (0..size).contains(&peer) || peer == PROC_NULL || (recv && peer == ANY_SOURCE)
@@ -404,6 +419,7 @@ macro_rules! send_fn {
                     tag,
                     comm,
                     coll: None,
+                    part: None,
                 };
                 let h = tables().add_req(Req::Inactive(Arc::new(p)));
                 put(request, h, "request")
@@ -515,6 +531,7 @@ pub extern "C" fn MPI_Recv_init(
             tag,
             comm,
             coll: None,
+            part: None,
         };
         let h = tables().add_req(Req::Inactive(Arc::new(p)));
         put(request, h, "request")
@@ -540,6 +557,11 @@ fn start_one(h: c_int) -> Res<()> {
             }
         }
     };
+    if let Some(part) = p.part.clone() {
+        crate::partitioned::start(&part)?;
+        tables().reqs.insert(h, Req::Part(p));
+        return Ok(());
+    }
     if let Some(c) = &p.coll {
         let r = match c.start()? {
             Req::Coll {
@@ -1291,7 +1313,18 @@ pub extern "C" fn MPI_Request_free(request: *mut c_int) -> c_int {
     guard("MPI_Request_free", COMM_WORLD, || {
         let h = get(request, "request")?;
         let rt = rt()?;
-        let r = tables().reqs.remove(&h);
+        let r = {
+            let mut t = tables();
+            if let Some(Req::Part(_)) = t.reqs.get(&h) {
+                // Its send may not have started yet (partitions not
+                // ready): there is nothing to finish in the background.
+                return Err(Error::new(
+                    C::Request,
+                    format!("partitioned request {h} is active: complete it before freeing it"),
+                ));
+            }
+            t.reqs.remove(&h)
+        };
         match r {
             None => {
                 return Err(Error::new(

@@ -250,6 +250,7 @@ fn persistent(comm: c_int, start: Arc<Starter>, held: Held, request: *mut c_int)
         tag: 0,
         comm,
         coll: Some(Box::new(start)),
+        part: None,
     };
     let h = tables().add_req(Req::Inactive(Arc::new(p)));
     put(request, h, "request")

@@ -92,6 +92,9 @@ pub(crate) struct Persist {
     /// A persistent collective: what `MPI_Start` starts (the fields above
     /// are unused then).
     pub coll: Option<Box<crate::pcoll::CollStart>>,
+    /// A partitioned request (MPI-4.0 chapter 4): its partitions and
+    /// round; `MPI_Start` starts a round of it (`crate::partitioned`).
+    pub part: Option<Arc<crate::partitioned::Part>>,
 }
 
 impl Persist {
@@ -100,6 +103,9 @@ impl Persist {
         tables().release_type(self.dtype);
         if let Some(c) = &self.coll {
             c.release();
+        }
+        if let Some(p) = &self.part {
+            crate::partitioned::forget(p);
         }
     }
 }
@@ -212,6 +218,9 @@ pub(crate) enum Req {
     /// `MPI_Isendrecv(_replace)`: a send and a receive under hidden
     /// handles, complete once both are.
     Pair(Box<Pair>),
+    /// An active partitioned request (its `part` is set): complete once
+    /// its round's send or receive is (`crate::partitioned`).
+    Part(Persist),
 }
 
 /// The two halves of an `MPI_Isendrecv(_replace)`.
@@ -271,7 +280,7 @@ impl Req {
             Req::Done { persist, .. } => persist
                 .as_ref()
                 .map_or(crate::state::COMM_WORLD, |p| p.comm),
-            Req::Inactive(p) => p.comm,
+            Req::Inactive(p) | Req::Part(p) => p.comm,
             Req::Greq(_) => crate::state::COMM_WORLD,
             Req::Pair(p) => p.comm,
         }
@@ -412,6 +421,10 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
         Req::Pair(mut p) => match p.test() {
             Some(st) => Ok(Taken::Done(st, None)),
             None => Ok(Taken::Again(Req::Pair(p))),
+        },
+        Req::Part(p) => match crate::partitioned::complete(&p) {
+            Some(st) => Ok(Taken::Done(st, Some(p))),
+            None => Ok(Taken::Again(Req::Part(p))),
         },
         Req::Coll {
             req,

@@ -121,10 +121,12 @@ fn guard_session(name: &'static str, session: c_int, f: impl FnOnce() -> Res<()>
     }
 }
 
+/// `MPI_ERR_SESSION` unless `session` is an open session
+/// (`MPI_SESSION_NULL`, a finalised or a made-up handle).
 fn check_session(session: c_int) -> Res<()> {
     if errhandler_of(session).is_none() {
         return Err(Error::new(
-            C::Arg,
+            C::Session,
             format!("invalid session handle {session}"),
         ));
     }
@@ -198,6 +200,7 @@ pub extern "C" fn MPI_Session_finalize(session: *mut c_int) -> c_int {
     let h = crate::ffi::get(session.cast_const(), "session").unwrap_or(SESSION_NULL);
     guard_session("MPI_Session_finalize", h, || {
         let _g = crate::env::init_lock();
+        crate::ffi::get(session.cast_const(), "session")?;
         check_session(h)?;
         let last = {
             let mut g = sessions();
@@ -346,7 +349,7 @@ pub extern "C" fn MPI_Session_get_errhandler(session: c_int, errhandler: *mut c_
 #[no_mangle]
 pub extern "C" fn MPI_Session_call_errhandler(session: c_int, errorcode: c_int) -> c_int {
     let Some(eh) = errhandler_of(session) else {
-        return C::Arg as c_int;
+        return C::Session as c_int;
     };
     let class = crate::error::class_of(errorcode)
         .and_then(C::from_raw)

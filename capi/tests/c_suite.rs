@@ -208,6 +208,26 @@ fn sessions_before_mpi_init() {
     expect_ok("sessions_then_init", &[2]);
 }
 
+/// MPI-4.0's MPI_ERR_SESSION from every session call on MPI_SESSION_NULL,
+/// a made-up and a finalised session, returned without calling a handler
+/// (mpi4py's test_exceptions.TestExcSessionNull); a valid session's own
+/// errors keep their classes.
+#[test]
+fn invalid_sessions_are_mpi_err_session() {
+    expect_ok("session_errors", &[1, 2]);
+}
+
+/// Partitioned point-to-point (MPI-4.0 chapter 4): rounds of one
+/// Psend/Precv pair with partitions marked in reverse order, from several
+/// threads (also while the main thread waits), by range and by list;
+/// MPI_Parrived false until the last partition is marked; a receive
+/// partitioned differently with a strided type; Startall/Waitall; every
+/// error an MPI error class.
+#[test]
+fn partitioned_point_to_point() {
+    expect_ok("partitioned", &[2, 3]);
+}
+
 #[test]
 fn pt2pt() {
     expect_ok("pt2pt", &[2, 3, 4]);
