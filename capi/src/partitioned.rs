@@ -209,7 +209,7 @@ fn init(
             coll: None,
             part: Some(Arc::clone(&part)),
         };
-        let h = tables().add_req(Req::Inactive(p));
+        let h = tables().add_req(Req::Inactive(Arc::new(p)));
         part.handle.store(h, Ordering::Relaxed);
         parts().insert(h, part);
         put(request, h, "request")

@@ -220,7 +220,7 @@ pub(crate) enum Req {
     Pair(Box<Pair>),
     /// An active partitioned request (its `part` is set): complete once
     /// its round's send or receive is (`crate::partitioned`).
-    Part(Persist),
+    Part(Arc<Persist>),
 }
 
 /// The two halves of an `MPI_Isendrecv(_replace)`.
