@@ -64,7 +64,7 @@ fn root(root: i32) -> Result<u32, Error> {
 
 impl Comm {
     /// The coll communicator behind this handle.
-    fn coll(&self) -> Result<tmpi_coll::Comm, Error> {
+    pub(crate) fn coll(&self) -> Result<tmpi_coll::Comm, Error> {
         match &self.coll {
             CollHandle::World(s) => Ok(universe(s, self.pml_handle())?.world.clone()),
             CollHandle::SelfComm(s) => Ok(universe(s, self.pml_handle())?.self_comm.clone()),

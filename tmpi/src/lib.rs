@@ -58,6 +58,7 @@ mod datatype;
 mod error;
 mod request;
 pub mod runtime;
+mod window;
 
 pub use coll::CollRequest;
 pub use comm::{Comm, Mpi};
@@ -66,6 +67,7 @@ pub use error::Error;
 pub use request::{scope, Message, Request, Scope, Status};
 pub use tmpi_coll::{Op, UserOp};
 pub use tmpi_pml::{MpiErrorClass, ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB};
+pub use window::{Lock, Ticket, Window};
 
 /// Initialises MPI for this process (`MPI_Init`): wire-up through the
 /// launcher's PMI (a singleton job of one without a launcher). The returned

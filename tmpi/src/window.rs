@@ -1,0 +1,451 @@
+//! One-sided communication (MPI RMA) for Rust: a window of `T` elements on
+//! every rank of a communicator, served by the `osc` framework (the
+//! component the C API's `MPI_Win_create` gets).
+//!
+//! Safety without `unsafe` at the call site comes from who owns the
+//! memory:
+//! - the window's memory is a `Vec<T>` moved into the window
+//!   ([`Comm::window`]) and given back by [`Window::into_vec`], after the
+//!   collective free, when no operation can touch it any more;
+//! - a put or accumulate copies its origin data before it returns;
+//! - a get (or a fetching atomic) writes into a buffer the window keeps,
+//!   named by a [`Ticket`]; [`Window::take`] hands it over only once a
+//!   synchronisation that completes it (a fence, an unlock or flush of its
+//!   target, an unlock_all or flush of all) has run on this rank, and
+//!   refuses (`MPI_ERR_RMA_SYNC`) before: the buffer cannot be read while
+//!   the operation may still write it.
+//!
+//! Epoch rules are MPI's: an operation outside an access epoch, a flush
+//! outside a passive-target epoch, an unlock without lock are errors of
+//! class `MPI_ERR_RMA_SYNC`, never a hang.
+
+use std::marker::PhantomData;
+use std::sync::Mutex;
+
+use tmpi_osc::{AccOp, Buf, BufMut, Layout, LockType, OscError, Target};
+use tmpi_pml::MpiErrorClass;
+
+use crate::comm::Comm;
+use crate::datatype::Equivalence;
+use crate::error::Error;
+
+impl From<OscError> for Error {
+    fn from(e: OscError) -> Self {
+        Error::new(e.class(), e.to_string())
+    }
+}
+
+/// How a passive-target lock shares the target's window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lock {
+    /// `MPI_LOCK_EXCLUSIVE`.
+    Exclusive,
+    /// `MPI_LOCK_SHARED`.
+    Shared,
+}
+
+/// The result of a get or a fetching atomic, held by its window until a
+/// synchronisation completed it ([`Window::take`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a ticket is the only way to the result"]
+pub struct Ticket(usize);
+
+/// A window of `len` elements of `T` on this rank (`MPI_Win_create` over
+/// memory the window owns), addressed by element offsets.
+pub struct Window<T: Equivalence> {
+    win: tmpi_osc::Window,
+    /// The exposed memory: moved in at creation, out at [`Window::into_vec`].
+    mem: Vec<T>,
+    results: Mutex<Results<T>>,
+    freed: bool,
+    _t: PhantomData<T>,
+}
+
+/// The result buffers of gets, by ticket, and the synchronisations that
+/// complete them.
+struct Results<T> {
+    /// Buffer, target and the completion counts when it was issued;
+    /// `None` once taken.
+    slots: Vec<Option<Pending<T>>>,
+    /// Synchronisations that complete every operation (fence, flush of
+    /// all, unlock_all).
+    all: u64,
+    /// Per target: unlocks and flushes of it.
+    per_target: std::collections::HashMap<i32, u64>,
+}
+
+struct Pending<T> {
+    buf: Box<[T]>,
+    target: i32,
+    all: u64,
+    mine: u64,
+}
+
+impl<T> Results<T> {
+    fn target_count(&self, t: i32) -> u64 {
+        self.per_target.get(&t).copied().unwrap_or(0)
+    }
+}
+
+impl<T: Equivalence> std::fmt::Debug for Window<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Window")
+            .field("rank", &self.win.rank())
+            .field("len", &self.mem.len())
+            .finish()
+    }
+}
+
+impl Comm {
+    /// `MPI_Win_create` over `mem` (collective): every rank exposes its
+    /// vector, of any length (0 included); element `i` of rank `r`'s
+    /// vector is offset `i` at target `r`.
+    pub fn window<T: Equivalence>(&self, mut mem: Vec<T>) -> Result<Window<T>, Error> {
+        let c = self.coll()?;
+        let size = std::mem::size_of_val(mem.as_slice());
+        let base = mem.as_mut_ptr() as usize;
+        let unit = std::mem::size_of::<T>().max(1);
+        let win = tmpi_osc::Window::create(self.pml_handle(), &c, Some(base), size, unit)?;
+        Ok(Window {
+            win,
+            mem,
+            results: Mutex::new(Results {
+                slots: Vec::new(),
+                all: 0,
+                per_target: std::collections::HashMap::new(),
+            }),
+            freed: false,
+            _t: PhantomData,
+        })
+    }
+}
+
+/// The layout of `T` as osc reduces it: elements of `T::ELEMENT`
+/// (`Datatype::Byte` for opaque types), and how many make one `T`.
+fn layout<T: Equivalence>() -> (Layout, usize) {
+    let e = T::ELEMENT;
+    let per = std::mem::size_of::<T>() / e.size().max(1);
+    (Layout::elem(e), per)
+}
+
+fn lock_type(l: Lock) -> LockType {
+    match l {
+        Lock::Exclusive => LockType::Exclusive,
+        Lock::Shared => LockType::Shared,
+    }
+}
+
+fn disp(offset: usize) -> Result<isize, Error> {
+    isize::try_from(offset).map_err(|_| {
+        Error::new(
+            MpiErrorClass::RmaRange,
+            format!("offset {offset} is too large"),
+        )
+    })
+}
+
+impl<T: Equivalence> Window<T> {
+    /// This rank's number of elements.
+    pub fn len(&self) -> usize {
+        self.mem.len()
+    }
+
+    /// Whether this rank exposes no elements.
+    pub fn is_empty(&self) -> bool {
+        self.mem.is_empty()
+    }
+
+    /// This process's rank in the window's group.
+    pub fn rank(&self) -> i32 {
+        self.win.rank() as i32
+    }
+
+    /// `MPI_Put` of `data` to elements `offset..offset + data.len()` of
+    /// `target` (the data is copied before this returns).
+    pub fn put(&self, data: &[T], target: i32, offset: usize) -> Result<(), Error> {
+        let (l, per) = layout::<T>();
+        let n = data.len() * per;
+        let origin = Buf {
+            ptr: data.as_ptr().cast(),
+            count: n,
+            layout: &l,
+        };
+        let tgt = Target {
+            rank: target,
+            disp: disp(offset)?,
+            count: n,
+            layout: &l,
+        };
+        // SAFETY: `data` is readable for `n` elements of the layout during
+        // the call, and the module copies it before returning (puts do).
+        unsafe { self.win.module().put(origin, tgt) }?;
+        Ok(())
+    }
+
+    /// `MPI_Accumulate` of `data` into `target`'s elements from `offset`
+    /// with a predefined `op` (`None`: `MPI_REPLACE`).
+    pub fn accumulate(
+        &self,
+        data: &[T],
+        target: i32,
+        offset: usize,
+        op: Option<&tmpi_coll::Op>,
+    ) -> Result<(), Error> {
+        let (l, per) = layout::<T>();
+        let n = data.len() * per;
+        let acc = op.map_or(AccOp::Replace, |o| AccOp::Reduce(o.clone()));
+        let origin = Buf {
+            ptr: data.as_ptr().cast(),
+            count: n,
+            layout: &l,
+        };
+        let tgt = Target {
+            rank: target,
+            disp: disp(offset)?,
+            count: n,
+            layout: &l,
+        };
+        // SAFETY: as for `put`: read during the call, copied.
+        unsafe { self.win.module().accumulate(origin, tgt, &acc) }?;
+        Ok(())
+    }
+
+    fn results(&self) -> std::sync::MutexGuard<'_, Results<T>> {
+        self.results.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A zeroed result buffer of `len` elements for an operation on
+    /// `target`, kept under a new ticket; its address for the module to
+    /// write.
+    fn result_buffer(&self, len: usize, target: i32) -> (Ticket, *mut u8) {
+        // SAFETY: `T: Equivalence` admits every bit pattern, zeroes included.
+        let mut buf: Box<[T]> = (0..len)
+            .map(|_| unsafe { std::mem::zeroed::<T>() })
+            .collect();
+        let p = buf.as_mut_ptr().cast::<u8>();
+        let mut r = self.results();
+        let (all, mine) = (r.all, r.target_count(target));
+        r.slots.push(Some(Pending {
+            buf,
+            target,
+            all,
+            mine,
+        }));
+        (Ticket(r.slots.len() - 1), p)
+    }
+
+    /// Forgets the newest result buffer (its operation failed to start).
+    fn drop_result(&self, t: Ticket) {
+        let mut r = self.results();
+        if t.0 + 1 == r.slots.len() {
+            r.slots.pop();
+        }
+    }
+
+    /// Counts a synchronisation that completed the operations on `target`
+    /// (`None`: on every target).
+    fn completed(&self, target: Option<i32>) {
+        let mut r = self.results();
+        match target {
+            None => r.all += 1,
+            Some(t) => *r.per_target.entry(t).or_default() += 1,
+        }
+    }
+
+    /// `MPI_Get` of `len` elements from `offset` at `target`: the result
+    /// is [`Window::take`]n after the fence, unlock or flush that
+    /// completes it.
+    pub fn get(&self, target: i32, offset: usize, len: usize) -> Result<Ticket, Error> {
+        let (l, per) = layout::<T>();
+        let n = len * per;
+        let (ticket, p) = self.result_buffer(len, target);
+        let result = BufMut {
+            ptr: p,
+            count: n,
+            layout: &l,
+        };
+        let tgt = Target {
+            rank: target,
+            disp: disp(offset)?,
+            count: n,
+            layout: &l,
+        };
+        // SAFETY: the buffer is owned by `self.results` until taken, and
+        // `take` hands it out only after a completing synchronisation; it
+        // lives (boxed, unmoved) until the window is freed otherwise.
+        let r = unsafe { self.win.module().get(result, tgt) };
+        if r.is_err() {
+            self.drop_result(ticket);
+        }
+        r?;
+        Ok(ticket)
+    }
+
+    /// `MPI_Fetch_and_op`: combines `value` into element `offset` of
+    /// `target` with `op` (`None`: replace) and fetches the element's
+    /// previous value, [`Window::take`]n as one element.
+    pub fn fetch_and_op(
+        &self,
+        value: T,
+        target: i32,
+        offset: usize,
+        op: Option<&tmpi_coll::Op>,
+    ) -> Result<Ticket, Error> {
+        let (l, per) = layout::<T>();
+        let acc = op.map_or(AccOp::Replace, |o| AccOp::Reduce(o.clone()));
+        let (ticket, p) = self.result_buffer(1, target);
+        let v = [value];
+        let origin = Buf {
+            ptr: v.as_ptr().cast(),
+            count: per,
+            layout: &l,
+        };
+        let result = BufMut {
+            ptr: p,
+            count: per,
+            layout: &l,
+        };
+        let tgt = Target {
+            rank: target,
+            disp: disp(offset)?,
+            count: per,
+            layout: &l,
+        };
+        // SAFETY: origin read during the call; the result buffer as in `get`.
+        let r = unsafe {
+            self.win
+                .module()
+                .get_accumulate(Some(origin), result, tgt, &acc)
+        };
+        if r.is_err() {
+            self.drop_result(ticket);
+        }
+        r?;
+        Ok(ticket)
+    }
+
+    /// `MPI_Compare_and_swap`: element `offset` of `target` becomes
+    /// `value` if it equals `compare`; its previous value is
+    /// [`Window::take`]n as one element. `T` must be one predefined
+    /// integer or byte element (`MPI_ERR_TYPE` otherwise).
+    pub fn compare_and_swap(
+        &self,
+        value: T,
+        compare: T,
+        target: i32,
+        offset: usize,
+    ) -> Result<Ticket, Error> {
+        let (l, per) = layout::<T>();
+        if per != 1 {
+            return Err(Error::new(
+                MpiErrorClass::Type,
+                "compare-and-swap needs a type of one predefined element",
+            ));
+        }
+        let (ticket, p) = self.result_buffer(1, target);
+        let (v, c) = ([value], [compare]);
+        // SAFETY: `v` and `c` are read during the call; the result buffer
+        // as in `get`.
+        let r = unsafe {
+            self.win.module().compare_and_swap(
+                v.as_ptr().cast(),
+                c.as_ptr().cast(),
+                p,
+                &l,
+                target,
+                disp(offset)?,
+            )
+        };
+        if r.is_err() {
+            self.drop_result(ticket);
+        }
+        r?;
+        Ok(ticket)
+    }
+
+    /// The result of a get or fetching atomic, once a synchronisation
+    /// that completes it has run on this rank (a fence, an unlock or flush
+    /// of its target, unlock_all, a flush of all): `MPI_ERR_RMA_SYNC`
+    /// before, `MPI_ERR_ARG` for a ticket taken already or of another
+    /// window.
+    pub fn take(&self, t: Ticket) -> Result<Vec<T>, Error> {
+        let mut r = self.results();
+        let (all, mine) = match r.slots.get(t.0) {
+            Some(Some(p)) => (r.all > p.all, r.target_count(p.target) > p.mine),
+            _ => {
+                return Err(Error::new(
+                    MpiErrorClass::Arg,
+                    format!("ticket {} was taken already or is not of this window", t.0),
+                ))
+            }
+        };
+        if !all && !mine {
+            return Err(Error::new(
+                MpiErrorClass::RmaSync,
+                "the operation is not complete yet: fence, unlock or flush its target first",
+            ));
+        }
+        let p = r.slots[t.0].take().map(|p| p.buf);
+        Ok(p.map(<[T]>::into_vec).unwrap_or_default())
+    }
+
+    /// `MPI_Win_fence` (collective): ends the epoch's operations
+    /// everywhere and starts the next.
+    pub fn fence(&self) -> Result<(), Error> {
+        self.win.module().fence(0)?;
+        self.completed(None);
+        Ok(())
+    }
+
+    /// `MPI_Win_lock` on `target`.
+    pub fn lock(&self, kind: Lock, target: i32) -> Result<(), Error> {
+        Ok(self.win.module().lock(lock_type(kind), target, 0)?)
+    }
+
+    /// `MPI_Win_unlock` on `target`: its operations are complete there.
+    pub fn unlock(&self, target: i32) -> Result<(), Error> {
+        self.win.module().unlock(target)?;
+        self.completed(Some(target));
+        Ok(())
+    }
+
+    /// `MPI_Win_lock_all` (shared locks on every rank).
+    pub fn lock_all(&self) -> Result<(), Error> {
+        Ok(self.win.module().lock_all(0)?)
+    }
+
+    /// `MPI_Win_unlock_all`.
+    pub fn unlock_all(&self) -> Result<(), Error> {
+        self.win.module().unlock_all()?;
+        self.completed(None);
+        Ok(())
+    }
+
+    /// `MPI_Win_flush` on `target` (`None`: every target,
+    /// `MPI_Win_flush_all`) inside a passive-target epoch.
+    pub fn flush(&self, target: Option<i32>) -> Result<(), Error> {
+        self.win.module().flush(target)?;
+        self.completed(target);
+        Ok(())
+    }
+
+    /// Frees the window (collective, every epoch closed) and gives back
+    /// this rank's memory with what the other ranks wrote into it.
+    pub fn into_vec(mut self) -> Result<Vec<T>, Error> {
+        self.win.free()?;
+        self.freed = true;
+        Ok(std::mem::take(&mut self.mem))
+    }
+}
+
+impl<T: Equivalence> Drop for Window<T> {
+    /// Frees the window if [`Window::into_vec`] did not: collective, as
+    /// `MPI_Win_free` (every rank drops its window); an error is logged.
+    fn drop(&mut self) {
+        if !self.freed {
+            if let Err(e) = self.win.free() {
+                tracing::warn!(target: "osc", "freeing a window on drop: {e}");
+            }
+        }
+    }
+}
