@@ -1,6 +1,8 @@
 //! Buffers for buffered sends: the process's (`MPI_Buffer_attach`/
 //! `detach`) and, MPI-4.1, a communicator's own (`MPI_Comm_attach_buffer`
-//! and friends), `MPI_BUFFER_AUTOMATIC` and the flush calls.
+//! and friends) and a session's (`MPI_Session_attach_buffer` and friends,
+//! in `session.rs` over [`session_attach`] and its kin),
+//! `MPI_BUFFER_AUTOMATIC` and the flush calls.
 //!
 //! The pml copies every buffered send's data into memory of its own and
 //! only accounts the bytes against one capacity; the user's buffer is
@@ -46,12 +48,18 @@ impl Attached {
 struct Buffers {
     process: Option<Attached>,
     comms: HashMap<c_int, Attached>,
+    sessions: HashMap<c_int, Attached>,
 }
 
 impl Buffers {
     /// The pml's capacity for these buffers (`None`: no buffer at all).
     fn capacity(&self) -> Option<usize> {
-        let all: Vec<&Attached> = self.process.iter().chain(self.comms.values()).collect();
+        let all: Vec<&Attached> = self
+            .process
+            .iter()
+            .chain(self.comms.values())
+            .chain(self.sessions.values())
+            .collect();
         if all.is_empty() {
             return None;
         }
@@ -103,7 +111,7 @@ fn check_comm(comm: c_int) -> Res<()> {
     tables().comm(comm).map(drop)
 }
 
-fn completed_request(request: *mut c_int) -> Res<()> {
+pub(crate) fn completed_request(request: *mut c_int) -> Res<()> {
     crate::ffi::out_arg(request, "request")?;
     let h = tables().add_req(Req::Done {
         st: St::empty(),
@@ -220,4 +228,54 @@ pub extern "C" fn MPI_Comm_iflush_buffer(comm: c_int, request: *mut c_int) -> c_
         with_buffers(true, |_| Ok(()))?;
         completed_request(request)
     })
+}
+
+/// `MPI_Session_attach_buffer` of an open `session`.
+pub(crate) fn session_attach(session: c_int, buffer: *mut c_void, size: c_int) -> Res<()> {
+    let a = attach(buffer, size)?;
+    with_buffers(false, |b| {
+        if b.sessions.contains_key(&session) {
+            return Err(Error::new(
+                C::Buffer,
+                "the session has a buffer attached already",
+            ));
+        }
+        b.sessions.insert(session, a);
+        Ok(())
+    })
+}
+
+/// `MPI_Session_detach_buffer` of an open `session`.
+pub(crate) fn session_detach(
+    session: c_int,
+    buffer_addr: *mut c_void,
+    size: *mut c_int,
+) -> Res<()> {
+    let a = with_buffers(true, |b| {
+        b.sessions
+            .remove(&session)
+            .ok_or_else(|| Error::new(C::Buffer, "the session has no buffer attached"))
+    })?;
+    give_back(a, buffer_addr, size)
+}
+
+/// Waits for the buffered sends in flight (the flush calls).
+pub(crate) fn flush() -> Res<()> {
+    with_buffers(true, |_| Ok(()))
+}
+
+/// `MPI_Session_finalize` of `session`: its buffer, if any, is detached.
+pub(crate) fn forget_session(session: c_int) -> Res<()> {
+    let attached = BUFFERS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .is_some_and(|b| b.sessions.contains_key(&session));
+    if attached {
+        with_buffers(false, |b| {
+            b.sessions.remove(&session);
+            Ok(())
+        })?;
+    }
+    Ok(())
 }

@@ -16,7 +16,7 @@
 //! different tags on overlapping groups are told apart by the hash.
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Mutex, OnceLock};
 
 use tmpi_coll::{Comm, Group};
@@ -202,6 +202,7 @@ pub extern "C" fn MPI_Session_finalize(session: *mut c_int) -> c_int {
         let _g = crate::env::init_lock();
         crate::ffi::get(session.cast_const(), "session")?;
         check_session(h)?;
+        crate::comm_buffer::forget_session(h)?;
         let last = {
             let mut g = sessions();
             let s = g.as_mut().expect("a session is open");
@@ -498,5 +499,83 @@ pub extern "C" fn MPI_Intercomm_create_from_groups(
         let h = crate::intercomm::build(COMM_WORLD, local, u, remote, false)?;
         tables().comm_mut(h)?.errhandler = eh;
         put(newintercomm, h, "newintercomm")
+    })
+}
+
+// ---------------------------------------------------------------- buffered-mode buffers (MPI-4.1)
+
+#[no_mangle]
+pub extern "C" fn MPI_Session_attach_buffer(
+    session: c_int,
+    buffer: *mut c_void,
+    size: c_int,
+) -> c_int {
+    guard_session("MPI_Session_attach_buffer", session, || {
+        check_session(session)?;
+        crate::comm_buffer::session_attach(session, buffer, size)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Session_detach_buffer(
+    session: c_int,
+    buffer_addr: *mut c_void,
+    size: *mut c_int,
+) -> c_int {
+    guard_session("MPI_Session_detach_buffer", session, || {
+        check_session(session)?;
+        crate::comm_buffer::session_detach(session, buffer_addr, size)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Session_flush_buffer(session: c_int) -> c_int {
+    guard_session("MPI_Session_flush_buffer", session, || {
+        check_session(session)?;
+        crate::comm_buffer::flush()
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Session_iflush_buffer(session: c_int, request: *mut c_int) -> c_int {
+    guard_session("MPI_Session_iflush_buffer", session, || {
+        check_session(session)?;
+        crate::comm_buffer::flush()?;
+        crate::comm_buffer::completed_request(request)
+    })
+}
+
+/// `MPI_Session_attach_buffer` with an `MPI_Count` size.
+#[no_mangle]
+pub extern "C" fn MPI_Session_attach_buffer_c(
+    session: c_int,
+    buffer: *mut c_void,
+    size: i64,
+) -> c_int {
+    match c_int::try_from(size) {
+        Ok(s) => MPI_Session_attach_buffer(session, buffer, s),
+        Err(_) => guard_session("MPI_Session_attach_buffer_c", session, || {
+            Err(Error::new(
+                C::Count,
+                format!("size {size} is beyond INT_MAX: tmpi's MPI_Session_attach_buffer_c takes int-sized sizes only"),
+            ))
+        }),
+    }
+}
+
+/// `MPI_Session_detach_buffer` with an `MPI_Count` size.
+#[no_mangle]
+pub extern "C" fn MPI_Session_detach_buffer_c(
+    session: c_int,
+    buffer_addr: *mut c_void,
+    size: *mut i64,
+) -> c_int {
+    let mut s: c_int = 0;
+    let rc = MPI_Session_detach_buffer(session, buffer_addr, &mut s);
+    if rc != 0 {
+        return rc;
+    }
+    guard_session("MPI_Session_detach_buffer_c", session, || {
+        put(size, i64::from(s), "size")
     })
 }

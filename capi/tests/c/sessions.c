@@ -97,6 +97,33 @@ int main(void) {
     OK(MPI_Allreduce(&token, &sum, 1, MPI_INT, MPI_SUM, comm));
     CHECK(sum == size * (size - 1) / 2);
 
+    /* The session's buffered-mode buffer (MPI-4.1): bsends on its
+     * communicator, flushes, detach gives the buffer back; the _c forms;
+     * a second attach is MPI_ERR_BUFFER, detach without one too. */
+    {
+        int bsz = 4096 + MPI_BSEND_OVERHEAD, dsz = 0;
+        char *bbuf = malloc((size_t)bsz);
+        void *back = NULL;
+        MPI_Request fr;
+        OK(MPI_Session_attach_buffer(s1, bbuf, bsz));
+        CHECK(MPI_Session_attach_buffer(s1, bbuf, bsz) == MPI_ERR_BUFFER);
+        OK(MPI_Bsend(&token, 1, MPI_INT, (rank + 1) % size, 4, comm));
+        OK(MPI_Recv(&got, 1, MPI_INT, (rank + size - 1) % size, 4, comm, MPI_STATUS_IGNORE));
+        CHECK(got == (rank + size - 1) % size);
+        OK(MPI_Session_flush_buffer(s1));
+        OK(MPI_Session_iflush_buffer(s1, &fr));
+        OK(MPI_Wait(&fr, MPI_STATUS_IGNORE));
+        OK(MPI_Session_detach_buffer(s1, &back, &dsz));
+        CHECK(back == bbuf && dsz == bsz);
+        CHECK(MPI_Session_detach_buffer(s1, &back, &dsz) == MPI_ERR_BUFFER);
+        MPI_Count csz = 0;
+        OK(MPI_Session_attach_buffer_c(s1, bbuf, (MPI_Count)bsz));
+        OK(MPI_Session_detach_buffer_c(s1, &back, &csz));
+        CHECK(back == bbuf && csz == bsz);
+        CHECK(MPI_Session_flush_buffer(MPI_SESSION_NULL) == MPI_ERR_SESSION);
+        free(bbuf);
+    }
+
     /* mpi://SELF from the second session. */
     OK(MPI_Group_from_session_pset(s2, "mpi://SELF", &self));
     OK(MPI_Group_size(self, &gsize));
