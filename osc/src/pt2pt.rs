@@ -114,9 +114,9 @@ struct TargetState {
     /// PSCW complete requests applied and not yet consumed by a wait.
     completes: usize,
     /// The first refused put or accumulate of each origin since its last
-    /// flush or unlock, whose reply carries it back (a refused get-like
-    /// request answers with a short reply instead).
-    /// (Encoded by [`OscError::encode`].)
+    /// flush or unlock, encoded by [`OscError::encode`] for the reply that
+    /// carries it back (a refused get-like request answers with a short
+    /// reply instead).
     errors: BTreeMap<i32, Vec<u8>>,
 }
 
