@@ -140,6 +140,27 @@ impl WinMem {
     }
 }
 
+/// Whether attached regions cover every byte of `lo..hi`. Regions that
+/// touch count as one: MPICH's `rma/win_dynamic_rma_flush_get` attaches two
+/// halves of one array and accesses across the seam; every byte touched
+/// is attached either way.
+fn covered(attached: &[(usize, usize)], lo: i128, hi: i128) -> bool {
+    let mut at = lo;
+    while at < hi {
+        let reach = attached
+            .iter()
+            .map(|&(b, n)| (b as i128, b as i128 + n as i128))
+            .filter(|&(b, e)| b <= at && at < e)
+            .map(|(_, e)| e)
+            .max();
+        match reach {
+            Some(e) => at = e,
+            None => return false,
+        }
+    }
+    true
+}
+
 /// [`WinMem`] while one request is applied.
 pub(crate) struct View<'a> {
     base: usize,
@@ -149,7 +170,7 @@ pub(crate) struct View<'a> {
 
 impl View<'_> {
     /// Checks that every region lies in the window (for a dynamic window:
-    /// each in one attached region); their total length.
+    /// in attached memory); their total length.
     pub fn check(&self, regs: impl Iterator<Item = (i128, u64)>) -> Result<usize> {
         let mut total = 0usize;
         for (o, l) in regs {
@@ -161,12 +182,7 @@ impl View<'_> {
                         self.size
                     )));
                 }
-                Some(a)
-                    if l > 0
-                        && !a
-                            .iter()
-                            .any(|&(b, n)| b as i128 <= o && end <= b as i128 + n as i128) =>
-                {
+                Some(a) if l > 0 && !covered(a, o, end) => {
                     return Err(OscError::Range(format!(
                         "bytes {o:#x}..{end:#x} are not in memory the target attached to its dynamic window"
                     )));
@@ -220,5 +236,23 @@ impl View<'_> {
             }
             pos += l;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attached_regions_cover_accesses_across_their_seams() {
+        let a = [(100, 50), (150, 50), (300, 10)];
+        assert!(covered(&a, 100, 200), "two touching regions");
+        assert!(covered(&a, 120, 160));
+        assert!(covered(&a, 300, 310));
+        assert!(!covered(&a, 190, 210), "past the end");
+        assert!(!covered(&a, 90, 110), "before the start");
+        assert!(!covered(&a, 250, 260), "between regions");
+        assert!(!covered(&[], 0, 1));
+        assert!(covered(&[(0, 10), (2, 3)], 0, 10), "nested regions");
     }
 }
