@@ -1,8 +1,11 @@
 //! # tmpi-osc: one-sided communication (MPI RMA)
 //!
 //! The osc framework in Open MPI's sense: a window (`MPI_Win_create`,
-//! `MPI_Win_allocate`) is served by one module, made by the component of
-//! highest priority that accepts the window's communicator. Components:
+//! `MPI_Win_allocate`, `MPI_Win_allocate_shared`, `MPI_Win_create_dynamic`)
+//! is served by one module, made by the component of highest priority that
+//! accepts the window's communicator. The framework provides the memory:
+//! the user's, its own, a shared segment of the node's ranks (`shm.rs`), or
+//! the regions attached to a dynamic window. Components:
 //!
 //! * [`pt2pt`] (priority 10): active messages over the pml, as Open MPI's
 //!   osc/pt2pt and MPICH's CH3 RMA. Every operation is a message to the
