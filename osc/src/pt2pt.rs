@@ -624,7 +624,9 @@ impl Shared {
             match got {
                 Ok(_) => {
                     if let Err(e) = self.apply(st.source, &buf) {
-                        tracing::warn!(target: "osc", "request from rank {} on context {} refused: {e}", st.source, self.ctx);
+                        // The origin learns of a refused request (a short
+                        // reply, or the verdict of its next flush).
+                        tracing::debug!(target: "osc", "request from rank {} on context {} refused: {e}", st.source, self.ctx);
                     }
                 }
                 Err(e) => {
@@ -660,7 +662,9 @@ impl Shared {
     /// Applies one request from `src`; a refused put or accumulate is
     /// kept for the reply to the origin's next flush or unlock.
     fn apply(&self, src: i32, m: &[u8]) -> Result<()> {
-        let (r, data) = Req::decode(m)?;
+        let (r, data) = Req::decode(m).inspect_err(|e| {
+            tracing::warn!(target: "osc", "undecodable request from rank {src} on context {}: {e}", self.ctx)
+        })?;
         let res = self.apply_req(src, &r, data);
         if let Err(e) = &res {
             if matches!(r.kind, Kind::Put | Kind::Acc) {
