@@ -1,8 +1,8 @@
 //! One-sided communication (MPI-3.1 chapter 11) over the `tmpi-osc`
 //! framework: windows, RMA operations, synchronisation, window attributes,
-//! names and error handlers. The calls `tmpi-osc` does not provide yet
-//! (shared and dynamic windows) stay in `stubs` with
-//! `MPI_ERR_UNSUPPORTED_OPERATION`. See `docs/osc.md`.
+//! names and error handlers; shared windows (`MPI_Win_allocate_shared`,
+//! `MPI_Win_shared_query`) and dynamic ones (`MPI_Win_create_dynamic`,
+//! `MPI_Win_attach`, `MPI_Win_detach`). See `docs/osc.md`.
 //!
 //! Windows have their own handle table here (`MPI_Win` handles from 1;
 //! `MPI_WIN_NULL` is 0). Errors of a window call go to the window's error
@@ -129,6 +129,8 @@ fn register(win: Window) -> c_int {
     let flavor = match win.flavor() {
         tmpi_osc::Flavor::Create => 1,
         tmpi_osc::Flavor::Allocate => 2,
+        tmpi_osc::Flavor::Dynamic => 3,
+        tmpi_osc::Flavor::Shared => 4,
     };
     let e = Arc::new(WinEnt {
         size_val: win.size() as isize,
@@ -150,22 +152,35 @@ fn register(win: Window) -> c_int {
     h
 }
 
-fn create(comm: c_int, base: Option<usize>, size: isize, disp_unit: c_int) -> Res<Window> {
+/// What window creation over `comm` needs: its communicator (an
+/// intracommunicator) and the pml.
+fn window_comm(comm: c_int) -> Res<(tmpi_coll::Comm, Arc<tmpi_pml::Pml>)> {
     if crate::intercomm::is_inter(comm) {
         return Err(Error::new(
             C::Comm,
             "windows over intercommunicators are not supported",
         ));
     }
+    let c = tables().comm(comm)?.comm.clone();
+    let pml = Arc::clone(&rt()?.pml);
+    tmpi_osc::set_wide_kernel(crate::wide_ops::osc_kernel);
+    Ok((c, pml))
+}
+
+/// A window's size and displacement unit, checked.
+fn size_unit(size: isize, disp_unit: c_int) -> Res<(usize, usize)> {
     let size = usize::try_from(size)
         .map_err(|_| Error::new(C::Size, format!("window size {size} is negative")))?;
     let unit = usize::try_from(disp_unit)
         .ok()
         .filter(|&u| u > 0)
         .ok_or_else(|| Error::new(C::Disp, format!("disp_unit {disp_unit} is not positive")))?;
-    let c = tables().comm(comm)?.comm.clone();
-    let pml = Arc::clone(&rt()?.pml);
-    tmpi_osc::set_wide_kernel(crate::wide_ops::osc_kernel);
+    Ok((size, unit))
+}
+
+fn create(comm: c_int, base: Option<usize>, size: isize, disp_unit: c_int) -> Res<Window> {
+    let (c, pml) = window_comm(comm)?;
+    let (size, unit) = size_unit(size, disp_unit)?;
     Ok(Window::create(&pml, &c, base, size, unit)?)
 }
 
@@ -210,6 +225,87 @@ pub extern "C" fn MPI_Win_allocate(
         let base = w.base();
         put_ptr(baseptr, base)?;
         put(win, register(w), "win")
+    })
+}
+
+/// `MPI_Win_allocate_shared`: the info key `alloc_shared_noncontig` is
+/// accepted and ignored (the parts are contiguous, each 64-byte aligned).
+#[no_mangle]
+pub extern "C" fn MPI_Win_allocate_shared(
+    size: isize,
+    disp_unit: c_int,
+    _info: c_int,
+    comm: c_int,
+    baseptr: *mut c_void,
+    win: *mut c_int,
+) -> c_int {
+    crate::error::guard("MPI_Win_allocate_shared", comm, || {
+        if win.is_null() || baseptr.is_null() {
+            return Err(Error::new(C::Arg, "win or baseptr is NULL"));
+        }
+        let (c, pml) = window_comm(comm)?;
+        let (size, unit) = size_unit(size, disp_unit)?;
+        let w = Window::allocate_shared(&pml, &c, size, unit)?;
+        put_ptr(baseptr, w.base())?;
+        put(win, register(w), "win")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Win_shared_query(
+    win: c_int,
+    rank: c_int,
+    size: *mut isize,
+    disp_unit: *mut c_int,
+    baseptr: *mut c_void,
+) -> c_int {
+    guard_win("MPI_Win_shared_query", win, || {
+        let w = win_of(win)?;
+        let part = w.win.shared_query((rank != PROC_NULL).then_some(rank))?;
+        if size.is_null() || disp_unit.is_null() || baseptr.is_null() {
+            return Err(Error::new(C::Arg, "size, disp_unit or baseptr is NULL"));
+        }
+        put(size, part.size as isize, "size")?;
+        put(disp_unit, part.disp_unit as c_int, "disp_unit")?;
+        put_ptr(baseptr, part.base)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Win_create_dynamic(_info: c_int, comm: c_int, win: *mut c_int) -> c_int {
+    crate::error::guard("MPI_Win_create_dynamic", comm, || {
+        if win.is_null() {
+            return Err(Error::new(C::Arg, "win is NULL"));
+        }
+        let (c, pml) = window_comm(comm)?;
+        let w = Window::create_dynamic(&pml, &c)?;
+        put(win, register(w), "win")
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Win_attach(win: c_int, base: *mut c_void, size: isize) -> c_int {
+    guard_win("MPI_Win_attach", win, || {
+        let w = win_of(win)?;
+        let size = usize::try_from(size)
+            .map_err(|_| Error::new(C::Size, format!("size {size} is negative")))?;
+        if base.is_null() && size > 0 {
+            return Err(Error::new(
+                C::Arg,
+                "base is NULL for a region of positive size",
+            ));
+        }
+        // The user keeps the region valid until MPI_Win_detach or
+        // MPI_Win_free (MPI's contract); tmpi-osc checks every access
+        // against the attached regions.
+        Ok(w.win.attach(base as usize, size)?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn MPI_Win_detach(win: c_int, base: *const c_void) -> c_int {
+    guard_win("MPI_Win_detach", win, || {
+        Ok(win_of(win)?.win.detach(base as usize)?)
     })
 }
 

@@ -56,9 +56,4 @@ unsupported! {
     MPI_T_enum_get_info => "MPI_T enumerations are not provided (tmpi defines none)";
     MPI_T_enum_get_item => "MPI_T enumerations are not provided (tmpi defines none)";
     MPI_Unpublish_name => "dynamic process management is not implemented";
-    MPI_Win_allocate_shared => "shared-memory windows are not implemented yet (the osc framework has only its pt2pt component; docs/osc.md)";
-    MPI_Win_attach => "dynamic windows are not implemented yet (docs/osc.md)";
-    MPI_Win_create_dynamic => "dynamic windows are not implemented yet (docs/osc.md)";
-    MPI_Win_detach => "dynamic windows are not implemented yet (docs/osc.md)";
-    MPI_Win_shared_query => "shared-memory windows are not implemented yet (the osc framework has only its pt2pt component; docs/osc.md)";
 }

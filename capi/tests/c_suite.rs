@@ -276,10 +276,27 @@ fn rma_pscw() {
 }
 
 /// One-sided errors: epoch misuse, ranges, type and op mismatches, user
-/// error handlers on windows, unimplemented calls.
+/// error handlers on windows, a call for another flavor of window.
 #[test]
 fn rma_errors() {
     expect_ok_sm_tcp("rma_errors", &[1, 2, 3]);
+}
+
+/// Shared-memory windows: parts of different sizes (some empty) in one
+/// segment, direct stores and loads through MPI_Win_shared_query's
+/// pointers with MPI_Win_sync, put/get/accumulate into them, the
+/// MPI_PROC_NULL query, an all-empty window, no segment file left behind.
+#[test]
+fn rma_shared() {
+    expect_ok_sm_tcp("rma_shared", &[2, 3, 4]);
+}
+
+/// Dynamic windows: attach, operations by absolute address in every
+/// synchronisation mode, MPI_ERR_RMA_RANGE from the target for memory not
+/// attached (nothing written), detach, flavor errors.
+#[test]
+fn rma_dynamic() {
+    expect_ok_sm_tcp("rma_dynamic", &[2, 3, 4]);
 }
 
 /// `mpi_param_check` is a known parameter (no "unknown" warning) and the

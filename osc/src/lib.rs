@@ -1,8 +1,11 @@
 //! # tmpi-osc: one-sided communication (MPI RMA)
 //!
 //! The osc framework in Open MPI's sense: a window (`MPI_Win_create`,
-//! `MPI_Win_allocate`) is served by one module, made by the component of
-//! highest priority that accepts the window's communicator. Components:
+//! `MPI_Win_allocate`, `MPI_Win_allocate_shared`, `MPI_Win_create_dynamic`)
+//! is served by one module, made by the component of highest priority that
+//! accepts the window's communicator. The framework provides the memory:
+//! the user's, its own, a shared segment of the node's ranks (`shm.rs`), or
+//! the regions attached to a dynamic window. Components:
 //!
 //! * [`pt2pt`] (priority 10): active messages over the pml, as Open MPI's
 //!   osc/pt2pt and MPICH's CH3 RMA. Every operation is a message to the
@@ -23,6 +26,7 @@ use tmpi_pml::Pml;
 
 pub(crate) mod mem;
 pub mod pt2pt;
+pub(crate) mod shm;
 pub(crate) mod wire;
 
 /// An error of a one-sided call, with its MPI error class.
@@ -50,6 +54,16 @@ pub enum OscError {
     /// Communication failed underneath.
     #[error("{0}")]
     Comm(String),
+    /// Memory cannot be shared (`MPI_Win_allocate_shared` over ranks of
+    /// several nodes, or no shared segment).
+    #[error("{0}")]
+    Shared(String),
+    /// Memory cannot be attached to a dynamic window.
+    #[error("{0}")]
+    Attach(String),
+    /// The window's flavor does not allow the call.
+    #[error("{0}")]
+    Flavor(String),
 }
 
 impl OscError {
@@ -63,6 +77,53 @@ impl OscError {
             OscError::Op(_) => MpiErrorClass::Op,
             OscError::Arg(_) => MpiErrorClass::Arg,
             OscError::Comm(_) => MpiErrorClass::Other,
+            OscError::Shared(_) => MpiErrorClass::RmaShared,
+            OscError::Attach(_) => MpiErrorClass::RmaAttach,
+            OscError::Flavor(_) => MpiErrorClass::RmaFlavor,
+        }
+    }
+
+    /// The error as a target sends it back to the origin (a code, then
+    /// the message), at most `max` bytes.
+    pub(crate) fn encode(&self, max: usize) -> Vec<u8> {
+        let code = match self {
+            OscError::Sync(_) => 1,
+            OscError::Range(_) => 2,
+            OscError::Rank(_) => 3,
+            OscError::Type(_) => 4,
+            OscError::Op(_) => 5,
+            OscError::Arg(_) => 6,
+            OscError::Comm(_) => 7,
+            OscError::Shared(_) => 8,
+            OscError::Attach(_) => 9,
+            OscError::Flavor(_) => 10,
+        };
+        let msg = self.to_string();
+        let mut n = msg.len().min(max.saturating_sub(1));
+        while !msg.is_char_boundary(n) {
+            n -= 1;
+        }
+        let mut v = Vec::with_capacity(n + 1);
+        v.push(code);
+        v.extend_from_slice(&msg.as_bytes()[..n]);
+        v
+    }
+
+    /// The error of [`OscError::encode`]'s bytes, as the origin reports it.
+    pub(crate) fn decode(m: &[u8], target: i32) -> OscError {
+        let text = String::from_utf8_lossy(m.get(1..).unwrap_or_default());
+        let msg = format!("at target rank {target}: {text}");
+        match m.first() {
+            Some(1) => OscError::Sync(msg),
+            Some(2) => OscError::Range(msg),
+            Some(3) => OscError::Rank(msg),
+            Some(4) => OscError::Type(msg),
+            Some(5) => OscError::Op(msg),
+            Some(6) => OscError::Arg(msg),
+            Some(8) => OscError::Shared(msg),
+            Some(9) => OscError::Attach(msg),
+            Some(10) => OscError::Flavor(msg),
+            _ => OscError::Comm(msg),
         }
     }
 }
@@ -225,6 +286,8 @@ pub enum LockType {
 pub enum Flavor {
     Create,
     Allocate,
+    Dynamic,
+    Shared,
 }
 
 /// User memory an operation reads at the origin: `count` items of
@@ -360,9 +423,26 @@ pub fn components() -> Vec<Box<dyn Component>> {
 }
 
 /// A window's local memory: base address and size in bytes, with its
-/// displacement unit.
-#[derive(Debug, Clone, Copy)]
+/// displacement unit; for a dynamic window (base 0, size 0, unit 1) the
+/// regions attached to it, which requests address by absolute address.
+#[derive(Debug, Clone)]
 pub struct Memory {
+    pub base: usize,
+    pub size: usize,
+    pub disp_unit: usize,
+    pub(crate) attached: Option<Arc<mem::Attached>>,
+}
+
+impl Memory {
+    /// Whether this is a dynamic window's memory.
+    pub fn is_dynamic(&self) -> bool {
+        self.attached.is_some()
+    }
+}
+
+/// What `MPI_Win_shared_query` answers for one rank of a shared window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedPart {
     pub base: usize,
     pub size: usize,
     pub disp_unit: usize,
@@ -379,6 +459,9 @@ pub struct Window {
     /// The memory of an `MPI_Win_allocate` window (8-byte words, freed
     /// with the window).
     _owned: Option<Vec<u64>>,
+    /// A shared window's segment (unmapped with the window) and every
+    /// rank's part of it.
+    shared: Option<(shm::Segment, Vec<SharedPart>)>,
 }
 
 impl std::fmt::Debug for Window {
@@ -416,7 +499,84 @@ impl Window {
             base,
             size,
             disp_unit,
+            attached: None,
         };
+        let mut w = Self::with_module(pml, comm, mem, flavor)?;
+        w._owned = owned;
+        Ok(w)
+    }
+
+    /// `MPI_Win_create_dynamic`: a window without memory; each process
+    /// attaches and detaches its own regions ([`Window::attach`]), and
+    /// operations address them by absolute address (displacement unit 1).
+    /// Collective over `comm`.
+    pub fn create_dynamic(pml: &Arc<Pml>, comm: &Comm) -> Result<Window> {
+        let mem = Memory {
+            base: 0,
+            size: 0,
+            disp_unit: 1,
+            attached: Some(Arc::new(mem::Attached::default())),
+        };
+        Self::with_module(pml, comm, mem, Flavor::Dynamic)
+    }
+
+    /// `MPI_Win_allocate_shared`: `size` bytes of this rank in one shared
+    /// segment of all ranks of `comm`, which must share memory (one node:
+    /// else [`OscError::Shared`] on every rank, decided without
+    /// communicating). The parts lie rank after rank, each aligned to 64
+    /// bytes. Collective over `comm`.
+    pub fn allocate_shared(
+        pml: &Arc<Pml>,
+        comm: &Comm,
+        size: usize,
+        disp_unit: usize,
+    ) -> Result<Window> {
+        if disp_unit == 0 {
+            return Err(OscError::Arg("disp_unit must be positive".into()));
+        }
+        let worlds = comm.group().world_ranks().clone();
+        let nodes: Vec<u32> = worlds.iter().map(|&w| pml.node_of(w)).collect();
+        one_node(&nodes)?;
+        // Every rank's size and unit.
+        let mine: Vec<u8> = [size as u64, disp_unit as u64]
+            .iter()
+            .flat_map(|x| x.to_ne_bytes())
+            .collect();
+        let mut all = vec![0u8; 16 * comm.size() as usize];
+        comm.allgather(tmpi_coll::Input::Buf(&mine), &mut all)?;
+        let word = |c: &[u8], i: usize| {
+            u64::from_ne_bytes(c[i * 8..i * 8 + 8].try_into().unwrap_or_default()) as usize
+        };
+        let pairs: Vec<(usize, usize)> = all.chunks(16).map(|c| (word(c, 0), word(c, 1))).collect();
+        let sizes: Vec<usize> = pairs.iter().map(|p| p.0).collect();
+        let (offs, len) = shm::layout(&sizes).ok_or_else(|| {
+            OscError::Shared("the window's parts overflow the address space".into())
+        })?;
+        let seg = attach_segment(comm, len)?;
+        let parts: Vec<SharedPart> = pairs
+            .iter()
+            .zip(&offs)
+            .map(|(&(size, disp_unit), &o)| SharedPart {
+                base: seg.base() + o,
+                size,
+                disp_unit,
+            })
+            .collect();
+        let me = parts[comm.rank() as usize];
+        let mem = Memory {
+            base: me.base,
+            size: me.size,
+            disp_unit: me.disp_unit,
+            attached: None,
+        };
+        let mut w = Self::with_module(pml, comm, mem, Flavor::Shared)?;
+        w.shared = Some((seg, parts));
+        Ok(w)
+    }
+
+    /// The window over `mem`, served by the component of highest priority.
+    fn with_module(pml: &Arc<Pml>, comm: &Comm, mem: Memory, flavor: Flavor) -> Result<Window> {
+        let size = mem.size;
         let comps = components();
         let chosen = comps
             .iter()
@@ -433,8 +593,74 @@ impl Window {
             group: comm.group(),
             rank: comm.rank(),
             name: Mutex::new(String::new()),
-            _owned: owned,
+            _owned: None,
+            shared: None,
         })
+    }
+
+    /// `MPI_Win_shared_query`: rank `rank`'s part of a shared window; for
+    /// `None` (`MPI_PROC_NULL`) the part of the first rank with a size
+    /// above 0 (rank 0's empty part when every part is empty). An empty
+    /// part's base is 0 (`NULL`), as MPICH answers and its test suite
+    /// checks: no pointer that looks usable for memory that is not there.
+    pub fn shared_query(&self, rank: Option<i32>) -> Result<SharedPart> {
+        self.shared_part(rank).map(|p| SharedPart {
+            base: if p.size == 0 { 0 } else { p.base },
+            ..p
+        })
+    }
+
+    fn shared_part(&self, rank: Option<i32>) -> Result<SharedPart> {
+        let Some((_, parts)) = &self.shared else {
+            return Err(OscError::Flavor(
+                "MPI_Win_shared_query needs a window made by MPI_Win_allocate_shared".into(),
+            ));
+        };
+        match rank {
+            Some(r) => usize::try_from(r)
+                .ok()
+                .and_then(|r| parts.get(r))
+                .copied()
+                .ok_or_else(|| {
+                    OscError::Rank(format!(
+                        "rank {r} is not in the window's group of {}",
+                        parts.len()
+                    ))
+                }),
+            None => Ok(parts
+                .iter()
+                .find(|p| p.size > 0)
+                .or(parts.first())
+                .copied()
+                .unwrap_or(SharedPart {
+                    base: 0,
+                    size: 0,
+                    disp_unit: 1,
+                })),
+        }
+    }
+
+    /// `MPI_Win_attach`: `len` bytes at `addr` become accessible through
+    /// this dynamic window. The caller vouches that they stay valid until
+    /// detached (or the window is freed).
+    pub fn attach(&self, addr: usize, len: usize) -> Result<()> {
+        match &self.mem.attached {
+            Some(a) => a.attach(addr, len),
+            None => Err(OscError::Flavor(
+                "MPI_Win_attach needs a window made by MPI_Win_create_dynamic".into(),
+            )),
+        }
+    }
+
+    /// `MPI_Win_detach` of the region attached at `addr`
+    /// ([`OscError::Range`] when none is).
+    pub fn detach(&self, addr: usize) -> Result<()> {
+        match &self.mem.attached {
+            Some(a) => a.detach(addr),
+            None => Err(OscError::Flavor(
+                "MPI_Win_detach needs a window made by MPI_Win_create_dynamic".into(),
+            )),
+        }
     }
 
     /// The module serving the window.
@@ -478,5 +704,109 @@ impl Window {
     /// memory. On an error (an epoch still open) the window stays usable.
     pub fn free(&self) -> Result<()> {
         self.module.free()
+    }
+}
+
+/// `Ok` when every rank of a window runs on one node (`nodes`: each
+/// rank's node label), as shared windows need.
+fn one_node(nodes: &[u32]) -> Result<()> {
+    match nodes.iter().position(|&n| n != nodes[0]) {
+        None => Ok(()),
+        Some(r) => Err(OscError::Shared(format!(
+            "MPI_Win_allocate_shared: ranks 0 and {r} of the communicator run on different nodes ({} and {}); \
+             a shared window needs every rank on one node (split the communicator with \
+             MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) first)",
+            nodes[0], nodes[r]
+        ))),
+    }
+}
+
+/// Maps a fresh shared segment of `len` bytes on every rank of `comm`:
+/// rank 0 creates it and broadcasts its path, every rank maps it, all
+/// agree that everyone did, and rank 0 unlinks the file (whatever the
+/// outcome) before anyone uses the memory, so it cannot outlive the job.
+fn attach_segment(comm: &Comm, len: usize) -> Result<shm::Segment> {
+    let mut msg = [0u8; 256];
+    let mut seg = None;
+    let mut path = None;
+    let mut why = String::new();
+    if comm.rank() == 0 {
+        let p = shm::new_path();
+        match shm::Segment::create(std::path::Path::new(&p), len) {
+            Ok(s) if p.len() + 2 <= msg.len() => {
+                msg[0] = 1;
+                msg[1] = p.len() as u8;
+                msg[2..2 + p.len()].copy_from_slice(p.as_bytes());
+                seg = Some(s);
+                path = Some(p);
+            }
+            Ok(_) => {
+                let _ = std::fs::remove_file(&p);
+                why = format!("segment path {p} too long");
+            }
+            Err(e) => why = format!("cannot create {p} ({len} bytes): {e}"),
+        }
+    }
+    let unlink = |p: &Option<String>| {
+        if let Some(p) = p {
+            let _ = std::fs::remove_file(p);
+        }
+    };
+    if let Err(e) = comm.bcast(&mut msg, 0) {
+        unlink(&path);
+        return Err(e.into());
+    }
+    if comm.rank() != 0 && msg[0] == 1 {
+        let n = usize::from(msg[1]).min(msg.len() - 2);
+        match std::str::from_utf8(&msg[2..2 + n]) {
+            Ok(p) => match shm::Segment::open(p, len) {
+                Ok(s) => seg = Some(s),
+                Err(e) => why = format!("cannot map {p}: {e}"),
+            },
+            Err(e) => why = format!("bad segment path: {e}"),
+        }
+    }
+    let mine = [u8::from(seg.is_some())];
+    let mut all = [0u8];
+    let agreed = comm.allreduce(
+        tmpi_coll::Input::Buf(&mine),
+        &mut all,
+        tmpi_coll::Datatype::U8,
+        &tmpi_coll::Op::Min,
+    );
+    unlink(&path);
+    agreed?;
+    match seg {
+        Some(s) if all[0] == 1 => Ok(s),
+        _ => Err(OscError::Shared(if why.is_empty() {
+            "MPI_Win_allocate_shared: another rank could not map the window's shared segment".into()
+        } else {
+            format!("MPI_Win_allocate_shared: {why}")
+        })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_windows_need_one_node() {
+        assert!(one_node(&[0, 0, 0]).is_ok());
+        assert!(one_node(&[3]).is_ok());
+        let e = one_node(&[0, 0, 1]).unwrap_err();
+        assert_eq!(e.class(), MpiErrorClass::RmaShared);
+        assert!(e.to_string().contains("ranks 0 and 2"), "{e}");
+    }
+
+    #[test]
+    fn errors_travel_back_with_their_class() {
+        let e = OscError::Range("bytes 0x10..0x18 are not attached é".into());
+        let m = e.encode(20);
+        assert!(m.len() <= 20);
+        let d = OscError::decode(&m, 3);
+        assert_eq!(d.class(), MpiErrorClass::RmaRange);
+        assert!(d.to_string().starts_with("at target rank 3: bytes"), "{d}");
+        assert_eq!(OscError::decode(&[], 1).class(), MpiErrorClass::Other);
     }
 }

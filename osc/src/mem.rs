@@ -3,6 +3,8 @@
 //! window's memory at the target. Bounds are checked here against the
 //! window's size before any byte is touched.
 
+use std::sync::{Arc, Mutex, MutexGuard};
+
 use crate::{OscError, Result};
 
 /// Positions (offset, length) of `count` items of a layout with `blocks`
@@ -77,43 +79,145 @@ pub(crate) unsafe fn unpack(ptr: *mut u8, count: usize, layout: &crate::Layout, 
     }
 }
 
-/// A target's window memory.
-#[derive(Debug, Clone, Copy)]
+/// The memory regions attached to a dynamic window (`MPI_Win_attach`):
+/// (address, length), in attach order. The target holds the lock while it
+/// checks and applies a request, so a detach waits for the access in
+/// flight and no access reaches memory detached before it.
+#[derive(Debug, Default)]
+pub(crate) struct Attached(Mutex<Vec<(usize, usize)>>);
+
+impl Attached {
+    fn lock(&self) -> MutexGuard<'_, Vec<(usize, usize)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `MPI_Win_attach`: the user vouches that `len` bytes at `addr` stay
+    /// valid until they are detached.
+    pub fn attach(&self, addr: usize, len: usize) -> Result<()> {
+        if addr.checked_add(len).is_none() {
+            return Err(OscError::Attach(format!(
+                "{len} bytes at {addr:#x} run past the end of the address space"
+            )));
+        }
+        self.lock().push((addr, len));
+        Ok(())
+    }
+
+    /// `MPI_Win_detach` of the region attached last at `addr`.
+    pub fn detach(&self, addr: usize) -> Result<()> {
+        let mut l = self.lock();
+        match l.iter().rposition(|&(a, _)| a == addr) {
+            Some(i) => {
+                l.remove(i);
+                Ok(())
+            }
+            None => Err(OscError::Range(format!(
+                "no region attached to the window starts at {addr:#x}"
+            ))),
+        }
+    }
+}
+
+/// A target's window memory: `size` bytes at `base`, or for a dynamic
+/// window (`attached`) the regions attached to it, with `base` 0 (request
+/// offsets are then absolute addresses).
+#[derive(Debug, Clone)]
 pub(crate) struct WinMem {
     pub base: usize,
     pub size: usize,
+    pub attached: Option<Arc<Attached>>,
 }
 
 impl WinMem {
-    /// Checks that every region lies in the window; their total length.
+    /// The memory as requests may use it now (for a dynamic window: the
+    /// attached regions, locked until the view is dropped).
+    pub fn view(&self) -> View<'_> {
+        View {
+            base: self.base,
+            size: self.size,
+            attached: self.attached.as_deref().map(Attached::lock),
+        }
+    }
+}
+
+/// Whether attached regions cover every byte of `lo..hi`. Regions that
+/// touch count as one: MPICH's `rma/win_dynamic_rma_flush_get` attaches two
+/// halves of one array and accesses across the seam; every byte touched
+/// is attached either way.
+fn covered(attached: &[(usize, usize)], lo: i128, hi: i128) -> bool {
+    let mut at = lo;
+    while at < hi {
+        let reach = attached
+            .iter()
+            .map(|&(b, n)| (b as i128, b as i128 + n as i128))
+            .filter(|&(b, e)| b <= at && at < e)
+            .map(|(_, e)| e)
+            .max();
+        match reach {
+            Some(e) => at = e,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// [`WinMem`] while one request is applied.
+pub(crate) struct View<'a> {
+    base: usize,
+    size: usize,
+    attached: Option<MutexGuard<'a, Vec<(usize, usize)>>>,
+}
+
+impl View<'_> {
+    /// Checks that every region lies in the window (for a dynamic window:
+    /// in attached memory); their total length.
     pub fn check(&self, regs: impl Iterator<Item = (i128, u64)>) -> Result<usize> {
         let mut total = 0usize;
         for (o, l) in regs {
-            if o < 0 || o + l as i128 > self.size as i128 {
-                return Err(OscError::Range(format!(
-                    "bytes {o}..{} are outside the target's window of {} bytes",
-                    o + l as i128,
-                    self.size
-                )));
+            let end = o + l as i128;
+            match &self.attached {
+                None if o < 0 || end > self.size as i128 => {
+                    return Err(OscError::Range(format!(
+                        "bytes {o}..{end} are outside the target's window of {} bytes",
+                        self.size
+                    )));
+                }
+                Some(a) if l > 0 && !covered(a, o, end) => {
+                    return Err(OscError::Range(format!(
+                        "bytes {o:#x}..{end:#x} are not in memory the target attached to its dynamic window"
+                    )));
+                }
+                _ => {}
             }
             total += l as usize;
         }
         Ok(total)
     }
 
-    /// Copies the regions (checked with [`WinMem::check`]) out of the window.
+    /// The address of a region checked with [`View::check`].
+    fn addr(&self, o: i128) -> usize {
+        (self.base as i128 + o) as usize
+    }
+
+    /// Copies the regions (checked with [`View::check`]) out of the window.
     pub fn gather(&self, regs: impl Iterator<Item = (i128, u64)>, out: &mut Vec<u8>) {
         for (o, l) in regs {
+            if l == 0 {
+                continue;
+            }
             // SAFETY: the window memory `base..base + size` stays valid
             // while the window exists (the caller serves requests only for
-            // live windows), and `check` placed the region inside it.
+            // live windows), and `check` placed the region inside it; a
+            // dynamic window's region lies in an attached region, which the
+            // user keeps valid until detaching it, and detaching waits for
+            // this view's lock.
             out.extend_from_slice(unsafe {
-                std::slice::from_raw_parts((self.base as *const u8).add(o as usize), l as usize)
+                std::slice::from_raw_parts(self.addr(o) as *const u8, l as usize)
             });
         }
     }
 
-    /// Writes `data` over the regions (checked with [`WinMem::check`];
+    /// Writes `data` over the regions (checked with [`View::check`];
     /// `data` holds their total length).
     pub fn scatter(&self, regs: impl Iterator<Item = (i128, u64)>, data: &[u8]) {
         let mut pos = 0usize;
@@ -122,17 +226,33 @@ impl WinMem {
             let Some(src) = data.get(pos..pos + l) else {
                 return;
             };
-            // SAFETY: as in `gather`; the window's memory is only written
-            // here, by the one thread serving the window at a time (MPI
-            // leaves concurrent local stores to the user's synchronisation).
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    src.as_ptr(),
-                    (self.base as *mut u8).add(o as usize),
-                    l,
-                )
-            };
+            if l > 0 {
+                // SAFETY: as in `gather`; the window's memory is only
+                // written here, by the one thread serving the window at a
+                // time (MPI leaves concurrent local stores, and the other
+                // processes' stores into a shared window, to the user's
+                // synchronisation).
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.addr(o) as *mut u8, l) };
+            }
             pos += l;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attached_regions_cover_accesses_across_their_seams() {
+        let a = [(100, 50), (150, 50), (300, 10)];
+        assert!(covered(&a, 100, 200), "two touching regions");
+        assert!(covered(&a, 120, 160));
+        assert!(covered(&a, 300, 310));
+        assert!(!covered(&a, 190, 210), "past the end");
+        assert!(!covered(&a, 90, 110), "before the start");
+        assert!(!covered(&a, 250, 260), "between regions");
+        assert!(!covered(&[], 0, 1));
+        assert!(covered(&[(0, 10), (2, 3)], 0, 10), "nested regions");
     }
 }

@@ -113,7 +113,16 @@ struct TargetState {
     replies: Vec<(ReqId, Vec<u8>)>,
     /// PSCW complete requests applied and not yet consumed by a wait.
     completes: usize,
+    /// The first refused put or accumulate of each origin since its last
+    /// flush or unlock, encoded by [`OscError::encode`] for the reply that
+    /// carries it back (a refused get-like request answers with a short
+    /// reply instead).
+    errors: BTreeMap<i32, Vec<u8>>,
 }
+
+/// Bytes of a flush or unlock reply: empty, or an error the target found
+/// in an earlier request of the origin ([`OscError::encode`]).
+const ERR_REPLY: usize = 256;
 
 /// Operations (request sends and awaited replies) one window keeps in
 /// flight before the origin completes the older half.
@@ -158,6 +167,9 @@ struct OriginState {
 pub struct Pt2pt {
     sh: Arc<Shared>,
     size: i32,
+    /// A dynamic window: targets are absolute addresses that only the
+    /// target can check.
+    dynamic: bool,
     /// (size in bytes, displacement unit) of every rank's window.
     peers: Vec<(u64, u64)>,
     origin: Mutex<OriginState>,
@@ -177,6 +189,7 @@ impl Pt2pt {
             mem: WinMem {
                 base: mem.base,
                 size: mem.size,
+                attached: mem.attached.clone(),
             },
             serving: Mutex::new(()),
             target: Mutex::new(TargetState::default()),
@@ -229,6 +242,7 @@ impl Pt2pt {
         Ok(Pt2pt {
             sh,
             size,
+            dynamic: mem.is_dynamic(),
             peers,
             origin: Mutex::new(OriginState::default()),
             comm: Mutex::new(Some(dup)),
@@ -257,7 +271,13 @@ impl Pt2pt {
         let (wsize, unit) = self.peers[t.rank as usize];
         let off = t.disp as i128 * unit as i128;
         if let Some((lo, hi)) = t.layout.span(t.count) {
-            if off + lo < 0 || off + hi > wsize as i128 {
+            // A dynamic window's target checks the attached regions.
+            let limit = if self.dynamic {
+                i128::MAX
+            } else {
+                wsize as i128
+            };
+            if off + lo < 0 || off + hi > limit {
                 return Err(OscError::Range(format!(
                     "target bytes {}..{} are outside rank {}'s window of {wsize} bytes",
                     off + lo,
@@ -437,6 +457,21 @@ impl Pt2pt {
         }
         for p in pending {
             match wait(self.pml(), p.id) {
+                Ok(n) if p.out.is_some() && n < p.buf.len() => {
+                    // A refused get-like request answers short (a full
+                    // result has exactly the bytes asked for).
+                    first = first.and(Err(OscError::Range(format!(
+                        "rank {} refused the operation: its target region is not in memory the target exposes \
+                         (outside its window, or not attached to its dynamic window)",
+                        p.target
+                    ))));
+                }
+                Ok(n) if p.out.is_none() && n > 0 => {
+                    first = first.and(Err(OscError::decode(
+                        &p.buf[..n.min(p.buf.len())],
+                        p.target,
+                    )));
+                }
                 Ok(n) => {
                     if let Some((addr, count, layout)) = &p.out {
                         // SAFETY: the user's result buffer stays valid until
@@ -493,7 +528,7 @@ impl Pt2pt {
                 t,
                 Req::control(Kind::Flush, 0, 0),
                 &[],
-                Some((0, None)),
+                Some((ERR_REPLY, None)),
                 false,
             )?;
         }
@@ -589,7 +624,9 @@ impl Shared {
             match got {
                 Ok(_) => {
                     if let Err(e) = self.apply(st.source, &buf) {
-                        tracing::warn!(target: "osc", "request from rank {} on context {} refused: {e}", st.source, self.ctx);
+                        // The origin learns of a refused request (a short
+                        // reply, or the verdict of its next flush).
+                        tracing::debug!(target: "osc", "request from rank {} on context {} refused: {e}", st.source, self.ctx);
                     }
                 }
                 Err(e) => {
@@ -622,35 +659,59 @@ impl Shared {
         Ok(())
     }
 
-    /// Applies one request from `src`.
+    /// Applies one request from `src`; a refused put or accumulate is
+    /// kept for the reply to the origin's next flush or unlock.
     fn apply(&self, src: i32, m: &[u8]) -> Result<()> {
-        let (r, data) = Req::decode(m)?;
+        let (r, data) = Req::decode(m).inspect_err(|e| {
+            tracing::warn!(target: "osc", "undecodable request from rank {src} on context {}: {e}", self.ctx)
+        })?;
+        let res = self.apply_req(src, &r, data);
+        if let Err(e) = &res {
+            if matches!(r.kind, Kind::Put | Kind::Acc) {
+                lock(&self.target)
+                    .errors
+                    .entry(src)
+                    .or_insert_with(|| e.encode(ERR_REPLY));
+            }
+        }
+        res
+    }
+
+    /// The reply to a flush or unlock: the first error kept for `src`.
+    fn verdict(&self, src: i32) -> Vec<u8> {
+        lock(&self.target).errors.remove(&src).unwrap_or_default()
+    }
+
+    fn apply_req(&self, src: i32, r: &Req, data: &[u8]) -> Result<()> {
+        // A dynamic window's attached regions stay locked (no detach)
+        // until the request is applied.
+        let mem = self.mem.view();
         let regs = || regions(r.offset as i128, r.count, r.extent as i128, &r.blocks);
         match r.kind {
             Kind::Put => {
-                let n = self.mem.check(regs())?;
+                let n = mem.check(regs())?;
                 if n != data.len() {
                     return Err(OscError::Type(format!(
                         "put of {} bytes into {n}",
                         data.len()
                     )));
                 }
-                self.mem.scatter(regs(), data);
+                mem.scatter(regs(), data);
             }
             Kind::Get => {
-                let n = self.mem.check(regs());
+                let n = mem.check(regs());
                 let mut out = Vec::with_capacity(*n.as_ref().unwrap_or(&0));
                 if n.is_ok() {
-                    self.mem.gather(regs(), &mut out);
+                    mem.gather(regs(), &mut out);
                 }
                 self.reply(src, r.seq, out)?;
                 n?;
             }
             Kind::Acc | Kind::GetAcc => {
-                let n = self.mem.check(regs());
+                let n = mem.check(regs());
                 let mut old = Vec::with_capacity(*n.as_ref().unwrap_or(&0));
                 if n.is_ok() {
-                    self.mem.gather(regs(), &mut old);
+                    mem.gather(regs(), &mut old);
                 }
                 let res = n.and_then(|_| {
                     let op =
@@ -693,7 +754,7 @@ impl Shared {
                             }
                         }
                     }
-                    self.mem.scatter(regs(), &new);
+                    mem.scatter(regs(), &new);
                     Ok(())
                 });
                 if r.kind == Kind::GetAcc {
@@ -702,14 +763,14 @@ impl Shared {
                 res?;
             }
             Kind::Cas => {
-                let n = self.mem.check(regs());
+                let n = mem.check(regs());
                 let mut old = Vec::new();
                 if n.is_ok() {
-                    self.mem.gather(regs(), &mut old);
+                    mem.gather(regs(), &mut old);
                 }
                 let ok = n.as_ref().is_ok_and(|&n| data.len() == 2 * n);
                 if ok && old[..] == data[old.len()..] {
-                    self.mem.scatter(regs(), &data[..old.len()]);
+                    mem.scatter(regs(), &data[..old.len()]);
                 }
                 self.reply(src, r.seq, old)?;
                 n?;
@@ -760,12 +821,12 @@ impl Shared {
                     }
                     g
                 };
-                self.reply(src, r.seq, Vec::new())?;
+                self.reply(src, r.seq, self.verdict(src))?;
                 for (o, seq) in granted {
                     self.reply(o, seq, Vec::new())?;
                 }
             }
-            Kind::Flush => self.reply(src, r.seq, Vec::new())?,
+            Kind::Flush => self.reply(src, r.seq, self.verdict(src))?,
             Kind::Complete => lock(&self.target).completes += 1,
         }
         Ok(())
@@ -902,12 +963,15 @@ impl Module for Pt2pt {
                 ));
             }
         }
-        self.flush_targets(&self.all_ranks())?;
+        // An operation a target refused (a dynamic window's target region
+        // not attached) fails this fence, after the barrier: the other
+        // ranks must not wait for this one.
+        let flushed = self.flush_targets(&self.all_ranks());
         self.barrier()?;
         let mut o = lock(&self.origin);
         o.fence = a & assert::NOSUCCEED == 0;
         o.fence_ops = false;
-        Ok(())
+        flushed
     }
 
     fn lock(&self, kind: LockType, rank: i32, a: u32) -> Result<()> {
@@ -944,21 +1008,22 @@ impl Module for Pt2pt {
                 "MPI_Win_unlock of rank {rank}, which this process has not locked"
             )));
         };
-        if nocheck {
-            self.flush_targets(&[rank])?;
+        // A refused operation fails the unlock, which still ends the epoch.
+        let done = if nocheck {
+            self.flush_targets(&[rank])
         } else {
             lock(&self.origin).dirty.remove(&rank);
             self.issue(
                 rank,
                 Req::control(Kind::Unlock, 0, 0),
                 &[],
-                Some((0, None)),
+                Some((ERR_REPLY, None)),
                 false,
             )?;
-            self.wait_pending(Some(&[rank]))?;
-        }
+            self.wait_pending(Some(&[rank]))
+        };
         lock(&self.origin).locks.remove(&rank);
-        Ok(())
+        done
     }
 
     fn lock_all(&self, a: u32) -> Result<()> {
@@ -994,8 +1059,10 @@ impl Module for Pt2pt {
                 "MPI_Win_unlock_all without MPI_Win_lock_all".into(),
             ));
         };
-        if nocheck {
-            self.flush_targets(&self.all_ranks())?;
+        // As in `unlock`: a refused operation fails the call, which still
+        // ends the epoch.
+        let done = if nocheck {
+            self.flush_targets(&self.all_ranks())
         } else {
             lock(&self.origin).dirty.clear();
             for r in 0..self.size {
@@ -1003,14 +1070,14 @@ impl Module for Pt2pt {
                     r,
                     Req::control(Kind::Unlock, 0, 0),
                     &[],
-                    Some((0, None)),
+                    Some((ERR_REPLY, None)),
                     false,
                 )?;
             }
-            self.wait_pending(None)?;
-        }
+            self.wait_pending(None)
+        };
         lock(&self.origin).lock_all = None;
-        Ok(())
+        done
     }
 
     fn flush(&self, rank: Option<i32>) -> Result<()> {
@@ -1159,13 +1226,22 @@ impl Module for Pt2pt {
                 "MPI_Win_complete without MPI_Win_start".into(),
             ));
         };
+        // Only the target knows whether a dynamic window's operations hit
+        // attached memory: a flush brings its verdict back. A refused
+        // operation fails the call, which still ends the epoch (the
+        // targets' waits must end).
+        let flushed = if self.dynamic {
+            self.flush_targets(&group)
+        } else {
+            Ok(())
+        };
         for &r in &group {
             lock(&self.origin).dirty.remove(&r);
             self.issue(r, Req::control(Kind::Complete, 0, 0), &[], None, false)?;
         }
-        self.wait_pending(Some(&group))?;
+        let done = self.wait_pending(Some(&group));
         lock(&self.origin).start = None;
-        Ok(())
+        flushed.and(done)
     }
 
     fn wait(&self, block: bool) -> Result<bool> {
