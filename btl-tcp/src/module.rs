@@ -46,6 +46,36 @@
 //! are handed to the handler in place. Progress is bounded: at most
 //! [`FRAMES_PER_PROGRESS`] fragments per call; connections with unread
 //! data are remembered (epoll is edge-triggered) and read on the next call.
+//! `btl_tcp_sndbuf`/`btl_tcp_rcvbuf` set `SO_SNDBUF`/`SO_RCVBUF` of every
+//! connection (0, the default as in Open MPI: the kernel sizes and grows
+//! them; an explicit size stops that growth and is capped by
+//! `net.core.wmem_max`/`rmem_max`, 208 KiB on many systems, so it is no
+//! default).
+//!
+//! # Receive in place
+//! A data frame of which at least `btl_tcp_place_min` bytes are still to
+//! come once its start is here is offered to the handler
+//! ([`BtlRecvHandler::place`]: the pml answers for the fragments of a
+//! pipelined rendezvous whose receive buffer is contiguous). With a
+//! placement, the bytes already read are copied there and the rest is read
+//! with one `readv` per call straight into it, the second vector taking the
+//! start of the next frames (at most [`PLACE_SPILL`], as is the next read
+//! when nothing followed: a pipelined message's next fragment is likely
+//! placed too); the handler is asked
+//! again before every read, and a placement withdrawn (the receive
+//! completed or failed meanwhile) makes the module read and drop the rest of
+//! that fragment. While this is on, a read into the connection's buffer
+//! takes at most [`PLACE_READ_CAP`] bytes, so that only the first read of a
+//! large fragment goes through the buffer. Why: every byte of a pipelined
+//! message used to be copied twice on the receiving side (kernel to the
+//! connection's buffer, then the pml into the receive buffer), which made
+//! tcp ping-pong 1.2-1.8x Open MPI's time at 256 KiB-4 MiB; Open MPI's tcp
+//! reads its PUT fragments straight into the receive buffer the same way.
+//! The default fragment (`btl_tcp_max_send_size`, 512 KiB + 64) is larger
+//! than Open MPI's 128 KiB send fragment for the same reason (one copied
+//! first read per fragment, fewer calls); larger ones did no better on
+//! loopback, as a fragment the socket does not take whole is copied into the
+//! peer's queue. `docs/journal/tcp-large-messages.md` has the measurements.
 //!
 //! # Failure
 //! EOF without a preceding BYE frame, a reset, a write error, a malformed
@@ -104,11 +134,11 @@ const READ_CHUNK: usize = 256 * 1024;
 /// place is on (`btl_tcp_place_min` > 0): about what loopback delivers at
 /// once (64 KiB segments), and an eager fragment whole; the rest of a
 /// large fragment is then read into its placement.
-const PLACE_READ_CAP: usize = 64 * 1024 + 64;
+pub const PLACE_READ_CAP: usize = 64 * 1024 + 64;
 /// Most bytes the read that ends a placed fragment takes beyond it: the
 /// next frame's header and a little more, as the next fragment of a
 /// pipelined message is likely to be placed too.
-const PLACE_SPILL: usize = 4096;
+pub const PLACE_SPILL: usize = 4096;
 /// Tokens of the listening sockets: `LISTENER_BASE + i` (connections use
 /// `slot + 1`).
 const LISTENER_BASE: usize = usize::MAX - MAX_ADDRS;
@@ -248,6 +278,10 @@ struct Conn {
     /// A fragment whose payload is being read into the handler's memory
     /// (`rbuf` is empty meanwhile).
     placing: Option<Placing>,
+    /// A placed fragment just ended with no byte after it read: the next
+    /// read takes at most [`PLACE_SPILL`] (a pipelined message's next
+    /// fragment is likely placed too).
+    after_placed: bool,
     since: Instant,
 }
 
@@ -718,7 +752,13 @@ impl TcpModule {
             // the buffer, so that the bulk of a large fragment goes to its
             // placement rather than through here.
             let cap = if place_min > 0 {
-                (c.rend + PLACE_READ_CAP).min(c.rbuf.len())
+                let most = if c.after_placed {
+                    PLACE_SPILL
+                } else {
+                    PLACE_READ_CAP
+                };
+                c.after_placed = false;
+                (c.rend + most).min(c.rbuf.len())
             } else {
                 c.rbuf.len()
             };
@@ -856,6 +896,7 @@ impl TcpModule {
                     c.rend = n - rest;
                 }
                 if pl.at == pl.len {
+                    c.after_placed = c.rend == 0;
                     let pl = c.placing.take().expect("placing");
                     if !pl.discard {
                         handler.on_placed(peer, pl.tag, &pl.head[..pl.head_len], pl.len);

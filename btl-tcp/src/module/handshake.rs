@@ -46,6 +46,7 @@ impl Conn {
             rstart: 0,
             rend: 0,
             placing: None,
+            after_placed: false,
             since: Instant::now(),
         }
     }
