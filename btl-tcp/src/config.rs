@@ -9,6 +9,21 @@ use tmpi_btl::BtlError;
 use crate::ifaddr::IfSpec;
 use crate::wire::WIRE_MAX_FRAME;
 
+/// Default of `btl_tcp_max_send_size`: 512 KiB of payload plus a pml
+/// header (at most 64 bytes), so that a power-of-two message is not cut
+/// into a full fragment and a few bytes. Larger than Open MPI's 128 KiB
+/// send fragment because a fragment received in place costs a copy only
+/// for its first read (at most `PLACE_READ_CAP`), and the fewer fragments
+/// the fewer calls; not larger, because a fragment the socket does not take
+/// whole is copied into the peer's queue (more often the larger it is when
+/// the kernel sizes the send buffer).
+pub const MAX_SEND_SIZE_DEFAULT: usize = 512 * 1024 + 64;
+/// Default of `btl_tcp_place_min`: below, the copy that receiving in
+/// place saves costs less than splitting the reads around the fragment.
+pub const PLACE_MIN_DEFAULT: usize = 16 * 1024;
+/// Smallest non-zero `btl_tcp_place_min`.
+pub const PLACE_MIN_LEAST: usize = 1024;
+
 /// Configuration of the tcp BTL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TcpConfig {
@@ -23,6 +38,16 @@ pub struct TcpConfig {
     /// `btl_tcp_sendq_bytes`: bytes queued towards one peer before `send`
     /// says `WouldBlock`.
     pub sendq_bytes: usize,
+    /// `btl_tcp_place_min`: a large fragment with at least this many
+    /// bytes still to arrive is read straight into the receiver's buffer
+    /// when the upper layer offers one (receive in place); 0: never.
+    pub place_min: usize,
+    /// `btl_tcp_sndbuf`: `SO_SNDBUF` of every connection; 0: the
+    /// kernel's automatic sizing.
+    pub sndbuf: usize,
+    /// `btl_tcp_rcvbuf`: `SO_RCVBUF` of every connection; 0: the
+    /// kernel's automatic sizing.
+    pub rcvbuf: usize,
     /// `btl_tcp_connect_timeout`: connection set-up deadline.
     pub connect_timeout: Duration,
     /// `btl_tcp_handshake_timeout`: how long an inbound connection may
@@ -48,10 +73,13 @@ impl Default for TcpConfig {
     fn default() -> Self {
         TcpConfig {
             eager_limit: 64 * 1024,
-            max_send_size: 128 * 1024,
+            max_send_size: MAX_SEND_SIZE_DEFAULT,
             if_include: Vec::new(),
             if_exclude: Vec::new(),
             sendq_bytes: 4 << 20,
+            place_min: PLACE_MIN_DEFAULT,
+            sndbuf: 0,
+            rcvbuf: 0,
             connect_timeout: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(5),
             pending_per_addr: 64,
@@ -108,6 +136,25 @@ impl TcpConfig {
             "sendq_bytes",
             "Bytes queued towards one peer before sends are refused until progress drains them",
             d.sendq_bytes,
+        )?;
+        let place_min = size(
+            "place_min",
+            "A fragment with at least this many bytes still to arrive is read straight into \
+             the receive buffer when the pml offers one (receive in place, no copy out of \
+             the connection's buffer); 0: never",
+            d.place_min,
+        )?;
+        let sndbuf = size(
+            "sndbuf",
+            "Socket send buffer size (SO_SNDBUF) of each connection; 0: the kernel sizes it \
+             (and grows it as needed)",
+            d.sndbuf,
+        )?;
+        let rcvbuf = size(
+            "rcvbuf",
+            "Socket receive buffer size (SO_RCVBUF) of each connection; 0: the kernel sizes it \
+             (and grows it as needed)",
+            d.rcvbuf,
         )?;
         let include = reg
             .register_list(
@@ -209,6 +256,9 @@ impl TcpConfig {
                 if_include: Vec::new(),
                 if_exclude: Vec::new(),
                 sendq_bytes,
+                place_min,
+                sndbuf,
+                rcvbuf,
                 connect_timeout: Duration::from_secs(timeout as u64),
                 handshake_timeout: Duration::from_secs(handshake_timeout as u64),
                 pending_per_addr,
@@ -242,9 +292,74 @@ impl TcpConfig {
                 self.sendq_bytes, self.max_send_size
             ));
         }
+        if self.place_min != 0 && self.place_min < PLACE_MIN_LEAST {
+            return Err(format!(
+                "btl_tcp_place_min {} must be 0 (off) or at least {PLACE_MIN_LEAST}",
+                self.place_min
+            ));
+        }
+        for (name, v) in [("sndbuf", self.sndbuf), ("rcvbuf", self.rcvbuf)] {
+            if v > i32::MAX as usize {
+                return Err(format!(
+                    "btl_tcp_{name} {v} exceeds the largest socket buffer size ({})",
+                    i32::MAX
+                ));
+            }
+        }
         if !self.if_include.is_empty() && !self.if_exclude.is_empty() {
             return Err("btl_tcp_if_include and btl_tcp_if_exclude are mutually exclusive".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn place_min_is_off_or_at_least_the_least() {
+        let with = |place_min| TcpConfig {
+            place_min,
+            ..TcpConfig::default()
+        };
+        assert_eq!(TcpConfig::default().place_min, PLACE_MIN_DEFAULT);
+        assert!(with(PLACE_MIN_DEFAULT).validate().is_ok());
+        assert!(
+            with(0).validate().is_ok(),
+            "0 switches receiving in place off"
+        );
+        assert!(with(PLACE_MIN_LEAST).validate().is_ok());
+        let e = with(PLACE_MIN_LEAST - 1).validate().unwrap_err();
+        assert!(e.contains("btl_tcp_place_min 1023"), "{e}");
+        assert!(with(1).validate().is_err());
+    }
+
+    #[test]
+    fn socket_buffer_sizes_fit_an_int() {
+        let ok = TcpConfig {
+            sndbuf: 4 << 20,
+            rcvbuf: i32::MAX as usize,
+            ..TcpConfig::default()
+        };
+        assert!(ok.validate().is_ok());
+        assert_eq!(
+            (TcpConfig::default().sndbuf, TcpConfig::default().rcvbuf),
+            (0, 0)
+        );
+        let e = TcpConfig {
+            sndbuf: i32::MAX as usize + 1,
+            ..TcpConfig::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("btl_tcp_sndbuf"), "{e}");
+        let e = TcpConfig {
+            rcvbuf: 1 << 40,
+            ..TcpConfig::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("btl_tcp_rcvbuf"), "{e}");
     }
 }

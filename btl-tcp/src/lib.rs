@@ -8,8 +8,8 @@
 //! * [`config`]: the `btl_tcp_*` MCA parameters.
 //! * [`module`]: listening sockets (one per selected address), lazy connections, simultaneous-connect
 //!   resolution, non-blocking I/O from the progress engine (epoll via
-//!   `mio`), flow control, peer failure ([`TcpModule`] documents the
-//!   protocol).
+//!   `mio`), flow control, receiving large fragments in place, peer
+//!   failure ([`module`] documents the protocol).
 //! * [`auth`]: the handshake MAC (HMAC-SHA256 keyed with the job secret)
 //!   and the nonce source.
 //! * [`admission`]: bounds on connections that have not authenticated yet

@@ -46,6 +46,36 @@
 //! are handed to the handler in place. Progress is bounded: at most
 //! [`FRAMES_PER_PROGRESS`] fragments per call; connections with unread
 //! data are remembered (epoll is edge-triggered) and read on the next call.
+//! `btl_tcp_sndbuf`/`btl_tcp_rcvbuf` set `SO_SNDBUF`/`SO_RCVBUF` of every
+//! connection (0, the default as in Open MPI: the kernel sizes and grows
+//! them; an explicit size stops that growth and is capped by
+//! `net.core.wmem_max`/`rmem_max`, 208 KiB on many systems, so it is no
+//! default).
+//!
+//! # Receive in place
+//! A data frame of which at least `btl_tcp_place_min` bytes are still to
+//! come once its start is here is offered to the handler
+//! ([`BtlRecvHandler::place`]: the pml answers for the fragments of a
+//! pipelined rendezvous whose receive buffer is contiguous). With a
+//! placement, the bytes already read are copied there and the rest is read
+//! with one `readv` per call straight into it, the second vector taking the
+//! start of the next frames (at most [`PLACE_SPILL`], as is the next read
+//! when nothing followed: a pipelined message's next fragment is likely
+//! placed too); the handler is asked
+//! again before every read, and a placement withdrawn (the receive
+//! completed or failed meanwhile) makes the module read and drop the rest of
+//! that fragment. While this is on, a read into the connection's buffer
+//! takes at most [`PLACE_READ_CAP`] bytes, so that only the first read of a
+//! large fragment goes through the buffer. Why: every byte of a pipelined
+//! message used to be copied twice on the receiving side (kernel to the
+//! connection's buffer, then the pml into the receive buffer), which made
+//! tcp ping-pong 1.2-1.8x Open MPI's time at 256 KiB-4 MiB; Open MPI's tcp
+//! reads its PUT fragments straight into the receive buffer the same way.
+//! The default fragment (`btl_tcp_max_send_size`, 512 KiB + 64) is larger
+//! than Open MPI's 128 KiB send fragment for the same reason (one copied
+//! first read per fragment, fewer calls); larger ones did no better on
+//! loopback, as a fragment the socket does not take whole is copied into the
+//! peer's queue. `docs/journal/tcp-large-messages.md` has the measurements.
 //!
 //! # Failure
 //! EOF without a preceding BYE frame, a reset, a write error, a malformed
@@ -75,7 +105,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use tmpi_base::identity::ProcessInfo;
 use tmpi_base::modex::{Modex, ModexError};
-use tmpi_btl::{BtlError, BtlFlags, BtlModule, BtlRecvHandler, EXCLUSIVITY_LOW};
+use tmpi_btl::{BtlError, BtlFlags, BtlModule, BtlRecvHandler, EXCLUSIVITY_LOW, PLACE_HEAD_MAX};
 
 use crate::admission::{self, Pending, RejectLog};
 use crate::auth::{NonceSource, Transcript};
@@ -100,6 +130,15 @@ pub const FRAMES_PER_PROGRESS: usize = 64;
 pub const REJECT_LOG_EVERY: Duration = Duration::from_secs(10);
 /// Initial receive buffer per connection.
 const READ_CHUNK: usize = 256 * 1024;
+/// Most bytes one read puts into a connection's buffer while receiving in
+/// place is on (`btl_tcp_place_min` > 0): about what loopback delivers at
+/// once (64 KiB segments), and an eager fragment whole; the rest of a
+/// large fragment is then read into its placement.
+pub const PLACE_READ_CAP: usize = 64 * 1024 + 64;
+/// Most bytes the read that ends a placed fragment takes beyond it: the
+/// next frame's header and a little more, as the next fragment of a
+/// pipelined message is likely to be placed too.
+pub const PLACE_SPILL: usize = 4096;
 /// Tokens of the listening sockets: `LISTENER_BASE + i` (connections use
 /// `slot + 1`).
 const LISTENER_BASE: usize = usize::MAX - MAX_ADDRS;
@@ -140,6 +179,12 @@ pub struct TcpStats {
     pub dropped: u64,
     /// Connections aborted by fault injection (`btl_tcp_inject_reset`).
     pub injected_resets: u64,
+    /// Fragments whose payload was read straight into the receiver's
+    /// buffer (receive in place, `btl_tcp_place_min`).
+    pub placed: u64,
+    /// Placed fragments whose placement the handler withdrew before they
+    /// arrived whole (the rest was read and dropped).
+    pub place_revoked: u64,
 }
 
 impl std::fmt::Display for TcpStats {
@@ -147,7 +192,8 @@ impl std::fmt::Display for TcpStats {
         write!(
             f,
             "{} connects, {} accepts, {} refused, {} retries, {} simultaneous, {} sends refused \
-             for back-pressure, {} peer failures, {} queued fragments dropped, {} injected resets",
+             for back-pressure, {} peer failures, {} queued fragments dropped, {} injected resets, \
+             {} fragments received in place ({} withdrawn)",
             self.connects,
             self.accepts,
             self.rejected,
@@ -156,7 +202,9 @@ impl std::fmt::Display for TcpStats {
             self.would_block,
             self.peer_failures,
             self.dropped,
-            self.injected_resets
+            self.injected_resets,
+            self.placed,
+            self.place_revoked
         )
     }
 }
@@ -227,7 +275,28 @@ struct Conn {
     rbuf: Vec<u8>,
     rstart: usize,
     rend: usize,
+    /// A fragment whose payload is being read into the handler's memory
+    /// (`rbuf` is empty meanwhile).
+    placing: Option<Placing>,
+    /// A placed fragment just ended with no byte after it read: the next
+    /// read takes at most [`PLACE_SPILL`] (a pipelined message's next
+    /// fragment is likely placed too).
+    after_placed: bool,
     since: Instant,
+}
+
+/// A fragment being received in place.
+struct Placing {
+    tag: u8,
+    /// Its length (frame body).
+    len: usize,
+    /// Its header as the handler took it (`Placement::head` bytes).
+    head: [u8; PLACE_HEAD_MAX],
+    head_len: usize,
+    /// Bytes of it received so far (header included).
+    at: usize,
+    /// The handler withdrew the placement: the rest is read and dropped.
+    discard: bool,
 }
 
 enum ReadOutcome {
@@ -592,7 +661,18 @@ impl TcpModule {
             self.conns[slot] = Some(c);
             return ReadOutcome::Closed;
         };
+        let place_min = self.cfg.place_min;
         let result = loop {
+            if c.placing.is_some() {
+                if *budget == 0 {
+                    break Ok(ReadOutcome::More);
+                }
+                match self.read_placed(&mut c, peer, handler, budget) {
+                    Ok(true) => continue,
+                    Ok(false) => break Ok(ReadOutcome::Drained),
+                    Err(why) => break Err(why),
+                }
+            }
             // Deliver the complete frames in the buffer.
             let mut error = None;
             while *budget > 0 && c.rend - c.rstart >= FRAME_HDR_LEN {
@@ -607,6 +687,14 @@ impl TcpModule {
                 };
                 let total = FRAME_HDR_LEN + h.len;
                 if c.rend - c.rstart < total {
+                    if place_min > 0
+                        && h.kind == FrameKind::Data
+                        && total - (c.rend - c.rstart) >= place_min
+                        && Self::start_placing(&mut c, peer, h, handler)
+                    {
+                        self.stats.placed += 1;
+                        break;
+                    }
                     if c.rbuf.len() - c.rstart < total {
                         c.rbuf.copy_within(c.rstart..c.rend, 0);
                         c.rend -= c.rstart;
@@ -641,6 +729,9 @@ impl TcpModule {
             if let Some(why) = error {
                 break Err(why);
             }
+            if c.placing.is_some() {
+                continue;
+            }
             if c.rstart == c.rend {
                 c.rstart = 0;
                 c.rend = 0;
@@ -657,7 +748,21 @@ impl TcpModule {
                     c.rbuf.resize(n, 0);
                 }
             }
-            match c.stream.read(&mut c.rbuf[c.rend..]) {
+            // Receiving in place: a read takes at most `PLACE_READ_CAP` into
+            // the buffer, so that the bulk of a large fragment goes to its
+            // placement rather than through here.
+            let cap = if place_min > 0 {
+                let most = if c.after_placed {
+                    PLACE_SPILL
+                } else {
+                    PLACE_READ_CAP
+                };
+                c.after_placed = false;
+                (c.rend + most).min(c.rbuf.len())
+            } else {
+                c.rbuf.len()
+            };
+            match c.stream.read(&mut c.rbuf[c.rend..cap]) {
                 Ok(0) => {
                     let closed = matches!(
                         self.peers[peer as usize].as_ref().map(|p| &p.state),
@@ -691,6 +796,122 @@ impl TcpModule {
                 self.close_conn(slot);
                 ReadOutcome::Closed
             }
+        }
+    }
+
+    /// Receive in place: the frame `h` at `c.rstart` is incomplete and
+    /// large; offers its start to the handler and, when it gives a
+    /// placement, copies the payload bytes already here into it and
+    /// switches the connection to reading the rest there (`c.rbuf` left
+    /// empty: the frame was the last bytes in it). Returns whether it did.
+    fn start_placing(
+        c: &mut Conn,
+        peer: u32,
+        h: FrameHdr,
+        handler: &mut dyn BtlRecvHandler,
+    ) -> bool {
+        let body = &c.rbuf[c.rstart + FRAME_HDR_LEN..c.rend];
+        if body.len() < h.len.min(PLACE_HEAD_MAX) {
+            return false; // the header is not here yet: ask after the next read
+        }
+        let Some(p) = handler.place(peer, h.tag, body, h.len) else {
+            return false;
+        };
+        let head = p.head();
+        if head > PLACE_HEAD_MAX || head > body.len() || head + p.len() != h.len {
+            tracing::debug!(target: "btl_tcp", peer, head, placed = p.len(), len = h.len,
+                "placement does not match the fragment; delivered whole");
+            return false;
+        }
+        sys::copy_into_placement(&p, 0, &body[head..]);
+        let mut pl = Placing {
+            tag: h.tag,
+            len: h.len,
+            head: [0; PLACE_HEAD_MAX],
+            head_len: head,
+            at: body.len(),
+            discard: false,
+        };
+        pl.head[..head].copy_from_slice(&body[..head]);
+        c.placing = Some(pl);
+        c.rstart = 0;
+        c.rend = 0;
+        true
+    }
+
+    /// One read of the fragment being received in place (`c.placing`),
+    /// into the placement (asked again first) followed by `c.rbuf` for the
+    /// next frames, or into `c.rbuf` only to drop it when the handler
+    /// withdrew the placement. Delivers the fragment (`on_placed`) when it
+    /// is whole. `Ok(true)`: read something, go on; `Ok(false)`: the
+    /// socket is empty; `Err`: the connection failed (why).
+    fn read_placed(
+        &mut self,
+        c: &mut Conn,
+        peer: u32,
+        handler: &mut dyn BtlRecvHandler,
+        budget: &mut usize,
+    ) -> Result<bool, String> {
+        let Some(pl) = c.placing.as_mut() else {
+            return Ok(true);
+        };
+        let rest = pl.len - pl.at;
+        let target = if pl.discard {
+            None
+        } else {
+            match handler.place(peer, pl.tag, &pl.head[..pl.head_len], pl.len) {
+                Some(p) if p.head() == pl.head_len && p.len() == pl.len - pl.head_len => Some(p),
+                _ => {
+                    tracing::debug!(target: "btl_tcp", peer, len = pl.len, at = pl.at,
+                        "placement withdrawn; the rest of the fragment is dropped");
+                    pl.discard = true;
+                    self.stats.place_revoked += 1;
+                    None
+                }
+            }
+        };
+        if c.rbuf.is_empty() {
+            c.rbuf.resize(READ_CHUNK, 0);
+        }
+        let r = match target {
+            Some(ref p) => {
+                let spill = PLACE_SPILL.min(c.rbuf.len());
+                sys::read_into_placement(&c.stream, p, pl.at - pl.head_len, &mut c.rbuf[..spill])
+            }
+            None => {
+                let k = rest.min(c.rbuf.len());
+                c.stream.read(&mut c.rbuf[..k])
+            }
+        };
+        match r {
+            Ok(0) => Err(format!(
+                "connection closed by the peer in the middle of a fragment ({} bytes of it \
+                 received)",
+                FRAME_HDR_LEN + pl.at
+            )),
+            Ok(n) => {
+                pl.at += n.min(rest);
+                if target.is_some() && n > rest {
+                    c.rstart = 0;
+                    c.rend = n - rest;
+                }
+                if pl.at == pl.len {
+                    c.after_placed = c.rend == 0;
+                    let pl = c.placing.take().expect("placing");
+                    if !pl.discard {
+                        handler.on_placed(peer, pl.tag, &pl.head[..pl.head_len], pl.len);
+                        *budget -= 1;
+                        if let Some(p) = self.peers[peer as usize].as_mut() {
+                            p.stats.frags_recv += 1;
+                            p.stats.bytes_recv += pl.len as u64;
+                        }
+                    }
+                }
+                Ok(true)
+            }
+            Err(e) if would_block(&e) => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+            Err(e) => Err(format!("read: {e}")),
         }
     }
 

@@ -25,6 +25,11 @@
 //! [`BtlRecvHandler`] given to [`BtlModule::progress`], as
 //! `(source world rank, tag, bytes)`. The BTL does not interpret tags: all
 //! 256 values belong to the upper layer (the handler is the callback table).
+//! A module reading a byte stream may instead offer a large fragment to
+//! [`BtlRecvHandler::place`] and write its payload where the handler says
+//! (receive in place: no copy out of the module's receive buffer), then
+//! report it with [`BtlRecvHandler::on_placed`]; ordering and exactly-once
+//! apply to both kinds of delivery alike.
 //!
 //! **Ordering**: fragments from one peer over one module are delivered in
 //! the order their `send`/`sendi` calls returned `Ok` (FIFO per peer per
@@ -46,12 +51,14 @@
 pub mod bytes;
 mod error;
 pub mod offload;
+mod placement;
 mod region;
 pub mod select;
 pub mod testing;
 
 pub use error::BtlError;
 pub use offload::{TagCaps, TagData, TagEvent, TagMsg, TagOffload, TagRndv};
+pub use placement::{Placement, PLACE_HEAD_MAX};
 pub use region::{RemoteRegion, REMOTE_REGION_BYTES};
 
 use tmpi_base::identity::ProcessInfo;
@@ -110,6 +117,29 @@ impl std::ops::BitOr for BtlFlags {
 pub trait BtlRecvHandler {
     /// One fragment from world rank `peer`, tagged `tag`.
     fn on_fragment(&mut self, peer: u32, tag: u8, bytes: &[u8]);
+
+    /// Receive in place, asked by modules that read a byte stream (tcp)
+    /// when a large fragment of `len` bytes from `peer` is only partly
+    /// here: `start` is its beginning (at least `min(len,
+    /// PLACE_HEAD_MAX)` bytes). `Some`: the module writes bytes
+    /// `head..len` of the fragment straight to the placement and, once all
+    /// arrived, calls [`BtlRecvHandler::on_placed`] instead of
+    /// `on_fragment`. The module asks again (with `start` = the header
+    /// bytes only) before each later write into the placement; when the
+    /// answer changes to `None` or another placement, it discards the rest
+    /// of the fragment and reports nothing. Default: `None` (every
+    /// fragment through `on_fragment`).
+    fn place(&mut self, peer: u32, tag: u8, start: &[u8], len: usize) -> Option<Placement> {
+        let _ = (peer, tag, start, len);
+        None
+    }
+
+    /// A fragment of `len` bytes whose payload was placed
+    /// ([`BtlRecvHandler::place`]) has arrived whole; `head` is its header
+    /// (the first [`Placement::head`] bytes).
+    fn on_placed(&mut self, peer: u32, tag: u8, head: &[u8], len: usize) {
+        let _ = (peer, tag, head, len);
+    }
 }
 
 impl<F: FnMut(u32, u8, &[u8])> BtlRecvHandler for F {

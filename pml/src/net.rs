@@ -18,7 +18,9 @@ use rustc_hash::FxHashMap;
 use tmpi_base::identity::ProcessInfo;
 use tmpi_base::mca::{Registry, SelectionList};
 use tmpi_base::modex::Modex;
-use tmpi_btl::{BtlComponent, BtlError, BtlFlags, BtlModule, RemoteRegion};
+use tmpi_btl::{
+    BtlComponent, BtlError, BtlFlags, BtlModule, BtlRecvHandler, Placement, RemoteRegion,
+};
 use tmpi_tm_engine::split::{NicAction, NicEvent};
 
 use crate::core::Limits;
@@ -29,7 +31,7 @@ use crate::matching::Envelope;
 use crate::raw::{RawBuf, RawBufMut};
 use crate::region::Region;
 use crate::tm_input::{tm_input, OpenRequests};
-use crate::transport::{TmInput, Transport, TxError};
+use crate::transport::{Deliver, TmInput, Transport, TxError};
 use crate::PmlError;
 
 /// The BTL tag of every pml fragment.
@@ -310,7 +312,7 @@ impl BtlNet {
     /// carry traffic (`carrying`, a quiet loopback skipped); every
     /// [`IDLE_MODULE_POLL`]th round polls them all, out of line.
     #[inline(always)]
-    fn poll(&mut self, deliver: &mut dyn FnMut(u32, &[u8]), waiting: bool) -> usize {
+    fn poll(&mut self, deliver: &mut dyn Deliver, waiting: bool) -> usize {
         self.polls = self.polls.wrapping_add(1);
         if self.polls.is_multiple_of(IDLE_MODULE_POLL) {
             return self.poll_all(deliver, waiting);
@@ -341,7 +343,7 @@ impl BtlNet {
     /// A round that polls every module, carrying traffic or not.
     #[cold]
     #[inline(never)]
-    fn poll_all(&mut self, deliver: &mut dyn FnMut(u32, &[u8]), waiting: bool) -> usize {
+    fn poll_all(&mut self, deliver: &mut dyn Deliver, waiting: bool) -> usize {
         let mut n = 0;
         for (i, m) in self.modules.iter_mut().enumerate() {
             let k = poll_module(&mut **m, &mut self.dropped, deliver, waiting);
@@ -358,21 +360,48 @@ impl BtlNet {
 fn poll_module(
     m: &mut dyn BtlModule,
     dropped: &mut u64,
-    deliver: &mut dyn FnMut(u32, &[u8]),
+    deliver: &mut dyn Deliver,
     waiting: bool,
 ) -> usize {
-    let mut handler = |peer: u32, tag: u8, bytes: &[u8]| {
-        if tag == BTL_TAG_PML {
-            deliver(peer, bytes);
-        } else {
-            *dropped += 1;
-            tracing::error!(target: "pml_ob1", peer, tag, "fragment with a foreign BTL tag dropped");
-        }
-    };
+    let mut handler = PmlHandler { deliver, dropped };
     if waiting {
         m.progress_waiting(&mut handler)
     } else {
         m.progress(&mut handler)
+    }
+}
+
+/// The pml's handler of one module's fragments: those under the pml's
+/// BTL tag go to `deliver`, anything else is counted in `dropped`.
+struct PmlHandler<'a> {
+    deliver: &'a mut dyn Deliver,
+    dropped: &'a mut u64,
+}
+
+impl BtlRecvHandler for PmlHandler<'_> {
+    #[inline(always)]
+    fn on_fragment(&mut self, peer: u32, tag: u8, bytes: &[u8]) {
+        if tag == BTL_TAG_PML {
+            self.deliver.frag(peer, bytes);
+        } else {
+            *self.dropped += 1;
+            tracing::error!(target: "pml_ob1", peer, tag, "fragment with a foreign BTL tag dropped");
+        }
+    }
+
+    fn place(&mut self, peer: u32, tag: u8, start: &[u8], len: usize) -> Option<Placement> {
+        if tag == BTL_TAG_PML {
+            self.deliver.place(peer, start, len)
+        } else {
+            None
+        }
+    }
+
+    fn on_placed(&mut self, peer: u32, tag: u8, head: &[u8], len: usize) {
+        // Only fragments under the pml's tag are ever placed.
+        if tag == BTL_TAG_PML {
+            self.deliver.placed(peer, head, len);
+        }
     }
 }
 
@@ -472,11 +501,11 @@ impl Transport for BtlNet {
         })
     }
 
-    fn progress(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize {
+    fn progress(&mut self, deliver: &mut dyn Deliver) -> usize {
         self.poll(deliver, false)
     }
 
-    fn progress_waiting(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize {
+    fn progress_waiting(&mut self, deliver: &mut dyn Deliver) -> usize {
         self.poll(deliver, true)
     }
 

@@ -25,6 +25,33 @@ pub enum TxError {
     Broken(String),
 }
 
+/// Where a transport hands what it received during
+/// [`Transport::progress`]: whole fragments, and (for a BTL that reads a
+/// byte stream) the placement of a large fragment's payload and its
+/// arrival (`tmpi_btl::BtlRecvHandler::place`/`on_placed`). A closure
+/// `FnMut(u32, &[u8])` takes whole fragments only.
+pub trait Deliver {
+    /// A fragment (pml header ++ payload) from world rank `peer`.
+    fn frag(&mut self, peer: u32, bytes: &[u8]);
+    /// Where the payload of the fragment of `len` bytes from `peer` that
+    /// starts with `start` belongs (`None`: deliver it with `frag`).
+    fn place(&mut self, peer: u32, start: &[u8], len: usize) -> Option<tmpi_btl::Placement> {
+        let _ = (peer, start, len);
+        None
+    }
+    /// The placed fragment with header `head` and `len` bytes in all has
+    /// arrived.
+    fn placed(&mut self, peer: u32, head: &[u8], len: usize) {
+        let _ = (peer, head, len);
+    }
+}
+
+impl<F: FnMut(u32, &[u8])> Deliver for F {
+    fn frag(&mut self, peer: u32, bytes: &[u8]) {
+        self(peer, bytes)
+    }
+}
+
 /// The pml's view of its BTLs.
 pub trait Transport: Send {
     /// Number of processes (world ranks `0..size`).
@@ -43,11 +70,11 @@ pub trait Transport: Send {
     fn get(&mut self, peer: u32, region: &[u8], dst: RawBufMut) -> Result<(), TxError>;
     /// Polls every BTL once, handing each received fragment to `deliver`
     /// as (source world rank, bytes). Returns the number of fragments.
-    fn progress(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize;
+    fn progress(&mut self, deliver: &mut dyn Deliver) -> usize;
     /// [`Transport::progress`] for a caller blocked on one message: the
     /// BTLs may hand over fewer of the fragments already waiting
     /// (`BtlModule::progress_waiting`). Default: `progress`.
-    fn progress_waiting(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize {
+    fn progress_waiting(&mut self, deliver: &mut dyn Deliver) -> usize {
         self.progress(deliver)
     }
     /// The direct receive channel from `peer` of the BTL that carries its
@@ -325,7 +352,7 @@ impl Transport for Loopback {
         unsafe { dst.write_at(0, src) };
         Ok(())
     }
-    fn progress(&mut self, deliver: &mut dyn FnMut(u32, &[u8])) -> usize {
+    fn progress(&mut self, deliver: &mut dyn Deliver) -> usize {
         let batch: Vec<(u32, Vec<u8>)> = {
             let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
             q[self.me as usize].drain(..).collect()
@@ -338,7 +365,7 @@ impl Transport for Loopback {
         }
         let n = batch.len();
         for (src, b) in batch {
-            deliver(src, &b);
+            deliver.frag(src, &b);
         }
         n
     }

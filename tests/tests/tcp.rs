@@ -62,6 +62,61 @@ fn tcp_rendezvous_is_pipelined() {
     case(4, "big", &[]);
 }
 
+/// Rank 0's `btl_tcp stats` line (stderr, `btl_tcp_stats=1`): the count
+/// of fragments received in place.
+fn placed(stderr: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("[rank 0 ") && l.contains("btl_tcp stats:"))
+        .unwrap_or_else(|| panic!("no btl_tcp stats line of rank 0 in {stderr}"));
+    let at = line
+        .find(" fragments received in place")
+        .unwrap_or_else(|| panic!("no in-place count in {line}"));
+    line[..at]
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad in-place count in {line}"))
+}
+
+#[test]
+fn tcp_large_messages_around_fragment_boundaries_in_place_and_not() {
+    // Receive in place (default), with small fragments (many per message,
+    // so that every boundary case occurs), and with it off: the same bytes.
+    let small = [("btl_tcp_max_send_size", "65600"), ("btl_tcp_stats", "1")];
+    let chunk = (65_600 - 24).to_string();
+    let _g = serial();
+    for (n, extra, in_place) in [
+        (4, &small[..], true),
+        (3, &[("btl_tcp_stats", "1")][..], true),
+        (
+            2,
+            &[
+                ("btl_tcp_max_send_size", "65600"),
+                ("btl_tcp_stats", "1"),
+                ("btl_tcp_place_min", "0"),
+            ][..],
+            false,
+        ),
+    ] {
+        let mut m = tcp_mca();
+        m.extend_from_slice(extra);
+        let big = extra.iter().all(|(k, _)| *k != "btl_tcp_max_send_size");
+        // The default btl_tcp_max_send_size (512 KiB + 64) minus the pml's
+        // FRAG header (24 bytes).
+        let chunk = if big {
+            (512 * 1024 + 64 - 24).to_string()
+        } else {
+            chunk.clone()
+        };
+        let out = run(n, 120, &m, PROG, &["frag_edges", &chunk]);
+        assert_ok(&out, "p2p-check frag_edges: OK");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let k = placed(&err);
+        assert_eq!(k > 0, in_place, "{n} ranks {extra:?}: {k} placed\n{err}");
+    }
+}
+
 #[test]
 fn tcp_ssend_bsend_self_many_threads() {
     for c in ["ssend", "bsend", "self", "many", "threads"] {

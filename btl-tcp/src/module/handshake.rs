@@ -45,6 +45,8 @@ impl Conn {
             rbuf: Vec::new(),
             rstart: 0,
             rend: 0,
+            placing: None,
+            after_placed: false,
             since: Instant::now(),
         }
     }
@@ -162,6 +164,7 @@ impl TcpModule {
             );
         }
         let _ = stream.set_nodelay(true);
+        self.size_buffers(&stream);
         let mut c = Conn::new(stream, remote, true, Phase::AwaitHello);
         c.nonce_l = self.nonces.next_nonce();
         let challenge = Handshake {
@@ -375,6 +378,15 @@ impl TcpModule {
 
     /// Starts a connection attempt to `peer`; `since` is when the first
     /// attempt started (`btl_tcp_connect_timeout` counts from there).
+    /// `btl_tcp_sndbuf`/`btl_tcp_rcvbuf` on a new connection (0: the
+    /// kernel's own sizing, which grows them as the connection needs).
+    fn size_buffers(&self, stream: &TcpStream) {
+        if let Err(e) = sys::set_buffer_sizes(stream, self.cfg.sndbuf, self.cfg.rcvbuf) {
+            tracing::warn!(target: "btl_tcp", sndbuf = self.cfg.sndbuf, rcvbuf = self.cfg.rcvbuf,
+                "setting the socket buffer sizes: {e}");
+        }
+    }
+
     pub(super) fn start_connect(&mut self, peer: u32, since: Instant) -> Result<(), BtlError> {
         let addr = self.peer(peer).ok_or(BtlError::Unreachable(peer))?.addr;
         let stream = match TcpStream::connect(addr) {
@@ -386,6 +398,7 @@ impl TcpModule {
             }
         };
         let _ = stream.set_nodelay(true);
+        self.size_buffers(&stream);
         let mut c = Conn::new(stream, addr, false, Phase::Connecting);
         c.peer = Some(peer);
         let slot = self

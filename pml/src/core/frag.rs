@@ -278,7 +278,56 @@ impl Core {
         }
     }
 
+    /// Receive in place: where the payload of the fragment of `len` bytes
+    /// starting with `start` belongs, when it is a FRAG of a receive that
+    /// takes pipelined fragments into a contiguous buffer and the payload
+    /// lies within the bytes it wants; `None` otherwise (the fragment then
+    /// comes whole through [`Core::on_frag`], which reports what is wrong
+    /// with it). Asked again before each later write: a receive completed
+    /// or withdrawn meanwhile answers `None`.
+    pub fn place_frag(&mut self, start: &[u8], len: usize) -> Option<tmpi_btl::Placement> {
+        let Ok(Header::Frag(f, _)) = Header::parse(start) else {
+            return None;
+        };
+        let n = len.checked_sub(crate::hdr::FRAG_LEN)?;
+        let s = self.slot(ReqId(f.rreq))?;
+        let ReqState::Recv {
+            buf,
+            phase: RecvPhase::Frags { want, .. },
+        } = &s.state
+        else {
+            return None;
+        };
+        let off = usize::try_from(f.offset).ok()?;
+        if !buf.is_contiguous() || off > *want || n > *want - off {
+            return None;
+        }
+        // SAFETY: `off + n <= want <= buf.len()` (checked above), so the
+        // range lies within the receive buffer, which stays valid for
+        // writes and untouched by the application until the request
+        // completes (irecv contract); the request is incomplete now and
+        // only this module's progress call writes it (asked again in later
+        // calls, when a completion in between answers `None`).
+        Some(unsafe { tmpi_btl::Placement::new(crate::hdr::FRAG_LEN, buf.ptr().add(off), n) })
+    }
+
+    /// The FRAG whose payload was placed ([`Core::place_frag`]) arrived
+    /// whole: `head` is its header, `len` the fragment's length.
+    pub fn placed_frag(&mut self, head: &[u8], len: usize) {
+        let Ok(Header::Frag(f, _)) = Header::parse(head) else {
+            self.stats.dropped += 1;
+            return;
+        };
+        self.frag_arrived(f, len.saturating_sub(crate::hdr::FRAG_LEN), None);
+    }
+
     pub(super) fn on_data(&mut self, f: FragHdr, data: &[u8]) {
+        self.frag_arrived(f, data.len(), Some(data));
+    }
+
+    /// A FRAG of `n` payload bytes: `data` to copy into the receive buffer,
+    /// or `None` when they were placed there already.
+    fn frag_arrived(&mut self, f: FragHdr, n: usize, data: Option<&[u8]>) {
         let id = ReqId(f.rreq);
         let Some(s) = self.slot(id) else {
             self.stats.dropped += 1;
@@ -294,15 +343,17 @@ impl Core {
             return;
         };
         let off = f.offset as usize;
-        if off > *want || data.len() > *want - off {
+        if off > *want || n > *want - off {
             self.stats.dropped += 1;
-            tracing::error!(target: "pml_ob1", off, len = data.len(), "FRAG outside the receive buffer");
+            tracing::error!(target: "pml_ob1", off, len = n, "FRAG outside the receive buffer");
             return;
         }
-        // SAFETY: receive buffer valid for writes until completion (irecv
-        // contract); `off + data.len() <= want <= buf.len()` checked above.
-        unsafe { buf.write_at(off, data) };
-        *got += data.len();
+        if let Some(data) = data {
+            // SAFETY: receive buffer valid for writes until completion
+            // (irecv contract); `off + n <= want <= buf.len()` checked above.
+            unsafe { buf.write_at(off, data) };
+        }
+        *got += n;
         if *got >= *want {
             let st = s.status;
             self.complete(id, st);

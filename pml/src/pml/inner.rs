@@ -12,7 +12,7 @@ use crate::matching::{Envelope, MsgId};
 use crate::raw::{RawBuf, RawBufMut};
 use crate::region::Region;
 use crate::request::{ReqId, SendMode};
-use crate::transport::{Transport, TxError};
+use crate::transport::{Deliver, Transport, TxError};
 use crate::PmlError;
 
 pub(crate) struct Inner {
@@ -102,6 +102,25 @@ impl Wire for DeferWire<'_> {
     }
 }
 
+/// What the transport received goes to the core.
+struct CoreDeliver<'a, 'b> {
+    core: &'a mut Core,
+    w: DeferWire<'b>,
+}
+
+impl Deliver for CoreDeliver<'_, '_> {
+    #[inline(always)]
+    fn frag(&mut self, peer: u32, bytes: &[u8]) {
+        let _ = self.core.on_frag(&mut self.w, peer, bytes);
+    }
+    fn place(&mut self, _peer: u32, start: &[u8], len: usize) -> Option<tmpi_btl::Placement> {
+        self.core.place_frag(start, len)
+    }
+    fn placed(&mut self, _peer: u32, head: &[u8], len: usize) {
+        self.core.placed_frag(head, len);
+    }
+}
+
 impl Inner {
     pub(crate) fn new(core: Core, net: Box<dyn Transport>) -> Self {
         let n = net.size();
@@ -151,9 +170,9 @@ impl Inner {
             dereg,
             ..
         } = self;
-        let mut w = DeferWire { limits, dereg };
-        let mut deliver = |peer, bytes: &[u8]| {
-            let _ = core.on_frag(&mut w, peer, bytes);
+        let mut deliver = CoreDeliver {
+            core,
+            w: DeferWire { limits, dereg },
         };
         n += if waiting {
             net.progress_waiting(&mut deliver)

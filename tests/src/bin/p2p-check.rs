@@ -539,6 +539,51 @@ fn big(w: &Comm) -> R {
     w.barrier().map_err(e)
 }
 
+/// Large messages around the pipelined protocol's fragment boundaries
+/// (`chunk`: the payload of one FRAG, the BTL's largest fragment minus the
+/// pml's FRAG header; given as the case's argument) and the tcp receive-in-
+/// place threshold, every rank sending to its right neighbour while
+/// receiving from its left one (all connections busy at once). Each message
+/// is received once into a buffer of its size and once into a larger one
+/// (whose bytes past the message must stay untouched), with two messages in
+/// flight per pair so that fragments of both interleave on the connection.
+fn frag_edges(w: &Comm, chunk: usize) -> R {
+    let (rank, size) = (w.rank(), w.size());
+    ensure!(size >= 2 && chunk > 64, "needs 2 ranks and a chunk size");
+    let right = (rank + 1) % size;
+    let left = (rank + size - 1) % size;
+    let mut sizes = vec![16_383usize, 16_384, 16_385, 65_537, 1 << 20];
+    for k in 1..=3 {
+        sizes.extend([k * chunk - 1, k * chunk, k * chunk + 1]);
+    }
+    for (i, &n) in sizes.iter().enumerate() {
+        let seed = |from: i32| 5_000 + 100 * i as u64 + from as u64;
+        let out = payload(seed(rank), n);
+        let mut exact = vec![0u8; n];
+        let mut larger = vec![0x5au8; n + 4099];
+        tmpi::scope(|s| -> Result<(), Error> {
+            let r1 = w.irecv(s, &mut exact, left, 1)?;
+            let r2 = w.irecv(s, larger.as_mut_slice(), left, 2)?;
+            let q1 = w.isend(s, &out, right, 1)?;
+            let q2 = w.isend(s, &out, right, 2)?;
+            Request::wait_all(vec![r1, r2, q1, q2])?;
+            Ok(())
+        })
+        .map_err(e)?;
+        let want = payload(seed(left), n);
+        ensure!(exact == want, "payload of {n} bytes from {left} corrupt");
+        ensure!(
+            larger[..n] == want[..],
+            "payload of {n} bytes from {left} into a larger buffer corrupt"
+        );
+        ensure!(
+            larger[n..].iter().all(|&b| b == 0x5a),
+            "bytes past a {n}-byte message written"
+        );
+    }
+    w.barrier().map_err(e)
+}
+
 /// Message sizes across one packet of a 1 KiB path MTU (the soft NIC's
 /// default), the eager limit and the rendezvous switch, each received into
 /// a buffer of exactly its size and into larger ones (user buffers the NIC
@@ -833,6 +878,10 @@ fn main() -> ExitCode {
         "direct" => direct(&mpi, &w),
         "zero" => zero(&w),
         "big" => big(&w),
+        "frag_edges" => {
+            let chunk = std::env::args().nth(2).and_then(|a| a.parse().ok());
+            frag_edges(&w, chunk.unwrap_or(0))
+        }
         "sizes" => sizes(&w),
         "small_rounds" => small_rounds(&w),
         "many" => many(&w),
