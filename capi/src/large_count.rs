@@ -679,7 +679,8 @@ macro_rules! by_int_win {
 }
 use crate::osc::{
     MPI_Accumulate, MPI_Get, MPI_Get_accumulate, MPI_Put, MPI_Raccumulate, MPI_Rget,
-    MPI_Rget_accumulate, MPI_Rput, MPI_Win_allocate, MPI_Win_create,
+    MPI_Rget_accumulate, MPI_Rput, MPI_Win_allocate, MPI_Win_allocate_shared, MPI_Win_create,
+    MPI_Win_shared_query,
 };
 by_int_win!(MPI_Put_c => MPI_Put, win, [origin_count, target_count], (
     origin_addr: *const c_void, origin_count: Count, origin_datatype: c_int, target_rank: c_int,
@@ -806,4 +807,45 @@ pub extern "C" fn MPI_Type_get_contents_c(
         array_of_addresses,
         array_of_datatypes,
     )
+}
+
+/// `MPI_Win_allocate_shared` with an `MPI_Aint` displacement unit.
+#[no_mangle]
+pub extern "C" fn MPI_Win_allocate_shared_c(
+    size: Aint,
+    disp_unit: Aint,
+    info: c_int,
+    comm: c_int,
+    baseptr: *mut c_void,
+    win: *mut c_int,
+) -> c_int {
+    let Ok(disp_unit) = c_int::try_from(disp_unit) else {
+        return too_large(
+            "MPI_Win_allocate_shared_c",
+            comm,
+            "disp_unit",
+            disp_unit as i64,
+        );
+    };
+    MPI_Win_allocate_shared(size, disp_unit, info, comm, baseptr, win)
+}
+
+/// `MPI_Win_shared_query` with an `MPI_Aint` displacement unit.
+#[no_mangle]
+pub extern "C" fn MPI_Win_shared_query_c(
+    win: c_int,
+    rank: c_int,
+    size: *mut Aint,
+    disp_unit: *mut Aint,
+    baseptr: *mut c_void,
+) -> c_int {
+    let mut du: c_int = 0;
+    let rc = MPI_Win_shared_query(win, rank, size, &mut du, baseptr);
+    if rc != 0 {
+        return rc;
+    }
+    crate::osc::guard_win("MPI_Win_shared_query_c", win, || {
+        // An int always fits an MPI_Aint (64-bit targets only).
+        crate::ffi::put(disp_unit, du as Aint, "disp_unit")
+    })
 }

@@ -262,6 +262,18 @@ int main(int argc, char **argv) {
     OK(MPI_Win_fence(0, win));
     CHECK(g == rank && wbuf[1] == 1);
     OK(MPI_Win_free(&win));
+    /* A shared window through the _c forms: every rank's part visible. */
+    int *sbase;
+    OK(MPI_Win_allocate_shared_c((MPI_Aint)sizeof(int), (MPI_Aint)sizeof(int), MPI_INFO_NULL,
+                                 MPI_COMM_WORLD, &sbase, &win));
+    *sbase = rank + 1000;
+    OK(MPI_Win_fence(0, win));
+    MPI_Aint qsize = 0, qunit = 0;
+    int *qbase = NULL;
+    OK(MPI_Win_shared_query_c(win, next, &qsize, &qunit, &qbase));
+    CHECK(qsize == (MPI_Aint)sizeof(int) && qunit == (MPI_Aint)sizeof(int) && *qbase == next + 1000);
+    OK(MPI_Win_fence(0, win));
+    OK(MPI_Win_free(&win));
 
     /* Beyond INT_MAX: MPI_ERR_COUNT, on every rank, nothing sent. */
     OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
