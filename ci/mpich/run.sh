@@ -89,6 +89,27 @@ flags=(-O1 -w -DUSE_STRICT_MPI -I"$work" -I"$src/include" -I"$src/util")
 "$cc" "${flags[@]}" -c "$src/util/mtest_single.c" -o "$work/mtest_single.o"
 "$cc" "${flags[@]}" -c "$src/util/mtest_thread.c" -o "$work/mtest_thread.o"
 
+# MPICH's util/dtypes.c (libdtypes: MTestDatatype2*), for the tests its
+# Makefile.am links with it.
+"$cc" "${flags[@]}" -c "$src/util/dtypes.c" -o "$work/dtypes.o"
+
+# What MPICH's Makefile.am says of program `$2` in directory `$1`: the
+# value of `$2_$3` (SOURCES, CPPFLAGS, LDADD), continuation lines joined,
+# make variables `$(...)` left out unless `$4` is `raw`. Empty when not set.
+am_var() {
+    local am="$src/$1/Makefile.am" key
+    key=$(printf '%s' "$2" | tr -c 'A-Za-z0-9_\n' '_')_$3
+    [ -f "$am" ] || return 0
+    awk -v key="$key" '
+        function flush() { if (on) { print val; on = 0 } }
+        on { line = $0; cont = sub(/\\[ \t]*$/, "", line); val = val " " line; if (!cont) flush(); next }
+        $1 == key && $2 == "=" {
+            line = $0; sub(/^[^=]*=/, "", line); cont = sub(/\\[ \t]*$/, "", line)
+            val = line; on = 1; if (!cont) flush()
+        }
+        END { flush() }' "$am" | if [ "${4:-}" = raw ]; then cat; else sed -E 's/\$\([^)]*\)//g'; fi
+}
+
 expected="$here/expected-failures.txt"
 pass=0 fail=0 xfail=0 skip=0 unexpected=()
 for d in $DIRS; do
@@ -106,11 +127,24 @@ for d in $DIRS; do
         # tests) stay off.
         name=${name#@comm_overlap@}
         case "$name" in ''|\#*|@*) continue ;; esac
-        [ -f "$src/$d/$name.c" ] || { skip=$((skip + 1)); continue; }
+        # The program's sources and flags as MPICH's Makefile.am builds it:
+        # several programs come from one source with different -D flags
+        # (mt_sendrecv_huge, nbredscat, the *_collattach variants), some
+        # need a helper source (mcs_mutex.c) or libdtypes.
+        sources=() extra=()
+        for f in $(am_var "$d" "$name" SOURCES); do
+            case $f in *.c) sources+=("$src/$d/$f") ;; esac
+        done
+        [ ${#sources[@]} -gt 0 ] || sources=("$src/$d/$name.c")
+        for f in $(am_var "$d" "$name" CPPFLAGS); do
+            case $f in -D*) extra+=("$f") ;; esac
+        done
+        case " $(am_var "$d" "$name" LDADD raw) " in *LDADDDATA* | *dtypes*) extra+=("$work/dtypes.o") ;; esac
+        [ -f "${sources[0]}" ] || { skip=$((skip + 1)); continue; }
         exe="$work/$d/$name"
         if [ ! -x "$exe" ]; then
-            if grep -q "mtest_dtp\|dtpools" "$src/$d/$name.c" ||
-                ! "$cc" "${flags[@]}" "$src/$d/$name.c" "$work/mtest.o" "$work/mtest_common.o" \
+            if grep -q "mtest_dtp\|dtpools" "${sources[@]}" ||
+                ! "$cc" "${flags[@]}" "${extra[@]}" "${sources[@]}" "$work/mtest.o" "$work/mtest_common.o" \
                     "$thr" -o "$exe" -lm -lpthread >"$work/$d/$name.cc" 2>&1; then
                 # MPI-4 functions (persistent collectives, sessions, large
                 # counts), Fortran types, dtpools: not built, counted.
