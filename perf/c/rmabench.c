@@ -1,0 +1,129 @@
+/* One-sided latency and bandwidth (osu_put_latency / osu_get_latency /
+ * osu_fop_latency style), the same source for tmpi, Open MPI and MPICH:
+ *
+ *   rmabench [--min B] [--max B] [--iters N] [--csv]
+ *
+ * Two ranks; rank 0 is the origin, rank 1 the target (which waits in
+ * MPI_Barrier, i.e. inside MPI, during each measurement). The window is
+ * MPI_Win_allocate'd. Modes, one line per size each:
+ *   put-flush  lock_all once; per iteration MPI_Put + MPI_Win_flush
+ *   get-flush  lock_all once; per iteration MPI_Get + MPI_Win_flush
+ *   put-fence  per iteration MPI_Put + MPI_Win_fence (both ranks)
+ *   put-bw     lock_all; a window of 32 MPI_Put then one flush (MB/s)
+ *   fop        lock_all; MPI_Fetch_and_op (8-byte MPI_SUM) + flush
+ * Latencies are microseconds per iteration at the origin. */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank, csv;
+
+static void report(const char *mode, size_t n, double v) {
+    if (rank != 0) return;
+    if (csv) printf("%s,%zu,%.3f\n", mode, n, v);
+    else printf("%-10s %10zu %12.3f\n", mode, n, v);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    size_t min = 1, max = 1 << 20;
+    int iters = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--min") && i + 1 < argc) min = strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--max") && i + 1 < argc) max = strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--csv")) csv = 1;
+        else {
+            if (rank == 0) fprintf(stderr, "usage: rmabench [--min B] [--max B] [--iters N] [--csv]\n");
+            MPI_Finalize();
+            return 2;
+        }
+    }
+    if (size != 2) {
+        if (rank == 0) fprintf(stderr, "rmabench: needs 2 ranks\n");
+        MPI_Finalize();
+        return 2;
+    }
+    enum { WINDOW = 32 };
+    char *base, *local = malloc(max ? max : 1);
+    memset(local, 'a', max ? max : 1);
+    MPI_Win win;
+    MPI_Win_allocate((MPI_Aint)(max * WINDOW + 64), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base,
+                     &win);
+    if (rank == 0 && !csv) printf("# rmabench (origin rank 0, target rank 1)\n# %-8s %10s %12s\n", "mode", "size", "us or MB/s");
+    for (size_t n = min; n <= max; n *= 2) {
+        int it = iters ? iters : (n <= 8192 ? 2000 : 200);
+        int warm = it / 10;
+        double t0 = 0, t;
+        /* put-flush and get-flush */
+        for (int m = 0; m < 2; m++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            if (rank == 0) {
+                MPI_Win_lock_all(0, win);
+                for (int i = 0; i < warm + it; i++) {
+                    if (i == warm) t0 = MPI_Wtime();
+                    if (m == 0) MPI_Put(local, (int)n, MPI_BYTE, 1, 0, (int)n, MPI_BYTE, win);
+                    else MPI_Get(local, (int)n, MPI_BYTE, 1, 0, (int)n, MPI_BYTE, win);
+                    MPI_Win_flush(1, win);
+                }
+                t = MPI_Wtime() - t0;
+                MPI_Win_unlock_all(win);
+                report(m == 0 ? "put-flush" : "get-flush", n, t * 1e6 / it);
+            }
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+        /* put-fence */
+        MPI_Win_fence(0, win);
+        for (int i = 0; i < warm + it; i++) {
+            if (i == warm) t0 = MPI_Wtime();
+            if (rank == 0) MPI_Put(local, (int)n, MPI_BYTE, 1, 0, (int)n, MPI_BYTE, win);
+            MPI_Win_fence(0, win);
+        }
+        t = MPI_Wtime() - t0;
+        report("put-fence", n, t * 1e6 / it);
+        /* put-bw */
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0) {
+            int bit = n <= 8192 ? it / 10 : it / 4;
+            if (bit < 4) bit = 4;
+            MPI_Win_lock_all(0, win);
+            for (int i = 0; i < 2 + bit; i++) {
+                if (i == 2) t0 = MPI_Wtime();
+                for (int w = 0; w < WINDOW; w++)
+                    MPI_Put(local, (int)n, MPI_BYTE, 1, (MPI_Aint)(w * n), (int)n, MPI_BYTE, win);
+                MPI_Win_flush(1, win);
+            }
+            t = MPI_Wtime() - t0;
+            MPI_Win_unlock_all(win);
+            report("put-bw", n, (double)n * WINDOW * bit / t / 1e6);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    /* fop */
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        int it = iters ? iters : 2000, warm = it / 10;
+        int64_t one = 1, old = 0;
+        double t0 = 0;
+        MPI_Win_lock_all(0, win);
+        for (int i = 0; i < warm + it; i++) {
+            if (i == warm) t0 = MPI_Wtime();
+            MPI_Fetch_and_op(&one, &old, MPI_INT64_T, 1, 0, MPI_SUM, win);
+            MPI_Win_flush(1, win);
+        }
+        double t = MPI_Wtime() - t0;
+        MPI_Win_unlock_all(win);
+        report("fop", 8, t * 1e6 / it);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Win_free(&win);
+    free(local);
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One-sided latency and bandwidth: perf/c/rmabench.c (put/get + flush,
+# put + fence, a window of puts, fetch-and-op) built unchanged against
+# tmpi, Open MPI and MPICH, run alternately ROUNDS times each (default 5),
+# 2 ranks bound to the two cores; per mode and size the medians and tmpi's
+# ratio against Open MPI (latency: below 1.0 is faster; put-bw: above 1.0
+# is faster).
+#
+#   bash perf/scripts/rmabench.sh [ROUNDS]
+#   MAX=65536 bash perf/scripts/rmabench.sh 3
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROUNDS=${1:-5}
+MAX=${MAX:-1048576}
+OUT=${OUT:-$(mktemp -d /tmp/tmpi-rmabench.XXXXXX)}
+PREFIX=${PREFIX:-$PWD/target/msgrate-prefix}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+command -v mpicc.openmpi >/dev/null && command -v mpicc.mpich >/dev/null || bash ci/install-deps.sh
+mkdir -p "$OUT"
+[ -x "$PREFIX/bin/mpicc" ] || cargo xtask install --release --prefix "$PREFIX" >/dev/null
+"$PREFIX/bin/mpicc" -O2 -Wall -o "$OUT/rmabench-tmpi" perf/c/rmabench.c
+mpicc.openmpi -O2 -Wall -o "$OUT/rmabench-ompi" perf/c/rmabench.c
+mpicc.mpich -O2 -Wall -Wno-stringop-overflow -o "$OUT/rmabench-mpich" perf/c/rmabench.c
+
+run() { # impl round
+    local f="$OUT/$1.$2.csv" a=(--max "$MAX" --csv)
+    case $1 in
+    ompi) timeout 900 mpirun.openmpi -np 2 --bind-to core --mca pml ob1 --mca btl vader,self \
+        "$OUT/rmabench-ompi" "${a[@]}" >"$f" ;;
+    mpich) timeout 900 mpiexec.mpich -n 2 -bind-to core "$OUT/rmabench-mpich" "${a[@]}" >"$f" ;;
+    tmpi) "$PREFIX/bin/mpiexec" -n 2 --bind-to core --timeout 900 "$OUT/rmabench-tmpi" "${a[@]}" >"$f" ;;
+    esac
+}
+for r in $(seq 1 "$ROUNDS"); do
+    for impl in ompi mpich tmpi; do
+        echo "round $r: $impl" >&2
+        run "$impl" "$r" || echo "round $r: $impl failed" >&2
+    done
+done
+median() { # impl -> "mode,size value" lines
+    cat "$OUT/$1."*.csv | grep -E '^[a-z-]+,[0-9]+,' | sort -t, -k1,1 -k2,2n -k3,3g | awk -F, '
+        { k = $1 "," $2; v[k] = v[k] " " $3; n[k]++ }
+        END { for (k in v) { split(substr(v[k], 2), a, " "); print k, a[int((n[k] + 1) / 2)] } }' |
+        LC_ALL=C sort
+}
+for impl in ompi mpich tmpi; do median "$impl" >"$OUT/$impl.med"; done
+echo "== one-sided (latency us, put-bw MB/s), medians of $ROUNDS runs; ratio = tmpi / Open MPI"
+printf "%-10s %10s %12s %12s %12s %8s\n" mode size "Open MPI" MPICH tmpi ratio
+LC_ALL=C join "$OUT/ompi.med" "$OUT/mpich.med" | LC_ALL=C join - "$OUT/tmpi.med" | tr ',' ' ' |
+    sort -k1,1 -k2,2n | awk '{ r = ($3 > 0) ? $5 / $3 : 0; printf "%-10s %10d %12.3f %12.3f %12.3f %8.2f\n", $1, $2, $3, $4, $5, r }'
+echo "raw results in $OUT"
