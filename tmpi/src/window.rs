@@ -144,6 +144,30 @@ fn disp(offset: usize) -> Result<isize, Error> {
     })
 }
 
+/// `count` items of `layout` from element `offset` at `rank`.
+fn target_at(rank: i32, offset: usize, count: usize, layout: &Layout) -> Result<Target<'_>, Error> {
+    Ok(Target {
+        rank,
+        disp: disp(offset)?,
+        count,
+        layout,
+    })
+}
+
+/// `count` items of `layout` at `data`, read by the operation.
+fn origin<'a, T>(data: &[T], count: usize, layout: &'a Layout) -> Buf<'a> {
+    Buf {
+        ptr: data.as_ptr().cast(),
+        count,
+        layout,
+    }
+}
+
+/// A predefined reduction, or `MPI_REPLACE` for `None`.
+fn acc_op(op: Option<&tmpi_coll::Op>) -> AccOp {
+    op.map_or(AccOp::Replace, |o| AccOp::Reduce(o.clone()))
+}
+
 impl<T: Equivalence> Window<T> {
     /// This rank's number of elements.
     pub fn len(&self) -> usize {
@@ -165,20 +189,10 @@ impl<T: Equivalence> Window<T> {
     pub fn put(&self, data: &[T], target: i32, offset: usize) -> Result<(), Error> {
         let (l, per) = layout::<T>();
         let n = data.len() * per;
-        let origin = Buf {
-            ptr: data.as_ptr().cast(),
-            count: n,
-            layout: &l,
-        };
-        let tgt = Target {
-            rank: target,
-            disp: disp(offset)?,
-            count: n,
-            layout: &l,
-        };
+        let tgt = target_at(target, offset, n, &l)?;
         // SAFETY: `data` is readable for `n` elements of the layout during
         // the call, and the module copies it before returning (puts do).
-        unsafe { self.win.module().put(origin, tgt) }?;
+        unsafe { self.win.module().put(origin(data, n, &l), tgt) }?;
         Ok(())
     }
 
@@ -193,20 +207,9 @@ impl<T: Equivalence> Window<T> {
     ) -> Result<(), Error> {
         let (l, per) = layout::<T>();
         let n = data.len() * per;
-        let acc = op.map_or(AccOp::Replace, |o| AccOp::Reduce(o.clone()));
-        let origin = Buf {
-            ptr: data.as_ptr().cast(),
-            count: n,
-            layout: &l,
-        };
-        let tgt = Target {
-            rank: target,
-            disp: disp(offset)?,
-            count: n,
-            layout: &l,
-        };
+        let tgt = target_at(target, offset, n, &l)?;
         // SAFETY: as for `put`: read during the call, copied.
-        unsafe { self.win.module().accumulate(origin, tgt, &acc) }?;
+        unsafe { (self.win.module()).accumulate(origin(data, n, &l), tgt, &acc_op(op)) }?;
         Ok(())
     }
 
@@ -234,12 +237,17 @@ impl<T: Equivalence> Window<T> {
         (Ticket(r.slots.len() - 1), p)
     }
 
-    /// Forgets the newest result buffer (its operation failed to start).
-    fn drop_result(&self, t: Ticket) {
-        let mut r = self.results();
-        if t.0 + 1 == r.slots.len() {
-            r.slots.pop();
+    /// `t` once its operation started (`r`); its buffer forgotten when the
+    /// operation failed to start.
+    fn started(&self, t: Ticket, r: tmpi_osc::Result<()>) -> Result<Ticket, Error> {
+        if let Err(e) = r {
+            let mut g = self.results();
+            if t.0 + 1 == g.slots.len() {
+                g.slots.pop();
+            }
+            return Err(e.into());
         }
+        Ok(t)
     }
 
     /// Counts a synchronisation that completed the operations on `target`
@@ -258,15 +266,10 @@ impl<T: Equivalence> Window<T> {
     pub fn get(&self, target: i32, offset: usize, len: usize) -> Result<Ticket, Error> {
         let (l, per) = layout::<T>();
         let n = len * per;
+        let tgt = target_at(target, offset, n, &l)?;
         let (ticket, p) = self.result_buffer(len, target);
         let result = BufMut {
             ptr: p,
-            count: n,
-            layout: &l,
-        };
-        let tgt = Target {
-            rank: target,
-            disp: disp(offset)?,
             count: n,
             layout: &l,
         };
@@ -274,11 +277,7 @@ impl<T: Equivalence> Window<T> {
         // `take` hands it out only after a completing synchronisation; it
         // lives (boxed, unmoved) until the window is freed otherwise.
         let r = unsafe { self.win.module().get(result, tgt) };
-        if r.is_err() {
-            self.drop_result(ticket);
-        }
-        r?;
-        Ok(ticket)
+        self.started(ticket, r)
     }
 
     /// `MPI_Fetch_and_op`: combines `value` into element `offset` of
@@ -292,22 +291,11 @@ impl<T: Equivalence> Window<T> {
         op: Option<&tmpi_coll::Op>,
     ) -> Result<Ticket, Error> {
         let (l, per) = layout::<T>();
-        let acc = op.map_or(AccOp::Replace, |o| AccOp::Reduce(o.clone()));
+        let tgt = target_at(target, offset, per, &l)?;
         let (ticket, p) = self.result_buffer(1, target);
         let v = [value];
-        let origin = Buf {
-            ptr: v.as_ptr().cast(),
-            count: per,
-            layout: &l,
-        };
         let result = BufMut {
             ptr: p,
-            count: per,
-            layout: &l,
-        };
-        let tgt = Target {
-            rank: target,
-            disp: disp(offset)?,
             count: per,
             layout: &l,
         };
@@ -315,13 +303,9 @@ impl<T: Equivalence> Window<T> {
         let r = unsafe {
             self.win
                 .module()
-                .get_accumulate(Some(origin), result, tgt, &acc)
+                .get_accumulate(Some(origin(&v, per, &l)), result, tgt, &acc_op(op))
         };
-        if r.is_err() {
-            self.drop_result(ticket);
-        }
-        r?;
-        Ok(ticket)
+        self.started(ticket, r)
     }
 
     /// `MPI_Compare_and_swap`: element `offset` of `target` becomes
@@ -342,6 +326,7 @@ impl<T: Equivalence> Window<T> {
                 "compare-and-swap needs a type of one predefined element",
             ));
         }
+        let at = disp(offset)?;
         let (ticket, p) = self.result_buffer(1, target);
         let (v, c) = ([value], [compare]);
         // SAFETY: `v` and `c` are read during the call; the result buffer
@@ -353,14 +338,10 @@ impl<T: Equivalence> Window<T> {
                 p,
                 &l,
                 target,
-                disp(offset)?,
+                at,
             )
         };
-        if r.is_err() {
-            self.drop_result(ticket);
-        }
-        r?;
-        Ok(ticket)
+        self.started(ticket, r)
     }
 
     /// The result of a get or fetching atomic, once a synchronisation
