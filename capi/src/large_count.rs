@@ -61,6 +61,27 @@ pub(crate) fn too_large(name: &'static str, comm: c_int, what: &str, v: i64) -> 
     })
 }
 
+/// A scalar `MPI_Count` (or a list of them) as `int`, or return the
+/// call's error code ([`too_large`]).
+macro_rules! int_or_return {
+    ($name:expr, $comm:expr, $($v:ident),+) => {$(
+        let Ok($v) = c_int::try_from($v) else {
+            return too_large($name, $comm, stringify!($v), $v);
+        };
+    )+};
+}
+pub(crate) use int_or_return;
+
+/// What an `int` call that returned `rc` wrote to `v`, written on to the
+/// `MPI_Count` at `out` when it succeeded (errors through `comm`'s
+/// handler); its code otherwise.
+fn put_count(name: &'static str, comm: c_int, rc: c_int, out: *mut Count, v: c_int) -> c_int {
+    if rc != 0 {
+        return rc;
+    }
+    guard(name, comm, || crate::ffi::put(out, Count::from(v), "size"))
+}
+
 /// `fn NAME_c(...)` that converts its `MPI_Count` arguments `$cnt` to
 /// `int` and runs `$f` with every argument in order.
 macro_rules! by_int {
@@ -68,11 +89,7 @@ macro_rules! by_int {
         #[doc = concat!("`", stringify!($f), "` with `MPI_Count` counts (module docs).")]
         #[no_mangle]
         pub extern "C" fn $c($($arg: $ty),*) -> c_int {
-            $(
-                let Ok($cnt) = c_int::try_from($cnt) else {
-                    return too_large(stringify!($c), $comm, stringify!($cnt), $cnt);
-                };
-            )+
+            int_or_return!(stringify!($c), $comm, $($cnt),+);
             $f($($arg),*)
         }
     };
@@ -539,12 +556,7 @@ pub extern "C" fn MPI_Pack_c(
     comm: c_int,
 ) -> c_int {
     let name = "MPI_Pack_c";
-    let Ok(incount) = c_int::try_from(incount) else {
-        return too_large(name, comm, "incount", incount);
-    };
-    let Ok(outsize) = c_int::try_from(outsize) else {
-        return too_large(name, comm, "outsize", outsize);
-    };
+    int_or_return!(name, comm, incount, outsize);
     with_int_position(name, comm, position, |pos| {
         MPI_Pack(inbuf, incount, datatype, outbuf, outsize, pos, comm)
     })
@@ -562,12 +574,7 @@ pub extern "C" fn MPI_Unpack_c(
     comm: c_int,
 ) -> c_int {
     let name = "MPI_Unpack_c";
-    let Ok(insize) = c_int::try_from(insize) else {
-        return too_large(name, comm, "insize", insize);
-    };
-    let Ok(outcount) = c_int::try_from(outcount) else {
-        return too_large(name, comm, "outcount", outcount);
-    };
+    int_or_return!(name, comm, insize, outcount);
     with_int_position(name, comm, position, |pos| {
         MPI_Unpack(inbuf, insize, pos, outbuf, outcount, datatype, comm)
     })
@@ -581,17 +588,10 @@ pub extern "C" fn MPI_Pack_size_c(
     comm: c_int,
     size: *mut Count,
 ) -> c_int {
-    let Ok(incount) = c_int::try_from(incount) else {
-        return too_large("MPI_Pack_size_c", comm, "incount", incount);
-    };
+    int_or_return!("MPI_Pack_size_c", comm, incount);
     let mut s: c_int = 0;
     let rc = MPI_Pack_size(incount, datatype, comm, &mut s);
-    if rc != 0 {
-        return rc;
-    }
-    guard("MPI_Pack_size_c", comm, || {
-        crate::ffi::put(size, Count::from(s), "size")
-    })
+    put_count("MPI_Pack_size_c", comm, rc, size, s)
 }
 
 // ---------------------------------------------------------------- buffered mode
@@ -615,20 +615,13 @@ pub extern "C" fn MPI_Buffer_attach_c(buffer: *mut c_void, size: Count) -> c_int
 pub extern "C" fn MPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *mut Count) -> c_int {
     let mut s: c_int = 0;
     let rc = MPI_Buffer_detach(buffer_addr, &mut s);
-    if rc != 0 {
-        return rc;
-    }
-    guard("MPI_Buffer_detach_c", crate::state::COMM_WORLD, || {
-        crate::ffi::put(size, Count::from(s), "size")
-    })
+    put_count("MPI_Buffer_detach_c", crate::state::COMM_WORLD, rc, size, s)
 }
 
 /// `MPI_Comm_attach_buffer` with an `MPI_Count` size.
 #[no_mangle]
 pub extern "C" fn MPI_Comm_attach_buffer_c(comm: c_int, buffer: *mut c_void, size: Count) -> c_int {
-    let Ok(size) = c_int::try_from(size) else {
-        return too_large("MPI_Comm_attach_buffer_c", comm, "size", size);
-    };
+    int_or_return!("MPI_Comm_attach_buffer_c", comm, size);
     MPI_Comm_attach_buffer(comm, buffer, size)
 }
 
@@ -641,12 +634,7 @@ pub extern "C" fn MPI_Comm_detach_buffer_c(
 ) -> c_int {
     let mut s: c_int = 0;
     let rc = MPI_Comm_detach_buffer(comm, buffer_addr, &mut s);
-    if rc != 0 {
-        return rc;
-    }
-    guard("MPI_Comm_detach_buffer_c", comm, || {
-        crate::ffi::put(size, Count::from(s), "size")
-    })
+    put_count("MPI_Comm_detach_buffer_c", comm, rc, size, s)
 }
 
 // ---------------------------------------------------------------- one-sided

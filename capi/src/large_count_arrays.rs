@@ -14,7 +14,7 @@ use crate::coll::{
     MPI_Igatherv, MPI_Ireduce_scatter, MPI_Iscatterv, MPI_Reduce_scatter, MPI_Scatterv,
 };
 use crate::error::{guard, Res};
-use crate::large_count::{ints, too_large, Aint, Count};
+use crate::large_count::{int_or_return, ints, too_large, Aint, Count};
 use crate::neighbor::{
     MPI_Ineighbor_allgatherv, MPI_Ineighbor_alltoallv, MPI_Ineighbor_alltoallw,
     MPI_Neighbor_allgatherv, MPI_Neighbor_alltoallv, MPI_Neighbor_alltoallw,
@@ -70,15 +70,6 @@ fn with_int_arrays(
         .map(|v| v.as_ref().map_or(std::ptr::null(), |v| v.as_ptr()))
         .collect();
     call(&ptrs)
-}
-
-/// A scalar `MPI_Count` as `int`, or return `name`'s error code.
-macro_rules! int_or_return {
-    ($name:expr, $comm:expr, $($v:ident),+) => {$(
-        let Ok($v) = c_int::try_from($v) else {
-            return too_large($name, $comm, stringify!($v), $v);
-        };
-    )+};
 }
 
 /// `extern "C" fn $c(...)`: the `_c` form of `$f` whose array arguments
