@@ -780,6 +780,29 @@ fn broken_connection_under_a_large_message_is_logged_once() {
 /// connection) up after rank 1's process died, as a launcher that does not
 /// end a job on a rank's death would, so only the library can free rank 0.
 fn peer_death(btl: &str, case: &str) {
+    let (status, so, se) = run_with_dying_rank_1(btl, case);
+    assert_ne!(
+        status.code(),
+        Some(124),
+        "{case} over {btl} hung:\n{so}\n{se}"
+    );
+    assert!(so.contains("fault-check: rank 1 dies now"), "{so}\n{se}");
+    assert!(
+        so.contains("fault-check: rank 0 receive from rank 1: failed: MPI_ERR_OTHER"),
+        "{so}\n{se}"
+    );
+    assert!(
+        so.contains("fault-check: rank 0 allreduce: failed: MPI_ERR_OTHER"),
+        "{so}\n{se}"
+    );
+    assert_eq!(status.code(), Some(3), "{so}\n{se}");
+}
+
+/// Runs `fault-check CASE` on 2 ranks over `btl`, rank 1 under a shell
+/// that outlives it (see [`peer_death`]); returns the job's status, stdout
+/// and stderr once it ended, after checking that none of its processes
+/// remain.
+fn run_with_dying_rank_1(btl: &str, case: &str) -> (std::process::ExitStatus, String, String) {
     let _g = serial();
     let m = marker();
     let script = r#"if [ "$PMI_RANK" = 1 ]; then "$@"; sleep 300; else exec "$@"; fi"#;
@@ -800,31 +823,12 @@ fn peer_death(btl: &str, case: &str) {
         .expect("start tmpirun");
     // The job's own --timeout (60 s) is the hang detector; this bound only
     // keeps the test from waiting past it.
-    let out = {
-        let mut child = child;
-        let (err_t, out_t, rx) = read_output(&mut child);
-        let status = wait_bounded(&mut child, Duration::from_secs(90), case);
-        let se = err_t.join().unwrap();
-        out_t.join().unwrap();
-        let so: Vec<String> = rx.try_iter().collect();
-        (status, so.join("\n"), se)
-    };
-    let (status, so, se) = out;
-    assert_ne!(
-        status.code(),
-        Some(124),
-        "{case} over {btl} hung:\n{so}\n{se}"
-    );
-    assert!(so.contains("fault-check: rank 1 dies now"), "{so}\n{se}");
-    assert!(
-        so.contains("fault-check: rank 0 receive from rank 1: failed: MPI_ERR_OTHER"),
-        "{so}\n{se}"
-    );
-    assert!(
-        so.contains("fault-check: rank 0 allreduce: failed: MPI_ERR_OTHER"),
-        "{so}\n{se}"
-    );
-    assert_eq!(status.code(), Some(3), "{so}\n{se}");
+    let mut child = child;
+    let (err_t, out_t, rx) = read_output(&mut child);
+    let status = wait_bounded(&mut child, Duration::from_secs(90), case);
+    let se = err_t.join().unwrap();
+    out_t.join().unwrap();
+    let so: Vec<String> = rx.try_iter().collect();
     let t0 = Instant::now();
     while !processes_with_marker(&m).is_empty() && t0.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(20));
@@ -834,6 +838,7 @@ fn peer_death(btl: &str, case: &str) {
         "processes of the job remain"
     );
     let _ = std::fs::remove_dir(private_tmpdir(&m));
+    (status, so.join("\n"), se)
 }
 
 /// A rank that dies (SIGKILL) while its peer waits in a receive from it,
@@ -859,6 +864,44 @@ fn a_dead_peer_fails_a_shared_memory_collective() {
 #[test]
 fn a_dead_peer_fails_the_calls_waiting_for_it_over_tcp() {
     peer_death("self,tcp", "peerdeath");
+}
+
+/// A rank that dies inside RMA epochs (`fault-check rmadeath`): it held a
+/// shared lock on its peer's window, and its peer holds an exclusive lock on
+/// its window with a put to flush. The flush, the unlock and a fence of the
+/// survivor end (the flush and the fence failing with `MPI_ERR_OTHER`), over
+/// sm and tcp: nothing waits forever for the dead target's replies.
+#[test]
+fn a_rank_dying_inside_an_rma_epoch_fails_its_peers_rma_calls() {
+    for btl in ["self,sm", "self,tcp"] {
+        let (status, so, se) = run_with_dying_rank_1(btl, "rmadeath");
+        assert_ne!(
+            status.code(),
+            Some(124),
+            "rmadeath over {btl} hung:\n{so}\n{se}"
+        );
+        assert!(
+            so.contains("fault-check: rank 0 first epoch on rank 1: flushed"),
+            "{so}\n{se}"
+        );
+        assert!(
+            so.contains("fault-check: rank 1 dies now, inside a lock epoch"),
+            "{so}\n{se}"
+        );
+        for call in ["flush", "fence"] {
+            assert!(
+                so.contains(&format!(
+                    "fault-check: rank 0 {call} towards the dead rank: failed: MPI_ERR_OTHER"
+                )),
+                "{call} over {btl}:\n{so}\n{se}"
+            );
+        }
+        assert!(
+            so.contains("fault-check: rank 0 unlock towards the dead rank:"),
+            "{so}\n{se}"
+        );
+        assert_eq!(status.code(), Some(3), "over {btl}:\n{so}\n{se}");
+    }
 }
 
 /// `tmpirun` killed with SIGKILL while each rank has a background child

@@ -29,6 +29,10 @@
 //!   outlives it, so that the launcher does not end the job: only the
 //!   library can free rank 0.) `peerdeath-coll`: the same after a first
 //!   allreduce of both ranks (which attaches coll sm's segment).
+//! * `rmadeath` (2 ranks): rank 1 dies inside a lock epoch on rank 0's
+//!   window while rank 0 holds an exclusive lock epoch on rank 1's; rank 0's
+//!   flush, unlock and fence towards it must end (the flush and the fence
+//!   failing), not wait forever. Run like `peerdeath`.
 //! * `outstanding N`: N receives posted at once, matched by N non-blocking
 //!   sends outstanding at once; every payload checked.
 //! * `finalized` (2 or more ranks): rank 0 sends rank 1 one message and
@@ -283,6 +287,56 @@ fn peerdeath(w: &Comm, coll_first: bool) -> R {
     Err("a call on the dead rank did not fail".into())
 }
 
+/// Rank 1 dies (SIGKILL) inside a passive-target epoch rank 0 holds on
+/// its window, after a first put and flush went through; rank 0 then puts
+/// and flushes again (the flush waits for rank 1's reply), unlocks and
+/// calls a fence. Each call must fail or return, none may wait forever;
+/// rank 0 exits 3 when the flush and the fence failed. Rank 1 also holds a
+/// shared lock epoch on rank 0's window when it dies (its lock is never
+/// released).
+fn rmadeath(w: &Comm) -> R {
+    ensure!(w.size() == 2, "needs 2 ranks");
+    let win = w.window(vec![0u64; 64]).map_err(e)?;
+    if w.rank() == 1 {
+        win.lock(tmpi::Lock::Shared, 0).map_err(e)?;
+        win.put(&[11u64], 0, 1).map_err(e)?;
+        win.flush(Some(0)).map_err(e)?;
+        let mut go = [0u8];
+        // Rank 0's first epoch on this window is served while waiting here.
+        w.recv(&mut go, 0, 1).map_err(e)?;
+        say("fault-check: rank 1 dies now, inside a lock epoch");
+        // SAFETY: raising a signal in this process.
+        unsafe { libc::raise(libc::SIGKILL) };
+        unreachable!("SIGKILL returned");
+    }
+    win.lock(tmpi::Lock::Exclusive, 1).map_err(e)?;
+    win.put(&[7u64; 8], 1, 0).map_err(e)?;
+    win.flush(Some(1)).map_err(e)?;
+    say("fault-check: rank 0 first epoch on rank 1: flushed");
+    w.send(&[1u8], 1, 1).map_err(e)?;
+    // Wait until rank 1 is gone: a receive that only its death ends.
+    let mut b = [0u8; 8];
+    let gone = w.recv(&mut b, 1, 2);
+    ensure!(gone.is_err(), "a receive from the dead rank succeeded");
+    win.put(&[8u64; 8], 1, 8).map_err(e)?;
+    let flush = win.flush(Some(1));
+    let unlock = win.unlock(1);
+    let fence = win.fence();
+    for (what, r) in [("flush", &flush), ("unlock", &unlock), ("fence", &fence)] {
+        say(&format!(
+            "fault-check: rank 0 {what} towards the dead rank: {}",
+            match r {
+                Ok(()) => "returned".to_string(),
+                Err(x) => format!("failed: {x}"),
+            }
+        ));
+    }
+    if flush.is_err() && fence.is_err() {
+        std::process::exit(3);
+    }
+    Err("an RMA call needing the dead rank did not fail".into())
+}
+
 /// The first allreduce (coll sm creates its segment) with the last rank
 /// 60 s late.
 fn collearly(w: &Comm) -> R {
@@ -389,6 +443,7 @@ fn main() -> ExitCode {
         "bigsend" => bigsend(&w),
         "peerdeath" => peerdeath(&w, false),
         "peerdeath-coll" => peerdeath(&w, true),
+        "rmadeath" => rmadeath(&w),
         "nofinalize" => {
             if w.rank() == 1 {
                 for p in (0..w.size()).filter(|&p| p != 1) {
