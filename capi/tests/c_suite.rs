@@ -233,6 +233,15 @@ fn pt2pt() {
     expect_ok("pt2pt", &[2, 3, 4]);
 }
 
+/// Rendezvous-sized buffered sends through a buffer that holds one: each
+/// MPI_Bsend finds the space its received predecessor gave back (the pml
+/// progresses before refusing), and a buffer that stays full gives
+/// MPI_ERR_BUFFER rather than a hang; over sm and tcp.
+#[test]
+fn buffered_sends_reuse_the_space_of_received_messages() {
+    expect_ok_sm_tcp("bsend_reuse", &[2]);
+}
+
 /// Runs one-sided test `name` over shared memory and over TCP.
 fn expect_ok_sm_tcp(name: &str, ranks: &[u32]) {
     let exe = build(name);

@@ -298,6 +298,20 @@ impl Core {
         Ok(())
     }
 
+    /// Whether a buffered send of `len` bytes has room in the attached
+    /// buffer now, or waiting cannot give it room (no buffer attached,
+    /// nothing in use): `false` only when completions may free enough.
+    pub fn bsend_room_or_hopeless(&self, len: usize) -> bool {
+        match self.bsend_cap {
+            None => true,
+            Some(cap) => {
+                self.bsend_used == 0
+                    || self.bsend_used + len + BSEND_OVERHEAD <= cap
+                    || len + BSEND_OVERHEAD > cap
+            }
+        }
+    }
+
     /// Bytes of the attached buffer in use (0 once every buffered send
     /// completed); `None` when no buffer is attached.
     pub fn buffer_in_use(&self) -> Option<usize> {

@@ -43,6 +43,9 @@ impl Pml {
         mode: SendMode,
     ) -> Result<ReqId, PmlError> {
         check_send_tag(tag)?;
+        if mode == SendMode::Buffered {
+            self.make_bsend_room(buf.len());
+        }
         let mut g = self.lock();
         // An eager message whose fragment goes out at once (the blocking
         // send's path) makes a request born complete: no queued action,
@@ -104,6 +107,9 @@ impl Pml {
         mode: SendMode,
     ) -> Result<Status, PmlError> {
         check_send_tag(tag)?;
+        if mode == SendMode::Buffered {
+            self.make_bsend_room(buf.len());
+        }
         let mut g = self.lock();
         // SAFETY: forwarded contract.
         match unsafe { g.eager_now(ctx, dest, tag, buf, mode) }? {
