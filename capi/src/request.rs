@@ -570,11 +570,28 @@ pub(crate) fn idle() {
         if crate::state::ORPHANS.load(std::sync::atomic::Ordering::Relaxed) > 0 {
             let orphans = std::mem::take(&mut tables().orphans);
             for h in orphans {
-                if let Ok(Tested::Pending) = test_handle(h) {
-                    tables().orphans.push(h);
-                } else {
-                    crate::state::ORPHANS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                match test_handle(h) {
+                    Ok(Tested::Pending) => {
+                        tables().orphans.push(h);
+                        continue;
+                    }
+                    Ok(Tested::Complete(_, true)) | Err(_) => {}
+                    Ok(_) => {
+                        // A freed persistent request went back to inactive
+                        // under its hidden handle: free it for good.
+                        let r = tables().reqs.remove(&h);
+                        if let Some(
+                            Req::Inactive(p)
+                            | Req::Done {
+                                persist: Some(p), ..
+                            },
+                        ) = r
+                        {
+                            p.release();
+                        }
+                    }
                 }
+                crate::state::ORPHANS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
         if crate::state::COLL_ACTIVE.load(std::sync::atomic::Ordering::Relaxed) > 0 {
