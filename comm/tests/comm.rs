@@ -11,7 +11,8 @@ use tmpi_base::error::MpiErrorClass;
 use tmpi_base::mca::{Registry, Sources};
 use tmpi_coll::sim::SimConfig;
 use tmpi_coll::{Call, Pos};
-use tmpi_coll::{CollContext, CollKind, Compare, Datatype, Group, Input, Op, SplitType};
+use tmpi_coll::{CollKind, Datatype, Input, Op};
+use tmpi_comm::{CommContext, Compare, Group, SplitType};
 
 #[test]
 fn split_odd_sizes_and_collectives_on_them() {
@@ -386,7 +387,7 @@ fn selection_forcing_underlying_and_missing_provider() {
     assert_eq!(out, [0, 0]);
     let reg = Registry::new(Sources::default());
     let fab = tmpi_coll::sim::SimFabric::new(SimConfig::new(1));
-    let u = CollContext::init(Arc::new(fab.endpoint(0)), &reg).unwrap();
+    let u = CommContext::init(Arc::new(fab.endpoint(0)), &reg).unwrap();
     assert_eq!(
         u.self_comm.table().providers(CollKind::Barrier),
         ["self", "basic"]
@@ -394,14 +395,14 @@ fn selection_forcing_underlying_and_missing_provider() {
     // Without basic, tuned alone cannot serve gatherv: creation fails naming it.
     let reg = Registry::new(Sources::default().with_cmdline([("coll".into(), "tuned".into())]));
     let fab = tmpi_coll::sim::SimFabric::new(SimConfig::new(2));
-    let e = CollContext::init(Arc::new(fab.endpoint(0)), &reg).unwrap_err();
+    let e = CommContext::init(Arc::new(fab.endpoint(0)), &reg).unwrap_err();
     assert!(
         e.to_string().contains("barrier") || e.to_string().contains("gatherv"),
         "{e}"
     );
     let reg =
         Registry::new(Sources::default().with_cmdline([("coll".into(), "basic,tunde".into())]));
-    let e = CollContext::init(Arc::new(fab.endpoint(0)), &reg).unwrap_err();
+    let e = CommContext::init(Arc::new(fab.endpoint(0)), &reg).unwrap_err();
     assert!(
         e.to_string().contains("tunde") && e.to_string().contains("tuned"),
         "{e}"
@@ -409,7 +410,7 @@ fn selection_forcing_underlying_and_missing_provider() {
     let reg = Registry::new(
         Sources::default().with_cmdline([("coll_tuned_bcast_algorithm".into(), "9".into())]),
     );
-    assert!(CollContext::init(Arc::new(fab.endpoint(0)), &reg).is_err());
+    assert!(CommContext::init(Arc::new(fab.endpoint(0)), &reg).is_err());
 }
 
 #[test]
