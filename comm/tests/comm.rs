@@ -135,6 +135,37 @@ fn context_ids_unique_and_reused_after_free() {
     });
 }
 
+/// A request on a communicator keeps its context id claimed after the last
+/// handle is freed: the id goes back to the pool (and is reused) only once
+/// the request is gone too. The communicator's part rides in its collective
+/// state for that (`CollComm::new`'s owner).
+#[test]
+fn a_request_keeps_the_context_id_of_a_freed_communicator() {
+    job(3, &[], |w, _| {
+        let d = w.dup().unwrap();
+        let id = d.context_id();
+        let mine = (w.rank() + 1).to_ne_bytes().to_vec();
+        let req = d.iallreduce(mine, Datatype::U32, &Op::Sum).unwrap();
+        d.free().unwrap();
+        let e = w.dup().unwrap();
+        assert_ne!(
+            e.context_id(),
+            id,
+            "an id still used by a request was reused"
+        );
+        let out = req.wait().unwrap();
+        assert_eq!(u32::from_ne_bytes(out[..4].try_into().unwrap()), 1 + 2 + 3);
+        let f = w.dup().unwrap();
+        assert_eq!(
+            f.context_id(),
+            id,
+            "the id comes back once the request is gone"
+        );
+        f.barrier().unwrap();
+        e.barrier().unwrap();
+    });
+}
+
 #[test]
 fn dup_create_create_group_compare_and_names() {
     let mut cfg = SimConfig::new(6);
