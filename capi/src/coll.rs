@@ -20,7 +20,8 @@
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use tmpi_coll::{Comm, Datatype as Elem, Input, Op};
+use tmpi_coll::{Datatype as Elem, Input, Op};
+use tmpi_comm::Comm;
 
 use crate::datatype::Dtype;
 use crate::error::{Error, MpiErrorClass as C, Res};

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 
-use tmpi_coll::{Comm, Compare, Group};
+use tmpi_comm::{Comm, Compare, Group};
 
 use crate::error::{guard, Error, MpiErrorClass as C, Res};
 use crate::ffi::{array, count as ccount, cstr, get, put, put_array, put_cstr};
@@ -200,7 +200,7 @@ pub extern "C" fn MPI_Comm_split_type(
     newcomm: *mut c_int,
 ) -> c_int {
     guard("MPI_Comm_split_type", comm, || {
-        use tmpi_coll::SplitType::{Shared, Undefined};
+        use tmpi_comm::SplitType::{Shared, Undefined};
         let kind = match split_type {
             1 => Shared,
             // MPI-4.0 MPI_COMM_TYPE_HW_GUIDED: the resource named by the

@@ -1,6 +1,6 @@
 //! Collectives on inter-communicators (MPI-4.0 §6.2.2): data goes
 //! from one group to the other. Each call is one round of
-//! `tmpi_coll::Comm::neighbor_exchange` on the inter-communicator's union
+//! `tmpi_comm::Comm::neighbor_exchange` on the inter-communicator's union
 //! (every process of both groups takes part, in the same order as its other
 //! collectives, on tags user receives cannot match), after a reduction on
 //! the local group for the reducing calls:
@@ -37,7 +37,8 @@
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use tmpi_coll::{Comm, Input};
+use tmpi_coll::Input;
+use tmpi_comm::Comm;
 
 use crate::coll::{coll_req, pack, red, ty, unpack, VLayout};
 use crate::datatype::Dtype;

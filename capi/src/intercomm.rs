@@ -7,14 +7,15 @@
 //! groups as an intra-communicator (created over `MPI_COMM_WORLD` by
 //! `MPI_Comm_create_group`: only the members of both groups take part), and
 //! its own transport context agreed over the union
-//! (`tmpi_coll::InterContext`): in the pml rank `r` of that context names
+//! (`tmpi_comm::InterContext`): in the pml rank `r` of that context names
 //! process `r` of the remote group and this process sends as its local
 //! rank, so point-to-point calls need nothing else (`CommEnt::p2p_target`).
 
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use tmpi_coll::{Comm, Group, Input, InterContext};
+use tmpi_coll::Input;
+use tmpi_comm::{Comm, Group, InterContext};
 
 use crate::comm::register;
 use crate::error::{guard, Error, MpiErrorClass as C, Res};

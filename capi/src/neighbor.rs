@@ -1,14 +1,14 @@
 //! Neighbourhood collectives (`MPI_Neighbor_*`, `MPI_Ineighbor_*`) on
 //! Cartesian, graph and distributed-graph communicators: the blocks are
 //! packed as the v/w collectives pack theirs ([`VLayout`]) and exchanged in
-//! one round of `tmpi_coll::Comm::neighbor_exchange`, on the
+//! one round of `tmpi_comm::Comm::neighbor_exchange`, on the
 //! communicator's collective tags. Blocks of `MPI_PROC_NULL` neighbours
 //! (off the edge of a non-periodic grid) are neither sent nor written.
 
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use tmpi_coll::Comm;
+use tmpi_comm::Comm;
 
 use crate::coll::{blocking_and_nonblocking, coll_req, comm_of, ty, VLayout};
 use crate::datatype::Dtype;

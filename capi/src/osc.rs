@@ -154,7 +154,7 @@ fn register(win: Window) -> c_int {
 
 /// What window creation over `comm` needs: its communicator (an
 /// intracommunicator) and the pml.
-fn window_comm(comm: c_int) -> Res<(tmpi_coll::Comm, Arc<tmpi_pml::Pml>)> {
+fn window_comm(comm: c_int) -> Res<(tmpi_comm::Comm, Arc<tmpi_pml::Pml>)> {
     if crate::intercomm::is_inter(comm) {
         return Err(Error::new(
             C::Comm,

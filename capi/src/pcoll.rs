@@ -38,7 +38,7 @@ pub(crate) struct CollStart {
     held: Vec<c_int>,
     /// The communicator and the collective sequence number reserved at
     /// init: every start runs on its tags (`Comm::reserve_seq`).
-    comm: tmpi_coll::Comm,
+    comm: tmpi_comm::Comm,
     seq: u32,
 }
 

@@ -182,9 +182,9 @@ pub(crate) enum Finish {
     /// union's duplicate and two more context ids, from which
     /// [`crate::intercomm::finish_idup`] builds the new one.
     Dup {
-        pending: tmpi_coll::PendingDup,
+        pending: tmpi_comm::PendingDup,
         newcomm: usize,
-        inter: Option<(tmpi_coll::Comm, Arc<crate::intercomm::Inter>)>,
+        inter: Option<(tmpi_comm::Comm, Arc<crate::intercomm::Inter>)>,
     },
 }
 
@@ -482,7 +482,7 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
                     newcomm,
                     inter,
                 } => match pending.step(&out)? {
-                    tmpi_coll::DupStep::Done(c, ids) => {
+                    tmpi_comm::DupStep::Done(c, ids) => {
                         let nh = match &inter {
                             None => crate::comm::register(comm, c, true)?,
                             Some((local, i)) => {
@@ -491,7 +491,7 @@ fn test_taken(rt: &crate::state::Rt, req: Req) -> Res<Taken> {
                         };
                         crate::ffi::put(newcomm as *mut c_int, nh, "newcomm")?;
                     }
-                    tmpi_coll::DupStep::Again(req, pending) => {
+                    tmpi_comm::DupStep::Again(req, pending) => {
                         // Another round of the context-id agreement.
                         crate::state::COLL_ACTIVE
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

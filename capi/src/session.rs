@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Mutex, OnceLock};
 
-use tmpi_coll::{Comm, Group};
+use tmpi_comm::{Comm, Group};
 
 use crate::error::{catching, Error, Handler, MpiErrorClass as C, Res};
 use crate::ffi::{cstr, put, put_cstr};

@@ -11,7 +11,8 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use tmpi_coll::{CollContext, Comm, Group, Op};
+use tmpi_coll::Op;
+use tmpi_comm::{Comm, CommContext, Group};
 use tmpi_pml::Pml;
 
 use crate::datatype::{self, Dtype};
@@ -310,7 +311,7 @@ impl Tables {
 /// The initialised library.
 pub(crate) struct Rt {
     pub pml: Arc<Pml>,
-    pub coll: Arc<CollContext>,
+    pub coll: Arc<CommContext>,
     pub world_rank: u32,
     pub world_size: u32,
     pub thread_level: c_int,
@@ -364,7 +365,7 @@ pub(crate) struct FastHandles {
 /// (computing the size from the group on every call cost more than the
 /// lookup it replaced).
 pub(crate) struct FastComm {
-    pub comm: tmpi_coll::Comm,
+    pub comm: tmpi_comm::Comm,
     pub ctx: u32,
     pub size: c_int,
 }
@@ -461,12 +462,12 @@ impl std::ops::Deref for TypeRef {
 /// A communicator handle's object, the same way: MPI_COMM_WORLD and
 /// MPI_COMM_SELF borrowed from [`FastHandles`], any other held.
 pub(crate) enum CommRef {
-    Fast(&'static tmpi_coll::Comm),
-    Table(tmpi_coll::Comm),
+    Fast(&'static tmpi_comm::Comm),
+    Table(tmpi_comm::Comm),
 }
 
 impl std::ops::Deref for CommRef {
-    type Target = tmpi_coll::Comm;
+    type Target = tmpi_comm::Comm;
     fn deref(&self) -> &Self::Target {
         match self {
             CommRef::Fast(c) => c,

@@ -31,7 +31,7 @@ MCA_COMMON=(mpi_yield_when_idle 1 btl_tcp_stats 1)
 
 if [ -z "${BINDIR:-}" ]; then
   mn_log "building p2p-check, coll-check and tmpirun"
-  (cd "$REPO" && cargo build -q -p tmpi-tests --bin p2p-check -p tmpi-coll --bin coll-check \
+  (cd "$REPO" && cargo build -q -p tmpi-tests --bin p2p-check -p tmpi-comm --bin coll-check \
     -p tmpi-run --bin tmpirun)
   BINDIR=$(cd "$REPO" && cargo metadata -q --format-version 1 --no-deps \
         | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug

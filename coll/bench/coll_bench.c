@@ -1,5 +1,5 @@
 /* Collective latency benchmark, the same measurement as `coll-check bench`
- * (coll/src/selftest.rs): per operation and size, a warm-up of
+ * (comm/src/selftest.rs): per operation and size, a warm-up of
  * min(iters, 50) calls, then 5 timed loops of `iters` calls separated by a
  * barrier; rank 0 prints the median loop's time per call in microseconds.
  * iters = clamp(200e6 / (bytes * ranks + 20000), 5, 2000).

@@ -21,8 +21,8 @@
 //! `algo::gather::allgather_recursive_doubling` / `allgather_bruck`,
 //! `algo::alltoall::linear`), so results are
 //! bit-identical to the schedule path for every op and datatype, and
-//! non-commutative ops combine in the same (rank) order. [`Comm`] decides
-//! when to take this path (`Comm::direct_ok`): the winning module offers it
+//! non-commutative ops combine in the same (rank) order. [`CollComm`] decides
+//! when to take this path (`CollComm::direct`): the winning module offers it
 //! ([`crate::framework::CollModule::direct_max`]), the transport has the
 //! request-less calls, and no non-blocking collective is outstanding on
 //! the context (a blocking receive would stop progressing it).
@@ -41,7 +41,7 @@
 //! children's sends as requests and then waits for them (one after the
 //! other, each would wait for its receiver's rendezvous in turn).
 //!
-//! [`Comm`]: crate::Comm
+//! [`CollComm`]: crate::CollComm
 
 use std::cell::Cell;
 use std::mem::MaybeUninit;

@@ -1,60 +1,58 @@
-//! tmpi-coll: the collective framework, communicators and groups.
+//! tmpi-coll: the collective framework.
 //!
-//! The public surface is what callers need: [`Comm`] (communicators:
-//! dup, split, split_type, create, create_group, free, compare, names,
-//! attributes, and their collective calls, blocking and non-blocking
-//! through [`CollRequest`]), [`Group`], [`CollContext`] and [`Universe`]
-//! (the process-wide state), the element types and reduction operations
-//! ([`Datatype`], [`Op`], [`UserOp`]), the point-to-point trait coll runs
-//! on ([`P2p`]) with its pml implementation ([`PmlP2p`]), and for tests
-//! the in-process transport [`sim`] and the [`selftest`] programs.
+//! The public surface is what callers need: [`CollComm`] (the collective
+//! state of one communicator, Open MPI's `c_coll`, with the collective
+//! calls, blocking and non-blocking through [`CollRequest`]),
+//! [`CollContext`] (the process-wide state: transport, framework,
+//! outstanding non-blocking collectives), the element types and reduction
+//! operations ([`Datatype`], [`Op`], [`UserOp`]), the point-to-point trait
+//! coll runs on ([`P2p`]) with its pml implementation ([`PmlP2p`]), and for
+//! tests the in-process transport [`sim`].
 //!
-//! Inside (private modules): communicators (`comm`), groups (`group`),
-//! context ids agreed collectively (`cid`), the framework with its
-//! components and per-communicator selection (`framework`, `component`:
-//! `basic`, `tuned`, `sm`, `self`), the shared-memory segment of `sm`
-//! (`shm`), the algorithm library (`algo`) and the one engine that runs
-//! every collective (`schedule`), reduction kernels and element types
-//! (`op`, `datatype`).
+//! Communicators, groups and context ids are not here: the `tmpi-comm`
+//! crate above this one holds them, each communicator with the
+//! [`CollComm`] this crate selects for it.
+//!
+//! Inside (private modules): the collective state (`coll_comm`), the
+//! framework with its components and per-communicator selection
+//! (`framework`, `component`: `basic`, `tuned`, `sm`, `self`), the
+//! shared-memory segment of `sm` (`shm`), the algorithm library (`algo`)
+//! and the one engine that runs every collective (`schedule`), reduction
+//! kernels and element types (`op`, `datatype`), the internal tag space
+//! (`tags`).
 //!
 //! See `docs/coll.md` for the design, the decision table and the limits.
 
 #![warn(missing_docs)]
 
 mod algo;
-mod cid;
-mod comm;
+mod coll_comm;
 mod component;
 mod cost_choice;
 mod datatype;
 mod direct;
 mod error;
 mod framework;
-mod group;
 mod op;
 mod p2p;
 mod pml_adapter;
 mod pool;
 mod reduce_copy;
 mod schedule;
-pub mod selftest;
 mod shm;
 pub mod sim;
 mod tags;
 
 pub use algo::{Call, CollKind, Pos};
-pub use comm::{
-    CollContext, CollRequest, Comm, DupStep, Input, InterContext, PendingDup, SplitType,
-};
+pub use coll_comm::{CollComm, CollContext, CollRequest, Input};
 pub use datatype::Datatype;
 pub use error::{CollError, Result};
-pub use group::{Compare, Group};
 pub use op::{Op, UserOp};
-pub use p2p::{Endpoint, P2p, SharedBytes};
+pub use p2p::{Done, Endpoint, P2p, P2pHandle, SharedBytes};
 pub use pml_adapter::PmlP2p;
 
-pub use comm::Universe;
 pub use datatype::TypeClass;
+pub use tags::TagSpace;
 
 /// The blocking collectives `sm` runs on its segment.
 pub use component::sm::KINDS as SM_KINDS;
@@ -79,7 +77,6 @@ pub fn register(
     }
     register_selection(reg)?;
     reg.register_verbose("coll", "base")?;
-    cid::register_params(reg)?;
     Ok(())
 }
 

@@ -52,7 +52,7 @@ impl SharedBytes {
 /// send to and receive from a communicator rank.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
-    /// The context id (identical on all members; see `crate::cid`).
+    /// The context id (identical on all members; agreed by `tmpi-comm`).
     pub context_id: u32,
     /// This process's rank in the communicator.
     pub rank: u32,

@@ -17,7 +17,7 @@
 //! copy unless the algorithm writes into it: it is copied into an owned
 //! buffer on the first write) and the output buffer is written in place
 //! (receives go straight into it, reductions combine into it), so the
-//! result needs no copy out either. Only [`crate::Comm`]'s blocking path
+//! result needs no copy out either. Only [`crate::CollComm`]'s blocking path
 //! builds such schedules; it holds the borrows for the whole run and drains
 //! every transport request before returning, also on error.
 
@@ -45,8 +45,8 @@ pub struct ExtRef {
 }
 
 // SAFETY: an `ExtRef` is only a pointer/length pair; it is created from a
-// borrow by `Comm`'s blocking path and used on that caller's thread while
-// the borrow lasts (`Comm::start` refuses calls carrying one), so moving or
+// borrow by `CollComm`'s blocking path and used on that caller's thread while
+// the borrow lasts (`CollComm::start` refuses calls carrying one), so moving or
 // sharing the value itself between threads creates no access.
 unsafe impl Send for ExtRef {}
 // SAFETY: as for `Send`.
@@ -799,7 +799,7 @@ impl Exec {
                     })?;
                     // SAFETY: caller memory (`ExtRef`) stays valid until the
                     // blocking run drained every request, also on error
-                    // (`Comm::run_direct`), and is not written while the
+                    // (`CollComm::direct`), and is not written while the
                     // send is pending: the engine writes only after the
                     // round completed, and an in-place receive of the round
                     // never overlaps a region a send of the round reads

@@ -11,7 +11,8 @@ mod common;
 
 use common::*;
 
-use tmpi_coll::{CollKind, Comm, Input};
+use tmpi_coll::{CollKind, Input};
+use tmpi_comm::Comm;
 
 const GARBAGE: u8 = 0xA5;
 /// Element counts: 1, an odd count, and one over 64 KiB of i32.

@@ -7,7 +7,8 @@ mod common;
 use common::*;
 
 use tmpi_coll::sim::SimConfig;
-use tmpi_coll::{CollKind, Comm, Datatype, Input, Op};
+use tmpi_coll::{CollKind, Datatype, Input, Op};
+use tmpi_comm::Comm;
 
 const COUNTS: &[usize] = &[0, 1, 5, 64, 1031];
 

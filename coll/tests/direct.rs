@@ -26,7 +26,8 @@ use std::time::Duration;
 use common::{fold, matmul};
 use tmpi_base::mca::{Registry, Sources};
 use tmpi_coll::PmlP2p;
-use tmpi_coll::{CollContext, Comm, Datatype, Input, Op};
+use tmpi_coll::{Datatype, Input, Op};
+use tmpi_comm::{Comm, CommContext};
 use tmpi_pml::transport::{Loopback, LoopbackConfig};
 use tmpi_pml::{MpiErrorClass, Pml};
 
@@ -63,7 +64,7 @@ fn job_cfg(
             let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let pml = Arc::new(Pml::with_transport(r as u32, Box::new(lb), true).expect("pml"));
                 let p2p = PmlP2p::new(Arc::clone(&pml));
-                let u = CollContext::init(Arc::new(p2p), &reg).expect("coll init");
+                let u = CommContext::init(Arc::new(p2p), &reg).expect("coll init");
                 f(u.world);
             }));
             let _ = tx.send((r, res));

@@ -8,7 +8,8 @@ mod common;
 use common::*;
 use tmpi_base::error::MpiErrorClass;
 use tmpi_coll::sim::{SimP2p, TagSpec};
-use tmpi_coll::{Comm, Datatype, Op};
+use tmpi_coll::{Datatype, Op};
+use tmpi_comm::Comm;
 
 #[test]
 fn several_outstanding_completed_in_reverse_order() {

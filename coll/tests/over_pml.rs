@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tmpi_base::mca::{Registry, Sources};
 use tmpi_coll::PmlP2p;
-use tmpi_coll::{selftest, CollContext};
+use tmpi_comm::{selftest, CommContext};
 use tmpi_pml::transport::{Loopback, LoopbackConfig};
 use tmpi_pml::Pml;
 
@@ -58,7 +58,7 @@ fn run(n: u32, cfg: LoopbackConfig, params: &[(&str, &str)]) {
         "job over the pml timed out",
         move |_, pml| {
             let p2p = PmlP2p::new(pml);
-            let u = CollContext::init(Arc::new(p2p), &reg).expect("coll init");
+            let u = CommContext::init(Arc::new(p2p), &reg).expect("coll init");
             selftest::check(&u.world)
         },
     );
@@ -121,9 +121,9 @@ fn blocked_receive_drives_the_collectives_of_two_contexts() {
         Duration::from_secs(60),
         "a rank blocked in a receive did not drive the second context's collective",
         move |me, pml| {
-            let first = CollContext::init(Arc::new(PmlP2p::new(Arc::clone(&pml))), &reg)
+            let first = CommContext::init(Arc::new(PmlP2p::new(Arc::clone(&pml))), &reg)
                 .expect("first context");
-            let second = CollContext::init(Arc::new(PmlP2p::new(Arc::clone(&pml))), &reg)
+            let second = CommContext::init(Arc::new(PmlP2p::new(Arc::clone(&pml))), &reg)
                 .expect("second context");
             // The second context's collectives on a communicator of
             // their own (the two contexts share the pml's world).

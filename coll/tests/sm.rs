@@ -45,7 +45,7 @@ fn sm_takes_one_node_communicators_with_shared_memory_only() {
     };
     let out = job_cfg(cfg, &[], |w, _| {
         let node = w
-            .split_type(tmpi_coll::SplitType::Shared, 0)
+            .split_type(tmpi_comm::SplitType::Shared, 0)
             .unwrap()
             .unwrap();
         (
@@ -152,7 +152,7 @@ fn small_blocking_calls_use_the_segment_and_large_ones_the_messages() {
 /// Allgather blocks of `count` ints and alltoall blocks of `count` ints
 /// (rank r's data from seed r), in place and not, checked; returns the ops
 /// they ran through the segment.
-fn gather_and_exchange(w: &tmpi_coll::Comm, count: usize) -> u64 {
+fn gather_and_exchange(w: &tmpi_comm::Comm, count: usize) -> u64 {
     let (me, p) = (w.rank(), w.size());
     let before = w.shared_calls();
     let blocks: Vec<Vec<u8>> = (0..p).map(|r| bytes(&ints(r, count, 5))).collect();
@@ -619,7 +619,8 @@ fn ranks_with_different_sm_parameters_stay_on_messages() {
     use std::sync::Arc;
     use std::time::Duration;
     use tmpi_base::mca::{Registry, Sources};
-    use tmpi_coll::{sim, CollContext, P2p};
+    use tmpi_coll::{sim, P2p};
+    use tmpi_comm::CommContext;
     for (key, most, rank1) in [
         ("coll_sm_single_copy", "1", "0"),
         ("coll_sm_max", "256", "4096"),
@@ -631,7 +632,7 @@ fn ranks_with_different_sm_parameters_stay_on_messages() {
                 pairs.push(("coll_sm_max".to_string(), "256".to_string()));
             }
             let reg = Registry::new(Sources::default().with_cmdline(pairs));
-            let w = CollContext::init(Arc::new(p.clone()), &reg)
+            let w = CommContext::init(Arc::new(p.clone()), &reg)
                 .expect("init")
                 .world;
             w.barrier().unwrap();

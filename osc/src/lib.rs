@@ -21,7 +21,8 @@
 use std::sync::{Arc, Mutex};
 
 use tmpi_base::error::MpiErrorClass;
-use tmpi_coll::{Comm, Datatype, Op};
+use tmpi_coll::{Datatype, Op};
+use tmpi_comm::Comm;
 use tmpi_pml::Pml;
 
 pub(crate) mod mem;
@@ -453,7 +454,7 @@ pub struct Window {
     module: Box<dyn Module>,
     mem: Memory,
     flavor: Flavor,
-    group: tmpi_coll::Group,
+    group: tmpi_comm::Group,
     rank: u32,
     name: Mutex<String>,
     /// The memory of an `MPI_Win_allocate` window (8-byte words, freed
@@ -684,7 +685,7 @@ impl Window {
         self.flavor
     }
     /// `MPI_Win_get_group`.
-    pub fn group(&self) -> tmpi_coll::Group {
+    pub fn group(&self) -> tmpi_comm::Group {
         self.group.clone()
     }
     /// This process's rank in the window.

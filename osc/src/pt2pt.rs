@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
-use tmpi_coll::Comm;
+use tmpi_comm::Comm;
 use tmpi_pml::raw::{RawBuf, RawBufMut};
 use tmpi_pml::{Pml, ReqId, SendMode, ANY_SOURCE};
 

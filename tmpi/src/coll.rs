@@ -14,8 +14,9 @@
 use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
 
-use tmpi_coll::Universe;
-use tmpi_coll::{CollError, Input, Op, SplitType};
+use tmpi_coll::{CollError, Input, Op};
+use tmpi_comm::SplitType;
+use tmpi_comm::Universe;
 use tmpi_pml::Pml;
 
 use crate::comm::Comm;
@@ -34,7 +35,7 @@ pub(crate) enum CollHandle {
     /// `MPI_COMM_SELF` of the process's framework.
     SelfComm(Arc<CollSlot>),
     /// A communicator made by [`Comm::dup`] or [`Comm::split`].
-    Made(tmpi_coll::Comm),
+    Made(tmpi_comm::Comm),
     /// A point-to-point handle (`Mpi::comm_for_context`).
     None,
 }
@@ -64,7 +65,7 @@ fn root(root: i32) -> Result<u32, Error> {
 
 impl Comm {
     /// The coll communicator behind this handle.
-    pub(crate) fn coll(&self) -> Result<tmpi_coll::Comm, Error> {
+    pub(crate) fn coll(&self) -> Result<tmpi_comm::Comm, Error> {
         match &self.coll {
             CollHandle::World(s) => Ok(universe(s, self.pml_handle())?.world.clone()),
             CollHandle::SelfComm(s) => Ok(universe(s, self.pml_handle())?.self_comm.clone()),

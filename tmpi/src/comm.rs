@@ -180,7 +180,7 @@ impl Comm {
     }
 
     /// A handle on a communicator coll created (dup, split).
-    pub(crate) fn from_coll(pml: Arc<Pml>, c: tmpi_coll::Comm) -> Comm {
+    pub(crate) fn from_coll(pml: Arc<Pml>, c: tmpi_comm::Comm) -> Comm {
         Comm {
             pml,
             ctx: c.context_id(),

@@ -21,9 +21,9 @@
 use std::sync::Arc;
 
 use tmpi_base::mca::Registry;
-use tmpi_coll::CollContext;
 use tmpi_coll::PmlP2p;
-use tmpi_coll::Universe;
+use tmpi_comm::CommContext;
+use tmpi_comm::Universe;
 use tmpi_pml::{InitOptions, Pml};
 
 use crate::error::Error;
@@ -39,7 +39,7 @@ pub fn start<E: From<Error>>(
 ) -> Result<Arc<Pml>, E> {
     let reg = tmpi_base::mca::registry();
     register(reg)?;
-    tmpi_coll::register_all_params(reg).map_err(|e| Error::new(e.class(), e.to_string()))?;
+    tmpi_comm::register_all_params(reg).map_err(|e| Error::new(e.class(), e.to_string()))?;
     let pml = Pml::init(InitOptions {
         logging: true,
         btls: tmpi_components::btls(),
@@ -55,7 +55,7 @@ pub fn start<E: From<Error>>(
 /// `split_type(SHARED)` and coll's sm component follow them.
 pub fn open_coll(pml: &Arc<Pml>) -> Result<Universe, Error> {
     let p2p = PmlP2p::new(Arc::clone(pml));
-    Ok(CollContext::init(
+    Ok(CommContext::init(
         Arc::new(p2p),
         tmpi_base::mca::registry(),
     )?)

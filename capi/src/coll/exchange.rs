@@ -3,7 +3,8 @@
 
 use std::ffi::{c_int, c_void};
 
-use tmpi_coll::{CollRequest, Comm, Input};
+use tmpi_coll::{CollRequest, Input};
+use tmpi_comm::Comm;
 
 use super::{
     block_at, coll_req, direct, direct_mut, displ_at, input, intra, not_aliased, not_aliased_at,

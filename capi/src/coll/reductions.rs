@@ -3,7 +3,8 @@
 
 use std::ffi::{c_int, c_void};
 
-use tmpi_coll::{CollRequest, Comm, Datatype as Elem, Input, Op};
+use tmpi_coll::{CollRequest, Datatype as Elem, Input, Op};
+use tmpi_comm::Comm;
 
 use super::{
     coll_req, direct, direct_mut, fast, fast_input, fast_root, input, input_vector, intra,

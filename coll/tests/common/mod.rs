@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tmpi_base::mca::{Registry, Sources};
 use tmpi_coll::sim::{self, SimConfig, SimP2p};
-use tmpi_coll::{CollContext, Comm, Datatype, Op, UserOp};
+use tmpi_coll::{Datatype, Op, UserOp};
+use tmpi_comm::{Comm, CommContext};
 
 /// Runs `f(world, transport)` on `n` simulated ranks with MCA parameters `params`.
 pub fn job<T: Send + 'static>(
@@ -29,7 +30,7 @@ pub fn job_cfg<T: Send + 'static>(
         .collect();
     let reg = Arc::new(Registry::new(Sources::default().with_cmdline(pairs)));
     sim::run(cfg, Duration::from_secs(120), move |p| {
-        let u = CollContext::init(Arc::new(p.clone()), &reg).expect("init");
+        let u = CommContext::init(Arc::new(p.clone()), &reg).expect("init");
         f(u.world, p)
     })
 }

@@ -70,7 +70,7 @@ use tmpi_verbs::api::{Context as _, Provider as _};
 const PROVIDERS: &[Provider] = &[
     tmpi_base::component::register_base,
     tmpi_pml::register,
-    tmpi_coll::register,
+    tmpi_comm::register,
 ];
 
 /// [`PROVIDERS`] with the BTLs in their place.

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 
 use tmpi::{Comm, Request, Scope, Status, ANY_SOURCE, ANY_TAG, TAG_UB};
 use tmpi_coll::PmlP2p;
-use tmpi_coll::{CollContext, CollRequest, Datatype, Input, Op};
+use tmpi_coll::{CollRequest, Datatype, Input, Op};
+use tmpi_comm::CommContext;
 
 type R<T = ()> = Result<T, String>;
 
@@ -420,7 +421,7 @@ impl CollOp {
         }
     }
 
-    fn start(&self, c: &tmpi_coll::Comm) -> R<CollRequest> {
+    fn start(&self, c: &tmpi_comm::Comm) -> R<CollRequest> {
         let me = c.rank();
         let r = match self.kind {
             0 => c.ibarrier(),
@@ -509,7 +510,7 @@ struct Stats {
 struct Comms {
     /// Facade handles by plan communicator (None where not a member).
     p2p: Vec<Option<Comm>>,
-    coll: Vec<Option<tmpi_coll::Comm>>,
+    coll: Vec<Option<tmpi_comm::Comm>>,
     members: Vec<Vec<u32>>,
 }
 
@@ -824,7 +825,7 @@ struct Ctx<'a> {
     cfg: &'a Cfg,
     cs: &'a Comms,
     watch: &'a Watch,
-    u: &'a CollContext,
+    u: &'a CommContext,
 }
 
 /// One epoch.
@@ -1243,7 +1244,7 @@ fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Arc<Watch>) -> R<String> {
     let me = world.rank() as u32;
     let n = world.size() as u32;
     let p2p = PmlP2p::new(mpi.pml().clone());
-    let u = CollContext::init(Arc::new(p2p), tmpi_base::mca::registry())
+    let u = CommContext::init(Arc::new(p2p), tmpi_base::mca::registry())
         .map_err(|e| format!("coll init: {e}"))?;
     let ce = |e: tmpi_coll::CollError| format!("communicator creation: {e}");
     // Every rank creates the communicators in the same order.
@@ -1251,7 +1252,7 @@ fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Arc<Watch>) -> R<String> {
     let parity = u.world.split(Some(me % 2), me as i32).map_err(ce)?;
     let rev = u.world.split(Some(0), -(me as i32)).map_err(ce)?;
     let cdup = u.world.dup().map_err(ce)?;
-    let mut coll: Vec<Option<tmpi_coll::Comm>> = vec![None; NCOMM + 1];
+    let mut coll: Vec<Option<tmpi_comm::Comm>> = vec![None; NCOMM + 1];
     coll[0] = Some(u.world.clone());
     coll[1] = Some(dup);
     coll[2 + (me % 2) as usize] = parity;

@@ -127,7 +127,7 @@ impl Node {
 
     /// Publishes this rank's next collective call on the communicator in
     /// its call line (every call of a kind sm won, through the segment or
-    /// not; `bytes` as `Comm` measures them for the limit), where a rank
+    /// not; `bytes` as `CollComm` measures them for the limit), where a rank
     /// that waits long looks for evidence that the ranks' calls differ
     /// (`Node::wait`): one word, the call's number over its description,
     /// in the slot of the last `HISTORY` calls. Fails once some rank

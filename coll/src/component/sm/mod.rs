@@ -40,7 +40,7 @@
 //! (allreduce) and correct for non-commutative ops.
 //!
 //! The segment is attached on the first call of a kind sm won, whatever its
-//! size (collectively, by `Comm`): rank 0 creates it, tells the others its
+//! size (collectively, by `CollComm`): rank 0 creates it, tells the others its
 //! name over the next provider's bcast, and everyone agrees (allreduce)
 //! before using it; when any rank fails, every rank keeps the component out
 //! of that communicator.
@@ -65,7 +65,7 @@ use tmpi_base::mca::{Level, McaError, ParamSpec, Registry};
 use tmpi_smsc::huge::HugeSources;
 
 use crate::algo::{Call, CollKind, Pos};
-use crate::comm::CollContext;
+use crate::coll_comm::CollContext;
 use crate::cost_choice::{CostChoice, Way};
 use crate::datatype::Datatype;
 use crate::framework::{CollComponent, CollModule, CommShape, Underlying};
@@ -494,7 +494,7 @@ impl NodeColl {
             // the messages when the host's cores are far apart, by far more
             // than it won with them close.
             // From 3 ranks also allreduce above the limit, in chunks (only
-            // for ops that commute: `Comm::allreduce` checks).
+            // for ops that commute: `CollComm::allreduce` checks).
             CollKind::Bcast | CollKind::Allreduce if self.size > 2 => Some(usize::MAX),
             // Above the limit by single copy (`Node::single_copy`).
             CollKind::Allgather | CollKind::Alltoall if self.single_copy => Some(usize::MAX),

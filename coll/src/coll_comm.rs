@@ -1,17 +1,21 @@
-//! Communicators: creation (dup, split, split_type, create, create_group),
-//! free, compare, names, attributes, and the collective calls, blocking
-//! and non-blocking.
+//! The collective side of a communicator ([`CollComm`], Open MPI's
+//! `c_coll`): what coll's components run on (the transport endpoint, this
+//! rank and the size, the function table selected for it, the tag space
+//! and sequence numbers, `sm`'s segment) and the collective calls,
+//! blocking and non-blocking; the per-process state they share
+//! ([`CollContext`]: transport, framework, outstanding non-blocking
+//! collectives).
 //!
-//! `MPI_COMM_NULL` is `None` where a constructor may give "no
-//! communicator" (split with `MPI_UNDEFINED`, create for non-members).
-//! [`Comm`] is a cheap handle (clones share the communicator); its context
-//! id is released when the last handle and the last request on it are gone.
+//! Communicators themselves (groups, context ids and their agreement,
+//! names, attributes, the constructors) are the `tmpi-comm` crate's: a
+//! communicator there holds one [`CollComm`] and reaches the collectives
+//! through it.
 //!
 //! Buffers are bytes in native layout. Counts and displacements of the
 //! v-variants are in bytes (the caller packs derived datatypes), except
 //! reduce_scatter's counts which are elements of its datatype, as in MPI.
 
-use std::collections::BTreeMap;
+use std::any::Any;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -19,12 +23,10 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use tmpi_base::mca::Registry;
 
 use crate::algo::{Call, CollKind, Pos};
-use crate::cid::{CidPool, SELF_CID, WORLD_CID};
 use crate::component::sm::{Node, NodeColl};
 use crate::datatype::Datatype;
 use crate::direct::{self, Direct, Scratch};
 use crate::framework::{CollFramework, CommShape, FnTable};
-use crate::group::{Compare, Group};
 use crate::op::Op;
 use crate::p2p::{Endpoint, P2p};
 use crate::schedule::{Exec, ExtRef, Schedule, Slice};
@@ -35,38 +37,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// An attribute copy callback: `(keyval, extra_state, value)` returns the
-/// value for the new communicator, or `None` to not copy (`MPI_NULL_COPY_FN`
-/// is no callback at all). An error aborts the dup.
-pub type CopyFn = Arc<dyn Fn(u32, usize, usize) -> Result<Option<usize>> + Send + Sync>;
-/// An attribute delete callback: `(keyval, extra_state, value)`.
-pub type DeleteFn = Arc<dyn Fn(u32, usize, usize) -> Result<()> + Send + Sync>;
-
-struct Keyval {
-    copy: Option<CopyFn>,
-    delete: Option<DeleteFn>,
-    extra: usize,
-    freed: bool,
-}
-
-/// First keyval handed out (lower values are left to predefined attributes).
-pub const FIRST_KEYVAL: u32 = 64;
-
-/// Per-process state of the collective layer: transport, framework,
-/// context ids, keyvals and the outstanding non-blocking collectives.
+/// Per-process state of the collective layer: transport, framework and
+/// the outstanding non-blocking collectives.
 pub struct CollContext {
     p2p: Arc<dyn P2p>,
     framework: CollFramework,
-    cids: Mutex<CidPool>,
     active: Mutex<Vec<Weak<ReqInner>>>,
     /// `active.len()` as of its last change (stored under its lock): the
     /// blocking direct path asks "anything outstanding?" without taking the
     /// lock (a lock and an unlock per small blocking collective otherwise).
     /// Shared with the transport's progress hook (`CollContext::init`).
     active_n: Arc<AtomicUsize>,
-    keyvals: Mutex<BTreeMap<u32, Keyval>>,
-    next_keyval: AtomicU32,
-    creating: Mutex<()>,
 }
 
 impl fmt::Debug for CollContext {
@@ -78,32 +59,15 @@ impl fmt::Debug for CollContext {
     }
 }
 
-/// What [`CollContext::init`] returns.
-#[derive(Debug)]
-pub struct Universe {
-    /// The per-process context.
-    pub ctx: Arc<CollContext>,
-    /// `MPI_COMM_WORLD`.
-    pub world: Comm,
-    /// `MPI_COMM_SELF`.
-    pub self_comm: Comm,
-}
-
 impl CollContext {
-    /// Opens the coll framework with the parameters of `reg` over `p2p` and
-    /// creates `MPI_COMM_WORLD` and `MPI_COMM_SELF`.
-    pub fn init(p2p: Arc<dyn P2p>, reg: &Registry) -> Result<Universe> {
+    /// Opens the coll framework with the parameters of `reg` over `p2p`.
+    pub fn init(p2p: Arc<dyn P2p>, reg: &Registry) -> Result<Arc<CollContext>> {
         let framework = CollFramework::open(reg)?;
-        let limit = crate::cid::register_params(reg)?;
         let ctx = Arc::new(CollContext {
             p2p,
             framework,
-            cids: Mutex::new(CidPool::new(limit)),
             active: Mutex::new(Vec::new()),
             active_n: Arc::new(AtomicUsize::new(0)),
-            keyvals: Mutex::new(BTreeMap::new()),
-            next_keyval: AtomicU32::new(FIRST_KEYVAL),
-            creating: Mutex::new(()),
         });
         // A rank blocked in a point-to-point call keeps its non-blocking
         // collectives moving (the transport's waiting rounds run this while
@@ -120,19 +84,7 @@ impl CollContext {
         if !hooked {
             tracing::debug!(target: "coll", "transport runs no progress hook for this context");
         }
-        let me = ctx.p2p.world_rank();
-        let world = Group::from_world_ranks((0..ctx.p2p.world_size()).collect())?;
-        // World and self exist in the transport from its init: not added, never removed.
-        let world = Comm::build(&ctx, world, WORLD_CID, TagSpace::Coll, None, false)?;
-        world.set_name("MPI_COMM_WORLD");
-        let selfg = Group::from_world_ranks(vec![me])?;
-        let self_comm = Comm::build(&ctx, selfg, SELF_CID, TagSpace::Coll, None, false)?;
-        self_comm.set_name("MPI_COMM_SELF");
-        Ok(Universe {
-            ctx,
-            world,
-            self_comm,
-        })
+        Ok(ctx)
     }
 
     /// The transport.
@@ -207,57 +159,6 @@ impl CollContext {
             .filter(|w| w.upgrade().is_some_and(|r| !r.done.load(Ordering::Acquire)))
             .count()
     }
-
-    /// `MPI_Comm_create_keyval`.
-    pub fn create_keyval(
-        &self,
-        copy: Option<CopyFn>,
-        delete: Option<DeleteFn>,
-        extra: usize,
-    ) -> u32 {
-        let k = self.next_keyval.fetch_add(1, Ordering::Relaxed);
-        lock(&self.keyvals).insert(
-            k,
-            Keyval {
-                copy,
-                delete,
-                extra,
-                freed: false,
-            },
-        );
-        k
-    }
-
-    /// `MPI_Comm_free_keyval`: attributes already set stay until deleted.
-    pub fn free_keyval(&self, k: u32) -> Result<()> {
-        match lock(&self.keyvals).get_mut(&k) {
-            Some(kv) if !kv.freed => {
-                kv.freed = true;
-                Ok(())
-            }
-            _ => Err(CollError::Keyval(format!("keyval {k} does not exist"))),
-        }
-    }
-
-    /// A copy callback that copies the value (`MPI_COMM_DUP_FN`).
-    pub fn dup_fn() -> CopyFn {
-        Arc::new(|_, _, v| Ok(Some(v)))
-    }
-
-    fn keyval_fns(&self, k: u32) -> Option<(Option<CopyFn>, Option<DeleteFn>, usize, bool)> {
-        lock(&self.keyvals)
-            .get(&k)
-            .map(|kv| (kv.copy.clone(), kv.delete.clone(), kv.extra, kv.freed))
-    }
-}
-
-/// `MPI_Comm_split_type` split kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SplitType {
-    /// `MPI_COMM_TYPE_SHARED`: processes that share memory (one node).
-    Shared,
-    /// `MPI_UNDEFINED`: this rank gets no communicator.
-    Undefined,
 }
 
 /// An input buffer of a collective: data, or `MPI_IN_PLACE`.
@@ -285,247 +186,79 @@ impl<'a> Input<'a> {
     }
 }
 
-pub(crate) struct CommInner {
+pub(crate) struct CollInner {
+    /// What the communicator that owns this state keeps alive while any
+    /// handle or request uses it (its context id and attributes: the
+    /// `tmpi-comm` crate's); dropped after the transport forgot the
+    /// context (`Drop`).
+    owner: Option<Box<dyn Any + Send + Sync>>,
     ctx: Arc<CollContext>,
     ep: Endpoint,
-    group: Group,
+    /// This process's rank and the number of ranks.
+    rank: u32,
+    size: u32,
+    /// The members' world ranks, in rank order.
+    world: Arc<[u32]>,
     table: FnTable,
     space: TagSpace,
     /// Group rank -> endpoint rank, for views on a parent's context.
     peer_map: Option<Arc<[u32]>>,
-    owns_cid: bool,
+    /// Registered with the transport ([`P2p::comm_added`]) by
+    /// [`CollComm::new`]: removed again when dropped.
+    registered: bool,
     seq: AtomicU32,
-    /// Cap on the direct path's size (`Comm::set_direct_max`).
+    /// Cap on the direct path's size (`CollComm::set_direct_max`).
     direct_cap: AtomicUsize,
     /// Per collective kind, the largest call the selected module runs on
     /// the direct path, 0 when the transport has no blocking small
     /// receive: resolved once (the table and the transport do not change),
     /// not through the module chain on every call.
     direct_max: [usize; CollKind::ALL.len()],
-    /// Blocking collectives run on the direct path (`Comm::direct_calls`).
+    /// Blocking collectives run on the direct path (`CollComm::direct_calls`).
     direct_calls: AtomicU64,
     /// The `sm` component's state when it won some collectives.
     node: Option<Arc<NodeColl>>,
     /// Per collective kind, the largest blocking call `sm` runs through
     /// the segment (`None`: not sm's).
     node_max: [Option<usize>; CollKind::ALL.len()],
-    name: Mutex<String>,
-    attrs: Mutex<BTreeMap<u32, usize>>,
-    freed: AtomicBool,
 }
 
-impl Drop for CommInner {
+impl Drop for CollInner {
     fn drop(&mut self) {
-        if !self.freed.load(Ordering::Acquire) {
-            let attrs = std::mem::take(&mut *lock(&self.attrs));
-            for (k, v) in attrs {
-                if let Some((_, Some(del), extra, _)) = self.ctx.keyval_fns(k) {
-                    if let Err(e) = del(k, extra, v) {
-                        tracing::warn!(target: "coll_base", "attribute {k} delete callback failed while dropping a communicator: {e}");
-                    }
-                }
-            }
-        }
-        if self.owns_cid {
+        if self.registered {
             self.ctx.p2p.comm_removed(self.ep.context_id);
-            lock(&self.ctx.cids).release(self.ep.context_id);
-            tracing::debug!(target: "coll_base", "context id {} released", self.ep.context_id);
         }
+        // The owner (the context id's claim) goes after the transport
+        // forgot the context.
+        drop(self.owner.take());
     }
 }
 
 thread_local! {
     /// A sequence number a persistent collective reserved, for the
     /// collective this thread starts now on the communicator whose inner
-    /// state is at the address given ([`Comm::with_reserved_seq`]).
+    /// state is at the address given ([`CollComm::with_reserved_seq`]).
     static RESERVED_SEQ: std::cell::Cell<Option<(usize, u32)>> = const { std::cell::Cell::new(None) };
 }
 
-/// A communicator.
+/// The collective state of one communicator (or of a temporary view of
+/// one): a cheap handle, clones share it. The communicator (`tmpi-comm`)
+/// holds one; requests keep it alive until they are gone.
 #[derive(Clone)]
-pub struct Comm {
-    inner: Arc<CommInner>,
+pub struct CollComm {
+    inner: Arc<CollInner>,
 }
 
-impl fmt::Debug for Comm {
+impl fmt::Debug for CollComm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Comm")
+        f.debug_struct("CollComm")
             .field("context_id", &self.inner.ep.context_id)
             .field("rank", &self.rank())
             .field("size", &self.size())
-            .field("name", &self.name())
+            .field("space", &self.inner.space)
             .finish()
     }
 }
-
-/// A duplicate whose context-id agreement is in flight ([`Comm::idup`]).
-///
-/// The agreement runs in rounds, each a non-blocking AND allreduce over the
-/// parent (on a view with tags of this idup's own) of one window of free-id
-/// bits and a flag. In a round a rank
-/// offers its free ids only while no other pending agreement of this
-/// process offers them and none over a parent with a lower context id
-/// waits (`CidPool::take_offer`); otherwise it offers none. The offered
-/// ids are reserved meanwhile (blocking agreements skip them). A round where
-/// every rank offered and some id is free everywhere takes the lowest one;
-/// one where every rank offered and none is moves to the next window; any
-/// other round is run again. Every rank sees the same AND, so all decide
-/// alike, and the agreement over the lowest pending parent always makes
-/// progress. The first round offers nothing: it ends once every rank
-/// started this idup, and only then does the agreement compete for the
-/// offer (a round holding it never waits for a rank that has not come).
-#[derive(Debug)]
-pub struct PendingDup {
-    key: crate::cid::AgreementKey,
-    parent: Comm,
-    /// The parent's view on which the rounds run, with tags of this idup's
-    /// own ([`TagSpace::Idup`]): rounds of several idups pending at once
-    /// are started as each rank's tests find them done, in orders that
-    /// differ by rank, so they must not take the parent's sequence numbers.
-    view: Comm,
-    /// The window of this round.
-    base: u32,
-    /// The ids this rank offers in this round (reserved while `offering`).
-    offered: Vec<u64>,
-    offering: bool,
-    /// Registered with [`CidPool::pend`] (after the first round) and not
-    /// yet ended.
-    live: bool,
-    /// Context ids agreed beside the duplicate's ([`Comm::idup_claiming`]).
-    extra: usize,
-}
-
-/// What a completed round of a [`PendingDup`] gives.
-#[derive(Debug)]
-pub enum DupStep {
-    /// The duplicate and the extra context ids of [`Comm::idup_claiming`]
-    /// (none for [`Comm::idup`]), claimed here and free on every rank of
-    /// the parent (the caller owns them: [`Comm::with_claimed_id`],
-    /// [`InterContext::claimed`]).
-    Done(Comm, Vec<u32>),
-    /// Another round is running: its request and the agreement.
-    Again(CollRequest, PendingDup),
-}
-
-impl PendingDup {
-    /// Starts a round: takes the offer if it may, starts the allreduce.
-    fn round(mut self) -> Result<(CollRequest, PendingDup)> {
-        let ctx = Arc::clone(&self.parent.inner.ctx);
-        let key = self.key;
-        {
-            let mut cids = lock(&ctx.cids);
-            self.offering = self.live && cids.take_offer(key, true);
-            self.offered = if self.offering {
-                cids.reserve(self.base, u32::MAX)
-            } else {
-                vec![0; (crate::cid::WINDOW / 64) as usize]
-            };
-        }
-        let flag = u64::from(self.offering);
-        let bytes: Vec<u8> = self
-            .offered
-            .iter()
-            .chain(std::iter::once(&flag))
-            .flat_map(|w| w.to_ne_bytes())
-            .collect();
-        let req = self.view.iallreduce(bytes, Datatype::U64, &Op::Band)?;
-        Ok((req, self))
-    }
-
-    /// Ends this round's offer, if it had one.
-    fn end_offer(&mut self, cids: &mut CidPool) {
-        if self.offering {
-            cids.unreserve(self.base, &self.offered);
-            cids.drop_offer(true);
-            self.offering = false;
-        }
-    }
-
-    /// Takes a completed round's result (the request's output): the
-    /// duplicate, with attributes copied through their copy callbacks as
-    /// [`Comm::dup`] does, or the next round.
-    pub fn step(mut self, agreed: &[u8]) -> Result<DupStep> {
-        let ctx = Arc::clone(&self.parent.inner.ctx);
-        let key = self.key;
-        let _serial = lock(&ctx.creating);
-        let words: Vec<u64> = agreed
-            .chunks_exact(8)
-            .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
-            .collect();
-        let Some((&all_offered, mask)) = words.split_last() else {
-            return Err(CollError::Intern("idup round without a result".into()));
-        };
-        let cid = {
-            let mut cids = lock(&ctx.cids);
-            self.end_offer(&mut cids);
-            if !self.live {
-                // The arrival round ended: every rank started this idup,
-                // so from now on its rounds end without waiting for
-                // anything else, and it may compete for the offer.
-                cids.pend(key, true);
-                self.live = true;
-                None
-            } else {
-                match CidPool::first_free_n(self.base, mask, 1 + self.extra) {
-                    Some(ids) => {
-                        for &id in &ids {
-                            cids.claim(id)?;
-                        }
-                        cids.unpend(key, true);
-                        self.live = false;
-                        Some(ids)
-                    }
-                    None if all_offered == 1 && self.base + crate::cid::WINDOW >= cids.limit() => {
-                        cids.unpend(key, true);
-                        self.live = false;
-                        return Err(CollError::NoContextId {
-                            limit: cids.limit(),
-                        });
-                    }
-                    None => None,
-                }
-            }
-        };
-        let Some(mut ids) = cid else {
-            if all_offered == 1 {
-                self.base += crate::cid::WINDOW;
-            }
-            drop(_serial);
-            let (req, next) = self.round()?;
-            return Ok(DupStep::Again(req, next));
-        };
-        let cid = ids.remove(0);
-        tracing::debug!(target: "coll_base", "idup agreed context id {cid} (and {ids:?})");
-        let parent = self.parent.clone();
-        let c = match Comm::build(&ctx, parent.group(), cid, TagSpace::Coll, None, true) {
-            Ok(c) => c,
-            Err(e) => {
-                let mut cids = lock(&ctx.cids);
-                for id in std::iter::once(cid).chain(ids) {
-                    cids.release(id);
-                }
-                return Err(e);
-            }
-        };
-        parent.copy_attrs_to(&c)?;
-        Ok(DupStep::Done(c, ids))
-    }
-}
-
-impl Drop for PendingDup {
-    fn drop(&mut self) {
-        // An agreement dropped before it finished (an error on the way, a
-        // freed request) ends its offer and its registration.
-        let ctx = Arc::clone(&self.parent.inner.ctx);
-        let mut cids = lock(&ctx.cids);
-        self.end_offer(&mut cids);
-        if self.live {
-            cids.unpend(self.key, true);
-            self.live = false;
-        }
-    }
-}
-
 /// A non-blocking collective in progress.
 #[derive(Clone)]
 pub struct CollRequest {
@@ -533,7 +266,7 @@ pub struct CollRequest {
 }
 
 pub(crate) struct ReqInner {
-    comm: Arc<CommInner>,
+    comm: Arc<CollInner>,
     exec: Mutex<Exec>,
     done: AtomicBool,
 }
@@ -546,55 +279,6 @@ impl fmt::Debug for CollRequest {
             .finish()
     }
 }
-
-/// The transport context of an inter-communicator ([`Comm::inter_context`]).
-pub struct InterContext {
-    ctx: Arc<CollContext>,
-    cid: u32,
-}
-
-impl InterContext {
-    /// The context of an inter-communicator on context id `cid`, which the
-    /// caller claimed on every process of both groups (released again if
-    /// this fails); `comm` is any communicator of this process (its
-    /// transport). Rank `r` names process `remote[r]`, this process is
-    /// `local_rank`. Local: a message on it that arrives before the other
-    /// side registered it waits there as an unexpected one.
-    pub fn claimed(comm: &Comm, cid: u32, local_rank: u32, remote: Vec<u32>) -> Result<Self> {
-        let ctx = Arc::clone(&comm.inner.ctx);
-        let ep = Endpoint {
-            context_id: cid,
-            rank: local_rank,
-            world: remote.into(),
-        };
-        if let Err(e) = ctx.p2p.comm_added(&ep) {
-            lock(&ctx.cids).release(cid);
-            return Err(e);
-        }
-        Ok(InterContext { ctx, cid })
-    }
-
-    /// The context id point-to-point traffic on the inter-communicator uses.
-    pub fn context_id(&self) -> u32 {
-        self.cid
-    }
-}
-
-impl std::fmt::Debug for InterContext {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InterContext")
-            .field("cid", &self.cid)
-            .finish()
-    }
-}
-
-impl Drop for InterContext {
-    fn drop(&mut self) {
-        self.ctx.p2p.comm_removed(self.cid);
-        lock(&self.ctx.cids).release(self.cid);
-    }
-}
-
 impl CollRequest {
     /// Advances the collective; `Ok(true)` once it completed (`MPI_Test`).
     pub fn test(&self) -> Result<bool> {
@@ -730,37 +414,70 @@ fn copy_regions(dst: &mut [u8], src: &[u8], counts: &[usize], displs: &[usize]) 
     }
 }
 
-/// The allreduce of one round of a context-id agreement: the bitwise AND
-/// of `u64` words (input, output) over everyone who agrees.
-type RoundAnd<'a> = dyn Fn(&[u8], &mut [u8]) -> Result<()> + 'a;
+impl CollComm {
+    /// The collective state of a communicator of the processes `world`
+    /// (world ranks in rank order, this process among them) on context id
+    /// `cid`, with the components the framework selects for it. With
+    /// `register` the context is registered with the transport
+    /// ([`P2p::comm_added`]) and removed again when the state is dropped
+    /// (`MPI_COMM_WORLD` and `MPI_COMM_SELF` exist in the transport from
+    /// its start). `owner` lives as long as the state (the last handle and
+    /// the last request) and is dropped after the transport forgot the
+    /// context; on an error it is dropped before this returns.
+    pub fn new(
+        ctx: &Arc<CollContext>,
+        world: Arc<[u32]>,
+        cid: u32,
+        register: bool,
+        owner: Option<Box<dyn Any + Send + Sync>>,
+    ) -> Result<CollComm> {
+        Self::build(ctx, world, cid, TagSpace::Coll, None, register, owner)
+    }
 
-impl Comm {
+    /// A temporary view of this communicator for the members `world` (world
+    /// ranks, a subset of this communicator's, in the view's rank order):
+    /// on this communicator's context, its collectives numbered in tag
+    /// space `space` (a context-id agreement's own, so that they never meet
+    /// this communicator's collectives), without a shared-memory segment.
+    /// `owner` as in [`CollComm::new`].
+    pub fn view(
+        &self,
+        world: Arc<[u32]>,
+        space: TagSpace,
+        owner: Option<Box<dyn Any + Send + Sync>>,
+    ) -> Result<CollComm> {
+        let cid = self.context_id();
+        Self::build(&self.inner.ctx, world, cid, space, Some(self), false, owner)
+    }
+
     fn build(
         ctx: &Arc<CollContext>,
-        group: Group,
+        world: Arc<[u32]>,
         cid: u32,
         space: TagSpace,
-        view_of: Option<&Comm>,
-        owns_cid: bool,
-    ) -> Result<Comm> {
+        view_of: Option<&CollComm>,
+        register: bool,
+        owner: Option<Box<dyn Any + Send + Sync>>,
+    ) -> Result<CollComm> {
         let me = ctx.p2p.world_rank();
-        let rank = group.rank_of(me).ok_or_else(|| {
+        let rank_of = |list: &[u32], w: u32| list.iter().position(|&p| p == w).map(|i| i as u32);
+        let rank = rank_of(&world, me).ok_or_else(|| {
             CollError::Intern("building a communicator this process is not in".into())
         })?;
+        let size = world.len() as u32;
         let (ep, peer_map) = match view_of {
             None => (
                 Endpoint {
                     context_id: cid,
                     rank,
-                    world: Arc::clone(group.world_ranks()),
+                    world: Arc::clone(&world),
                 },
                 None,
             ),
             Some(parent) => {
-                let map: Vec<u32> = group
-                    .world_ranks()
+                let map: Vec<u32> = world
                     .iter()
-                    .map(|&w| parent.inner.group.rank_of(w))
+                    .map(|&w| rank_of(&parent.inner.world, w))
                     .collect::<Option<_>>()
                     .ok_or_else(|| {
                         CollError::Group("group is not a subset of the communicator's group".into())
@@ -770,12 +487,8 @@ impl Comm {
         };
         let shape = CommShape {
             rank,
-            world: Arc::clone(group.world_ranks()),
-            nodes: group
-                .world_ranks()
-                .iter()
-                .map(|&w| ctx.p2p.node_of(w))
-                .collect(),
+            world: Arc::clone(&world),
+            nodes: world.iter().map(|&w| ctx.p2p.node_of(w)).collect(),
             shared_memory: ctx.p2p.shares_memory(),
         };
         let table = ctx.framework.select(&shape)?;
@@ -786,57 +499,51 @@ impl Comm {
             CollKind::ALL.map(|k| view_of.is_none().then(|| table.node_coll(k)).flatten());
         let node_max = CollKind::ALL.map(|k| node_of[k.index()].as_ref().and_then(|n| n.limit(k)));
         let node = node_of.into_iter().flatten().next();
-        if owns_cid {
+        if register {
             ctx.p2p.comm_added(&ep)?;
         }
-        tracing::debug!(target: "coll_base", "communicator cid {cid} rank {rank}/{} barrier by {:?}", group.size(), table.providers(CollKind::Barrier));
-        Ok(Comm {
-            inner: Arc::new(CommInner {
+        tracing::debug!(target: "coll_base", "communicator cid {cid} rank {rank}/{size} barrier by {:?}", table.providers(CollKind::Barrier));
+        Ok(CollComm {
+            inner: Arc::new(CollInner {
+                owner,
                 ctx: Arc::clone(ctx),
                 ep,
-                group,
+                rank,
+                size,
+                world,
                 table,
                 space,
                 peer_map,
-                owns_cid,
+                registered: register,
                 seq: AtomicU32::new(0),
                 direct_cap: AtomicUsize::new(usize::MAX),
                 direct_max,
                 direct_calls: AtomicU64::new(0),
                 node,
                 node_max,
-                name: Mutex::new(String::new()),
-                attrs: Mutex::new(BTreeMap::new()),
-                freed: AtomicBool::new(false),
             }),
         })
     }
 
     /// This process's rank.
     pub fn rank(&self) -> u32 {
-        match &self.inner.peer_map {
-            None => self.inner.ep.rank,
-            Some(_) => self
-                .inner
-                .group
-                .rank_of(self.inner.ctx.p2p.world_rank())
-                .unwrap_or(0),
-        }
+        self.inner.rank
     }
 
     /// Number of ranks.
     pub fn size(&self) -> u32 {
-        self.inner.group.size()
-    }
-
-    /// The group (`MPI_Comm_group`).
-    pub fn group(&self) -> Group {
-        self.inner.group.clone()
+        self.inner.size
     }
 
     /// The context id.
     pub fn context_id(&self) -> u32 {
         self.inner.ep.context_id
+    }
+
+    /// The tag space its collectives are numbered in (a view's own, or
+    /// [`TagSpace::Coll`]).
+    pub fn tag_space(&self) -> TagSpace {
+        self.inner.space
     }
 
     /// How the transport addresses this communicator.
@@ -854,558 +561,16 @@ impl Comm {
         &self.inner.table
     }
 
+    /// Whether `self` and `other` are handles of one state.
+    pub fn same(&self, other: &CollComm) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     fn pos(&self) -> Pos {
         Pos {
             rank: self.rank(),
             size: self.size(),
         }
-    }
-
-    /// `MPI_Comm_set_name`.
-    pub fn set_name(&self, name: &str) {
-        *lock(&self.inner.name) = name.to_owned();
-    }
-
-    /// `MPI_Comm_get_name` (empty when never set).
-    pub fn name(&self) -> String {
-        lock(&self.inner.name).clone()
-    }
-
-    /// `MPI_Comm_compare`.
-    pub fn compare(&self, other: &Comm) -> Compare {
-        if Arc::ptr_eq(&self.inner, &other.inner) {
-            return Compare::Ident;
-        }
-        match self.inner.group.compare(&other.inner.group) {
-            Compare::Ident
-                if self.context_id() == other.context_id()
-                    && self.inner.space == other.inner.space =>
-            {
-                Compare::Ident
-            }
-            Compare::Ident => Compare::Congruent,
-            c => c,
-        }
-    }
-
-    // ---------------------------------------------------------------- attributes
-
-    /// `MPI_Comm_set_attr`: an existing value is deleted first (its delete callback runs).
-    pub fn set_attr(&self, keyval: u32, value: usize) -> Result<()> {
-        match self.inner.ctx.keyval_fns(keyval) {
-            Some((_, _, _, false)) => {}
-            _ => return Err(CollError::Keyval(format!("keyval {keyval} does not exist"))),
-        }
-        self.delete_attr_inner(keyval, false)?;
-        lock(&self.inner.attrs).insert(keyval, value);
-        Ok(())
-    }
-
-    /// `MPI_Comm_get_attr`: `None` when not set.
-    pub fn get_attr(&self, keyval: u32) -> Result<Option<usize>> {
-        if self.inner.ctx.keyval_fns(keyval).is_none() {
-            return Err(CollError::Keyval(format!("keyval {keyval} does not exist")));
-        }
-        Ok(lock(&self.inner.attrs).get(&keyval).copied())
-    }
-
-    /// `MPI_Comm_delete_attr`: runs the delete callback.
-    pub fn delete_attr(&self, keyval: u32) -> Result<()> {
-        self.delete_attr_inner(keyval, true)
-    }
-
-    fn delete_attr_inner(&self, keyval: u32, must_exist: bool) -> Result<()> {
-        let fns = self
-            .inner
-            .ctx
-            .keyval_fns(keyval)
-            .ok_or_else(|| CollError::Keyval(format!("keyval {keyval} does not exist")))?;
-        let old = lock(&self.inner.attrs).get(&keyval).copied();
-        match old {
-            None if must_exist => Err(CollError::Keyval(format!("attribute {keyval} is not set"))),
-            None => Ok(()),
-            Some(v) => {
-                if let Some(del) = &fns.1 {
-                    del(keyval, fns.2, v)?;
-                }
-                lock(&self.inner.attrs).remove(&keyval);
-                Ok(())
-            }
-        }
-    }
-
-    /// `MPI_Comm_free`: deletes the attributes (their callbacks run; the
-    /// first error is returned after all ran) and gives up this handle.
-    /// The context id is released once no handle or request uses it.
-    pub fn free(self) -> Result<()> {
-        let attrs = std::mem::take(&mut *lock(&self.inner.attrs));
-        self.inner.freed.store(true, Ordering::Release);
-        let mut first = None;
-        for (k, v) in attrs {
-            if let Some((_, Some(del), extra, _)) = self.inner.ctx.keyval_fns(k) {
-                if let Err(e) = del(k, extra, v) {
-                    first.get_or_insert(e);
-                }
-            }
-        }
-        first.map_or(Ok(()), Err)
-    }
-
-    // ---------------------------------------------------------------- construction
-
-    /// Agrees on a context id over this communicator; `claim` on members of
-    /// the new one. `same`: one word per rank of this communicator that
-    /// every rank naming it must have given alike (`u64::MAX`: not named;
-    /// `MPI_Comm_create`'s group hashes), checked in the same allreduce:
-    /// the words and their complements, both AND-reduced, are complements
-    /// again only if every rank that named a slot gave it the same value.
-    fn agree_cid(&self, claim: bool, same: Option<&[u64]>) -> Result<u32> {
-        self.agree_cid_from(0, claim, same)
-    }
-
-    /// [`Comm::agree_cid`] over the windows from `base` on.
-    fn agree_cid_from(&self, mut base: u32, claim: bool, same: Option<&[u64]>) -> Result<u32> {
-        if self.size() == 1 {
-            // Nobody to agree with (MPI_COMM_SELF and its kin): the lowest
-            // id free here and offered by no round in flight, at once. A
-            // round would wait for the offer of another thread's agreement,
-            // which may wait for a rank whose thread waits for this one
-            // (MPICH's threads/comm/comm_dup_deadlock).
-            let mut c = lock(&self.inner.ctx.cids);
-            while base < c.limit() {
-                if let Some(id) = CidPool::first_free(base, &c.free_window(base)) {
-                    if claim {
-                        c.claim(id)?;
-                    }
-                    return Ok(id);
-                }
-                base += crate::cid::WINDOW;
-            }
-            return Err(CollError::NoContextId { limit: c.limit() });
-        }
-        let key = self.agreement_key(0);
-        let mut registered = false;
-        let band =
-            |b: &[u8], o: &mut [u8]| self.allreduce(Input::Buf(b), o, Datatype::U64, &Op::Band);
-        let r = self.agree_rounds(key, base, claim, same, &band, &mut registered);
-        if registered {
-            lock(&self.inner.ctx.cids).unpend(key, false);
-        }
-        r
-    }
-
-    /// The rounds of [`Comm::agree_cid_from`] (module `cid`): blocking
-    /// allreduces of one window of offered ids, the `same` words and a flag
-    /// "every rank offered", run without a process lock held, so that
-    /// agreements of several threads of a process all finish. The first
-    /// round offers nothing: when it ends every rank has come to this
-    /// agreement, and only then is it registered (`registered`) to compete
-    /// for the process's offer. A round that holds the offer therefore
-    /// never waits for a rank still busy elsewhere (in another agreement
-    /// that waits for this process's offer: MPICH's
-    /// threads/comm/comm_create_group_threads2). `band` is the round's
-    /// allreduce (bitwise AND of `u64` words over everyone who agrees).
-    fn agree_rounds(
-        &self,
-        key: crate::cid::AgreementKey,
-        mut base: u32,
-        claim: bool,
-        same: Option<&[u64]>,
-        band: &RoundAnd<'_>,
-        registered: &mut bool,
-    ) -> Result<u32> {
-        let cids = &self.inner.ctx.cids;
-        let limit = lock(cids).limit();
-        while base < limit {
-            let (offering, mut words) = {
-                let mut c = lock(cids);
-                if *registered && c.take_offer(key, false) {
-                    (true, c.reserve(base, u32::MAX))
-                } else {
-                    (false, vec![0; (crate::cid::WINDOW / 64) as usize])
-                }
-            };
-            let n = words.len();
-            let offered = words.clone();
-            if let Some(h) = same {
-                words.extend_from_slice(h);
-                words.extend(h.iter().map(|&w| if w == u64::MAX { w } else { !w }));
-            }
-            words.push(u64::from(offering));
-            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-            let mut out = vec![0u8; bytes.len()];
-            let r = band(&bytes, &mut out);
-            let end_offer = |c: &mut CidPool| {
-                if offering {
-                    c.unreserve(base, &offered);
-                    c.drop_offer(false);
-                }
-            };
-            if let Err(e) = r {
-                end_offer(&mut lock(cids));
-                return Err(e);
-            }
-            let mut agreed: Vec<u64> = out
-                .chunks_exact(8)
-                .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
-                .collect();
-            let all_offered = agreed.pop() == Some(1);
-            if let Some(h) = same {
-                let (a, b) = agreed[n..].split_at(h.len());
-                let unnamed = |x: u64, y: u64| x == u64::MAX && y == u64::MAX;
-                if a.iter()
-                    .zip(b)
-                    .any(|(&x, &y)| x ^ y != u64::MAX && !unnamed(x, y))
-                {
-                    end_offer(&mut lock(cids));
-                    return Err(CollError::Group(
-                        "MPI_Comm_create: the groups passed differ among their members \
-                         or overlap"
-                            .into(),
-                    ));
-                }
-                agreed.truncate(n);
-            }
-            // The offer ends and the id is claimed under one lock: no
-            // other round of this process can offer the id in between.
-            let mut c = lock(cids);
-            end_offer(&mut c);
-            if !*registered {
-                c.pend(key, false);
-                *registered = true;
-                continue;
-            }
-            if !all_offered {
-                continue;
-            }
-            if let Some(id) = CidPool::first_free(base, &agreed) {
-                if claim {
-                    c.claim(id)?;
-                }
-                tracing::debug!(target: "coll_base", "agreed context id {id}");
-                return Ok(id);
-            }
-            base += crate::cid::WINDOW;
-        }
-        Err(CollError::NoContextId { limit })
-    }
-
-    /// This communicator's place in the order of a process's agreements
-    /// ([`crate::cid::AgreementKey`]).
-    fn agreement_key(&self, order: u32) -> crate::cid::AgreementKey {
-        let sub = match self.inner.space {
-            TagSpace::CreateGroup(tag) => 1 + i64::from(tag),
-            TagSpace::Coll | TagSpace::Idup(_) => 0,
-        };
-        (self.inner.ep.context_id, sub, order)
-    }
-
-    /// A new communicator of `group` (`None`: this rank gets none) on a
-    /// context id agreed over this one; `same` as in [`Comm::agree_cid`].
-    fn derive(&self, group: Option<Group>, same: Option<&[u64]>) -> Result<Option<Comm>> {
-        let ctx = Arc::clone(&self.inner.ctx);
-        let cid = self.agree_cid(group.is_some(), same)?;
-        match group {
-            None => Ok(None),
-            Some(g) => match Comm::build(&ctx, g, cid, TagSpace::Coll, None, true) {
-                Ok(c) => Ok(Some(c)),
-                Err(e) => {
-                    lock(&ctx.cids).release(cid);
-                    Err(e)
-                }
-            },
-        }
-    }
-
-    /// `MPI_Comm_dup`: same group, new context, attributes copied through
-    /// their copy callbacks.
-    pub fn dup(&self) -> Result<Comm> {
-        let c = self
-            .derive(Some(self.group()), None)?
-            .ok_or_else(|| CollError::Intern("dup produced no communicator".into()))?;
-        self.copy_attrs_to(&c)?;
-        Ok(c)
-    }
-
-    /// Copies this communicator's attributes to its duplicate `c` through
-    /// their copy callbacks.
-    fn copy_attrs_to(&self, c: &Comm) -> Result<()> {
-        let attrs: Vec<(u32, usize)> = lock(&self.inner.attrs)
-            .iter()
-            .map(|(k, v)| (*k, *v))
-            .collect();
-        for (k, v) in attrs {
-            if let Some((Some(copy), _, extra, _)) = self.inner.ctx.keyval_fns(k) {
-                if let Some(nv) = copy(k, extra, v)? {
-                    lock(&c.inner.attrs).insert(k, nv);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// `MPI_Comm_idup`: starts the context-id agreement without blocking
-    /// ([`PendingDup`]); each completed round's output goes to
-    /// [`PendingDup::step`], which gives the communicator or the next
-    /// round's request.
-    pub fn idup(&self) -> Result<(CollRequest, PendingDup)> {
-        self.idup_claiming(0)
-    }
-
-    /// [`Comm::idup`] agreeing on `extra` more context ids free on every
-    /// rank, given with the duplicate ([`DupStep::Done`]): the
-    /// non-blocking dup of an inter-communicator takes its union's
-    /// duplicate, a context for its local group and one for its
-    /// point-to-point traffic from one agreement over the union.
-    pub fn idup_claiming(&self, extra: usize) -> Result<(CollRequest, PendingDup)> {
-        let ctx = Arc::clone(&self.inner.ctx);
-        let _serial = lock(&ctx.creating);
-        // Idups of this communicator are started in the same order on every
-        // rank: a collective sequence number of its own orders them alike
-        // everywhere and names the tag space of their rounds.
-        let order = self.inner.seq.fetch_add(1, Ordering::Relaxed);
-        let key = self.agreement_key(order);
-        let view = Comm::build(
-            &ctx,
-            self.group(),
-            self.context_id(),
-            TagSpace::Idup(order),
-            Some(self),
-            false,
-        )?;
-        PendingDup {
-            key,
-            parent: self.clone(),
-            view,
-            base: 0,
-            offered: Vec::new(),
-            offering: false,
-            live: false,
-            extra,
-        }
-        .round()
-    }
-
-    /// `MPI_Comm_split`: `color = None` is `MPI_UNDEFINED`. Ranks of one
-    /// colour are ordered by `key`, then by rank here.
-    pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Comm>> {
-        let mine: Vec<u8> = [color.map_or(-1i64, i64::from), i64::from(key)]
-            .iter()
-            .flat_map(|v| v.to_ne_bytes())
-            .collect();
-        let mut all = vec![0u8; 16 * self.size() as usize];
-        self.allgather(Input::Buf(&mine), &mut all)?;
-        let entries: Vec<(i64, i64)> = all
-            .chunks_exact(16)
-            .map(|c| {
-                (
-                    i64::from_ne_bytes(c[..8].try_into().expect("8 bytes")),
-                    i64::from_ne_bytes(c[8..].try_into().expect("8 bytes")),
-                )
-            })
-            .collect();
-        let group = match color {
-            None => None,
-            Some(col) => {
-                let mut members: Vec<(i64, u32)> = entries
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, e)| e.0 == i64::from(col))
-                    .map(|(r, e)| (e.1, r as u32))
-                    .collect();
-                members.sort();
-                let ranks: Vec<u32> = members.into_iter().map(|(_, r)| r).collect();
-                Some(self.inner.group.incl(&ranks)?)
-            }
-        };
-        self.derive(group, None)
-    }
-
-    /// `MPI_Comm_split_type`.
-    pub fn split_type(&self, kind: SplitType, key: i32) -> Result<Option<Comm>> {
-        self.split(self.split_type_color(kind), key)
-    }
-
-    /// The color `split_type` splits this process by (`None`: none, it
-    /// gets no communicator): the node, for the shared kind. An
-    /// inter-communicator's split by type splits by this color.
-    pub fn split_type_color(&self, kind: SplitType) -> Option<u32> {
-        match kind {
-            SplitType::Shared => Some(self.inner.ctx.p2p.node_of(self.inner.ctx.p2p.world_rank())),
-            SplitType::Undefined => None,
-        }
-    }
-
-    /// `MPI_Comm_create`: every rank of this communicator calls it with the
-    /// same group, which must be a subset of this communicator's group;
-    /// members get the new communicator, the others `None`.
-    pub fn create(&self, group: &Group) -> Result<Option<Comm>> {
-        if self.inner.group.intersection(group).size() != group.size() {
-            return Err(CollError::Group(
-                "MPI_Comm_create: the group is not a subset of the communicator's group".into(),
-            ));
-        }
-        let me = self.inner.ctx.p2p.world_rank();
-        let member = group.rank_of(me).is_some();
-        // MPI-2.2 and later: the ranks may pass disjoint groups, one per new
-        // communicator, every member of a group the same group (in the same
-        // order); a rank outside its group gets MPI_COMM_NULL (and may pass
-        // the group the others pass, MPI-2.1 style, or an empty one).
-        // Checked in the agreement: each rank writes its group's hash into
-        // the slot of every member, and a rank outside its group a marker
-        // into its own slot; the members of a group that differ, groups that
-        // overlap, or a rank named by a group it did not pass, make a slot
-        // disagree.
-        const OUTSIDE: u64 = 0x6f75_7473_6964_6521;
-        let hash = group
-            .world_ranks()
-            .iter()
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, &r| {
-                (h ^ u64::from(r)).wrapping_mul(0x0000_0100_0000_01b3)
-            })
-            .min(u64::MAX - 1);
-        let mut slots = vec![u64::MAX; self.size() as usize];
-        let ranks: std::collections::HashMap<u32, usize> = self
-            .inner
-            .group
-            .world_ranks()
-            .iter()
-            .enumerate()
-            .map(|(i, &w)| (w, i))
-            .collect();
-        for w in group.world_ranks().iter() {
-            slots[ranks[w]] = hash;
-        }
-        if !member {
-            slots[self.rank() as usize] = OUTSIDE;
-        }
-        self.derive(member.then(|| group.clone()), Some(&slots))
-    }
-
-    /// `MPI_Comm_create_group`: only the members of `group` (a subset of
-    /// this communicator's group) call it, with the same `tag`; the
-    /// agreement runs among them on this communicator's context with tags
-    /// of their own (`TagSpace::CreateGroup`).
-    pub fn create_group(&self, group: &Group, tag: i32) -> Result<Comm> {
-        if tag < 0 {
-            return Err(CollError::Arg(format!(
-                "MPI_Comm_create_group: tag {tag} < 0"
-            )));
-        }
-        if self.inner.group.intersection(group).size() != group.size() {
-            return Err(CollError::Group(
-                "MPI_Comm_create_group: the group is not a subset of the communicator's group"
-                    .into(),
-            ));
-        }
-        let me = self.inner.ctx.p2p.world_rank();
-        if group.rank_of(me).is_none() {
-            return Err(CollError::Group(
-                "MPI_Comm_create_group called by a process outside the group".into(),
-            ));
-        }
-        let ctx = Arc::clone(&self.inner.ctx);
-        let view = Comm::build(
-            &ctx,
-            group.clone(),
-            self.context_id(),
-            TagSpace::CreateGroup(tag),
-            Some(self),
-            false,
-        )?;
-        view.derive(Some(group.clone()), None)?
-            .ok_or_else(|| CollError::Intern("create_group produced no communicator".into()))
-    }
-
-    // ---------------------------------------------------------------- inter-communicators
-
-    /// Gives back a context id claimed by [`Comm::idup_claiming`] and not
-    /// used.
-    pub fn release_claimed_id(&self, cid: u32) {
-        lock(&self.inner.ctx.cids).release(cid);
-    }
-
-    /// A new communicator over this one's group on context id `cid`, which
-    /// the caller claimed on every member (an extra id of
-    /// [`Comm::idup_claiming`]; released again if this fails). Local: no
-    /// agreement, no message.
-    pub fn with_claimed_id(&self, cid: u32) -> Result<Comm> {
-        let ctx = &self.inner.ctx;
-        Comm::build(ctx, self.group(), cid, TagSpace::Coll, None, true).inspect_err(|_| {
-            lock(&ctx.cids).release(cid);
-        })
-    }
-
-    /// The transport context of an inter-communicator
-    /// (`MPI_Intercomm_create`), agreed over this communicator, which holds
-    /// every process of both groups: a context id free on all of them,
-    /// registered with the transport so that rank `r` names process
-    /// `remote[r]` (world ranks of the other group) and this process is
-    /// `local_rank` to the other side. Returns once every member has
-    /// registered it (a barrier), so no message on it can arrive first.
-    /// The id is released and the transport state removed when the
-    /// [`InterContext`] is dropped.
-    pub fn inter_context(&self, local_rank: u32, remote: Vec<u32>) -> Result<InterContext> {
-        let cid = self.agree_cid(true, None)?;
-        let ic = InterContext::claimed(self, cid, local_rank, remote)?;
-        self.barrier()?;
-        tracing::debug!(target: "coll_base", "inter-communicator context {cid} on cid {}", self.context_id());
-        Ok(ic)
-    }
-
-    /// The union communicator of `MPI_Intercomm_create`, agreed without
-    /// any traffic outside the call's own channels: this communicator (a
-    /// fresh duplicate of the caller's local communicator, so its context
-    /// id is this call's alone on every member) carries each group's part
-    /// of every round, and `swap` the local leaders' exchange of their
-    /// groups' parts (the caller's peer communicator and tag, which MPI
-    /// makes the caller keep apart). A view of `MPI_COMM_WORLD` under the
-    /// user's tag would not do: calls of several threads with one tag on
-    /// different peer communicators are legal and would cross there.
-    ///
-    /// `union` lists every process of both groups, the same on all of
-    /// them; `ids` is the pair of this call's local context ids, the
-    /// group that comes first in `union` first, the same on every member
-    /// (it orders this agreement among the process's others). `swap` is
-    /// called on rank `leader` only, with this group's AND of a round and
-    /// returns the other group's.
-    pub fn bridge_union(
-        &self,
-        union: &Group,
-        leader: u32,
-        ids: (u32, u32),
-        swap: &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>,
-    ) -> Result<Comm> {
-        root_ok(leader, self.size())?;
-        let swap = Mutex::new(swap);
-        let band = |b: &[u8], o: &mut [u8]| -> Result<()> {
-            self.allreduce(Input::Buf(b), o, Datatype::U64, &Op::Band)?;
-            if self.rank() == leader {
-                let theirs = (lock(&swap))(o)?;
-                if theirs.len() != o.len() {
-                    return Err(CollError::Mismatch(format!(
-                        "MPI_Intercomm_create: the leaders' parts differ in length ({} and {} bytes)",
-                        o.len(),
-                        theirs.len()
-                    )));
-                }
-                for (x, y) in o.iter_mut().zip(theirs) {
-                    *x &= y;
-                }
-            }
-            self.bcast(o, leader)
-        };
-        let key = (ids.0, (1 << 40) + i64::from(ids.1), 0);
-        let mut registered = false;
-        let r = self.agree_rounds(key, 0, true, None, &band, &mut registered);
-        if registered {
-            lock(&self.inner.ctx.cids).unpend(key, false);
-        }
-        let cid = r?;
-        let ctx = &self.inner.ctx;
-        Comm::build(ctx, union.clone(), cid, TagSpace::Coll, None, true).inspect_err(|_| {
-            lock(&ctx.cids).release(cid);
-        })
     }
 
     // ---------------------------------------------------------------- neighbourhood
@@ -1440,7 +605,7 @@ impl Comm {
         Ok(req)
     }
 
-    /// [`Comm::ineighbor_exchange`], blocking: returns the result buffer.
+    /// [`CollComm::ineighbor_exchange`], blocking: returns the result buffer.
     pub fn neighbor_exchange(
         &self,
         send: Vec<u8>,
@@ -1504,7 +669,7 @@ impl Comm {
     /// Takes this communicator's next collective sequence number for a
     /// persistent collective initialised now (`MPI_<coll>_init`, called by
     /// every rank in the same order): each start of it runs on that
-    /// number's tags ([`Comm::with_reserved_seq`]), so starts match by the
+    /// number's tags ([`CollComm::with_reserved_seq`]), so starts match by the
     /// order of the inits, as MPI-4.0 §6.13 says, whatever order the ranks
     /// start them in. Successive starts of one request reuse the tags:
     /// a rank starts it again only after its previous start completed
@@ -1515,7 +680,7 @@ impl Comm {
     }
 
     /// Runs `f`, whose non-blocking collective on this communicator takes
-    /// the reserved `seq` ([`Comm::reserve_seq`]) instead of the next
+    /// the reserved `seq` ([`CollComm::reserve_seq`]) instead of the next
     /// number, and is not announced on `sm`'s segment (whose order is the
     /// order of the calls, which persistent starts need not follow).
     pub fn with_reserved_seq<R>(&self, seq: u32, f: impl FnOnce() -> R) -> R {
@@ -1526,7 +691,7 @@ impl Comm {
         out
     }
 
-    /// The sequence number [`Comm::with_reserved_seq`] reserved for this
+    /// The sequence number [`CollComm::with_reserved_seq`] reserved for this
     /// communicator's collective starting now on this thread, if any;
     /// `take` uses it up.
     fn reserved_seq(&self, take: bool) -> Option<u32> {
@@ -1557,7 +722,7 @@ impl Comm {
         self.start_late(call, None)
     }
 
-    /// [`Comm::start`]; with `late`, for a rank whose own arguments
+    /// [`CollComm::start`]; with `late`, for a rank whose own arguments
     /// disagree ([`fit`]): it takes part, and its request fails with `late`
     /// once complete (its result is not delivered).
     fn start_late(&self, call: Call, late: Option<CollError>) -> Result<CollRequest> {
@@ -1590,7 +755,7 @@ impl Comm {
     /// size, the transport has request-less small sends and blocking
     /// receives, and no non-blocking collective is outstanding on the
     /// context (a blocking receive would stop progressing it). Takes the
-    /// communicator's next sequence number (tag), as [`Comm::exec_for`]
+    /// communicator's next sequence number (tag), as [`CollComm::exec_for`]
     /// does, so it must be called after the arguments were checked.
     fn direct(&self, kind: CollKind, bytes: usize) -> Option<Direct<'_>> {
         let inner = &*self.inner;
@@ -1709,7 +874,7 @@ impl Comm {
     /// Announces a non-blocking collective of a kind `sm` won on its
     /// attached segment ([`Node::announce_nonblocking`]): a rank waiting
     /// there in a blocking call that another rank made as a non-blocking
-    /// one fails instead of waiting forever. Lengths as [`Comm::node`]
+    /// one fails instead of waiting forever. Lengths as [`CollComm::node`]
     /// measures them.
     fn announce_nonblocking(&self, call: &Call) -> Result<()> {
         let inner = &*self.inner;
@@ -1831,7 +996,7 @@ impl Comm {
         })
     }
 
-    /// [`Comm::run`] for the blocking calls, whose result is copied out and
+    /// [`CollComm::run`] for the blocking calls, whose result is copied out and
     /// dropped: the buffer goes back to [`crate::pool`] afterwards.
     fn run_pooled(&self, call: Call) -> Result<Pooled> {
         self.run(call).map(Pooled)
@@ -1842,13 +1007,13 @@ impl Comm {
     /// The blocking path: the schedule runs inline on this thread, without
     /// the request `Arc`/`Mutex` of a non-blocking collective and without
     /// entering the context's active list. It takes its sequence number
-    /// (hence its tag) at the same point as [`Comm::start`], so it stays in
+    /// (hence its tag) at the same point as [`CollComm::start`], so it stays in
     /// step with non-blocking collectives outstanding on the communicator,
     /// which it keeps progressing while it waits.
     pub fn run(&self, call: Call) -> Result<Vec<u8>> {
         if call.ext_send.is_some() || call.ext_out.is_some() {
             return Err(CollError::Intern(
-                "Comm::run with caller memory: use run_borrowing".into(),
+                "CollComm::run with caller memory: use run_borrowing".into(),
             ));
         }
         let mut exec = self.exec_for(&call)?;
@@ -2828,7 +1993,7 @@ impl Comm {
     }
 
     /// `MPI_Ialltoallw` after packing (per-peer byte counts and byte
-    /// displacements): as [`Comm::ialltoallv`].
+    /// displacements): as [`CollComm::ialltoallv`].
     pub fn ialltoallw(
         &self,
         send: Vec<u8>,

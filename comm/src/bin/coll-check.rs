@@ -23,9 +23,9 @@
 //!   prints µs per round trip).
 
 use std::sync::Arc;
-use tmpi_coll::selftest::{bench, check, check_nodes, pingpong};
-use tmpi_coll::CollContext;
 use tmpi_coll::PmlP2p;
+use tmpi_comm::selftest::{bench, check, check_nodes, pingpong};
+use tmpi_comm::CommContext;
 use tmpi_pml::{InitOptions, Pml};
 
 /// `bench-threads N`: N ranks as threads of this process, each with its own
@@ -41,7 +41,7 @@ fn bench_threads(n: u32) {
             std::thread::spawn(move || {
                 let pml = Arc::new(Pml::with_transport(r as u32, Box::new(lb), true).expect("pml"));
                 let p2p = PmlP2p::new(Arc::clone(&pml));
-                let u = CollContext::init(Arc::new(p2p), reg).expect("coll init");
+                let u = CommContext::init(Arc::new(p2p), reg).expect("coll init");
                 bench(&u.world);
             })
         })
@@ -52,7 +52,7 @@ fn bench_threads(n: u32) {
 }
 
 /// `reduce-copy N` (see the module's documentation).
-fn reduce_copy(w: &tmpi_coll::Comm, calls: u32) -> Result<(), String> {
+fn reduce_copy(w: &tmpi_comm::Comm, calls: u32) -> Result<(), String> {
     use tmpi_coll::{Datatype, Input, Op};
     const COUNT: u32 = 16 * 1024;
     let (me, p) = (w.rank(), w.size());
@@ -102,7 +102,7 @@ fn main() {
     );
     let reg = tmpi_base::mca::registry();
     let p2p = PmlP2p::new(Arc::clone(&pml));
-    let u = CollContext::init(Arc::new(p2p), reg).expect("coll init");
+    let u = CommContext::init(Arc::new(p2p), reg).expect("coll init");
     let w = u.world.clone();
     match mode.as_str() {
         "check" => match check(&w) {

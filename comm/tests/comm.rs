@@ -11,7 +11,8 @@ use tmpi_base::error::MpiErrorClass;
 use tmpi_base::mca::{Registry, Sources};
 use tmpi_coll::sim::SimConfig;
 use tmpi_coll::{Call, Pos};
-use tmpi_coll::{CollContext, CollKind, Compare, Datatype, Group, Input, Op, SplitType};
+use tmpi_coll::{CollKind, Datatype, Input, Op};
+use tmpi_comm::{CommContext, Compare, Group, SplitType};
 
 #[test]
 fn split_odd_sizes_and_collectives_on_them() {
@@ -131,6 +132,37 @@ fn context_ids_unique_and_reused_after_free() {
         if lowest != u32::MAX {
             assert_eq!(lowest, u32::from_ne_bytes(v.try_into().unwrap()));
         }
+    });
+}
+
+/// A request on a communicator keeps its context id claimed after the last
+/// handle is freed: the id goes back to the pool (and is reused) only once
+/// the request is gone too. The communicator's part rides in its collective
+/// state for that (`CollComm::new`'s owner).
+#[test]
+fn a_request_keeps_the_context_id_of_a_freed_communicator() {
+    job(3, &[], |w, _| {
+        let d = w.dup().unwrap();
+        let id = d.context_id();
+        let mine = (w.rank() + 1).to_ne_bytes().to_vec();
+        let req = d.iallreduce(mine, Datatype::U32, &Op::Sum).unwrap();
+        d.free().unwrap();
+        let e = w.dup().unwrap();
+        assert_ne!(
+            e.context_id(),
+            id,
+            "an id still used by a request was reused"
+        );
+        let out = req.wait().unwrap();
+        assert_eq!(u32::from_ne_bytes(out[..4].try_into().unwrap()), 1 + 2 + 3);
+        let f = w.dup().unwrap();
+        assert_eq!(
+            f.context_id(),
+            id,
+            "the id comes back once the request is gone"
+        );
+        f.barrier().unwrap();
+        e.barrier().unwrap();
     });
 }
 
@@ -386,7 +418,7 @@ fn selection_forcing_underlying_and_missing_provider() {
     assert_eq!(out, [0, 0]);
     let reg = Registry::new(Sources::default());
     let fab = tmpi_coll::sim::SimFabric::new(SimConfig::new(1));
-    let u = CollContext::init(Arc::new(fab.endpoint(0)), &reg).unwrap();
+    let u = CommContext::init(Arc::new(fab.endpoint(0)), &reg).unwrap();
     assert_eq!(
         u.self_comm.table().providers(CollKind::Barrier),
         ["self", "basic"]
@@ -394,14 +426,14 @@ fn selection_forcing_underlying_and_missing_provider() {
     // Without basic, tuned alone cannot serve gatherv: creation fails naming it.
     let reg = Registry::new(Sources::default().with_cmdline([("coll".into(), "tuned".into())]));
     let fab = tmpi_coll::sim::SimFabric::new(SimConfig::new(2));
-    let e = CollContext::init(Arc::new(fab.endpoint(0)), &reg).unwrap_err();
+    let e = CommContext::init(Arc::new(fab.endpoint(0)), &reg).unwrap_err();
     assert!(
         e.to_string().contains("barrier") || e.to_string().contains("gatherv"),
         "{e}"
     );
     let reg =
         Registry::new(Sources::default().with_cmdline([("coll".into(), "basic,tunde".into())]));
-    let e = CollContext::init(Arc::new(fab.endpoint(0)), &reg).unwrap_err();
+    let e = CommContext::init(Arc::new(fab.endpoint(0)), &reg).unwrap_err();
     assert!(
         e.to_string().contains("tunde") && e.to_string().contains("tuned"),
         "{e}"
@@ -409,7 +441,7 @@ fn selection_forcing_underlying_and_missing_provider() {
     let reg = Registry::new(
         Sources::default().with_cmdline([("coll_tuned_bcast_algorithm".into(), "9".into())]),
     );
-    assert!(CollContext::init(Arc::new(fab.endpoint(0)), &reg).is_err());
+    assert!(CommContext::init(Arc::new(fab.endpoint(0)), &reg).is_err());
 }
 
 #[test]

@@ -30,7 +30,7 @@
 
 use tmpi_base::mca::{Level, McaError, ParamSpec, Registry};
 
-use crate::{CollError, Result};
+use tmpi_coll::{CollError, Result};
 
 /// The agreements of one kind in progress in a process, by key with how
 /// many under each, and the one whose round offers the process's free ids

@@ -4,7 +4,8 @@
 
 use std::time::Instant;
 
-use crate::{Comm, Datatype, Input, Op};
+use crate::Comm;
+use tmpi_coll::{Datatype, Input, Op};
 
 fn ints(rank: u32, n: usize, seed: u32) -> Vec<u8> {
     (0..n)
@@ -230,7 +231,7 @@ fn host_identity() -> Vec<u8> {
 /// two ranks or more), and a job spanning hosts passes [`check`] on `w`
 /// without attaching one. Returns the number of hosts and this rank's node size.
 pub fn check_nodes(w: &Comm, expect_nodes: Option<u32>) -> Result<(u32, u32), String> {
-    let e = |e: crate::CollError| e.to_string();
+    let e = |e: tmpi_coll::CollError| e.to_string();
     let p = w.size() as usize;
     let mine = host_identity();
     let mut all = vec![0u8; p * HOST_ID_LEN];
@@ -367,8 +368,8 @@ pub fn bench(w: &Comm) {
 /// restricts them): the point-to-point floor of a 2-rank collective.
 /// Other ranks only take part in the barriers.
 pub fn pingpong(w: &Comm) {
-    use crate::p2p::{Done, P2pHandle, SharedBytes};
     use std::sync::Arc;
+    use tmpi_coll::{Done, P2pHandle, SharedBytes};
     let p2p = Arc::clone(w.context().p2p());
     let ep = w.endpoint().clone();
     let me = w.rank();

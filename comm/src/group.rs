@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::{CollError, Result};
+use tmpi_coll::{CollError, Result};
 
 /// Result of comparing two groups or communicators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
