@@ -7,11 +7,20 @@
 //! the user's, its own, a shared segment of the node's ranks (`shm.rs`), or
 //! the regions attached to a dynamic window. Components:
 //!
+//! * [`sm`] (priority 20): windows whose ranks' memory lies in one shared
+//!   segment (`MPI_Win_allocate_shared`, and `MPI_Win_allocate` when every
+//!   rank is on this node), as Open MPI's osc/sm: the origin loads and
+//!   stores in the target's part, applies accumulates under the target's
+//!   lock in the segment's header, and synchronises through that header;
+//!   no target progress is needed.
 //! * [`pt2pt`] (priority 10): active messages over the pml, as Open MPI's
 //!   osc/pt2pt and MPICH's CH3 RMA. Every operation is a message to the
 //!   target on the window's own context; the target applies it from the
 //!   pml's progress (a hook run in every waiting round, and in coll's), so
-//!   it works over every transport (self, sm, tcp, openib).
+//!   it works over every transport (self, sm, tcp, openib) and any window.
+//!
+//! The selection list `osc` and the parameters `osc_<name>_priority` choose
+//! among them, as in the other frameworks.
 //!
 //! The framework owns what every component shares: the datatype layout an
 //! operation names ([`Layout`]), the accumulate ops ([`AccOp`]), window
