@@ -96,6 +96,8 @@ pub struct Sm {
 /// A target region: `count` items of `blocks` every `extent` bytes from
 /// `offset` in the target's part.
 struct Region {
+    /// One block from `offset` (contiguous target items).
+    contig: bool,
     offset: i128,
     count: u64,
     extent: i128,
@@ -168,6 +170,7 @@ impl Sm {
         Ok(if t.layout.is_contig(t.count) {
             let n = t.layout.packed_len(t.count)? as u64;
             Region {
+                contig: true,
                 offset,
                 count: 1,
                 extent: n as i128,
@@ -175,6 +178,7 @@ impl Sm {
             }
         } else {
             Region {
+                contig: false,
                 offset,
                 count: t.count as u64,
                 extent: t.layout.extent as i128,
@@ -298,7 +302,7 @@ impl Module for Sm {
         let part = self.part(t.rank);
         let view = part.view();
         view.check(reg.iter())?;
-        if reg.count == 1 && reg.blocks.len() <= 1 && result.layout.is_contig(result.count) {
+        if reg.contig && result.layout.is_contig(result.count) {
             // SAFETY: the caller's contract: `want` contiguous writable bytes.
             view.copy_out(reg.offset, unsafe { bytes_mut(result.ptr, want) });
         } else {

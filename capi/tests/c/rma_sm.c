@@ -13,7 +13,7 @@
  *   rank, no increment lost;
  * - compare_and_swap from every rank: exactly one winner;
  * - derived datatypes on both sides for put, get, accumulate and
- *   get_accumulate;
+ *   get_accumulate, and a target type of one block off its start;
  * - PSCW rounds in a ring (one ended by MPI_Win_test) and fence epochs. */
 #define _POSIX_C_SOURCE 200809L
 #include <time.h>
@@ -159,6 +159,16 @@ int main(int argc, char **argv) {
                           win));
     OK(MPI_Win_fence(0, win));
     for (int i = 0; i < 16; i++) CHECK(res[i] == (i % 2 == 0 ? 2 * (100 * rank + i / 2) : -1));
+    /* A target type of one block away from its start: the block's offset
+     * counts (a get of 2 ints at 4 and 5). */
+    MPI_Datatype shifted;
+    int blen = 2, bdisp = 4, two[2] = {-1, -1};
+    MPI_Type_indexed(1, &blen, &bdisp, MPI_INT, &shifted);
+    MPI_Type_commit(&shifted);
+    OK(MPI_Get(two, 2, MPI_INT, right, VEC, 1, shifted, win));
+    OK(MPI_Win_fence(0, win));
+    CHECK(two[0] == 2 * (100 * rank + 2) && two[1] == 2 * (100 * rank + 3));
+    MPI_Type_free(&shifted);
     MPI_Type_free(&every2);
     MPI_Type_free(&pairs);
 
