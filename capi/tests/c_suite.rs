@@ -344,6 +344,25 @@ fn rma_sm_busy_target_needs_sm() {
     assert!(err.contains("check failed: *flag == size - 1"), "{err}");
 }
 
+/// A rank dying with an sm window's exclusive lock held: the rank waiting
+/// for the lock does not hang the job, which the launcher ends (non-zero
+/// status) well before the test's timeout.
+#[test]
+fn rma_lock_holder_dies_and_the_job_ends() {
+    let exe = build("rma_lock_holder_dies");
+    let _g = serial();
+    let t0 = Instant::now();
+    let (code, out, err) = run(&exe, 2, 60);
+    assert!(code.is_some_and(|c| c != 0), "exit {code:?}\n{out}\n{err}");
+    assert!(out.contains("rank 1 dies holding the lock"), "{out}\n{err}");
+    assert!(!out.contains("UNREACHABLE"), "{out}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(45),
+        "the job took {:?} to end\n{err}",
+        t0.elapsed()
+    );
+}
+
 /// Dynamic windows: attach, operations by absolute address in every
 /// synchronisation mode, MPI_ERR_RMA_RANGE from the target for memory not
 /// attached (nothing written), detach, flavor errors.
