@@ -333,15 +333,24 @@ fn rma_sm() {
 }
 
 /// The busy target of `rma_sm` is what pt2pt cannot serve: with osc pt2pt
+/// (chosen by the selection list, or by sm's priority set below pt2pt's)
 /// the origins' lock waits for a target that never enters MPI, which gives
 /// up (after 3 s here) and fails its check.
 #[test]
 fn rma_sm_busy_target_needs_sm() {
     let exe = build("rma_sm");
     let _g = serial();
-    let (code, out, err) = run_with_args(&exe, 2, 60, &["--mca", "osc", "pt2pt"], &["3"]);
-    assert!(code.is_some_and(|c| c != 0), "exit {code:?}\n{out}\n{err}");
-    assert!(err.contains("check failed: *flag == size - 1"), "{err}");
+    for args in [["--mca", "osc", "pt2pt"], ["--mca", "osc_sm_priority", "5"]] {
+        let (code, out, err) = run_with_args(&exe, 2, 60, &args, &["3"]);
+        assert!(
+            code.is_some_and(|c| c != 0),
+            "{args:?}: exit {code:?}\n{out}\n{err}"
+        );
+        assert!(
+            err.contains("check failed: *flag == size - 1"),
+            "{args:?}: {err}"
+        );
+    }
 }
 
 /// A rank dying with an sm window's exclusive lock held: the rank waiting
