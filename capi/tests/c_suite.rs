@@ -101,11 +101,23 @@ fn run(prog: &Path, n: u32, secs: u64) -> (Option<i32>, String, String) {
 
 /// [`run`] with extra mpirun arguments (before the program).
 fn run_with(prog: &Path, n: u32, secs: u64, extra: &[&str]) -> (Option<i32>, String, String) {
+    run_with_args(prog, n, secs, extra, &[])
+}
+
+/// [`run_with`], with arguments for the program.
+fn run_with_args(
+    prog: &Path,
+    n: u32,
+    secs: u64,
+    extra: &[&str],
+    args: &[&str],
+) -> (Option<i32>, String, String) {
     let p = prefix();
     let mut child = Command::new(p.dir.join("bin/mpirun"))
         .args(["-n", &n.to_string(), "--timeout", &secs.to_string()])
         .args(extra)
         .arg(prog)
+        .args(args)
         .env_remove("LD_LIBRARY_PATH")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -239,27 +251,47 @@ fn pt2pt() {
 /// MPI_ERR_BUFFER rather than a hang; over sm and tcp.
 #[test]
 fn buffered_sends_reuse_the_space_of_received_messages() {
-    expect_ok_sm_tcp("bsend_reuse", &[2]);
+    expect_ok_rma("bsend_reuse", &[2], SM_TCP);
 }
 
-/// Runs one-sided test `name` over shared memory and over TCP.
-fn expect_ok_sm_tcp(name: &str, ranks: &[u32]) {
+/// Shared memory and TCP between the ranks: windows of `MPI_Win_allocate`
+/// and `MPI_Win_allocate_shared` are served by osc sm either way (the ranks
+/// share a node), the others by pt2pt over the BTL.
+const SM_TCP: &[&[&str]] = &[&["--mca", "btl", "self,sm"], &["--mca", "btl", "self,tcp"]];
+
+/// [`SM_TCP`], and shared memory with osc pt2pt only: every window then
+/// goes through pt2pt's messages, which stay covered for every flavor.
+const SM_TCP_PT2PT: &[&[&str]] = &[
+    &["--mca", "btl", "self,sm"],
+    &["--mca", "btl", "self,tcp"],
+    &["--mca", "btl", "self,sm", "--mca", "osc", "pt2pt"],
+];
+
+/// Runs one-sided test `name` with each of `configs` (tmpirun arguments).
+fn expect_ok_rma(name: &str, ranks: &[u32], configs: &[&[&str]]) {
     let exe = build(name);
     let _g = serial();
-    for btl in ["self,sm", "self,tcp"] {
+    for args in configs {
+        let how = args.join(" ");
         for &n in ranks {
-            let (code, out, err) = run_with(&exe, n, 90, &["--mca", "btl", btl]);
+            let (code, out, err) = run_with(&exe, n, 90, args);
             assert_eq!(
                 code,
                 Some(0),
-                "{name} with {n} ranks over {btl} failed\nstdout:\n{out}\nstderr:\n{err}"
+                "{name} with {n} ranks ({how}) failed\nstdout:\n{out}\nstderr:\n{err}"
             );
             assert!(
                 out.contains(&format!("{name}: OK")),
-                "{name} with {n} ranks over {btl} did not report OK\nstdout:\n{out}\nstderr:\n{err}"
+                "{name} with {n} ranks ({how}) did not report OK\nstdout:\n{out}\nstderr:\n{err}"
             );
         }
     }
+}
+
+/// Runs one-sided test `name` over shared memory and TCP, and with osc
+/// pt2pt only.
+fn expect_ok_sm_tcp(name: &str, ranks: &[u32]) {
+    expect_ok_rma(name, ranks, SM_TCP_PT2PT);
 }
 
 /// One-sided fence epochs (osc pt2pt): put/get/accumulate between all
@@ -298,6 +330,55 @@ fn rma_errors() {
 #[test]
 fn rma_shared() {
     expect_ok_sm_tcp("rma_shared", &[2, 3, 4]);
+}
+
+/// osc sm: passive-target get, put, fetch_and_op and accumulate reach a
+/// target computing outside MPI; concurrent atomics lose no update;
+/// exclusive-lock contention; one compare-and-swap winner; derived
+/// datatypes on both sides; PSCW and fence.
+#[test]
+fn rma_sm() {
+    expect_ok_rma("rma_sm", &[1, 2, 4], SM_TCP);
+}
+
+/// The busy target of `rma_sm` is what pt2pt cannot serve: with osc pt2pt
+/// (chosen by the selection list, or by sm's priority set below pt2pt's)
+/// the origins' lock waits for a target that never enters MPI, which gives
+/// up (after 3 s here) and fails its check.
+#[test]
+fn rma_sm_busy_target_needs_sm() {
+    let exe = build("rma_sm");
+    let _g = serial();
+    for args in [["--mca", "osc", "pt2pt"], ["--mca", "osc_sm_priority", "5"]] {
+        let (code, out, err) = run_with_args(&exe, 2, 60, &args, &["3"]);
+        assert!(
+            code.is_some_and(|c| c != 0),
+            "{args:?}: exit {code:?}\n{out}\n{err}"
+        );
+        assert!(
+            err.contains("check failed: *flag == size - 1"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// A rank dying with an sm window's exclusive lock held: the rank waiting
+/// for the lock does not hang the job, which the launcher ends (non-zero
+/// status) well before the test's timeout.
+#[test]
+fn rma_lock_holder_dies_and_the_job_ends() {
+    let exe = build("rma_lock_holder_dies");
+    let _g = serial();
+    let t0 = Instant::now();
+    let (code, out, err) = run(&exe, 2, 60);
+    assert!(code.is_some_and(|c| c != 0), "exit {code:?}\n{out}\n{err}");
+    assert!(out.contains("rank 1 dies holding the lock"), "{out}\n{err}");
+    assert!(!out.contains("UNREACHABLE"), "{out}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(45),
+        "the job took {:?} to end\n{err}",
+        t0.elapsed()
+    );
 }
 
 /// Dynamic windows: attach, operations by absolute address in every

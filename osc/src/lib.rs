@@ -7,11 +7,20 @@
 //! the user's, its own, a shared segment of the node's ranks (`shm.rs`), or
 //! the regions attached to a dynamic window. Components:
 //!
+//! * [`sm`] (priority 20): windows whose ranks' memory lies in one shared
+//!   segment (`MPI_Win_allocate_shared`, and `MPI_Win_allocate` when every
+//!   rank is on this node), as Open MPI's osc/sm: the origin loads and
+//!   stores in the target's part, applies accumulates under the target's
+//!   lock in the segment's header, and synchronises through that header;
+//!   no target progress is needed.
 //! * [`pt2pt`] (priority 10): active messages over the pml, as Open MPI's
 //!   osc/pt2pt and MPICH's CH3 RMA. Every operation is a message to the
 //!   target on the window's own context; the target applies it from the
 //!   pml's progress (a hook run in every waiting round, and in coll's), so
-//!   it works over every transport (self, sm, tcp, openib).
+//!   it works over every transport (self, sm, tcp, openib) and any window.
+//!
+//! The selection list `osc` and the parameters `osc_<name>_priority` choose
+//! among them, as in the other frameworks.
 //!
 //! The framework owns what every component shares: the datatype layout an
 //! operation names ([`Layout`]), the accumulate ops ([`AccOp`]), window
@@ -20,14 +29,19 @@
 
 use std::sync::{Arc, Mutex};
 
-use tmpi_base::error::MpiErrorClass;
+use tmpi_base::component::{ComponentDescriptor, ComponentRegistry};
+use tmpi_base::error::{Error, MpiErrorClass};
+use tmpi_base::mca::{McaError, Param, Registry, SelectionList};
 use tmpi_coll::{Datatype, Op};
 use tmpi_comm::Comm;
 use tmpi_pml::Pml;
 
+pub(crate) mod apply;
+pub(crate) mod epoch;
 pub(crate) mod mem;
 pub mod pt2pt;
 pub(crate) mod shm;
+pub mod sm;
 pub(crate) mod wire;
 
 /// An error of a one-sided call, with its MPI error class.
@@ -275,6 +289,45 @@ impl AccOp {
     }
 }
 
+/// The checks of an accumulate: the op applies, origin and target hold
+/// the same amount of data of the same predefined type.
+pub(crate) fn acc_check(origin: Option<&Buf<'_>>, t: &Target<'_>, op: &AccOp) -> Result<()> {
+    op.check(t.layout)?;
+    if let Some(o) = origin {
+        if (o.layout.elem, o.layout.wide) != (t.layout.elem, t.layout.wide) {
+            return Err(OscError::Type(
+                "origin and target datatypes are built of different predefined types".into(),
+            ));
+        }
+        let (have, want) = (o.layout.packed_len(o.count)?, t.layout.packed_len(t.count)?);
+        if have != want {
+            return Err(OscError::Type(format!(
+                "the origin holds {have} bytes of data, the target datatype {want}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The byte offset of target region `t` in a target window of `wsize`
+/// bytes with displacement unit `unit`, checked against the window (a
+/// dynamic window's target checks its attached regions itself).
+pub(crate) fn target_offset(t: &Target<'_>, wsize: u64, unit: u64, dynamic: bool) -> Result<i64> {
+    let off = t.disp as i128 * unit as i128;
+    if let Some((lo, hi)) = t.layout.span(t.count) {
+        let limit = if dynamic { i128::MAX } else { wsize as i128 };
+        if off + lo < 0 || off + hi > limit {
+            return Err(OscError::Range(format!(
+                "target bytes {}..{} are outside rank {}'s window of {wsize} bytes",
+                off + lo,
+                off + hi,
+                t.rank
+            )));
+        }
+    }
+    i64::try_from(off).map_err(|_| OscError::Range(format!("displacement {} overflows", t.disp)))
+}
+
 /// `MPI_LOCK_EXCLUSIVE` or `MPI_LOCK_SHARED`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockType {
@@ -412,15 +465,84 @@ pub trait Module: Send + Sync {
 /// A component: decides whether it can serve a window and makes its module.
 pub trait Component: Send + Sync {
     fn name(&self) -> &'static str;
-    /// The priority for this window, `None` if the component cannot serve it.
-    fn priority(&self, comm: &Comm) -> Option<i32>;
+    /// Whether it can serve a window over `comm` whose memory lies in one
+    /// shared segment of all ranks (`shared_segment`) or not (the priority
+    /// comes from its `osc_<name>_priority` parameter).
+    fn accepts(&self, comm: &Comm, shared_segment: bool) -> bool;
     /// Makes the module (collective over `comm`).
     fn create(&self, pml: &Arc<Pml>, comm: &Comm, mem: &Memory) -> Result<Box<dyn Module>>;
 }
 
-/// The components this build has.
-pub fn components() -> Vec<Box<dyn Component>> {
-    vec![Box::new(pt2pt::Pt2ptComponent)]
+/// Descriptors of the osc components, for `tmpi_info` and the selection
+/// list.
+pub fn descriptors() -> [&'static ComponentDescriptor; 2] {
+    [&pt2pt::DESCRIPTOR, &sm::DESCRIPTOR]
+}
+
+/// The provider of this crate (for `tmpi_info` and MPI initialisation):
+/// adds the osc components and registers the framework's parameters.
+pub fn register(reg: &Registry, comps: &mut ComponentRegistry) -> std::result::Result<(), Error> {
+    for d in descriptors() {
+        comps.add(d)?;
+    }
+    register_selection(reg)?;
+    reg.register_verbose("osc", "base")?;
+    Ok(())
+}
+
+/// [`register`] and every component's parameters, for a process that opens
+/// windows after its pml started (the pml reports the names nobody
+/// registered, so `--mca osc_sm_priority ...` must be known by then).
+pub fn register_all_params(reg: &Registry) -> std::result::Result<(), Error> {
+    let mut comps = ComponentRegistry::new();
+    register(reg, &mut comps)?;
+    comps.register_params(reg)?;
+    Ok(())
+}
+
+fn register_selection(reg: &Registry) -> std::result::Result<Param<SelectionList>, McaError> {
+    reg.register_selection(
+        "osc",
+        "One-sided components to use (`sm,pt2pt` or `^sm`); among the allowed ones that \
+         accept a window, the highest priority serves it",
+    )
+}
+
+/// The components the `osc` selection list allows, each with its priority
+/// (`osc_<name>_priority`), highest first.
+pub fn components() -> Result<Vec<(i64, Box<dyn Component>)>> {
+    let mca = |e: &dyn std::fmt::Display| OscError::Arg(format!("osc component selection: {e}"));
+    let reg = tmpi_base::mca::registry();
+    let sel = register_selection(reg).map_err(|e| mca(&e))?.value();
+    let mut comps = ComponentRegistry::new();
+    for d in descriptors() {
+        comps.add(d).map_err(|e| mca(&e))?;
+    }
+    comps.register_params(reg).map_err(|e| mca(&e))?;
+    let mut out: Vec<(i64, Box<dyn Component>)> = Vec::new();
+    for c in comps.candidates("osc", &sel).map_err(|e| mca(&e))? {
+        let d = c.component;
+        let prio = reg
+            .register_priority("osc", d.name, i64::from(d.priority))
+            .map_err(|e| mca(&e))?
+            .value();
+        let comp: Box<dyn Component> = match d.name {
+            "pt2pt" => Box::new(pt2pt::Pt2ptComponent),
+            "sm" => Box::new(sm::SmComponent),
+            other => return Err(OscError::Arg(format!("unknown osc component {other}"))),
+        };
+        out.push((prio, comp));
+    }
+    out.sort_by_key(|c| std::cmp::Reverse(c.0));
+    Ok(out)
+}
+
+/// The component of highest priority that accepts a window over `comm`
+/// (in one shared segment: `shared_segment`).
+fn choose(comps: &[(i64, Box<dyn Component>)], comm: &Comm, shared_segment: bool) -> Option<usize> {
+    comps
+        .iter()
+        .position(|(_, c)| c.accepts(comm, shared_segment))
 }
 
 /// A window's local memory: base address and size in bytes, with its
@@ -432,12 +554,20 @@ pub struct Memory {
     pub size: usize,
     pub disp_unit: usize,
     pub(crate) attached: Option<Arc<mem::Attached>>,
+    /// The shared segment holding every rank's memory, when there is one.
+    pub(crate) segment: Option<Arc<shm::WindowSegment>>,
 }
 
 impl Memory {
     /// Whether this is a dynamic window's memory.
     pub fn is_dynamic(&self) -> bool {
         self.attached.is_some()
+    }
+
+    /// Whether every rank's memory lies in one shared segment (mapped by
+    /// every rank).
+    pub fn is_shared_segment(&self) -> bool {
+        self.segment.is_some()
     }
 }
 
@@ -460,9 +590,9 @@ pub struct Window {
     /// The memory of an `MPI_Win_allocate` window (8-byte words, freed
     /// with the window).
     _owned: Option<Vec<u64>>,
-    /// A shared window's segment (unmapped with the window) and every
-    /// rank's part of it.
-    shared: Option<(shm::Segment, Vec<SharedPart>)>,
+    /// A shared window's segment (unmapped with the window and its
+    /// module, whichever goes last), for `MPI_Win_shared_query`.
+    shared: Option<Arc<shm::WindowSegment>>,
 }
 
 impl std::fmt::Debug for Window {
@@ -491,6 +621,9 @@ impl Window {
         let (owned, base, flavor) = match base {
             Some(b) => (None, b, Flavor::Create),
             None => {
+                if let Some(w) = Self::allocate_in_segment(pml, comm, size, disp_unit)? {
+                    return Ok(w);
+                }
                 let mut v = vec![0u64; size.div_ceil(8).max(1)];
                 let b = v.as_mut_ptr() as usize;
                 (Some(v), b, Flavor::Allocate)
@@ -501,6 +634,7 @@ impl Window {
             size,
             disp_unit,
             attached: None,
+            segment: None,
         };
         let mut w = Self::with_module(pml, comm, mem, flavor)?;
         w._owned = owned;
@@ -517,6 +651,7 @@ impl Window {
             size: 0,
             disp_unit: 1,
             attached: Some(Arc::new(mem::Attached::default())),
+            segment: None,
         };
         Self::with_module(pml, comm, mem, Flavor::Dynamic)
     }
@@ -538,6 +673,50 @@ impl Window {
         let worlds = comm.group().world_ranks().clone();
         let nodes: Vec<u32> = worlds.iter().map(|&w| pml.node_of(w)).collect();
         one_node(&nodes)?;
+        Self::segment_window(pml, comm, size, disp_unit, Flavor::Shared)
+    }
+
+    /// `MPI_Win_allocate`'s memory in a shared segment, when every rank of
+    /// `comm` runs on this node and the component that would serve such a
+    /// window is sm (the window is then served without the target's
+    /// progress); `None` otherwise, and when the segment cannot be made
+    /// (the memory then comes from the heap). Every rank decides alike.
+    fn allocate_in_segment(
+        pml: &Arc<Pml>,
+        comm: &Comm,
+        size: usize,
+        disp_unit: usize,
+    ) -> Result<Option<Window>> {
+        let worlds = comm.group().world_ranks().clone();
+        let nodes: Vec<u32> = worlds.iter().map(|&w| pml.node_of(w)).collect();
+        if one_node(&nodes).is_err() {
+            return Ok(None);
+        }
+        let comps = components()?;
+        match choose(&comps, comm, true) {
+            Some(i) if comps[i].1.name() == "sm" => {}
+            _ => return Ok(None),
+        }
+        match Self::segment_window(pml, comm, size, disp_unit, Flavor::Allocate) {
+            Ok(w) => Ok(Some(w)),
+            Err(OscError::Shared(why)) => {
+                tracing::info!(target: "osc", "MPI_Win_allocate: no shared segment ({why}); the window's memory comes from the heap");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A window whose ranks' parts of `size` bytes lie in one shared
+    /// segment, rank after rank, each aligned to 64 bytes (after the
+    /// segment's header). Collective over `comm`, whose ranks share a node.
+    fn segment_window(
+        pml: &Arc<Pml>,
+        comm: &Comm,
+        size: usize,
+        disp_unit: usize,
+        flavor: Flavor,
+    ) -> Result<Window> {
         // Every rank's size and unit.
         let mine: Vec<u8> = [size as u64, disp_unit as u64]
             .iter()
@@ -564,27 +743,33 @@ impl Window {
             })
             .collect();
         let me = parts[comm.rank() as usize];
+        let segment = Arc::new(shm::WindowSegment { seg, parts });
         let mem = Memory {
             base: me.base,
             size: me.size,
             disp_unit: me.disp_unit,
             attached: None,
+            segment: Some(Arc::clone(&segment)),
         };
-        let mut w = Self::with_module(pml, comm, mem, Flavor::Shared)?;
-        w.shared = Some((seg, parts));
+        let mut w = Self::with_module(pml, comm, mem, flavor)?;
+        if flavor == Flavor::Shared {
+            w.shared = Some(segment);
+        }
         Ok(w)
     }
 
     /// The window over `mem`, served by the component of highest priority.
     fn with_module(pml: &Arc<Pml>, comm: &Comm, mem: Memory, flavor: Flavor) -> Result<Window> {
         let size = mem.size;
-        let comps = components();
-        let chosen = comps
-            .iter()
-            .filter_map(|c| c.priority(comm).map(|p| (p, c)))
-            .max_by_key(|(p, _)| *p)
-            .map(|(_, c)| c)
-            .ok_or_else(|| OscError::Comm("no osc component can serve this window".into()))?;
+        let comps = components()?;
+        let chosen = choose(&comps, comm, mem.is_shared_segment())
+            .map(|i| &comps[i].1)
+            .ok_or_else(|| {
+                OscError::Comm(
+                    "no osc component can serve this window (the osc selection list allows none that accepts it)"
+                        .into(),
+                )
+            })?;
         tracing::debug!(target: "osc", "window of {size} bytes served by component {}", chosen.name());
         let module = chosen.create(pml, comm, &mem)?;
         Ok(Window {
@@ -612,7 +797,7 @@ impl Window {
     }
 
     fn shared_part(&self, rank: Option<i32>) -> Result<SharedPart> {
-        let Some((_, parts)) = &self.shared else {
+        let Some(parts) = self.shared.as_ref().map(|s| &s.parts) else {
             return Err(OscError::Flavor(
                 "MPI_Win_shared_query needs a window made by MPI_Win_allocate_shared".into(),
             ));

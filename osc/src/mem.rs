@@ -47,6 +47,33 @@ pub(crate) unsafe fn pack(ptr: *const u8, count: usize, layout: &crate::Layout) 
     v
 }
 
+/// The `n` contiguous bytes at `ptr` (a contiguous origin buffer).
+///
+/// # Safety
+/// `n` bytes at `ptr` must be readable, and not written, while the slice
+/// is used.
+pub(crate) unsafe fn bytes<'a>(ptr: *const u8, n: usize) -> &'a [u8] {
+    if n == 0 {
+        return &[];
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(ptr, n) }
+}
+
+/// The `n` contiguous bytes at `ptr`, to write (a contiguous result
+/// buffer).
+///
+/// # Safety
+/// `n` bytes at `ptr` must be writable and not otherwise accessed while
+/// the slice is used.
+pub(crate) unsafe fn bytes_mut<'a>(ptr: *mut u8, n: usize) -> &'a mut [u8] {
+    if n == 0 {
+        return &mut [];
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts_mut(ptr, n) }
+}
+
 /// Unpacks `data` into `count` items of `layout` at `ptr` (as many bytes
 /// as both have).
 ///
@@ -207,7 +234,9 @@ impl View<'_> {
             }
             // SAFETY: the window memory `base..base + size` stays valid
             // while the window exists (the caller serves requests only for
-            // live windows), and `check` placed the region inside it; a
+            // live windows; an sm origin reaches another rank's part of the
+            // segment its module keeps mapped), and `check` placed the
+            // region inside it; a
             // dynamic window's region lies in an attached region, which the
             // user keeps valid until detaching it, and detaching waits for
             // this view's lock.
@@ -215,6 +244,20 @@ impl View<'_> {
                 std::slice::from_raw_parts(self.addr(o) as *const u8, l as usize)
             });
         }
+    }
+
+    /// Copies the one region `off..off + out.len()` (checked with
+    /// [`View::check`]) out of the window into `out`.
+    pub fn copy_out(&self, off: i128, out: &mut [u8]) {
+        if out.is_empty() {
+            return;
+        }
+        // SAFETY: as in `gather`; `out` is a distinct buffer of the
+        // caller (the origin's result buffer, never window memory MPI lets
+        // a get overlap).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.addr(off) as *const u8, out.as_mut_ptr(), out.len())
+        };
     }
 
     /// Writes `data` over the regions (checked with [`View::check`];
@@ -229,9 +272,11 @@ impl View<'_> {
             if l > 0 {
                 // SAFETY: as in `gather`; the window's memory is only
                 // written here, by the one thread serving the window at a
-                // time (MPI leaves concurrent local stores, and the other
-                // processes' stores into a shared window, to the user's
-                // synchronisation).
+                // time, or by an origin of the sm component under the
+                // target's accumulate lock or the user's synchronisation
+                // (MPI leaves conflicting puts, concurrent local stores,
+                // and the other processes' stores into a shared window, to
+                // the user's synchronisation).
                 unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.addr(o) as *mut u8, l) };
             }
             pos += l;

@@ -30,10 +30,14 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
+use tmpi_base::component::{Availability, ComponentDescriptor};
+use tmpi_base::mca::{McaError, Registry};
 use tmpi_comm::Comm;
 use tmpi_pml::raw::{RawBuf, RawBufMut};
 use tmpi_pml::{Pml, ReqId, SendMode, ANY_SOURCE};
 
+use crate::apply;
+use crate::epoch::{check_rank, Epochs};
 use crate::mem::{pack, regions, unpack, WinMem};
 use crate::wire::{reply_tag, Kind, Req, TAG_BARRIER, TAG_INFO, TAG_POST, TAG_REQ};
 use crate::{
@@ -44,13 +48,32 @@ use crate::{
 /// The component.
 pub struct Pt2ptComponent;
 
+/// Default priority: below sm's.
+const PRIORITY: i64 = 10;
+
+fn register_params(reg: &Registry) -> std::result::Result<(), McaError> {
+    reg.register_priority("osc", "pt2pt", PRIORITY)?;
+    Ok(())
+}
+
+/// The component's description (`tmpi_info`, the `osc` selection list).
+pub static DESCRIPTOR: ComponentDescriptor = ComponentDescriptor {
+    framework: "osc",
+    name: "pt2pt",
+    priority: PRIORITY as i32,
+    description: "one-sided operations as messages over the pml, served by the target's progress (any window, any transport)",
+    register_params,
+    probe: || Availability::Available,
+};
+
 impl Component for Pt2ptComponent {
     fn name(&self) -> &'static str {
         "pt2pt"
     }
-    fn priority(&self, _comm: &Comm) -> Option<i32> {
-        // Works over every transport: the fallback of any later component.
-        Some(10)
+    fn accepts(&self, _comm: &Comm, _shared_segment: bool) -> bool {
+        // Works over every transport and any memory: the fallback of the
+        // other components.
+        true
     }
     fn create(&self, pml: &Arc<Pml>, comm: &Comm, mem: &Memory) -> Result<Box<dyn Module>> {
         Ok(Box::new(Pt2pt::new(pml, comm, mem)?))
@@ -145,15 +168,8 @@ struct Pending {
 #[derive(Default)]
 struct OriginState {
     seq: u32,
-    /// A fence opened an access and exposure epoch.
-    fence: bool,
-    /// Operations were issued in the fence's epoch.
-    fence_ops: bool,
-    /// Passive-target locks held: target → (type, taken with NOCHECK).
-    locks: BTreeMap<i32, (LockType, bool)>,
-    lock_all: Option<bool>,
-    start: Option<Vec<i32>>,
-    post: Option<Vec<i32>>,
+    /// The open epochs.
+    ep: Epochs,
     /// Targets written since their last remote completion.
     dirty: BTreeSet<i32>,
     pending: Vec<Pending>,
@@ -254,14 +270,7 @@ impl Pt2pt {
     }
 
     fn check_rank(&self, r: i32) -> Result<()> {
-        if (0..self.size).contains(&r) {
-            Ok(())
-        } else {
-            Err(OscError::Rank(format!(
-                "rank {r} is not in the window's group of {}",
-                self.size
-            )))
-        }
+        check_rank(r, self.size)
     }
 
     /// The byte offset of the target region, checked against the target's
@@ -269,25 +278,7 @@ impl Pt2pt {
     fn target_offset(&self, t: &Target<'_>) -> Result<i64> {
         self.check_rank(t.rank)?;
         let (wsize, unit) = self.peers[t.rank as usize];
-        let off = t.disp as i128 * unit as i128;
-        if let Some((lo, hi)) = t.layout.span(t.count) {
-            // A dynamic window's target checks the attached regions.
-            let limit = if self.dynamic {
-                i128::MAX
-            } else {
-                wsize as i128
-            };
-            if off + lo < 0 || off + hi > limit {
-                return Err(OscError::Range(format!(
-                    "target bytes {}..{} are outside rank {}'s window of {wsize} bytes",
-                    off + lo,
-                    off + hi,
-                    t.rank
-                )));
-            }
-        }
-        i64::try_from(off)
-            .map_err(|_| OscError::Range(format!("displacement {} overflows", t.disp)))
+        crate::target_offset(t, wsize, unit, self.dynamic)
     }
 
     fn target_req(&self, kind: Kind, t: &Target<'_>) -> Result<Req> {
@@ -323,40 +314,6 @@ impl Pt2pt {
         })
     }
 
-    /// A lock or PSCW access epoch begins: a fence's epoch, if one was
-    /// opened, ends here when no operation used it (MPI: a fence starts an
-    /// epoch only when operations follow); with operations in it, or a
-    /// PSCW access epoch open, the call is misplaced.
-    fn leave_fence(o: &mut OriginState, call: &str) -> Result<()> {
-        if o.start.is_some() {
-            return Err(OscError::Sync(format!(
-                "{call} inside a PSCW access epoch (MPI_Win_start ... MPI_Win_complete)"
-            )));
-        }
-        if o.fence && o.fence_ops {
-            return Err(OscError::Sync(format!(
-                "{call} inside a fence epoch with operations (call MPI_Win_fence first)"
-            )));
-        }
-        o.fence = false;
-        Ok(())
-    }
-
-    /// Whether the origin may access `target` now (some epoch covers it).
-    fn access(o: &OriginState, target: i32) -> Result<()> {
-        if o.fence
-            || o.lock_all.is_some()
-            || o.locks.contains_key(&target)
-            || o.start.as_ref().is_some_and(|g| g.contains(&target))
-        {
-            Ok(())
-        } else {
-            Err(OscError::Sync(format!(
-                "no access epoch covers rank {target} (call MPI_Win_fence, MPI_Win_lock, MPI_Win_lock_all or MPI_Win_start first)"
-            )))
-        }
-    }
-
     /// Sends request `req` with `data` to `target`; with `reply`, first
     /// posts the receive of a reply of that many bytes (unpacked into
     /// `out`, if any, when it completes). `epoch`: check the access epoch.
@@ -372,10 +329,7 @@ impl Pt2pt {
         let pml = self.pml();
         let mut o = lock(&self.origin);
         if epoch {
-            Self::access(&o, target)?;
-            if o.fence && o.locks.is_empty() && o.lock_all.is_none() && o.start.is_none() {
-                o.fence_ops = true;
-            }
+            o.ep.operation(target)?;
         }
         o.seq = o.seq.wrapping_add(1);
         req.seq = o.seq;
@@ -708,72 +662,16 @@ impl Shared {
                 n?;
             }
             Kind::Acc | Kind::GetAcc => {
-                let n = mem.check(regs());
-                let mut old = Vec::with_capacity(*n.as_ref().unwrap_or(&0));
-                if n.is_ok() {
-                    mem.gather(regs(), &mut old);
-                }
-                let res = n.and_then(|_| {
-                    let op =
-                        r.op.clone()
-                            .ok_or_else(|| OscError::Op("accumulate without op".into()))?;
-                    let mut new = old.clone();
-                    match op {
-                        AccOp::NoOp => return Ok(()),
-                        AccOp::Replace => {
-                            if data.len() != new.len() {
-                                return Err(OscError::Type(format!(
-                                    "accumulate of {} bytes into {}",
-                                    data.len(),
-                                    new.len()
-                                )));
-                            }
-                            new.copy_from_slice(data);
-                        }
-                        AccOp::Reduce(o) => {
-                            if data.len() != new.len() {
-                                return Err(OscError::Type(format!(
-                                    "accumulate of {} bytes into {}",
-                                    data.len(),
-                                    new.len()
-                                )));
-                            }
-                            if let Some(k) = r.wide {
-                                if !crate::wide_apply(k, &o, data, &mut new) {
-                                    return Err(OscError::Op(format!(
-                                        "{} does not apply to this datatype",
-                                        o.name()
-                                    )));
-                                }
-                            } else {
-                                let e = r.elem.ok_or_else(|| {
-                                    OscError::Op("accumulate without element type".into())
-                                })?;
-                                o.apply(e, data, &mut new)
-                                    .map_err(|e| OscError::Op(e.to_string()))?;
-                            }
-                        }
-                    }
-                    mem.scatter(regs(), &new);
-                    Ok(())
-                });
+                let (old, res) = apply::accumulate(&mem, regs, r.op.as_ref(), r.elem, r.wide, data);
                 if r.kind == Kind::GetAcc {
                     self.reply(src, r.seq, old)?;
                 }
                 res?;
             }
             Kind::Cas => {
-                let n = mem.check(regs());
-                let mut old = Vec::new();
-                if n.is_ok() {
-                    mem.gather(regs(), &mut old);
-                }
-                let ok = n.as_ref().is_ok_and(|&n| data.len() == 2 * n);
-                if ok && old[..] == data[old.len()..] {
-                    mem.scatter(regs(), &data[..old.len()]);
-                }
+                let (old, res) = apply::compare_and_swap(&mem, regs, data);
                 self.reply(src, r.seq, old)?;
-                n?;
+                res?;
             }
             Kind::Lock => {
                 let excl = r.lock == 1;
@@ -869,9 +767,9 @@ impl Module for Pt2pt {
         if t.layout.packed_len(t.count)? == 0 && origin.layout.packed_len(origin.count)? == 0 {
             // No data (a zero count, or a type of size 0): nothing to do.
             self.check_rank(t.rank)?;
-            return Self::access(&lock(&self.origin), t.rank);
+            return lock(&self.origin).ep.access(t.rank);
         }
-        acc_check(Some(&origin), &t, op)?;
+        crate::acc_check(Some(&origin), &t, op)?;
         let mut req = self.target_req(Kind::Acc, &t)?;
         req.op = Some(op.clone());
         // SAFETY: the caller's contract.
@@ -900,9 +798,9 @@ impl Module for Pt2pt {
         {
             // No data: nothing to do.
             self.check_rank(t.rank)?;
-            return Self::access(&lock(&self.origin), t.rank);
+            return lock(&self.origin).ep.access(t.rank);
         }
-        acc_check(origin.as_ref(), &t, op)?;
+        crate::acc_check(origin.as_ref(), &t, op)?;
         let want = t.layout.packed_len(t.count)?;
         if result.layout.packed_len(result.count)? != want {
             return Err(OscError::Type(format!(
@@ -954,37 +852,19 @@ impl Module for Pt2pt {
     }
 
     fn fence(&self, a: u32) -> Result<()> {
-        {
-            let o = lock(&self.origin);
-            if !o.locks.is_empty() || o.lock_all.is_some() || o.start.is_some() || o.post.is_some()
-            {
-                return Err(OscError::Sync(
-                    "MPI_Win_fence inside a lock or PSCW epoch".into(),
-                ));
-            }
-        }
+        lock(&self.origin).ep.fence_check()?;
         // An operation a target refused (a dynamic window's target region
         // not attached) fails this fence, after the barrier: the other
         // ranks must not wait for this one.
         let flushed = self.flush_targets(&self.all_ranks());
         self.barrier()?;
-        let mut o = lock(&self.origin);
-        o.fence = a & assert::NOSUCCEED == 0;
-        o.fence_ops = false;
+        lock(&self.origin).ep.fence_done(a);
         flushed
     }
 
     fn lock(&self, kind: LockType, rank: i32, a: u32) -> Result<()> {
         self.check_rank(rank)?;
-        {
-            let mut o = lock(&self.origin);
-            if o.locks.contains_key(&rank) || o.lock_all.is_some() {
-                return Err(OscError::Sync(format!(
-                    "rank {rank} of this window is locked already"
-                )));
-            }
-            Self::leave_fence(&mut o, "MPI_Win_lock")?;
-        }
+        lock(&self.origin).ep.lock_check(rank)?;
         let nocheck = a & assert::NOCHECK != 0;
         if !nocheck {
             let l = if kind == LockType::Exclusive { 1 } else { 2 };
@@ -997,17 +877,13 @@ impl Module for Pt2pt {
             )?;
             self.wait_pending(Some(&[rank]))?;
         }
-        lock(&self.origin).locks.insert(rank, (kind, nocheck));
+        lock(&self.origin).ep.locks.insert(rank, (kind, nocheck));
         Ok(())
     }
 
     fn unlock(&self, rank: i32) -> Result<()> {
         self.check_rank(rank)?;
-        let Some((_, nocheck)) = lock(&self.origin).locks.get(&rank).copied() else {
-            return Err(OscError::Sync(format!(
-                "MPI_Win_unlock of rank {rank}, which this process has not locked"
-            )));
-        };
+        let nocheck = lock(&self.origin).ep.unlock_check(rank)?;
         // A refused operation fails the unlock, which still ends the epoch.
         let done = if nocheck {
             self.flush_targets(&[rank])
@@ -1022,20 +898,12 @@ impl Module for Pt2pt {
             )?;
             self.wait_pending(Some(&[rank]))
         };
-        lock(&self.origin).locks.remove(&rank);
+        lock(&self.origin).ep.locks.remove(&rank);
         done
     }
 
     fn lock_all(&self, a: u32) -> Result<()> {
-        {
-            let mut o = lock(&self.origin);
-            if !o.locks.is_empty() || o.lock_all.is_some() {
-                return Err(OscError::Sync(
-                    "MPI_Win_lock_all while holding locks on this window".into(),
-                ));
-            }
-            Self::leave_fence(&mut o, "MPI_Win_lock_all")?;
-        }
+        lock(&self.origin).ep.lock_all_check()?;
         let nocheck = a & assert::NOCHECK != 0;
         if !nocheck {
             for r in 0..self.size {
@@ -1049,16 +917,12 @@ impl Module for Pt2pt {
             }
             self.wait_pending(None)?;
         }
-        lock(&self.origin).lock_all = Some(nocheck);
+        lock(&self.origin).ep.lock_all = Some(nocheck);
         Ok(())
     }
 
     fn unlock_all(&self) -> Result<()> {
-        let Some(nocheck) = lock(&self.origin).lock_all else {
-            return Err(OscError::Sync(
-                "MPI_Win_unlock_all without MPI_Win_lock_all".into(),
-            ));
-        };
+        let nocheck = lock(&self.origin).ep.unlock_all_check()?;
         // As in `unlock`: a refused operation fails the call, which still
         // ends the epoch.
         let done = if nocheck {
@@ -1076,56 +940,17 @@ impl Module for Pt2pt {
             }
             self.wait_pending(None)
         };
-        lock(&self.origin).lock_all = None;
+        lock(&self.origin).ep.lock_all = None;
         done
     }
 
     fn flush(&self, rank: Option<i32>) -> Result<()> {
-        let targets = {
-            let o = lock(&self.origin);
-            match rank {
-                Some(r) => {
-                    self.check_rank(r)?;
-                    if !o.locks.contains_key(&r) && o.lock_all.is_none() {
-                        return Err(OscError::Sync(format!(
-                            "MPI_Win_flush of rank {r} outside a passive-target epoch on it"
-                        )));
-                    }
-                    vec![r]
-                }
-                None => {
-                    if o.locks.is_empty() && o.lock_all.is_none() {
-                        return Err(OscError::Sync(
-                            "MPI_Win_flush_all outside a passive-target epoch".into(),
-                        ));
-                    }
-                    if o.lock_all.is_some() {
-                        self.all_ranks()
-                    } else {
-                        o.locks.keys().copied().collect()
-                    }
-                }
-            }
-        };
+        let targets = lock(&self.origin).ep.flush_targets(rank, self.size)?;
         self.flush_targets(&targets)
     }
 
     fn flush_local(&self, rank: Option<i32>) -> Result<()> {
-        {
-            let o = lock(&self.origin);
-            if let Some(r) = rank {
-                self.check_rank(r)?;
-                if !o.locks.contains_key(&r) && o.lock_all.is_none() {
-                    return Err(OscError::Sync(format!(
-                        "MPI_Win_flush_local of rank {r} outside a passive-target epoch on it"
-                    )));
-                }
-            } else if o.locks.is_empty() && o.lock_all.is_none() {
-                return Err(OscError::Sync(
-                    "MPI_Win_flush_local_all outside a passive-target epoch".into(),
-                ));
-            }
-        }
+        lock(&self.origin).ep.flush_local_check(rank, self.size)?;
         // Origin buffers of puts and accumulates are copied at the call;
         // local completion is the results of gets arriving.
         match rank {
@@ -1146,29 +971,14 @@ impl Module for Pt2pt {
 
     fn passive_epoch(&self, rank: i32) -> Result<()> {
         self.check_rank(rank)?;
-        let o = lock(&self.origin);
-        if o.locks.contains_key(&rank) || o.lock_all.is_some() {
-            Ok(())
-        } else {
-            Err(OscError::Sync(format!(
-                "request-based operations need a passive-target epoch on rank {rank} (MPI_Win_lock or MPI_Win_lock_all)"
-            )))
-        }
+        lock(&self.origin).ep.passive(rank)
     }
 
     fn post(&self, group: &[i32], a: u32) -> Result<()> {
         for &r in group {
             self.check_rank(r)?;
         }
-        {
-            let mut o = lock(&self.origin);
-            if o.post.is_some() {
-                return Err(OscError::Sync(
-                    "MPI_Win_post while an exposure epoch is open".into(),
-                ));
-            }
-            o.post = Some(group.to_vec());
-        }
+        lock(&self.origin).ep.post_begin(group)?;
         if a & assert::NOCHECK == 0 {
             let pml = self.pml();
             let mut ids = Vec::new();
@@ -1195,15 +1005,7 @@ impl Module for Pt2pt {
         for &r in group {
             self.check_rank(r)?;
         }
-        {
-            let mut o = lock(&self.origin);
-            if o.start.is_some() || !o.locks.is_empty() || o.lock_all.is_some() {
-                return Err(OscError::Sync(
-                    "MPI_Win_start while an access epoch is open".into(),
-                ));
-            }
-            Self::leave_fence(&mut o, "MPI_Win_start")?;
-        }
+        lock(&self.origin).ep.start_check()?;
         if a & assert::NOCHECK == 0 {
             let pml = self.pml();
             let mut bufs = vec![[0u8; 1]; group.len()];
@@ -1216,16 +1018,12 @@ impl Module for Pt2pt {
                 wait(pml, id)?;
             }
         }
-        lock(&self.origin).start = Some(group.to_vec());
+        lock(&self.origin).ep.start = Some(group.to_vec());
         Ok(())
     }
 
     fn complete(&self) -> Result<()> {
-        let Some(group) = lock(&self.origin).start.clone() else {
-            return Err(OscError::Sync(
-                "MPI_Win_complete without MPI_Win_start".into(),
-            ));
-        };
+        let group = lock(&self.origin).ep.complete_group()?;
         // Only the target knows whether a dynamic window's operations hit
         // attached memory: a flush brings its verdict back. A refused
         // operation fails the call, which still ends the epoch (the
@@ -1240,16 +1038,12 @@ impl Module for Pt2pt {
             self.issue(r, Req::control(Kind::Complete, 0, 0), &[], None, false)?;
         }
         let done = self.wait_pending(Some(&group));
-        lock(&self.origin).start = None;
+        lock(&self.origin).ep.start = None;
         flushed.and(done)
     }
 
     fn wait(&self, block: bool) -> Result<bool> {
-        let Some(n) = lock(&self.origin).post.as_ref().map(Vec::len) else {
-            return Err(OscError::Sync(
-                "MPI_Win_wait or MPI_Win_test without MPI_Win_post".into(),
-            ));
-        };
+        let n = lock(&self.origin).ep.wait_count()?;
         loop {
             serve_all();
             {
@@ -1257,7 +1051,7 @@ impl Module for Pt2pt {
                 if t.completes >= n {
                     t.completes -= n;
                     drop(t);
-                    lock(&self.origin).post = None;
+                    lock(&self.origin).ep.post = None;
                     return Ok(true);
                 }
             }
@@ -1277,15 +1071,7 @@ impl Module for Pt2pt {
     }
 
     fn free(&self) -> Result<()> {
-        {
-            let o = lock(&self.origin);
-            if !o.locks.is_empty() || o.lock_all.is_some() || o.start.is_some() || o.post.is_some()
-            {
-                return Err(OscError::Sync(
-                    "MPI_Win_free with an epoch still open (unlock, complete or wait first)".into(),
-                ));
-            }
-        }
+        lock(&self.origin).ep.free_check()?;
         self.wait_pending(None)?;
         self.barrier()?;
         self.sh.freed.store(true, Ordering::Release);
@@ -1307,24 +1093,4 @@ impl Module for Pt2pt {
         }
         Ok(())
     }
-}
-
-/// The checks of an accumulate: the op applies, origin and target hold
-/// the same amount of data of the same predefined type.
-fn acc_check(origin: Option<&Buf<'_>>, t: &Target<'_>, op: &AccOp) -> Result<()> {
-    op.check(t.layout)?;
-    if let Some(o) = origin {
-        if (o.layout.elem, o.layout.wide) != (t.layout.elem, t.layout.wide) {
-            return Err(OscError::Type(
-                "origin and target datatypes are built of different predefined types".into(),
-            ));
-        }
-        let (have, want) = (o.layout.packed_len(o.count)?, t.layout.packed_len(t.count)?);
-        if have != want {
-            return Err(OscError::Type(format!(
-                "the origin holds {have} bytes of data, the target datatype {want}"
-            )));
-        }
-    }
-    Ok(())
 }

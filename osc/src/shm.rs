@@ -8,10 +8,17 @@
 //! leaves a name that `tmpirun`'s clean-up (the job id in the name) and
 //! [`tmpi_base::shm_sweep::sweep_dead_creators`] (the pid first) remove.
 //!
-//! This module holds the unsafe code of shared windows: the mapping and its
-//! removal. The memory itself is handed to the user as a raw address (the
-//! window's base; `MPI_Win_shared_query`'s pointers) and to pt2pt's target
-//! side, which reaches it through `mem::WinMem` like any window's memory.
+//! The segment starts with a header the sm component synchronises through
+//! ([`WindowSegment::ctl`], [`WindowSegment::post_word`]): one control
+//! block of a cache line per rank (its passive-target lock, its accumulate
+//! lock, its count of PSCW completes), then one bitmap per rank of the
+//! targets whose `MPI_Win_post` reached it; the ranks' parts follow.
+//!
+//! This module holds the unsafe code of shared windows: the mapping, its
+//! removal and the atomics of the header. The memory itself is handed to
+//! the user as a raw address (the window's base; `MPI_Win_shared_query`'s
+//! pointers) and to the components, which reach it through `mem::WinMem`
+//! like any window's memory.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -19,7 +26,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Where segment names start (after `/dev/shm/`): the pid follows.
 pub(crate) const PREFIX: &str = "tmpi-osc.";
@@ -124,6 +131,97 @@ impl Segment {
     pub fn len(&self) -> usize {
         self.len
     }
+
+    /// The 32-bit atomic word at byte `off` (4-byte aligned, inside the
+    /// mapping: a bug of the caller otherwise, which panics).
+    pub fn atomic_u32(&self, off: usize) -> &AtomicU32 {
+        assert!(
+            off.is_multiple_of(4) && off + 4 <= self.len,
+            "atomic word {off} of {}",
+            self.len
+        );
+        // SAFETY: `off..off + 4` lies in the mapping (checked), which stays
+        // mapped while `self` lives, and is 4-byte aligned (the mapping is
+        // page aligned); `AtomicU32` has the layout of `u32`. Every process
+        // touches the header words only through atomics, so no non-atomic
+        // access races with this one.
+        unsafe { &*(self.ptr.as_ptr().add(off) as *const AtomicU32) }
+    }
+
+    /// The 64-bit atomic word at byte `off` (8-byte aligned, inside the
+    /// mapping), as [`Segment::atomic_u32`].
+    pub fn atomic_u64(&self, off: usize) -> &AtomicU64 {
+        assert!(
+            off.is_multiple_of(8) && off + 8 <= self.len,
+            "atomic word {off} of {}",
+            self.len
+        );
+        // SAFETY: as in `atomic_u32`, for 8 aligned bytes.
+        unsafe { &*(self.ptr.as_ptr().add(off) as *const AtomicU64) }
+    }
+}
+
+/// Bytes of one rank's control block in a segment's header (a cache line).
+pub(crate) const CTL: usize = 64;
+
+/// Bytes of one rank's post bitmap: a bit per rank, whole cache lines.
+fn bitmap_len(n: usize) -> Option<usize> {
+    n.div_ceil(64)
+        .checked_mul(8)?
+        .checked_next_multiple_of(ALIGN)
+}
+
+/// Bytes of the header of a segment of `n` ranks (a multiple of [`ALIGN`]).
+pub(crate) fn header_len(n: usize) -> Option<usize> {
+    n.checked_mul(CTL)?
+        .checked_add(n.checked_mul(bitmap_len(n)?)?)
+}
+
+/// One rank's control block: the words other ranks synchronise with it
+/// through.
+pub(crate) struct Ctl<'a> {
+    /// Passive-target lock: the next ticket to hand out.
+    pub ticket: &'a AtomicU32,
+    /// The ticket that may take the lock shared next.
+    pub read: &'a AtomicU32,
+    /// The ticket that may take the lock exclusively next.
+    pub write: &'a AtomicU32,
+    /// The accumulate lock (0 free, 1 held).
+    pub acc: &'a AtomicU32,
+    /// PSCW: completes of origins not yet consumed by a wait.
+    pub completes: &'a AtomicU32,
+}
+
+/// A window's segment with every rank's part: the memory of an
+/// `MPI_Win_allocate_shared` window, or of an `MPI_Win_allocate` window
+/// whose ranks share a node, which the sm component serves.
+#[derive(Debug)]
+pub(crate) struct WindowSegment {
+    pub seg: Segment,
+    pub parts: Vec<crate::SharedPart>,
+}
+
+impl WindowSegment {
+    /// Rank `r`'s control block (`r` below the number of parts).
+    pub fn ctl(&self, r: usize) -> Ctl<'_> {
+        let at = r * CTL;
+        Ctl {
+            ticket: self.seg.atomic_u32(at),
+            read: self.seg.atomic_u32(at + 4),
+            write: self.seg.atomic_u32(at + 8),
+            acc: self.seg.atomic_u32(at + 12),
+            completes: self.seg.atomic_u32(at + 16),
+        }
+    }
+
+    /// The word of rank `origin`'s post bitmap holding target `t`'s bit,
+    /// and the bit.
+    pub fn post_word(&self, origin: usize, t: usize) -> (&AtomicU64, u64) {
+        let n = self.parts.len();
+        let per = bitmap_len(n).unwrap_or(0);
+        let at = n * CTL + origin * per + (t / 64) * 8;
+        (self.seg.atomic_u64(at), 1 << (t % 64))
+    }
 }
 
 impl Drop for Segment {
@@ -177,17 +275,19 @@ fn map(file: &File, len: usize) -> io::Result<Segment> {
     Ok(Segment { ptr, len })
 }
 
-/// Where each rank's part starts in a contiguous segment: rank after rank,
-/// each part at a multiple of [`ALIGN`]; the segment's length (at least
-/// one alignment unit: a window of only empty parts still has a base).
+/// Where each rank's part starts in a contiguous segment: after the header
+/// ([`header_len`]), rank after rank, each part at a multiple of
+/// [`ALIGN`]; the segment's length (at least one alignment unit past the
+/// header: a window of only empty parts still has a base).
 pub(crate) fn layout(sizes: &[usize]) -> Option<(Vec<usize>, usize)> {
+    let header = header_len(sizes.len())?;
     let mut offs = Vec::with_capacity(sizes.len());
-    let mut at = 0usize;
+    let mut at = header;
     for &s in sizes {
         offs.push(at);
         at = at.checked_add(s)?.checked_next_multiple_of(ALIGN)?;
     }
-    Some((offs, at.max(ALIGN)))
+    Some((offs, at.max(header + ALIGN)))
 }
 
 /// Alignment of each rank's part: a cache line, so that ranks storing to
@@ -200,11 +300,16 @@ mod tests {
 
     #[test]
     fn parts_are_aligned_and_in_rank_order() {
+        // Header: 4 control blocks and 4 bitmaps of one line each.
         let (offs, len) = layout(&[10, 0, 64, 1]).unwrap();
-        assert_eq!(offs, vec![0, 64, 64, 128]);
-        assert_eq!(len, 192);
-        assert_eq!(layout(&[0, 0]).unwrap(), (vec![0, 0], 64));
+        let h = 8 * 64;
+        assert_eq!(header_len(4), Some(h));
+        assert_eq!(offs, vec![h, h + 64, h + 64, h + 128]);
+        assert_eq!(len, h + 192);
+        assert_eq!(layout(&[0, 0]).unwrap(), (vec![256, 256], 320));
         assert!(layout(&[usize::MAX, 1]).is_none());
+        // 65 ranks: bitmaps of two words, still one line each.
+        assert_eq!(header_len(65), Some(65 * 128));
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! registered, so every name the process will read must be known by then:
 //! the front end's own (the C API's `mpi_*`), then the coll framework's and
 //! its components' (`coll`, `coll_tuned_<op>_algorithm`, ...), although
-//! coll opens only after the pml.
+//! coll opens only after the pml, and the osc framework's (`osc`,
+//! `osc_sm_priority`, ...), read when a window is made.
 //!
 //! What stays with each front end: its once-per-process guard and its
 //! error, its own parameters and what it does with them, the thread level
@@ -40,6 +41,7 @@ pub fn start<E: From<Error>>(
     let reg = tmpi_base::mca::registry();
     register(reg)?;
     tmpi_comm::register_all_params(reg).map_err(|e| Error::new(e.class(), e.to_string()))?;
+    tmpi_osc::register_all_params(reg).map_err(|e| Error::new(e.class(), e.to_string()))?;
     let pml = Pml::init(InitOptions {
         logging: true,
         btls: tmpi_components::btls(),

@@ -20,21 +20,12 @@ static int cls(int code) {
     return c;
 }
 
-int main(int argc, char **argv) {
-    int rank, size;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-
-    int mem[8] = {0};
-    MPI_Win win;
-    OK(MPI_Win_create(mem, sizeof mem, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &win));
-    MPI_Errhandler eh;
-    OK(MPI_Win_get_errhandler(win, &eh));
-    CHECK(eh == MPI_ERRORS_ARE_FATAL);
-    OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
-
-    int x = 1, y = 0, flag;
+/* Epoch misuse, ranges, types, ops, ranks on `win` (8 ints per rank at
+ * `mem`, errors returned): the same classes whichever component serves
+ * the window (pt2pt for MPI_Win_create, sm for MPI_Win_allocate on one
+ * node). */
+static void epoch_and_argument_errors(MPI_Win win, int *mem, int rank, int size) {
+    int x = 1, y = 0;
     int peer = (rank + 1) % size;
     /* Outside any epoch. */
     CHECK(cls(MPI_Put(&x, 1, MPI_INT, peer, 0, 1, MPI_INT, win)) == MPI_ERR_RMA_SYNC);
@@ -113,6 +104,36 @@ int main(int argc, char **argv) {
     OK(MPI_Win_complete(win));
     OK(MPI_Win_wait(win));
     MPI_Group_free(&wg);
+}
+
+int main(int argc, char **argv) {
+    int rank, size;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+    int mem[8] = {0};
+    MPI_Win win;
+    OK(MPI_Win_create(mem, sizeof mem, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+    MPI_Errhandler eh;
+    OK(MPI_Win_get_errhandler(win, &eh));
+    CHECK(eh == MPI_ERRORS_ARE_FATAL);
+    OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+
+    epoch_and_argument_errors(win, mem, rank, size);
+
+    /* The same on a window of MPI_Win_allocate (the sm component's when
+     * the ranks share a node), freed right after. */
+    int *amem;
+    MPI_Win awin;
+    OK(MPI_Win_allocate(8 * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &amem,
+                        &awin));
+    OK(MPI_Win_set_errhandler(awin, MPI_ERRORS_RETURN));
+    epoch_and_argument_errors(awin, amem, rank, size);
+    OK(MPI_Win_free(&awin));
+
+    int x = 1, flag;
+    int peer = (rank + 1) % size;
 
     /* A user error handler gets the window handle, and stays in force
      * after its handle is freed (MPI keeps it while the window uses it). */

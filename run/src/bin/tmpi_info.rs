@@ -71,6 +71,7 @@ const PROVIDERS: &[Provider] = &[
     tmpi_base::component::register_base,
     tmpi_pml::register,
     tmpi_comm::register,
+    tmpi_osc::register,
 ];
 
 /// [`PROVIDERS`] with the BTLs in their place.
