@@ -155,7 +155,9 @@ fn pscw_shared(w: &Comm) -> R {
     while !win.test().map_err(e)? {}
     w.barrier().map_err(e)?;
     win.lock_all().map_err(e)?;
-    let t = win.get_accumulate(&[5, 7], 0, 2, Some(&Op::Sum)).map_err(e)?;
+    let t = win
+        .get_accumulate(&[5, 7], 0, 2, Some(&Op::Sum))
+        .map_err(e)?;
     win.flush_local(Some(0)).map_err(e)?;
     let old = win.take(t).map_err(e)?;
     ensure!(
