@@ -878,7 +878,7 @@ impl Ctx<'_> {
                 Sync::Fence => win.fence().map_err(|x| err(we, k, "fence", x))?,
                 Sync::Pscw => {
                     win.complete().map_err(|x| err(we, k, "complete", x))?;
-                    if e % 3 == 0 {
+                    if e.is_multiple_of(3) {
                         while !win.test().map_err(|x| err(we, k, "test", x))? {
                             std::thread::yield_now();
                         }
