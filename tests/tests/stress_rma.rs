@@ -41,6 +41,7 @@ fn short(n: u32, btl: &str, epochs: &str) {
     // checked) at least once.
     for f in [
         "puts 0,",
+        "put-flush-gets 0,",
         "gets 0,",
         "accumulates 0,",
         "fetch-ops 0,",

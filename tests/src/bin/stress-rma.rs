@@ -217,6 +217,9 @@ impl Acc {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum OpKind {
     Put,
+    /// Inside a passive-target epoch: a put, a flush of its target and a
+    /// get of the same region, which must read the put's data.
+    PutFlushGet,
     Get,
     Acc(Acc),
     /// SUM get_accumulate (fetch_and_op when one element).
@@ -299,6 +302,7 @@ struct WinEpoch {
 #[derive(Default)]
 struct Tally {
     puts: u64,
+    put_flush_gets: u64,
     gets: u64,
     accs: u64,
     fetches: u64,
@@ -384,7 +388,10 @@ fn gen_window_epoch(
             match rng.below(100) {
                 // Puts: one region, or two halves by two origins.
                 0..=29 => {
-                    if seg >= 2 && rng.percent(40) {
+                    if matches!(sync, Sync::Lock | Sync::LockAll) && rng.percent(25) {
+                        let o = org(rng);
+                        push(&mut ops, o, t, OpKind::PutFlushGet, lo, hi - lo, rng.next());
+                    } else if seg >= 2 && rng.percent(40) {
                         let mid = rng.range(lo as u64 + 1, hi as u64 - 1) as usize;
                         push(&mut ops, org(rng), t, OpKind::Put, lo, mid - lo, rng.next());
                         push(
@@ -540,6 +547,7 @@ fn gen_window_epoch(
         match op.kind {
             _ if op.len == 0 => tally.empty += 1,
             OpKind::Put => tally.puts += 1,
+            OpKind::PutFlushGet => tally.put_flush_gets += 1,
             OpKind::Get => tally.gets += 1,
             OpKind::Acc(_) => tally.accs += 1,
             OpKind::Fetch => tally.fetches += 1,
@@ -678,6 +686,11 @@ impl Ctx<'_> {
                 win.put(&d, t, op.off).map(|()| None)
             }
             OpKind::Get => win.get(t, op.off, op.len).map(Some),
+            OpKind::PutFlushGet => win
+                .put(&op.data(), t, op.off)
+                .and_then(|()| win.flush(Some(t)))
+                .and_then(|()| win.get(t, op.off, op.len))
+                .map(Some),
             OpKind::Acc(a) => win
                 .accumulate(&op.data(), t, op.off, a.op().as_ref())
                 .map(|()| None),
@@ -751,6 +764,21 @@ impl Ctx<'_> {
                     if let Some(j) = (0..op.len).find(|&j| got[j] != want[j]) {
                         return Err(format!(
                             "GET MISMATCH {}: {}: element {} (offset {}) expected {:#x} got {:#x}",
+                            at(e, we, self.kinds[we.win]),
+                            op.describe(),
+                            j,
+                            op.off + j,
+                            want[j],
+                            got[j]
+                        ));
+                    }
+                }
+                OpKind::PutFlushGet => {
+                    let want = op.data();
+                    if let Some(j) = (0..op.len).find(|&j| got[j] != want[j]) {
+                        return Err(format!(
+                            "READ-AFTER-FLUSH MISMATCH {}: {}: element {} (offset {}) expected {:#x} \
+                             (the put's data) got {:#x}",
                             at(e, we, self.kinds[we.win]),
                             op.describe(),
                             j,
@@ -899,7 +927,8 @@ impl Ctx<'_> {
             .allreduce(&fetched, &mut all, &Op::Sum)
             .map_err(|x| format!("epoch {e}: allreduce of fetched values: {}", fmt_err(x)))?;
         for we in plan {
-            self.check_zones(e, we, &all)?;
+            let head = at(e, we, self.kinds[we.win]);
+            check_zones(&head, &mut self.model[we.win], we, &all)?;
             self.apply(we);
         }
         // Every rank reads its own parts back.
@@ -929,96 +958,15 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Counters must chain as one serial order (the same for all their
-    /// elements: each get_accumulate is applied whole), and a
-    /// compare-and-swap race has exactly one winner.
-    fn check_zones(&mut self, e: u32, we: &WinEpoch, all: &[u64]) -> R {
-        let k = self.kinds[we.win];
-        for z in &we.zones {
-            let before = &self.model[we.win][z.target as usize];
-            let head = format!("{}: target {} offset {}", at(e, we, k), z.target, z.off);
-            let got = |i: usize| &all[we.ops[i].slot..we.ops[i].slot + we.ops[i].len];
-            if z.cas {
-                let OpKind::Cas { compare, .. } = we.ops[z.ops[0]].kind else {
-                    unreachable!("a CAS zone holds CAS operations")
-                };
-                let winners: Vec<usize> = z
-                    .ops
-                    .iter()
-                    .copied()
-                    .filter(|&i| got(i)[0] == compare)
-                    .collect();
-                if winners.len() != 1 {
-                    return Err(format!(
-                        "CAS {head}: {} winners of {} (compare {compare:#x}); fetched {:?}",
-                        winners.len(),
-                        z.ops.len(),
-                        z.ops
-                            .iter()
-                            .map(|&i| (we.ops[i].origin, got(i)[0]))
-                            .collect::<Vec<_>>()
-                    ));
-                }
-                let OpKind::Cas { value: wv, .. } = we.ops[winners[0]].kind else {
-                    unreachable!("a CAS zone holds CAS operations")
-                };
-                for &i in &z.ops {
-                    if i != winners[0] && got(i)[0] != wv {
-                        return Err(format!(
-                            "CAS {head}: loser origin {} fetched {:#x}, expected the winner's (origin {}) {wv:#x}",
-                            we.ops[i].origin,
-                            got(i)[0],
-                            we.ops[winners[0]].origin
-                        ));
-                    }
-                }
-                continue;
-            }
-            // Serial order by the first element's fetched value (the
-            // increments are >= 1, so the values are distinct).
-            let base = before[z.off];
-            let mut order = z.ops.clone();
-            order.sort_by_key(|&i| got(i)[0].wrapping_sub(base));
-            for j in 0..z.width {
-                let mut expect = before[z.off + j];
-                for &i in &order {
-                    if got(i)[j] != expect {
-                        return Err(format!(
-                            "COUNTER {head} element {j}: origin {} fetched {:#x}, expected {expect:#x} \
-                             (serial order {:?}; fetched {:?})",
-                            we.ops[i].origin,
-                            got(i)[j],
-                            order.iter().map(|&i| we.ops[i].origin).collect::<Vec<_>>(),
-                            order.iter().map(|&i| got(i).to_vec()).collect::<Vec<_>>()
-                        ));
-                    }
-                    expect = expect.wrapping_add(we.ops[i].data()[j]);
-                }
-            }
-        }
-        // Remember the CAS winners' values for `apply`.
-        for z in we.zones.iter().filter(|z| z.cas) {
-            let slot = |i: usize| all[we.ops[i].slot];
-            let OpKind::Cas { compare, .. } = we.ops[z.ops[0]].kind else {
-                continue;
-            };
-            let win = z.ops.iter().find(|&&i| slot(i) == compare).copied();
-            if let Some(i) = win {
-                if let OpKind::Cas { value, .. } = we.ops[i].kind {
-                    self.model[we.win][z.target as usize][z.off] = value;
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// The epoch's writes on the model (CAS winners were set by
     /// `check_zones`).
     fn apply(&mut self, we: &WinEpoch) {
         for op in &we.ops {
             let m = &mut self.model[we.win][op.target as usize];
             match op.kind {
-                OpKind::Put => m[op.off..op.off + op.len].copy_from_slice(&op.data()),
+                OpKind::Put | OpKind::PutFlushGet => {
+                    m[op.off..op.off + op.len].copy_from_slice(&op.data())
+                }
                 OpKind::Acc(a) => {
                     for (x, v) in m[op.off..op.off + op.len].iter_mut().zip(op.data()) {
                         *x = a.apply(*x, v);
@@ -1066,6 +1014,89 @@ impl Ctx<'_> {
             self.me, want[j], got[j]
         ))
     }
+}
+
+/// After an epoch, with every origin's fetched values (`all`): counters
+/// must chain as one serial order (the same for all their
+/// elements: each get_accumulate is applied whole), and a
+/// compare-and-swap race has exactly one winner.
+fn check_zones(head: &str, model: &mut [Vec<u64>], we: &WinEpoch, all: &[u64]) -> R {
+    for z in &we.zones {
+        let before = &model[z.target as usize];
+        let head = format!("{head}: target {} offset {}", z.target, z.off);
+        let got = |i: usize| &all[we.ops[i].slot..we.ops[i].slot + we.ops[i].len];
+        if z.cas {
+            let OpKind::Cas { compare, .. } = we.ops[z.ops[0]].kind else {
+                unreachable!("a CAS zone holds CAS operations")
+            };
+            let winners: Vec<usize> = z
+                .ops
+                .iter()
+                .copied()
+                .filter(|&i| got(i)[0] == compare)
+                .collect();
+            if winners.len() != 1 {
+                return Err(format!(
+                    "CAS {head}: {} winners of {} (compare {compare:#x}); fetched {:?}",
+                    winners.len(),
+                    z.ops.len(),
+                    z.ops
+                        .iter()
+                        .map(|&i| (we.ops[i].origin, got(i)[0]))
+                        .collect::<Vec<_>>()
+                ));
+            }
+            let OpKind::Cas { value: wv, .. } = we.ops[winners[0]].kind else {
+                unreachable!("a CAS zone holds CAS operations")
+            };
+            for &i in &z.ops {
+                if i != winners[0] && got(i)[0] != wv {
+                    return Err(format!(
+                        "CAS {head}: loser origin {} fetched {:#x}, expected the winner's (origin {}) {wv:#x}",
+                        we.ops[i].origin,
+                        got(i)[0],
+                        we.ops[winners[0]].origin
+                    ));
+                }
+            }
+            continue;
+        }
+        // Serial order by the first element's fetched value (the
+        // increments are >= 1, so the values are distinct).
+        let base = before[z.off];
+        let mut order = z.ops.clone();
+        order.sort_by_key(|&i| got(i)[0].wrapping_sub(base));
+        for j in 0..z.width {
+            let mut expect = before[z.off + j];
+            for &i in &order {
+                if got(i)[j] != expect {
+                    return Err(format!(
+                        "COUNTER {head} element {j}: origin {} fetched {:#x}, expected {expect:#x} \
+                         (serial order {:?}; fetched {:?})",
+                        we.ops[i].origin,
+                        got(i)[j],
+                        order.iter().map(|&i| we.ops[i].origin).collect::<Vec<_>>(),
+                        order.iter().map(|&i| got(i).to_vec()).collect::<Vec<_>>()
+                    ));
+                }
+                expect = expect.wrapping_add(we.ops[i].data()[j]);
+            }
+        }
+    }
+    // Remember the CAS winners' values for `apply`.
+    for z in we.zones.iter().filter(|z| z.cas) {
+        let slot = |i: usize| all[we.ops[i].slot];
+        let OpKind::Cas { compare, .. } = we.ops[z.ops[0]].kind else {
+            continue;
+        };
+        let win = z.ops.iter().find(|&&i| slot(i) == compare).copied();
+        if let Some(i) = win {
+            if let OpKind::Cas { value, .. } = we.ops[i].kind {
+                model[z.target as usize][z.off] = value;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Watch) -> R<String> {
@@ -1179,7 +1210,7 @@ fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Watch) -> R<String> {
     let t = &tally;
     Ok(format!(
         "seed {} ranks {n} epochs {} windows {} ({}) operations {} bytes {} time {secs:.2} s; \
-         puts {}, gets {}, accumulates {}, fetch-ops {}, compare-and-swaps {}, zero-length {}, \
+         puts {}, put-flush-gets {}, gets {}, accumulates {}, fetch-ops {}, compare-and-swaps {}, zero-length {}, \
          out-of-range {}; epochs under fence {}, lock {}, lock_all {}, pscw {}; flushes {}",
         cfg.seed,
         cfg.epochs,
@@ -1189,9 +1220,10 @@ fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Watch) -> R<String> {
             .map(|k| format!("{k:?}"))
             .collect::<Vec<_>>()
             .join(","),
-        t.puts + t.gets + t.accs + t.fetches + t.cas + t.empty + t.out_of_range,
+        t.puts + t.put_flush_gets + t.gets + t.accs + t.fetches + t.cas + t.empty + t.out_of_range,
         t.bytes,
         t.puts,
+        t.put_flush_gets,
         t.gets,
         t.accs,
         t.fetches,
@@ -1357,6 +1389,79 @@ mod tests {
                 assert!(we.exposure[op.target as usize].contains(&(op.origin as i32)));
             }
         }
+    }
+
+    fn op(origin: u32, kind: OpKind, len: usize, seed: u64, slot: usize) -> RmaOp {
+        RmaOp {
+            origin,
+            target: 0,
+            kind,
+            off: 1,
+            len,
+            seed,
+            slot,
+            after: After::Nothing,
+        }
+    }
+
+    fn zone_epoch(ops: Vec<RmaOp>, cas: bool, width: usize) -> WinEpoch {
+        let n = ops.len();
+        WinEpoch {
+            win: 0,
+            sync: Sync::LockAll,
+            ops,
+            locks: vec![],
+            access: vec![],
+            exposure: vec![],
+            zones: vec![Zone {
+                target: 0,
+                off: 1,
+                width,
+                ops: (0..n).collect(),
+                cas,
+            }],
+        }
+    }
+
+    /// The counter check accepts every serial order and nothing else.
+    #[test]
+    fn counters_must_chain_in_one_order() {
+        let we = zone_epoch(
+            vec![op(0, OpKind::Fetch, 2, 1, 0), op(1, OpKind::Fetch, 2, 2, 2)],
+            false,
+            2,
+        );
+        let (a, b) = (we.ops[0].data(), we.ops[1].data());
+        let start = [10u64, 20];
+        let model = || vec![vec![0, start[0], start[1], 0]];
+        // Origin 1 first, then origin 0.
+        let fetched = [start[0] + b[0], start[1] + b[1], start[0], start[1]];
+        let mut m = model();
+        check_zones("t", &mut m, &we, &fetched).unwrap();
+        // Both fetched the old value: an update was lost.
+        let lost = [start[0], start[1], start[0], start[1]];
+        let x = check_zones("t", &mut model(), &we, &lost).unwrap_err();
+        assert!(
+            x.starts_with("COUNTER t: target 0 offset 1 element 0"),
+            "{x}"
+        );
+        // Element 0 in one order, element 1 in the other: not atomic.
+        let torn = [start[0], start[1] + b[1], start[0] + a[0], start[1]];
+        let x = check_zones("t", &mut model(), &we, &torn).unwrap_err();
+        assert!(x.contains("element 1"), "{x}");
+    }
+
+    #[test]
+    fn compare_and_swap_has_one_winner() {
+        let cas = |o, value| op(o, OpKind::Cas { compare: 7, value }, 1, 0, o as usize);
+        let we = zone_epoch(vec![cas(0, 100), cas(1, 200), cas(2, 300)], true, 1);
+        let mut m = vec![vec![0, 7]];
+        check_zones("t", &mut m, &we, &[200, 7, 200]).unwrap();
+        assert_eq!(m[0][1], 200, "the winner's value");
+        let x = check_zones("t", &mut vec![vec![0, 7]], &we, &[7, 7, 200]).unwrap_err();
+        assert!(x.contains("2 winners of 3"), "{x}");
+        let x = check_zones("t", &mut vec![vec![0, 7]], &we, &[300, 7, 200]).unwrap_err();
+        assert!(x.contains("loser origin 0 fetched 0x12c"), "{x}");
     }
 
     #[test]
