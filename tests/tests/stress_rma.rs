@@ -37,6 +37,7 @@ fn short(n: u32, btl: &str, epochs: &str) {
     );
     assert_ok(&out, "stress-rma: OK");
     let so = String::from_utf8_lossy(&out.stdout);
+    assert!(so.contains("windows 3 (Vec,Shared,Allocated)"), "{so}");
     // Every kind of operation and synchronisation was planned (and so
     // checked) at least once.
     for f in [

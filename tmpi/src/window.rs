@@ -5,8 +5,9 @@
 //! Safety without `unsafe` at the call site comes from who owns the
 //! memory:
 //! - the window's memory is a `Vec<T>` moved into the window
-//!   ([`Comm::window`]), or this rank's part of a shared segment
-//!   ([`Comm::shared_window`], no direct loads or stores), given back by
+//!   ([`Comm::window`]), or memory the window allocates
+//!   ([`Comm::allocate_window`], [`Comm::shared_window`] for a part of a
+//!   shared segment; no direct loads or stores), given back by
 //!   [`Window::into_vec`] after the collective free, when no operation
 //!   can touch it any more;
 //! - a put or accumulate copies its origin data before it returns;
@@ -83,9 +84,10 @@ enum Memory<T> {
     /// `MPI_Win_create`: the vector moved in at creation, out at
     /// [`Window::into_vec`].
     Vec(Vec<T>),
-    /// `MPI_Win_allocate_shared`: `len` elements, this rank's part of the
-    /// shared segment the osc window maps (and unmaps when dropped).
-    Shared { len: usize },
+    /// `MPI_Win_allocate` or `MPI_Win_allocate_shared`: `len` elements
+    /// the osc window owns (its allocation, or this rank's part of the
+    /// shared segment it maps), released when it is dropped.
+    Osc { len: usize },
 }
 
 struct Pending<T> {
@@ -130,16 +132,32 @@ impl Comm {
     /// offsets; [`Window::into_vec`] copies this rank's part out.
     pub fn shared_window<T: Equivalence>(&self, len: usize) -> Result<Window<T>, Error> {
         let c = self.coll()?;
-        let size = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
-            Error::new(
-                MpiErrorClass::Size,
-                format!("a shared window of {len} elements overflows"),
-            )
-        })?;
+        let size = window_bytes::<T>(len)?;
         let unit = std::mem::size_of::<T>().max(1);
         let win = tmpi_osc::Window::allocate_shared(self.pml_handle(), &c, size, unit)?;
-        Ok(Window::over(win, Memory::Shared { len }))
+        Ok(Window::over(win, Memory::Osc { len }))
     }
+
+    /// `MPI_Win_allocate` of `len` zeroed elements on this rank
+    /// (collective): memory the window owns, addressed like any window;
+    /// [`Window::into_vec`] copies it out.
+    pub fn allocate_window<T: Equivalence>(&self, len: usize) -> Result<Window<T>, Error> {
+        let c = self.coll()?;
+        let size = window_bytes::<T>(len)?;
+        let unit = std::mem::size_of::<T>().max(1);
+        let win = tmpi_osc::Window::create(self.pml_handle(), &c, None, size, unit)?;
+        Ok(Window::over(win, Memory::Osc { len }))
+    }
+}
+
+/// Bytes of `len` elements of `T` (`MPI_ERR_SIZE` on overflow).
+fn window_bytes<T>(len: usize) -> Result<usize, Error> {
+    len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+        Error::new(
+            MpiErrorClass::Size,
+            format!("a window of {len} elements overflows"),
+        )
+    })
 }
 
 /// The layout of `T` as osc reduces it: elements of `T::ELEMENT`
@@ -209,7 +227,7 @@ impl<T: Equivalence> Window<T> {
     pub fn len(&self) -> usize {
         match &self.mem {
             Memory::Vec(v) => v.len(),
-            Memory::Shared { len } => *len,
+            Memory::Osc { len } => *len,
         }
     }
 
@@ -524,34 +542,44 @@ impl<T: Equivalence> Window<T> {
     }
 
     /// Frees the window (collective, every epoch closed) and gives back
-    /// this rank's memory with what the other ranks wrote into it (a
-    /// shared window's part is copied out of the segment).
+    /// this rank's memory with what the other ranks wrote into it (memory
+    /// the window allocated, a shared window's part included, is copied
+    /// out).
     pub fn into_vec(mut self) -> Result<Vec<T>, Error> {
         self.win.free()?;
         self.freed = true;
-        if let Memory::Shared { len } = self.mem {
-            return Ok(self.shared_part_copy(len));
+        if let Memory::Osc { len } = self.mem {
+            return Ok(self.osc_memory_copy(len));
         }
         match &mut self.mem {
             Memory::Vec(v) => Ok(std::mem::take(v)),
-            Memory::Shared { .. } => Ok(Vec::new()),
+            Memory::Osc { .. } => Ok(Vec::new()),
         }
     }
 
-    /// A copy of this rank's `len` elements of a shared window, after
+    /// A copy of the `len` elements of memory the osc window owns, after
     /// the collective free.
-    fn shared_part_copy(&self, len: usize) -> Vec<T> {
-        if len == 0 {
-            return Vec::new();
+    fn osc_memory_copy(&self, len: usize) -> Vec<T> {
+        let mut out: Vec<T> = Vec::with_capacity(len);
+        let n = len * std::mem::size_of::<T>();
+        if n == 0 {
+            return out;
         }
-        let base = self.win.base() as *const T;
-        // SAFETY: the part is `len` elements of `T` at `base` (osc aligns
-        // every part to 64 bytes, more than any `Equivalence` type needs),
+        // SAFETY: the window's memory is `n` bytes at its base, allocated or
         // mapped until `self.win` is dropped; after the collective free no
         // operation writes it, and the facade gives no process direct
-        // stores into the segment. `T: Equivalence` admits every bit
-        // pattern.
-        unsafe { std::slice::from_raw_parts(base, len) }.to_vec()
+        // stores into it. Bytes are copied (the base need not be aligned
+        // for `T`) into the vector's capacity of `len` elements, which are
+        // then initialised (`T: Equivalence` admits every bit pattern).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.win.base() as *const u8,
+                out.as_mut_ptr().cast::<u8>(),
+                n,
+            );
+            out.set_len(len);
+        }
+        out
     }
 }
 

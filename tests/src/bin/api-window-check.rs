@@ -7,7 +7,7 @@
 //! outside an epoch, a result taken before the synchronisation that
 //! completes it, a ticket taken twice, an out-of-window target; PSCW rounds
 //! (ended by wait and by test) on a shared window, get_accumulate and
-//! flush_local under lock_all. The final
+//! flush_local under lock_all; an allocated window. The final
 //! memory comes back through `into_vec`. Rank 0 prints
 //! `api-window-check: OK (N ranks)`. Driven by `tests/tests/api_window.rs`.
 
@@ -175,6 +175,25 @@ fn pscw_shared(w: &Comm) -> R {
     Ok(())
 }
 
+/// An allocated window (`MPI_Win_allocate`): zeroed, written by every
+/// rank under a fence, copied out by `into_vec`.
+fn allocated(w: &Comm) -> R {
+    let (me, p) = (w.rank(), w.size());
+    let win = w.allocate_window::<i16>(me as usize + 1).map_err(e)?;
+    ensure!(win.len() == me as usize + 1, "allocated window length");
+    win.fence().map_err(e)?;
+    for r in 0..p {
+        win.accumulate(&[me as i16 + 1], r, r as usize, Some(&Op::Sum))
+            .map_err(e)?;
+    }
+    win.fence().map_err(e)?;
+    let mem = win.into_vec().map_err(e)?;
+    let mut want = vec![0i16; me as usize + 1];
+    want[me as usize] = (1..=p as i16).sum();
+    ensure!(mem == want, "allocated window memory: {mem:?}");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let mpi = match tmpi::init() {
         Ok(m) => m,
@@ -187,6 +206,7 @@ fn main() -> ExitCode {
     let r = fences(&w)
         .and_then(|()| passive(&w))
         .and_then(|()| pscw_shared(&w))
+        .and_then(|()| allocated(&w))
         .and_then(|()| fences(&mpi.self_comm()));
     match r {
         Ok(()) => {

@@ -3,7 +3,8 @@
 //! `tmpirun -n N stress-rma [--seed S] [--epochs E] [--ops K] ...`.
 //!
 //! Every rank derives the same plan from the seed: a few windows (over a
-//! `Vec`, `MPI_Win_create`, and from `MPI_Win_allocate_shared`), each
+//! `Vec`, `MPI_Win_create`, from `MPI_Win_allocate_shared` and from
+//! `MPI_Win_allocate`), each
 //! rank's part of random length (empty ones included), and per epoch a
 //! random subset of them, each under a random synchronisation (fence;
 //! lock/unlock per target, shared or exclusive, with flush/flush_local
@@ -171,6 +172,8 @@ enum Kind {
     Vec,
     /// `Comm::shared_window` (`MPI_Win_allocate_shared`).
     Shared,
+    /// `Comm::allocate_window` (`MPI_Win_allocate`).
+    Allocated,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1115,7 +1118,8 @@ fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Watch) -> R<String> {
         let kind = match w {
             0 => Kind::Vec,
             1 => Kind::Shared,
-            _ => rng.pick(&[Kind::Vec, Kind::Shared]),
+            2 => Kind::Allocated,
+            _ => rng.pick(&[Kind::Vec, Kind::Shared, Kind::Allocated]),
         };
         let lens: Vec<usize> = (0..n)
             .map(|_| match rng.below(100) {
@@ -1130,7 +1134,7 @@ fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Watch) -> R<String> {
                     hash(&[cfg.seed, 2, w as u64, u64::from(r)]),
                     lens[r as usize],
                 ),
-                Kind::Shared => vec![0; lens[r as usize]],
+                Kind::Shared | Kind::Allocated => vec![0; lens[r as usize]],
             })
             .collect();
         let comm = if w >= 2 { &dup } else { &world };
@@ -1141,6 +1145,7 @@ fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Watch) -> R<String> {
         let win = match kind {
             Kind::Vec => comm.window(parts[me as usize].clone()),
             Kind::Shared => comm.shared_window::<u64>(lens[me as usize]),
+            Kind::Allocated => comm.allocate_window::<u64>(lens[me as usize]),
         }
         .unwrap_or_else(|x| die(&format!("creating window {w} ({kind:?}): {}", fmt_err(x))));
         if win.len() != lens[me as usize] {
@@ -1458,9 +1463,9 @@ mod tests {
         let mut m = vec![vec![0, 7]];
         check_zones("t", &mut m, &we, &[200, 7, 200]).unwrap();
         assert_eq!(m[0][1], 200, "the winner's value");
-        let x = check_zones("t", &mut vec![vec![0, 7]], &we, &[7, 7, 200]).unwrap_err();
+        let x = check_zones("t", &mut [vec![0, 7]], &we, &[7, 7, 200]).unwrap_err();
         assert!(x.contains("2 winners of 3"), "{x}");
-        let x = check_zones("t", &mut vec![vec![0, 7]], &we, &[300, 7, 200]).unwrap_err();
+        let x = check_zones("t", &mut [vec![0, 7]], &we, &[300, 7, 200]).unwrap_err();
         assert!(x.contains("loser origin 0 fetched 0x12c"), "{x}");
     }
 
