@@ -327,10 +327,13 @@ fn gen_len(rng: &mut Rng, room: u64) -> u64 {
     l.min(room).max(1)
 }
 
-/// A sub-range of `lo..hi` (possibly empty).
+/// A sub-range of `lo..hi` (`lo < hi`), empty one time in ten.
 fn sub(rng: &mut Rng, lo: usize, hi: usize) -> (usize, usize) {
-    let a = rng.range(lo as u64, hi as u64) as usize;
-    let b = rng.range(a as u64, hi as u64) as usize;
+    if rng.percent(10) {
+        return (rng.range(lo as u64, hi as u64) as usize, 0);
+    }
+    let a = rng.range(lo as u64, hi as u64 - 1) as usize;
+    let b = rng.range(a as u64 + 1, hi as u64) as usize;
     (a, b - a)
 }
 
@@ -375,17 +378,22 @@ fn gen_window_epoch(
     let per_target = (cfg.ops / u64::from(n)).max(2);
     for t in 0..n {
         let l = lens[t as usize] as u64;
-        let nseg = rng.range(1, per_target / 2 + 1);
+        // Segments (about two operations each) with gaps between them;
+        // each at most twice its share of what is left, so that a plan
+        // of many operations finds room for them (the long ones come
+        // with few segments or long parts).
+        let nseg = rng.range(1, per_target);
         let mut cur = 0u64;
         for s in 0..nseg {
             if cur >= l {
                 break;
             }
-            cur += rng.below((l - cur) / (nseg - s));
+            let share = ((l - cur) / (nseg - s)).max(1);
+            cur += rng.below(share / 4 + 1);
             if cur >= l {
                 break;
             }
-            let seg = gen_len(rng, l - cur);
+            let seg = gen_len(rng, (2 * share).min(l - cur));
             let (lo, hi) = (cur as usize, (cur + seg) as usize);
             let org = |rng: &mut Rng| rng.below(u64::from(n)) as u32;
             match rng.below(100) {
