@@ -257,6 +257,8 @@ struct RmaOp {
     /// First slot of its fetched values in the epoch's result vector.
     slot: usize,
     after: After,
+    /// One of an accumulate burst (no flush after it).
+    burst: bool,
 }
 
 impl RmaOp {
@@ -308,6 +310,7 @@ struct Tally {
     put_flush_gets: u64,
     gets: u64,
     accs: u64,
+    bursts: u64,
     fetches: u64,
     cas: u64,
     out_of_range: u64,
@@ -316,6 +319,10 @@ struct Tally {
     syncs: [u64; 4],
     flushes: u64,
 }
+
+/// Accumulates of one burst: more than the 4096 operations pt2pt keeps in
+/// flight per window and origin.
+const BURST: usize = 4500;
 
 /// Length of an operation's region, at most `room` (>= 1).
 fn gen_len(rng: &mut Rng, room: u64) -> u64 {
@@ -372,6 +379,7 @@ fn gen_window_epoch(
             seed,
             slot: 0,
             after: After::Nothing,
+            burst: false,
         });
         ops.len() - 1
     };
@@ -435,14 +443,36 @@ fn gen_window_epoch(
                         Acc::Bxor,
                         Acc::Replace,
                     ]);
-                    let k = if acc == Acc::Replace {
-                        1
+                    if acc != Acc::Replace && rng.below(1000) < 5 {
+                        // A burst: one origin issues more accumulates
+                        // (of 1-4 elements) than pt2pt keeps in flight
+                        // per window, so its flow control runs.
+                        let o = org(rng);
+                        for _ in 0..BURST {
+                            let a = rng.range(lo as u64, hi as u64 - 1);
+                            let len = rng.range(1, (hi as u64 - a).min(4));
+                            let i = push(
+                                &mut ops,
+                                o,
+                                t,
+                                OpKind::Acc(acc),
+                                a as usize,
+                                len as usize,
+                                rng.next(),
+                            );
+                            ops[i].burst = true;
+                        }
+                        tally.bursts += 1;
                     } else {
-                        rng.range(1, 4)
-                    };
-                    for _ in 0..k {
-                        let (o, len) = sub(rng, lo, hi);
-                        push(&mut ops, org(rng), t, OpKind::Acc(acc), o, len, rng.next());
+                        let k = if acc == Acc::Replace {
+                            1
+                        } else {
+                            rng.range(1, 4)
+                        };
+                        for _ in 0..k {
+                            let (o, len) = sub(rng, lo, hi);
+                            push(&mut ops, org(rng), t, OpKind::Acc(acc), o, len, rng.next());
+                        }
                     }
                 }
                 // A counter: SUM get_accumulate / fetch_and_op from
@@ -545,7 +575,7 @@ fn gen_window_epoch(
             op.slot = *slots;
             *slots += op.len;
         }
-        if matches!(sync, Sync::Lock | Sync::LockAll) && rng.percent(15) {
+        if matches!(sync, Sync::Lock | Sync::LockAll) && !op.burst && rng.percent(15) {
             let t = Some(op.target as i32);
             op.after = match (sync, rng.below(4)) {
                 (Sync::Lock, 0 | 1) | (Sync::LockAll, 0) => After::Flush(t),
@@ -1223,7 +1253,7 @@ fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Watch) -> R<String> {
     let t = &tally;
     Ok(format!(
         "seed {} ranks {n} epochs {} windows {} ({}) operations {} bytes {} time {secs:.2} s; \
-         puts {}, put-flush-gets {}, gets {}, accumulates {}, fetch-ops {}, compare-and-swaps {}, zero-length {}, \
+         puts {}, put-flush-gets {}, gets {}, accumulates {} ({} bursts), fetch-ops {}, compare-and-swaps {}, zero-length {}, \
          out-of-range {}; epochs under fence {}, lock {}, lock_all {}, pscw {}; flushes {}",
         cfg.seed,
         cfg.epochs,
@@ -1239,6 +1269,7 @@ fn run(mpi: &tmpi::Mpi, cfg: &Cfg, watch: &Watch) -> R<String> {
         t.put_flush_gets,
         t.gets,
         t.accs,
+        t.bursts,
         t.fetches,
         t.cas,
         t.empty,
@@ -1414,6 +1445,7 @@ mod tests {
             seed,
             slot,
             after: After::Nothing,
+            burst: false,
         }
     }
 
