@@ -56,7 +56,8 @@ pub enum Lock {
 pub struct Ticket(usize);
 
 /// A window of `len` elements of `T` on this rank (`MPI_Win_create` over
-/// memory the window owns), addressed by element offsets.
+/// a vector the window owns, `MPI_Win_allocate` or
+/// `MPI_Win_allocate_shared`), addressed by element offsets.
 pub struct Window<T: Equivalence> {
     win: tmpi_osc::Window,
     /// The exposed memory.
