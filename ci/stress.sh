@@ -59,7 +59,7 @@ else
     PROFILE=debug
     TIMEOUT=${STRESS_TIMEOUT:-180}
     ARGS=(--epochs 8 --msgs 400 --max-size 4194304 --stall-seconds 60)
-    RMA_ARGS=(--epochs 60 --stall-seconds 60)
+    RMA_ARGS=(--epochs 150 --stall-seconds 60)
 fi
 [ -n "${STRESS_SEED:-}" ] && ARGS+=(--seed "$STRESS_SEED") && RMA_ARGS+=(--seed "$STRESS_SEED")
 ARGS+=("${EXTRA[@]}")
