@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# stress.sh - runs the randomized traffic generator (tests/src/bin/stress.rs)
-# under tmpirun over every transport the pml can use, and says which ran,
-# which were skipped and why. See docs/stress.md.
+# stress.sh - runs the randomized traffic generators under tmpirun over
+# every transport the pml can use, and says which ran, which were skipped
+# and why: point-to-point (tests/src/bin/stress.rs) and one-sided
+# (tests/src/bin/stress-rma.rs, the runs named rma-*). See docs/stress.md.
 #
 # usage: bash ci/stress.sh [--short|--soak] [--rxe] [--only NAME] [-- STRESS-ARGS...]
 #
@@ -11,8 +12,10 @@
 #   --rxe     also run over btl openib on a real soft-RoCE device (rxe0)
 #             inside the qemu VM of ci/rxe/rxe-run.sh (root only)
 #   --only N  run only transport N (sm, tcp, openib-tm1, openib-tm1-all,
-#             openib-tm0, sm-credit, openib-tm1-credit, rxe)
-#   STRESS-ARGS are passed to every run (e.g. --seed 1234 to reproduce).
+#             openib-tm0, sm-credit, openib-tm1-credit, rxe; one-sided:
+#             rma-sm, rma-tcp, rma-openib)
+#   STRESS-ARGS are passed to every run (e.g. --seed 1234 to reproduce;
+#             options of one generator only together with --only).
 #
 # env: STRESS_RANKS (default 3), STRESS_TIMEOUT (seconds per run; default
 #      180 short, 900 soak), STRESS_SEED (same seed for every transport),
@@ -51,26 +54,33 @@ if [ "$MODE" = soak ]; then
     # --max-seconds: no epoch starts after that (default 540 s per transport).
     ARGS=(--epochs 500 --msgs 2000 --rndv-permille 10 --big-permille 1 --stall-seconds 120
           --max-seconds "${STRESS_SOAK_SECONDS:-540}")
+    RMA_ARGS=(--epochs 2000 --ops 96 --stall-seconds 120)
 else
     PROFILE=debug
     TIMEOUT=${STRESS_TIMEOUT:-180}
     ARGS=(--epochs 8 --msgs 400 --max-size 4194304 --stall-seconds 60)
+    RMA_ARGS=(--epochs 150 --stall-seconds 60)
 fi
-[ -n "${STRESS_SEED:-}" ] && ARGS+=(--seed "$STRESS_SEED")
+[ -n "${STRESS_SEED:-}" ] && ARGS+=(--seed "$STRESS_SEED") && RMA_ARGS+=(--seed "$STRESS_SEED")
 ARGS+=("${EXTRA[@]}")
+RMA_ARGS+=("${EXTRA[@]}")
 
 echo "== stress ($MODE, $RANKS ranks, $PROFILE build)"
-CARGO_FLAGS=(-q -p tmpi-run -p tmpi-tests --bin tmpirun --bin stress)
+CARGO_FLAGS=(-q -p tmpi-run -p tmpi-tests --bin tmpirun --bin stress --bin stress-rma)
 [ "$PROFILE" = release ] && CARGO_FLAGS+=(--release)
 cargo build "${CARGO_FLAGS[@]}" || { echo "stress.sh: build failed" >&2; exit 1; }
 BIN=$TARGET/$PROFILE
 TMPIRUN=$BIN/tmpirun
 STRESS=$BIN/stress
+STRESS_RMA=$BIN/stress-rma
 
 declare -a SUMMARY
 FAILED=0
 LOGDIR=$(mktemp -d /tmp/tmpi-stress.XXXXXX)
 
+# The generator of the runs below: stress (point-to-point; counts
+# "messages") or stress-rma (one-sided; counts "operations").
+GEN=stress
 # run NAME MCA-ARGS...
 run() {
     local name=$1; shift
@@ -78,24 +88,32 @@ run() {
         return
     fi
     local log=$LOGDIR/$name.log
-    echo "-- $name: tmpirun -n $RANKS $* stress ${ARGS[*]}"
+    local prog=$STRESS unit=messages
+    local -a args=("${ARGS[@]}")
+    if [ "$GEN" = stress-rma ]; then
+        prog=$STRESS_RMA unit=operations
+        args=("${RMA_ARGS[@]}")
+    fi
+    echo "-- $name: tmpirun -n $RANKS $* $GEN ${args[*]}"
     local t0 t1 rc
     t0=$(date +%s.%N)
     "$TMPIRUN" -n "$RANKS" --timeout "$TIMEOUT" --mca mpi_yield_when_idle 1 "$@" \
-        "$STRESS" "${ARGS[@]}" > "$log" 2>&1
+        "$prog" "${args[@]}" > "$log" 2>&1
     rc=$?
     t1=$(date +%s.%N)
     local secs
     secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
     local nic
     nic=$(sed -n 's/^pml_stats .* nic_matches=\([0-9]*\) .*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
-    if [ $rc -eq 0 ] && grep -q '^stress: OK' "$log" && { [ "$NEED_NIC" = 0 ] || [ "$nic" -gt 0 ]; }; then
-        local msgs
-        msgs=$(sed -n 's/^stress: OK .* messages \([0-9]*\) .*/\1/p' "$log")
-        grep -E '^stress: OK|pml_stats' "$log"
-        SUMMARY+=("$name: OK ($msgs messages, ${secs} s, $nic matched by the NIC)")
-    elif [ $rc -eq 0 ] && grep -q '^stress: OK' "$log"; then
-        grep -E '^stress: OK|pml_stats' "$log"
+    if [ $rc -eq 0 ] && grep -q "^$GEN: OK" "$log" && { [ "$NEED_NIC" = 0 ] || [ "$nic" -gt 0 ]; }; then
+        local count
+        count=$(sed -n "s/^$GEN: OK .* $unit \\([0-9]*\\) .*/\\1/p" "$log")
+        grep -E "^$GEN: OK|pml_stats" "$log"
+        local nictext=", $nic matched by the NIC"
+        [ "$GEN" = stress-rma ] && nictext=
+        SUMMARY+=("$name: OK ($count $unit, ${secs} s$nictext)")
+    elif [ $rc -eq 0 ] && grep -q "^$GEN: OK" "$log"; then
+        grep -E "^$GEN: OK|pml_stats" "$log"
         SUMMARY+=("$name: FAILED (tag matching on, but the NIC matched no receive)")
         FAILED=1
     elif grep -q 'no BTL reaches' "$log"; then
@@ -131,6 +149,16 @@ run openib-tm0 --mca btl self,openib --mca btl_openib_if_include tmsoft0 --mca b
 run sm-credit --mca btl self,sm --mca pml_ob1_unexpected_limit 2K
 NEED_NIC=1
 run openib-tm1-credit --mca btl self,openib --mca btl_openib_if_include tmsoft0 --mca btl_openib_tm_enable 1 --mca pml_stats 1 --mca pml_ob1_unexpected_limit 2K
+
+# One-sided: stress-rma's windows (over a Vec and shared) under fence,
+# locks, lock_all and PSCW; osc's messages travel through the pml, so
+# every transport carries them.
+GEN=stress-rma
+NEED_NIC=0
+run rma-sm --mca btl self,sm
+run rma-tcp --mca btl self,tcp
+run rma-openib --mca btl self,openib --mca btl_openib_if_include tmsoft0 --mca btl_openib_tm_enable 1
+GEN=stress
 
 if [ "$RXE" = 1 ] && { [ -z "$ONLY" ] || [ "$ONLY" = rxe ]; }; then
     # openib on a real soft-RoCE device inside the VM: the two binaries

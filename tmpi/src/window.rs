@@ -5,8 +5,11 @@
 //! Safety without `unsafe` at the call site comes from who owns the
 //! memory:
 //! - the window's memory is a `Vec<T>` moved into the window
-//!   ([`Comm::window`]) and given back by [`Window::into_vec`], after the
-//!   collective free, when no operation can touch it any more;
+//!   ([`Comm::window`]), or memory the window allocates
+//!   ([`Comm::allocate_window`], [`Comm::shared_window`] for a part of a
+//!   shared segment; no direct loads or stores), given back by
+//!   [`Window::into_vec`] after the collective free, when no operation
+//!   can touch it any more;
 //! - a put or accumulate copies its origin data before it returns;
 //! - a get (or a fetching atomic) writes into a buffer the window keeps,
 //!   named by a [`Ticket`]; [`Window::take`] hands it over only once a
@@ -15,6 +18,8 @@
 //!   refuses (`MPI_ERR_RMA_SYNC`) before: the buffer cannot be read while
 //!   the operation may still write it.
 //!
+//! Synchronisation: fence, passive target (lock/unlock, lock_all,
+//! flush, flush_local) and PSCW (post/start/complete/wait/test).
 //! Epoch rules are MPI's: an operation outside an access epoch, a flush
 //! outside a passive-target epoch, an unlock without lock are errors of
 //! class `MPI_ERR_RMA_SYNC`, never a hang.
@@ -51,11 +56,12 @@ pub enum Lock {
 pub struct Ticket(usize);
 
 /// A window of `len` elements of `T` on this rank (`MPI_Win_create` over
-/// memory the window owns), addressed by element offsets.
+/// a vector the window owns, `MPI_Win_allocate` or
+/// `MPI_Win_allocate_shared`), addressed by element offsets.
 pub struct Window<T: Equivalence> {
     win: tmpi_osc::Window,
-    /// The exposed memory: moved in at creation, out at [`Window::into_vec`].
-    mem: Vec<T>,
+    /// The exposed memory.
+    mem: Memory<T>,
     results: Mutex<Results<T>>,
     freed: bool,
     _t: PhantomData<T>,
@@ -72,6 +78,17 @@ struct Results<T> {
     all: u64,
     /// Per target: unlocks and flushes of it.
     per_target: std::collections::HashMap<i32, u64>,
+}
+
+/// Where a window's memory lives.
+enum Memory<T> {
+    /// `MPI_Win_create`: the vector moved in at creation, out at
+    /// [`Window::into_vec`].
+    Vec(Vec<T>),
+    /// `MPI_Win_allocate` or `MPI_Win_allocate_shared`: `len` elements
+    /// the osc window owns (its allocation, or this rank's part of the
+    /// shared segment it maps), released when it is dropped.
+    Osc { len: usize },
 }
 
 struct Pending<T> {
@@ -91,7 +108,7 @@ impl<T: Equivalence> std::fmt::Debug for Window<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Window")
             .field("rank", &self.win.rank())
-            .field("len", &self.mem.len())
+            .field("len", &self.len())
             .finish()
     }
 }
@@ -106,18 +123,42 @@ impl Comm {
         let base = mem.as_mut_ptr() as usize;
         let unit = std::mem::size_of::<T>().max(1);
         let win = tmpi_osc::Window::create(self.pml_handle(), &c, Some(base), size, unit)?;
-        Ok(Window {
-            win,
-            mem,
-            results: Mutex::new(Results {
-                slots: Vec::new(),
-                all: 0,
-                per_target: std::collections::HashMap::new(),
-            }),
-            freed: false,
-            _t: PhantomData,
-        })
+        Ok(Window::over(win, Memory::Vec(mem)))
     }
+
+    /// `MPI_Win_allocate_shared` of `len` zeroed elements on this rank
+    /// (collective; every rank of the communicator must run on one node,
+    /// `MPI_ERR_RMA_SHARED` otherwise): the ranks' parts lie in one
+    /// shared-memory segment. Addressed like any window, by element
+    /// offsets; [`Window::into_vec`] copies this rank's part out.
+    pub fn shared_window<T: Equivalence>(&self, len: usize) -> Result<Window<T>, Error> {
+        let c = self.coll()?;
+        let size = window_bytes::<T>(len)?;
+        let unit = std::mem::size_of::<T>().max(1);
+        let win = tmpi_osc::Window::allocate_shared(self.pml_handle(), &c, size, unit)?;
+        Ok(Window::over(win, Memory::Osc { len }))
+    }
+
+    /// `MPI_Win_allocate` of `len` zeroed elements on this rank
+    /// (collective): memory the window owns, addressed like any window;
+    /// [`Window::into_vec`] copies it out.
+    pub fn allocate_window<T: Equivalence>(&self, len: usize) -> Result<Window<T>, Error> {
+        let c = self.coll()?;
+        let size = window_bytes::<T>(len)?;
+        let unit = std::mem::size_of::<T>().max(1);
+        let win = tmpi_osc::Window::create(self.pml_handle(), &c, None, size, unit)?;
+        Ok(Window::over(win, Memory::Osc { len }))
+    }
+}
+
+/// Bytes of `len` elements of `T` (`MPI_ERR_SIZE` on overflow).
+fn window_bytes<T>(len: usize) -> Result<usize, Error> {
+    len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+        Error::new(
+            MpiErrorClass::Size,
+            format!("a window of {len} elements overflows"),
+        )
+    })
 }
 
 /// The layout of `T` as osc reduces it: elements of `T::ELEMENT`
@@ -169,14 +210,31 @@ fn acc_op(op: Option<&tmpi_coll::Op>) -> AccOp {
 }
 
 impl<T: Equivalence> Window<T> {
+    fn over(win: tmpi_osc::Window, mem: Memory<T>) -> Window<T> {
+        Window {
+            win,
+            mem,
+            results: Mutex::new(Results {
+                slots: Vec::new(),
+                all: 0,
+                per_target: std::collections::HashMap::new(),
+            }),
+            freed: false,
+            _t: PhantomData,
+        }
+    }
+
     /// This rank's number of elements.
     pub fn len(&self) -> usize {
-        self.mem.len()
+        match &self.mem {
+            Memory::Vec(v) => v.len(),
+            Memory::Osc { len } => *len,
+        }
     }
 
     /// Whether this rank exposes no elements.
     pub fn is_empty(&self) -> bool {
-        self.mem.is_empty()
+        self.len() == 0
     }
 
     /// This process's rank in the window's group.
@@ -308,6 +366,36 @@ impl<T: Equivalence> Window<T> {
         self.started(ticket, r)
     }
 
+    /// `MPI_Get_accumulate`: combines `data` into `target`'s elements from
+    /// `offset` with a predefined `op` (`None`: `MPI_REPLACE`) and fetches
+    /// their previous values, [`Window::take`]n as `data.len()` elements.
+    /// The elements are read and combined as one atomic step with respect
+    /// to other accumulates.
+    pub fn get_accumulate(
+        &self,
+        data: &[T],
+        target: i32,
+        offset: usize,
+        op: Option<&tmpi_coll::Op>,
+    ) -> Result<Ticket, Error> {
+        let (l, per) = layout::<T>();
+        let n = data.len() * per;
+        let tgt = target_at(target, offset, n, &l)?;
+        let (ticket, p) = self.result_buffer(data.len(), target);
+        let result = BufMut {
+            ptr: p,
+            count: n,
+            layout: &l,
+        };
+        // SAFETY: origin read during the call; the result buffer as in `get`.
+        let r = unsafe {
+            self.win
+                .module()
+                .get_accumulate(Some(origin(data, n, &l)), result, tgt, &acc_op(op))
+        };
+        self.started(ticket, r)
+    }
+
     /// `MPI_Compare_and_swap`: element `offset` of `target` becomes
     /// `value` if it equals `compare`; its previous value is
     /// [`Window::take`]n as one element. `T` must be one predefined
@@ -410,12 +498,89 @@ impl<T: Equivalence> Window<T> {
         Ok(())
     }
 
+    /// `MPI_Win_flush_local` on `target` (`None`: every target,
+    /// `MPI_Win_flush_local_all`) inside a passive-target epoch: the
+    /// operations are complete at this rank (results of gets arrived, origin
+    /// data may be reused), not necessarily at the target.
+    pub fn flush_local(&self, target: Option<i32>) -> Result<(), Error> {
+        self.win.module().flush_local(target)?;
+        self.completed(target);
+        Ok(())
+    }
+
+    /// `MPI_Win_post`: exposes this rank's window to the window ranks
+    /// `origins` until [`Window::wait`] (or a [`Window::test`] that says
+    /// it ended).
+    pub fn post(&self, origins: &[i32]) -> Result<(), Error> {
+        Ok(self.win.module().post(origins, 0)?)
+    }
+
+    /// `MPI_Win_start`: an access epoch towards the window ranks
+    /// `targets` (waits until each of them posted).
+    pub fn start(&self, targets: &[i32]) -> Result<(), Error> {
+        Ok(self.win.module().start(targets, 0)?)
+    }
+
+    /// `MPI_Win_complete`: ends the access epoch of [`Window::start`]; its
+    /// operations are complete here (results may be taken).
+    pub fn complete(&self) -> Result<(), Error> {
+        self.win.module().complete()?;
+        self.completed(None);
+        Ok(())
+    }
+
+    /// `MPI_Win_wait`: ends the exposure epoch of [`Window::post`] once
+    /// every origin of its group completed; their operations are applied.
+    pub fn wait(&self) -> Result<(), Error> {
+        self.win.module().wait(true)?;
+        Ok(())
+    }
+
+    /// `MPI_Win_test`: whether the exposure epoch of [`Window::post`]
+    /// ended (it did if `true`, as after [`Window::wait`]).
+    pub fn test(&self) -> Result<bool, Error> {
+        Ok(self.win.module().wait(false)?)
+    }
+
     /// Frees the window (collective, every epoch closed) and gives back
-    /// this rank's memory with what the other ranks wrote into it.
+    /// this rank's memory with what the other ranks wrote into it (memory
+    /// the window allocated, a shared window's part included, is copied
+    /// out).
     pub fn into_vec(mut self) -> Result<Vec<T>, Error> {
         self.win.free()?;
         self.freed = true;
-        Ok(std::mem::take(&mut self.mem))
+        if let Memory::Osc { len } = self.mem {
+            return Ok(self.osc_memory_copy(len));
+        }
+        match &mut self.mem {
+            Memory::Vec(v) => Ok(std::mem::take(v)),
+            Memory::Osc { .. } => Ok(Vec::new()),
+        }
+    }
+
+    /// A copy of the `len` elements of memory the osc window owns, after
+    /// the collective free.
+    fn osc_memory_copy(&self, len: usize) -> Vec<T> {
+        let mut out: Vec<T> = Vec::with_capacity(len);
+        let n = len * std::mem::size_of::<T>();
+        if n == 0 {
+            return out;
+        }
+        // SAFETY: the window's memory is `n` bytes at its base, allocated or
+        // mapped until `self.win` is dropped; after the collective free no
+        // operation writes it, and the facade gives no process direct
+        // stores into it. Bytes are copied (the base need not be aligned
+        // for `T`) into the vector's capacity of `len` elements, which are
+        // then initialised (`T: Equivalence` admits every bit pattern).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.win.base() as *const u8,
+                out.as_mut_ptr().cast::<u8>(),
+                n,
+            );
+            out.set_len(len);
+        }
+        out
     }
 }
 

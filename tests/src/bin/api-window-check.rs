@@ -5,7 +5,9 @@
 //! with gets flushed per target, lock_all), windows of different lengths
 //! per rank (one rank exposing nothing), and the errors: an operation
 //! outside an epoch, a result taken before the synchronisation that
-//! completes it, a ticket taken twice, an out-of-window target. The final
+//! completes it, a ticket taken twice, an out-of-window target; PSCW rounds
+//! (ended by wait and by test) on a shared window, get_accumulate and
+//! flush_local under lock_all; an allocated window. The final
 //! memory comes back through `into_vec`. Rank 0 prints
 //! `api-window-check: OK (N ranks)`. Driven by `tests/tests/api_window.rs`.
 
@@ -122,6 +124,76 @@ fn passive(w: &Comm) -> R {
     Ok(())
 }
 
+/// PSCW between ring neighbours on a shared window, with
+/// `get_accumulate` and `flush_local` under lock_all.
+fn pscw_shared(w: &Comm) -> R {
+    let (me, p) = (w.rank(), w.size());
+    let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
+    let win = w.shared_window::<u32>(4).map_err(e)?;
+    ensure!(win.len() == 4, "shared window length");
+    // Exposed to prev (which writes to me), accessing next.
+    win.post(&[prev]).map_err(e)?;
+    win.start(&[next]).map_err(e)?;
+    win.put(&[me as u32 + 100], next, 0).map_err(e)?;
+    let t = win.get(next, 3, 1).map_err(e)?;
+    ensure!(
+        class(win.take(t)) == Some(MpiErrorClass::RmaSync),
+        "take before complete"
+    );
+    win.complete().map_err(e)?;
+    ensure!(win.take(t).map_err(e)? == vec![0], "get under PSCW");
+    win.wait().map_err(e)?;
+    ensure!(
+        class(win.complete()) == Some(MpiErrorClass::RmaSync),
+        "complete without start"
+    );
+    // A second round ended by test.
+    win.post(&[prev]).map_err(e)?;
+    win.start(&[next]).map_err(e)?;
+    win.accumulate(&[1], next, 1, Some(&Op::Sum)).map_err(e)?;
+    win.complete().map_err(e)?;
+    while !win.test().map_err(e)? {}
+    w.barrier().map_err(e)?;
+    win.lock_all().map_err(e)?;
+    let t = win
+        .get_accumulate(&[5, 7], 0, 2, Some(&Op::Sum))
+        .map_err(e)?;
+    win.flush_local(Some(0)).map_err(e)?;
+    let old = win.take(t).map_err(e)?;
+    ensure!(
+        old[0] % 5 == 0 && old[1] % 7 == 0 && old[0] / 5 == old[1] / 7 && old[0] / 5 < p as u32,
+        "get_accumulate fetched {old:?}"
+    );
+    win.unlock_all().map_err(e)?;
+    let mem = win.into_vec().map_err(e)?;
+    let want2 = if me == 0 { 5 * p as u32 } else { 0 };
+    let want3 = if me == 0 { 7 * p as u32 } else { 0 };
+    ensure!(
+        mem == vec![prev as u32 + 100, 1, want2, want3],
+        "shared window memory after PSCW: {mem:?}"
+    );
+    Ok(())
+}
+
+/// An allocated window (`MPI_Win_allocate`): zeroed, written by every
+/// rank under a fence, copied out by `into_vec`.
+fn allocated(w: &Comm) -> R {
+    let (me, p) = (w.rank(), w.size());
+    let win = w.allocate_window::<i16>(me as usize + 1).map_err(e)?;
+    ensure!(win.len() == me as usize + 1, "allocated window length");
+    win.fence().map_err(e)?;
+    for r in 0..p {
+        win.accumulate(&[me as i16 + 1], r, r as usize, Some(&Op::Sum))
+            .map_err(e)?;
+    }
+    win.fence().map_err(e)?;
+    let mem = win.into_vec().map_err(e)?;
+    let mut want = vec![0i16; me as usize + 1];
+    want[me as usize] = (1..=p as i16).sum();
+    ensure!(mem == want, "allocated window memory: {mem:?}");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let mpi = match tmpi::init() {
         Ok(m) => m,
@@ -133,6 +205,8 @@ fn main() -> ExitCode {
     let w = mpi.world();
     let r = fences(&w)
         .and_then(|()| passive(&w))
+        .and_then(|()| pscw_shared(&w))
+        .and_then(|()| allocated(&w))
         .and_then(|()| fences(&mpi.self_comm()));
     match r {
         Ok(()) => {
