@@ -6,9 +6,10 @@
 //! per-fragment packing inside the pml is future work).
 
 use std::ffi::c_int;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tmpi_coll::Datatype as Elem;
+use tmpi_osc::Layout;
 
 use crate::error::{Error, MpiErrorClass as C, Res};
 
@@ -64,6 +65,20 @@ pub(crate) struct Dtype {
     pub inner: Vec<Option<Arc<Dtype>>>,
     pub committed: bool,
     pub predefined: bool,
+    /// The one-sided layout of the type, made on first use (a window
+    /// operation then borrows it instead of building one per call).
+    pub osc_cache: OscLayoutCache,
+}
+
+/// The cell of [`Dtype::osc_layout`]. A clone starts empty: a type cloned to
+/// make another (resized, dup, ...) computes its own.
+#[derive(Debug, Default)]
+pub(crate) struct OscLayoutCache(OnceLock<Layout>);
+
+impl Clone for OscLayoutCache {
+    fn clone(&self) -> Self {
+        OscLayoutCache::default()
+    }
 }
 
 /// The pml's convertor reads the type map in place (no copy per message).
@@ -80,6 +95,16 @@ impl tmpi_pml::convertor::TypeMap for Dtype {
 }
 
 impl Dtype {
+    /// The layout one-sided operations on this type use (made once).
+    pub(crate) fn osc_layout(&self) -> &Layout {
+        self.osc_cache.0.get_or_init(|| Layout {
+            blocks: self.blocks.clone(),
+            extent: self.extent(),
+            size: self.size,
+            elem: self.reduce_elem(),
+            wide: crate::wide_ops::kind_of(self).map(|(k, _)| k as u8),
+        })
+    }
     pub(crate) fn extent(&self) -> isize {
         self.ub - self.lb
     }
@@ -184,6 +209,7 @@ pub(crate) fn predefined() -> Vec<Arc<Dtype>> {
                 inner: Vec::new(),
                 committed: true,
                 predefined: true,
+                osc_cache: OscLayoutCache::default(),
             })
         })
         .collect()
@@ -377,6 +403,7 @@ impl Builder {
             inner: Vec::new(),
             committed: false,
             predefined: false,
+            osc_cache: OscLayoutCache::default(),
         }
     }
 }

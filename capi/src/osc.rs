@@ -17,7 +17,7 @@ use tmpi_osc::{AccOp, Buf, BufMut, Layout, LockType, OscError, Target, Window};
 
 use crate::error::{catching, Error, Handler, MpiErrorClass as C, Res};
 use crate::ffi::{cstr, get, put, put_cstr, put_ptr};
-use crate::state::{rt, tables, COMM_WORLD};
+use crate::state::{rt, tables, type_ref, TypeRef, COMM_WORLD};
 
 const WIN_NULL: c_int = 0;
 const PROC_NULL: c_int = -2;
@@ -94,16 +94,16 @@ fn raise_win(name: &str, win: c_int, e: Error) -> c_int {
     code
 }
 
-/// The layout of datatype `h` (committed).
-fn layout(h: c_int) -> Res<Layout> {
-    let t = tables().comm_type(h)?;
-    Ok(Layout {
-        blocks: t.blocks.clone(),
-        extent: t.extent(),
-        size: t.size,
-        elem: t.reduce_elem(),
-        wide: crate::wide_ops::kind_of(&t).map(|(k, _)| k as u8),
-    })
+/// Committed datatype `h`, whose [`Dtype::osc_layout`] an operation
+/// borrows (a predefined one without the tables' lock).
+fn dtype(h: c_int) -> Res<TypeRef> {
+    type_ref(h)
+}
+
+/// Committed datatypes `a` and `b` (an operation's origin and target
+/// types); `a`'s error first.
+fn dtypes(a: c_int, b: c_int) -> Res<(TypeRef, TypeRef)> {
+    Ok((type_ref(a)?, type_ref(b)?))
 }
 
 fn count(n: c_int, what: &str) -> Res<usize> {
@@ -361,18 +361,19 @@ fn put_op(
     win: c_int,
 ) -> Res<()> {
     let w = win_of(win)?;
-    let (ol, tl) = (layout(origin_datatype)?, layout(target_datatype)?);
+    let (ot, tt) = dtypes(origin_datatype, target_datatype)?;
+    let (ol, tl) = (ot.osc_layout(), tt.osc_layout());
     let (oc, tc) = (
         count(origin_count, "origin_count")?,
         count(target_count, "target_count")?,
     );
-    let Some(t) = target(target_rank, target_disp, tc, &tl) else {
+    let Some(t) = target(target_rank, target_disp, tc, tl) else {
         return Ok(());
     };
     let o = Buf {
         ptr: origin_addr.cast(),
         count: oc,
-        layout: &ol,
+        layout: ol,
     };
     // SAFETY: MPI's contract: the origin buffer holds `origin_count`
     // items of its datatype (read during the call: the data is copied).
@@ -416,18 +417,19 @@ fn get_op(
     win: c_int,
 ) -> Res<()> {
     let w = win_of(win)?;
-    let (ol, tl) = (layout(origin_datatype)?, layout(target_datatype)?);
+    let (ot, tt) = dtypes(origin_datatype, target_datatype)?;
+    let (ol, tl) = (ot.osc_layout(), tt.osc_layout());
     let (oc, tc) = (
         count(origin_count, "origin_count")?,
         count(target_count, "target_count")?,
     );
-    let Some(t) = target(target_rank, target_disp, tc, &tl) else {
+    let Some(t) = target(target_rank, target_disp, tc, tl) else {
         return Ok(());
     };
     let r = BufMut {
         ptr: origin_addr.cast(),
         count: oc,
-        layout: &ol,
+        layout: ol,
     };
     // SAFETY: MPI's contract: the origin buffer stays valid and
     // untouched until the epoch or flush that completes the get.
@@ -472,19 +474,20 @@ fn accumulate_op(
     win: c_int,
 ) -> Res<()> {
     let w = win_of(win)?;
-    let (ol, tl) = (layout(origin_datatype)?, layout(target_datatype)?);
+    let (ot, tt) = dtypes(origin_datatype, target_datatype)?;
+    let (ol, tl) = (ot.osc_layout(), tt.osc_layout());
     let (oc, tc) = (
         count(origin_count, "origin_count")?,
         count(target_count, "target_count")?,
     );
     let op = acc_op(op)?;
-    let Some(t) = target(target_rank, target_disp, tc, &tl) else {
+    let Some(t) = target(target_rank, target_disp, tc, tl) else {
         return Ok(());
     };
     let o = Buf {
         ptr: origin_addr.cast(),
         count: oc,
-        layout: &ol,
+        layout: ol,
     };
     // SAFETY: as in MPI_Put.
     Ok(unsafe { w.win.module().accumulate(o, t, &op) }?)
@@ -536,12 +539,17 @@ fn get_accumulate_op(
     let op = acc_op(op)?;
     let noop = matches!(op, AccOp::NoOp);
     // With MPI_NO_OP the origin arguments are ignored (may be NULL/0).
-    let ol = if noop {
+    let ot = if noop {
         None
     } else {
-        Some(layout(origin_datatype)?)
+        Some(dtype(origin_datatype)?)
     };
-    let (rl, tl) = (layout(result_datatype)?, layout(target_datatype)?);
+    let (rest, tt) = dtypes(result_datatype, target_datatype)?;
+    let (ol, rl, tl) = (
+        ot.as_ref().map(|t| t.osc_layout()),
+        rest.osc_layout(),
+        tt.osc_layout(),
+    );
     let oc = if noop {
         0
     } else {
@@ -551,10 +559,10 @@ fn get_accumulate_op(
         count(result_count, "result_count")?,
         count(target_count, "target_count")?,
     );
-    let Some(t) = target(target_rank, target_disp, tc, &tl) else {
+    let Some(t) = target(target_rank, target_disp, tc, tl) else {
         return Ok(());
     };
-    let o = ol.as_ref().map(|l| Buf {
+    let o = ol.map(|l| Buf {
         ptr: origin_addr.cast(),
         count: oc,
         layout: l,
@@ -562,7 +570,7 @@ fn get_accumulate_op(
     let r = BufMut {
         ptr: result_addr.cast(),
         count: rc,
-        layout: &rl,
+        layout: rl,
     };
     // SAFETY: as in MPI_Put (origin) and MPI_Get (result).
     Ok(unsafe { w.win.module().get_accumulate(o, r, t, &op) }?)
@@ -613,8 +621,7 @@ pub extern "C" fn MPI_Fetch_and_op(
 ) -> c_int {
     guard_win("MPI_Fetch_and_op", win, || {
         let w = win_of(win)?;
-        let l = layout(datatype)?;
-        let t = tables().comm_type(datatype)?;
+        let t = dtype(datatype)?;
         if !t.predefined {
             return Err(Error::new(
                 C::Type,
@@ -625,18 +632,19 @@ pub extern "C" fn MPI_Fetch_and_op(
             ));
         }
         let op = acc_op(op)?;
-        let Some(t) = target(target_rank, target_disp, 1, &l) else {
+        let l = t.osc_layout();
+        let Some(t) = target(target_rank, target_disp, 1, l) else {
             return Ok(());
         };
         let o = Buf {
             ptr: origin_addr.cast(),
             count: 1,
-            layout: &l,
+            layout: l,
         };
         let r = BufMut {
             ptr: result_addr.cast(),
             count: 1,
-            layout: &l,
+            layout: l,
         };
         // SAFETY: as in MPI_Get_accumulate, one element each.
         Ok(unsafe { w.win.module().get_accumulate(Some(o), r, t, &op) }?)
@@ -655,10 +663,9 @@ pub extern "C" fn MPI_Compare_and_swap(
 ) -> c_int {
     guard_win("MPI_Compare_and_swap", win, || {
         let w = win_of(win)?;
-        let l = layout(datatype)?;
         // MPI: a predefined C integer, logical, byte (or multi-language
         // integer) type.
-        let t = tables().comm_type(datatype)?;
+        let t = dtype(datatype)?;
         let class = t.reduce_elem().map(|e| e.class());
         if !t.predefined
             || !matches!(
@@ -687,7 +694,7 @@ pub extern "C" fn MPI_Compare_and_swap(
                 origin_addr.cast(),
                 compare_addr.cast(),
                 result_addr.cast(),
-                &l,
+                t.osc_layout(),
                 target_rank,
                 target_disp,
             )

@@ -32,45 +32,62 @@ where
     let res = n.and_then(|_| {
         let op = op.ok_or_else(|| OscError::Op("accumulate without op".into()))?;
         let mut new = old.clone();
-        match op {
-            AccOp::NoOp => return Ok(()),
-            AccOp::Replace => {
-                if data.len() != new.len() {
-                    return Err(OscError::Type(format!(
-                        "accumulate of {} bytes into {}",
-                        data.len(),
-                        new.len()
-                    )));
-                }
-                new.copy_from_slice(data);
-            }
-            AccOp::Reduce(o) => {
-                if data.len() != new.len() {
-                    return Err(OscError::Type(format!(
-                        "accumulate of {} bytes into {}",
-                        data.len(),
-                        new.len()
-                    )));
-                }
-                if let Some(k) = wide {
-                    if !crate::wide_apply(k, o, data, &mut new) {
-                        return Err(OscError::Op(format!(
-                            "{} does not apply to this datatype",
-                            o.name()
-                        )));
-                    }
-                } else {
-                    let e =
-                        elem.ok_or_else(|| OscError::Op("accumulate without element type".into()))?;
-                    o.apply(e, data, &mut new)
-                        .map_err(|e| OscError::Op(e.to_string()))?;
-                }
-            }
+        if matches!(op, AccOp::NoOp) {
+            return Ok(());
         }
+        combine(op, elem, wide, data, &mut new)?;
         mem.scatter(regs(), &new);
         Ok(())
     });
     (old, res)
+}
+
+/// `new = data op new` for an op other than `MPI_NO_OP` (which leaves
+/// `new` as it is): the reduction of an accumulate, by the predefined
+/// element type `elem` or the wide kernel of kind `wide`.
+pub(crate) fn combine(
+    op: &AccOp,
+    elem: Option<Datatype>,
+    wide: Option<u8>,
+    data: &[u8],
+    new: &mut [u8],
+) -> Result<()> {
+    match op {
+        AccOp::NoOp => {}
+        AccOp::Replace => {
+            if data.len() != new.len() {
+                return Err(OscError::Type(format!(
+                    "accumulate of {} bytes into {}",
+                    data.len(),
+                    new.len()
+                )));
+            }
+            new.copy_from_slice(data);
+        }
+        AccOp::Reduce(o) => {
+            if data.len() != new.len() {
+                return Err(OscError::Type(format!(
+                    "accumulate of {} bytes into {}",
+                    data.len(),
+                    new.len()
+                )));
+            }
+            if let Some(k) = wide {
+                if !crate::wide_apply(k, o, data, new) {
+                    return Err(OscError::Op(format!(
+                        "{} does not apply to this datatype",
+                        o.name()
+                    )));
+                }
+            } else {
+                let e =
+                    elem.ok_or_else(|| OscError::Op("accumulate without element type".into()))?;
+                o.apply(e, data, new)
+                    .map_err(|e| OscError::Op(e.to_string()))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Compare-and-swap on the regions `regs()` of `mem`: `data` is the new

@@ -141,9 +141,9 @@ impl Epochs {
             .ok_or_else(|| OscError::Sync("MPI_Win_unlock_all without MPI_Win_lock_all".into()))
     }
 
-    /// The targets `MPI_Win_flush(rank)` (`None`: `_all`) completes on a
-    /// window of `size` ranks, when a passive-target epoch covers them.
-    pub fn flush_targets(&self, rank: Option<i32>, size: i32) -> Result<Vec<i32>> {
+    /// `MPI_Win_flush(rank)` (`None`: `_all`) may run on a window of
+    /// `size` ranks: a passive-target epoch covers its targets.
+    pub fn flush_check(&self, rank: Option<i32>, size: i32) -> Result<()> {
         match rank {
             Some(r) => {
                 check_rank(r, size)?;
@@ -152,7 +152,6 @@ impl Epochs {
                         "MPI_Win_flush of rank {r} outside a passive-target epoch on it"
                     )));
                 }
-                Ok(vec![r])
             }
             None => {
                 if self.locks.is_empty() && self.lock_all.is_none() {
@@ -160,13 +159,20 @@ impl Epochs {
                         "MPI_Win_flush_all outside a passive-target epoch".into(),
                     ));
                 }
-                Ok(if self.lock_all.is_some() {
-                    (0..size).collect()
-                } else {
-                    self.locks.keys().copied().collect()
-                })
             }
         }
+        Ok(())
+    }
+
+    /// The targets `MPI_Win_flush(rank)` (`None`: `_all`) completes on a
+    /// window of `size` ranks, when a passive-target epoch covers them.
+    pub fn flush_targets(&self, rank: Option<i32>, size: i32) -> Result<Vec<i32>> {
+        self.flush_check(rank, size)?;
+        Ok(match rank {
+            Some(r) => vec![r],
+            None if self.lock_all.is_some() => (0..size).collect(),
+            None => self.locks.keys().copied().collect(),
+        })
     }
 
     /// `MPI_Win_flush_local(rank)` (`None`: `_all`) may run.

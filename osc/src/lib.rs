@@ -224,6 +224,12 @@ impl Layout {
         if count == 0 || self.blocks.is_empty() {
             return None;
         }
+        if let [(0, n)] = self.blocks[..] {
+            if count == 1 || self.extent == n as isize {
+                // Contiguous items: one run from 0.
+                return Some((0, n as i128 * count as i128));
+            }
+        }
         let lo = self.blocks.iter().map(|b| b.0 as i128).min()?;
         let hi = self
             .blocks
@@ -983,6 +989,28 @@ mod tests {
         let e = one_node(&[0, 0, 1]).unwrap_err();
         assert_eq!(e.class(), MpiErrorClass::RmaShared);
         assert!(e.to_string().contains("ranks 0 and 2"), "{e}");
+    }
+
+    #[test]
+    fn span_of_contiguous_items_is_one_run_from_zero() {
+        let l = Layout::bytes(8);
+        assert_eq!(l.span(0), None);
+        assert_eq!(l.span(1), Some((0, 8)));
+        assert_eq!(l.span(5), Some((0, 40)));
+        assert_eq!(Layout::bytes(0).span(3), None);
+        // One block from 0 with a larger extent: a gap between items.
+        let gappy = Layout {
+            extent: 12,
+            ..Layout::bytes(8)
+        };
+        assert_eq!(gappy.span(1), Some((0, 8)));
+        assert_eq!(gappy.span(3), Some((0, 32)));
+        // A negative extent reaches below 0.
+        let back = Layout {
+            extent: -8,
+            ..Layout::bytes(8)
+        };
+        assert_eq!(back.span(3), Some((-16, 8)));
     }
 
     #[test]

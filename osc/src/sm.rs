@@ -25,7 +25,7 @@
 //! keeps serving its pt2pt windows and point-to-point traffic, and notices
 //! a failed peer as the pml does (the launcher then ends the job).
 
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tmpi_base::component::{Availability, ComponentDescriptor};
@@ -34,7 +34,7 @@ use tmpi_comm::Comm;
 use tmpi_pml::Pml;
 
 use crate::epoch::{check_rank, Epochs};
-use crate::mem::{bytes, bytes_mut, pack, regions, unpack, View, WinMem};
+use crate::mem::{bytes, bytes_mut, pack, unpack, View, WinMem};
 use crate::shm::WindowSegment;
 use crate::{
     apply, assert, AccOp, Buf, BufMut, Component, Layout, LockType, Memory, Module, OscError,
@@ -89,24 +89,81 @@ pub struct Sm {
     rank: i32,
     size: i32,
     ep: Mutex<Epochs>,
+    /// What of `ep` the operations' hot path reads.
+    open: PassiveOpen,
     /// The window's own communicator (fence's and free's barriers).
     comm: Mutex<Option<Comm>>,
 }
 
 /// A target region: `count` items of `blocks` every `extent` bytes from
-/// `offset` in the target's part.
-struct Region {
+/// `offset` in the target's part; the blocks are the target layout's,
+/// borrowed, or for contiguous target items the one block `one`.
+struct Region<'a> {
     /// One block from `offset` (contiguous target items).
     contig: bool,
     offset: i128,
     count: u64,
     extent: i128,
-    blocks: Vec<(i64, u64)>,
+    one: Option<(isize, usize)>,
+    blocks: &'a [(isize, usize)],
 }
 
-impl Region {
+impl Region<'_> {
+    fn blocks(&self) -> &[(isize, usize)] {
+        if self.contig {
+            self.one.as_slice()
+        } else {
+            self.blocks
+        }
+    }
+
+    /// The region of contiguous target items (`None`: no bytes).
+    fn one(&self) -> Option<(i128, u64)> {
+        self.one.map(|(_, l)| (self.offset, l as u64))
+    }
+
     fn iter(&self) -> impl Iterator<Item = (i128, u64)> + '_ {
-        regions(self.offset, self.count, self.extent, &self.blocks)
+        let (start, extent, blocks) = (self.offset, self.extent, self.blocks());
+        (0..self.count).flat_map(move |i| {
+            blocks
+                .iter()
+                .map(move |&(o, l)| (start + i as i128 * extent + o as i128, l as u64))
+        })
+    }
+}
+
+/// The largest accumulate-family operation on contiguous data that is
+/// applied through buffers on the stack (fetch_and_op, small
+/// accumulates); larger ones pack into the heap.
+const SMALL_ACC: usize = 64;
+
+/// Which passive-target epochs are open at this process, readable
+/// without [`Sm::ep`]'s lock: an operation or flush towards a rank these
+/// cover needs no other check (no fence epoch is open then, so there is
+/// no fence state to record). Written under that lock whenever its
+/// `locks` or `lock_all` change, so that a read by the thread that
+/// opened the epoch, or by any thread the user ordered after it, sees it.
+struct PassiveOpen {
+    all: AtomicBool,
+    rank: Box<[AtomicBool]>,
+}
+
+impl PassiveOpen {
+    fn new(size: i32) -> PassiveOpen {
+        PassiveOpen {
+            all: AtomicBool::new(false),
+            rank: (0..size).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    /// Whether a passive-target epoch covers rank `r` (`false` for ranks
+    /// out of range: the locked path reports them).
+    fn covers(&self, r: i32) -> bool {
+        self.all.load(Ordering::Acquire)
+            || usize::try_from(r)
+                .ok()
+                .and_then(|r| self.rank.get(r))
+                .is_some_and(|b| b.load(Ordering::Acquire))
     }
 }
 
@@ -127,6 +184,7 @@ impl Sm {
             rank,
             size,
             ep: Mutex::new(Epochs::default()),
+            open: PassiveOpen::new(size),
             comm: Mutex::new(Some(dup)),
         })
     }
@@ -162,19 +220,20 @@ impl Sm {
 
     /// Checks `t` (rank, range in the target's part, access epoch) and
     /// returns its region.
-    fn region(&self, t: &Target<'_>) -> Result<Region> {
+    fn region<'a>(&self, t: &Target<'a>) -> Result<Region<'a>> {
         check_rank(t.rank, self.size)?;
         let p = self.seg.parts[t.rank as usize];
         let offset = crate::target_offset(t, p.size as u64, p.disp_unit as u64, false)? as i128;
-        lock(&self.ep).operation(t.rank)?;
+        self.operation(t.rank)?;
         Ok(if t.layout.is_contig(t.count) {
-            let n = t.layout.packed_len(t.count)? as u64;
+            let n = t.layout.packed_len(t.count)?;
             Region {
                 contig: true,
                 offset,
                 count: 1,
                 extent: n as i128,
-                blocks: if n == 0 { vec![] } else { vec![(0, n)] },
+                one: (n != 0).then_some((0, n)),
+                blocks: &[],
             }
         } else {
             Region {
@@ -182,14 +241,61 @@ impl Sm {
                 offset,
                 count: t.count as u64,
                 extent: t.layout.extent as i128,
-                blocks: t
-                    .layout
-                    .blocks
-                    .iter()
-                    .map(|&(o, l)| (o as i64, l as u64))
-                    .collect(),
+                one: None,
+                blocks: &t.layout.blocks,
             }
         })
+    }
+
+    /// An operation towards rank `r` (in range) is issued: the epoch
+    /// check, without the lock when a passive-target epoch covers `r`.
+    fn operation(&self, r: i32) -> Result<()> {
+        if self.open.covers(r) {
+            return Ok(());
+        }
+        lock(&self.ep).operation(r)
+    }
+
+    /// Records in [`Sm::open`] whether `e` (locked by the caller, just
+    /// changed) has lock_all open, and a lock on `rank` if given.
+    fn publish(&self, e: &Epochs, rank: Option<i32>) {
+        self.open.all.store(e.lock_all.is_some(), Ordering::Release);
+        if let Some(r) = rank {
+            if let Some(b) = self.open.rank.get(r as usize) {
+                b.store(e.locks.contains_key(&r), Ordering::Release);
+            }
+        }
+    }
+
+    /// Applies `op` with `data` (the packed origin, empty for
+    /// `MPI_NO_OP`) to the `n` contiguous bytes at `offset` in rank `r`'s
+    /// part, `n` at most [`SMALL_ACC`], holding `r`'s accumulate lock;
+    /// the old contents. Checks and errors as [`apply::accumulate`]'s.
+    fn acc_small(
+        &self,
+        r: i32,
+        offset: i128,
+        n: usize,
+        op: &AccOp,
+        layout: &Layout,
+        data: &[u8],
+    ) -> Result<[u8; SMALL_ACC]> {
+        let part = self.part(r);
+        let view = part.view();
+        let mut old = [0u8; SMALL_ACC];
+        let one = (n > 0).then_some((offset, n as u64));
+        self.with_acc_lock(r, || -> Result<()> {
+            view.check(one.into_iter())?;
+            view.copy_out(offset, &mut old[..n]);
+            if matches!(op, AccOp::NoOp) {
+                return Ok(());
+            }
+            let mut new = old;
+            apply::combine(op, layout.elem, layout.wide, data, &mut new[..n])?;
+            view.scatter(one.into_iter(), &new[..n]);
+            Ok(())
+        })?;
+        Ok(old)
     }
 
     /// Runs `f` holding rank `r`'s accumulate lock.
@@ -278,6 +384,13 @@ impl Module for Sm {
         let reg = self.region(&t)?;
         let part = self.part(t.rank);
         let view: View<'_> = part.view();
+        if reg.contig && origin.layout.is_contig(origin.count) {
+            let one = reg.one();
+            view.check(one.into_iter())?;
+            // SAFETY: the caller's contract: `want` contiguous bytes.
+            view.scatter(one.into_iter(), unsafe { bytes(origin.ptr, want) });
+            return Ok(());
+        }
         view.check(reg.iter())?;
         if origin.layout.is_contig(origin.count) {
             // SAFETY: the caller's contract: `want` contiguous bytes.
@@ -301,7 +414,11 @@ impl Module for Sm {
         let reg = self.region(&t)?;
         let part = self.part(t.rank);
         let view = part.view();
-        view.check(reg.iter())?;
+        if reg.contig {
+            view.check(reg.one().into_iter())?;
+        } else {
+            view.check(reg.iter())?;
+        }
         if reg.contig && result.layout.is_contig(result.count) {
             // SAFETY: the caller's contract: `want` contiguous writable bytes.
             view.copy_out(reg.offset, unsafe { bytes_mut(result.ptr, want) });
@@ -322,6 +439,15 @@ impl Module for Sm {
         }
         crate::acc_check(Some(&origin), &t, op)?;
         let reg = self.region(&t)?;
+        let n = t.layout.packed_len(t.count)?;
+        if reg.contig && n <= SMALL_ACC && origin.layout.is_contig(origin.count) {
+            // SAFETY: the caller's contract: `n` contiguous bytes (the
+            // origin holds as many as the target, `acc_check` says).
+            let data = unsafe { bytes(origin.ptr, n) };
+            return self
+                .acc_small(t.rank, reg.offset, n, op, t.layout, data)
+                .map(|_| ());
+        }
         // SAFETY: the caller's contract.
         let data = unsafe { pack(origin.ptr, origin.count, origin.layout) };
         let part = self.part(t.rank);
@@ -375,6 +501,23 @@ impl Module for Sm {
             ));
         }
         let reg = self.region(&t)?;
+        if reg.contig
+            && want <= SMALL_ACC
+            && result.layout.is_contig(result.count)
+            && origin.is_none_or(|o| o.layout.is_contig(o.count))
+        {
+            let data = match origin {
+                // SAFETY: the caller's contract: `want` contiguous bytes
+                // (the origin holds as many as the target, `acc_check`
+                // says).
+                Some(o) => unsafe { bytes(o.ptr, want) },
+                None => &[],
+            };
+            let old = self.acc_small(t.rank, reg.offset, want, op, t.layout, data)?;
+            // SAFETY: the caller's contract.
+            unsafe { Self::deliver(result, &old[..want]) };
+            return Ok(());
+        }
         let data = match origin {
             // SAFETY: the caller's contract.
             Some(o) => unsafe { pack(o.ptr, o.count, o.layout) },
@@ -457,7 +600,9 @@ impl Module for Sm {
             }
         }
         fence(Ordering::SeqCst);
-        lock(&self.ep).locks.insert(rank, (kind, nocheck));
+        let mut e = lock(&self.ep);
+        e.locks.insert(rank, (kind, nocheck));
+        self.publish(&e, Some(rank));
         Ok(())
     }
 
@@ -475,7 +620,9 @@ impl Module for Sm {
                 LockType::Shared => self.unlock_shared(rank),
             }
         }
-        lock(&self.ep).locks.remove(&rank);
+        let mut e = lock(&self.ep);
+        e.locks.remove(&rank);
+        self.publish(&e, Some(rank));
         Ok(())
     }
 
@@ -488,7 +635,9 @@ impl Module for Sm {
             }
         }
         fence(Ordering::SeqCst);
-        lock(&self.ep).lock_all = Some(nocheck);
+        let mut e = lock(&self.ep);
+        e.lock_all = Some(nocheck);
+        self.publish(&e, None);
         Ok(())
     }
 
@@ -500,19 +649,25 @@ impl Module for Sm {
                 self.unlock_shared(r);
             }
         }
-        lock(&self.ep).lock_all = None;
+        let mut e = lock(&self.ep);
+        e.lock_all = None;
+        self.publish(&e, None);
         Ok(())
     }
 
     fn flush(&self, rank: Option<i32>) -> Result<()> {
-        lock(&self.ep).flush_targets(rank, self.size)?;
+        if !rank.is_some_and(|r| self.open.covers(r)) {
+            lock(&self.ep).flush_check(rank, self.size)?;
+        }
         // Operations completed when issued; order them before what follows.
         fence(Ordering::SeqCst);
         Ok(())
     }
 
     fn flush_local(&self, rank: Option<i32>) -> Result<()> {
-        lock(&self.ep).flush_local_check(rank, self.size)?;
+        if !rank.is_some_and(|r| self.open.covers(r)) {
+            lock(&self.ep).flush_local_check(rank, self.size)?;
+        }
         fence(Ordering::SeqCst);
         Ok(())
     }
@@ -528,6 +683,9 @@ impl Module for Sm {
 
     fn passive_epoch(&self, rank: i32) -> Result<()> {
         check_rank(rank, self.size)?;
+        if self.open.covers(rank) {
+            return Ok(());
+        }
         lock(&self.ep).passive(rank)
     }
 
