@@ -478,6 +478,7 @@ impl std::ops::Deref for CommRef {
 
 /// Datatype `h`, usable for communication (committed): without the
 /// tables' lock for the predefined ones.
+#[inline]
 pub(crate) fn type_ref(h: c_int) -> Res<TypeRef> {
     match rt().ok().and_then(|rt| rt.fast.dtype(h)) {
         Some(t) => Ok(TypeRef::Fast(&t.t)),

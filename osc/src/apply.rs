@@ -4,7 +4,7 @@
 //! (applying directly, under the target's accumulate lock). The caller
 //! makes the application atomic with respect to the others.
 
-use tmpi_coll::Datatype;
+use tmpi_coll::{Datatype, Op};
 
 use crate::mem::View;
 use crate::{AccOp, OscError, Result};
@@ -79,6 +79,8 @@ pub(crate) fn combine(
                         o.name()
                     )));
                 }
+            } else if sum_one_int(o, elem, data, new) {
+                // One integer summed: fetch_and_op's usual case.
             } else {
                 let e =
                     elem.ok_or_else(|| OscError::Op("accumulate without element type".into()))?;
@@ -88,6 +90,30 @@ pub(crate) fn combine(
         }
     }
     Ok(())
+}
+
+/// `new += data` when `o` is `MPI_SUM` and both are one 4- or 8-byte
+/// integer of `elem`, as `Op::apply` sums (wrapping, native byte order;
+/// signed and unsigned sums are the same bits); `false` (nothing done)
+/// otherwise.
+fn sum_one_int(o: &Op, elem: Option<Datatype>, data: &[u8], new: &mut [u8]) -> bool {
+    use Datatype as D;
+    if !matches!(o, Op::Sum) {
+        return false;
+    }
+    match (elem, <&[u8; 8]>::try_from(data), <&[u8; 4]>::try_from(data)) {
+        (Some(D::I64 | D::U64), Ok(a), _) if new.len() == 8 => {
+            let b = u64::from_ne_bytes(new[..8].try_into().unwrap_or_default());
+            new.copy_from_slice(&u64::from_ne_bytes(*a).wrapping_add(b).to_ne_bytes());
+            true
+        }
+        (Some(D::I32 | D::U32), _, Ok(a)) if new.len() == 4 => {
+            let b = u32::from_ne_bytes(new[..4].try_into().unwrap_or_default());
+            new.copy_from_slice(&u32::from_ne_bytes(*a).wrapping_add(b).to_ne_bytes());
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Compare-and-swap on the regions `regs()` of `mem`: `data` is the new
@@ -111,4 +137,47 @@ where
         mem.scatter(regs(), &data[..old.len()]);
     }
     (old, n.map(|_| ()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_integer_sum_is_op_applys_sum() {
+        let cases: [(Datatype, &[u8], &[u8]); 4] = [
+            (Datatype::I64, &(-5i64).to_ne_bytes(), &7i64.to_ne_bytes()),
+            (Datatype::U64, &u64::MAX.to_ne_bytes(), &2u64.to_ne_bytes()),
+            (Datatype::I32, &i32::MAX.to_ne_bytes(), &1i32.to_ne_bytes()),
+            (Datatype::U32, &3u32.to_ne_bytes(), &u32::MAX.to_ne_bytes()),
+        ];
+        for (e, data, old) in cases {
+            let mut fast = old.to_vec();
+            assert!(sum_one_int(&Op::Sum, Some(e), data, &mut fast));
+            let mut slow = old.to_vec();
+            Op::Sum.apply(e, data, &mut slow).unwrap();
+            assert_eq!(fast, slow, "{e:?}");
+            let mut via = old.to_vec();
+            combine(&AccOp::Reduce(Op::Sum), Some(e), None, data, &mut via).unwrap();
+            assert_eq!(via, slow, "{e:?}");
+        }
+        let mut two = [0u8; 16];
+        assert!(
+            !sum_one_int(&Op::Sum, Some(Datatype::I64), &[1; 16], &mut two),
+            "two items take the general kernel"
+        );
+        let mut one = [0u8; 8];
+        assert!(!sum_one_int(
+            &Op::Max,
+            Some(Datatype::I64),
+            &[1; 8],
+            &mut one
+        ));
+        assert!(!sum_one_int(
+            &Op::Sum,
+            Some(Datatype::F64),
+            &[1; 8],
+            &mut one
+        ));
+    }
 }

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use crate::{assert, LockType, OscError, Result};
 
 /// `Ok` when `r` is a rank of a window of `size` ranks.
+#[inline]
 pub(crate) fn check_rank(r: i32, size: i32) -> Result<()> {
     if (0..size).contains(&r) {
         Ok(())

@@ -212,6 +212,7 @@ impl Layout {
     }
 
     /// Bytes of data in `count` items.
+    #[inline]
     pub fn packed_len(&self, count: usize) -> Result<usize> {
         self.size
             .checked_mul(count)
@@ -220,6 +221,7 @@ impl Layout {
 
     /// The lowest and one-past-highest byte `count` items touch, relative
     /// to their start (`None` when they touch none).
+    #[inline]
     pub fn span(&self, count: usize) -> Option<(i128, i128)> {
         if count == 0 || self.blocks.is_empty() {
             return None;
@@ -241,6 +243,7 @@ impl Layout {
     }
 
     /// Whether `count` items are one block starting at 0.
+    #[inline]
     pub fn is_contig(&self, count: usize) -> bool {
         count == 0
             || self.blocks.is_empty()
@@ -318,6 +321,7 @@ pub(crate) fn acc_check(origin: Option<&Buf<'_>>, t: &Target<'_>, op: &AccOp) ->
 /// The byte offset of target region `t` in a target window of `wsize`
 /// bytes with displacement unit `unit`, checked against the window (a
 /// dynamic window's target checks its attached regions itself).
+#[inline]
 pub(crate) fn target_offset(t: &Target<'_>, wsize: u64, unit: u64, dynamic: bool) -> Result<i64> {
     let off = t.disp as i128 * unit as i128;
     if let Some((lo, hi)) = t.layout.span(t.count) {

@@ -159,11 +159,10 @@ impl PassiveOpen {
     /// Whether a passive-target epoch covers rank `r` (`false` for ranks
     /// out of range: the locked path reports them).
     fn covers(&self, r: i32) -> bool {
-        self.all.load(Ordering::Acquire)
-            || usize::try_from(r)
-                .ok()
-                .and_then(|r| self.rank.get(r))
-                .is_some_and(|b| b.load(Ordering::Acquire))
+        usize::try_from(r)
+            .ok()
+            .and_then(|r| self.rank.get(r))
+            .is_some_and(|b| self.all.load(Ordering::Acquire) || b.load(Ordering::Acquire))
     }
 }
 

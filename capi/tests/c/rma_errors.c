@@ -67,6 +67,21 @@ static void epoch_and_argument_errors(MPI_Win win, int *mem, int rank, int size)
     x = 100 + rank;
     OK(MPI_Put(&x, 1, MPI_INT, peer, 1, 1, MPI_INT, win));
     OK(MPI_Win_unlock(peer, win));
+    /* After the unlock nothing covers the peer (sm checks open passive
+     * epochs without its lock: what unlock leaves must say so). */
+    CHECK(cls(MPI_Put(&x, 1, MPI_INT, peer, 1, 1, MPI_INT, win)) == MPI_ERR_RMA_SYNC);
+    CHECK(cls(MPI_Win_flush(peer, win)) == MPI_ERR_RMA_SYNC);
+    CHECK(cls(MPI_Fetch_and_op(&x, &y, MPI_INT, peer, 0, MPI_SUM, win)) == MPI_ERR_RMA_SYNC);
+    /* Likewise after unlock_all; inside it a bad rank is still refused. */
+    OK(MPI_Win_lock_all(0, win));
+    CHECK(cls(MPI_Win_flush(size, win)) == MPI_ERR_RANK);
+    CHECK(cls(MPI_Win_flush_local(-5, win)) == MPI_ERR_RANK);
+    CHECK(cls(MPI_Get(&y, 1, MPI_INT, size, 0, 1, MPI_INT, win)) == MPI_ERR_RANK);
+    OK(MPI_Win_flush(peer, win));
+    OK(MPI_Win_unlock_all(win));
+    CHECK(cls(MPI_Win_flush(peer, win)) == MPI_ERR_RMA_SYNC);
+    CHECK(cls(MPI_Win_flush_local(peer, win)) == MPI_ERR_RMA_SYNC);
+    CHECK(cls(MPI_Get(&y, 1, MPI_INT, peer, 0, 1, MPI_INT, win)) == MPI_ERR_RMA_SYNC);
     MPI_Barrier(MPI_COMM_WORLD);
     OK(MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, win));
     CHECK(mem[1] == 100 + (rank + size - 1) % size);
