@@ -106,6 +106,15 @@ fn dtypes(a: c_int, b: c_int) -> Res<(TypeRef, TypeRef)> {
     Ok((type_ref(a)?, type_ref(b)?))
 }
 
+/// The layouts of `a` and `b` when both are predefined (the common case,
+/// read without a lock, a reference count or an error path); `None`: the
+/// caller resolves them with [`dtypes`], which reports any error.
+#[inline]
+fn fast_layouts(a: c_int, b: c_int) -> Option<(&'static Layout, &'static Layout)> {
+    let fast = &rt().ok()?.fast;
+    Some((fast.dtype(a)?.t.osc_layout(), fast.dtype(b)?.t.osc_layout()))
+}
+
 fn count(n: c_int, what: &str) -> Res<usize> {
     usize::try_from(n).map_err(|_| Error::new(C::Count, format!("{what} {n} is negative")))
 }
@@ -361,8 +370,14 @@ fn put_op(
     win: c_int,
 ) -> Res<()> {
     let w = win_of(win)?;
-    let (ot, tt) = dtypes(origin_datatype, target_datatype)?;
-    let (ol, tl) = (ot.osc_layout(), tt.osc_layout());
+    let held;
+    let (ol, tl) = match fast_layouts(origin_datatype, target_datatype) {
+        Some(l) => l,
+        None => {
+            held = dtypes(origin_datatype, target_datatype)?;
+            (held.0.osc_layout(), held.1.osc_layout())
+        }
+    };
     let (oc, tc) = (
         count(origin_count, "origin_count")?,
         count(target_count, "target_count")?,
@@ -417,8 +432,14 @@ fn get_op(
     win: c_int,
 ) -> Res<()> {
     let w = win_of(win)?;
-    let (ot, tt) = dtypes(origin_datatype, target_datatype)?;
-    let (ol, tl) = (ot.osc_layout(), tt.osc_layout());
+    let held;
+    let (ol, tl) = match fast_layouts(origin_datatype, target_datatype) {
+        Some(l) => l,
+        None => {
+            held = dtypes(origin_datatype, target_datatype)?;
+            (held.0.osc_layout(), held.1.osc_layout())
+        }
+    };
     let (oc, tc) = (
         count(origin_count, "origin_count")?,
         count(target_count, "target_count")?,
@@ -474,8 +495,14 @@ fn accumulate_op(
     win: c_int,
 ) -> Res<()> {
     let w = win_of(win)?;
-    let (ot, tt) = dtypes(origin_datatype, target_datatype)?;
-    let (ol, tl) = (ot.osc_layout(), tt.osc_layout());
+    let held;
+    let (ol, tl) = match fast_layouts(origin_datatype, target_datatype) {
+        Some(l) => l,
+        None => {
+            held = dtypes(origin_datatype, target_datatype)?;
+            (held.0.osc_layout(), held.1.osc_layout())
+        }
+    };
     let (oc, tc) = (
         count(origin_count, "origin_count")?,
         count(target_count, "target_count")?,
