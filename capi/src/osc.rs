@@ -41,6 +41,32 @@ struct WinEnt {
     /// MPI lets the handle be freed while the window uses it).
     errhandler: Mutex<(c_int, Option<crate::ErrFn>)>,
     attrs: Mutex<BTreeMap<c_int, usize>>,
+    /// The window info hints the program gave (at creation or by
+    /// `MPI_Win_set_info`), of the keys MPI defines for windows.
+    hints: Mutex<Vec<(String, String)>>,
+}
+
+/// The info keys MPI defines for windows, with the value each has when the
+/// program gave none (`None`: reported only once given).
+const WINDOW_HINTS: [(&str, Option<&str>); 6] = [
+    ("no_locks", Some("false")),
+    ("accumulate_ordering", Some("rar,raw,war,waw")),
+    ("accumulate_ops", Some("same_op_no_op")),
+    ("same_size", Some("false")),
+    ("same_disp_unit", Some("false")),
+    ("alloc_shared_noncontig", None),
+];
+
+/// The window hints of info `h` (`MPI_INFO_NULL`: none); other keys are
+/// ignored, as MPI lets an implementation ignore hints it does not know.
+fn window_hints(h: c_int) -> Res<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for (k, _) in WINDOW_HINTS {
+        if let Some(v) = crate::misc::info_value(h, k)? {
+            out.push((k.to_string(), v));
+        }
+    }
+    Ok(out)
 }
 
 #[derive(Default)]
@@ -134,7 +160,7 @@ fn acc_op(h: c_int) -> Res<AccOp> {
     }
 }
 
-fn register(win: Window) -> c_int {
+fn register(win: Window, hints: Vec<(String, String)>) -> c_int {
     let flavor = match win.flavor() {
         tmpi_osc::Flavor::Create => 1,
         tmpi_osc::Flavor::Allocate => 2,
@@ -148,6 +174,7 @@ fn register(win: Window) -> c_int {
         model_val: 2, // MPI_WIN_UNIFIED: one copy of the memory
         errhandler: Mutex::new((crate::error::ERRORS_ARE_FATAL, None)),
         attrs: Mutex::new(BTreeMap::new()),
+        hints: Mutex::new(hints),
         win,
     });
     let mut t = wins();
@@ -198,11 +225,12 @@ pub extern "C" fn MPI_Win_create(
     base: *mut c_void,
     size: isize,
     disp_unit: c_int,
-    _info: c_int,
+    info: c_int,
     comm: c_int,
     win: *mut c_int,
 ) -> c_int {
     crate::error::guard("MPI_Win_create", comm, || {
+        let hints = window_hints(info)?;
         if win.is_null() {
             return Err(Error::new(C::Arg, "win is NULL"));
         }
@@ -213,7 +241,7 @@ pub extern "C" fn MPI_Win_create(
             ));
         }
         let w = create(comm, Some(base as usize), size, disp_unit)?;
-        put(win, register(w), "win")
+        put(win, register(w, hints), "win")
     })
 }
 
@@ -221,19 +249,20 @@ pub extern "C" fn MPI_Win_create(
 pub extern "C" fn MPI_Win_allocate(
     size: isize,
     disp_unit: c_int,
-    _info: c_int,
+    info: c_int,
     comm: c_int,
     baseptr: *mut c_void,
     win: *mut c_int,
 ) -> c_int {
     crate::error::guard("MPI_Win_allocate", comm, || {
+        let hints = window_hints(info)?;
         if win.is_null() || baseptr.is_null() {
             return Err(Error::new(C::Arg, "win or baseptr is NULL"));
         }
         let w = create(comm, None, size, disp_unit)?;
         let base = w.base();
         put_ptr(baseptr, base)?;
-        put(win, register(w), "win")
+        put(win, register(w, hints), "win")
     })
 }
 
@@ -243,12 +272,13 @@ pub extern "C" fn MPI_Win_allocate(
 pub extern "C" fn MPI_Win_allocate_shared(
     size: isize,
     disp_unit: c_int,
-    _info: c_int,
+    info: c_int,
     comm: c_int,
     baseptr: *mut c_void,
     win: *mut c_int,
 ) -> c_int {
     crate::error::guard("MPI_Win_allocate_shared", comm, || {
+        let hints = window_hints(info)?;
         if win.is_null() || baseptr.is_null() {
             return Err(Error::new(C::Arg, "win or baseptr is NULL"));
         }
@@ -256,7 +286,7 @@ pub extern "C" fn MPI_Win_allocate_shared(
         let (size, unit) = size_unit(size, disp_unit)?;
         let w = Window::allocate_shared(&pml, &c, size, unit)?;
         put_ptr(baseptr, w.base())?;
-        put(win, register(w), "win")
+        put(win, register(w, hints), "win")
     })
 }
 
@@ -281,14 +311,15 @@ pub extern "C" fn MPI_Win_shared_query(
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Win_create_dynamic(_info: c_int, comm: c_int, win: *mut c_int) -> c_int {
+pub extern "C" fn MPI_Win_create_dynamic(info: c_int, comm: c_int, win: *mut c_int) -> c_int {
     crate::error::guard("MPI_Win_create_dynamic", comm, || {
+        let hints = window_hints(info)?;
         if win.is_null() {
             return Err(Error::new(C::Arg, "win is NULL"));
         }
         let (c, pml) = window_comm(comm)?;
         let w = Window::create_dynamic(&pml, &c)?;
-        put(win, register(w), "win")
+        put(win, register(w, hints), "win")
     })
 }
 
@@ -1073,29 +1104,42 @@ pub extern "C" fn MPI_Win_get_name(win: c_int, name: *mut c_char, resultlen: *mu
 }
 
 #[no_mangle]
-pub extern "C" fn MPI_Win_set_info(win: c_int, _info: c_int) -> c_int {
-    // No info key changes what pt2pt does: accepted and ignored.
-    guard_win("MPI_Win_set_info", win, || win_of(win).map(|_| ()))
+pub extern "C" fn MPI_Win_set_info(win: c_int, info: c_int) -> c_int {
+    // No hint changes what the components do; the ones given are kept
+    // and reported back by MPI_Win_get_info (as MPICH does).
+    guard_win("MPI_Win_set_info", win, || {
+        let w = win_of(win)?;
+        let given = window_hints(info)?;
+        let mut hints = w.hints.lock().unwrap_or_else(|e| e.into_inner());
+        for (k, v) in given {
+            match hints.iter_mut().find(|e| e.0 == k) {
+                Some(e) => e.1 = v,
+                None => hints.push((k, v)),
+            }
+        }
+        Ok(())
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn MPI_Win_get_info(win: c_int, info: *mut c_int) -> c_int {
     guard_win("MPI_Win_get_info", win, || {
-        win_of(win)?;
-        // The keys MPI defines for windows, with the values pt2pt works
-        // under (the defaults: no key set changes what it does).
-        let kv = [
-            ("no_locks", "false"),
-            ("accumulate_ordering", "rar,raw,war,waw"),
-            ("accumulate_ops", "same_op_no_op"),
-            ("same_size", "false"),
-            ("same_disp_unit", "false"),
-        ];
-        let h = tables().add_info(
-            kv.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
+        let w = win_of(win)?;
+        // The keys MPI defines for windows: the value the program gave,
+        // else the one the components work under.
+        let kv: Vec<(String, String)> = {
+            let hints = w.hints.lock().unwrap_or_else(|e| e.into_inner());
+            WINDOW_HINTS
+                .iter()
+                .filter_map(|&(k, default)| {
+                    let given = hints.iter().find(|e| e.0 == k).map(|e| e.1.clone());
+                    given
+                        .or(default.map(str::to_string))
+                        .map(|v| (k.to_string(), v))
+                })
+                .collect()
+        };
+        let h = tables().add_info(kv);
         put(info, h, "info_used")
     })
 }

@@ -245,6 +245,13 @@ fn pt2pt() {
     expect_ok("pt2pt", &[2, 3, 4]);
 }
 
+/// Window info hints given at creation or by MPI_Win_set_info come back
+/// from MPI_Win_get_info; unknown keys are ignored.
+#[test]
+fn window_info_hints_are_reported_back() {
+    expect_ok_rma("rma_info", &[1, 2], SM_TCP);
+}
+
 /// Rendezvous-sized buffered sends through a buffer that holds one: each
 /// MPI_Bsend finds the space its received predecessor gave back (the pml
 /// progresses before refusing), and a buffer that stays full gives
