@@ -180,8 +180,13 @@ for d in $DIRS; do
         # rma/large_acc_flush_local moves ~37 GB through osc pt2pt's
         # copying path: ~2 min alone on 2 cores, past 180 s on a loaded
         # machine. A bandwidth loop, not a hang: more time.
+        # threads/pt2pt/multisend4 runs 5 ranks of 5 threads (25 threads
+        # on 2 cores) through 20 message sizes up to 2.6 MB: 150-190 s for
+        # tmpi and for Open MPI alike when other work loads the machine
+        # (load average 15). More time, as for the bandwidth loop above.
         case $d/$name in
             rma/large_acc_flush_local) limit=600 ;;
+            threads/pt2pt/multisend4) limit=600 ;;
         esac
         out=$(timeout $((limit + 15)) "$prefix/bin/mpiexec" -n "$np" --timeout "$limit" \
             --mca mpi_yield_when_idle 1 "${mca[@]}" "$exe" "${args[@]}" </dev/null 2>&1) && rc=0 || rc=$?
