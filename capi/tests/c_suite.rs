@@ -360,7 +360,13 @@ fn rdma_counters(err: &str) -> (u64, u64, u64) {
 /// inner pt2pt module.
 #[test]
 fn rma_over_openib_with_osc_rdma() {
-    for name in ["rma_fence", "rma_passive", "rma_pscw", "rma_errors"] {
+    for name in [
+        "rma_rdma",
+        "rma_fence",
+        "rma_passive",
+        "rma_pscw",
+        "rma_errors",
+    ] {
         let exe = build(name);
         let _g = serial();
         for n in [2u32, 4] {
@@ -381,7 +387,7 @@ fn rma_over_openib_with_osc_rdma() {
                 "{name} ({n}): {wins} rdma windows freed, {w} RDMA writes, {r} reads\n{err}"
             );
             // rma_pscw and rma_errors only put.
-            if matches!(name, "rma_fence" | "rma_passive") {
+            if matches!(name, "rma_rdma" | "rma_fence" | "rma_passive") {
                 assert!(r > 0, "{name} ({n}): no RDMA reads\n{err}");
             }
         }
@@ -412,6 +418,17 @@ fn osc_rdma_falls_back_to_pt2pt_without_rdma() {
         assert!(err.contains("the window goes to pt2pt"), "{btl}: {err}");
         assert_eq!(rdma_counters(&err).2, 0, "{btl}: {err}");
     }
+}
+
+/// Puts and gets between all pairs (self included) with contiguous and
+/// derived datatypes on either side (vector, indexed resized), under
+/// fence, PSCW, exclusive and shared locks, lock_all with flushes and
+/// NOCHECK, on a created and an allocated window, checked against
+/// MPI_Pack/MPI_Unpack: written for osc rdma's per-run transfers (see
+/// [`rma_over_openib_with_osc_rdma`]), run here with the other components.
+#[test]
+fn rma_rdma() {
+    expect_ok_sm_tcp("rma_rdma", &[1, 2, 4]);
 }
 
 /// Passive target: a target waiting in MPI_Barrier serves lock epochs;
