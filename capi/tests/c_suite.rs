@@ -394,6 +394,25 @@ fn rma_over_openib_with_osc_rdma() {
     }
 }
 
+/// An RDMA read of osc rdma that completes with an error (the soft NIC's
+/// fault injection fails the first read of each process) fails the
+/// `MPI_Get` with an MPI error class, and under `MPI_ERRORS_ARE_FATAL`
+/// the job ends instead of hanging.
+#[test]
+fn osc_rdma_failed_read_fails_the_get() {
+    let exe = build("rma_fence");
+    let _g = serial();
+    let mut args = OPENIB_RDMA.to_vec();
+    args.extend(["--mca", "btl_openib_tmsoft_inject_error", "read:1"]);
+    let (code, out, err) = run_with(&exe, 2, 60, &args);
+    assert!(code.is_some_and(|c| c != 0), "exit {code:?}\n{out}\n{err}");
+    assert!(!out.contains("rma_fence: OK"), "{out}");
+    assert!(
+        err.contains("MPI_Get: one-sided transfer failed") && err.contains("MPI_ERR_OTHER"),
+        "{err}"
+    );
+}
+
 /// Where a peer is not reached over RDMA (btl sm or tcp), osc rdma hands
 /// the window to pt2pt on every rank together, and the suite passes.
 #[test]
