@@ -271,15 +271,18 @@ impl<P: Provider + 'static> OpenibBtl<P> {
         let id = self.next_get;
         self.next_get += 1;
         let m = self.module.as_mut().ok_or(BtlError::Finalized)?;
-        // SAFETY: the caller keeps `buf` valid and untouched, and this
-        // call returns only after the operation's completion (or its flush
-        // after an abort) was polled.
-        if write {
+        let posted = if write {
+            // SAFETY: the caller keeps `buf` valid and unmodified, and this
+            // call returns only after the write's completion (or its flush
+            // after an abort) was polled.
             unsafe { m.put(peer, buf, len, rvh, id) }
         } else {
+            // SAFETY: the caller keeps `buf` valid and untouched, and this
+            // call returns only after the read's completion (or its flush
+            // after an abort) was polled.
             unsafe { m.get(peer, buf, len, rvh, id) }
-        }
-        .map_err(|e| btl_err(e, peer))?;
+        };
+        posted.map_err(|e| btl_err(e, peer))?;
         let start = Instant::now();
         let mut evs = Vec::new();
         let mut aborted: Option<Instant> = None;
