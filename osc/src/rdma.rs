@@ -146,6 +146,8 @@ impl Rdma {
                 Ok(k) => mine = Some(k),
                 Err(e) => why = e.to_string(),
             }
+        } else if others.is_empty() {
+            why = "a window of one rank: nothing to reach by RDMA".into();
         } else if !reachable {
             why = "a peer is not reached through a BTL with RDMA put and get".into();
         }
