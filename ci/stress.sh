@@ -13,7 +13,7 @@
 #             inside the qemu VM of ci/rxe/rxe-run.sh (root only)
 #   --only N  run only transport N (sm, tcp, openib-tm1, openib-tm1-all,
 #             openib-tm0, sm-credit, openib-tm1-credit, rxe; one-sided:
-#             rma-sm, rma-tcp, rma-openib)
+#             rma-sm, rma-tcp, rma-openib, rma-openib-rdma)
 #   STRESS-ARGS are passed to every run (e.g. --seed 1234 to reproduce;
 #             options of one generator only together with --only).
 #
@@ -103,14 +103,22 @@ run() {
     t1=$(date +%s.%N)
     local secs
     secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
-    local nic
+    local nic rdma
     nic=$(sed -n 's/^pml_stats .* nic_matches=\([0-9]*\) .*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
-    if [ $rc -eq 0 ] && grep -q "^$GEN: OK" "$log" && { [ "$NEED_NIC" = 0 ] || [ "$nic" -gt 0 ]; }; then
+    # RDMA writes and reads of osc rdma's windows (logged at free with
+    # osc_base_verbose >= 1).
+    rdma=$(sed -n 's/.*osc rdma window freed: \([0-9]*\) RDMA writes, \([0-9]*\) RDMA reads.*/\1 \2/p' "$log" | awk '{ s += $1 + $2 } END { print s + 0 }')
+    if [ $rc -eq 0 ] && grep -q "^$GEN: OK" "$log" && [ "$NEED_RDMA" = 1 ] && { [ "$rdma" -eq 0 ] || grep -q 'the window goes to pt2pt' "$log"; }; then
+        grep -E "^$GEN: OK|goes to pt2pt" "$log"
+        SUMMARY+=("$name: FAILED (osc rdma was selected, but it issued no RDMA operation or a window fell back to pt2pt)")
+        FAILED=1
+    elif [ $rc -eq 0 ] && grep -q "^$GEN: OK" "$log" && { [ "$NEED_NIC" = 0 ] || [ "$nic" -gt 0 ]; }; then
         local count
         count=$(sed -n "s/^$GEN: OK .* $unit \\([0-9]*\\) .*/\\1/p" "$log")
         grep -E "^$GEN: OK|pml_stats" "$log"
         local nictext=", $nic matched by the NIC"
         [ "$GEN" = stress-rma ] && nictext=
+        [ "$NEED_RDMA" = 1 ] && nictext=", $rdma RDMA writes and reads by osc rdma"
         SUMMARY+=("$name: OK ($count $unit, ${secs} s$nictext)")
     elif [ $rc -eq 0 ] && grep -q "^$GEN: OK" "$log"; then
         grep -E "^$GEN: OK|pml_stats" "$log"
@@ -129,6 +137,7 @@ run() {
 }
 
 NEED_NIC=0
+NEED_RDMA=0
 run sm --mca btl self,sm
 run tcp --mca btl self,tcp
 # pml_stats=1: each rank prints how many receives the NIC matched; a run
@@ -157,7 +166,16 @@ GEN=stress-rma
 NEED_NIC=0
 run rma-sm --mca btl self,sm
 run rma-tcp --mca btl self,tcp
-run rma-openib --mca btl self,openib --mca btl_openib_if_include tmsoft0 --mca btl_openib_tm_enable 1
+# Over openib the windows over a Vec (MPI_Win_create) are served by osc
+# rdma (puts and gets as RDMA writes and reads; the run fails when it
+# issued none or a window fell back to pt2pt); the allocated and shared
+# ones by osc sm (one node).
+NEED_RDMA=1
+run rma-openib --mca btl self,openib --mca btl_openib_if_include tmsoft0 --mca btl_openib_tm_enable 1 --mca osc_base_verbose 1
+# sm left out: the MPI_Win_allocate windows go to osc rdma too (the shared
+# ones to pt2pt).
+run rma-openib-rdma --mca btl self,openib --mca btl_openib_if_include tmsoft0 --mca osc rdma,pt2pt --mca osc_base_verbose 1
+NEED_RDMA=0
 GEN=stress
 
 if [ "$RXE" = 1 ] && { [ -z "$ONLY" ] || [ "$ONLY" = rxe ]; }; then

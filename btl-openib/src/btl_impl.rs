@@ -13,7 +13,9 @@
 //!   | payload` (one RC send, copied before returning; FIFO per peer because
 //!   one QP serves each peer);
 //! - `register_region`/`get`: the registration cache and an RDMA read, which
-//!   `get` waits for (bounded by [`GET_TIMEOUT`]; on timeout the connection
+//!   `get` waits for; `register_window`/`put`: a registration with remote
+//!   write access (dropped from the cache at deregistration) and an RDMA
+//!   write, waited for alike (bounded by [`GET_TIMEOUT`]; on timeout the connection
 //!   is aborted so the NIC cannot write `dst` afterwards);
 //! - `progress`: generic fragments go to the handler; everything else
 //!   (tagged eager/RTS frags, TM completions, failures) is kept for the
@@ -44,7 +46,11 @@ use crate::module::{Event, Module};
 use crate::rcache::Reg;
 use crate::tag_offload::TagState;
 
-/// Bound of a blocking [`BtlModule::get`].
+/// Largest piece of a blocking get or put handed to the module at once
+/// (an RVH's length is 32 bits).
+pub const RDMA_PIECE: usize = 1 << 30;
+
+/// Bound of a blocking [`BtlModule::get`] or [`BtlModule::put`].
 pub const GET_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long a blocking [`BtlModule::get`] waits for its flush completion
@@ -140,6 +146,9 @@ pub struct OpenibBtl<P: Provider> {
     /// buffer may be exported by several rendezvous at once (two sends of
     /// one buffer), and each `deregister_region` drops one pin.
     regions: HashMap<RemoteRegion, Vec<Reg<P>>>,
+    /// Pins of window regions (`register_window`: remote write access);
+    /// deregistering one also drops the cached registration.
+    windows: HashMap<RemoteRegion, Vec<Reg<P>>>,
     next_get: u64,
 }
 
@@ -156,6 +165,7 @@ impl<P: Provider> OpenibBtl<P> {
             pending: VecDeque::new(),
             events: Vec::new(),
             regions: HashMap::new(),
+            windows: HashMap::new(),
             next_get: 1 << 40,
         }
     }
@@ -179,6 +189,146 @@ impl<P: Provider> OpenibBtl<P> {
                 self.events.push(other);
                 false
             }
+        }
+    }
+}
+
+impl<P: Provider + 'static> OpenibBtl<P> {
+    /// A blocking RDMA read into (`write == false`) or write from
+    /// `buf..buf+len` at `offset` of `peer`'s `region`, in pieces that fit
+    /// the send queue ([`Module::max_rdma_len`], at most [`RDMA_PIECE`]
+    /// bytes: an RVH's length is 32 bits), each waited for; the module
+    /// splits a piece into chunks of the port's `max_msg_sz` (the soft
+    /// NIC's too).
+    ///
+    /// # Safety
+    /// `buf..buf+len` must be valid (writable for a read) and not accessed
+    /// by others during the call.
+    unsafe fn rdma(
+        &mut self,
+        peer: u32,
+        region: &RemoteRegion,
+        offset: u64,
+        buf: *mut u8,
+        len: usize,
+        write: bool,
+    ) -> Result<(), BtlError> {
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|e| e > region.len)
+        {
+            return Err(BtlError::OutOfBounds {
+                offset,
+                len,
+                region_len: region.len,
+            });
+        }
+        let rkey = u32::try_from(region.key)
+            .map_err(|_| BtlError::BadRegion("key above 32 bits".into()))?;
+        let piece = self.m()?.max_rdma_len().clamp(1, RDMA_PIECE);
+        let mut done = 0usize;
+        let start = Instant::now();
+        while done < len {
+            let n = (len - done).min(piece);
+            let rvh = Rvh {
+                va: region.addr + offset + done as u64,
+                rkey,
+                len: n as u32,
+            };
+            // SAFETY: forwarded (`done + n <= len`).
+            match unsafe { self.rdma_piece(peer, rvh, buf.add(done), n, write) } {
+                Ok(()) => done += n,
+                // Nothing happened yet: the caller retries after progress.
+                Err(BtlError::WouldBlock) if done == 0 => return Err(BtlError::WouldBlock),
+                // Part of the transfer is done: wait for room here (the
+                // queue holds other operations; they complete as it is
+                // polled).
+                Err(BtlError::WouldBlock) if start.elapsed() < GET_TIMEOUT => {
+                    let m = self.module.as_mut().ok_or(BtlError::Finalized)?;
+                    let mut evs = Vec::new();
+                    m.progress(&mut evs).map_err(|e| btl_err(e, peer))?;
+                    self.pending.extend(evs);
+                    std::thread::yield_now();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// One piece of [`OpenibBtl::rdma`] (`len <= rvh.len`), waited for.
+    ///
+    /// # Safety
+    /// As [`OpenibBtl::rdma`].
+    unsafe fn rdma_piece(
+        &mut self,
+        peer: u32,
+        rvh: Rvh,
+        buf: *mut u8,
+        len: usize,
+        write: bool,
+    ) -> Result<(), BtlError> {
+        let id = self.next_get;
+        self.next_get += 1;
+        let m = self.module.as_mut().ok_or(BtlError::Finalized)?;
+        let posted = if write {
+            // SAFETY: the caller keeps `buf` valid and unmodified, and this
+            // call returns only after the write's completion (or its flush
+            // after an abort) was polled.
+            unsafe { m.put(peer, buf, len, rvh, id) }
+        } else {
+            // SAFETY: the caller keeps `buf` valid and untouched, and this
+            // call returns only after the read's completion (or its flush
+            // after an abort) was polled.
+            unsafe { m.get(peer, buf, len, rvh, id) }
+        };
+        posted.map_err(|e| btl_err(e, peer))?;
+        let start = Instant::now();
+        let mut evs = Vec::new();
+        let mut aborted: Option<Instant> = None;
+        loop {
+            m.progress(&mut evs).map_err(|e| btl_err(e, peer))?;
+            let mut result = None;
+            for ev in evs.drain(..) {
+                match ev {
+                    Event::GetDone { id: i, .. } if i == id => result = Some(Ok(())),
+                    Event::Failed {
+                        id: i,
+                        op: crate::module::Op::Get,
+                        error,
+                        ..
+                    } if i == id => {
+                        result = Some(Err(btl_err(error, peer)));
+                    }
+                    other => self.pending.push_back(other),
+                }
+            }
+            if let Some(r) = result {
+                return r;
+            }
+            match aborted {
+                None if start.elapsed() > GET_TIMEOUT => {
+                    tracing::error!(target: "btl_openib", peer, len, write, "RDMA operation not completed after {GET_TIMEOUT:?}; aborting the connection");
+                    m.abort_peer(peer, &mut evs);
+                    aborted = Some(Instant::now());
+                }
+                None if !m.reachable(peer) => {
+                    // The connection broke meanwhile (another operation's
+                    // completion error): its QP is in the error state, so
+                    // the read's flush is on its way; wait for it briefly.
+                    aborted = Some(Instant::now());
+                }
+                Some(t) if t.elapsed() > ABORT_GRACE => {
+                    // No flush completion: give up rather than spin. The
+                    // QP is in the error state, so the NIC no longer touches
+                    // the buffer; the read's registration stays pinned until its
+                    // completion (or the module's end).
+                    tracing::error!(target: "btl_openib", peer, len, write, "RDMA operation abandoned: connection to rank {peer} broken and no flush completion after {ABORT_GRACE:?}");
+                    return Err(btl_err(OpenibError::PeerFailed(peer), peer));
+                }
+                _ => {}
+            }
+            std::thread::yield_now();
         }
     }
 }
@@ -235,7 +385,7 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
         self.module.as_ref().map_or(0, |m| m.max_frag())
     }
     fn flags(&self) -> BtlFlags {
-        BtlFlags::SEND | BtlFlags::GET
+        BtlFlags::SEND | BtlFlags::GET | BtlFlags::PUT
     }
 
     fn send(&mut self, peer: u32, tag: u8, header: &[u8], payload: &[u8]) -> Result<(), BtlError> {
@@ -263,11 +413,43 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
         Ok(r)
     }
 
+    unsafe fn register_window(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<RemoteRegion, BtlError> {
+        let m = self.m()?;
+        let access =
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
+        // SAFETY: forwarded from this function's contract (valid until
+        // deregister_region, which drops the pin and the registration).
+        let reg = unsafe { m.register(ptr, len, access) }.map_err(|e| btl_err(e, u32::MAX))?;
+        let r = RemoteRegion {
+            addr: reg.addr(),
+            len: reg.len(),
+            key: u64::from(reg.rkey()),
+        };
+        self.windows.entry(r).or_default().push(reg);
+        Ok(r)
+    }
+
     fn deregister_region(&mut self, region: &RemoteRegion) {
         if let Some(pins) = self.regions.get_mut(region) {
             pins.pop();
             if pins.is_empty() {
                 self.regions.remove(region);
+            }
+            return;
+        }
+        if let Some(pins) = self.windows.get_mut(region) {
+            pins.pop();
+            if pins.is_empty() {
+                self.windows.remove(region);
+                // A registration peers can write through must not stay in
+                // the cache after the window: its memory may be reused.
+                if let Some(m) = self.module.as_mut() {
+                    m.invalidate(region.addr as *const u8, region.len as usize);
+                }
             }
         }
     }
@@ -279,81 +461,30 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
         offset: u64,
         dst: &mut [u8],
     ) -> Result<(), BtlError> {
-        let len = dst.len();
-        if offset
-            .checked_add(len as u64)
-            .is_none_or(|e| e > region.len)
-        {
-            return Err(BtlError::OutOfBounds {
+        // SAFETY: `dst` is exclusively borrowed for this whole call, and
+        // `rdma` returns only after the read's completion (or its flush
+        // after an abort) was polled.
+        unsafe { self.rdma(peer, region, offset, dst.as_mut_ptr(), dst.len(), false) }
+    }
+
+    fn put(
+        &mut self,
+        peer: u32,
+        region: &RemoteRegion,
+        offset: u64,
+        src: &[u8],
+    ) -> Result<(), BtlError> {
+        // SAFETY: `src` is borrowed for this whole call and only read (by
+        // the NIC), and `rdma` returns only after the write's completion.
+        unsafe {
+            self.rdma(
+                peer,
+                region,
                 offset,
-                len,
-                region_len: region.len,
-            });
-        }
-        if len == 0 {
-            return Ok(());
-        }
-        let avail = (region.len - offset).min(u64::from(u32::MAX - 1));
-        let rkey = u32::try_from(region.key)
-            .map_err(|_| BtlError::BadRegion("key above 32 bits".into()))?;
-        let rvh = Rvh {
-            va: region.addr + offset,
-            rkey,
-            len: avail as u32,
-        };
-        let id = self.next_get;
-        self.next_get += 1;
-        let m = self.module.as_mut().ok_or(BtlError::Finalized)?;
-        // SAFETY: `dst` is exclusively borrowed for this whole call, and the
-        // call returns only after the read's completion (or its flush after
-        // an abort) was polled.
-        unsafe { m.get(peer, dst.as_mut_ptr(), len, rvh, id) }.map_err(|e| btl_err(e, peer))?;
-        let start = Instant::now();
-        let mut evs = Vec::new();
-        let mut aborted: Option<Instant> = None;
-        loop {
-            m.progress(&mut evs).map_err(|e| btl_err(e, peer))?;
-            let mut result = None;
-            for ev in evs.drain(..) {
-                match ev {
-                    Event::GetDone { id: i, .. } if i == id => result = Some(Ok(())),
-                    Event::Failed {
-                        id: i,
-                        op: crate::module::Op::Get,
-                        error,
-                        ..
-                    } if i == id => {
-                        result = Some(Err(btl_err(error, peer)));
-                    }
-                    other => self.pending.push_back(other),
-                }
-            }
-            if let Some(r) = result {
-                return r;
-            }
-            match aborted {
-                None if start.elapsed() > GET_TIMEOUT => {
-                    tracing::error!(target: "btl_openib", peer, len, "RDMA read not completed after {GET_TIMEOUT:?}; aborting the connection");
-                    m.abort_peer(peer, &mut evs);
-                    aborted = Some(Instant::now());
-                }
-                None if !m.reachable(peer) => {
-                    // The connection broke meanwhile (another operation's
-                    // completion error): its QP is in the error state, so
-                    // the read's flush is on its way; wait for it briefly.
-                    aborted = Some(Instant::now());
-                }
-                Some(t) if t.elapsed() > ABORT_GRACE => {
-                    // No flush completion: give up rather than spin. The
-                    // QP is in the error state, so the NIC no longer writes
-                    // `dst`; the read's registration stays pinned until its
-                    // completion (or the module's end).
-                    tracing::error!(target: "btl_openib", peer, len, "RDMA read abandoned: connection to rank {peer} broken and no flush completion after {ABORT_GRACE:?}");
-                    return Err(btl_err(OpenibError::PeerFailed(peer), peer));
-                }
-                _ => {}
-            }
-            std::thread::yield_now();
+                src.as_ptr() as *mut u8,
+                src.len(),
+                true,
+            )
         }
     }
 
@@ -384,6 +515,7 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
         // tagged buffers' memory after it.
         self.tags.unpin_all();
         self.regions.clear();
+        self.windows.clear();
         self.pending.clear();
         if let Some(m) = &self.module {
             let r = m.stats().rcache;

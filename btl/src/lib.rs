@@ -47,6 +47,10 @@
 //! [`RemoteRegion`] (24 bytes on the wire, [`RemoteRegion::to_bytes`]) to a
 //! peer, which copies from it with [`BtlModule::get`]. Reads are
 //! bounds-checked against the region: only `addr..addr+len` can be read.
+//! Where a module also has [`BtlFlags::PUT`], memory registered with
+//! [`BtlModule::register_window`] (a one-sided window) can be written by
+//! peers with [`BtlModule::put`], bounds-checked alike. `get` and `put`
+//! are blocking: the transfer is complete at both ends when they return.
 
 pub mod bytes;
 mod error;
@@ -239,6 +243,27 @@ pub trait BtlModule: Send {
         Err(BtlError::Unsupported("register_region"))
     }
 
+    /// Makes `len` bytes at `ptr` readable **and writable** by peers
+    /// through [`BtlModule::get`] and [`BtlModule::put`] (a one-sided
+    /// window's memory; [`BtlModule::register_region`] grants reads only).
+    /// Released by [`BtlModule::deregister_region`], after which the BTL
+    /// keeps no registration of the range that peers could write through
+    /// (btl-openib deregisters it rather than caching it). Default:
+    /// [`BtlError::Unsupported`] (modules without [`BtlFlags::PUT`]).
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay allocated until
+    /// [`BtlModule::deregister_region`] is called for the returned region;
+    /// peers may write it at any time until then.
+    unsafe fn register_window(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<RemoteRegion, BtlError> {
+        let _ = (ptr, len);
+        Err(BtlError::Unsupported("register_window"))
+    }
+
     /// Releases a registration; later gets of it fail (where the BTL can
     /// tell) and the memory is the caller's again.
     fn deregister_region(&mut self, region: &RemoteRegion) {
@@ -261,8 +286,12 @@ pub trait BtlModule: Send {
         Err(BtlError::Unsupported("get"))
     }
 
-    /// Copies `src` to `offset` within `peer`'s `region`. Default:
-    /// [`BtlError::Unsupported`] (self and sm have no put).
+    /// Copies `src` to `offset` within `peer`'s `region` (one registered
+    /// with [`BtlModule::register_window`]): bounds and errors as
+    /// [`BtlModule::get`]; complete at the target (btl-openib: the RDMA
+    /// write's completion was polled, so the data is in the target's
+    /// memory) before returning. Default: [`BtlError::Unsupported`] (self
+    /// and sm have no put).
     fn put(
         &mut self,
         peer: u32,

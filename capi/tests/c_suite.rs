@@ -309,6 +309,147 @@ fn rma_fence() {
     expect_ok_sm_tcp("rma_fence", &[1, 2, 4]);
 }
 
+/// btl-openib on the soft NIC `tmsoft0` (no sm) with osc rdma before
+/// pt2pt (sm left out, so `MPI_Win_allocate` windows are not put in a
+/// shared segment either); `osc_base_verbose` 50 logs the rdma windows'
+/// counters at free and any fallback to pt2pt.
+const OPENIB_RDMA: &[&str] = &[
+    "--mca",
+    "btl",
+    "self,openib",
+    "--mca",
+    "btl_openib_if_include",
+    "tmsoft0",
+    "--mca",
+    "osc",
+    "rdma,pt2pt",
+    "--mca",
+    "osc_base_verbose",
+    "50",
+    "--mca",
+    "mpi_yield_when_idle",
+    "1",
+];
+
+/// `(RDMA writes, RDMA reads, windows)` summed over the `osc rdma window
+/// freed` lines of a job's stderr.
+fn rdma_counters(err: &str) -> (u64, u64, u64) {
+    let mut t = (0, 0, 0);
+    for l in err.lines() {
+        let Some(rest) = l.split("osc rdma window freed: ").nth(1) else {
+            continue;
+        };
+        let nums: Vec<u64> = rest
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        t.0 += nums[0];
+        t.1 += nums[1];
+        t.2 += 1;
+    }
+    t
+}
+
+/// The one-sided suites of fence, passive target and PSCW (puts and gets
+/// of contiguous and derived datatypes, checked data) and of errors
+/// (epoch misuse, ranges and type mismatches found by rdma's checks, the
+/// same classes as pt2pt's) over btl-openib
+/// with osc rdma: every window is served by rdma (no fallback to pt2pt
+/// logged, an rdma free line per window and rank) and RDMA writes and
+/// reads were issued; accumulates and synchronisation go through its
+/// inner pt2pt module.
+#[test]
+fn rma_over_openib_with_osc_rdma() {
+    for name in [
+        "rma_rdma",
+        "rma_fence",
+        "rma_passive",
+        "rma_pscw",
+        "rma_errors",
+    ] {
+        let exe = build(name);
+        let _g = serial();
+        for n in [2u32, 4] {
+            let (code, out, err) = run_with(&exe, n, 180, OPENIB_RDMA);
+            assert_eq!(
+                code,
+                Some(0),
+                "{name} with {n} ranks over openib/osc rdma\nstdout:\n{out}\nstderr:\n{err}"
+            );
+            assert!(out.contains(&format!("{name}: OK")), "{name} ({n}): {out}");
+            assert!(
+                !err.contains("the window goes to pt2pt"),
+                "{name} ({n}): a window fell back to pt2pt\n{err}"
+            );
+            let (w, r, wins) = rdma_counters(&err);
+            assert!(
+                wins >= u64::from(n) && w > 0,
+                "{name} ({n}): {wins} rdma windows freed, {w} RDMA writes, {r} reads\n{err}"
+            );
+            // rma_pscw and rma_errors only put.
+            if matches!(name, "rma_rdma" | "rma_fence" | "rma_passive") {
+                assert!(r > 0, "{name} ({n}): no RDMA reads\n{err}");
+            }
+        }
+    }
+}
+
+/// An RDMA read of osc rdma that completes with an error (the soft NIC's
+/// fault injection fails the first read of each process) fails the
+/// `MPI_Get` with an MPI error class, and under `MPI_ERRORS_ARE_FATAL`
+/// the job ends instead of hanging.
+#[test]
+fn osc_rdma_failed_read_fails_the_get() {
+    let exe = build("rma_fence");
+    let _g = serial();
+    let mut args = OPENIB_RDMA.to_vec();
+    args.extend(["--mca", "btl_openib_tmsoft_inject_error", "read:1"]);
+    let (code, out, err) = run_with(&exe, 2, 60, &args);
+    assert!(code.is_some_and(|c| c != 0), "exit {code:?}\n{out}\n{err}");
+    assert!(!out.contains("rma_fence: OK"), "{out}");
+    assert!(
+        err.contains("MPI_Get: one-sided transfer failed") && err.contains("MPI_ERR_OTHER"),
+        "{err}"
+    );
+}
+
+/// Where a peer is not reached over RDMA (btl sm or tcp), osc rdma hands
+/// the window to pt2pt on every rank together, and the suite passes.
+#[test]
+fn osc_rdma_falls_back_to_pt2pt_without_rdma() {
+    let exe = build("rma_fence");
+    let _g = serial();
+    for btl in ["self,sm", "self,tcp"] {
+        let args = [
+            "--mca",
+            "btl",
+            btl,
+            "--mca",
+            "osc",
+            "rdma,pt2pt",
+            "--mca",
+            "osc_base_verbose",
+            "50",
+        ];
+        let (code, out, err) = run_with(&exe, 2, 90, &args);
+        assert_eq!(code, Some(0), "{btl}\n{out}\n{err}");
+        assert!(out.contains("rma_fence: OK"), "{btl}: {out}");
+        assert!(err.contains("the window goes to pt2pt"), "{btl}: {err}");
+        assert_eq!(rdma_counters(&err).2, 0, "{btl}: {err}");
+    }
+}
+
+/// Puts and gets between all pairs (self included) with contiguous and
+/// derived datatypes on either side (vector, indexed resized), under
+/// fence, PSCW, exclusive and shared locks, lock_all with flushes and
+/// NOCHECK, on a created and an allocated window, checked against
+/// MPI_Pack/MPI_Unpack: written for osc rdma's per-run transfers (see
+/// [`rma_over_openib_with_osc_rdma`]), run here with the other components.
+#[test]
+fn rma_rdma() {
+    expect_ok_sm_tcp("rma_rdma", &[1, 2, 4]);
+}
+
 /// Passive target: a target waiting in MPI_Barrier serves lock epochs;
 /// exclusive-lock contention loses no update; concurrent accumulates and
 /// fetch-and-ops from all ranks to one target; compare-and-swap.

@@ -13,6 +13,13 @@
 //!   stores in the target's part, applies accumulates under the target's
 //!   lock in the segment's header, and synchronises through that header;
 //!   no target progress is needed.
+//! * [`rdma`] (priority 15): `MPI_Win_create` and `MPI_Win_allocate`
+//!   windows whose ranks all reach each other through a BTL with RDMA put
+//!   and get (btl-openib): `MPI_Put` and `MPI_Get` are RDMA writes and
+//!   reads into the target's registered memory, without the target's
+//!   progress; everything else goes to an inner pt2pt module of the same
+//!   window. Windows that do not qualify fall back to pt2pt on every rank
+//!   together.
 //! * [`pt2pt`] (priority 10): active messages over the pml, as Open MPI's
 //!   osc/pt2pt and MPICH's CH3 RMA. Every operation is a message to the
 //!   target on the window's own context; the target applies it from the
@@ -40,6 +47,7 @@ pub(crate) mod apply;
 pub(crate) mod epoch;
 pub(crate) mod mem;
 pub mod pt2pt;
+pub mod rdma;
 pub(crate) mod shm;
 pub mod sm;
 pub(crate) mod wire;
@@ -485,8 +493,8 @@ pub trait Component: Send + Sync {
 
 /// Descriptors of the osc components, for `tmpi_info` and the selection
 /// list.
-pub fn descriptors() -> [&'static ComponentDescriptor; 2] {
-    [&pt2pt::DESCRIPTOR, &sm::DESCRIPTOR]
+pub fn descriptors() -> [&'static ComponentDescriptor; 3] {
+    [&pt2pt::DESCRIPTOR, &rdma::DESCRIPTOR, &sm::DESCRIPTOR]
 }
 
 /// The provider of this crate (for `tmpi_info` and MPI initialisation):
@@ -539,6 +547,7 @@ pub fn components() -> Result<Vec<(i64, Box<dyn Component>)>> {
         let comp: Box<dyn Component> = match d.name {
             "pt2pt" => Box::new(pt2pt::Pt2ptComponent),
             "sm" => Box::new(sm::SmComponent),
+            "rdma" => Box::new(rdma::RdmaComponent),
             other => return Err(OscError::Arg(format!("unknown osc component {other}"))),
         };
         out.push((prio, comp));
@@ -780,8 +789,10 @@ impl Window {
                         .into(),
                 )
             })?;
-        tracing::debug!(target: "osc", "window of {size} bytes served by component {}", chosen.name());
         let module = chosen.create(pml, comm, &mem)?;
+        // The module's component: a component may hand the window to
+        // another (rdma to pt2pt when a peer is not reached over RDMA).
+        tracing::debug!(target: "osc", "window of {size} bytes served by component {}", module.component());
         Ok(Window {
             module,
             mem,

@@ -193,7 +193,7 @@ pub struct Pt2pt {
 }
 
 impl Pt2pt {
-    fn new(pml: &Arc<Pml>, comm: &Comm, mem: &Memory) -> Result<Pt2pt> {
+    pub(crate) fn new(pml: &Arc<Pml>, comm: &Comm, mem: &Memory) -> Result<Pt2pt> {
         let dup = comm.dup()?;
         let ctx = dup.context_id();
         let rank = dup.rank() as i32;
@@ -267,6 +267,15 @@ impl Pt2pt {
 
     fn pml(&self) -> &Pml {
         &self.sh.pml
+    }
+
+    /// An operation towards `target` that another component carries out
+    /// (osc rdma's puts and gets): checks that an access epoch covers it
+    /// and records that the fence's epoch has operations, as
+    /// [`Pt2pt::issue`] does for pt2pt's own.
+    pub(crate) fn access_op(&self, target: i32) -> Result<()> {
+        self.check_rank(target)?;
+        lock(&self.origin).ep.operation(target)
     }
 
     fn check_rank(&self, r: i32) -> Result<()> {

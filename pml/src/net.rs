@@ -563,6 +563,92 @@ impl Transport for BtlNet {
         out
     }
 
+    fn rdma_peer(&self, peer: u32) -> bool {
+        self.route.get(peer as usize).is_some_and(|&i| {
+            self.modules[i]
+                .flags()
+                .contains(BtlFlags::PUT | BtlFlags::GET)
+        })
+    }
+
+    unsafe fn rdma_register(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        peers: &[u32],
+    ) -> Result<Vec<(u32, RemoteRegion)>, TxError> {
+        let mut mods: Vec<usize> = peers
+            .iter()
+            .filter_map(|&p| self.route.get(p as usize).copied())
+            .filter(|&i| {
+                self.modules[i]
+                    .flags()
+                    .contains(BtlFlags::PUT | BtlFlags::GET)
+            })
+            .collect();
+        mods.sort_unstable();
+        mods.dedup();
+        let mut out: Vec<(u32, RemoteRegion)> = Vec::with_capacity(mods.len());
+        for i in mods {
+            // SAFETY: forwarded from this function's contract.
+            match unsafe { self.modules[i].register_window(ptr, len) } {
+                Ok(r) => out.push((i as u32, r)),
+                Err(e) => {
+                    self.rdma_deregister(&out);
+                    return Err(TxError::Fatal(format!(
+                        "btl {}: cannot register {len} bytes for RDMA: {e}",
+                        self.modules[i].name()
+                    )));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn rdma_deregister(&mut self, regions: &[(u32, RemoteRegion)]) {
+        for (i, r) in regions {
+            if let Some(m) = self.modules.get_mut(*i as usize) {
+                m.deregister_region(r);
+            }
+        }
+    }
+
+    unsafe fn rdma(
+        &mut self,
+        peer: u32,
+        regions: &[(u32, RemoteRegion)],
+        offset: u64,
+        buf: *mut u8,
+        len: usize,
+        write: bool,
+    ) -> Result<(), TxError> {
+        let Some(&i) = self.route.get(peer as usize) else {
+            return Err(TxError::Fatal(format!("no route to rank {peer}")));
+        };
+        // Module k of this process is connected to module k of the peer
+        // (btl add_procs), so the peer's region of module k is the one.
+        let Some((_, r)) = regions.iter().find(|(k, _)| *k as usize == i) else {
+            return Err(TxError::Fatal(format!(
+                "rank {peer} registered its window with no module of the BTL that reaches it"
+            )));
+        };
+        let m = &mut self.modules[i];
+        let res = if write {
+            // SAFETY: the caller's contract: `buf..buf+len` is readable.
+            let src = unsafe { std::slice::from_raw_parts(buf as *const u8, len) };
+            m.put(peer, r, offset, src)
+        } else {
+            // SAFETY: the caller's contract: writable and not accessed by
+            // others during the call.
+            let dst = unsafe { std::slice::from_raw_parts_mut(buf, len) };
+            m.get(peer, r, offset, dst)
+        };
+        res.map_err(|e| match e {
+            BtlError::WouldBlock => TxError::Busy,
+            e => tx_err(m.name(), e),
+        })
+    }
+
     fn peer_btl(&self, peer: u32) -> Option<&str> {
         let &i = self.route.get(peer as usize)?;
         Some(self.modules[i].name())

@@ -106,6 +106,51 @@ pub trait Transport: Send {
         None
     }
 
+    /// Whether `peer` is reached by a module with RDMA put and get
+    /// (`BtlFlags::PUT | BtlFlags::GET`) for one-sided windows. Default:
+    /// none.
+    fn rdma_peer(&self, _peer: u32) -> bool {
+        false
+    }
+    /// Registers `len` bytes at `ptr` for remote reads and writes with
+    /// every module that carries traffic of one of `peers` and has RDMA
+    /// put and get (`BtlModule::register_window`): (module index, region)
+    /// per module. Default: none.
+    ///
+    /// # Safety
+    /// The memory stays allocated until [`Transport::rdma_deregister`];
+    /// peers may write it until then.
+    unsafe fn rdma_register(
+        &mut self,
+        _ptr: *mut u8,
+        _len: usize,
+        _peers: &[u32],
+    ) -> Result<Vec<(u32, tmpi_btl::RemoteRegion)>, TxError> {
+        Ok(Vec::new())
+    }
+    /// Releases what [`Transport::rdma_register`] returned.
+    fn rdma_deregister(&mut self, _regions: &[(u32, tmpi_btl::RemoteRegion)]) {}
+    /// Blocking RDMA write (`write`) of `len` bytes at `buf` to, or read
+    /// into `buf` from, `offset` of `peer`'s registration `regions` (what
+    /// the peer's [`Transport::rdma_register`] returned: the region of the
+    /// module that carries `peer`'s traffic is used). [`TxError::Busy`]:
+    /// nothing happened, progress and retry.
+    ///
+    /// # Safety
+    /// `buf..buf+len` is valid (writable for a read) and not accessed by
+    /// others during the call.
+    unsafe fn rdma(
+        &mut self,
+        _peer: u32,
+        _regions: &[(u32, tmpi_btl::RemoteRegion)],
+        _offset: u64,
+        _buf: *mut u8,
+        _len: usize,
+        _write: bool,
+    ) -> Result<(), TxError> {
+        Err(TxError::Fatal("no RDMA transport".into()))
+    }
+
     /// `(max_num_tags, max_ops)` of the one tag-matching module the pml
     /// offloads to; `None` (default): software matching only.
     fn tm_caps(&self) -> Option<(u32, u32)> {

@@ -264,6 +264,8 @@ struct GetOp<P: Provider> {
     peer: u32,
     chunks_left: u32,
     failed: Option<WcStatus>,
+    /// An RDMA write ([`Module::put`]) rather than a read.
+    write: bool,
     _reg: Reg<P>,
 }
 
@@ -516,7 +518,11 @@ impl<P: Provider> Module<P> {
             qp.modify_to_init(&QpInitTransition {
                 port,
                 pkey_index: 0,
-                access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+                // REMOTE_WRITE: one-sided windows (`register_window`);
+                // memory regions still decide what a peer may write.
+                access: AccessFlags::LOCAL_WRITE
+                    | AccessFlags::REMOTE_READ
+                    | AccessFlags::REMOTE_WRITE,
             })?;
             qp_rank.insert(qp.qp_num(), r);
             peers.push(Some(Peer {
@@ -678,6 +684,13 @@ impl<P: Provider> Module<P> {
     /// Largest eager payload.
     pub fn eager_limit(&self) -> usize {
         self.cfg.eager_limit
+    }
+    /// Largest RDMA read or write ([`Module::get`], [`Module::put`]) that
+    /// fits an idle send queue: its chunks of the port's `max_msg_sz` take
+    /// at most half the queue's entries.
+    pub fn max_rdma_len(&self) -> usize {
+        let chunks = u64::from((self.cfg.send_queue / 2).max(1));
+        (self.max_chunk * chunks).min(1 << 30) as usize
     }
     /// Largest generic fragment (`hdr + data` of [`Module::send_frag`]).
     pub fn max_frag(&self) -> usize {

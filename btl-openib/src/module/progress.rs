@@ -281,14 +281,15 @@ impl<P: Provider> Module<P> {
                 peer: g.peer,
             }),
             Some(status) => {
+                let what = if g.write { "RDMA write" } else { "RDMA read" };
                 tracing::error!(target: "btl_openib", device = %self.device, peer = g.peer, ?status,
-                    "RDMA read from rank {} failed", g.peer);
+                    "{what} with rank {} failed", g.peer);
                 out.push(Event::Failed {
                     id: g.id,
                     peer: g.peer,
                     op: Op::Get,
                     error: OpenibError::Completion {
-                        what: "RDMA read",
+                        what,
                         peer: g.peer,
                         status,
                     },

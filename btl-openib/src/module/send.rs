@@ -339,10 +339,49 @@ impl<P: Provider> Module<P> {
         rvh: Rvh,
         id: u64,
     ) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.rdma(rank, dst, len, rvh, id, false) }
+    }
+
+    /// Writes `len` bytes at `src` to the peer's region `rvh` (from offset
+    /// 0; registered with REMOTE_WRITE) by RDMA write, split like
+    /// [`Module::get`]. [`Event::GetDone`] (a put's completion too: the
+    /// data is in the target's memory) or [`Event::Failed`] with
+    /// [`Op::Get`] follows.
+    ///
+    /// # Safety
+    /// `src..src+len` must stay valid and unmodified until that event was
+    /// returned by [`Module::progress`] (the NIC reads it).
+    pub unsafe fn put(
+        &mut self,
+        rank: u32,
+        src: *const u8,
+        len: usize,
+        rvh: Rvh,
+        id: u64,
+    ) -> Result<()> {
+        // SAFETY: forwarded; the NIC only reads `src` for a write.
+        unsafe { self.rdma(rank, src as *mut u8, len, rvh, id, true) }
+    }
+
+    /// RDMA read into (`write == false`) or RDMA write from `buf`.
+    ///
+    /// # Safety
+    /// See [`Module::get`] and [`Module::put`].
+    unsafe fn rdma(
+        &mut self,
+        rank: u32,
+        buf: *mut u8,
+        len: usize,
+        rvh: Rvh,
+        id: u64,
+        write: bool,
+    ) -> Result<()> {
+        let what = if write { "put" } else { "get" };
         self.peer(rank)?;
         if len == 0 || len as u64 > u64::from(rvh.len) || rvh.len == FIN_ERROR_LEN {
             return Err(OpenibError::InvalidArgument(format!(
-                "get of {len} bytes from a region of {} bytes",
+                "{what} of {len} bytes with a region of {} bytes",
                 rvh.len
             )));
         }
@@ -350,11 +389,15 @@ impl<P: Provider> Module<P> {
         if self.stats.send_outstanding + chunks > self.cfg.send_queue {
             return Err(OpenibError::Busy);
         }
+        // The NIC writes the local buffer of a read and only reads that of
+        // a write (which may be read-only memory).
+        let access = if write {
+            AccessFlags::empty()
+        } else {
+            AccessFlags::LOCAL_WRITE
+        };
         // SAFETY: forwarded from this function's contract.
-        let reg = unsafe {
-            self.rcache
-                .register(&self.pd, dst, len, AccessFlags::LOCAL_WRITE)
-        }?;
+        let reg = unsafe { self.rcache.register(&self.pd, buf, len, access) }?;
         let key = self.next_get;
         self.next_get = (self.next_get + 1) & LOW;
         let qp = &self.peer(rank)?.qp;
@@ -364,17 +407,21 @@ impl<P: Provider> Module<P> {
         while off < len as u64 {
             let n = (len as u64 - off).min(self.max_chunk);
             let sge = [reg.sge(off, n as u32)?];
-            // SAFETY: the SGE lies in a region registered on this PD with
-            // LOCAL_WRITE, kept pinned by `GetOp::_reg` until the last
-            // chunk's completion; the caller keeps the memory valid.
+            let (remote_addr, rkey) = (rvh.va + off, rvh.rkey);
+            let opcode = if write {
+                SendOpcode::RdmaWrite { remote_addr, rkey }
+            } else {
+                SendOpcode::RdmaRead { remote_addr, rkey }
+            };
+            // SAFETY: the SGE lies in a region registered on this PD (with
+            // LOCAL_WRITE for a read), kept pinned by `GetOp::_reg` until
+            // the last chunk's completion; the caller keeps the memory
+            // valid.
             let r = unsafe {
                 qp.post_send(&SendWr {
                     wr_id: wr(K_GET, key),
                     sg_list: &sge,
-                    opcode: SendOpcode::RdmaRead {
-                        remote_addr: rvh.va + off,
-                        rkey: rvh.rkey,
-                    },
+                    opcode,
                     flags: SendFlags::SIGNALED,
                 })
             };
@@ -404,6 +451,7 @@ impl<P: Provider> Module<P> {
                 chunks_left: posted,
                 // A partially posted read fails once the posted part is done.
                 failed: err.map(|_| WcStatus::LocQpOpErr),
+                write,
                 _reg: reg,
             },
         );

@@ -22,6 +22,7 @@
 //! * `completion`: test, wait and their any/some/all forms, cancel, free.
 //! * `probe`: probe, improbe, mprobe, imrecv.
 //! * `bsend`: the buffered-send buffer (attach, detach).
+//! * `rdma`: RDMA put/get for one-sided windows (registration, transfers).
 //! * `stats`: the counters and the `pml_stats`/`pml_peers` lines.
 //! * `finalize`: finalize and abandon.
 
@@ -32,6 +33,7 @@ mod finalize;
 mod hooks;
 mod inner;
 mod probe;
+mod rdma;
 mod send_recv;
 mod stats;
 
@@ -48,6 +50,7 @@ use crate::PmlError;
 
 use hooks::ProgressHook;
 pub(crate) use inner::Inner;
+pub use rdma::RdmaKeys;
 
 /// Options for [`Pml::init`]: what the layer above gives the pml. Every
 /// other setting comes from MCA parameters.
