@@ -8,6 +8,14 @@
 #
 #   bash perf/scripts/rmabench.sh [ROUNDS]
 #   MAX=65536 bash perf/scripts/rmabench.sh 3
+#   CALLGRIND=1 bash perf/scripts/rmabench.sh    # instructions per call
+#
+# CALLGRIND=1 instead runs each library once under valgrind's callgrind
+# (put-flush, get-flush and fop at 8 bytes, 1 100 iterations each) and
+# prints the origin's instructions per call of MPI_Put, MPI_Get,
+# MPI_Fetch_and_op and MPI_Win_flush (inclusive: everything the call
+# runs), independent of the machine's load. The callgrind files stay in
+# the output directory for callgrind_annotate.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${1:-5}
@@ -22,6 +30,31 @@ mkdir -p "$OUT"
 "$PREFIX/bin/mpicc" -O2 -Wall -o "$OUT/rmabench-tmpi" perf/c/rmabench.c
 mpicc.openmpi -O2 -Wall -o "$OUT/rmabench-ompi" perf/c/rmabench.c
 mpicc.mpich -O2 -Wall -Wno-stringop-overflow -o "$OUT/rmabench-mpich" perf/c/rmabench.c
+
+if [ "${CALLGRIND:-0}" = 1 ]; then
+    iters=1000 calls=1100 # --iters plus a tenth of warm-up
+    for impl in tmpi ompi mpich; do
+        rm -f "$OUT"/cg.$impl.*
+        case $impl in
+        ompi) l=(mpirun.openmpi -np 2 --bind-to core --mca pml ob1 --mca btl vader,self) ;;
+        mpich) l=(mpiexec.mpich -n 2 -bind-to core) ;;
+        tmpi) l=("$PREFIX/bin/mpiexec" -n 2 --bind-to core --timeout 900) ;;
+        esac
+        timeout 900 "${l[@]}" valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.$impl.%p" \
+            "$OUT/rmabench-$impl" --min 8 --max 8 --iters $iters --modes put-flush,get-flush,fop \
+            >/dev/null 2>&1 || echo "$impl failed under callgrind" >&2
+        echo "== $impl: origin's instructions per call (8 B; MPI_Win_flush: after each of the others)"
+        for f in "$OUT"/cg.$impl.*; do
+            callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
+                grep -E ':P?MPI_(Put|Get|Fetch_and_op|Win_flush) ' |
+                sed -E 's/^ *([0-9,]+).*:(P?MPI_[A-Za-z_]+) .*/\1 \2/' |
+                awk -v c=$calls '{ gsub(",", "", $1); n = ($2 ~ /flush/) ? 3 * c : c
+                                   printf "  %-17s %6.0f\n", $2, $1 / n }' || true # the target's file has none
+        done
+    done
+    echo "callgrind files in $OUT"
+    exit 0
+fi
 
 run() { # impl round
     local f="$OUT/$1.$2.csv" a=(--max "$MAX" --csv)
