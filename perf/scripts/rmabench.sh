@@ -9,6 +9,11 @@
 #   bash perf/scripts/rmabench.sh [ROUNDS]
 #   MAX=65536 bash perf/scripts/rmabench.sh 3
 #   CALLGRIND=1 bash perf/scripts/rmabench.sh    # instructions per call
+#   BASE=<prefix of another tmpi> bash perf/scripts/rmabench.sh
+#
+# BASE adds that build of tmpi (say, before a change) to the alternation
+# and prints a second table: its medians beside PREFIX's, ratio = PREFIX /
+# BASE.
 #
 # CALLGRIND=1 instead runs each library once under valgrind's callgrind
 # (put-flush, get-flush and fop at 8 bytes, 1 100 iterations each) and
@@ -30,6 +35,11 @@ mkdir -p "$OUT"
 "$PREFIX/bin/mpicc" -O2 -Wall -o "$OUT/rmabench-tmpi" perf/c/rmabench.c
 mpicc.openmpi -O2 -Wall -o "$OUT/rmabench-ompi" perf/c/rmabench.c
 mpicc.mpich -O2 -Wall -Wno-stringop-overflow -o "$OUT/rmabench-mpich" perf/c/rmabench.c
+impls="ompi mpich tmpi"
+if [ -n "${BASE:-}" ]; then
+    "$BASE/bin/mpicc" -O2 -Wall -o "$OUT/rmabench-base" perf/c/rmabench.c
+    impls="$impls base"
+fi
 
 if [ "${CALLGRIND:-0}" = 1 ]; then
     iters=1000 calls=1100 # --iters plus a tenth of warm-up
@@ -63,10 +73,11 @@ run() { # impl round
         "$OUT/rmabench-ompi" "${a[@]}" >"$f" ;;
     mpich) timeout 900 mpiexec.mpich -n 2 -bind-to core "$OUT/rmabench-mpich" "${a[@]}" >"$f" ;;
     tmpi) "$PREFIX/bin/mpiexec" -n 2 --bind-to core --timeout 900 "$OUT/rmabench-tmpi" "${a[@]}" >"$f" ;;
+    base) "$BASE/bin/mpiexec" -n 2 --bind-to core --timeout 900 "$OUT/rmabench-base" "${a[@]}" >"$f" ;;
     esac
 }
 for r in $(seq 1 "$ROUNDS"); do
-    for impl in ompi mpich tmpi; do
+    for impl in $impls; do
         echo "round $r: $impl" >&2
         run "$impl" "$r" || echo "round $r: $impl failed" >&2
     done
@@ -77,9 +88,15 @@ median() { # impl -> "mode,size value" lines
         END { for (k in v) { split(substr(v[k], 2), a, " "); print k, a[int((n[k] + 1) / 2)] } }' |
         LC_ALL=C sort
 }
-for impl in ompi mpich tmpi; do median "$impl" >"$OUT/$impl.med"; done
+for impl in $impls; do median "$impl" >"$OUT/$impl.med"; done
 echo "== one-sided (latency us, put-bw MB/s), medians of $ROUNDS runs; ratio = tmpi / Open MPI"
 printf "%-10s %10s %12s %12s %12s %8s\n" mode size "Open MPI" MPICH tmpi ratio
 LC_ALL=C join "$OUT/ompi.med" "$OUT/mpich.med" | LC_ALL=C join - "$OUT/tmpi.med" | tr ',' ' ' |
     sort -k1,1 -k2,2n | awk '{ r = ($3 > 0) ? $5 / $3 : 0; printf "%-10s %10d %12.3f %12.3f %12.3f %8.2f\n", $1, $2, $3, $4, $5, r }'
+if [ -n "${BASE:-}" ]; then
+    echo "== tmpi ($PREFIX) beside tmpi ($BASE), medians of $ROUNDS runs; ratio = PREFIX / BASE"
+    printf "%-10s %10s %12s %12s %8s\n" mode size base tmpi ratio
+    LC_ALL=C join "$OUT/base.med" "$OUT/tmpi.med" | tr ',' ' ' | sort -k1,1 -k2,2n |
+        awk '{ r = ($3 > 0) ? $4 / $3 : 0; printf "%-10s %10d %12.3f %12.3f %8.2f\n", $1, $2, $3, $4, r }'
+fi
 echo "raw results in $OUT"
