@@ -754,7 +754,15 @@ pub extern "C" fn MPI_Fetch_and_op(
 ) -> c_int {
     guard_win("MPI_Fetch_and_op", win, || {
         with_win(win, |w| {
-            let t = dtype(datatype)?;
+            // A predefined type (the usual case) without a reference.
+            let held;
+            let t = match rt().ok().and_then(|rt| rt.fast.dtype(datatype)) {
+                Some(f) => &f.t,
+                None => {
+                    held = dtype(datatype)?;
+                    &*held
+                }
+            };
             if !t.predefined {
                 return Err(Error::new(
                     C::Type,

@@ -298,6 +298,27 @@ impl AccOp {
     }
 }
 
+/// Whether [`acc_check`] passes, decided without building a result for
+/// the usual case (a predefined op on the target's one element type, an
+/// origin of that type holding `n` bytes, the target's): a fast path's
+/// check. `false` only means "ask [`acc_check`]", which reports the
+/// errors and decides the types of the wide kernels.
+#[inline]
+pub(crate) fn acc_plain(origin: Option<&Buf<'_>>, t: &Target<'_>, op: &AccOp, n: usize) -> bool {
+    let op_ok = match op {
+        AccOp::Replace | AccOp::NoOp => true,
+        AccOp::Reduce(Op::User(_)) => false,
+        AccOp::Reduce(o) => {
+            matches!((t.layout.elem, t.layout.wide), (Some(e), None) if o.applies_to(e))
+        }
+    };
+    op_ok
+        && origin.is_none_or(|o| {
+            (o.layout.elem, o.layout.wide) == (t.layout.elem, t.layout.wide)
+                && o.layout.size.checked_mul(o.count) == Some(n)
+        })
+}
+
 /// The checks of an accumulate: the op applies, origin and target hold
 /// the same amount of data of the same predefined type.
 pub(crate) fn acc_check(origin: Option<&Buf<'_>>, t: &Target<'_>, op: &AccOp) -> Result<()> {

@@ -261,7 +261,7 @@ impl Sm {
     /// the same positive length, the region lies in the target's part and
     /// a passive-target epoch covers the target. `None`: the general path
     /// (which also reports every error; none is possible here).
-    #[inline]
+    #[inline(always)]
     fn fast(&self, t: &Target<'_>, other: &Layout, count: usize) -> Option<(usize, usize)> {
         let p = self.seg.parts.get(usize::try_from(t.rank).ok()?)?;
         let n = t.layout.size.checked_mul(t.count)?;
@@ -511,7 +511,9 @@ impl Module for Sm {
         if let Some((off, n)) = self.fast(&t, origin.layout, origin.count) {
             if n <= SMALL_ACC {
                 // As in `get_accumulate`'s fast path.
-                crate::acc_check(Some(&origin), &t, op)?;
+                if !crate::acc_plain(Some(&origin), &t, op, n) {
+                    crate::acc_check(Some(&origin), &t, op)?;
+                }
                 // SAFETY: the caller's contract: `n` contiguous bytes.
                 let data = unsafe { bytes(origin.ptr, n) };
                 return self.acc_at(t.rank, off, n, op, t.layout, data).map(|_| ());
@@ -569,7 +571,9 @@ impl Module for Sm {
                 // Range and epoch are right: only the op and the origin's
                 // type can be wrong, which the general path checks first
                 // as well.
-                crate::acc_check(origin.as_ref(), &t, op)?;
+                if !crate::acc_plain(origin.as_ref(), &t, op, n) {
+                    crate::acc_check(origin.as_ref(), &t, op)?;
+                }
                 let data = match origin {
                     // SAFETY: the caller's contract: `n` contiguous bytes
                     // (the origin holds as many as the target, `acc_check`
