@@ -13,7 +13,9 @@
 #
 # BASE adds that build of tmpi (say, before a change) to the alternation
 # and prints a second table: its medians beside PREFIX's, ratio = PREFIX /
-# BASE.
+# BASE. OMPI_ARGS adds options to Open MPI's mpirun: Open MPI 4.1 serves
+# an MPI_Win_allocate window on one node by osc rdma (priority 101), not
+# osc sm (100); OMPI_ARGS="--mca osc sm" measures osc sm.
 #
 # CALLGRIND=1 instead runs each library once under valgrind's callgrind
 # (put-flush, get-flush and fop at 8 bytes, 1 100 iterations each) and
@@ -46,7 +48,8 @@ if [ "${CALLGRIND:-0}" = 1 ]; then
     for impl in tmpi ompi mpich; do
         rm -f "$OUT"/cg.$impl.*
         case $impl in
-        ompi) l=(mpirun.openmpi -np 2 --bind-to core --mca pml ob1 --mca btl vader,self) ;;
+        ompi) # shellcheck disable=SC2206
+            l=(mpirun.openmpi -np 2 --bind-to core --mca pml ob1 --mca btl vader,self ${OMPI_ARGS:-}) ;;
         mpich) l=(mpiexec.mpich -n 2 -bind-to core) ;;
         tmpi) l=("$PREFIX/bin/mpiexec" -n 2 --bind-to core --timeout 900) ;;
         esac
@@ -73,7 +76,8 @@ fi
 run() { # impl round
     local f="$OUT/$1.$2.csv" a=(--max "$MAX" --csv)
     case $1 in
-    ompi) timeout 900 mpirun.openmpi -np 2 --bind-to core --mca pml ob1 --mca btl vader,self \
+    ompi) # shellcheck disable=SC2086
+        timeout 900 mpirun.openmpi -np 2 --bind-to core --mca pml ob1 --mca btl vader,self ${OMPI_ARGS:-} \
         "$OUT/rmabench-ompi" "${a[@]}" >"$f" ;;
     mpich) timeout 900 mpiexec.mpich -n 2 -bind-to core "$OUT/rmabench-mpich" "${a[@]}" >"$f" ;;
     tmpi) "$PREFIX/bin/mpiexec" -n 2 --bind-to core --timeout 900 "$OUT/rmabench-tmpi" "${a[@]}" >"$f" ;;
