@@ -773,22 +773,19 @@ pub extern "C" fn MPI_Fetch_and_op(
                 ));
             }
             let op = acc_op(op)?;
-            let l = t.osc_layout();
-            let Some(t) = target(target_rank, target_disp, 1, l) else {
+            if target_rank == PROC_NULL {
                 return Ok(());
-            };
-            let o = Buf {
-                ptr: origin_addr.cast(),
-                count: 1,
-                layout: l,
-            };
-            let r = BufMut {
-                ptr: result_addr.cast(),
-                count: 1,
-                layout: l,
-            };
+            }
             // SAFETY: as in MPI_Get_accumulate, one element each.
-            Ok(unsafe { w.win.module().get_accumulate(Some(o), r, t, &op) }?)
+            Ok(unsafe {
+                w.win.module().fetch_and_op(
+                    origin_addr.cast(),
+                    result_addr.cast(),
+                    t.osc_layout(),
+                    (target_rank, target_disp),
+                    &op,
+                )
+            }?)
         })
     })
 }

@@ -652,6 +652,52 @@ impl Module for Sm {
         Ok(())
     }
 
+    unsafe fn fetch_and_op(
+        &self,
+        origin: *const u8,
+        result: *mut u8,
+        layout: &Layout,
+        target: (i32, isize),
+        op: &AccOp,
+    ) -> Result<()> {
+        let (rank, disp) = target;
+        let t = Target {
+            rank,
+            disp,
+            count: 1,
+            layout,
+        };
+        // One element of one type at each side: only the target's range
+        // and epoch, and whether the op applies, are left to check.
+        if layout.size <= SMALL_ACC && op.plain_on(layout) {
+            if let Some((off, n)) = self.fast(&t, layout, 1) {
+                let data = match op {
+                    AccOp::NoOp => &[],
+                    // SAFETY: the caller's contract: one element (`n`
+                    // contiguous bytes, `fast` says) at `origin`.
+                    _ => unsafe { bytes(origin, n) },
+                };
+                let old = self.acc_at(rank, off, n, op, layout, data)?;
+                // SAFETY: the caller's contract: one writable element at
+                // `result`.
+                unsafe { bytes_mut(result, n) }.copy_from_slice(&old[..n]);
+                return Ok(());
+            }
+        }
+        let o = Buf {
+            ptr: origin,
+            count: 1,
+            layout,
+        };
+        let r = BufMut {
+            ptr: result,
+            count: 1,
+            layout,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { self.get_accumulate(Some(o), r, t, op) }
+    }
+
     unsafe fn compare_and_swap(
         &self,
         origin: *const u8,
