@@ -8,8 +8,10 @@
 //! `MPI_WIN_NULL` is 0). Errors of a window call go to the window's error
 //! handler (`MPI_ERRORS_ARE_FATAL` unless set), as MPI requires.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use tmpi_coll::TypeClass;
@@ -88,6 +90,75 @@ fn win_of(h: c_int) -> Res<Arc<WinEnt>> {
         .get(&h)
         .cloned()
         .ok_or_else(|| Error::new(C::Win, format!("invalid window handle {h}")))
+}
+
+/// Counts the handles that left the table ([`unregister`]): a thread's
+/// cached window ([`LAST_WIN`]) is used only while no handle left since
+/// it was looked up, so a freed handle given to a new window never finds
+/// the old one.
+static UNREGISTERED: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The window this thread looked up last: handle, [`UNREGISTERED`]
+    /// when it was looked up, and the entry, held.
+    static LAST_WIN: RefCell<Option<(c_int, u64, Arc<WinEnt>)>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` on window `h`: the operations' and flushes' lookup. The
+/// thread's cached entry when it is still current (no lock, no reference
+/// count: an `MPI_Put` + `MPI_Win_flush` spent four atomic read-modify-
+/// writes of the table's mutex and the entry's count per call on
+/// [`win_of`]); else the table's, which then becomes the cached one.
+///
+/// Safe against `MPI_Win_free`: the cache holds its own reference, which
+/// stays while `f` runs (the cache is borrowed meanwhile; a call nested in
+/// `f`, as an error handler's, looks up through the table), so an entry a
+/// racing free removes stays valid memory (its window refuses what a freed
+/// window refuses) until this thread looks up another window. A window
+/// freed by this thread leaves its cache at once ([`unregister`]); another
+/// thread's cache keeps a freed window's memory until that thread's next
+/// window call.
+fn with_win<T>(h: c_int, f: impl FnOnce(&WinEnt) -> Res<T>) -> Res<T> {
+    let now = UNREGISTERED.load(Ordering::Acquire);
+    let mut f = Some(f);
+    let cached = LAST_WIN.try_with(|c| {
+        // Borrowed already: a call nested in another window call.
+        let mut slot = c.try_borrow_mut().ok()?;
+        if !matches!(&*slot, Some((ch, at, _)) if *ch == h && *at == now) {
+            match win_of(h) {
+                Ok(e) => *slot = Some((h, now, e)),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        let (_, _, e) = slot.as_ref()?;
+        Some(f.take()?(e))
+    });
+    if let Ok(Some(r)) = cached {
+        return r;
+    }
+    // No cache (a nested call, or the thread's storage is being torn down).
+    let e = win_of(h)?;
+    match f.take() {
+        Some(f) => f(&e),
+        None => Err(Error::new(C::Intern, "window call ran twice")),
+    }
+}
+
+/// Removes handle `h` from the table (`MPI_Win_free`), and from this
+/// thread's cache.
+fn unregister(h: c_int) {
+    {
+        let mut t = wins();
+        t.wins.remove(&h);
+        UNREGISTERED.fetch_add(1, Ordering::AcqRel);
+    }
+    let _ = LAST_WIN.try_with(|c| {
+        if let Ok(mut slot) = c.try_borrow_mut() {
+            if matches!(&*slot, Some((ch, _, _)) if *ch == h) {
+                *slot = None;
+            }
+        }
+    });
 }
 
 /// Runs the body of window call `name`; errors go to `win`'s handler
@@ -361,7 +432,7 @@ pub extern "C" fn MPI_Win_free(win: *mut c_int) -> c_int {
         e.win.free()?;
         // User attributes: delete callbacks, as for communicators.
         let attrs = std::mem::take(&mut *e.attrs.lock().unwrap_or_else(|p| p.into_inner()));
-        wins().wins.remove(&h);
+        unregister(h);
         for (k, v) in attrs {
             let kv = tables().keyvals.get(&k).copied();
             if let Some(kv) = kv {
@@ -398,9 +469,8 @@ fn put_op(
     target_disp: isize,
     target_count: c_int,
     target_datatype: c_int,
-    win: c_int,
+    w: &WinEnt,
 ) -> Res<()> {
-    let w = win_of(win)?;
     let held;
     let (ol, tl) = match fast_layouts(origin_datatype, target_datatype) {
         Some(l) => l,
@@ -438,16 +508,18 @@ pub extern "C" fn MPI_Put(
     win: c_int,
 ) -> c_int {
     guard_win("MPI_Put", win, || {
-        put_op(
-            origin_addr,
-            origin_count,
-            origin_datatype,
-            target_rank,
-            target_disp,
-            target_count,
-            target_datatype,
-            win,
-        )
+        with_win(win, |w| {
+            put_op(
+                origin_addr,
+                origin_count,
+                origin_datatype,
+                target_rank,
+                target_disp,
+                target_count,
+                target_datatype,
+                w,
+            )
+        })
     })
 }
 
@@ -460,9 +532,8 @@ fn get_op(
     target_disp: isize,
     target_count: c_int,
     target_datatype: c_int,
-    win: c_int,
+    w: &WinEnt,
 ) -> Res<()> {
-    let w = win_of(win)?;
     let held;
     let (ol, tl) = match fast_layouts(origin_datatype, target_datatype) {
         Some(l) => l,
@@ -500,16 +571,18 @@ pub extern "C" fn MPI_Get(
     win: c_int,
 ) -> c_int {
     guard_win("MPI_Get", win, || {
-        get_op(
-            origin_addr,
-            origin_count,
-            origin_datatype,
-            target_rank,
-            target_disp,
-            target_count,
-            target_datatype,
-            win,
-        )
+        with_win(win, |w| {
+            get_op(
+                origin_addr,
+                origin_count,
+                origin_datatype,
+                target_rank,
+                target_disp,
+                target_count,
+                target_datatype,
+                w,
+            )
+        })
     })
 }
 
@@ -523,9 +596,8 @@ fn accumulate_op(
     target_count: c_int,
     target_datatype: c_int,
     op: c_int,
-    win: c_int,
+    w: &WinEnt,
 ) -> Res<()> {
-    let w = win_of(win)?;
     let held;
     let (ol, tl) = match fast_layouts(origin_datatype, target_datatype) {
         Some(l) => l,
@@ -564,17 +636,19 @@ pub extern "C" fn MPI_Accumulate(
     win: c_int,
 ) -> c_int {
     guard_win("MPI_Accumulate", win, || {
-        accumulate_op(
-            origin_addr,
-            origin_count,
-            origin_datatype,
-            target_rank,
-            target_disp,
-            target_count,
-            target_datatype,
-            op,
-            win,
-        )
+        with_win(win, |w| {
+            accumulate_op(
+                origin_addr,
+                origin_count,
+                origin_datatype,
+                target_rank,
+                target_disp,
+                target_count,
+                target_datatype,
+                op,
+                w,
+            )
+        })
     })
 }
 
@@ -591,9 +665,8 @@ fn get_accumulate_op(
     target_count: c_int,
     target_datatype: c_int,
     op: c_int,
-    win: c_int,
+    w: &WinEnt,
 ) -> Res<()> {
-    let w = win_of(win)?;
     let op = acc_op(op)?;
     let noop = matches!(op, AccOp::NoOp);
     // With MPI_NO_OP the origin arguments are ignored (may be NULL/0).
@@ -650,20 +723,22 @@ pub extern "C" fn MPI_Get_accumulate(
     win: c_int,
 ) -> c_int {
     guard_win("MPI_Get_accumulate", win, || {
-        get_accumulate_op(
-            origin_addr,
-            origin_count,
-            origin_datatype,
-            result_addr,
-            result_count,
-            result_datatype,
-            target_rank,
-            target_disp,
-            target_count,
-            target_datatype,
-            op,
-            win,
-        )
+        with_win(win, |w| {
+            get_accumulate_op(
+                origin_addr,
+                origin_count,
+                origin_datatype,
+                result_addr,
+                result_count,
+                result_datatype,
+                target_rank,
+                target_disp,
+                target_count,
+                target_datatype,
+                op,
+                w,
+            )
+        })
     })
 }
 
@@ -678,34 +753,40 @@ pub extern "C" fn MPI_Fetch_and_op(
     win: c_int,
 ) -> c_int {
     guard_win("MPI_Fetch_and_op", win, || {
-        let w = win_of(win)?;
-        let t = dtype(datatype)?;
-        if !t.predefined {
-            return Err(Error::new(
-                C::Type,
-                format!(
-                    "MPI_Fetch_and_op on {}: it takes a predefined datatype",
-                    t.name
-                ),
-            ));
-        }
-        let op = acc_op(op)?;
-        let l = t.osc_layout();
-        let Some(t) = target(target_rank, target_disp, 1, l) else {
-            return Ok(());
-        };
-        let o = Buf {
-            ptr: origin_addr.cast(),
-            count: 1,
-            layout: l,
-        };
-        let r = BufMut {
-            ptr: result_addr.cast(),
-            count: 1,
-            layout: l,
-        };
-        // SAFETY: as in MPI_Get_accumulate, one element each.
-        Ok(unsafe { w.win.module().get_accumulate(Some(o), r, t, &op) }?)
+        with_win(win, |w| {
+            // A predefined type (the usual case) without a reference.
+            let held;
+            let t = match rt().ok().and_then(|rt| rt.fast.dtype(datatype)) {
+                Some(f) => &f.t,
+                None => {
+                    held = dtype(datatype)?;
+                    &*held
+                }
+            };
+            if !t.predefined {
+                return Err(Error::new(
+                    C::Type,
+                    format!(
+                        "MPI_Fetch_and_op on {}: it takes a predefined datatype",
+                        t.name
+                    ),
+                ));
+            }
+            let op = acc_op(op)?;
+            if target_rank == PROC_NULL {
+                return Ok(());
+            }
+            // SAFETY: as in MPI_Get_accumulate, one element each.
+            Ok(unsafe {
+                w.win.module().fetch_and_op(
+                    origin_addr.cast(),
+                    result_addr.cast(),
+                    t.osc_layout(),
+                    (target_rank, target_disp),
+                    &op,
+                )
+            }?)
+        })
     })
 }
 
@@ -720,43 +801,44 @@ pub extern "C" fn MPI_Compare_and_swap(
     win: c_int,
 ) -> c_int {
     guard_win("MPI_Compare_and_swap", win, || {
-        let w = win_of(win)?;
-        // MPI: a predefined C integer, logical, byte (or multi-language
-        // integer) type.
-        let t = dtype(datatype)?;
-        let class = t.reduce_elem().map(|e| e.class());
-        if !t.predefined
-            || !matches!(
-                class,
-                Some(TypeClass::Integer | TypeClass::Logical | TypeClass::Byte)
-            )
-        {
-            return Err(Error::new(
+        with_win(win, |w| {
+            // MPI: a predefined C integer, logical, byte (or multi-language
+            // integer) type.
+            let t = dtype(datatype)?;
+            let class = t.reduce_elem().map(|e| e.class());
+            if !t.predefined
+                || !matches!(
+                    class,
+                    Some(TypeClass::Integer | TypeClass::Logical | TypeClass::Byte)
+                )
+            {
+                return Err(Error::new(
                 C::Type,
                 format!("MPI_Compare_and_swap on {}: it takes a predefined integer, logical or byte type", t.name),
             ));
-        }
-        if target_rank == PROC_NULL {
-            return Ok(());
-        }
-        if origin_addr.is_null() || compare_addr.is_null() || result_addr.is_null() {
-            return Err(Error::new(
-                C::Buffer,
-                "origin, compare or result buffer is NULL",
-            ));
-        }
-        // SAFETY: MPI's contract: one element of `datatype` at each
-        // buffer; the result stays valid until the operation completes.
-        Ok(unsafe {
-            w.win.module().compare_and_swap(
-                origin_addr.cast(),
-                compare_addr.cast(),
-                result_addr.cast(),
-                t.osc_layout(),
-                target_rank,
-                target_disp,
-            )
-        }?)
+            }
+            if target_rank == PROC_NULL {
+                return Ok(());
+            }
+            if origin_addr.is_null() || compare_addr.is_null() || result_addr.is_null() {
+                return Err(Error::new(
+                    C::Buffer,
+                    "origin, compare or result buffer is NULL",
+                ));
+            }
+            // SAFETY: MPI's contract: one element of `datatype` at each
+            // buffer; the result stays valid until the operation completes.
+            Ok(unsafe {
+                w.win.module().compare_and_swap(
+                    origin_addr.cast(),
+                    compare_addr.cast(),
+                    result_addr.cast(),
+                    t.osc_layout(),
+                    target_rank,
+                    target_disp,
+                )
+            }?)
+        })
     })
 }
 
@@ -773,7 +855,7 @@ fn request_op(
     rank: c_int,
     request: *mut c_int,
     local: bool,
-    op: impl FnOnce() -> Res<()>,
+    op: impl FnOnce(&WinEnt) -> Res<()>,
 ) -> Res<()> {
     if request.is_null() {
         return Err(Error::new(C::Request, "request is NULL"));
@@ -781,7 +863,7 @@ fn request_op(
     let w = win_of(win)?;
     if rank != PROC_NULL {
         w.win.module().passive_epoch(rank)?;
-        op()?;
+        op(&w)?;
         if local {
             w.win.module().flush_local(Some(rank))?;
         }
@@ -806,7 +888,7 @@ pub extern "C" fn MPI_Rput(
     request: *mut c_int,
 ) -> c_int {
     guard_win("MPI_Rput", win, || {
-        request_op(win, target_rank, request, false, || {
+        request_op(win, target_rank, request, false, |w| {
             put_op(
                 origin_addr,
                 origin_count,
@@ -815,7 +897,7 @@ pub extern "C" fn MPI_Rput(
                 target_disp,
                 target_count,
                 target_datatype,
-                win,
+                w,
             )
         })
     })
@@ -834,7 +916,7 @@ pub extern "C" fn MPI_Rget(
     request: *mut c_int,
 ) -> c_int {
     guard_win("MPI_Rget", win, || {
-        request_op(win, target_rank, request, true, || {
+        request_op(win, target_rank, request, true, |w| {
             get_op(
                 origin_addr,
                 origin_count,
@@ -843,7 +925,7 @@ pub extern "C" fn MPI_Rget(
                 target_disp,
                 target_count,
                 target_datatype,
-                win,
+                w,
             )
         })
     })
@@ -863,7 +945,7 @@ pub extern "C" fn MPI_Raccumulate(
     request: *mut c_int,
 ) -> c_int {
     guard_win("MPI_Raccumulate", win, || {
-        request_op(win, target_rank, request, false, || {
+        request_op(win, target_rank, request, false, |w| {
             accumulate_op(
                 origin_addr,
                 origin_count,
@@ -873,7 +955,7 @@ pub extern "C" fn MPI_Raccumulate(
                 target_count,
                 target_datatype,
                 op,
-                win,
+                w,
             )
         })
     })
@@ -896,7 +978,7 @@ pub extern "C" fn MPI_Rget_accumulate(
     request: *mut c_int,
 ) -> c_int {
     guard_win("MPI_Rget_accumulate", win, || {
-        request_op(win, target_rank, request, true, || {
+        request_op(win, target_rank, request, true, |w| {
             get_accumulate_op(
                 origin_addr,
                 origin_count,
@@ -909,7 +991,7 @@ pub extern "C" fn MPI_Rget_accumulate(
                 target_count,
                 target_datatype,
                 op,
-                win,
+                w,
             )
         })
     })
@@ -993,36 +1075,38 @@ pub extern "C" fn MPI_Win_unlock_all(win: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn MPI_Win_flush(rank: c_int, win: c_int) -> c_int {
     guard_win("MPI_Win_flush", win, || {
-        let w = win_of(win)?;
-        if rank == PROC_NULL {
-            return Ok(());
-        }
-        Ok(w.win.module().flush(Some(rank))?)
+        with_win(win, |w| {
+            if rank == PROC_NULL {
+                return Ok(());
+            }
+            Ok(w.win.module().flush(Some(rank))?)
+        })
     })
 }
 
 #[no_mangle]
 pub extern "C" fn MPI_Win_flush_all(win: c_int) -> c_int {
     guard_win("MPI_Win_flush_all", win, || {
-        Ok(win_of(win)?.win.module().flush(None)?)
+        with_win(win, |w| Ok(w.win.module().flush(None)?))
     })
 }
 
 #[no_mangle]
 pub extern "C" fn MPI_Win_flush_local(rank: c_int, win: c_int) -> c_int {
     guard_win("MPI_Win_flush_local", win, || {
-        let w = win_of(win)?;
-        if rank == PROC_NULL {
-            return Ok(());
-        }
-        Ok(w.win.module().flush_local(Some(rank))?)
+        with_win(win, |w| {
+            if rank == PROC_NULL {
+                return Ok(());
+            }
+            Ok(w.win.module().flush_local(Some(rank))?)
+        })
     })
 }
 
 #[no_mangle]
 pub extern "C" fn MPI_Win_flush_local_all(win: c_int) -> c_int {
     guard_win("MPI_Win_flush_local_all", win, || {
-        Ok(win_of(win)?.win.module().flush_local(None)?)
+        with_win(win, |w| Ok(w.win.module().flush_local(None)?))
     })
 }
 

@@ -529,7 +529,19 @@ fn allowed_outside_init(name: &str, before_init: bool) -> bool {
 /// Whether call `name` may run now: every call between MPI_Init and
 /// MPI_Finalize; outside, only those MPI allows there (a call after
 /// MPI_Finalize must not communicate, nor say it succeeded).
+#[inline]
 pub(crate) fn callable(name: &str) -> Res<()> {
+    // Between MPI_Init and MPI_Finalize, every call: one load, inlined
+    // into each call's entry (the one-sided calls' fast paths).
+    if PHASE.load(Ordering::Acquire) == PHASE_INIT {
+        return Ok(());
+    }
+    callable_outside(name)
+}
+
+/// [`callable`] outside MPI_Init .. MPI_Finalize.
+#[cold]
+fn callable_outside(name: &str) -> Res<()> {
     match PHASE.load(Ordering::Acquire) {
         PHASE_INIT => Ok(()),
         PHASE_FINALIZED if !allowed_outside_init(name, false) => Err(Error::new(
@@ -545,6 +557,7 @@ pub(crate) fn callable(name: &str) -> Res<()> {
 }
 
 /// The runtime between MPI_Init and MPI_Finalize.
+#[inline]
 pub(crate) fn rt() -> Res<&'static Rt> {
     match PHASE.load(Ordering::Acquire) {
         PHASE_INIT => RT

@@ -280,6 +280,19 @@ impl AccOp {
         }
     }
 
+    /// Whether [`AccOp::check`] passes for `l` in the usual case (a
+    /// predefined op on `l`'s one element type, `MPI_REPLACE`,
+    /// `MPI_NO_OP`), decided without building a result; `false` means
+    /// "ask [`AccOp::check`]".
+    #[inline]
+    pub(crate) fn plain_on(&self, l: &Layout) -> bool {
+        match self {
+            AccOp::Replace | AccOp::NoOp => true,
+            AccOp::Reduce(Op::User(_)) => false,
+            AccOp::Reduce(o) => matches!((l.elem, l.wide), (Some(e), None) if o.applies_to(e)),
+        }
+    }
+
     /// `Ok` if the op may accumulate on items of `l` (user ops never: MPI
     /// allows only predefined ones).
     pub fn check(&self, l: &Layout) -> Result<()> {
@@ -304,6 +317,20 @@ impl AccOp {
             AccOp::Replace | AccOp::NoOp => Ok(()),
         }
     }
+}
+
+/// Whether [`acc_check`] passes, decided without building a result for
+/// the usual case (a predefined op on the target's one element type, an
+/// origin of that type holding `n` bytes, the target's): a fast path's
+/// check. `false` only means "ask [`acc_check`]", which reports the
+/// errors and decides the types of the wide kernels.
+#[inline]
+pub(crate) fn acc_plain(origin: Option<&Buf<'_>>, t: &Target<'_>, op: &AccOp, n: usize) -> bool {
+    op.plain_on(t.layout)
+        && origin.is_none_or(|o| {
+            (o.layout.elem, o.layout.wide) == (t.layout.elem, t.layout.wide)
+                && o.layout.size.checked_mul(o.count) == Some(n)
+        })
 }
 
 /// The checks of an accumulate: the op applies, origin and target hold
@@ -435,6 +462,41 @@ pub trait Module: Send + Sync {
         target: Target<'_>,
         op: &AccOp,
     ) -> Result<()>;
+    /// `MPI_Fetch_and_op`: one element of `layout` at `origin` (ignored
+    /// for `MPI_NO_OP`) combined by `op` into the target's at `disp`, its
+    /// old value to `result`. The default is [`Module::get_accumulate`] of
+    /// one item of each.
+    ///
+    /// # Safety
+    /// As [`Module::get_accumulate`], one element at each buffer.
+    unsafe fn fetch_and_op(
+        &self,
+        origin: *const u8,
+        result: *mut u8,
+        layout: &Layout,
+        target: (i32, isize),
+        op: &AccOp,
+    ) -> Result<()> {
+        let (rank, disp) = target;
+        let o = Buf {
+            ptr: origin,
+            count: 1,
+            layout,
+        };
+        let r = BufMut {
+            ptr: result,
+            count: 1,
+            layout,
+        };
+        let t = Target {
+            rank,
+            disp,
+            count: 1,
+            layout,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { self.get_accumulate(Some(o), r, t, op) }
+    }
     /// `MPI_Compare_and_swap` of one element of `layout`.
     ///
     /// # Safety

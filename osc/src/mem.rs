@@ -221,6 +221,29 @@ impl View<'_> {
         Ok(total)
     }
 
+    /// Whether the `n` bytes from `off` lie in the window (never for a
+    /// dynamic window, whose regions [`View::check`] checks): the one-block
+    /// check of the operations' fast path, which stands for
+    /// [`View::check`] before [`View::copy_out`] and [`View::copy_in`].
+    #[inline]
+    pub fn holds(&self, off: usize, n: usize) -> bool {
+        self.attached.is_none() && off.checked_add(n).is_some_and(|end| end <= self.size)
+    }
+
+    /// Writes `data` at `off` (checked with [`View::check`] or
+    /// [`View::holds`]).
+    #[inline]
+    pub fn copy_in(&self, off: usize, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        // SAFETY: as in `scatter`, for the one region `off..off +
+        // data.len()` the caller checked.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), (self.base + off) as *mut u8, data.len())
+        };
+    }
+
     /// The address of a region checked with [`View::check`].
     fn addr(&self, o: i128) -> usize {
         (self.base as i128 + o) as usize

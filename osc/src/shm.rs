@@ -178,7 +178,8 @@ pub(crate) fn header_len(n: usize) -> Option<usize> {
 }
 
 /// One rank's control block: the words other ranks synchronise with it
-/// through.
+/// through (its accumulate lock, at byte 12, is
+/// [`WindowSegment::acc_lock`]).
 pub(crate) struct Ctl<'a> {
     /// Passive-target lock: the next ticket to hand out.
     pub ticket: &'a AtomicU32,
@@ -186,8 +187,6 @@ pub(crate) struct Ctl<'a> {
     pub read: &'a AtomicU32,
     /// The ticket that may take the lock exclusively next.
     pub write: &'a AtomicU32,
-    /// The accumulate lock (0 free, 1 held).
-    pub acc: &'a AtomicU32,
     /// PSCW: completes of origins not yet consumed by a wait.
     pub completes: &'a AtomicU32,
 }
@@ -209,9 +208,15 @@ impl WindowSegment {
             ticket: self.seg.atomic_u32(at),
             read: self.seg.atomic_u32(at + 4),
             write: self.seg.atomic_u32(at + 8),
-            acc: self.seg.atomic_u32(at + 12),
             completes: self.seg.atomic_u32(at + 16),
         }
+    }
+
+    /// Rank `r`'s accumulate lock (0 free, 1 held), the word at byte 12 of
+    /// its control block.
+    #[inline]
+    pub fn acc_lock(&self, r: usize) -> &AtomicU32 {
+        self.seg.atomic_u32(r * CTL + 12)
     }
 
     /// The word of rank `origin`'s post bitmap holding target `t`'s bit,

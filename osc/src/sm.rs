@@ -255,6 +255,28 @@ impl Sm {
         lock(&self.ep).operation(r)
     }
 
+    /// The operations' fast path: where in the target's part the data of
+    /// an operation on `t` goes, `(offset, bytes)`, when the target items
+    /// and the origin's (`count` items of `other`) are each one block of
+    /// the same positive length, the region lies in the target's part and
+    /// a passive-target epoch covers the target. `None`: the general path
+    /// (which also reports every error; none is possible here).
+    #[inline(always)]
+    fn fast(&self, t: &Target<'_>, other: &Layout, count: usize) -> Option<(usize, usize)> {
+        let p = self.seg.parts.get(usize::try_from(t.rank).ok()?)?;
+        let n = t.layout.size.checked_mul(t.count)?;
+        if n == 0
+            || other.size.checked_mul(count)? != n
+            || !t.layout.is_contig(t.count)
+            || !other.is_contig(count)
+            || !self.open.covers(t.rank)
+        {
+            return None;
+        }
+        let off = usize::try_from(t.disp.checked_mul(isize::try_from(p.disp_unit).ok()?)?).ok()?;
+        (off.checked_add(n)? <= p.size).then_some((off, n))
+    }
+
     /// Records in [`Sm::open`] whether `e` (locked by the caller, just
     /// changed) has lock_all open, and a lock on `rank` if given.
     fn publish(&self, e: &Epochs, rank: Option<i32>) {
@@ -297,9 +319,45 @@ impl Sm {
         Ok(old)
     }
 
+    /// [`Sm::acc_small`] for the region `off..off + n` that [`Sm::fast`]
+    /// checked (so no range check): applies `op` with `data` under rank
+    /// `r`'s accumulate lock; the old contents.
+    #[inline]
+    fn acc_at(
+        &self,
+        r: i32,
+        off: usize,
+        n: usize,
+        op: &AccOp,
+        layout: &Layout,
+        data: &[u8],
+    ) -> Result<[u8; SMALL_ACC]> {
+        let part = self.part(r);
+        let view = part.view();
+        let mut old = [0u8; SMALL_ACC];
+        let Some(old_n) = old.get_mut(..n) else {
+            return Err(OscError::Type(format!(
+                "{n} bytes are more than an accumulate on the stack holds"
+            )));
+        };
+        self.with_acc_lock(r, || -> Result<()> {
+            view.copy_out(off as i128, old_n);
+            if matches!(op, AccOp::NoOp) {
+                return Ok(());
+            }
+            let mut new = [0u8; SMALL_ACC];
+            let new = &mut new[..n];
+            new.copy_from_slice(old_n);
+            apply::combine(op, layout.elem, layout.wide, data, new)?;
+            view.copy_in(off, new);
+            Ok(())
+        })?;
+        Ok(old)
+    }
+
     /// Runs `f` holding rank `r`'s accumulate lock.
     fn with_acc_lock<R>(&self, r: i32, f: impl FnOnce() -> R) -> R {
-        let acc = self.seg.ctl(r as usize).acc;
+        let acc = self.seg.acc_lock(r as usize);
         let take = || {
             acc.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
@@ -373,6 +431,15 @@ impl Module for Sm {
     }
 
     unsafe fn put(&self, origin: Buf<'_>, t: Target<'_>) -> Result<()> {
+        if let Some((off, n)) = self.fast(&t, origin.layout, origin.count) {
+            let part = self.part(t.rank);
+            let view = part.view();
+            if view.holds(off, n) {
+                // SAFETY: the caller's contract: `n` contiguous bytes.
+                view.copy_in(off, unsafe { bytes(origin.ptr, n) });
+                return Ok(());
+            }
+        }
         let want = t.layout.packed_len(t.count)?;
         let have = origin.layout.packed_len(origin.count)?;
         if want != have {
@@ -403,6 +470,16 @@ impl Module for Sm {
     }
 
     unsafe fn get(&self, result: BufMut<'_>, t: Target<'_>) -> Result<()> {
+        if let Some((off, n)) = self.fast(&t, result.layout, result.count) {
+            let part = self.part(t.rank);
+            let view = part.view();
+            if view.holds(off, n) {
+                // SAFETY: the caller's contract: `n` contiguous writable
+                // bytes.
+                view.copy_out(off as i128, unsafe { bytes_mut(result.ptr, n) });
+                return Ok(());
+            }
+        }
         let want = t.layout.packed_len(t.count)?;
         let have = result.layout.packed_len(result.count)?;
         if want != have {
@@ -431,6 +508,17 @@ impl Module for Sm {
     }
 
     unsafe fn accumulate(&self, origin: Buf<'_>, t: Target<'_>, op: &AccOp) -> Result<()> {
+        if let Some((off, n)) = self.fast(&t, origin.layout, origin.count) {
+            if n <= SMALL_ACC {
+                // As in `get_accumulate`'s fast path.
+                if !crate::acc_plain(Some(&origin), &t, op, n) {
+                    crate::acc_check(Some(&origin), &t, op)?;
+                }
+                // SAFETY: the caller's contract: `n` contiguous bytes.
+                let data = unsafe { bytes(origin.ptr, n) };
+                return self.acc_at(t.rank, off, n, op, t.layout, data).map(|_| ());
+            }
+        }
         if t.layout.packed_len(t.count)? == 0 && origin.layout.packed_len(origin.count)? == 0 {
             // No data (a zero count, or a type of size 0): nothing to do.
             check_rank(t.rank, self.size)?;
@@ -475,6 +563,31 @@ impl Module for Sm {
         } else {
             origin
         };
+        if let Some((off, n)) = self.fast(&t, result.layout, result.count) {
+            if n <= SMALL_ACC
+                && (result.layout.elem, result.layout.wide) == (t.layout.elem, t.layout.wide)
+                && origin.is_none_or(|o| o.layout.is_contig(o.count))
+            {
+                // Range and epoch are right: only the op and the origin's
+                // type can be wrong, which the general path checks first
+                // as well.
+                if !crate::acc_plain(origin.as_ref(), &t, op, n) {
+                    crate::acc_check(origin.as_ref(), &t, op)?;
+                }
+                let data = match origin {
+                    // SAFETY: the caller's contract: `n` contiguous bytes
+                    // (the origin holds as many as the target, `acc_check`
+                    // says).
+                    Some(o) => unsafe { bytes(o.ptr, n) },
+                    None => &[],
+                };
+                let old = self.acc_at(t.rank, off, n, op, t.layout, data)?;
+                // SAFETY: the caller's contract: `n` contiguous writable
+                // bytes at `result`.
+                unsafe { bytes_mut(result.ptr, n) }.copy_from_slice(&old[..n]);
+                return Ok(());
+            }
+        }
         let empty = |b: Option<&Buf<'_>>| -> Result<bool> {
             Ok(b.map_or(Ok(0), |b| b.layout.packed_len(b.count))? == 0)
         };
@@ -537,6 +650,52 @@ impl Module for Sm {
         // SAFETY: the caller's contract.
         unsafe { Self::deliver(result, &old) };
         Ok(())
+    }
+
+    unsafe fn fetch_and_op(
+        &self,
+        origin: *const u8,
+        result: *mut u8,
+        layout: &Layout,
+        target: (i32, isize),
+        op: &AccOp,
+    ) -> Result<()> {
+        let (rank, disp) = target;
+        let t = Target {
+            rank,
+            disp,
+            count: 1,
+            layout,
+        };
+        // One element of one type at each side: only the target's range
+        // and epoch, and whether the op applies, are left to check.
+        if layout.size <= SMALL_ACC && op.plain_on(layout) {
+            if let Some((off, n)) = self.fast(&t, layout, 1) {
+                let data = match op {
+                    AccOp::NoOp => &[],
+                    // SAFETY: the caller's contract: one element (`n`
+                    // contiguous bytes, `fast` says) at `origin`.
+                    _ => unsafe { bytes(origin, n) },
+                };
+                let old = self.acc_at(rank, off, n, op, layout, data)?;
+                // SAFETY: the caller's contract: one writable element at
+                // `result`.
+                unsafe { bytes_mut(result, n) }.copy_from_slice(&old[..n]);
+                return Ok(());
+            }
+        }
+        let o = Buf {
+            ptr: origin,
+            count: 1,
+            layout,
+        };
+        let r = BufMut {
+            ptr: result,
+            count: 1,
+            layout,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { self.get_accumulate(Some(o), r, t, op) }
     }
 
     unsafe fn compare_and_swap(

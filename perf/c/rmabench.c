@@ -1,7 +1,7 @@
 /* One-sided latency and bandwidth (osu_put_latency / osu_get_latency /
  * osu_fop_latency style), the same source for tmpi, Open MPI and MPICH:
  *
- *   rmabench [--min B] [--max B] [--iters N] [--csv]
+ *   rmabench [--min B] [--max B] [--iters N] [--modes LIST] [--csv]
  *
  * Two ranks; rank 0 is the origin, rank 1 the target (which waits in
  * MPI_Barrier, i.e. inside MPI, during each measurement). The window is
@@ -11,7 +11,9 @@
  *   put-fence  per iteration MPI_Put + MPI_Win_fence (both ranks)
  *   put-bw     lock_all; a window of 32 MPI_Put then one flush (MB/s)
  *   fop        lock_all; MPI_Fetch_and_op (8-byte MPI_SUM) + flush
- * Latencies are microseconds per iteration at the origin. */
+ * Latencies are microseconds per iteration at the origin. --modes runs
+ * only the modes of the comma-separated LIST (all by default), e.g. for
+ * counting instructions per call under callgrind. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +21,16 @@
 #include <string.h>
 
 static int rank, csv;
+static const char *modes;
+
+/* Whether mode m runs (--modes). */
+static int want(const char *m) {
+    if (!modes) return 1;
+    size_t n = strlen(m);
+    for (const char *p = modes; (p = strstr(p, m)) != NULL; p += n)
+        if ((p == modes || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return 1;
+    return 0;
+}
 
 static void report(const char *mode, size_t n, double v) {
     if (rank != 0) return;
@@ -38,9 +50,10 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--min") && i + 1 < argc) min = strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max = strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--modes") && i + 1 < argc) modes = argv[++i];
         else if (!strcmp(argv[i], "--csv")) csv = 1;
         else {
-            if (rank == 0) fprintf(stderr, "usage: rmabench [--min B] [--max B] [--iters N] [--csv]\n");
+            if (rank == 0) fprintf(stderr, "usage: rmabench [--min B] [--max B] [--iters N] [--modes LIST] [--csv]\n");
             MPI_Finalize();
             return 2;
         }
@@ -63,6 +76,7 @@ int main(int argc, char **argv) {
         double t0 = 0, t;
         /* put-flush and get-flush */
         for (int m = 0; m < 2; m++) {
+            if (!want(m == 0 ? "put-flush" : "get-flush")) continue;
             MPI_Barrier(MPI_COMM_WORLD);
             if (rank == 0) {
                 MPI_Win_lock_all(0, win);
@@ -79,17 +93,19 @@ int main(int argc, char **argv) {
             MPI_Barrier(MPI_COMM_WORLD);
         }
         /* put-fence */
-        MPI_Win_fence(0, win);
-        for (int i = 0; i < warm + it; i++) {
-            if (i == warm) t0 = MPI_Wtime();
-            if (rank == 0) MPI_Put(local, (int)n, MPI_BYTE, 1, 0, (int)n, MPI_BYTE, win);
+        if (want("put-fence")) {
             MPI_Win_fence(0, win);
+            for (int i = 0; i < warm + it; i++) {
+                if (i == warm) t0 = MPI_Wtime();
+                if (rank == 0) MPI_Put(local, (int)n, MPI_BYTE, 1, 0, (int)n, MPI_BYTE, win);
+                MPI_Win_fence(0, win);
+            }
+            t = MPI_Wtime() - t0;
+            report("put-fence", n, t * 1e6 / it);
         }
-        t = MPI_Wtime() - t0;
-        report("put-fence", n, t * 1e6 / it);
         /* put-bw */
         MPI_Barrier(MPI_COMM_WORLD);
-        if (rank == 0) {
+        if (rank == 0 && want("put-bw")) {
             int bit = n <= 8192 ? it / 10 : it / 4;
             if (bit < 4) bit = 4;
             MPI_Win_lock_all(0, win);
@@ -107,7 +123,7 @@ int main(int argc, char **argv) {
     }
     /* fop */
     MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) {
+    if (rank == 0 && want("fop")) {
         int it = iters ? iters : 2000, warm = it / 10;
         int64_t one = 1, old = 0;
         double t0 = 0;

@@ -26,6 +26,7 @@ static int cls(int code) {
  * node). */
 static void epoch_and_argument_errors(MPI_Win win, int *mem, int rank, int size) {
     int x = 1, y = 0;
+    float f0 = 0;
     int peer = (rank + 1) % size;
     /* Outside any epoch. */
     CHECK(cls(MPI_Put(&x, 1, MPI_INT, peer, 0, 1, MPI_INT, win)) == MPI_ERR_RMA_SYNC);
@@ -46,6 +47,23 @@ static void epoch_and_argument_errors(MPI_Win win, int *mem, int rank, int size)
     CHECK(cls(MPI_Put(&x, 1, MPI_INT, peer, -1, 1, MPI_INT, win)) == MPI_ERR_RMA_RANGE);
     int big[9] = {0};
     CHECK(cls(MPI_Put(big, 9, MPI_INT, peer, 0, 9, MPI_INT, win)) == MPI_ERR_RMA_RANGE);
+    /* The last int is in the window, one past it is not, whatever the
+     * call (sm checks contiguous operations on its own fast path). */
+    OK(MPI_Put(&x, 1, MPI_INT, peer, 7, 1, MPI_INT, win));
+    OK(MPI_Get(&y, 1, MPI_INT, peer, 7, 1, MPI_INT, win));
+    OK(MPI_Win_flush(peer, win));
+    CHECK(y == x);
+    CHECK(cls(MPI_Get(&y, 1, MPI_INT, peer, 8, 1, MPI_INT, win)) == MPI_ERR_RMA_RANGE);
+    CHECK(cls(MPI_Get(big, 2, MPI_INT, peer, 7, 2, MPI_INT, win)) == MPI_ERR_RMA_RANGE);
+    CHECK(cls(MPI_Fetch_and_op(&x, &y, MPI_INT, peer, 8, MPI_SUM, win)) == MPI_ERR_RMA_RANGE);
+    CHECK(cls(MPI_Accumulate(&x, 1, MPI_INT, peer, -1, 1, MPI_INT, MPI_SUM, win)) ==
+          MPI_ERR_RMA_RANGE);
+    CHECK(cls(MPI_Put(&x, 1, MPI_INT, peer, (MPI_Aint)1 << 62, 1, MPI_INT, win)) ==
+          MPI_ERR_RMA_RANGE);
+    CHECK(y == x);
+    /* A fetch_and_op result of another element type. */
+    CHECK(cls(MPI_Get_accumulate(&x, 1, MPI_INT, &f0, 1, MPI_FLOAT, peer, 0, 1, MPI_INT, MPI_SUM,
+                                 win)) == MPI_ERR_TYPE);
     /* Origin and target data differ in size / element type. */
     CHECK(cls(MPI_Put(big, 2, MPI_INT, peer, 0, 1, MPI_INT, win)) == MPI_ERR_TYPE);
     float f = 1;
