@@ -188,13 +188,13 @@ if [ "$RXE" = 1 ] && { [ -z "$ONLY" ] || [ "$ONLY" = rxe ]; }; then
         PAY=$(mktemp -d /var/tmp/tmpi-stress-payload.XXXXXX)
         objcopy --strip-debug "$TMPIRUN" "$PAY/tmpirun" 2>/dev/null || cp "$TMPIRUN" "$PAY/tmpirun"
         objcopy --strip-debug "$STRESS" "$PAY/stress" 2>/dev/null || cp "$STRESS" "$PAY/stress"
+        objcopy --strip-debug "$STRESS_RMA" "$PAY/stress-rma" 2>/dev/null || cp "$STRESS_RMA" "$PAY/stress-rma"
         log=$LOGDIR/rxe.log
         RXE_TIMEOUT=${RXE_TIMEOUT:-$((TIMEOUT + 300))} bash ci/rxe/rxe-run.sh "$PAY" -- \
             ./tmpirun -n 2 --timeout "$TIMEOUT" --mca mpi_yield_when_idle 1 \
             --mca btl self,openib --mca btl_openib_if_include rxe0 \
             ./stress "${ARGS[@]}" > "$log" 2>&1
         rc=$?
-        rm -rf "$PAY"
         if [ $rc -eq 0 ] && grep -q '^stress: OK' "$log"; then
             grep '^stress: OK' "$log"
             SUMMARY+=("rxe: OK")
@@ -208,6 +208,32 @@ if [ "$RXE" = 1 ] && { [ -z "$ONLY" ] || [ "$ONLY" = rxe ]; }; then
             SUMMARY+=("rxe: FAILED (exit $rc)")
             FAILED=1
         fi
+        # One-sided over real verbs: osc rdma's RDMA writes and reads on
+        # rxe0 (every window but the shared ones: --mca osc rdma,pt2pt), 50
+        # epochs. Fails when no RDMA operation was issued or a window fell
+        # back to pt2pt, as rma-openib-rdma does on the soft NIC.
+        if [ $rc -ne 125 ]; then
+            log=$LOGDIR/rxe-rma.log
+            RXE_TIMEOUT=${RXE_TIMEOUT:-$((TIMEOUT + 300))} bash ci/rxe/rxe-run.sh "$PAY" -- \
+                ./tmpirun -n 2 --timeout "$TIMEOUT" --mca mpi_yield_when_idle 1 \
+                --mca btl self,openib --mca btl_openib_if_include rxe0 \
+                --mca osc rdma,pt2pt --mca osc_base_verbose 1 \
+                ./stress-rma --epochs 50 --stall-seconds 60 "${EXTRA[@]}" > "$log" 2>&1
+            rc=$?
+            rdma=$(sed -n 's/.*osc rdma window freed: \([0-9]*\) RDMA writes, \([0-9]*\) RDMA reads.*/\1 \2/p' "$log" | awk '{ s += $1 + $2 } END { print s + 0 }')
+            if [ $rc -eq 0 ] && grep -q '^stress-rma: OK' "$log" && [ "$rdma" -gt 0 ] && ! grep -q 'the window goes to pt2pt' "$log"; then
+                grep '^stress-rma: OK' "$log"
+                SUMMARY+=("rxe-rma: OK ($rdma RDMA writes and reads by osc rdma)")
+            elif [ $rc -eq 125 ]; then
+                tail -20 "$log"
+                SUMMARY+=("rxe-rma: SKIPPED (the VM could not boot: exit 125, log above)")
+            else
+                cat "$log"
+                SUMMARY+=("rxe-rma: FAILED (exit $rc, $rdma RDMA operations)")
+                FAILED=1
+            fi
+        fi
+        rm -rf "$PAY"
     fi
 elif [ -z "$ONLY" ]; then
     SUMMARY+=("rxe: not run (add --rxe; root and qemu needed)")
