@@ -18,6 +18,14 @@
 //! its lkeys at post time). A failed check answers `RemAccessErr` and touches
 //! no memory. The requester's completion arrives with the response. Both
 //! sides must therefore be polling, as with any progress-driven soft device.
+//!
+//! # Atomics (at the target)
+//! An atomic travels as an `ATOMIC_REQ` record; the target's engine checks
+//! responder resources, the rkey (`REMOTE_ATOMIC`) and alignment, then
+//! executes it on its own memory under the device lock
+//! ([`MrTable::serve_atomic`]: an `IBV_ATOMIC_HCA` model, atomic only among
+//! this device's atomics) and answers with the old value, which the
+//! requester writes into its 8-byte local buffer just before the completion.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
