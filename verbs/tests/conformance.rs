@@ -617,6 +617,217 @@ mod suite {
         assert_eq!(TagHeader::parse(&small.read()).unwrap(), req2);
         let _ = TMH_LEN;
     }
+
+    /// A region usable as the target of NIC atomics.
+    fn atomic_target<P: Provider>(pd: &P::Pd, len: usize) -> Buf<P> {
+        Buf::<P>::new(
+            pd,
+            len,
+            AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+        )
+    }
+
+    /// Waits for one completion and checks it is a successful atomic.
+    fn atomic_done<P: Provider>(l: &Loop<P>, wr_id: u64, opcode: WcOpcode) {
+        let w = wait::<P>(&l.cq, 1, &[]);
+        assert_eq!(
+            (w[0].wr_id, w[0].opcode, w[0].status, w[0].byte_len),
+            (wr_id, opcode, WcStatus::Success, 8),
+            "{w:?}"
+        );
+    }
+
+    /// Fetch-and-add and compare-and-swap: the old value (host order) in the
+    /// local buffer, the new one in the target, neighbours untouched; the
+    /// device reports atomics as HCA-level (`IBV_ATOMIC_HCA`).
+    pub fn atomics_fetch_add_and_cmp_swap<P: Provider>(p: &P, dev: &str) {
+        let (l, _) = setup::<P>(p, dev, None);
+        let attr = l.ctx.query_device_ex().expect("query_device_ex");
+        assert_eq!(attr.atomic_cap, AtomicCap::Hca, "{dev}");
+        assert!(attr.max_qp_rd_atom >= 1);
+        let target = atomic_target::<P>(&l.pd, 64);
+        let result = Buf::<P>::rw(&l.pd, 64);
+        let v0: u64 = 0x1122_3344_5566_7788;
+        target.write(8, &v0.to_ne_bytes());
+        let remote_addr = target.addr() + 8;
+        let rkey = target.mr.rkey();
+
+        let fa = |add| SendOpcode::AtomicFetchAdd {
+            remote_addr,
+            rkey,
+            add,
+        };
+        post_atomic::<P>(&l.a, 1, result.sge(0, 8), fa(5)).expect("post fetch-add");
+        atomic_done(&l, 1, WcOpcode::FetchAdd);
+        assert_eq!(u64_at(&result.read(), 0), v0);
+        assert_eq!(u64_at(&target.read(), 8), v0 + 5);
+
+        // Wraps modulo 2^64: adding u64::MAX subtracts one.
+        post_atomic::<P>(&l.b, 2, result.sge(8, 8), fa(u64::MAX)).expect("post fetch-add");
+        atomic_done(&l, 2, WcOpcode::FetchAdd);
+        assert_eq!(u64_at(&result.read(), 8), v0 + 5);
+        assert_eq!(u64_at(&target.read(), 8), v0 + 4);
+
+        // Compare fails: the value found comes back, memory unchanged.
+        let cs = |compare, swap| SendOpcode::AtomicCmpSwap {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        };
+        post_atomic::<P>(&l.a, 3, result.sge(16, 8), cs(v0, 7)).expect("post cmp-swap");
+        atomic_done(&l, 3, WcOpcode::CompSwap);
+        assert_eq!(u64_at(&result.read(), 16), v0 + 4);
+        assert_eq!(u64_at(&target.read(), 8), v0 + 4);
+
+        // Compare succeeds: swapped.
+        post_atomic::<P>(&l.a, 4, result.sge(24, 8), cs(v0 + 4, 7)).expect("post cmp-swap");
+        atomic_done(&l, 4, WcOpcode::CompSwap);
+        assert_eq!(u64_at(&result.read(), 24), v0 + 4);
+        assert_eq!(u64_at(&target.read(), 8), 7);
+
+        let t = target.read();
+        assert!(t[..8].iter().chain(&t[16..]).all(|b| *b == 0), "{t:?}");
+    }
+
+    /// Fetch-adds from two QPs interleaved on one counter: no update lost,
+    /// every old value seen exactly once.
+    pub fn atomics_from_two_qps_lose_no_update<P: Provider>(p: &P, dev: &str) {
+        let (l, _) = setup::<P>(p, dev, None);
+        let counter = atomic_target::<P>(&l.pd, 8);
+        const ROUNDS: usize = 20;
+        const BATCH: usize = 16;
+        const ADD: u64 = 3;
+        let results = Buf::<P>::rw(&l.pd, ROUNDS * BATCH * 2 * 8);
+        let op = SendOpcode::AtomicFetchAdd {
+            remote_addr: counter.addr(),
+            rkey: counter.mr.rkey(),
+            add: ADD,
+        };
+        let mut slot = 0usize;
+        for _ in 0..ROUNDS {
+            for _ in 0..BATCH {
+                for qp in [&l.a, &l.b] {
+                    post_atomic::<P>(qp, slot as u64, results.sge(slot * 8, 8), op)
+                        .expect("post fetch-add");
+                    slot += 1;
+                }
+            }
+            let w = wait::<P>(&l.cq, 2 * BATCH, &[]);
+            assert!(
+                w.iter()
+                    .all(|w| w.status == WcStatus::Success && w.opcode == WcOpcode::FetchAdd),
+                "{w:?}"
+            );
+        }
+        let n = slot as u64;
+        assert_eq!(u64_at(&counter.read(), 0), n * ADD);
+        let r = results.read();
+        let mut olds: Vec<u64> = (0..slot).map(|i| u64_at(&r, i * 8)).collect();
+        olds.sort_unstable();
+        let want: Vec<u64> = (0..n).map(|i| i * ADD).collect();
+        assert_eq!(olds, want);
+    }
+
+    /// A remote address that is not 8-byte aligned: refused, target
+    /// untouched. rdma-core's rxe refuses it at post time (`EINVAL`,
+    /// asserted on `rxe*`); a NIC that does not check at post (the soft NIC,
+    /// asserted; other devices may do either) fails it at the responder
+    /// with an Invalid Request NAK: `RemInvReqErr`.
+    pub fn atomic_misaligned_is_an_error<P: Provider>(p: &P, dev: &str) {
+        for (what, opcode_of) in [("fetch-add", 0u8), ("cmp-swap", 1u8)] {
+            let (l, _) = setup::<P>(p, dev, None);
+            let target = atomic_target::<P>(&l.pd, 64);
+            let result = Buf::<P>::rw(&l.pd, 8);
+            let remote_addr = target.addr() + 12;
+            let rkey = target.mr.rkey();
+            let op = if opcode_of == 0 {
+                SendOpcode::AtomicFetchAdd {
+                    remote_addr,
+                    rkey,
+                    add: 1,
+                }
+            } else {
+                SendOpcode::AtomicCmpSwap {
+                    remote_addr,
+                    rkey,
+                    compare: 0,
+                    swap: !0,
+                }
+            };
+            let posted = post_atomic::<P>(&l.a, 5, result.sge(0, 8), op);
+            if dev.starts_with("rxe") {
+                assert!(posted.is_err(), "{what}: rxe refuses it at post time");
+            }
+            if is_soft() {
+                assert!(
+                    posted.is_ok(),
+                    "{what}: the soft NIC fails it at the responder"
+                );
+            }
+            match posted {
+                Err(e) => assert_eq!(e.os_error(), Some(libc::EINVAL), "{what}: {e}"),
+                Ok(()) => {
+                    let w = wait::<P>(&l.cq, 1, &[]);
+                    assert_eq!(w[0].wr_id, 5, "{what}");
+                    assert_eq!(w[0].status, WcStatus::RemInvReqErr, "{what}: {w:?}");
+                    if is_soft() {
+                        assert!(
+                            matches!(
+                                w[0].kind(),
+                                Completion::Error {
+                                    status: WcStatus::RemInvReqErr,
+                                    ..
+                                }
+                            ),
+                            "{what}"
+                        );
+                    }
+                }
+            }
+            assert!(
+                target.read().iter().all(|b| *b == 0),
+                "{what}: target touched"
+            );
+        }
+    }
+
+    /// Atomics on a region without `REMOTE_ATOMIC` (read/write granted),
+    /// with a bad rkey, or past the region's end: `RemAccessErr`, target
+    /// untouched. A fresh QP pair each (hardware moves the QP to error).
+    pub fn atomic_without_remote_atomic_is_remote_access_error<P: Provider>(p: &P, dev: &str) {
+        for case in 0..3 {
+            let (l, _) = setup::<P>(p, dev, None);
+            let plain = Buf::<P>::rw(&l.pd, 64);
+            let target = atomic_target::<P>(&l.pd, 64);
+            let result = Buf::<P>::rw(&l.pd, 8);
+            let (remote_addr, rkey, what) = match case {
+                0 => (plain.addr(), plain.mr.rkey(), "no REMOTE_ATOMIC"),
+                1 => (target.addr(), target.mr.rkey() ^ 0x5a5a_0000, "bad rkey"),
+                _ => (target.addr() + 64, target.mr.rkey(), "out of bounds"),
+            };
+            let op = SendOpcode::AtomicFetchAdd {
+                remote_addr,
+                rkey,
+                add: 1,
+            };
+            post_atomic::<P>(&l.a, 6, result.sge(0, 8), op).expect("post");
+            let w = wait::<P>(&l.cq, 1, &[]);
+            assert_eq!(w[0].wr_id, 6, "{what}");
+            assert_eq!(w[0].status, WcStatus::RemAccessErr, "{what}: {w:?}");
+            assert!(
+                plain.read().iter().all(|b| *b == 0),
+                "{what}: region touched"
+            );
+            assert!(
+                target.read().iter().all(|b| *b == 0),
+                "{what}: region touched"
+            );
+        }
+    }
 }
 
 /// Runs one suite function against the selected provider: the soft NIC
@@ -648,6 +859,10 @@ conformance!(
     tm_no_tag_and_del,
     tm_list_full_enomem,
     tm_rndv_offload,
+    atomics_fetch_add_and_cmp_swap,
+    atomics_from_two_qps_lose_no_update,
+    atomic_misaligned_is_an_error,
+    atomic_without_remote_atomic_is_remote_access_error,
 );
 
 // ---- soft NIC only ------------------------------------------------------------
@@ -1203,4 +1418,135 @@ fn soft_peer_qp_destroyed_is_an_error() {
     let w = wait::<S>(&cq, 1, &[]);
     assert_eq!((w[0].wr_id, w[0].status), (1, WcStatus::RetryExcErr));
     assert_eq!(a.state(), QpState::Error);
+}
+
+// ---- soft NIC: atomics ------------------------------------------------------
+
+/// Two QPs of one soft device; `a`'s responder resources (its
+/// `max_dest_rd_atomic`) are `rd_a`, `b`'s are `rd_b`.
+fn soft_pair_with_rd_atomic(rd_a: u8, rd_b: u8) -> Loop<tmpi_verbs::soft::SoftProvider> {
+    type P = tmpi_verbs::soft::SoftProvider;
+    let p = soft();
+    let ctx = p.open(&device_name()).expect("open");
+    let pd = ctx.alloc_pd().expect("alloc_pd");
+    let cq = ctx
+        .create_cq_ex(&CqInitAttr {
+            cqe: 64,
+            with_tm_info: false,
+        })
+        .expect("cq");
+    let mk = || {
+        pd.create_qp(&QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        })
+        .expect("create_qp")
+    };
+    let (a, b) = (mk(), mk());
+    let la = local_addr::<P>(&ctx, &a);
+    let lb = local_addr::<P>(&ctx, &b);
+    connect_with::<P>(&a, &la, &lb, rd_a);
+    connect_with::<P>(&b, &lb, &la, rd_b);
+    Loop { ctx, pd, cq, a, b }
+}
+
+/// A responder without resources for atomics (`max_dest_rd_atomic` 0)
+/// answers an Invalid Request NAK (`RemInvReqErr`, as rxe's
+/// `RESPST_ERR_TOO_MANY_RDMA_ATM_REQ`); memory untouched. The other
+/// direction, with resources, works.
+#[test]
+fn soft_atomic_without_responder_resources_is_rem_inv_req() {
+    type P = tmpi_verbs::soft::SoftProvider;
+    if !is_soft() {
+        return;
+    }
+    let l = soft_pair_with_rd_atomic(1, 0);
+    let target = Buf::<P>::new(
+        &l.pd,
+        8,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC,
+    );
+    let result = Buf::<P>::rw(&l.pd, 16);
+    let op = SendOpcode::AtomicFetchAdd {
+        remote_addr: target.addr(),
+        rkey: target.mr.rkey(),
+        add: 1,
+    };
+    // a -> b: b has no responder resources.
+    post_atomic::<P>(&l.a, 1, result.sge(0, 8), op).expect("post");
+    let w = wait::<P>(&l.cq, 1, &[]);
+    assert_eq!(
+        (w[0].wr_id, w[0].status),
+        (1, WcStatus::RemInvReqErr),
+        "{w:?}"
+    );
+    assert_eq!(u64_at(&target.read(), 0), 0);
+    // b -> a: a has one.
+    post_atomic::<P>(&l.b, 2, result.sge(8, 8), op).expect("post");
+    let w = wait::<P>(&l.cq, 1, &[]);
+    assert_eq!((w[0].wr_id, w[0].status), (2, WcStatus::Success), "{w:?}");
+    assert_eq!(u64_at(&target.read(), 0), 1);
+}
+
+/// The local buffer of an atomic is exactly 8 bytes (`EINVAL` at post, as
+/// rdma-core's rxe) in a region with `LOCAL_WRITE` (`LocProtErr`).
+#[test]
+fn soft_atomic_local_buffer_is_8_writable_bytes() {
+    type P = tmpi_verbs::soft::SoftProvider;
+    if !is_soft() {
+        return;
+    }
+    let l = soft_pair_with_rd_atomic(1, 1);
+    let target = Buf::<P>::new(
+        &l.pd,
+        8,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC,
+    );
+    let result = Buf::<P>::rw(&l.pd, 16);
+    let ro = Buf::<P>::new(&l.pd, 8, AccessFlags::REMOTE_READ);
+    let op = SendOpcode::AtomicCmpSwap {
+        remote_addr: target.addr(),
+        rkey: target.mr.rkey(),
+        compare: 0,
+        swap: 9,
+    };
+    for len in [4usize, 16] {
+        let e = post_atomic::<P>(&l.a, 1, result.sge(0, len), op).unwrap_err();
+        assert_eq!(e.os_error(), Some(libc::EINVAL), "{len}: {e}");
+    }
+    post_atomic::<P>(&l.a, 2, ro.sge(0, 8), op).expect("post");
+    let w = wait::<P>(&l.cq, 1, &[]);
+    assert_eq!(
+        (w[0].wr_id, w[0].status),
+        (2, WcStatus::LocProtErr),
+        "{w:?}"
+    );
+    assert_eq!(u64_at(&target.read(), 0), 0, "nothing executed");
+}
+
+/// `REMOTE_ATOMIC` without `LOCAL_WRITE` is refused at registration, as
+/// libibverbs documents (ibv_reg_mr.3).
+#[test]
+fn soft_reg_mr_remote_atomic_needs_local_write() {
+    if !is_soft() {
+        return;
+    }
+    let ctx = soft().open(&device_name()).expect("open");
+    let pd = ctx.alloc_pd().expect("pd");
+    let mut mem = vec![0u8; 64];
+    // SAFETY: `mem` outlives the (failed or dropped) registration.
+    let r = unsafe { pd.reg_mr(mem.as_mut_ptr(), 64, AccessFlags::REMOTE_ATOMIC) };
+    assert_eq!(r.err().and_then(|e| e.os_error()), Some(libc::EINVAL));
+    // SAFETY: as above.
+    let ok = unsafe {
+        pd.reg_mr(
+            mem.as_mut_ptr(),
+            64,
+            AccessFlags::REMOTE_ATOMIC | AccessFlags::LOCAL_WRITE,
+        )
+    };
+    assert!(ok.is_ok());
 }

@@ -166,6 +166,27 @@ impl TmCaps {
     }
 }
 
+/// Atomicity guarantee of a device's atomic operations (`enum ibv_atomic_cap`).
+///
+/// `Hca` (what mlx5 and rxe report, and the soft NIC): an atomic is atomic
+/// only with respect to other atomics through the *same* device; CPU loads,
+/// stores and atomic instructions, and RDMA writes, on the same location are
+/// not ordered or excluded against it. Users of this API must therefore never
+/// mix CPU atomics (or plain CPU stores, or RDMA writes) with NIC atomics on
+/// one 8-byte location while NIC atomics on it may be in flight; a location
+/// updated with NIC atomics is updated *only* with NIC atomics (the owner
+/// included, through a loopback QP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtomicCap {
+    /// `IBV_ATOMIC_NONE`: no atomic operations.
+    #[default]
+    None,
+    /// `IBV_ATOMIC_HCA`: atomic among the operations of this device only.
+    Hca,
+    /// `IBV_ATOMIC_GLOB`: atomic also with respect to CPUs and other devices.
+    Glob,
+}
+
 /// Device attributes (`struct ibv_device_attr_ex`, the fields tmpi uses).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DeviceAttr {
@@ -195,6 +216,8 @@ pub struct DeviceAttr {
     pub max_pd: u32,
     /// Maximum outstanding RDMA reads/atomics per QP as target.
     pub max_qp_rd_atom: u32,
+    /// Atomicity of `IBV_WR_ATOMIC_*` (`atomic_cap`).
+    pub atomic_cap: AtomicCap,
     /// Maximum SRQs.
     pub max_srq: u32,
     /// Maximum work requests per SRQ.
@@ -430,6 +453,42 @@ pub enum SendOpcode {
         /// Remote key.
         rkey: u32,
     },
+    /// `IBV_WR_ATOMIC_FETCH_AND_ADD`: adds `add` (modulo 2^64) to the
+    /// 64-bit value at `remote_addr` and writes the value before the add into
+    /// the work request's local buffer: exactly 8 bytes (one SGE of length 8
+    /// with `LOCAL_WRITE`). `remote_addr` must be 8-byte aligned and the region
+    /// must grant `REMOTE_ATOMIC` (see docs/verbs.md "Atomic operations").
+    AtomicFetchAdd {
+        /// Remote address (8-byte aligned).
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Value added.
+        add: u64,
+    },
+    /// `IBV_WR_ATOMIC_CMP_AND_SWP`: if the 64-bit value at `remote_addr`
+    /// equals `compare`, replaces it with `swap`; the value found is written
+    /// into the local 8-byte buffer either way (success = old == compare).
+    AtomicCmpSwap {
+        /// Remote address (8-byte aligned).
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Expected value.
+        compare: u64,
+        /// New value.
+        swap: u64,
+    },
+}
+
+impl SendOpcode {
+    /// True for the two atomic operations.
+    pub fn is_atomic(&self) -> bool {
+        matches!(
+            self,
+            SendOpcode::AtomicFetchAdd { .. } | SendOpcode::AtomicCmpSwap { .. }
+        )
+    }
 }
 
 /// A send-queue work request (`struct ibv_send_wr`).
@@ -437,7 +496,8 @@ pub enum SendOpcode {
 pub struct SendWr<'a> {
     /// Caller's identifier, returned in the completion.
     pub wr_id: u64,
-    /// Local buffers (gathered for sends and writes, scattered for reads).
+    /// Local buffers (gathered for sends and writes, scattered for reads;
+    /// for atomics one 8-byte buffer that receives the old value).
     pub sg_list: &'a [Sge],
     /// Operation.
     pub opcode: SendOpcode,
@@ -612,6 +672,12 @@ pub enum WcOpcode {
     RdmaWrite,
     /// `IBV_WC_RDMA_READ`.
     RdmaRead,
+    /// `IBV_WC_COMP_SWAP`: an `AtomicCmpSwap` finished; the old value is in
+    /// the local buffer.
+    CompSwap,
+    /// `IBV_WC_FETCH_ADD`: an `AtomicFetchAdd` finished; the old value is in
+    /// the local buffer.
+    FetchAdd,
     /// `IBV_WC_RECV`.
     Recv,
     /// `IBV_WC_RECV_RDMA_WITH_IMM`.
@@ -652,7 +718,7 @@ pub struct WorkCompletion {
     pub opcode: WcOpcode,
     /// Flags.
     pub flags: WcFlags,
-    /// Bytes received (receives), read (RDMA read data), or 0.
+    /// Bytes received (receives), read (RDMA read data), 8 (atomics), or 0.
     pub byte_len: u32,
     /// Local QP number.
     pub qp_num: u32,
@@ -675,6 +741,10 @@ pub enum Completion {
     RdmaWrite,
     /// An RDMA read finished; the data is in the local buffers.
     RdmaRead,
+    /// An atomic compare-and-swap finished; the old value is in the local buffer.
+    CompSwap,
+    /// An atomic fetch-and-add finished; the old value is in the local buffer.
+    FetchAdd,
     /// A plain receive (non-TM SRQ or QP receive queue).
     Recv {
         /// Bytes received.
@@ -751,6 +821,8 @@ impl WorkCompletion {
                 WcOpcode::Send => Completion::Send,
                 WcOpcode::RdmaWrite => Completion::RdmaWrite,
                 WcOpcode::RdmaRead => Completion::RdmaRead,
+                WcOpcode::CompSwap => Completion::CompSwap,
+                WcOpcode::FetchAdd => Completion::FetchAdd,
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => Completion::Recv {
                     byte_len: self.byte_len,
                 },

@@ -94,6 +94,10 @@ pub enum WcOp {
     RdmaWrite,
     /// An RDMA read completed (data is in the local buffer).
     RdmaRead,
+    /// An atomic compare-and-swap completed (old value in the local buffer).
+    CompSwap,
+    /// An atomic fetch-and-add completed (old value in the local buffer).
+    FetchAdd,
     /// A receive completed.
     Recv {
         /// Bytes received.
@@ -521,6 +525,8 @@ fn decode_op(
         IBV_WC_SEND => WcOp::Send,
         IBV_WC_RDMA_WRITE => WcOp::RdmaWrite,
         IBV_WC_RDMA_READ => WcOp::RdmaRead,
+        IBV_WC_COMP_SWAP => WcOp::CompSwap,
+        IBV_WC_FETCH_ADD => WcOp::FetchAdd,
         IBV_WC_RECV | IBV_WC_RECV_RDMA_WITH_IMM => WcOp::Recv { byte_len, imm },
         IBV_WC_TM_ADD => WcOp::TmAdd { sync_req },
         IBV_WC_TM_DEL => WcOp::TmDel { sync_req },

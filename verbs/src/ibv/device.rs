@@ -65,6 +65,8 @@ pub struct DeviceAttr {
     pub max_qp_rd_atom: i32,
     /// Maximum outstanding RDMA reads/atomics a QP can initiate.
     pub max_qp_init_rd_atom: i32,
+    /// `atomic_cap` (`IBV_ATOMIC_NONE` / `_HCA` / `_GLOB`).
+    pub atomic_cap: u32,
     /// Maximum SRQs.
     pub max_srq: i32,
     /// Maximum work requests per SRQ.
@@ -434,6 +436,7 @@ impl Context {
             max_pd: o.max_pd,
             max_qp_rd_atom: o.max_qp_rd_atom,
             max_qp_init_rd_atom: o.max_qp_init_rd_atom,
+            atomic_cap: o.atomic_cap,
             max_srq: o.max_srq,
             max_srq_wr: o.max_srq_wr,
             max_srq_sge: o.max_srq_sge,

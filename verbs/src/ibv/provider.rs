@@ -136,6 +136,11 @@ impl api::Context<IbvProvider> for IbvContext {
             max_mr: nonneg(a.max_mr),
             max_pd: nonneg(a.max_pd),
             max_qp_rd_atom: nonneg(a.max_qp_rd_atom),
+            atomic_cap: match a.atomic_cap {
+                IBV_ATOMIC_HCA => api::AtomicCap::Hca,
+                IBV_ATOMIC_GLOB => api::AtomicCap::Glob,
+                _ => api::AtomicCap::None,
+            },
             max_srq: nonneg(a.max_srq),
             max_srq_wr: nonneg(a.max_srq_wr),
             max_srq_sge: nonneg(a.max_srq_sge),
@@ -314,6 +319,8 @@ fn wc_opcode(o: u32) -> api::WcOpcode {
         IBV_WC_SEND => O::Send,
         IBV_WC_RDMA_WRITE => O::RdmaWrite,
         IBV_WC_RDMA_READ => O::RdmaRead,
+        IBV_WC_COMP_SWAP => O::CompSwap,
+        IBV_WC_FETCH_ADD => O::FetchAdd,
         IBV_WC_RECV => O::Recv,
         IBV_WC_RECV_RDMA_WITH_IMM => O::RecvRdmaWithImm,
         IBV_WC_TM_ADD => O::TmAdd,
@@ -534,6 +541,32 @@ impl api::QueuePair for IbvQp {
                     w.opcode = IBV_WR_RDMA_READ;
                     w.wr.rdma.remote_addr = remote_addr;
                     w.wr.rdma.rkey = rkey;
+                }
+                // `wr.atomic` of `struct ibv_send_wr` (libibverbs/verbs.h):
+                // remote_addr, compare_add, swap, rkey; operands in host
+                // order (the provider converts them for the wire).
+                api::SendOpcode::AtomicFetchAdd {
+                    remote_addr,
+                    rkey,
+                    add,
+                } => {
+                    w.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+                    w.wr.atomic.remote_addr = remote_addr;
+                    w.wr.atomic.compare_add = add;
+                    w.wr.atomic.swap = 0;
+                    w.wr.atomic.rkey = rkey;
+                }
+                api::SendOpcode::AtomicCmpSwap {
+                    remote_addr,
+                    rkey,
+                    compare,
+                    swap,
+                } => {
+                    w.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+                    w.wr.atomic.remote_addr = remote_addr;
+                    w.wr.atomic.compare_add = compare;
+                    w.wr.atomic.swap = swap;
+                    w.wr.atomic.rkey = rkey;
                 }
             }
             let mut bad = ptr::null_mut();

@@ -18,12 +18,20 @@
 //! its lkeys at post time). A failed check answers `RemAccessErr` and touches
 //! no memory. The requester's completion arrives with the response. Both
 //! sides must therefore be polling, as with any progress-driven soft device.
+//!
+//! # Atomics (at the target)
+//! An atomic travels as an `ATOMIC_REQ` record; the target's engine checks
+//! responder resources, the rkey (`REMOTE_ATOMIC`) and alignment, then
+//! executes it on its own memory under the device lock
+//! ([`MrTable::serve_atomic`]: an `IBV_ATOMIC_HCA` model, atomic only among
+//! this device's atomics) and answers with the old value, which the
+//! requester writes into its 8-byte local buffer just before the completion.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::config::SoftConfig;
-use super::mem::MrTable;
+use super::mem::{AtomicOp, MrTable};
 use super::shm::{self, kind, RecHdr, Segment, FLAG_IMM};
 use super::tm::{Arrival, TmAction, TmConfig, TmListModel, TmRef};
 use crate::api::{
@@ -57,6 +65,14 @@ enum Outstanding {
         srq: u32,
         id: u64,
     },
+    /// An atomic: the old value goes into `dst` (8 bytes, LOCAL_WRITE,
+    /// checked at post time) when the response arrives.
+    Atomic {
+        wr_id: u64,
+        opcode: WcOpcode,
+        signaled: bool,
+        dst: Vec<Sge>,
+    },
 }
 
 #[derive(Debug)]
@@ -70,6 +86,8 @@ pub(crate) struct QpEntry {
     pub sq_sig_all: bool,
     pub max_send_wr: u32,
     pub max_recv_wr: u32,
+    /// RDMA reads/atomics the peer may have outstanding to us (INIT->RTR).
+    pub max_dest_rd_atomic: u8,
     pub inbound: Segment,
     pub outbound: Option<Segment>,
     /// Peer (pid, instance, qpn) once connected.
@@ -108,6 +126,7 @@ impl QpEntry {
             sq_sig_all,
             max_send_wr,
             max_recv_wr,
+            max_dest_rd_atomic: 0,
             inbound,
             outbound: None,
             remote: None,
@@ -424,6 +443,75 @@ impl Engine {
         Ok(())
     }
 
+    /// `ibv_post_send` of an atomic. The local buffer must be exactly 8
+    /// bytes (`EINVAL` otherwise, as rdma-core's rxe `validate_send_wr`) in a
+    /// region with LOCAL_WRITE (`LocProtErr` completion otherwise). The
+    /// remote checks happen at the target (`on_atomic_req`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn post_atomic(
+        &mut self,
+        qpn: u32,
+        wr_id: u64,
+        sges: &[Sge],
+        remote_addr: u64,
+        rkey: u32,
+        op: AtomicOp,
+        signaled: bool,
+    ) -> Result<(), VerbsError> {
+        if sum_len(sges) != 8 {
+            return Err(VerbsError::post("ibv_post_send", 0, libc::EINVAL));
+        }
+        let qp = self.qp_for_send(qpn)?;
+        let (pd, cq, sig_all) = (qp.pd, qp.send_cq, qp.sq_sig_all);
+        let opcode = match op {
+            AtomicOp::FetchAdd(_) => WcOpcode::FetchAdd,
+            AtomicOp::CmpSwap(..) => WcOpcode::CompSwap,
+        };
+        if let Err(status) = self.mrs.check(pd, sges, AccessFlags::LOCAL_WRITE) {
+            let wc = WorkCompletion {
+                wr_id,
+                status,
+                opcode,
+                qp_num: qpn,
+                ..Default::default()
+            };
+            self.push_cq(cq, wc, None);
+            return Ok(());
+        }
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return Ok(());
+        };
+        let req_id = qp.next_req;
+        qp.next_req += 1;
+        qp.outstanding.insert(
+            req_id,
+            Outstanding::Atomic {
+                wr_id,
+                opcode,
+                signaled: signaled || sig_all,
+                dst: sges.to_vec(),
+            },
+        );
+        let (code, a, b) = match op {
+            AtomicOp::FetchAdd(add) => (1u64, add, 0),
+            AtomicOp::CmpSwap(compare, swap) => (2u64, compare, swap),
+        };
+        let mut payload = Vec::with_capacity(24);
+        for w in [code, a, b] {
+            payload.extend_from_slice(&w.to_ne_bytes());
+        }
+        let hdr = RecHdr {
+            kind: kind::ATOMIC_REQ,
+            req_id,
+            addr: remote_addr,
+            len: 8,
+            rkey,
+            ..Default::default()
+        };
+        self.send_record(qpn, hdr, payload, None);
+        Ok(())
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn rdma_request(
         &mut self,
@@ -449,7 +537,7 @@ impl Engine {
                 status: status_code(WcStatus::RemAccessErr),
                 ..Default::default()
             };
-            self.on_resp(qpn, &resp);
+            self.on_resp(qpn, &resp, &[]);
             return;
         }
         let mut payload = Vec::with_capacity(sges.len() * 16);
@@ -560,7 +648,9 @@ impl Engine {
             }
         }
         for (_, o) in qp.outstanding.drain() {
-            if let Outstanding::Rdma { wr_id, opcode, .. } = o {
+            if let Outstanding::Rdma { wr_id, opcode, .. }
+            | Outstanding::Atomic { wr_id, opcode, .. } = o
+            {
                 out.push((
                     qp.send_cq,
                     WorkCompletion {
@@ -646,7 +736,8 @@ impl Engine {
         }
         for (_, o) in qp.outstanding.drain() {
             match o {
-                Outstanding::Rdma { wr_id, opcode, .. } => out.push(WorkCompletion {
+                Outstanding::Rdma { wr_id, opcode, .. }
+                | Outstanding::Atomic { wr_id, opcode, .. } => out.push(WorkCompletion {
                     wr_id,
                     status: WcStatus::RetryExcErr,
                     opcode,
@@ -699,8 +790,8 @@ impl Engine {
             qp.inbound.advance(&rec);
             did = true;
             match rec.kind {
-                kind::RESP => self.on_resp(qpn, &rec),
-                kind::SEND | kind::WRITE_REQ | kind::READ_REQ if stalled => {
+                kind::RESP => self.on_resp(qpn, &rec, &payload),
+                kind::SEND | kind::WRITE_REQ | kind::READ_REQ | kind::ATOMIC_REQ if stalled => {
                     if let Some(qp) = self.qps.get_mut(&qpn) {
                         qp.stash.push_back((rec, payload));
                     }
@@ -713,6 +804,7 @@ impl Engine {
                     }
                 }
                 kind::WRITE_REQ | kind::READ_REQ => self.on_rdma_req(qpn, &rec, &payload),
+                kind::ATOMIC_REQ => self.on_atomic_req(qpn, &rec, &payload),
                 other => {
                     tracing::error!(target: "verbs", kind = other, "soft: unknown record dropped");
                 }
@@ -740,6 +832,8 @@ impl Engine {
                     }
                     return did;
                 }
+            } else if rec.kind == kind::ATOMIC_REQ {
+                self.on_atomic_req(qpn, &rec, &payload);
             } else {
                 self.on_rdma_req(qpn, &rec, &payload);
             }
@@ -822,11 +916,50 @@ impl Engine {
         self.send_record(qpn, resp, Vec::new(), None);
     }
 
-    fn on_resp(&mut self, qpn: u32, rec: &RecHdr) {
+    /// Serves an atomic request as the target: responder resources, then
+    /// the rkey checks and the read-modify-write (`MrTable::serve_atomic`);
+    /// the response carries the old value.
+    fn on_atomic_req(&mut self, qpn: u32, rec: &RecHdr, payload: &[u8]) {
+        let qp = &self.qps[&qpn];
+        let word = |i: usize| {
+            let mut b = [0u8; 8];
+            if let Some(c) = payload.get(i * 8..i * 8 + 8) {
+                b.copy_from_slice(c);
+            }
+            u64::from_ne_bytes(b)
+        };
+        let op = match word(0) {
+            1 => Some(AtomicOp::FetchAdd(word(1))),
+            2 => Some(AtomicOp::CmpSwap(word(1), word(2))),
+            _ => None,
+        };
+        let result = match op {
+            // No responder resources for atomics (max_dest_rd_atomic 0): an
+            // Invalid Request NAK, as rxe's RESPST_ERR_TOO_MANY_RDMA_ATM_REQ.
+            _ if qp.max_dest_rd_atomic == 0 => Err(WcStatus::RemInvReqErr),
+            None => Err(WcStatus::RemInvReqErr),
+            Some(op) => self
+                .mrs
+                .serve_atomic(qp.pd, qp.access, rec.rkey, rec.addr, op),
+        };
+        let (status, data) = match result {
+            Ok(old) => (WcStatus::Success, old.to_ne_bytes().to_vec()),
+            Err(s) => (s, Vec::new()),
+        };
+        let resp = RecHdr {
+            kind: kind::RESP,
+            req_id: rec.req_id,
+            status: status_code(status),
+            ..Default::default()
+        };
+        self.send_record(qpn, resp, data, None);
+    }
+
+    fn on_resp(&mut self, qpn: u32, rec: &RecHdr, payload: &[u8]) {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
-        let send_cq = qp.send_cq;
+        let (send_cq, pd) = (qp.send_cq, qp.pd);
         let status = status_from_code(rec.status);
         match qp.outstanding.remove(&rec.req_id) {
             Some(Outstanding::Rdma {
@@ -841,6 +974,38 @@ impl Engine {
                         status,
                         opcode,
                         byte_len: if opcode == WcOpcode::RdmaRead { len } else { 0 },
+                        qp_num: qpn,
+                        ..Default::default()
+                    };
+                    self.push_cq(send_cq, wc, None);
+                }
+            }
+            Some(Outstanding::Atomic {
+                wr_id,
+                opcode,
+                signaled,
+                dst,
+            }) => {
+                let mut status = status;
+                if status == WcStatus::Success {
+                    // The old value, host order, lands in the local buffer
+                    // only now: it is valid once the completion is polled.
+                    let old = payload.get(..8).unwrap_or(&[]);
+                    status = if old.len() == 8 {
+                        match self.mrs.scatter(pd, &dst, old) {
+                            Ok(()) => WcStatus::Success,
+                            Err(s) => s,
+                        }
+                    } else {
+                        WcStatus::GeneralErr
+                    };
+                }
+                if signaled || status != WcStatus::Success {
+                    let wc = WorkCompletion {
+                        wr_id,
+                        status,
+                        opcode,
+                        byte_len: if status == WcStatus::Success { 8 } else { 0 },
                         qp_num: qpn,
                         ..Default::default()
                     };
@@ -1081,6 +1246,7 @@ fn status_code(s: WcStatus) -> u32 {
         WcStatus::Success => 0,
         WcStatus::RemAccessErr => 1,
         WcStatus::RemOpErr => 2,
+        WcStatus::RemInvReqErr => 4,
         _ => 3,
     }
 }
@@ -1090,6 +1256,7 @@ fn status_from_code(c: u32) -> WcStatus {
         0 => WcStatus::Success,
         1 => WcStatus::RemAccessErr,
         2 => WcStatus::RemOpErr,
+        4 => WcStatus::RemInvReqErr,
         _ => WcStatus::GeneralErr,
     }
 }

@@ -145,6 +145,72 @@ impl MrTable {
     }
 }
 
+/// An atomic operation executed by the target's NIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AtomicOp {
+    /// Fetch-and-add of the value.
+    FetchAdd(u64),
+    /// Compare-and-swap: (compare, swap).
+    CmpSwap(u64, u64),
+}
+
+impl MrTable {
+    /// Executes an atomic as the target, under the device's lock (the
+    /// caller holds it: `&mut Engine`). The region named by `rkey` must
+    /// belong to `pd`, grant `REMOTE_ATOMIC` (also on the QP: `qp_access`)
+    /// and cover the 8 bytes at `addr` (else `RemAccessErr`, as rxe's
+    /// `check_rkey`); `addr` must be 8-byte aligned (else `RemInvReqErr`, as
+    /// rxe's `RESPST_ERR_MISALIGNED_ATOMIC`). No memory is touched on error.
+    ///
+    /// The read-modify-write is deliberately *not* a CPU atomic instruction:
+    /// like an `IBV_ATOMIC_HCA` device it is atomic only with respect to the
+    /// other atomics this device executes (they all run under its lock), so a
+    /// program that mixes CPU accesses with NIC atomics on one location loses
+    /// updates here as it would on hardware. The value is a `u64` in host
+    /// byte order (as rxe's `rxe_mr_do_atomic_op` and mlx5 in host-endian
+    /// mode, the only mode in which the mlx5 kernel driver reports atomics).
+    pub(crate) fn serve_atomic(
+        &self,
+        pd: u32,
+        qp_access: AccessFlags,
+        rkey: u32,
+        addr: u64,
+        op: AtomicOp,
+    ) -> Result<u64, WcStatus> {
+        let need = AccessFlags::REMOTE_ATOMIC;
+        let ok = self.map.get(&rkey).is_some_and(|mr| {
+            mr.pd == pd
+                && mr.access.contains(need)
+                && qp_access.contains(need)
+                && mr.covers(addr, 8)
+        });
+        if !ok {
+            tracing::debug!(target: "verbs", rkey, addr, "soft: remote atomic access violation");
+            return Err(WcStatus::RemAccessErr);
+        }
+        if !addr.is_multiple_of(8) {
+            tracing::debug!(target: "verbs", rkey, addr, "soft: misaligned atomic");
+            return Err(WcStatus::RemInvReqErr);
+        }
+        // SAFETY: the 8 bytes lie inside a live region of this device that
+        // grants REMOTE_ATOMIC (checked above; table invariant); a region
+        // with REMOTE_ATOMIC also has LOCAL_WRITE (checked at registration).
+        let old_bytes = unsafe { shm::read_local(addr, 8) };
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&old_bytes);
+        let old = u64::from_ne_bytes(b);
+        let new = match op {
+            AtomicOp::FetchAdd(add) => Some(old.wrapping_add(add)),
+            AtomicOp::CmpSwap(compare, swap) => (old == compare).then_some(swap),
+        };
+        if let Some(new) = new {
+            // SAFETY: as above.
+            unsafe { shm::copy_to_local(addr, &new.to_ne_bytes()) };
+        }
+        Ok(old)
+    }
+}
+
 /// Reads the bytes of inline-send SGEs, which need not be registered.
 ///
 /// # Safety

@@ -67,7 +67,7 @@ use crate::api::*;
 pub use config::{Inject, SoftConfig, DEFAULT_MAX_QP_WR};
 pub use engine::TM_MIN_UNTAGGED;
 use engine::{CqState, Engine, QpEntry, SrqKind};
-use mem::MrEntry;
+use mem::{AtomicOp, MrEntry};
 use tm::{Handle, TmOp};
 
 /// The soft device's name.
@@ -216,6 +216,9 @@ impl Context<SoftProvider> for SoftContext {
             max_mr: 1 << 20,
             max_pd: 1 << 16,
             max_qp_rd_atom: 16,
+            // As mlx5 (kernel `get_atomic_caps`) and rxe: atomic only among
+            // this device's atomics (see `mem::MrTable::serve_atomic`).
+            atomic_cap: AtomicCap::Hca,
             max_srq: 1 << 16,
             max_srq_wr: 1 << 20,
             max_srq_sge: 16,
@@ -310,9 +313,11 @@ impl ProtectionDomain<SoftProvider> for SoftPd {
         if (addr as u64).checked_add(len as u64).is_none() {
             return Err(VerbsError::verb("ibv_reg_mr", libc::EINVAL));
         }
-        if access.contains(AccessFlags::REMOTE_WRITE) && !access.contains(AccessFlags::LOCAL_WRITE)
-        {
-            // As in libibverbs: remote write requires local write.
+        let remote_modify = access.contains(AccessFlags::REMOTE_WRITE)
+            || access.contains(AccessFlags::REMOTE_ATOMIC);
+        if remote_modify && !access.contains(AccessFlags::LOCAL_WRITE) {
+            // As in libibverbs (ibv_reg_mr.3): remote write or remote atomic
+            // requires local write.
             return Err(VerbsError::verb("ibv_reg_mr", libc::EINVAL));
         }
         let mut e = self.inner.ctx.lock();
@@ -698,6 +703,7 @@ impl QueuePair for SoftQp {
             })?;
             qp.outbound = Some(seg);
             qp.remote = Some((pid, instance, attr.dest_qp_num));
+            qp.max_dest_rd_atomic = attr.max_dest_rd_atomic;
             qp.state = QpState::Rtr;
             tracing::debug!(target: "verbs", qpn, pid, instance, dest = attr.dest_qp_num, "soft: QP connected");
             Ok(())
@@ -764,6 +770,33 @@ impl QueuePair for SoftQp {
                 remote_addr,
                 rkey,
                 true,
+                signaled,
+            ),
+            SendOpcode::AtomicFetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => e.post_atomic(
+                self.qpn,
+                wr.wr_id,
+                wr.sg_list,
+                remote_addr,
+                rkey,
+                AtomicOp::FetchAdd(add),
+                signaled,
+            ),
+            SendOpcode::AtomicCmpSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => e.post_atomic(
+                self.qpn,
+                wr.wr_id,
+                wr.sg_list,
+                remote_addr,
+                rkey,
+                AtomicOp::CmpSwap(compare, swap),
                 signaled,
             ),
         }

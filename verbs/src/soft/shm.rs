@@ -62,8 +62,12 @@ pub(crate) mod kind {
     pub const WRITE_REQ: u32 = 2;
     /// RDMA read request: payload = requester iovecs (destination).
     pub const READ_REQ: u32 = 3;
-    /// Response to a read/write request: `status`.
+    /// Response to a read/write/atomic request: `status` (an atomic's
+    /// response carries the old value, 8 bytes in host order, as payload).
     pub const RESP: u32 = 4;
+    /// Atomic request: `addr`, `rkey`; payload = op (1 fetch-add, 2
+    /// compare-swap), compare_add, swap: three u64 in host order.
+    pub const ATOMIC_REQ: u32 = 5;
 }
 
 /// Header of a ring record.

@@ -131,12 +131,21 @@ pub fn local_addr<P: Provider>(ctx: &P::Context, qp: &P::Qp) -> Addr {
     }
 }
 
-/// RESET -> INIT -> RTR -> RTS towards `remote`.
+/// RESET -> INIT -> RTR -> RTS towards `remote` (remote read, write and
+/// atomic access granted on the QP; one outstanding read/atomic each way).
 pub fn connect<P: Provider>(qp: &P::Qp, local: &Addr, remote: &Addr) {
+    connect_with::<P>(qp, local, remote, 1);
+}
+
+/// [`connect`] with `rd_atomic` as `max_dest_rd_atomic` and `max_rd_atomic`.
+pub fn connect_with<P: Provider>(qp: &P::Qp, local: &Addr, remote: &Addr, rd_atomic: u8) {
     qp.modify_to_init(&QpInitTransition {
         port: 1,
         pkey_index: 0,
-        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        access: AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC,
     })
     .expect("to INIT");
     let dest = if remote.ethernet {
@@ -157,7 +166,7 @@ pub fn connect<P: Provider>(qp: &P::Qp, local: &Addr, remote: &Addr) {
         port: 1,
         path_mtu: Mtu::Mtu1024,
         rq_psn: 0,
-        max_dest_rd_atomic: 1,
+        max_dest_rd_atomic: rd_atomic,
         min_rnr_timer: 12,
     })
     .expect("to RTR");
@@ -166,7 +175,7 @@ pub fn connect<P: Provider>(qp: &P::Qp, local: &Addr, remote: &Addr) {
         timeout: 14,
         retry_cnt: 7,
         rnr_retry: 7,
-        max_rd_atomic: 1,
+        max_rd_atomic: rd_atomic,
     })
     .expect("to RTS");
 }
@@ -231,6 +240,31 @@ pub fn recv<P: Provider>(qp: &P::Qp, wr_id: u64, sge: Sge) {
         })
     }
     .expect("post_recv");
+}
+
+/// Posts a signaled atomic whose old value lands in `result` (8 bytes).
+pub fn post_atomic<P: Provider>(
+    qp: &P::Qp,
+    wr_id: u64,
+    result: Sge,
+    opcode: SendOpcode,
+) -> Result<()> {
+    assert!(opcode.is_atomic());
+    // SAFETY: the test keeps the result buffer alive and untouched until
+    // the completion.
+    unsafe {
+        qp.post_send(&SendWr {
+            wr_id,
+            sg_list: &[result],
+            opcode,
+            flags: SendFlags::SIGNALED,
+        })
+    }
+}
+
+/// The host-order u64 at `off` of `bytes`.
+pub fn u64_at(bytes: &[u8], off: usize) -> u64 {
+    u64::from_ne_bytes(bytes[off..off + 8].try_into().unwrap())
 }
 
 /// A deterministic byte pattern.
