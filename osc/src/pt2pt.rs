@@ -184,13 +184,13 @@ struct OriginState {
     dirty: BTreeSet<i32>,
     /// Awaited replies no thread has taken yet.
     pending: Vec<Pending>,
-    /// (target, ticket) of the replies a thread took out of `pending` and
+    /// ticket -> target of the replies a thread took out of `pending` and
     /// is waiting for; the entry goes when the result is unpacked. A
     /// synchronisation call covers every reply issued before it: it takes
     /// and completes those still in `pending`, then waits until none of
     /// them is left here (another thread completes it), so a second
     /// thread's flush never returns before a result it covers is written.
-    inflight: Vec<(i32, u64)>,
+    inflight: BTreeMap<u64, i32>,
     /// The ticket of the next awaited reply.
     next_ticket: u64,
     sends: Vec<(ReqId, Vec<u8>)>,
@@ -453,7 +453,7 @@ impl Pt2pt {
             let sends: Vec<_> = o.sends.drain(..ns).collect();
             let pending: Vec<_> = o.pending.drain(..np).collect();
             o.inflight
-                .extend(pending.iter().map(|p| (p.target, p.ticket)));
+                .extend(pending.iter().map(|p| (p.ticket, p.target)));
             o.held = o.pending.iter().map(|p| p.buf.len()).sum::<usize>()
                 + o.sends.iter().map(|s| s.1.len()).sum::<usize>();
             drop(o);
@@ -471,11 +471,11 @@ impl Pt2pt {
             }
         }
         for p in pending {
-            let key = (p.target, p.ticket);
+            let ticket = p.ticket;
             let r = self.complete_one(p);
             // After the unpack: a thread waiting for this result in
             // `wait_pending` sees it written once the entry is gone.
-            lock(&self.origin).inflight.retain(|&k| k != key);
+            lock(&self.origin).inflight.remove(&ticket);
             if let Err(e) = r {
                 first = first.and(Err(e));
             }
@@ -526,7 +526,7 @@ impl Pt2pt {
                 .into_iter()
                 .partition(|p| covers(p.target));
             o.pending = rest;
-            o.inflight.extend(mine.iter().map(|p| (p.target, p.ticket)));
+            o.inflight.extend(mine.iter().map(|p| (p.ticket, p.target)));
             let sends = std::mem::take(&mut o.sends);
             o.held = o.pending.iter().map(|p| p.buf.len()).sum();
             (mine, sends, o.next_ticket)
@@ -536,8 +536,8 @@ impl Pt2pt {
         loop {
             let busy = lock(&self.origin)
                 .inflight
-                .iter()
-                .any(|&(t, k)| k < horizon && covers(t));
+                .range(..horizon)
+                .any(|(_, &t)| covers(t));
             if !busy {
                 break;
             }
