@@ -469,16 +469,50 @@ fn rma_fetch_op() {
 }
 
 /// One-sided calls from four threads per rank on two windows at once (no
-/// update lost, every slot right), and a thread whose cached window
-/// another thread freed: the freed handle is MPI_ERR_WIN there (not the
-/// freed window), and a new window is found (`tests/c/rma_threads.c`).
-/// osc sm only (the windows are `MPI_Win_allocate`'d on one node): with
-/// osc pt2pt a thread's flush can return while another thread's flush is
-/// still waiting for the first thread's fetch_and_op result (not fixed
-/// yet, see docs/osc.md).
+/// update lost, every slot right); results of fetch_and_op, get,
+/// compare_and_swap, get_accumulate and Rget, each followed by one of the
+/// four flushes while the other threads flush the same targets (every
+/// result exactly the count so far: none returned unwritten); and a thread
+/// whose cached window another thread freed: the freed handle is
+/// MPI_ERR_WIN there (not the freed window), and a new window is found
+/// (`tests/c/rma_threads.c`). Over osc sm (the windows are
+/// `MPI_Win_allocate`'d on one node) and osc pt2pt over sm and tcp.
 #[test]
 fn rma_threads() {
-    expect_ok_rma("rma_threads", &[1, 2, 3], SM_TCP);
+    expect_ok_rma("rma_threads", &[1, 2, 3], SM_TCP_PT2PT);
+    expect_ok_rma(
+        "rma_threads",
+        &[2, 4],
+        &[&["--mca", "btl", "self,tcp", "--mca", "osc", "pt2pt"]],
+    );
+}
+
+/// [`rma_threads`] over btl-openib with osc rdma: its gets go over RDMA,
+/// its fetch_and_ops, compare_and_swaps, get_accumulates and flushes
+/// through the inner pt2pt module, from four threads at once.
+#[test]
+fn rma_threads_over_openib_with_osc_rdma() {
+    let name = "rma_threads";
+    let exe = build(name);
+    let _g = serial();
+    for n in [2u32, 4] {
+        let (code, out, err) = run_with(&exe, n, 180, OPENIB_RDMA);
+        assert_eq!(
+            code,
+            Some(0),
+            "{name} with {n} ranks over openib/osc rdma\nstdout:\n{out}\nstderr:\n{err}"
+        );
+        assert!(out.contains(&format!("{name}: OK")), "{name} ({n}): {out}");
+        assert!(
+            !err.contains("the window goes to pt2pt"),
+            "{name} ({n}): a window fell back to pt2pt\n{err}"
+        );
+        let (w, r, wins) = rdma_counters(&err);
+        assert!(
+            wins >= u64::from(n) && w > 0 && r > 0,
+            "{name} ({n}): {wins} rdma windows freed, {w} RDMA writes, {r} reads\n{err}"
+        );
+    }
 }
 
 /// Post/start/complete/wait and MPI_Win_test with checked data.

@@ -25,6 +25,14 @@
 //! * PSCW: `post` sends a notice to each origin; `start` waits for them;
 //!   `complete` sends a complete request to each target; `wait` serves
 //!   until every origin's complete was applied.
+//! * Threads: each awaited reply has a ticket in issue order. A
+//!   synchronisation call (flush, flush_local, unlock, fence, complete,
+//!   and `MPI_Rget`'s local completion) covers the replies to its targets
+//!   issued before it: it completes those no thread waits for yet and then
+//!   waits until every other covered one was completed (unpacked) by the
+//!   thread that took it. A target's "written" mark is cleared together
+//!   with sending its flush request, so a flush that finds no mark finds
+//!   the other thread's flush reply among those it waits for.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -160,6 +168,8 @@ type Out = (usize, usize, Layout);
 /// An operation whose reply the origin waits for.
 struct Pending {
     target: i32,
+    /// Its place in issue order (see [`OriginState::inflight`]).
+    ticket: u64,
     id: ReqId,
     buf: Vec<u8>,
     out: Option<Out>,
@@ -172,7 +182,17 @@ struct OriginState {
     ep: Epochs,
     /// Targets written since their last remote completion.
     dirty: BTreeSet<i32>,
+    /// Awaited replies no thread has taken yet.
     pending: Vec<Pending>,
+    /// ticket -> target of the replies a thread took out of `pending` and
+    /// is waiting for; the entry goes when the result is unpacked. A
+    /// synchronisation call covers every reply issued before it: it takes
+    /// and completes those still in `pending`, then waits until none of
+    /// them is left here (another thread completes it), so a second
+    /// thread's flush never returns before a result it covers is written.
+    inflight: BTreeMap<u64, i32>,
+    /// The ticket of the next awaited reply.
+    next_ticket: u64,
     sends: Vec<(ReqId, Vec<u8>)>,
     /// Bytes of `pending`'s buffers and `sends`' messages (recounted when
     /// either shrinks).
@@ -329,16 +349,43 @@ impl Pt2pt {
     fn issue(
         &self,
         target: i32,
+        req: Req,
+        data: &[&[u8]],
+        reply: Option<(usize, Option<Out>)>,
+        epoch: bool,
+    ) -> Result<()> {
+        self.issue_with(target, req, data, reply, epoch, |_| true)
+    }
+
+    /// A control request (no data, no epoch check) sent only when `cond`,
+    /// run under the origin lock, says so.
+    fn issue_if(
+        &self,
+        target: i32,
+        req: Req,
+        reply: Option<(usize, Option<Out>)>,
+        cond: impl FnOnce(&mut OriginState) -> bool,
+    ) -> Result<()> {
+        self.issue_with(target, req, &[], reply, false, cond)
+    }
+
+    fn issue_with(
+        &self,
+        target: i32,
         mut req: Req,
         data: &[&[u8]],
         reply: Option<(usize, Option<Out>)>,
         epoch: bool,
+        cond: impl FnOnce(&mut OriginState) -> bool,
     ) -> Result<()> {
         self.check_rank(target)?;
         let pml = self.pml();
         let mut o = lock(&self.origin);
         if epoch {
             o.ep.operation(target)?;
+        }
+        if !cond(&mut o) {
+            return Ok(());
         }
         o.seq = o.seq.wrapping_add(1);
         req.seq = o.seq;
@@ -356,8 +403,11 @@ impl Pt2pt {
                 )
             }?;
             o.held += len;
+            let ticket = o.next_ticket;
+            o.next_ticket += 1;
             o.pending.push(Pending {
                 target,
+                ticket,
                 id,
                 buf,
                 out,
@@ -402,6 +452,8 @@ impl Pt2pt {
             let np = o.pending.len().div_ceil(2);
             let sends: Vec<_> = o.sends.drain(..ns).collect();
             let pending: Vec<_> = o.pending.drain(..np).collect();
+            o.inflight
+                .extend(pending.iter().map(|p| (p.ticket, p.target)));
             o.held = o.pending.iter().map(|p| p.buf.len()).sum::<usize>()
                 + o.sends.iter().map(|s| s.1.len()).sum::<usize>();
             drop(o);
@@ -419,80 +471,101 @@ impl Pt2pt {
             }
         }
         for p in pending {
-            match wait(self.pml(), p.id) {
-                Ok(n) if p.out.is_some() && n < p.buf.len() => {
-                    // A refused get-like request answers short (a full
-                    // result has exactly the bytes asked for).
-                    first = first.and(Err(OscError::Range(format!(
-                        "rank {} refused the operation: its target region is not in memory the target exposes \
-                         (outside its window, or not attached to its dynamic window)",
-                        p.target
-                    ))));
-                }
-                Ok(n) if p.out.is_none() && n > 0 => {
-                    first = first.and(Err(OscError::decode(
-                        &p.buf[..n.min(p.buf.len())],
-                        p.target,
-                    )));
-                }
-                Ok(n) => {
-                    if let Some((addr, count, layout)) = &p.out {
-                        // SAFETY: the user's result buffer stays valid until
-                        // the operation completes (the contract of
-                        // `Module::get`), which is now.
-                        unsafe {
-                            unpack(
-                                *addr as *mut u8,
-                                *count,
-                                layout,
-                                &p.buf[..n.min(p.buf.len())],
-                            )
-                        };
-                    }
-                }
-                Err(e) => first = first.and(Err(e)),
+            let ticket = p.ticket;
+            let r = self.complete_one(p);
+            // After the unpack: a thread waiting for this result in
+            // `wait_pending` sees it written once the entry is gone.
+            lock(&self.origin).inflight.remove(&ticket);
+            if let Err(e) = r {
+                first = first.and(Err(e));
             }
         }
         first
     }
 
+    /// Waits for one reply and unpacks its result.
+    fn complete_one(&self, p: Pending) -> Result<()> {
+        let n = wait(self.pml(), p.id)?;
+        if p.out.is_some() && n < p.buf.len() {
+            // A refused get-like request answers short (a full result has
+            // exactly the bytes asked for).
+            return Err(OscError::Range(format!(
+                "rank {} refused the operation: its target region is not in memory the target exposes \
+                 (outside its window, or not attached to its dynamic window)",
+                p.target
+            )));
+        }
+        let data = &p.buf[..n.min(p.buf.len())];
+        match &p.out {
+            None if n > 0 => Err(OscError::decode(data, p.target)),
+            None => Ok(()),
+            Some((addr, count, layout)) => {
+                // SAFETY: the user's result buffer stays valid until the
+                // operation completes (the contract of `Module::get`),
+                // which is now.
+                unsafe { unpack(*addr as *mut u8, *count, layout, data) };
+                Ok(())
+            }
+        }
+    }
+
     /// Waits for the replies of the operations to `targets` (all when
-    /// `None`) and for every request send, unpacking results.
+    /// `None`) issued before the call, by any thread, and for every
+    /// request send, unpacking results. Replies no thread waits for yet
+    /// are completed here; those another thread took are waited for until
+    /// that thread has unpacked them.
     fn wait_pending(&self, targets: Option<&[i32]>) -> Result<()> {
         // Every window moves here, even when nothing of this one is
         // outstanding: a program spinning on flush or sync of one window
         // (mpi4py.util.sync) must still answer requests for its others.
         serve_all();
-        let (mine, sends) = {
+        let covers = |t: i32| targets.is_none_or(|ts| ts.contains(&t));
+        let (mine, sends, horizon) = {
             let mut o = lock(&self.origin);
             let (mine, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut o.pending)
                 .into_iter()
-                .partition(|p| targets.is_none_or(|t| t.contains(&p.target)));
+                .partition(|p| covers(p.target));
             o.pending = rest;
+            o.inflight.extend(mine.iter().map(|p| (p.ticket, p.target)));
+            let sends = std::mem::take(&mut o.sends);
             o.held = o.pending.iter().map(|p| p.buf.len()).sum();
-            (mine, std::mem::take(&mut o.sends))
+            (mine, sends, o.next_ticket)
         };
-        self.complete(sends, mine)
+        let done = self.complete(sends, mine);
+        // The covered replies other threads are completing.
+        loop {
+            let busy = lock(&self.origin)
+                .inflight
+                .range(..horizon)
+                .any(|(_, &t)| covers(t));
+            if !busy {
+                break;
+            }
+            // The other thread waits in the pml; this one keeps the
+            // process's windows served meanwhile.
+            let moved = self.pml().progress();
+            serve_all();
+            if moved == 0 {
+                std::thread::yield_now();
+            }
+        }
+        done
     }
 
     /// Remote completion at `targets`: a flush request to each one written
     /// to (its reply follows every earlier request), then every reply.
+    ///
+    /// A target's mark and its flush request go together under the origin
+    /// lock: a thread that finds a target unmarked finds the flush request
+    /// of the thread that cleared the mark among the replies it waits for
+    /// (and that reply follows every request issued before it).
     fn flush_targets(&self, targets: &[i32]) -> Result<()> {
-        let dirty: Vec<i32> = {
-            let mut o = lock(&self.origin);
-            targets
-                .iter()
-                .copied()
-                .filter(|t| o.dirty.remove(t))
-                .collect()
-        };
-        for t in dirty {
-            self.issue(
+        for &t in targets {
+            self.issue_if(
                 t,
                 Req::control(Kind::Flush, 0, 0),
-                &[],
                 Some((ERR_REPLY, None)),
-                false,
+                |o| o.dirty.remove(&t),
             )?;
         }
         self.wait_pending(Some(targets))
@@ -897,13 +970,14 @@ impl Module for Pt2pt {
         let done = if nocheck {
             self.flush_targets(&[rank])
         } else {
-            lock(&self.origin).dirty.remove(&rank);
-            self.issue(
+            self.issue_if(
                 rank,
                 Req::control(Kind::Unlock, 0, 0),
-                &[],
                 Some((ERR_REPLY, None)),
-                false,
+                |o| {
+                    o.dirty.remove(&rank);
+                    true
+                },
             )?;
             self.wait_pending(Some(&[rank]))
         };
@@ -937,14 +1011,15 @@ impl Module for Pt2pt {
         let done = if nocheck {
             self.flush_targets(&self.all_ranks())
         } else {
-            lock(&self.origin).dirty.clear();
             for r in 0..self.size {
-                self.issue(
+                self.issue_if(
                     r,
                     Req::control(Kind::Unlock, 0, 0),
-                    &[],
                     Some((ERR_REPLY, None)),
-                    false,
+                    |o| {
+                        o.dirty.remove(&r);
+                        true
+                    },
                 )?;
             }
             self.wait_pending(None)
@@ -1043,8 +1118,10 @@ impl Module for Pt2pt {
             Ok(())
         };
         for &r in &group {
-            lock(&self.origin).dirty.remove(&r);
-            self.issue(r, Req::control(Kind::Complete, 0, 0), &[], None, false)?;
+            self.issue_if(r, Req::control(Kind::Complete, 0, 0), None, |o| {
+                o.dirty.remove(&r);
+                true
+            })?;
         }
         let done = self.wait_pending(Some(&group));
         lock(&self.origin).ep.start = None;

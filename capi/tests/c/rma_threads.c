@@ -5,7 +5,14 @@
  *    a counter at rank 0, and put/get their own slots at every rank,
  *    switching between two windows every iteration (each switch replaces
  *    the thread's cached window): no update lost, every slot right;
- * 2. a thread that used a window (cached it) while the main thread frees
+ * 2. results under concurrent flushes: four threads per rank, each with
+ *    its own counter at every rank, fetch_and_op (+1), get,
+ *    compare_and_swap, get_accumulate (NO_OP) and Rget it, each followed
+ *    by a flush, flush_all, flush_local or flush_local_all (in turn) while
+ *    the other threads flush the same targets: every result is exactly the
+ *    counter's count so far (a flush that returned before the result
+ *    arrived leaves the -1 the buffer was set to);
+ * 3. a thread that used a window (cached it) while the main thread frees
  *    it: its next call with the freed handle is MPI_ERR_WIN, not the
  *    freed window; after a new window is made, the same thread's put and
  *    fetch_and_op reach the new window. */
@@ -36,6 +43,49 @@ static void *ops(void *arg) {
         OK(MPI_Get(&got, 1, MPI_LONG, target, slot, 1, MPI_LONG, w));
         OK(MPI_Win_flush_local(target, w));
         CHECK(got == v);
+    }
+    return NULL;
+}
+
+#define FLUSH_ITERS 300
+static MPI_Win cwin;
+
+/* Completes what the thread issued to `target`, by flush kind `k`. */
+static void sync_by(int k, int target) {
+    switch (k % 4) {
+    case 0: OK(MPI_Win_flush(target, cwin)); break;
+    case 1: OK(MPI_Win_flush_all(cwin)); break;
+    case 2: OK(MPI_Win_flush_local(target, cwin)); break;
+    default: OK(MPI_Win_flush_local_all(cwin)); break;
+    }
+}
+
+static void *results(void *arg) {
+    int t = *(int *)arg;
+    long count[64] = {0};
+    MPI_Aint slot = rank * THREADS + t;
+    for (int i = 0; i < FLUSH_ITERS; i++) {
+        int target = (rank + 1 + i) % size;
+        long one = 1, old = -1, got = -1, cas = -1, ga = -1, rg = -1;
+        OK(MPI_Fetch_and_op(&one, &old, MPI_LONG, target, slot, MPI_SUM, cwin));
+        sync_by(i, target);
+        CHECK(old == count[target]);
+        count[target]++;
+        OK(MPI_Get(&got, 1, MPI_LONG, target, slot, 1, MPI_LONG, cwin));
+        sync_by(i + 1, target);
+        CHECK(got == count[target]);
+        long same = count[target];
+        OK(MPI_Compare_and_swap(&same, &same, &cas, MPI_LONG, target, slot, cwin));
+        sync_by(i + 2, target);
+        CHECK(cas == count[target]);
+        OK(MPI_Get_accumulate(NULL, 0, MPI_LONG, &ga, 1, MPI_LONG, target, slot, 1, MPI_LONG,
+                              MPI_NO_OP, cwin));
+        sync_by(i + 3, target);
+        CHECK(ga == count[target]);
+        MPI_Request rq;
+        OK(MPI_Rget(&rg, 1, MPI_LONG, target, slot, 1, MPI_LONG, cwin, &rq));
+        OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+        CHECK(rg == count[target]);
     }
     return NULL;
 }
@@ -96,6 +146,27 @@ int main(int argc, char **argv) {
             }
     MPI_Barrier(MPI_COMM_WORLD);
     for (int k = 0; k < 2; k++) OK(MPI_Win_free(&wins[k]));
+
+    /* Results under concurrent flushes. */
+    CHECK(size <= 64);
+    long *cbase;
+    OK(MPI_Win_allocate((MPI_Aint)size * THREADS * sizeof(long), sizeof(long), MPI_INFO_NULL,
+                        MPI_COMM_WORLD, &cbase, &cwin));
+    for (int j = 0; j < size * THREADS; j++) cbase[j] = 0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    OK(MPI_Win_lock_all(0, cwin));
+    run_threads(THREADS, results);
+    OK(MPI_Win_unlock_all(cwin));
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* Rank r's thread t counted at this rank once per iteration aimed here. */
+    for (int r = 0; r < size; r++) {
+        long want = 0;
+        for (int i = 0; i < FLUSH_ITERS; i++)
+            if ((r + 1 + i) % size == rank) want++;
+        for (int t = 0; t < THREADS; t++) CHECK(cbase[r * THREADS + t] == want);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    OK(MPI_Win_free(&cwin));
 
     /* A thread's cached window freed by another thread. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
