@@ -755,14 +755,7 @@ pub extern "C" fn MPI_Fetch_and_op(
     guard_win("MPI_Fetch_and_op", win, || {
         with_win(win, |w| {
             // A predefined type (the usual case) without a reference.
-            let held;
-            let t = match rt().ok().and_then(|rt| rt.fast.dtype(datatype)) {
-                Some(f) => &f.t,
-                None => {
-                    held = dtype(datatype)?;
-                    &*held
-                }
-            };
+            let t = dtype(datatype)?;
             if !t.predefined {
                 return Err(Error::new(
                     C::Type,

@@ -301,26 +301,15 @@ impl Sm {
         layout: &Layout,
         data: &[u8],
     ) -> Result<[u8; SMALL_ACC]> {
-        let part = self.part(r);
-        let view = part.view();
-        let mut old = [0u8; SMALL_ACC];
         let one = (n > 0).then_some((offset, n as u64));
-        self.with_acc_lock(r, || -> Result<()> {
-            view.check(one.into_iter())?;
-            view.copy_out(offset, &mut old[..n]);
-            if matches!(op, AccOp::NoOp) {
-                return Ok(());
-            }
-            let mut new = old;
-            apply::combine(op, layout.elem, layout.wide, data, &mut new[..n])?;
-            view.scatter(one.into_iter(), &new[..n]);
-            Ok(())
-        })?;
-        Ok(old)
+        self.part(r).view().check(one.into_iter())?;
+        // Checked: a region of n > 0 bytes starts at an offset >= 0 inside
+        // the part; with n = 0 nothing is touched.
+        self.acc_at(r, usize::try_from(offset).unwrap_or(0), n, op, layout, data)
     }
 
     /// [`Sm::acc_small`] for the region `off..off + n` that [`Sm::fast`]
-    /// checked (so no range check): applies `op` with `data` under rank
+    /// or `acc_small` checked (so no range check): applies `op` with `data` under rank
     /// `r`'s accumulate lock; the old contents.
     #[inline]
     fn acc_at(
