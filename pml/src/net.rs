@@ -305,6 +305,15 @@ fn envelope_of(hdr: &[u8]) -> Option<Envelope> {
 }
 
 impl BtlNet {
+    /// The module that reaches `peer`, when it offers RDMA put and get.
+    fn rdma_module(&self, peer: u32) -> Option<usize> {
+        let i = *self.route.get(peer as usize)?;
+        self.modules[i]
+            .flags()
+            .contains(BtlFlags::PUT | BtlFlags::GET)
+            .then_some(i)
+    }
+
     /// One polling round of the modules (`Transport::progress`);
     /// `waiting`: the caller is blocked on one message
     /// (`Transport::progress_waiting`). Inlined into both: one call frame
@@ -564,11 +573,7 @@ impl Transport for BtlNet {
     }
 
     fn rdma_peer(&self, peer: u32) -> bool {
-        self.route.get(peer as usize).is_some_and(|&i| {
-            self.modules[i]
-                .flags()
-                .contains(BtlFlags::PUT | BtlFlags::GET)
-        })
+        self.rdma_module(peer).is_some()
     }
 
     unsafe fn rdma_register(
@@ -577,15 +582,7 @@ impl Transport for BtlNet {
         len: usize,
         peers: &[u32],
     ) -> Result<Vec<(u32, RemoteRegion)>, TxError> {
-        let mut mods: Vec<usize> = peers
-            .iter()
-            .filter_map(|&p| self.route.get(p as usize).copied())
-            .filter(|&i| {
-                self.modules[i]
-                    .flags()
-                    .contains(BtlFlags::PUT | BtlFlags::GET)
-            })
-            .collect();
+        let mut mods: Vec<usize> = peers.iter().filter_map(|&p| self.rdma_module(p)).collect();
         mods.sort_unstable();
         mods.dedup();
         let mut out: Vec<(u32, RemoteRegion)> = Vec::with_capacity(mods.len());
