@@ -333,6 +333,25 @@ pub(crate) fn acc_plain(origin: Option<&Buf<'_>>, t: &Target<'_>, op: &AccOp, n:
         })
 }
 
+/// The bytes of data target `t` describes, which the origin's `count`
+/// items of `layout` must hold as well: `MPI_ERR_TYPE` otherwise (`what`
+/// names the origin's side in the message: "origin", "origin buffer").
+pub(crate) fn matched_len(
+    what: &str,
+    layout: &Layout,
+    count: usize,
+    t: &Target<'_>,
+) -> Result<usize> {
+    let want = t.layout.packed_len(t.count)?;
+    let have = layout.packed_len(count)?;
+    if want != have {
+        return Err(OscError::Type(format!(
+            "the {what} holds {have} bytes of data, the target datatype {want}"
+        )));
+    }
+    Ok(want)
+}
+
 /// The checks of an accumulate: the op applies, origin and target hold
 /// the same amount of data of the same predefined type.
 pub(crate) fn acc_check(origin: Option<&Buf<'_>>, t: &Target<'_>, op: &AccOp) -> Result<()> {

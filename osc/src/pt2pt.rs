@@ -819,13 +819,7 @@ impl Module for Pt2pt {
     }
 
     unsafe fn put(&self, origin: Buf<'_>, t: Target<'_>) -> Result<()> {
-        let want = t.layout.packed_len(t.count)?;
-        let have = origin.layout.packed_len(origin.count)?;
-        if want != have {
-            return Err(OscError::Type(format!(
-                "the origin holds {have} bytes of data, the target datatype {want}"
-            )));
-        }
+        crate::matched_len("origin", origin.layout, origin.count, &t)?;
         let req = self.target_req(Kind::Put, &t)?;
         // SAFETY: the caller's contract.
         let data = unsafe { pack(origin.ptr, origin.count, origin.layout) };
@@ -833,13 +827,7 @@ impl Module for Pt2pt {
     }
 
     unsafe fn get(&self, result: BufMut<'_>, t: Target<'_>) -> Result<()> {
-        let want = t.layout.packed_len(t.count)?;
-        let have = result.layout.packed_len(result.count)?;
-        if want != have {
-            return Err(OscError::Type(format!(
-                "the origin buffer holds {have} bytes of data, the target datatype {want}"
-            )));
-        }
+        let want = crate::matched_len("origin buffer", result.layout, result.count, &t)?;
         let req = self.target_req(Kind::Get, &t)?;
         let out = (result.ptr as usize, result.count, result.layout.clone());
         self.issue(t.rank, req, &[], Some((want, Some(out))), true)

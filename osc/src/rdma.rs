@@ -341,13 +341,7 @@ impl Module for Rdma {
     }
 
     unsafe fn put(&self, origin: Buf<'_>, t: Target<'_>) -> Result<()> {
-        let want = t.layout.packed_len(t.count)?;
-        let have = origin.layout.packed_len(origin.count)?;
-        if want != have {
-            return Err(OscError::Type(format!(
-                "the origin holds {have} bytes of data, the target datatype {want}"
-            )));
-        }
+        let want = crate::matched_len("origin", origin.layout, origin.count, &t)?;
         let off = self.target_offset(&t)?;
         self.inner.access_op(t.rank)?;
         if want == 0 {
@@ -373,13 +367,7 @@ impl Module for Rdma {
     }
 
     unsafe fn get(&self, result: BufMut<'_>, t: Target<'_>) -> Result<()> {
-        let want = t.layout.packed_len(t.count)?;
-        let have = result.layout.packed_len(result.count)?;
-        if want != have {
-            return Err(OscError::Type(format!(
-                "the origin buffer holds {have} bytes of data, the target datatype {want}"
-            )));
-        }
+        let want = crate::matched_len("origin buffer", result.layout, result.count, &t)?;
         let off = self.target_offset(&t)?;
         self.inner.access_op(t.rank)?;
         if want == 0 {

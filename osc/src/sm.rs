@@ -429,13 +429,7 @@ impl Module for Sm {
                 return Ok(());
             }
         }
-        let want = t.layout.packed_len(t.count)?;
-        let have = origin.layout.packed_len(origin.count)?;
-        if want != have {
-            return Err(OscError::Type(format!(
-                "the origin holds {have} bytes of data, the target datatype {want}"
-            )));
-        }
+        let want = crate::matched_len("origin", origin.layout, origin.count, &t)?;
         let reg = self.region(&t)?;
         let part = self.part(t.rank);
         let view: View<'_> = part.view();
@@ -469,13 +463,7 @@ impl Module for Sm {
                 return Ok(());
             }
         }
-        let want = t.layout.packed_len(t.count)?;
-        let have = result.layout.packed_len(result.count)?;
-        if want != have {
-            return Err(OscError::Type(format!(
-                "the origin buffer holds {have} bytes of data, the target datatype {want}"
-            )));
-        }
+        let want = crate::matched_len("origin buffer", result.layout, result.count, &t)?;
         let reg = self.region(&t)?;
         let part = self.part(t.rank);
         let view = part.view();
