@@ -29,8 +29,8 @@ use tmpi_base::identity::ProcessInfo;
 use tmpi_base::mca::{McaError, Registry};
 use tmpi_base::modex::{Modex, ModexError};
 use tmpi_btl::{
-    BtlComponent, BtlError, BtlFlags, BtlModule, BtlRecvHandler, RemoteRegion, TagOffload,
-    EXCLUSIVITY_DEFAULT,
+    AtomicOp, BtlComponent, BtlError, BtlFlags, BtlModule, BtlRecvHandler, RemoteRegion,
+    TagOffload, EXCLUSIVITY_DEFAULT,
 };
 use tmpi_verbs::ibv::IbvProvider;
 use tmpi_verbs::soft::{SoftConfig, SoftProvider, DEVICE_NAME};
@@ -150,6 +150,10 @@ pub struct OpenibBtl<P: Provider> {
     /// deregistering one also drops the cached registration.
     windows: HashMap<RemoteRegion, Vec<Reg<P>>>,
     next_get: u64,
+    /// Where the NIC writes an atomic's old value: one buffer for every
+    /// atomic (each is waited for), so its registration stays cached.
+    /// After `module` in field order: dropped after the registrations.
+    atomic_old: Box<u64>,
 }
 
 impl<P: Provider> OpenibBtl<P> {
@@ -167,6 +171,7 @@ impl<P: Provider> OpenibBtl<P> {
             regions: HashMap::new(),
             windows: HashMap::new(),
             next_get: 1 << 40,
+            atomic_old: Box::new(0),
         }
     }
 
@@ -283,6 +288,15 @@ impl<P: Provider + 'static> OpenibBtl<P> {
             unsafe { m.get(peer, buf, len, rvh, id) }
         };
         posted.map_err(|e| btl_err(e, peer))?;
+        let what = if write { "RDMA write" } else { "RDMA read" };
+        self.wait_rdma(peer, id, len, what)
+    }
+
+    /// Waits for the completion of RDMA operation `id` to `peer` (a read,
+    /// write or atomic the module posted), bounded by [`GET_TIMEOUT`]:
+    /// then the connection is aborted and the flush completion awaited.
+    fn wait_rdma(&mut self, peer: u32, id: u64, len: usize, what: &str) -> Result<(), BtlError> {
+        let m = self.module.as_mut().ok_or(BtlError::Finalized)?;
         let start = Instant::now();
         let mut evs = Vec::new();
         let mut aborted: Option<Instant> = None;
@@ -308,7 +322,7 @@ impl<P: Provider + 'static> OpenibBtl<P> {
             }
             match aborted {
                 None if start.elapsed() > GET_TIMEOUT => {
-                    tracing::error!(target: "btl_openib", peer, len, write, "RDMA operation not completed after {GET_TIMEOUT:?}; aborting the connection");
+                    tracing::error!(target: "btl_openib", peer, len, "{what} not completed after {GET_TIMEOUT:?}; aborting the connection");
                     m.abort_peer(peer, &mut evs);
                     aborted = Some(Instant::now());
                 }
@@ -323,7 +337,7 @@ impl<P: Provider + 'static> OpenibBtl<P> {
                     // QP is in the error state, so the NIC no longer touches
                     // the buffer; the read's registration stays pinned until its
                     // completion (or the module's end).
-                    tracing::error!(target: "btl_openib", peer, len, write, "RDMA operation abandoned: connection to rank {peer} broken and no flush completion after {ABORT_GRACE:?}");
+                    tracing::error!(target: "btl_openib", peer, len, "{what} abandoned: connection to rank {peer} broken and no flush completion after {ABORT_GRACE:?}");
                     return Err(btl_err(OpenibError::PeerFailed(peer), peer));
                 }
                 _ => {}
@@ -385,7 +399,11 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
         self.module.as_ref().map_or(0, |m| m.max_frag())
     }
     fn flags(&self) -> BtlFlags {
-        BtlFlags::SEND | BtlFlags::GET | BtlFlags::PUT
+        let base = BtlFlags::SEND | BtlFlags::GET | BtlFlags::PUT;
+        match &self.module {
+            Some(m) if m.atomics() => base | BtlFlags::ATOMIC,
+            _ => base,
+        }
     }
 
     fn send(&mut self, peer: u32, tag: u8, header: &[u8], payload: &[u8]) -> Result<(), BtlError> {
@@ -419,8 +437,11 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
         len: usize,
     ) -> Result<RemoteRegion, BtlError> {
         let m = self.m()?;
-        let access =
+        let mut access =
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
+        if m.atomics() {
+            access |= AccessFlags::REMOTE_ATOMIC;
+        }
         // SAFETY: forwarded from this function's contract (valid until
         // deregister_region, which drops the pin and the registration).
         let reg = unsafe { m.register(ptr, len, access) }.map_err(|e| btl_err(e, u32::MAX))?;
@@ -486,6 +507,36 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
                 true,
             )
         }
+    }
+
+    fn atomic(
+        &mut self,
+        peer: u32,
+        region: &RemoteRegion,
+        offset: u64,
+        op: AtomicOp,
+    ) -> Result<u64, BtlError> {
+        if offset.checked_add(8).is_none_or(|e| e > region.len) {
+            return Err(BtlError::OutOfBounds {
+                offset,
+                len: 8,
+                region_len: region.len,
+            });
+        }
+        let rkey = u32::try_from(region.key)
+            .map_err(|_| BtlError::BadRegion("key above 32 bits".into()))?;
+        let id = self.next_get;
+        self.next_get += 1;
+        let dst = (&mut *self.atomic_old as *mut u64).cast::<u8>();
+        let m = self.m()?;
+        // SAFETY: `atomic_old` lives as long as this module and is read
+        // only after `wait_rdma` returned, which is after the atomic's
+        // completion (or its flush after an abort) was polled; no other
+        // atomic is posted meanwhile (`&mut self`).
+        unsafe { m.atomic(peer, dst, region.addr + offset, rkey, op, id) }
+            .map_err(|e| btl_err(e, peer))?;
+        self.wait_rdma(peer, id, 8, "atomic")?;
+        Ok(*self.atomic_old)
     }
 
     fn progress(&mut self, handler: &mut dyn BtlRecvHandler) -> usize {

@@ -91,6 +91,10 @@ impl BtlFlags {
     pub const GET: BtlFlags = BtlFlags(4);
     /// [`BtlModule::put`] works (RDMA write).
     pub const PUT: BtlFlags = BtlFlags(8);
+    /// [`BtlModule::atomic`] works (the NIC's 64-bit fetch-add and
+    /// compare-swap), to peers and to this process itself, and
+    /// [`BtlModule::register_window`] regions accept them.
+    pub const ATOMIC: BtlFlags = BtlFlags(16);
 
     /// Whether every bit of `other` is set in `self`.
     pub const fn contains(self, other: BtlFlags) -> bool {
@@ -111,6 +115,15 @@ impl std::ops::BitOr for BtlFlags {
     fn bitor(self, rhs: BtlFlags) -> BtlFlags {
         BtlFlags(self.0 | rhs.0)
     }
+}
+
+/// A NIC atomic on one 64-bit word ([`BtlModule::atomic`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Adds the value (modulo 2^64).
+    FetchAdd(u64),
+    /// Writes `swap` if the word equals `compare`.
+    CmpSwap { compare: u64, swap: u64 },
 }
 
 /// Receives the fragments a module delivers during [`BtlModule::progress`].
@@ -245,7 +258,8 @@ pub trait BtlModule: Send {
 
     /// Makes `len` bytes at `ptr` readable **and writable** by peers
     /// through [`BtlModule::get`] and [`BtlModule::put`] (a one-sided
-    /// window's memory; [`BtlModule::register_region`] grants reads only).
+    /// window's memory; [`BtlModule::register_region`] grants reads only),
+    /// and by [`BtlModule::atomic`] on modules with [`BtlFlags::ATOMIC`].
     /// Released by [`BtlModule::deregister_region`], after which the BTL
     /// keeps no registration of the range that peers could write through
     /// (btl-openib deregisters it rather than caching it). Default:
@@ -262,6 +276,28 @@ pub trait BtlModule: Send {
     ) -> Result<RemoteRegion, BtlError> {
         let _ = (ptr, len);
         Err(BtlError::Unsupported("register_window"))
+    }
+
+    /// One NIC atomic on the 8 bytes at `offset` (8-byte aligned) of
+    /// `peer`'s `region` (registered with [`BtlModule::register_window`]),
+    /// complete at the target when it returns: the value found there,
+    /// which `op` replaced as it says. `peer` may be this process (the
+    /// module reaches its own memory through the NIC, so that its atomics
+    /// and the peers' are atomic with respect to each other: a CPU
+    /// atomic is not, see docs/verbs.md "Atomic operations").
+    /// [`BtlError::OutOfBounds`] when the 8 bytes leave the region,
+    /// [`BtlError::WouldBlock`] when the send queue is full (nothing
+    /// happened). Default: [`BtlError::Unsupported`] (modules without
+    /// [`BtlFlags::ATOMIC`]).
+    fn atomic(
+        &mut self,
+        peer: u32,
+        region: &RemoteRegion,
+        offset: u64,
+        op: AtomicOp,
+    ) -> Result<u64, BtlError> {
+        let _ = (peer, region, offset, op);
+        Err(BtlError::Unsupported("atomic"))
     }
 
     /// Releases a registration; later gets of it fail (where the BTL can

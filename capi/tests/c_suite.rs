@@ -333,8 +333,8 @@ const OPENIB_RDMA: &[&str] = &[
 
 /// `(RDMA writes, RDMA reads, windows)` summed over the `osc rdma window
 /// freed` lines of a job's stderr.
-fn rdma_counters(err: &str) -> (u64, u64, u64) {
-    let mut t = (0, 0, 0);
+fn rdma_counters(err: &str) -> (u64, u64, u64, u64) {
+    let mut t = (0, 0, 0, 0);
     for l in err.lines() {
         let Some(rest) = l.split("osc rdma window freed: ").nth(1) else {
             continue;
@@ -345,7 +345,8 @@ fn rdma_counters(err: &str) -> (u64, u64, u64) {
             .collect();
         t.0 += nums[0];
         t.1 += nums[1];
-        t.2 += 1;
+        t.2 += nums[2];
+        t.3 += 1;
     }
     t
 }
@@ -356,8 +357,11 @@ fn rdma_counters(err: &str) -> (u64, u64, u64) {
 /// same classes as pt2pt's) over btl-openib
 /// with osc rdma: every window is served by rdma (no fallback to pt2pt
 /// logged, an rdma free line per window and rank) and RDMA writes and
-/// reads were issued; accumulates and synchronisation go through its
-/// inner pt2pt module.
+/// reads were issued, and NIC atomics (the accumulate lock) where the
+/// suite accumulates; synchronisation goes through its inner pt2pt
+/// module. `rma_atomicity` and `rma_fetch_op`: concurrent accumulates,
+/// fetch-and-ops and compare-and-swaps of every rank on the same
+/// locations, no update lost.
 #[test]
 fn rma_over_openib_with_osc_rdma() {
     for name in [
@@ -366,6 +370,8 @@ fn rma_over_openib_with_osc_rdma() {
         "rma_passive",
         "rma_pscw",
         "rma_errors",
+        "rma_atomicity",
+        "rma_fetch_op",
     ] {
         let exe = build(name);
         let _g = serial();
@@ -381,14 +387,18 @@ fn rma_over_openib_with_osc_rdma() {
                 !err.contains("the window goes to pt2pt"),
                 "{name} ({n}): a window fell back to pt2pt\n{err}"
             );
-            let (w, r, wins) = rdma_counters(&err);
+            let (w, r, a, wins) = rdma_counters(&err);
             assert!(
                 wins >= u64::from(n) && w > 0,
                 "{name} ({n}): {wins} rdma windows freed, {w} RDMA writes, {r} reads\n{err}"
             );
             // rma_pscw and rma_errors only put.
-            if matches!(name, "rma_rdma" | "rma_fence" | "rma_passive") {
+            if !matches!(name, "rma_pscw" | "rma_errors") {
                 assert!(r > 0, "{name} ({n}): no RDMA reads\n{err}");
+            }
+            // rma_errors' accumulates all fail their checks.
+            if !matches!(name, "rma_rdma" | "rma_errors") {
+                assert!(a > 0, "{name} ({n}): no NIC atomics\n{err}");
             }
         }
     }
@@ -435,7 +445,7 @@ fn osc_rdma_falls_back_to_pt2pt_without_rdma() {
         assert_eq!(code, Some(0), "{btl}\n{out}\n{err}");
         assert!(out.contains("rma_fence: OK"), "{btl}: {out}");
         assert!(err.contains("the window goes to pt2pt"), "{btl}: {err}");
-        assert_eq!(rdma_counters(&err).2, 0, "{btl}: {err}");
+        assert_eq!(rdma_counters(&err).3, 0, "{btl}: {err}");
     }
 }
 
@@ -468,6 +478,16 @@ fn rma_fetch_op() {
     expect_ok_sm_tcp("rma_fetch_op", &[1, 2, 3]);
 }
 
+/// Concurrent fetch-and-ops, accumulates, no-op reads and compare-and-swap
+/// loops of every rank on the same locations, each flushed: no update
+/// lost, no fetched value seen twice (`tests/c/rma_atomicity.c`); over
+/// sm, tcp and pt2pt here, over osc rdma in
+/// [`rma_over_openib_with_osc_rdma`].
+#[test]
+fn rma_atomicity() {
+    expect_ok_sm_tcp("rma_atomicity", &[1, 2, 4]);
+}
+
 /// One-sided calls from four threads per rank on two windows at once (no
 /// update lost, every slot right); results of fetch_and_op, get,
 /// compare_and_swap, get_accumulate and Rget, each followed by one of the
@@ -488,8 +508,10 @@ fn rma_threads() {
 }
 
 /// [`rma_threads`] over btl-openib with osc rdma: its gets go over RDMA,
-/// its fetch_and_ops, compare_and_swaps, get_accumulates and flushes
-/// through the inner pt2pt module, from four threads at once.
+/// its fetch_and_ops, compare_and_swaps and get_accumulates under the
+/// targets' accumulate locks (NIC atomics; threads of one rank exclude
+/// each other there too), its flushes through the inner pt2pt module,
+/// from four threads at once.
 #[test]
 fn rma_threads_over_openib_with_osc_rdma() {
     let name = "rma_threads";
@@ -507,10 +529,10 @@ fn rma_threads_over_openib_with_osc_rdma() {
             !err.contains("the window goes to pt2pt"),
             "{name} ({n}): a window fell back to pt2pt\n{err}"
         );
-        let (w, r, wins) = rdma_counters(&err);
+        let (w, r, a, wins) = rdma_counters(&err);
         assert!(
-            wins >= u64::from(n) && w > 0 && r > 0,
-            "{name} ({n}): {wins} rdma windows freed, {w} RDMA writes, {r} reads\n{err}"
+            wins >= u64::from(n) && w > 0 && r > 0 && a > 0,
+            "{name} ({n}): {wins} rdma windows freed, {w} RDMA writes, {r} reads, {a} NIC atomics\n{err}"
         );
     }
 }

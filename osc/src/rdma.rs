@@ -1,6 +1,7 @@
 //! The rdma component: `MPI_Put` and `MPI_Get` by RDMA write and read into
-//! the target's registered window memory (Open MPI's osc/rdma, first
-//! step), everything else by an inner [`Pt2pt`] module of the same window.
+//! the target's registered window memory, accumulates by RDMA under the
+//! target's accumulate lock taken by NIC atomics (Open MPI's osc/rdma),
+//! synchronisation by an inner [`Pt2pt`] module of the same window.
 //!
 //! * **Windows served**: `MPI_Win_create` and `MPI_Win_allocate` windows
 //!   (not in a shared segment: sm serves those) whose every rank reaches
@@ -10,9 +11,12 @@
 //!   returns a pt2pt module then.
 //! * **Agreement**: creation allgathers, from every rank, whether it
 //!   qualifies (all its peers reached by RDMA and its memory registered),
-//!   its window size and displacement unit, and its registration keys
-//!   ([`RdmaKeys`]). Every rank sees every flag, so all take rdma or all
-//!   fall back to pt2pt together (deregistering what they registered).
+//!   whether NIC atomics reach every rank (itself included) and its state
+//!   region is registered, its window size and displacement unit, and its
+//!   registration keys ([`RdmaKeys`]) of window and state. Every rank sees
+//!   every flag, so all take rdma or all fall back to pt2pt together
+//!   (deregistering what they registered), and all send accumulates by
+//!   the NIC or all by pt2pt.
 //! * **Put/get**: checked like pt2pt's (types, rank, target range, access
 //!   epoch: the inner module's epoch state), then one blocking RDMA
 //!   operation per contiguous run of the target datatype (adjacent runs
@@ -22,11 +26,19 @@
 //!   completion of the RC write or read was polled), so no later
 //!   synchronisation has anything of it to wait for. A target that is
 //!   this process is served by a copy.
-//! * **Delegated**: fence, PSCW, lock/unlock, flush, sync, accumulates,
-//!   fetch_and_op, compare_and_swap and the request-based operations' epoch
-//!   check go to the inner pt2pt module: its messages, its target-side
-//!   serving, its semantics. Why mixing RDMA puts with pt2pt's messages is
-//!   correct is explained in `docs/osc.md`.
+//! * **Accumulates** (accumulate, get_accumulate, fetch_and_op,
+//!   compare_and_swap): checked like pt2pt's, then [`Rdma::locked_rmw`]:
+//!   the target's accumulate lock (word 0 of its state region) taken by
+//!   NIC compare-swap, the target's runs read by RDMA, combined locally,
+//!   written back by RDMA, the lock released by NIC fetch-add. The lock
+//!   word is only ever touched by NIC atomics, this process's own too
+//!   (through the NIC's loopback): with `IBV_ATOMIC_HCA` a CPU atomic is
+//!   not atomic with the NIC's (docs/verbs.md "Atomic operations").
+//! * **Delegated**: fence, PSCW, lock/unlock, flush, sync and the
+//!   request-based operations' epoch check go to the inner pt2pt module:
+//!   its messages, its target-side serving, its semantics; accumulates
+//!   too when some rank lacks NIC atomics. Why mixing RDMA with pt2pt's
+//!   messages is correct is explained in `docs/osc.md`.
 //! * **Free**: the inner module's collective free, then deregistration
 //!   (after the barrier in it no peer writes any more).
 //!
@@ -39,10 +51,11 @@ use std::sync::{Arc, Mutex};
 use tmpi_base::component::{Availability, ComponentDescriptor};
 use tmpi_base::mca::{McaError, Registry};
 use tmpi_comm::Comm;
-use tmpi_pml::{Pml, RdmaKeys};
+use tmpi_pml::{Pml, RdmaAtomic, RdmaKeys};
 
+use crate::apply;
 use crate::epoch::check_rank;
-use crate::mem::{pack, unpack};
+use crate::mem::{bytes, bytes_mut, pack, unpack};
 use crate::pt2pt::Pt2pt;
 use crate::{
     AccOp, Buf, BufMut, Component, Layout, LockType, Memory, Module, OscError, Result, Target,
@@ -92,9 +105,17 @@ impl Component for RdmaComponent {
     }
 }
 
-/// Bytes of one rank's creation record: qualifies (1 byte, padded to 8),
-/// window size, displacement unit, registration keys.
-const REC: usize = 24 + RdmaKeys::BYTES;
+/// Bytes of one rank's creation record: qualifies (1 byte), has NIC
+/// atomics to every rank and its state registered (1 byte; both padded to
+/// 8), window size, displacement unit, the window's registration keys, the
+/// state's registration keys.
+const REC: usize = 24 + 2 * RdmaKeys::BYTES;
+
+/// Bytes of a rank's state region: word 0 is its accumulate lock.
+const STATE_WORDS: usize = 8;
+
+/// The accumulate lock's byte offset in the state region.
+const ACC_LOCK: u64 = 0;
 
 /// The module of one window.
 pub struct Rdma {
@@ -112,7 +133,21 @@ pub struct Rdma {
     keys: Vec<RdmaKeys>,
     /// This rank's registration, until free.
     mine: Mutex<Option<RdmaKeys>>,
+    /// Accumulates, fetch_and_op and compare_and_swap go through NIC
+    /// atomics (every rank agreed); otherwise through the inner pt2pt.
+    nic_acc: bool,
+    /// Every rank's state registration (this rank's too: its own
+    /// accumulate lock is taken through the NIC's loopback); empty
+    /// without `nic_acc`.
+    state_keys: Vec<RdmaKeys>,
+    /// This rank's state registration, until free.
+    state_mine: Mutex<Option<RdmaKeys>>,
+    /// This rank's state region (the accumulate lock), written only by
+    /// NIC atomics and never read here: kept alive while registered
+    /// (until free or drop), freed after.
+    _state: Box<[AtomicU64; STATE_WORDS]>,
     puts: AtomicU64,
+    atomics: AtomicU64,
     gets: AtomicU64,
     bytes: AtomicU64,
 }
@@ -151,6 +186,23 @@ impl Rdma {
         } else if !reachable {
             why = "a peer is not reached through a BTL with RDMA put and get".into();
         }
+        // The accumulate lock: NIC atomics must reach every rank, this
+        // one included (its own lock is taken through the NIC as well).
+        let state: Box<[AtomicU64; STATE_WORDS]> = Box::default();
+        let mut state_mine = None;
+        if reachable && worlds.iter().all(|&w| pml.rdma_atomics(w)) {
+            // SAFETY: `state` is owned by the module, which deregisters it
+            // (free or drop) before the box is dropped; its words are
+            // atomics, so the NIC writing them is interior mutation that
+            // this process never reads.
+            match unsafe { pml.rdma_register(state[0].as_ptr().cast(), STATE_WORDS * 8, &others) } {
+                Ok(k) if !k.is_empty() => state_mine = Some(k),
+                Ok(k) => pml.rdma_deregister(&k),
+                Err(e) => {
+                    tracing::debug!(target: "osc", "osc rdma: registering the accumulate lock failed: {e}")
+                }
+            }
+        }
         let encoded = match &mine {
             Some(k) => match k.encode() {
                 Some(b) => Some(b),
@@ -161,28 +213,33 @@ impl Rdma {
             },
             None => None,
         };
+        let state_encoded = state_mine.as_ref().and_then(|k| k.encode());
         let ok = reachable && (mem.size == 0 || encoded.is_some());
         let mut rec = [0u8; REC];
         rec[0] = u8::from(ok);
+        rec[1] = u8::from(state_encoded.is_some());
         rec[8..16].copy_from_slice(&(mem.size as u64).to_le_bytes());
         rec[16..24].copy_from_slice(&(mem.disp_unit as u64).to_le_bytes());
         if let Some(b) = &encoded {
-            rec[24..].copy_from_slice(b);
+            rec[24..24 + RdmaKeys::BYTES].copy_from_slice(b);
+        }
+        if let Some(b) = &state_encoded {
+            rec[24 + RdmaKeys::BYTES..].copy_from_slice(b);
         }
         let mut all = vec![0u8; REC * worlds.len()];
         let gathered = comm.allgather(tmpi_coll::Input::Buf(&rec), &mut all);
-        let release = |mine: &Option<RdmaKeys>| {
-            if let Some(k) = mine {
+        let release = |keys: &[&Option<RdmaKeys>]| {
+            for k in keys.iter().copied().flatten() {
                 pml.rdma_deregister(k);
             }
         };
         if let Err(e) = gathered {
-            release(&mine);
+            release(&[&mine, &state_mine]);
             return Err(e.into());
         }
         let recs: Vec<&[u8]> = all.chunks(REC).collect();
         if let Some(r) = recs.iter().position(|c| c[0] != 1) {
-            release(&mine);
+            release(&[&mine, &state_mine]);
             if r == me {
                 tracing::info!(target: "osc", "osc rdma: this rank does not qualify ({why}); the window goes to pt2pt");
             } else {
@@ -193,26 +250,47 @@ impl Rdma {
         let word =
             |c: &[u8], at: usize| u64::from_le_bytes(c[at..at + 8].try_into().unwrap_or_default());
         let peers: Vec<(u64, u64)> = recs.iter().map(|c| (word(c, 8), word(c, 16))).collect();
+        let undecodable = |r: usize| {
+            // Every rank decoded its own keys alike: cannot differ, but
+            // fail loudly rather than guess.
+            OscError::Comm(format!("rdma: rank {r}'s registration keys do not decode"))
+        };
         let mut keys = Vec::with_capacity(recs.len());
         for (r, c) in recs.iter().enumerate() {
             let k = if r == me || peers[r].0 == 0 {
                 RdmaKeys::default()
             } else {
-                match RdmaKeys::decode(&c[24..]) {
+                match RdmaKeys::decode(&c[24..24 + RdmaKeys::BYTES]) {
                     Some(k) => k,
                     None => {
-                        // Every rank decoded its own keys alike: cannot
-                        // differ, but fail loudly rather than guess.
-                        release(&mine);
-                        return Err(OscError::Comm(format!(
-                            "rdma: rank {r}'s registration keys do not decode"
-                        )));
+                        release(&[&mine, &state_mine]);
+                        return Err(undecodable(r));
                     }
                 }
             };
             keys.push(k);
         }
-        tracing::debug!(target: "osc", "rdma window: rank {me} of {}, {} bytes registered", worlds.len(), mem.size);
+        let nic_acc = recs.iter().all(|c| c[1] == 1);
+        let mut state_keys = Vec::new();
+        if nic_acc {
+            for (r, c) in recs.iter().enumerate() {
+                match RdmaKeys::decode(&c[24 + RdmaKeys::BYTES..]) {
+                    Some(k) => state_keys.push(k),
+                    None => {
+                        release(&[&mine, &state_mine]);
+                        return Err(undecodable(r));
+                    }
+                }
+            }
+        } else {
+            release(&[&state_mine]);
+            state_mine = None;
+            if rec[1] == 1 || me == 0 {
+                tracing::info!(target: "osc", "osc rdma: not every rank has NIC atomics to every rank; accumulates go by pt2pt messages");
+            }
+        }
+        tracing::debug!(target: "osc", "rdma window: rank {me} of {}, {} bytes registered, accumulates by {}",
+            worlds.len(), mem.size, if nic_acc { "NIC atomics" } else { "pt2pt" });
         Ok(Ok(Rdma {
             inner,
             pml: Arc::clone(pml),
@@ -223,7 +301,12 @@ impl Rdma {
             peers,
             keys,
             mine: Mutex::new(mine),
+            nic_acc,
+            state_keys,
+            state_mine: Mutex::new(state_mine),
+            _state: state,
             puts: AtomicU64::new(0),
+            atomics: AtomicU64::new(0),
             gets: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
         }))
@@ -310,20 +393,119 @@ impl Rdma {
         Ok(())
     }
 
-    /// `(RDMA writes, RDMA reads, bytes)` issued by this window so far.
-    pub fn counters(&self) -> (u64, u64, u64) {
+    /// `(RDMA writes, RDMA reads, NIC atomics, bytes)` issued by this
+    /// window so far.
+    pub fn counters(&self) -> (u64, u64, u64, u64) {
         (
             self.puts.load(Ordering::Relaxed),
             self.gets.load(Ordering::Relaxed),
+            self.atomics.load(Ordering::Relaxed),
             self.bytes.load(Ordering::Relaxed),
         )
     }
 
     fn deregister(&self) {
-        let k = self.mine.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(k) = k {
-            self.pml.rdma_deregister(&k);
+        for m in [&self.mine, &self.state_mine] {
+            let k = m.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(k) = k {
+                self.pml.rdma_deregister(&k);
+            }
         }
+    }
+
+    /// Takes rank `r`'s accumulate lock: a NIC compare-swap of 0 to this
+    /// rank + 1, repeated until it finds 0 (each attempt is a round trip
+    /// that also makes this process's progress, which a soft NIC needs to
+    /// serve the holder's release). Threads of one rank exclude each other
+    /// as well: the word is not 0 while any of them holds it.
+    fn acc_lock(&self, r: i32) -> Result<()> {
+        let mine = self.rank as u64 + 1;
+        let (w, k) = (self.worlds[r as usize], &self.state_keys[r as usize]);
+        loop {
+            let op = RdmaAtomic::CmpSwap {
+                compare: 0,
+                swap: mine,
+            };
+            let found = self.pml.rdma_atomic(w, k, ACC_LOCK, op)?;
+            self.atomics.fetch_add(1, Ordering::Relaxed);
+            if found == 0 {
+                return Ok(());
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Releases rank `r`'s accumulate lock (a NIC fetch-add taking this
+    /// rank's mark away: the word is only ever changed by NIC atomics).
+    fn acc_unlock(&self, r: i32) -> Result<()> {
+        let mine = self.rank as u64 + 1;
+        let (w, k) = (self.worlds[r as usize], &self.state_keys[r as usize]);
+        let found =
+            self.pml
+                .rdma_atomic(w, k, ACC_LOCK, RdmaAtomic::FetchAdd(mine.wrapping_neg()))?;
+        self.atomics.fetch_add(1, Ordering::Relaxed);
+        if found != mine {
+            return Err(OscError::Comm(format!(
+                "rank {r}'s accumulate lock held {found} while this rank (mark {mine}) released it"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A read-modify-write of the target region `t` (runs from byte
+    /// `off`, `want` bytes of data) under the target's accumulate lock:
+    /// its bytes read by RDMA, combined with the packed origin `data` by
+    /// `op` (with `compare`: replaced by `data` if they equal `compare`),
+    /// written back by RDMA unless unchanged by definition (`MPI_NO_OP`,
+    /// a failed compare); the old bytes. Every accumulate-class operation
+    /// on the window goes this way, so they are atomic with respect to
+    /// each other element by element (and as a whole, per target).
+    fn locked_rmw(
+        &self,
+        off: i64,
+        t: &Target<'_>,
+        op: &AccOp,
+        data: &[u8],
+        want: usize,
+        compare: Option<&[u8]>,
+    ) -> Result<Vec<u8>> {
+        let runs = Self::runs(off, t);
+        self.acc_lock(t.rank)?;
+        let done = (|| -> Result<Vec<u8>> {
+            let mut old = vec![0u8; want];
+            let mut pos = 0usize;
+            for &(at, n) in &runs {
+                // SAFETY: `old` holds `want` bytes, `pos + n <= want` (the
+                // runs cover the target's data); the run is inside the
+                // target's window (target_offset checked the span).
+                unsafe { self.transfer(t.rank, at, old.as_mut_ptr().add(pos), n, false) }?;
+                pos += n;
+            }
+            let new = match (compare, op) {
+                (Some(c), _) => (old == c).then(|| data.to_vec()),
+                (None, AccOp::NoOp) => None,
+                (None, _) => {
+                    let mut new = old.clone();
+                    apply::combine(op, t.layout.elem, t.layout.wide, data, &mut new)?;
+                    Some(new)
+                }
+            };
+            if let Some(new) = new {
+                let mut pos = 0usize;
+                for &(at, n) in &runs {
+                    // SAFETY: as above; an RDMA write only reads `new`.
+                    unsafe {
+                        self.transfer(t.rank, at, new.as_ptr().add(pos) as *mut u8, n, true)
+                    }?;
+                    pos += n;
+                }
+            }
+            Ok(old)
+        })();
+        let unlocked = self.acc_unlock(t.rank);
+        let old = done?;
+        unlocked?;
+        Ok(old)
     }
 }
 
@@ -398,19 +580,66 @@ impl Module for Rdma {
     }
 
     unsafe fn accumulate(&self, origin: Buf<'_>, t: Target<'_>, op: &AccOp) -> Result<()> {
-        // SAFETY: forwarded.
-        unsafe { self.inner.accumulate(origin, t, op) }
+        let no_data =
+            t.layout.packed_len(t.count)? == 0 && origin.layout.packed_len(origin.count)? == 0;
+        if !self.nic_acc || no_data {
+            // SAFETY: forwarded (without data the inner module only checks
+            // the epoch).
+            return unsafe { self.inner.accumulate(origin, t, op) };
+        }
+        crate::acc_check(Some(&origin), &t, op)?;
+        let off = self.target_offset(&t)?;
+        self.inner.access_op(t.rank)?;
+        let want = t.layout.packed_len(t.count)?;
+        // SAFETY: the caller's contract.
+        let data = unsafe { pack(origin.ptr, origin.count, origin.layout) };
+        self.locked_rmw(off, &t, op, &data, want, None).map(|_| ())
     }
 
     unsafe fn get_accumulate(
         &self,
         origin: Option<Buf<'_>>,
         result: BufMut<'_>,
-        target: Target<'_>,
+        t: Target<'_>,
         op: &AccOp,
     ) -> Result<()> {
-        // SAFETY: forwarded.
-        unsafe { self.inner.get_accumulate(origin, result, target, op) }
+        let origin = if matches!(op, AccOp::NoOp) {
+            None
+        } else {
+            origin
+        };
+        let want = t.layout.packed_len(t.count)?;
+        let have = result.layout.packed_len(result.count)?;
+        let no_origin = origin
+            .as_ref()
+            .map_or(Ok(0), |o| o.layout.packed_len(o.count))?
+            == 0;
+        if !self.nic_acc || (want == 0 && have == 0 && no_origin) {
+            // SAFETY: forwarded.
+            return unsafe { self.inner.get_accumulate(origin, result, t, op) };
+        }
+        crate::acc_check(origin.as_ref(), &t, op)?;
+        if have != want {
+            return Err(OscError::Type(format!(
+                "the result buffer holds {have} bytes of data, the target datatype {want}"
+            )));
+        }
+        if (result.layout.elem, result.layout.wide) != (t.layout.elem, t.layout.wide) {
+            return Err(OscError::Type(
+                "result and target datatypes are built of different predefined types".into(),
+            ));
+        }
+        let off = self.target_offset(&t)?;
+        self.inner.access_op(t.rank)?;
+        let data = match origin {
+            // SAFETY: the caller's contract.
+            Some(o) => unsafe { pack(o.ptr, o.count, o.layout) },
+            None => Vec::new(),
+        };
+        let old = self.locked_rmw(off, &t, op, &data, want, None)?;
+        // SAFETY: the caller's contract: the result's blocks are writable.
+        unsafe { unpack(result.ptr, result.count, result.layout, &old) };
+        Ok(())
     }
 
     unsafe fn compare_and_swap(
@@ -422,11 +651,34 @@ impl Module for Rdma {
         rank: i32,
         disp: isize,
     ) -> Result<()> {
-        // SAFETY: forwarded.
-        unsafe {
-            self.inner
-                .compare_and_swap(origin, compare, result, layout, rank, disp)
+        if !self.nic_acc {
+            // SAFETY: forwarded.
+            return unsafe {
+                self.inner
+                    .compare_and_swap(origin, compare, result, layout, rank, disp)
+            };
         }
+        if layout.elem.is_none() || !layout.is_contig(1) {
+            return Err(OscError::Type(
+                "MPI_Compare_and_swap needs a predefined datatype".into(),
+            ));
+        }
+        let t = Target {
+            rank,
+            disp,
+            count: 1,
+            layout,
+        };
+        let off = self.target_offset(&t)?;
+        self.inner.access_op(rank)?;
+        let n = layout.size;
+        // SAFETY: the caller's contract: one contiguous element at each
+        // (checked above: a predefined, contiguous type of `n` bytes).
+        let (data, cmp) = unsafe { (bytes(origin, n), bytes(compare, n)) };
+        let old = self.locked_rmw(off, &t, &AccOp::Replace, data, n, Some(cmp))?;
+        // SAFETY: as above, for the result.
+        unsafe { bytes_mut(result, n) }.copy_from_slice(&old);
+        Ok(())
     }
 
     fn fence(&self, assert: u32) -> Result<()> {
@@ -472,8 +724,8 @@ impl Module for Rdma {
         self.inner.free()?;
         // After the free's barrier no peer accesses this memory any more.
         self.deregister();
-        let (p, g, b) = self.counters();
-        tracing::info!(target: "osc", "osc rdma window freed: {p} RDMA writes, {g} RDMA reads, {b} bytes");
+        let (p, g, a, b) = self.counters();
+        tracing::info!(target: "osc", "osc rdma window freed: {p} RDMA writes, {g} RDMA reads, {a} NIC atomics, {b} bytes");
         Ok(())
     }
 }

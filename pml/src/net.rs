@@ -19,7 +19,7 @@ use tmpi_base::identity::ProcessInfo;
 use tmpi_base::mca::{Registry, SelectionList};
 use tmpi_base::modex::Modex;
 use tmpi_btl::{
-    BtlComponent, BtlError, BtlFlags, BtlModule, BtlRecvHandler, Placement, RemoteRegion,
+    AtomicOp, BtlComponent, BtlError, BtlFlags, BtlModule, BtlRecvHandler, Placement, RemoteRegion,
 };
 use tmpi_tm_engine::split::{NicAction, NicEvent};
 
@@ -51,6 +51,8 @@ const IDLE_MODULE_POLL: u32 = 16384;
 /// The pml's transport over BTL modules.
 pub struct BtlNet {
     size: u32,
+    /// This process's world rank.
+    me: u32,
     modules: Vec<Box<dyn BtlModule>>,
     /// Module index per peer.
     route: Vec<usize>,
@@ -234,6 +236,7 @@ pub(crate) fn open(
     let tm = tm_state(&mut modules, &route, &mut limits);
     Ok(Box::new(BtlNet {
         size: info.size,
+        me: info.rank,
         modules,
         route,
         limits,
@@ -641,6 +644,42 @@ impl Transport for BtlNet {
             m.get(peer, r, offset, dst)
         };
         res.map_err(|e| match e {
+            BtlError::WouldBlock => TxError::Busy,
+            e => tx_err(m.name(), e),
+        })
+    }
+
+    fn rdma_atomics(&self, peer: u32) -> bool {
+        if peer == self.me {
+            return self
+                .modules
+                .iter()
+                .any(|m| m.flags().contains(BtlFlags::ATOMIC));
+        }
+        self.route
+            .get(peer as usize)
+            .is_some_and(|&i| self.modules[i].flags().contains(BtlFlags::ATOMIC))
+    }
+
+    fn rdma_atomic(
+        &mut self,
+        peer: u32,
+        regions: &[(u32, RemoteRegion)],
+        offset: u64,
+        op: AtomicOp,
+    ) -> Result<u64, TxError> {
+        let found = regions.iter().find(|(k, _)| {
+            self.modules
+                .get(*k as usize)
+                .is_some_and(|m| m.flags().contains(BtlFlags::ATOMIC))
+        });
+        let Some((k, r)) = found else {
+            return Err(TxError::Fatal(format!(
+                "rank {peer} registered its memory with no module that has NIC atomics"
+            )));
+        };
+        let m = &mut self.modules[*k as usize];
+        m.atomic(peer, r, offset, op).map_err(|e| match e {
             BtlError::WouldBlock => TxError::Busy,
             e => tx_err(m.name(), e),
         })

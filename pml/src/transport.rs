@@ -151,6 +151,27 @@ pub trait Transport: Send {
         Err(TxError::Fatal("no RDMA transport".into()))
     }
 
+    /// Whether NIC atomics reach `peer` (this process included):
+    /// [`Transport::rdma_atomic`] can work. Default: no.
+    fn rdma_atomics(&self, _peer: u32) -> bool {
+        false
+    }
+    /// One blocking NIC atomic on the 8 bytes at `offset` of `peer`'s
+    /// registration `regions` (`peer` may be this process): through the
+    /// module of the registration's lowest module index that has atomics,
+    /// so that every origin's atomics on one target go through one device
+    /// there. The value found. [`TxError::Busy`]: nothing happened,
+    /// progress and retry.
+    fn rdma_atomic(
+        &mut self,
+        _peer: u32,
+        _regions: &[(u32, tmpi_btl::RemoteRegion)],
+        _offset: u64,
+        _op: tmpi_btl::AtomicOp,
+    ) -> Result<u64, TxError> {
+        Err(TxError::Fatal("no RDMA transport".into()))
+    }
+
     /// `(max_num_tags, max_ops)` of the one tag-matching module the pml
     /// offloads to; `None` (default): software matching only.
     fn tm_caps(&self) -> Option<(u32, u32)> {

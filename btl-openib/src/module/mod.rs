@@ -47,11 +47,11 @@ use std::sync::Arc;
 
 use tmpi_verbs::wire::{Rvh, TagHeader, Tmh, TmhOpcode, RVH_LEN, TMH_LEN};
 use tmpi_verbs::{
-    AccessFlags, CompletionQueue, Context, CqInitAttr, Destination, Gid, GidType, LinkLayer,
-    MemoryRegion, Mtu, OpsWr, PortAttr, PortState, ProtectionDomain, Provider, QpCap, QpInitAttr,
-    QpInitTransition, QpRtrTransition, QpRtsTransition, QueuePair, RecvWr, SendFlags, SendOpcode,
-    SendWr, SharedReceiveQueue, SrqAttr, SrqTmAttr, TmCaps, TmInfo, WcFlags, WcOpcode, WcStatus,
-    WorkCompletion,
+    AccessFlags, AtomicCap, CompletionQueue, Context, CqInitAttr, Destination, Gid, GidType,
+    LinkLayer, MemoryRegion, Mtu, OpsWr, PortAttr, PortState, ProtectionDomain, Provider, QpCap,
+    QpInitAttr, QpInitTransition, QpRtrTransition, QpRtsTransition, QueuePair, RecvWr, SendFlags,
+    SendOpcode, SendWr, SharedReceiveQueue, SrqAttr, SrqTmAttr, TmCaps, TmInfo, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 
 use crate::addr::ModuleAddr;
@@ -264,8 +264,8 @@ struct GetOp<P: Provider> {
     peer: u32,
     chunks_left: u32,
     failed: Option<WcStatus>,
-    /// An RDMA write ([`Module::put`]) rather than a read.
-    write: bool,
+    /// "RDMA read", "RDMA write" or "atomic" (for the error message).
+    what: &'static str,
     _reg: Reg<P>,
 }
 
@@ -281,7 +281,12 @@ struct Tagged<P: Provider> {
 /// One port of one device, generic over the verbs provider.
 pub struct Module<P: Provider> {
     // Field order = drop order: QPs first, then the SRQ, buffers, CQ, PD.
+    /// One QP per rank; this rank's slot, when the device has atomics, is
+    /// the initiating half of the loopback pair ([`Module::atomic`] on
+    /// this process's own memory).
     peers: Vec<Option<Peer<P>>>,
+    /// The responding half of the loopback pair.
+    loop_target: Option<P::Qp>,
     srq: P::Srq,
     recv_mr: P::Mr,
     send_mr: P::Mr,
@@ -307,6 +312,9 @@ pub struct Module<P: Provider> {
     psn: u32,
     me: u32,
     rd_atom: u8,
+    /// The device has atomics (`atomic_cap` not `None`, responder
+    /// resources for them) and QPs and windows grant `REMOTE_ATOMIC`.
+    atomics: bool,
     max_chunk: u64,
     tm: Option<TmCaps>,
     tm_ops_out: u32,
@@ -495,6 +503,12 @@ impl<P: Provider> Module<P> {
         let send_mr =
             unsafe { pd.reg_mr(send_slab.base(), send_slab.bytes(), AccessFlags::empty()) }?;
         let rd = rd_atom(dattr.max_qp_rd_atom);
+        let atomics = dattr.atomic_cap != AtomicCap::None && rd > 0;
+        let mut qp_access =
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
+        if atomics {
+            qp_access |= AccessFlags::REMOTE_ATOMIC;
+        }
         let mut peers = Vec::with_capacity(size as usize);
         let mut qp_rank = HashMap::new();
         for r in 0..size {
@@ -518,11 +532,10 @@ impl<P: Provider> Module<P> {
             qp.modify_to_init(&QpInitTransition {
                 port,
                 pkey_index: 0,
-                // REMOTE_WRITE: one-sided windows (`register_window`);
-                // memory regions still decide what a peer may write.
-                access: AccessFlags::LOCAL_WRITE
-                    | AccessFlags::REMOTE_READ
-                    | AccessFlags::REMOTE_WRITE,
+                // REMOTE_WRITE and REMOTE_ATOMIC: one-sided windows
+                // (`register_window`); memory regions still decide what a
+                // peer may write.
+                access: qp_access,
             })?;
             qp_rank.insert(qp.qp_num(), r);
             peers.push(Some(Peer {
@@ -536,6 +549,7 @@ impl<P: Provider> Module<P> {
         let max_chunk = u64::from(port_attr.max_msg_sz.max(4096)).min(1 << 30);
         let mut m = Module {
             peers,
+            loop_target: None,
             srq,
             recv_mr,
             send_mr,
@@ -564,6 +578,7 @@ impl<P: Provider> Module<P> {
             psn,
             me,
             rd_atom: rd,
+            atomics,
             max_chunk,
             // What the TM-SRQ was created with, not the device's maximum:
             // the NIC refuses ADDs past the created list (ENOMEM).
@@ -588,6 +603,13 @@ impl<P: Provider> Module<P> {
             returned: Vec::new(),
         };
         m.replenish()?;
+        if atomics {
+            if let Err(e) = m.open_loopback(dattr.max_qp_wr) {
+                tracing::warn!(target: "btl_openib",
+                    "{device}: connecting the loopback QPs failed ({e}); no NIC atomics on this module");
+                m.atomics = false;
+            }
+        }
         tracing::info!(target: "btl_openib",
             "module {device}:{port}: {:?} link, MTU {}, GID index {gid_index}, tag matching {}, {npeers} peers",
             port_attr.link_layer, port_attr.active_mtu.bytes(),
@@ -621,18 +643,31 @@ impl<P: Provider> Module<P> {
     pub fn connect(&mut self, rank: u32, remote: &ModuleAddr) -> Result<()> {
         let me = self.me;
         let local_link = self.port_attr.link_layer;
-        let eth = local_link == LinkLayer::Ethernet;
-        if (remote.link == LinkLayer::Ethernet) != eth {
+        if (remote.link == LinkLayer::Ethernet) != (local_link == LinkLayer::Ethernet) {
             return Err(OpenibError::Unreachable(rank));
         }
         let dest_qp = remote.qpns.get(me as usize).copied().unwrap_or(0);
+        if dest_qp == 0 || rank == me {
+            return Err(OpenibError::Unreachable(rank));
+        }
+        let Some(Some(peer)) = self.peers.get(rank as usize) else {
+            return Err(OpenibError::Unreachable(rank));
+        };
+        let mtu = self.bring_up(&peer.qp, dest_qp, remote)?;
         let Some(Some(peer)) = self.peers.get_mut(rank as usize) else {
             return Err(OpenibError::Unreachable(rank));
         };
-        if dest_qp == 0 {
-            return Err(OpenibError::Unreachable(rank));
-        }
-        let dest = if eth {
+        peer.state = PeerState::Connected;
+        peer.rndv_hdr = remote.tm_rndv_hdr;
+        peer.max_msg_sz = remote.max_msg_sz;
+        tracing::debug!(target: "btl_openib", rank, qpn = peer.qp.qp_num(), dest_qp, ?mtu, "connected");
+        Ok(())
+    }
+
+    /// Moves `qp` through RTR (to `dest_qp` of the module `remote`) and
+    /// RTS; the path MTU chosen.
+    fn bring_up(&self, qp: &P::Qp, dest_qp: u32, remote: &ModuleAddr) -> Result<Mtu> {
+        let dest = if self.port_attr.link_layer == LinkLayer::Ethernet {
             Destination::Gid {
                 dgid: remote.gid,
                 sgid_index: self.gid_index,
@@ -644,7 +679,7 @@ impl<P: Provider> Module<P> {
             Destination::Lid(remote.lid)
         };
         let mtu: Mtu = self.port_attr.active_mtu.min(remote.mtu);
-        peer.qp.modify_to_rtr(&QpRtrTransition {
+        qp.modify_to_rtr(&QpRtrTransition {
             dest_qp_num: dest_qp,
             dest,
             sl: 0,
@@ -654,23 +689,77 @@ impl<P: Provider> Module<P> {
             max_dest_rd_atomic: self.rd_atom,
             min_rnr_timer: 12,
         })?;
-        peer.qp.modify_to_rts(&QpRtsTransition {
+        qp.modify_to_rts(&QpRtsTransition {
             sq_psn: self.psn,
             timeout: self.cfg.timeout,
             retry_cnt: self.cfg.retry_count,
             rnr_retry: self.cfg.rnr_retry,
             max_rd_atomic: self.rd_atom,
         })?;
-        peer.state = PeerState::Connected;
-        peer.rndv_hdr = remote.tm_rndv_hdr;
-        peer.max_msg_sz = remote.max_msg_sz;
-        tracing::debug!(target: "btl_openib", rank, qpn = peer.qp.qp_num(), dest_qp, ?mtu, "connected");
+        Ok(mtu)
+    }
+
+    /// Creates and connects the loopback pair: two QPs of this module
+    /// connected to each other (what works on every provider, rxe and the
+    /// soft NIC included), the first in this rank's peer slot. Atomics on
+    /// this process's own window memory go through it, so that they are
+    /// atomic with the peers' (`IBV_ATOMIC_HCA`: atomic among the
+    /// device's own atomics only).
+    fn open_loopback(&mut self, max_qp_wr: u32) -> Result<()> {
+        let access = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_ATOMIC;
+        let make = |m: &Self| -> Result<P::Qp> {
+            let qp = m.pd.create_qp(&QpInitAttr {
+                send_cq: &m.cq,
+                recv_cq: &m.cq,
+                srq: Some(&m.srq),
+                cap: QpCap {
+                    max_send_wr: m.cfg.send_queue.min(max_qp_wr.max(1)),
+                    max_recv_wr: 1,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+            })?;
+            qp.modify_to_init(&QpInitTransition {
+                port: m.port,
+                pkey_index: 0,
+                access,
+            })?;
+            Ok(qp)
+        };
+        let (a, b) = (make(self)?, make(self)?);
+        let own = self.address();
+        self.bring_up(&a, b.qp_num(), &own)?;
+        self.bring_up(&b, a.qp_num(), &own)?;
+        let me = self.me;
+        self.qp_rank.insert(a.qp_num(), me);
+        self.qp_rank.insert(b.qp_num(), me);
+        tracing::debug!(target: "btl_openib", qpn = a.qp_num(), dest_qp = b.qp_num(), "loopback connected");
+        if let Some(slot) = self.peers.get_mut(me as usize) {
+            *slot = Some(Peer {
+                qp: a,
+                state: PeerState::Connected,
+                rndv_hdr: 0,
+                max_msg_sz: self.port_attr.max_msg_sz,
+            });
+        }
+        self.loop_target = Some(b);
         Ok(())
+    }
+
+    /// Whether [`Module::atomic`] works (to peers and to this process).
+    pub fn atomics(&self) -> bool {
+        self.atomics
     }
 
     /// Whether `rank` is connected (and not failed).
     pub fn reachable(&self, rank: u32) -> bool {
-        matches!(self.peers.get(rank as usize), Some(Some(p)) if p.state == PeerState::Connected)
+        rank != self.me
+            && matches!(self.peers.get(rank as usize), Some(Some(p)) if p.state == PeerState::Connected)
     }
 
     /// Device name.
@@ -729,7 +818,18 @@ impl<P: Provider> Module<P> {
         &self.ctx
     }
 
+    /// The connection to `rank` for sends and RDMA (not this rank: its
+    /// slot is the loopback, for atomics only, [`Module::atomic_peer`]).
     fn peer(&self, rank: u32) -> Result<&Peer<P>> {
+        if rank == self.me {
+            return Err(OpenibError::Unreachable(rank));
+        }
+        self.atomic_peer(rank)
+    }
+
+    /// The connection to `rank` for atomics: this rank's own memory
+    /// through the loopback pair.
+    fn atomic_peer(&self, rank: u32) -> Result<&Peer<P>> {
         match self.peers.get(rank as usize) {
             Some(Some(p)) => match p.state {
                 PeerState::Connected => Ok(p),

@@ -281,7 +281,7 @@ impl<P: Provider> Module<P> {
                 peer: g.peer,
             }),
             Some(status) => {
-                let what = if g.write { "RDMA write" } else { "RDMA read" };
+                let what = g.what;
                 tracing::error!(target: "btl_openib", device = %self.device, peer = g.peer, ?status,
                     "{what} with rank {} failed", g.peer);
                 out.push(Event::Failed {

@@ -451,7 +451,89 @@ impl<P: Provider> Module<P> {
                 chunks_left: posted,
                 // A partially posted read fails once the posted part is done.
                 failed: err.map(|_| WcStatus::LocQpOpErr),
-                write,
+                what: if write { "RDMA write" } else { "RDMA read" },
+                _reg: reg,
+            },
+        );
+        Ok(())
+    }
+
+    /// One NIC atomic (`op`) on the 8 bytes at `va` of the peer's region
+    /// with `rkey` (this rank: through the loopback pair); the old value
+    /// lands in `dst`. [`Event::GetDone`] or [`Event::Failed`] with
+    /// [`Op::Get`] follows, as for [`Module::get`].
+    ///
+    /// # Safety
+    /// `dst..dst+8` must stay valid and untouched until that event was
+    /// returned by [`Module::progress`] (the NIC writes it).
+    pub unsafe fn atomic(
+        &mut self,
+        rank: u32,
+        dst: *mut u8,
+        va: u64,
+        rkey: u32,
+        op: tmpi_btl::AtomicOp,
+        id: u64,
+    ) -> Result<()> {
+        if !self.atomics {
+            return Err(OpenibError::InvalidArgument(format!(
+                "{} has no atomics",
+                self.device
+            )));
+        }
+        self.atomic_peer(rank)?;
+        if self.stats.send_outstanding + 1 > self.cfg.send_queue {
+            return Err(OpenibError::Busy);
+        }
+        // SAFETY: forwarded from this function's contract.
+        let reg = unsafe {
+            self.rcache
+                .register(&self.pd, dst, 8, AccessFlags::LOCAL_WRITE)
+        }?;
+        let key = self.next_get;
+        self.next_get = (self.next_get + 1) & LOW;
+        let opcode = match op {
+            tmpi_btl::AtomicOp::FetchAdd(add) => SendOpcode::AtomicFetchAdd {
+                remote_addr: va,
+                rkey,
+                add,
+            },
+            tmpi_btl::AtomicOp::CmpSwap { compare, swap } => SendOpcode::AtomicCmpSwap {
+                remote_addr: va,
+                rkey,
+                compare,
+                swap,
+            },
+        };
+        let sge = [reg.sge(0, 8)?];
+        let qp = &self.atomic_peer(rank)?.qp;
+        // SAFETY: the SGE lies in a region registered on this PD with
+        // LOCAL_WRITE, kept pinned by `GetOp::_reg` until the completion;
+        // the caller keeps the memory valid.
+        let r = unsafe {
+            qp.post_send(&SendWr {
+                wr_id: wr(K_GET, key),
+                sg_list: &sge,
+                opcode,
+                flags: SendFlags::SIGNALED,
+            })
+        };
+        if let Err(e) = r {
+            return Err(if e.is_full() {
+                OpenibError::Busy
+            } else {
+                e.into()
+            });
+        }
+        self.stats.send_outstanding += 1;
+        self.gets.insert(
+            key,
+            GetOp {
+                id,
+                peer: rank,
+                chunks_left: 1,
+                failed: None,
+                what: "atomic",
                 _reg: reg,
             },
         );

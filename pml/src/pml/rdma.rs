@@ -14,6 +14,9 @@
 
 use tmpi_btl::{RemoteRegion, REMOTE_REGION_BYTES};
 
+/// A NIC atomic on one 64-bit word ([`Pml::rdma_atomic`]).
+pub use tmpi_btl::AtomicOp as RdmaAtomic;
+
 use super::Pml;
 use crate::transport::TxError;
 use crate::PmlError;
@@ -152,6 +155,40 @@ impl Pml {
     ) -> Result<(), PmlError> {
         // SAFETY: forwarded.
         unsafe { self.rdma(peer, keys, offset, dst, len, false) }
+    }
+
+    /// Whether NIC atomics reach world rank `peer` (this process
+    /// included, through the NIC's loopback): [`Pml::rdma_atomic`] works
+    /// on memory it registered with [`Pml::rdma_register`].
+    pub fn rdma_atomics(&self, peer: u32) -> bool {
+        self.lock().net.rdma_atomics(peer)
+    }
+
+    /// One NIC atomic on the 8-byte-aligned word at byte `offset` of world
+    /// rank `peer`'s registration `keys` (`peer` may be this process: its
+    /// own memory is then changed through the NIC too, atomically with
+    /// the peers' atomics, which a CPU atomic would not be); the value
+    /// found. Complete at the target when this returns. The peer's process
+    /// takes no part on hardware; on the soft NIC its progress serves it.
+    pub fn rdma_atomic(
+        &self,
+        peer: u32,
+        keys: &RdmaKeys,
+        offset: u64,
+        op: RdmaAtomic,
+    ) -> Result<u64, PmlError> {
+        loop {
+            let mut g = self.lock();
+            match g.net.rdma_atomic(peer, &keys.regions, offset, op) {
+                Ok(old) => return Ok(old),
+                Err(TxError::Busy) => {
+                    g.progress();
+                    drop(g);
+                    std::thread::yield_now();
+                }
+                Err(e) => return Err(pml_err(e)),
+            }
+        }
     }
 
     /// The blocking transfer: retried after a progress round (with the
