@@ -108,9 +108,12 @@ run() {
     # RDMA writes and reads of osc rdma's windows (logged at free with
     # osc_base_verbose >= 1).
     rdma=$(sed -n 's/.*osc rdma window freed: \([0-9]*\) RDMA writes, \([0-9]*\) RDMA reads.*/\1 \2/p' "$log" | awk '{ s += $1 + $2 } END { print s + 0 }')
-    if [ $rc -eq 0 ] && grep -q "^$GEN: OK" "$log" && [ "$NEED_RDMA" = 1 ] && { [ "$rdma" -eq 0 ] || grep -q 'the window goes to pt2pt' "$log"; }; then
-        grep -E "^$GEN: OK|goes to pt2pt" "$log"
-        SUMMARY+=("$name: FAILED (osc rdma was selected, but it issued no RDMA operation or a window fell back to pt2pt)")
+    # NIC atomics (the accumulate locks of osc rdma's windows).
+    local atomics
+    atomics=$(sed -n 's/.*osc rdma window freed: .* \([0-9]*\) NIC atomics.*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
+    if [ $rc -eq 0 ] && grep -q "^$GEN: OK" "$log" && [ "$NEED_RDMA" = 1 ] && { [ "$rdma" -eq 0 ] || [ "$atomics" -eq 0 ] || grep -q 'the window goes to pt2pt\|accumulates go by pt2pt' "$log"; }; then
+        grep -E "^$GEN: OK|goes to pt2pt|go by pt2pt" "$log"
+        SUMMARY+=("$name: FAILED (osc rdma was selected, but it issued no RDMA operation or NIC atomic, or a window fell back to pt2pt)")
         FAILED=1
     elif [ $rc -eq 0 ] && grep -q "^$GEN: OK" "$log" && { [ "$NEED_NIC" = 0 ] || [ "$nic" -gt 0 ]; }; then
         local count
@@ -118,7 +121,7 @@ run() {
         grep -E "^$GEN: OK|pml_stats" "$log"
         local nictext=", $nic matched by the NIC"
         [ "$GEN" = stress-rma ] && nictext=
-        [ "$NEED_RDMA" = 1 ] && nictext=", $rdma RDMA writes and reads by osc rdma"
+        [ "$NEED_RDMA" = 1 ] && nictext=", $rdma RDMA writes and reads and $atomics NIC atomics by osc rdma"
         SUMMARY+=("$name: OK ($count $unit, ${secs} s$nictext)")
     elif [ $rc -eq 0 ] && grep -q "^$GEN: OK" "$log"; then
         grep -E "^$GEN: OK|pml_stats" "$log"
@@ -221,15 +224,16 @@ if [ "$RXE" = 1 ] && { [ -z "$ONLY" ] || [ "$ONLY" = rxe ]; }; then
                 ./stress-rma --epochs 50 --stall-seconds 60 "${EXTRA[@]}" > "$log" 2>&1
             rc=$?
             rdma=$(sed -n 's/.*osc rdma window freed: \([0-9]*\) RDMA writes, \([0-9]*\) RDMA reads.*/\1 \2/p' "$log" | awk '{ s += $1 + $2 } END { print s + 0 }')
-            if [ $rc -eq 0 ] && grep -q '^stress-rma: OK' "$log" && [ "$rdma" -gt 0 ] && ! grep -q 'the window goes to pt2pt' "$log"; then
+            atomics=$(sed -n 's/.*osc rdma window freed: .* \([0-9]*\) NIC atomics.*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
+            if [ $rc -eq 0 ] && grep -q '^stress-rma: OK' "$log" && [ "$rdma" -gt 0 ] && [ "$atomics" -gt 0 ] && ! grep -q 'the window goes to pt2pt\|accumulates go by pt2pt' "$log"; then
                 grep '^stress-rma: OK' "$log"
-                SUMMARY+=("rxe-rma: OK ($rdma RDMA writes and reads by osc rdma)")
+                SUMMARY+=("rxe-rma: OK ($rdma RDMA writes and reads and $atomics NIC atomics by osc rdma)")
             elif [ $rc -eq 125 ]; then
                 tail -20 "$log"
                 SUMMARY+=("rxe-rma: SKIPPED (the VM could not boot: exit 125, log above)")
             else
                 cat "$log"
-                SUMMARY+=("rxe-rma: FAILED (exit $rc, $rdma RDMA operations)")
+                SUMMARY+=("rxe-rma: FAILED (exit $rc, $rdma RDMA operations, $atomics NIC atomics)")
                 FAILED=1
             fi
         fi
