@@ -48,16 +48,30 @@ struct WinEnt {
     hints: Mutex<Vec<(String, String)>>,
 }
 
-/// The info keys MPI defines for windows, with the value each has when the
-/// program gave none (`None`: reported only once given).
-const WINDOW_HINTS: [(&str, Option<&str>); 6] = [
+/// The info keys MPI defines for windows, and Open MPI's
+/// `acc_single_intrinsic` (osc rdma uses it), with the value each has when
+/// the program gave none (`None`: reported only once given).
+const WINDOW_HINTS: [(&str, Option<&str>); 7] = [
     ("no_locks", Some("false")),
     ("accumulate_ordering", Some("rar,raw,war,waw")),
     ("accumulate_ops", Some("same_op_no_op")),
     ("same_size", Some("false")),
     ("same_disp_unit", Some("false")),
     ("alloc_shared_noncontig", None),
+    ("acc_single_intrinsic", Some("false")),
 ];
+
+/// What osc's components use of a window's hints.
+fn osc_hints(hints: &[(String, String)]) -> tmpi_osc::Hints {
+    let on = |key: &str| {
+        hints
+            .iter()
+            .any(|(k, v)| k == key && v.trim().eq_ignore_ascii_case("true"))
+    };
+    tmpi_osc::Hints {
+        acc_single_intrinsic: on("acc_single_intrinsic"),
+    }
+}
 
 /// The window hints of info `h` (`MPI_INFO_NULL`: none); other keys are
 /// ignored, as MPI lets an implementation ignore hints it does not know.
@@ -285,10 +299,23 @@ fn size_unit(size: isize, disp_unit: c_int) -> Res<(usize, usize)> {
     Ok((size, unit))
 }
 
-fn create(comm: c_int, base: Option<usize>, size: isize, disp_unit: c_int) -> Res<Window> {
+fn create(
+    comm: c_int,
+    base: Option<usize>,
+    size: isize,
+    disp_unit: c_int,
+    hints: &[(String, String)],
+) -> Res<Window> {
     let (c, pml) = window_comm(comm)?;
     let (size, unit) = size_unit(size, disp_unit)?;
-    Ok(Window::create(&pml, &c, base, size, unit)?)
+    Ok(Window::create_with_hints(
+        &pml,
+        &c,
+        base,
+        size,
+        unit,
+        osc_hints(hints),
+    )?)
 }
 
 #[no_mangle]
@@ -311,7 +338,7 @@ pub extern "C" fn MPI_Win_create(
                 "base is NULL for a window of positive size",
             ));
         }
-        let w = create(comm, Some(base as usize), size, disp_unit)?;
+        let w = create(comm, Some(base as usize), size, disp_unit, &hints)?;
         put(win, register(w, hints), "win")
     })
 }
@@ -330,7 +357,7 @@ pub extern "C" fn MPI_Win_allocate(
         if win.is_null() || baseptr.is_null() {
             return Err(Error::new(C::Arg, "win or baseptr is NULL"));
         }
-        let w = create(comm, None, size, disp_unit)?;
+        let w = create(comm, None, size, disp_unit, &hints)?;
         let base = w.base();
         put_ptr(baseptr, base)?;
         put(win, register(w, hints), "win")

@@ -333,8 +333,8 @@ const OPENIB_RDMA: &[&str] = &[
 
 /// `(RDMA writes, RDMA reads, windows)` summed over the `osc rdma window
 /// freed` lines of a job's stderr.
-fn rdma_counters(err: &str) -> (u64, u64, u64, u64) {
-    let mut t = (0, 0, 0, 0);
+fn rdma_counters(err: &str) -> RdmaCounts {
+    let mut t = RdmaCounts::default();
     for l in err.lines() {
         let Some(rest) = l.split("osc rdma window freed: ").nth(1) else {
             continue;
@@ -343,12 +343,27 @@ fn rdma_counters(err: &str) -> (u64, u64, u64, u64) {
             .split(|c: char| !c.is_ascii_digit())
             .filter_map(|w| w.parse().ok())
             .collect();
-        t.0 += nums[0];
-        t.1 += nums[1];
-        t.2 += nums[2];
-        t.3 += 1;
+        t.writes += nums[0];
+        t.reads += nums[1];
+        t.atomics += nums[2];
+        t.single += nums[3];
+        t.windows += 1;
     }
     t
+}
+
+/// What osc rdma's windows logged at free, summed over a job.
+#[derive(Debug, Default)]
+struct RdmaCounts {
+    writes: u64,
+    reads: u64,
+    /// NIC atomics (accumulate locks and single-element operations).
+    atomics: u64,
+    /// Single-element operations done by NIC atomics alone
+    /// (`acc_single_intrinsic`).
+    single: u64,
+    /// Window frees logged (one per window and rank).
+    windows: u64,
 }
 
 /// The one-sided suites of fence, passive target and PSCW (puts and gets
@@ -387,18 +402,24 @@ fn rma_over_openib_with_osc_rdma() {
                 !err.contains("the window goes to pt2pt"),
                 "{name} ({n}): a window fell back to pt2pt\n{err}"
             );
-            let (w, r, a, wins) = rdma_counters(&err);
+            let c = rdma_counters(&err);
             assert!(
-                wins >= u64::from(n) && w > 0,
-                "{name} ({n}): {wins} rdma windows freed, {w} RDMA writes, {r} reads\n{err}"
+                c.windows >= u64::from(n) && c.writes > 0,
+                "{name} ({n}): {c:?}\n{err}"
             );
             // rma_pscw and rma_errors only put.
             if !matches!(name, "rma_pscw" | "rma_errors") {
-                assert!(r > 0, "{name} ({n}): no RDMA reads\n{err}");
+                assert!(c.reads > 0, "{name} ({n}): no RDMA reads\n{err}");
             }
             // rma_errors' accumulates all fail their checks.
             if !matches!(name, "rma_rdma" | "rma_errors") {
-                assert!(a > 0, "{name} ({n}): no NIC atomics\n{err}");
+                assert!(c.atomics > 0, "{name} ({n}): no NIC atomics\n{err}");
+            }
+            // Its second window is created with acc_single_intrinsic.
+            if name == "rma_atomicity" {
+                assert!(c.single > 0, "{name} ({n}): {c:?}\n{err}");
+            } else {
+                assert_eq!(c.single, 0, "{name} ({n}): no hint given\n{err}");
             }
         }
     }
@@ -445,7 +466,7 @@ fn osc_rdma_falls_back_to_pt2pt_without_rdma() {
         assert_eq!(code, Some(0), "{btl}\n{out}\n{err}");
         assert!(out.contains("rma_fence: OK"), "{btl}: {out}");
         assert!(err.contains("the window goes to pt2pt"), "{btl}: {err}");
-        assert_eq!(rdma_counters(&err).3, 0, "{btl}: {err}");
+        assert_eq!(rdma_counters(&err).windows, 0, "{btl}: {err}");
     }
 }
 
@@ -529,10 +550,10 @@ fn rma_threads_over_openib_with_osc_rdma() {
             !err.contains("the window goes to pt2pt"),
             "{name} ({n}): a window fell back to pt2pt\n{err}"
         );
-        let (w, r, a, wins) = rdma_counters(&err);
+        let c = rdma_counters(&err);
         assert!(
-            wins >= u64::from(n) && w > 0 && r > 0 && a > 0,
-            "{name} ({n}): {wins} rdma windows freed, {w} RDMA writes, {r} reads, {a} NIC atomics\n{err}"
+            c.windows >= u64::from(n) && c.writes > 0 && c.reads > 0 && c.atomics > 0,
+            "{name} ({n}): {c:?}\n{err}"
         );
     }
 }

@@ -408,6 +408,17 @@ pub enum Flavor {
     Shared,
 }
 
+/// Window info hints a component may use (MPI lets an implementation
+/// ignore any hint).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hints {
+    /// `acc_single_intrinsic` (Open MPI's key): the program promises that
+    /// every accumulate-class operation on the window works on one element
+    /// of a predefined type, so osc rdma may do an 8-byte one as one NIC
+    /// atomic instead of taking the target's accumulate lock.
+    pub acc_single_intrinsic: bool,
+}
+
 /// User memory an operation reads at the origin: `count` items of
 /// `layout` at `ptr`.
 #[derive(Debug, Clone, Copy)]
@@ -653,6 +664,8 @@ pub struct Memory {
     pub base: usize,
     pub size: usize,
     pub disp_unit: usize,
+    /// The info hints this rank gave at creation.
+    pub hints: Hints,
     pub(crate) attached: Option<Arc<mem::Attached>>,
     /// The shared segment holding every rank's memory, when there is one.
     pub(crate) segment: Option<Arc<shm::WindowSegment>>,
@@ -715,6 +728,19 @@ impl Window {
         size: usize,
         disp_unit: usize,
     ) -> Result<Window> {
+        Self::create_with_hints(pml, comm, base, size, disp_unit, Hints::default())
+    }
+
+    /// [`Window::create`] with the info hints this rank gave (a component
+    /// uses a hint only when every rank gave it).
+    pub fn create_with_hints(
+        pml: &Arc<Pml>,
+        comm: &Comm,
+        base: Option<usize>,
+        size: usize,
+        disp_unit: usize,
+        hints: Hints,
+    ) -> Result<Window> {
         if disp_unit == 0 {
             return Err(OscError::Arg("disp_unit must be positive".into()));
         }
@@ -733,6 +759,7 @@ impl Window {
             base,
             size,
             disp_unit,
+            hints,
             attached: None,
             segment: None,
         };
@@ -750,6 +777,7 @@ impl Window {
             base: 0,
             size: 0,
             disp_unit: 1,
+            hints: Hints::default(),
             attached: Some(Arc::new(mem::Attached::default())),
             segment: None,
         };
@@ -848,6 +876,7 @@ impl Window {
             base: me.base,
             size: me.size,
             disp_unit: me.disp_unit,
+            hints: Hints::default(),
             attached: None,
             segment: Some(Arc::clone(&segment)),
         };

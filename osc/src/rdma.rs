@@ -50,6 +50,7 @@ use std::sync::{Arc, Mutex};
 
 use tmpi_base::component::{Availability, ComponentDescriptor};
 use tmpi_base::mca::{McaError, Registry};
+use tmpi_coll::{Datatype, Op};
 use tmpi_comm::Comm;
 use tmpi_pml::{Pml, RdmaAtomic, RdmaKeys};
 
@@ -106,8 +107,9 @@ impl Component for RdmaComponent {
 }
 
 /// Bytes of one rank's creation record: qualifies (1 byte), has NIC
-/// atomics to every rank and its state registered (1 byte; both padded to
-/// 8), window size, displacement unit, the window's registration keys, the
+/// atomics to every rank and its state registered (1 byte), gave
+/// `acc_single_intrinsic` (1 byte), window base 8-byte aligned (1 byte;
+/// the four padded to 8), window size, displacement unit, the window's registration keys, the
 /// state's registration keys.
 const REC: usize = 24 + 2 * RdmaKeys::BYTES;
 
@@ -136,6 +138,12 @@ pub struct Rdma {
     /// Accumulates, fetch_and_op and compare_and_swap go through NIC
     /// atomics (every rank agreed); otherwise through the inner pt2pt.
     nic_acc: bool,
+    /// Every rank gave `acc_single_intrinsic` (and `nic_acc`): a
+    /// single-element 8-byte accumulate-class operation on an aligned
+    /// word is NIC atomics on it, without the accumulate lock.
+    single: bool,
+    /// Whether each rank's window base is 8-byte aligned.
+    aligned: Vec<bool>,
     /// Every rank's state registration (this rank's too: its own
     /// accumulate lock is taken through the NIC's loopback); empty
     /// without `nic_acc`.
@@ -148,6 +156,9 @@ pub struct Rdma {
     _state: Box<[AtomicU64; STATE_WORDS]>,
     puts: AtomicU64,
     atomics: AtomicU64,
+    /// Accumulate-class operations done as single NIC atomics (or a
+    /// compare-swap loop) under `single`.
+    intrinsic_ops: AtomicU64,
     gets: AtomicU64,
     bytes: AtomicU64,
 }
@@ -218,6 +229,8 @@ impl Rdma {
         let mut rec = [0u8; REC];
         rec[0] = u8::from(ok);
         rec[1] = u8::from(state_encoded.is_some());
+        rec[2] = u8::from(mem.hints.acc_single_intrinsic);
+        rec[3] = u8::from(mem.base % 8 == 0);
         rec[8..16].copy_from_slice(&(mem.size as u64).to_le_bytes());
         rec[16..24].copy_from_slice(&(mem.disp_unit as u64).to_le_bytes());
         if let Some(b) = &encoded {
@@ -257,7 +270,9 @@ impl Rdma {
         };
         let mut keys = Vec::with_capacity(recs.len());
         for (r, c) in recs.iter().enumerate() {
-            let k = if r == me || peers[r].0 == 0 {
+            // This rank's own keys too: its own window is reached by NIC
+            // atomics through the loopback (single-element operations).
+            let k = if peers[r].0 == 0 {
                 RdmaKeys::default()
             } else {
                 match RdmaKeys::decode(&c[24..24 + RdmaKeys::BYTES]) {
@@ -271,6 +286,8 @@ impl Rdma {
             keys.push(k);
         }
         let nic_acc = recs.iter().all(|c| c[1] == 1);
+        let single = nic_acc && recs.iter().all(|c| c[2] == 1);
+        let aligned = recs.iter().map(|c| c[3] == 1).collect();
         let mut state_keys = Vec::new();
         if nic_acc {
             for (r, c) in recs.iter().enumerate() {
@@ -290,7 +307,9 @@ impl Rdma {
             }
         }
         tracing::debug!(target: "osc", "rdma window: rank {me} of {}, {} bytes registered, accumulates by {}",
-            worlds.len(), mem.size, if nic_acc { "NIC atomics" } else { "pt2pt" });
+            worlds.len(), mem.size,
+            if single { "single NIC atomics where they fit (acc_single_intrinsic), else under the accumulate lock" }
+            else if nic_acc { "RDMA under the accumulate lock" } else { "pt2pt" });
         Ok(Ok(Rdma {
             inner,
             pml: Arc::clone(pml),
@@ -302,11 +321,14 @@ impl Rdma {
             keys,
             mine: Mutex::new(mine),
             nic_acc,
+            single,
+            aligned,
             state_keys,
             state_mine: Mutex::new(state_mine),
             _state: state,
             puts: AtomicU64::new(0),
             atomics: AtomicU64::new(0),
+            intrinsic_ops: AtomicU64::new(0),
             gets: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
         }))
@@ -393,15 +415,90 @@ impl Rdma {
         Ok(())
     }
 
-    /// `(RDMA writes, RDMA reads, NIC atomics, bytes)` issued by this
-    /// window so far.
-    pub fn counters(&self) -> (u64, u64, u64, u64) {
+    /// `(RDMA writes, RDMA reads, NIC atomics, single-element operations
+    /// done by NIC atomics alone, bytes)` issued by this window so far.
+    pub fn counters(&self) -> (u64, u64, u64, u64, u64) {
         (
             self.puts.load(Ordering::Relaxed),
             self.gets.load(Ordering::Relaxed),
             self.atomics.load(Ordering::Relaxed),
+            self.intrinsic_ops.load(Ordering::Relaxed),
             self.bytes.load(Ordering::Relaxed),
         )
+    }
+
+    /// The byte offset of the target word when `t` may be done by NIC
+    /// atomics alone: every rank gave `acc_single_intrinsic`, the target
+    /// is one 8-byte element of a predefined type (no gaps, no lower
+    /// bound) at an 8-byte-aligned address of the target's memory.
+    fn intrinsic_word(&self, off: i64, t: &Target<'_>) -> Option<u64> {
+        let l = t.layout;
+        let one_word = t.count == 1
+            && l.size == 8
+            && l.elem.is_some()
+            && l.wide.is_none()
+            && l.blocks.as_slice() == [(0, 8)];
+        (self.single
+            && one_word
+            && off >= 0
+            && off % 8 == 0
+            && self.aligned[t.rank as usize]
+            && !self.keys[t.rank as usize].is_empty())
+        .then_some(off as u64)
+    }
+
+    /// One NIC atomic on word `at` of rank `r`'s window; the value found.
+    fn word_atomic(&self, r: i32, at: u64, op: RdmaAtomic) -> Result<u64> {
+        let (w, k) = (self.worlds[r as usize], &self.keys[r as usize]);
+        let found = self.pml.rdma_atomic(w, k, at, op)?;
+        self.atomics.fetch_add(1, Ordering::Relaxed);
+        Ok(found)
+    }
+
+    /// A single-element accumulate-class operation (`op` with the 8 bytes
+    /// `data`) on word `at` of rank `r`'s window by NIC atomics alone (see
+    /// [`Rdma::intrinsic_word`]): `MPI_SUM` on an 8-byte integer is one
+    /// fetch-add, `MPI_NO_OP` a fetch-add of 0, every other op a
+    /// compare-swap loop (read by a fetch-add of 0, combine locally, swap
+    /// if unchanged, else again with the value found). The old value.
+    fn intrinsic(
+        &self,
+        r: i32,
+        at: u64,
+        op: &AccOp,
+        elem: Option<Datatype>,
+        data: &[u8],
+    ) -> Result<[u8; 8]> {
+        self.intrinsic_ops.fetch_add(1, Ordering::Relaxed);
+        let word = |b: &[u8]| -> Result<u64> {
+            <[u8; 8]>::try_from(b).map(u64::from_ne_bytes).map_err(|_| {
+                OscError::Type(format!(
+                    "{} bytes where one 8-byte element was expected",
+                    b.len()
+                ))
+            })
+        };
+        let old = match op {
+            AccOp::NoOp => self.word_atomic(r, at, RdmaAtomic::FetchAdd(0))?,
+            AccOp::Reduce(Op::Sum) if matches!(elem, Some(Datatype::I64 | Datatype::U64)) => {
+                self.word_atomic(r, at, RdmaAtomic::FetchAdd(word(data)?))?
+            }
+            _ => {
+                let mut cur = self.word_atomic(r, at, RdmaAtomic::FetchAdd(0))?;
+                loop {
+                    let mut new = cur.to_ne_bytes();
+                    apply::combine(op, elem, None, data, &mut new)?;
+                    let swap = u64::from_ne_bytes(new);
+                    let found =
+                        self.word_atomic(r, at, RdmaAtomic::CmpSwap { compare: cur, swap })?;
+                    if found == cur {
+                        break cur;
+                    }
+                    cur = found;
+                }
+            }
+        };
+        Ok(old.to_ne_bytes())
     }
 
     fn deregister(&self) {
@@ -593,6 +690,11 @@ impl Module for Rdma {
         let want = t.layout.packed_len(t.count)?;
         // SAFETY: the caller's contract.
         let data = unsafe { pack(origin.ptr, origin.count, origin.layout) };
+        if let Some(at) = self.intrinsic_word(off, &t) {
+            return self
+                .intrinsic(t.rank, at, op, t.layout.elem, &data)
+                .map(|_| ());
+        }
         self.locked_rmw(off, &t, op, &data, want, None).map(|_| ())
     }
 
@@ -636,7 +738,12 @@ impl Module for Rdma {
             Some(o) => unsafe { pack(o.ptr, o.count, o.layout) },
             None => Vec::new(),
         };
-        let old = self.locked_rmw(off, &t, op, &data, want, None)?;
+        let old = match self.intrinsic_word(off, &t) {
+            Some(at) => self
+                .intrinsic(t.rank, at, op, t.layout.elem, &data)?
+                .to_vec(),
+            None => self.locked_rmw(off, &t, op, &data, want, None)?,
+        };
         // SAFETY: the caller's contract: the result's blocks are writable.
         unsafe { unpack(result.ptr, result.count, result.layout, &old) };
         Ok(())
@@ -675,6 +782,19 @@ impl Module for Rdma {
         // SAFETY: the caller's contract: one contiguous element at each
         // (checked above: a predefined, contiguous type of `n` bytes).
         let (data, cmp) = unsafe { (bytes(origin, n), bytes(compare, n)) };
+        if let Some(at) = self.intrinsic_word(off, &t) {
+            // One element of 8 bytes (checked by intrinsic_word).
+            let w = |b: &[u8]| u64::from_ne_bytes(b.try_into().unwrap_or_default());
+            self.intrinsic_ops.fetch_add(1, Ordering::Relaxed);
+            let op = RdmaAtomic::CmpSwap {
+                compare: w(cmp),
+                swap: w(data),
+            };
+            let old = self.word_atomic(rank, at, op)?;
+            // SAFETY: as below.
+            unsafe { bytes_mut(result, n) }.copy_from_slice(&old.to_ne_bytes());
+            return Ok(());
+        }
         let old = self.locked_rmw(off, &t, &AccOp::Replace, data, n, Some(cmp))?;
         // SAFETY: as above, for the result.
         unsafe { bytes_mut(result, n) }.copy_from_slice(&old);
@@ -724,8 +844,8 @@ impl Module for Rdma {
         self.inner.free()?;
         // After the free's barrier no peer accesses this memory any more.
         self.deregister();
-        let (p, g, a, b) = self.counters();
-        tracing::info!(target: "osc", "osc rdma window freed: {p} RDMA writes, {g} RDMA reads, {a} NIC atomics, {b} bytes");
+        let (p, g, a, i, b) = self.counters();
+        tracing::info!(target: "osc", "osc rdma window freed: {p} RDMA writes, {g} RDMA reads, {a} NIC atomics, {i} single-element operations by NIC atomics alone, {b} bytes");
         Ok(())
     }
 }

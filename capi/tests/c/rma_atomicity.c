@@ -11,20 +11,25 @@
  *   - MPI_Get_accumulate(MPI_NO_OP) reads of the first counter never go
  *     backwards.
  * Over osc rdma this is the accumulate lock taken by NIC atomics (every
- * rank's target included: its own lock through the NIC's loopback). */
+ * rank's target included: its own lock through the NIC's loopback).
+ * Then again on a window created with the info acc_single_intrinsic=true
+ * (every operation one 8-byte element: the accumulates are single longs;
+ * osc rdma then does each as NIC atomics alone), adding concurrent
+ * MPI_MAX fetch-and-ops (a compare-swap loop there) on a third word. */
 #include "check.h"
 
 #define N 200
 #define ACC_EVERY 5
 
-int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+/* One round on a window created with `info`; `single`: every operation
+ * is on one element (acc_single_intrinsic). */
+static void round_on(MPI_Info info, int single) {
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     long *w;
     MPI_Win win;
-    OK(MPI_Win_allocate(4 * sizeof(long), sizeof(long), MPI_INFO_NULL, MPI_COMM_WORLD, &w, &win));
+    OK(MPI_Win_allocate(4 * sizeof(long), sizeof(long), info, MPI_COMM_WORLD, &w, &win));
     for (int i = 0; i < 4; i++) w[i] = 0;
     MPI_Barrier(MPI_COMM_WORLD);
 
@@ -38,9 +43,19 @@ int main(int argc, char **argv) {
         OK(MPI_Fetch_and_op(&one, &seen[i], MPI_LONG, 0, 0, MPI_SUM, win));
         OK(MPI_Win_flush(0, win));
         if (i % ACC_EVERY == 0) {
-            OK(MPI_Accumulate(ones, 3, MPI_LONG, 0, 0, 3, MPI_LONG, MPI_SUM, win));
+            if (single) {
+                OK(MPI_Accumulate(ones, 1, MPI_LONG, 0, 0, 1, MPI_LONG, MPI_SUM, win));
+            } else {
+                OK(MPI_Accumulate(ones, 3, MPI_LONG, 0, 0, 3, MPI_LONG, MPI_SUM, win));
+            }
             OK(MPI_Win_flush(0, win));
             accs++;
+        }
+        if (single) {
+            long v = (long)i * size + rank, old;
+            OK(MPI_Fetch_and_op(&v, &old, MPI_LONG, 0, 2, MPI_MAX, win));
+            OK(MPI_Win_flush(0, win));
+            CHECK(old < (long)N * size);
         }
         long now;
         OK(MPI_Get_accumulate(NULL, 0, MPI_LONG, &now, 1, MPI_LONG, 0, 0, 1, MPI_LONG, MPI_NO_OP,
@@ -69,7 +84,11 @@ int main(int argc, char **argv) {
     if (rank == 0) {
         long total = (long)size * N;
         CHECK(w[0] == total + total_accs);
-        CHECK(w[1] == total_accs && w[2] == total_accs);
+        if (single) {
+            CHECK(w[1] == 0 && w[2] == total - 1);
+        } else {
+            CHECK(w[1] == total_accs && w[2] == total_accs);
+        }
         char *hit = calloc((size_t)(total + total_accs), 1);
         CHECK(hit);
         for (long k = 0; k < total; k++) {
@@ -84,6 +103,16 @@ int main(int argc, char **argv) {
     if (rank == last) CHECK(w[3] == (long)size * N);
     free(seen);
     OK(MPI_Win_free(&win));
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    round_on(MPI_INFO_NULL, 0);
+    MPI_Info info;
+    OK(MPI_Info_create(&info));
+    OK(MPI_Info_set(info, "acc_single_intrinsic", "true"));
+    round_on(info, 1);
+    OK(MPI_Info_free(&info));
     report_ok("rma_atomicity");
     MPI_Finalize();
     return 0;
