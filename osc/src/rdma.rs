@@ -230,7 +230,7 @@ impl Rdma {
         rec[0] = u8::from(ok);
         rec[1] = u8::from(state_encoded.is_some());
         rec[2] = u8::from(mem.hints.acc_single_intrinsic);
-        rec[3] = u8::from(mem.base % 8 == 0);
+        rec[3] = u8::from(mem.base.is_multiple_of(8));
         rec[8..16].copy_from_slice(&(mem.size as u64).to_le_bytes());
         rec[16..24].copy_from_slice(&(mem.disp_unit as u64).to_le_bytes());
         if let Some(b) = &encoded {
