@@ -347,6 +347,7 @@ fn rdma_counters(err: &str) -> RdmaCounts {
         t.reads += nums[1];
         t.atomics += nums[2];
         t.single += nums[3];
+        t.locks += nums[4];
         t.windows += 1;
     }
     t
@@ -362,6 +363,9 @@ struct RdmaCounts {
     /// Single-element operations done by NIC atomics alone
     /// (`acc_single_intrinsic`).
     single: u64,
+    /// Window locks (`MPI_Win_lock`, `lock_all`: one per rank) taken by
+    /// NIC atomics.
+    locks: u64,
     /// Window frees logged (one per window and rank).
     windows: u64,
 }
@@ -372,9 +376,9 @@ struct RdmaCounts {
 /// same classes as pt2pt's) over btl-openib
 /// with osc rdma: every window is served by rdma (no fallback to pt2pt
 /// logged, an rdma free line per window and rank) and RDMA writes and
-/// reads were issued, and NIC atomics (the accumulate lock) where the
-/// suite accumulates; synchronisation goes through its inner pt2pt
-/// module. `rma_atomicity` and `rma_fetch_op`: concurrent accumulates,
+/// reads were issued, NIC atomics (the accumulate lock) where the suite
+/// accumulates and window locks by NIC atomics where it locks; fence and
+/// PSCW go through its inner pt2pt module. `rma_atomicity` and `rma_fetch_op`: concurrent accumulates,
 /// fetch-and-ops and compare-and-swaps of every rank on the same
 /// locations, no update lost.
 #[test]
@@ -414,6 +418,13 @@ fn rma_over_openib_with_osc_rdma() {
             // rma_errors' accumulates all fail their checks.
             if !matches!(name, "rma_rdma" | "rma_errors") {
                 assert!(c.atomics > 0, "{name} ({n}): no NIC atomics\n{err}");
+            }
+            // Passive-target epochs: window locks by NIC atomics.
+            if matches!(
+                name,
+                "rma_rdma" | "rma_passive" | "rma_atomicity" | "rma_fetch_op"
+            ) {
+                assert!(c.locks > 0, "{name} ({n}): {c:?}\n{err}");
             }
             // Its second window is created with acc_single_intrinsic.
             if name == "rma_atomicity" {

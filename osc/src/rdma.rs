@@ -45,6 +45,7 @@
 //! Counters of the RDMA operations issued are logged at free (target
 //! `osc`, info level: `--mca osc_base_verbose 50`).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -55,6 +56,7 @@ use tmpi_comm::Comm;
 use tmpi_pml::{Pml, RdmaAtomic, RdmaKeys};
 
 use crate::apply;
+use crate::assert::NOCHECK;
 use crate::epoch::check_rank;
 use crate::mem::{bytes, bytes_mut, pack, unpack};
 use crate::pt2pt::Pt2pt;
@@ -119,6 +121,14 @@ const STATE_WORDS: usize = 8;
 /// The accumulate lock's byte offset in the state region.
 const ACC_LOCK: u64 = 0;
 
+/// The window lock's byte offset in the state region: the number of
+/// shared holders in the low 32 bits, [`EXCLUSIVE`] while an exclusive
+/// holder has it.
+const WIN_LOCK: u64 = 8;
+
+/// The window lock's exclusive bit.
+const EXCLUSIVE: u64 = 1 << 32;
+
 /// The module of one window.
 pub struct Rdma {
     inner: Pt2pt,
@@ -150,6 +160,13 @@ pub struct Rdma {
     state_keys: Vec<RdmaKeys>,
     /// This rank's state registration, until free.
     state_mine: Mutex<Option<RdmaKeys>>,
+    /// Window locks this rank holds by NIC atomics (`MPI_Win_lock`
+    /// without `MPI_MODE_NOCHECK` on a `nic_acc` window), per target.
+    held: Mutex<HashMap<i32, LockType>>,
+    /// `MPI_Win_lock_all` holds a shared lock on every rank.
+    held_all: Mutex<bool>,
+    /// Window locks taken by NIC atomics so far (lock_all: one per rank).
+    win_locks: AtomicU64,
     /// This rank's state region (the accumulate lock), written only by
     /// NIC atomics and never read here: kept alive while registered
     /// (until free or drop), freed after.
@@ -325,6 +342,9 @@ impl Rdma {
             aligned,
             state_keys,
             state_mine: Mutex::new(state_mine),
+            held: Mutex::new(HashMap::new()),
+            held_all: Mutex::new(false),
+            win_locks: AtomicU64::new(0),
             _state: state,
             puts: AtomicU64::new(0),
             atomics: AtomicU64::new(0),
@@ -510,6 +530,15 @@ impl Rdma {
         }
     }
 
+    /// One NIC atomic on word `at` of rank `r`'s state region; the value
+    /// found.
+    fn state_atomic(&self, r: i32, at: u64, op: RdmaAtomic) -> Result<u64> {
+        let (w, k) = (self.worlds[r as usize], &self.state_keys[r as usize]);
+        let found = self.pml.rdma_atomic(w, k, at, op)?;
+        self.atomics.fetch_add(1, Ordering::Relaxed);
+        Ok(found)
+    }
+
     /// Takes rank `r`'s accumulate lock: a NIC compare-swap of 0 to this
     /// rank + 1, repeated until it finds 0 (each attempt is a round trip
     /// that also makes this process's progress, which a soft NIC needs to
@@ -517,15 +546,12 @@ impl Rdma {
     /// as well: the word is not 0 while any of them holds it.
     fn acc_lock(&self, r: i32) -> Result<()> {
         let mine = self.rank as u64 + 1;
-        let (w, k) = (self.worlds[r as usize], &self.state_keys[r as usize]);
         loop {
             let op = RdmaAtomic::CmpSwap {
                 compare: 0,
                 swap: mine,
             };
-            let found = self.pml.rdma_atomic(w, k, ACC_LOCK, op)?;
-            self.atomics.fetch_add(1, Ordering::Relaxed);
-            if found == 0 {
+            if self.state_atomic(r, ACC_LOCK, op)? == 0 {
                 return Ok(());
             }
             std::thread::yield_now();
@@ -536,14 +562,59 @@ impl Rdma {
     /// rank's mark away: the word is only ever changed by NIC atomics).
     fn acc_unlock(&self, r: i32) -> Result<()> {
         let mine = self.rank as u64 + 1;
-        let (w, k) = (self.worlds[r as usize], &self.state_keys[r as usize]);
-        let found =
-            self.pml
-                .rdma_atomic(w, k, ACC_LOCK, RdmaAtomic::FetchAdd(mine.wrapping_neg()))?;
-        self.atomics.fetch_add(1, Ordering::Relaxed);
+        let found = self.state_atomic(r, ACC_LOCK, RdmaAtomic::FetchAdd(mine.wrapping_neg()))?;
         if found != mine {
             return Err(OscError::Comm(format!(
                 "rank {r}'s accumulate lock held {found} while this rank (mark {mine}) released it"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Takes rank `r`'s window lock by NIC atomics: exclusive by
+    /// compare-swap of 0 to [`EXCLUSIVE`], repeated until it finds 0;
+    /// shared by fetch-add of 1, given back (fetch-add of -1) and tried
+    /// again while it finds the exclusive bit set (Open MPI's osc/rdma
+    /// protocol).
+    fn win_lock(&self, kind: LockType, r: i32) -> Result<()> {
+        loop {
+            let got = match kind {
+                LockType::Exclusive => {
+                    let op = RdmaAtomic::CmpSwap {
+                        compare: 0,
+                        swap: EXCLUSIVE,
+                    };
+                    self.state_atomic(r, WIN_LOCK, op)? == 0
+                }
+                LockType::Shared => {
+                    let found = self.state_atomic(r, WIN_LOCK, RdmaAtomic::FetchAdd(1))?;
+                    if found & EXCLUSIVE != 0 {
+                        self.state_atomic(r, WIN_LOCK, RdmaAtomic::FetchAdd(1u64.wrapping_neg()))?;
+                        false
+                    } else {
+                        true
+                    }
+                }
+            };
+            if got {
+                self.win_locks.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Releases rank `r`'s window lock of `kind` this rank holds; the
+    /// value found must show it held.
+    fn win_unlock(&self, kind: LockType, r: i32) -> Result<()> {
+        let (take, mask) = match kind {
+            LockType::Exclusive => (EXCLUSIVE, EXCLUSIVE),
+            LockType::Shared => (1, EXCLUSIVE - 1),
+        };
+        let found = self.state_atomic(r, WIN_LOCK, RdmaAtomic::FetchAdd(take.wrapping_neg()))?;
+        if found & mask == 0 {
+            return Err(OscError::Comm(format!(
+                "rank {r}'s window lock word was {found:#x} when this rank released its {kind:?} lock"
             )));
         }
         Ok(())
@@ -604,6 +675,12 @@ impl Rdma {
         unlocked?;
         Ok(old)
     }
+}
+
+/// A mutex's guard, also after a thread panicked holding it (the data
+/// is plain bookkeeping, valid either way).
+fn lock_of<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Drop for Rdma {
@@ -805,16 +882,70 @@ impl Module for Rdma {
         self.inner.fence(assert)
     }
     fn lock(&self, kind: LockType, rank: i32, assert: u32) -> Result<()> {
-        self.inner.lock(kind, rank, assert)
+        if !self.nic_acc {
+            return self.inner.lock(kind, rank, assert);
+        }
+        // The inner module checks and records the epoch; NOCHECK: it
+        // sends no lock request, the lock is taken here by NIC atomics.
+        self.inner.lock(kind, rank, assert | NOCHECK)?;
+        if assert & NOCHECK != 0 {
+            return Ok(());
+        }
+        if let Err(e) = self.win_lock(kind, rank) {
+            let _ = self.inner.unlock(rank);
+            return Err(e);
+        }
+        lock_of(&self.held).insert(rank, kind);
+        Ok(())
     }
     fn unlock(&self, rank: i32) -> Result<()> {
-        self.inner.unlock(rank)
+        if !self.nic_acc {
+            return self.inner.unlock(rank);
+        }
+        // Checks the epoch and completes what the inner module carried;
+        // every RDMA operation and atomic of the epoch is complete already.
+        let done = self.inner.unlock(rank);
+        let kind = lock_of(&self.held).remove(&rank);
+        let released = kind.map_or(Ok(()), |k| self.win_unlock(k, rank));
+        done?;
+        released
     }
     fn lock_all(&self, assert: u32) -> Result<()> {
-        self.inner.lock_all(assert)
+        if !self.nic_acc {
+            return self.inner.lock_all(assert);
+        }
+        self.inner.lock_all(assert | NOCHECK)?;
+        if assert & NOCHECK != 0 {
+            return Ok(());
+        }
+        for r in 0..self.size {
+            if let Err(e) = self.win_lock(LockType::Shared, r) {
+                for t in 0..r {
+                    let _ = self.win_unlock(LockType::Shared, t);
+                }
+                let _ = self.inner.unlock_all();
+                return Err(e);
+            }
+        }
+        *lock_of(&self.held_all) = true;
+        Ok(())
     }
     fn unlock_all(&self) -> Result<()> {
-        self.inner.unlock_all()
+        if !self.nic_acc {
+            return self.inner.unlock_all();
+        }
+        let done = self.inner.unlock_all();
+        let held = std::mem::take(&mut *lock_of(&self.held_all));
+        let mut released = Ok(());
+        if held {
+            for r in 0..self.size {
+                if let Err(e) = self.win_unlock(LockType::Shared, r) {
+                    released = released.and(Err(e));
+                }
+            }
+        }
+        done?;
+        released
     }
     fn flush(&self, rank: Option<i32>) -> Result<()> {
         self.inner.flush(rank)
@@ -845,7 +976,8 @@ impl Module for Rdma {
         // After the free's barrier no peer accesses this memory any more.
         self.deregister();
         let (p, g, a, i, b) = self.counters();
-        tracing::info!(target: "osc", "osc rdma window freed: {p} RDMA writes, {g} RDMA reads, {a} NIC atomics, {i} single-element operations by NIC atomics alone, {b} bytes");
+        let l = self.win_locks.load(Ordering::Relaxed);
+        tracing::info!(target: "osc", "osc rdma window freed: {p} RDMA writes, {g} RDMA reads, {a} NIC atomics, {i} single-element operations by NIC atomics alone, {l} window locks by NIC atomics, {b} bytes");
         Ok(())
     }
 }

@@ -11,6 +11,14 @@
 #   CALLGRIND=1 bash perf/scripts/rmabench.sh    # instructions per call
 #   BASE=<prefix of another tmpi> bash perf/scripts/rmabench.sh
 #
+# NET=tcp runs every library over TCP on loopback instead of shared memory
+# (tmpi: btl self,tcp; Open MPI: btl tcp,self; MPICH: MPIR_CVAR_CH3_NOLOCAL),
+# so one-sided goes through each one's active-message path. TMPI_ARGS adds
+# options to tmpi's mpiexec (e.g. "--mca btl self,openib --mca
+# btl_openib_if_include tmsoft0" for osc rdma on the soft NIC: shape only,
+# the soft NIC is the CPU); RMABENCH_ARGS adds options to every rmabench
+# (e.g. "--info acc_single_intrinsic=true --modes fop").
+#
 # BASE adds that build of tmpi (say, before a change) to the alternation
 # and prints a second table: its medians beside PREFIX's, ratio = PREFIX /
 # BASE. OMPI_ARGS adds options to Open MPI's mpirun: Open MPI 4.1 serves
@@ -73,15 +81,26 @@ if [ "${CALLGRIND:-0}" = 1 ]; then
     exit 0
 fi
 
+# shellcheck disable=SC2206
+RB=(${RMABENCH_ARGS:-})
+# shellcheck disable=SC2206
+TA=(${TMPI_ARGS:-})
+OMPI_BTL=vader,self
+MPICH_ENV=()
+if [ "${NET:-sm}" = tcp ]; then
+    OMPI_BTL=tcp,self
+    MPICH_ENV=(-genv MPIR_CVAR_CH3_NOLOCAL 1)
+    TA=(--mca btl self,tcp "${TA[@]}")
+fi
 run() { # impl round
-    local f="$OUT/$1.$2.csv" a=(--max "$MAX" --csv)
+    local f="$OUT/$1.$2.csv" a=(--max "$MAX" --csv "${RB[@]}")
     case $1 in
     ompi) # shellcheck disable=SC2086
-        timeout 900 mpirun.openmpi -np 2 --bind-to core --mca pml ob1 --mca btl vader,self ${OMPI_ARGS:-} \
+        timeout 900 mpirun.openmpi -np 2 --bind-to core --mca pml ob1 --mca btl $OMPI_BTL ${OMPI_ARGS:-} \
         "$OUT/rmabench-ompi" "${a[@]}" >"$f" ;;
-    mpich) timeout 900 mpiexec.mpich -n 2 -bind-to core "$OUT/rmabench-mpich" "${a[@]}" >"$f" ;;
-    tmpi) "$PREFIX/bin/mpiexec" -n 2 --bind-to core --timeout 900 "$OUT/rmabench-tmpi" "${a[@]}" >"$f" ;;
-    base) "$BASE/bin/mpiexec" -n 2 --bind-to core --timeout 900 "$OUT/rmabench-base" "${a[@]}" >"$f" ;;
+    mpich) timeout 900 mpiexec.mpich -n 2 -bind-to core "${MPICH_ENV[@]}" "$OUT/rmabench-mpich" "${a[@]}" >"$f" ;;
+    tmpi) "$PREFIX/bin/mpiexec" -n 2 --bind-to core --timeout 900 "${TA[@]}" "$OUT/rmabench-tmpi" "${a[@]}" >"$f" ;;
+    base) "$BASE/bin/mpiexec" -n 2 --bind-to core --timeout 900 "${TA[@]}" "$OUT/rmabench-base" "${a[@]}" >"$f" ;;
     esac
 }
 for r in $(seq 1 "$ROUNDS"); do
