@@ -1,7 +1,8 @@
 //! The rdma component: `MPI_Put` and `MPI_Get` by RDMA write and read into
 //! the target's registered window memory, accumulates by RDMA under the
-//! target's accumulate lock taken by NIC atomics (Open MPI's osc/rdma),
-//! synchronisation by an inner [`Pt2pt`] module of the same window.
+//! target's accumulate lock taken by NIC atomics and window locks by NIC
+//! atomics (Open MPI's osc/rdma), fence and PSCW by an inner [`Pt2pt`]
+//! module of the same window.
 //!
 //! * **Windows served**: `MPI_Win_create` and `MPI_Win_allocate` windows
 //!   (not in a shared segment: sm serves those) whose every rank reaches
@@ -34,9 +35,13 @@
 //!   word is only ever touched by NIC atomics, this process's own too
 //!   (through the NIC's loopback): with `IBV_ATOMIC_HCA` a CPU atomic is
 //!   not atomic with the NIC's (docs/verbs.md "Atomic operations").
-//! * **Delegated**: fence, PSCW, lock/unlock, flush, sync and the
-//!   request-based operations' epoch check go to the inner pt2pt module:
-//!   its messages, its target-side serving, its semantics; accumulates
+//! * **Window locks**: `MPI_Win_lock`/`lock_all` by NIC atomics on word 1
+//!   of the target's state region ([`Rdma::win_lock`]); the inner module
+//!   keeps the epoch's bookkeeping (called with `MPI_MODE_NOCHECK`: no
+//!   lock messages).
+//! * **Delegated**: fence, PSCW, flush, sync and the request-based
+//!   operations' epoch check go to the inner pt2pt module: its messages,
+//!   its target-side serving, its semantics; accumulates and window locks
 //!   too when some rank lacks NIC atomics. Why mixing RDMA with pt2pt's
 //!   messages is correct is explained in `docs/osc.md`.
 //! * **Free**: the inner module's collective free, then deregistration
