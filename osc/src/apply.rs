@@ -42,6 +42,58 @@ where
     (old, res)
 }
 
+/// Largest scratch buffer a thread keeps between accumulates
+/// ([`accumulate_in_place`]); a larger one is given back after use.
+const SCRATCH_KEEP: usize = 4 << 20;
+
+thread_local! {
+    /// The thread's buffer for [`accumulate_in_place`].
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// [`accumulate`] for an accumulate that returns nothing: the regions are
+/// gathered into this thread's scratch buffer, combined there and
+/// scattered back, with no allocation once the buffer has grown. (A new
+/// copy per call, freed after it, made large accumulates pay page faults
+/// every time: glibc gives a freed top of the heap above 128 KiB back to
+/// the kernel, and the next call faults it in again.)
+pub(crate) fn accumulate_in_place<I>(
+    mem: &View<'_>,
+    regs: impl Fn() -> I,
+    op: &AccOp,
+    elem: Option<Datatype>,
+    wide: Option<u8>,
+    data: &[u8],
+) -> Result<()>
+where
+    I: Iterator<Item = (i128, u64)>,
+{
+    mem.check(regs())?;
+    if matches!(op, AccOp::NoOp) {
+        return Ok(());
+    }
+    SCRATCH.with(|cell| {
+        // A scratch buffer already in use on this thread (not expected:
+        // nothing here calls back) is left alone; a fresh one serves.
+        let mut fresh = Vec::new();
+        let mut held = cell.try_borrow_mut();
+        let buf = match held.as_deref_mut() {
+            Ok(b) => b,
+            Err(_) => &mut fresh,
+        };
+        buf.clear();
+        mem.gather(regs(), buf);
+        let res = combine(op, elem, wide, data, buf);
+        if res.is_ok() {
+            mem.scatter(regs(), buf);
+        }
+        if buf.capacity() > SCRATCH_KEEP {
+            *buf = Vec::new();
+        }
+        res
+    })
+}
+
 /// `new = data op new` for an op other than `MPI_NO_OP` (which leaves
 /// `new` as it is): the reduction of an accumulate, by the predefined
 /// element type `elem` or the wide kernel of kind `wide`.

@@ -743,11 +743,15 @@ impl Shared {
                 self.reply(src, r.seq, out)?;
                 n?;
             }
-            Kind::Acc | Kind::GetAcc => {
+            Kind::Acc => {
+                let op =
+                    r.op.as_ref()
+                        .ok_or_else(|| OscError::Op("accumulate without op".into()))?;
+                apply::accumulate_in_place(&mem, regs, op, r.elem, r.wide, data)?;
+            }
+            Kind::GetAcc => {
                 let (old, res) = apply::accumulate(&mem, regs, r.op.as_ref(), r.elem, r.wide, data);
-                if r.kind == Kind::GetAcc {
-                    self.reply(src, r.seq, old)?;
-                }
+                self.reply(src, r.seq, old)?;
                 res?;
             }
             Kind::Cas => {

@@ -512,20 +512,27 @@ impl Module for Sm {
                 .acc_small(t.rank, reg.offset, n, op, t.layout, data)
                 .map(|_| ());
         }
-        // SAFETY: the caller's contract.
-        let data = unsafe { pack(origin.ptr, origin.count, origin.layout) };
+        let packed;
+        let data = if origin.layout.is_contig(origin.count) {
+            // SAFETY: the caller's contract: `n` contiguous bytes (the
+            // origin holds as many as the target, `acc_check` says).
+            unsafe { bytes(origin.ptr, n) }
+        } else {
+            // SAFETY: the caller's contract.
+            packed = unsafe { pack(origin.ptr, origin.count, origin.layout) };
+            &packed[..]
+        };
         let part = self.part(t.rank);
-        let (_, res) = self.with_acc_lock(t.rank, || {
-            apply::accumulate(
+        self.with_acc_lock(t.rank, || {
+            apply::accumulate_in_place(
                 &part.view(),
                 || reg.iter(),
-                Some(op),
+                op,
                 t.layout.elem,
                 t.layout.wide,
-                &data,
+                data,
             )
-        });
-        res
+        })
     }
 
     unsafe fn get_accumulate(
