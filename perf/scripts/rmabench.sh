@@ -11,9 +11,11 @@
 #   CALLGRIND=1 bash perf/scripts/rmabench.sh    # instructions per call
 #   BASE=<prefix of another tmpi> bash perf/scripts/rmabench.sh
 #
-# NET=tcp runs every library over TCP on loopback instead of shared memory
-# (tmpi: btl self,tcp; Open MPI: btl tcp,self; MPICH: MPIR_CVAR_CH3_NOLOCAL),
-# so one-sided goes through each one's active-message path. TMPI_ARGS adds
+# NET=tcp runs tmpi and Open MPI over TCP on loopback with their
+# active-message components (btl self,tcp and osc pt2pt each: otherwise a
+# one-node MPI_Win_allocate window is shared memory whatever the BTL);
+# MPICH gets MPIR_CVAR_CH3_NOLOCAL but keeps its shared-memory window on
+# one node, so its column is not over TCP. TMPI_ARGS adds
 # options to tmpi's mpiexec (e.g. "--mca btl self,openib --mca
 # btl_openib_if_include tmsoft0" for osc rdma on the soft NIC: shape only,
 # the soft NIC is the CPU); RMABENCH_ARGS adds options to every rmabench
@@ -88,9 +90,9 @@ TA=(${TMPI_ARGS:-})
 OMPI_BTL=vader,self
 MPICH_ENV=()
 if [ "${NET:-sm}" = tcp ]; then
-    OMPI_BTL=tcp,self
+    OMPI_BTL="tcp,self --mca osc pt2pt"
     MPICH_ENV=(-genv MPIR_CVAR_CH3_NOLOCAL 1)
-    TA=(--mca btl self,tcp "${TA[@]}")
+    TA=(--mca btl self,tcp --mca osc pt2pt "${TA[@]}")
 fi
 run() { # impl round
     local f="$OUT/$1.$2.csv" a=(--max "$MAX" --csv "${RB[@]}")
