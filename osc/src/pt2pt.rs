@@ -8,7 +8,10 @@
 //!   with the target datatype's block list and the packed origin data; a
 //!   get-like operation first posts the receive of its reply (a tag of its
 //!   sequence number). The origin's data is copied into the message, so
-//!   origin buffers are free when the call returns.
+//!   origin buffers are free when the call returns. Small puts and
+//!   accumulates wait in a per-target batch that goes out with the next
+//!   other request to that target (one message: a put and its flush
+//!   travel together), at [`BATCH_BYTES`], or at free.
 //! * The target applies requests from the pml's progress: a hook the pml
 //!   runs in every waiting round of a blocking call (and coll in its
 //!   waits), registered once per process while windows exist. One thread
@@ -47,7 +50,9 @@ use tmpi_pml::{Pml, ReqId, SendMode, ANY_SOURCE};
 use crate::apply;
 use crate::epoch::{check_rank, Epochs};
 use crate::mem::{pack, regions, unpack, WinMem};
-use crate::wire::{reply_tag, Kind, Req, TAG_BARRIER, TAG_INFO, TAG_POST, TAG_REQ};
+use crate::wire::{
+    batch_items, batch_push, reply_tag, Kind, Req, BATCH, TAG_BARRIER, TAG_INFO, TAG_POST, TAG_REQ,
+};
 use crate::{
     assert, AccOp, Buf, BufMut, Component, Layout, LockType, Memory, Module, OscError, Result,
     Target,
@@ -197,7 +202,19 @@ struct OriginState {
     /// Bytes of `pending`'s buffers and `sends`' messages (recounted when
     /// either shrinks).
     held: usize,
+    /// Per target, small puts and accumulates not sent yet, batched
+    /// ([`crate::wire::batch_push`]); sent with the next request to that
+    /// target (a flush, unlock or complete request is one), when
+    /// [`BATCH_BYTES`] is reached, or before a larger request.
+    batches: BTreeMap<i32, Vec<u8>>,
 }
+
+/// Largest request that joins a batch.
+const BATCH_ITEM: usize = 1024;
+
+/// A batch is sent once it holds this many bytes (Open MPI's osc pt2pt
+/// buffers 8 KiB per target likewise).
+const BATCH_BYTES: usize = 8192;
 
 /// The module of one window.
 pub struct Pt2pt {
@@ -389,6 +406,7 @@ impl Pt2pt {
         }
         o.seq = o.seq.wrapping_add(1);
         req.seq = o.seq;
+        let waits = reply.is_none() && matches!(req.kind, Kind::Put | Kind::Acc);
         if let Some((len, out)) = reply {
             let mut buf = vec![0u8; len];
             // SAFETY: `buf`'s heap block stays where it is (the Vec moves
@@ -414,18 +432,26 @@ impl Pt2pt {
             });
         }
         let msg = req.encode(data);
-        // SAFETY: as above, `msg` is kept in `sends` until the send completes.
-        let id = unsafe {
-            pml.isend(
-                self.sh.ctx,
-                target,
-                TAG_REQ,
-                RawBuf::from_slice(&msg),
-                SendMode::Standard,
-            )
-        }?;
-        o.held += msg.len();
-        o.sends.push((id, msg));
+        // Small puts and accumulates wait in the target's batch; any other
+        // request goes out at once, with the batch in front of it (in the
+        // same message when it is small), so the target applies the
+        // requests in issue order and a synchronisation request finds the
+        // operations before it applied.
+        let batch = o.batches.remove(&target).unwrap_or_default();
+        if msg.len() <= BATCH_ITEM && (waits || !batch.is_empty()) {
+            let mut batch = batch;
+            batch_push(&mut batch, &msg);
+            if waits && batch.len() < BATCH_BYTES {
+                o.batches.insert(target, batch);
+            } else {
+                Self::send_req(pml, &mut o, self.sh.ctx, target, batch)?;
+            }
+        } else {
+            if !batch.is_empty() {
+                Self::send_req(pml, &mut o, self.sh.ctx, target, batch)?;
+            }
+            Self::send_req(pml, &mut o, self.sh.ctx, target, msg)?;
+        }
         if matches!(req.kind, Kind::Put | Kind::Acc | Kind::GetAcc | Kind::Cas) {
             o.dirty.insert(target);
         }
@@ -458,6 +484,36 @@ impl Pt2pt {
                 + o.sends.iter().map(|s| s.1.len()).sum::<usize>();
             drop(o);
             self.complete(sends, pending)?;
+        }
+        Ok(())
+    }
+
+    /// Sends `msg` (a request or a batch) to `target`; kept in `o.sends`
+    /// until the send completes.
+    fn send_req(pml: &Pml, o: &mut OriginState, ctx: u32, target: i32, msg: Vec<u8>) -> Result<()> {
+        // SAFETY: `msg`'s heap block stays where it is (the Vec moves into
+        // `sends`, its storage does not) until the send completes.
+        let id = unsafe {
+            pml.isend(
+                ctx,
+                target,
+                TAG_REQ,
+                RawBuf::from_slice(&msg),
+                SendMode::Standard,
+            )
+        }?;
+        o.held += msg.len();
+        o.sends.push((id, msg));
+        Ok(())
+    }
+
+    /// Sends every target's batch (before the window is freed: a program
+    /// may free it with puts no synchronisation sent).
+    fn send_batches(&self) -> Result<()> {
+        let pml = self.pml();
+        let mut o = lock(&self.origin);
+        for (t, b) in std::mem::take(&mut o.batches) {
+            Self::send_req(pml, &mut o, self.sh.ctx, t, b)?;
         }
         Ok(())
     }
@@ -698,6 +754,21 @@ impl Shared {
     /// Applies one request from `src`; a refused put or accumulate is
     /// kept for the reply to the origin's next flush or unlock.
     fn apply(&self, src: i32, m: &[u8]) -> Result<()> {
+        if m.first() == Some(&BATCH) {
+            // Each request of a batch as if it had come alone; the first
+            // error is the batch's.
+            let mut first = Ok(());
+            for item in batch_items(m) {
+                let res = item.and_then(|r| self.apply_one(src, r));
+                first = first.and(res);
+            }
+            return first;
+        }
+        self.apply_one(src, m)
+    }
+
+    /// Applies one request from `src` (see [`Shared::apply`]).
+    fn apply_one(&self, src: i32, m: &[u8]) -> Result<()> {
         let (r, data) = Req::decode(m).inspect_err(|e| {
             tracing::warn!(target: "osc", "undecodable request from rank {src} on context {}: {e}", self.ctx)
         })?;
@@ -1150,6 +1221,7 @@ impl Module for Pt2pt {
 
     fn free(&self) -> Result<()> {
         lock(&self.origin).ep.free_check()?;
+        self.send_batches()?;
         self.wait_pending(None)?;
         self.barrier()?;
         self.sh.freed.store(true, Ordering::Release);

@@ -1,6 +1,7 @@
 //! The messages of the pt2pt component: one request per operation, sent to
-//! the target on the window's context with tag [`TAG_REQ`]; the replies a
-//! request asks for come back on a tag of its sequence number.
+//! the target on the window's context with tag [`TAG_REQ`], alone or with
+//! other small requests to the same target in a batch ([`BATCH`]); the
+//! replies a request asks for come back on a tag of its sequence number.
 //!
 //! Request layout (native byte order: both ends run the same build on
 //! machines of one architecture, as the rest of tmpi assumes):
@@ -25,6 +26,52 @@ use crate::{AccOp, OscError, Result};
 
 /// Requests to a target.
 pub(crate) const TAG_REQ: i32 = 1;
+
+/// The first byte of a batch: several small requests to one target in
+/// one message ([`batch_push`], [`batch_items`]); no request starts with
+/// it (kinds are 1-9).
+pub(crate) const BATCH: u8 = 0xB0;
+
+/// Appends the encoded request `req` to batch `b` (started when empty):
+/// its length (4 bytes, native order), then the request.
+pub(crate) fn batch_push(b: &mut Vec<u8>, req: &[u8]) {
+    if b.is_empty() {
+        b.push(BATCH);
+    }
+    b.extend_from_slice(&(req.len() as u32).to_ne_bytes());
+    b.extend_from_slice(req);
+}
+
+/// The requests of batch `m` (which starts with [`BATCH`]), in order; an
+/// error for a length that runs past the end (the requests before it are
+/// still returned).
+pub(crate) fn batch_items(m: &[u8]) -> impl Iterator<Item = Result<&[u8]>> {
+    let mut pos = 1usize;
+    let mut broken = false;
+    std::iter::from_fn(move || {
+        if broken || pos >= m.len() {
+            return None;
+        }
+        let item = m
+            .get(pos..pos + 4)
+            .and_then(|l| <[u8; 4]>::try_from(l).ok())
+            .map(|l| u32::from_ne_bytes(l) as usize)
+            .and_then(|n| m.get(pos + 4..pos + 4 + n));
+        match item {
+            Some(r) => {
+                pos += 4 + r.len();
+                Some(Ok(r))
+            }
+            None => {
+                broken = true;
+                Some(Err(OscError::Comm(format!(
+                    "malformed batch of one-sided requests ({} bytes, broken at byte {pos})",
+                    m.len()
+                ))))
+            }
+        }
+    })
+}
 /// Window creation's exchange of sizes.
 pub(crate) const TAG_INFO: i32 = 2;
 /// `MPI_Win_post`'s notices to the origins.
@@ -262,6 +309,28 @@ impl<'a> Rd<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batches_keep_their_requests_in_order_and_refuse_a_cut_one() {
+        let a = Req::control(Kind::Flush, 0, 0).encode(&[]);
+        let b = Req::control(Kind::Unlock, 0, 0).encode(&[b"xyz"]);
+        let mut m = Vec::new();
+        batch_push(&mut m, &a);
+        batch_push(&mut m, &b);
+        batch_push(&mut m, &[]);
+        assert_eq!(m[0], BATCH);
+        let items: Vec<&[u8]> = batch_items(&m).map(|r| r.unwrap()).collect();
+        assert_eq!(items, vec![&a[..], &b[..], &[][..]]);
+        assert_eq!(Req::decode(items[1]).unwrap().1, b"xyz");
+        // Cut inside the second request: the first still comes, then one
+        // error, then nothing.
+        let cut = &m[..1 + 4 + a.len() + 4 + 3];
+        let got: Vec<_> = batch_items(cut).collect();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].as_ref().unwrap(), &&a[..]);
+        assert!(matches!(got[1], Err(OscError::Comm(_))));
+        assert_eq!(batch_items(&[BATCH]).count(), 0);
+    }
 
     #[test]
     fn request_round_trips() {
