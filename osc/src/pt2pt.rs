@@ -209,8 +209,9 @@ struct OriginState {
     batches: BTreeMap<i32, Vec<u8>>,
 }
 
-/// Largest request that joins a batch.
-const BATCH_ITEM: usize = 1024;
+/// Largest request that joins a batch: 2 KiB of data with a header of up
+/// to 14 blocks (36 + 16 per block bytes).
+const BATCH_ITEM: usize = 2048 + 256;
 
 /// A batch is sent once it holds this many bytes (Open MPI's osc pt2pt
 /// buffers 8 KiB per target likewise).
