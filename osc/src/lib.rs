@@ -372,6 +372,22 @@ pub(crate) fn acc_check(origin: Option<&Buf<'_>>, t: &Target<'_>, op: &AccOp) ->
     Ok(())
 }
 
+/// The target of `MPI_Compare_and_swap`: one element of `layout`, which
+/// must be a predefined type (contiguous, with an element type).
+pub(crate) fn cas_target(layout: &Layout, rank: i32, disp: isize) -> Result<Target<'_>> {
+    if layout.elem.is_none() || !layout.is_contig(1) {
+        return Err(OscError::Type(
+            "MPI_Compare_and_swap needs a predefined datatype".into(),
+        ));
+    }
+    Ok(Target {
+        rank,
+        disp,
+        count: 1,
+        layout,
+    })
+}
+
 /// The byte offset of target region `t` in a target window of `wsize`
 /// bytes with displacement unit `unit`, checked against the window (a
 /// dynamic window's target checks its attached regions itself).

@@ -979,17 +979,7 @@ impl Module for Pt2pt {
         rank: i32,
         disp: isize,
     ) -> Result<()> {
-        if layout.elem.is_none() || !layout.is_contig(1) {
-            return Err(OscError::Type(
-                "MPI_Compare_and_swap needs a predefined datatype".into(),
-            ));
-        }
-        let t = Target {
-            rank,
-            disp,
-            count: 1,
-            layout,
-        };
+        let t = crate::cas_target(layout, rank, disp)?;
         let req = self.target_req(Kind::Cas, &t)?;
         // SAFETY: the caller's contract: one element at each.
         let (a, b) = unsafe { (pack(origin, 1, layout), pack(compare, 1, layout)) };

@@ -847,17 +847,7 @@ impl Module for Rdma {
                     .compare_and_swap(origin, compare, result, layout, rank, disp)
             };
         }
-        if layout.elem.is_none() || !layout.is_contig(1) {
-            return Err(OscError::Type(
-                "MPI_Compare_and_swap needs a predefined datatype".into(),
-            ));
-        }
-        let t = Target {
-            rank,
-            disp,
-            count: 1,
-            layout,
-        };
+        let t = crate::cas_target(layout, rank, disp)?;
         let off = self.target_offset(&t)?;
         self.inner.access_op(rank)?;
         let n = layout.size;

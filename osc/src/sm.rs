@@ -691,17 +691,7 @@ impl Module for Sm {
         rank: i32,
         disp: isize,
     ) -> Result<()> {
-        if layout.elem.is_none() || !layout.is_contig(1) {
-            return Err(OscError::Type(
-                "MPI_Compare_and_swap needs a predefined datatype".into(),
-            ));
-        }
-        let t = Target {
-            rank,
-            disp,
-            count: 1,
-            layout,
-        };
+        let t = crate::cas_target(layout, rank, disp)?;
         let reg = self.region(&t)?;
         // SAFETY: the caller's contract: one element at each.
         let mut data = unsafe { pack(origin, 1, layout) };

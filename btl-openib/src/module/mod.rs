@@ -326,6 +326,38 @@ pub struct Module<P: Provider> {
     returned: Vec<u32>,
 }
 
+/// An RC QP of the module in the INIT state: completions on `cq`,
+/// receives from `srq`, `send_wr` send-queue entries, one SGE per request,
+/// `access` granted to peers.
+fn rc_qp<P: Provider>(
+    pd: &P::Pd,
+    cq: &P::Cq,
+    srq: &P::Srq,
+    send_wr: u32,
+    port: u8,
+    access: AccessFlags,
+) -> Result<P::Qp> {
+    let qp = pd.create_qp(&QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        srq: Some(srq),
+        cap: QpCap {
+            max_send_wr: send_wr,
+            max_recv_wr: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: false,
+    })?;
+    qp.modify_to_init(&QpInitTransition {
+        port,
+        pkey_index: 0,
+        access,
+    })?;
+    Ok(qp)
+}
+
 /// Chooses the GID of a port: the configured index, else on Ethernet a
 /// RoCE v2 entry, IPv4-mapped (`::ffff:a.b.c.d`) preferred, else any RoCE v2
 /// entry, else the first entry; on InfiniBand index 0.
@@ -516,27 +548,11 @@ impl<P: Provider> Module<P> {
                 peers.push(None);
                 continue;
             }
-            let qp = pd.create_qp(&QpInitAttr {
-                send_cq: &cq,
-                recv_cq: &cq,
-                srq: Some(&srq),
-                cap: QpCap {
-                    max_send_wr: cfg.send_queue.min(dattr.max_qp_wr.max(1)),
-                    max_recv_wr: 1,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                sq_sig_all: false,
-            })?;
-            qp.modify_to_init(&QpInitTransition {
-                port,
-                pkey_index: 0,
-                // REMOTE_WRITE and REMOTE_ATOMIC: one-sided windows
-                // (`register_window`); memory regions still decide what a
-                // peer may write.
-                access: qp_access,
-            })?;
+            // REMOTE_WRITE and REMOTE_ATOMIC: one-sided windows
+            // (`register_window`); memory regions still decide what a peer
+            // may write.
+            let send_wr = cfg.send_queue.min(dattr.max_qp_wr.max(1));
+            let qp = rc_qp::<P>(&pd, &cq, &srq, send_wr, port, qp_access)?;
             qp_rank.insert(qp.qp_num(), r);
             peers.push(Some(Peer {
                 qp,
@@ -710,27 +726,8 @@ impl<P: Provider> Module<P> {
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_ATOMIC;
-        let make = |m: &Self| -> Result<P::Qp> {
-            let qp = m.pd.create_qp(&QpInitAttr {
-                send_cq: &m.cq,
-                recv_cq: &m.cq,
-                srq: Some(&m.srq),
-                cap: QpCap {
-                    max_send_wr: m.cfg.send_queue.min(max_qp_wr.max(1)),
-                    max_recv_wr: 1,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                sq_sig_all: false,
-            })?;
-            qp.modify_to_init(&QpInitTransition {
-                port: m.port,
-                pkey_index: 0,
-                access,
-            })?;
-            Ok(qp)
-        };
+        let send_wr = self.cfg.send_queue.min(max_qp_wr.max(1));
+        let make = |m: &Self| rc_qp::<P>(&m.pd, &m.cq, &m.srq, send_wr, m.port, access);
         let (a, b) = (make(self)?, make(self)?);
         let own = self.address();
         self.bring_up(&a, b.qp_num(), &own)?;
