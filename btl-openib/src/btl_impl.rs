@@ -150,6 +150,9 @@ pub struct OpenibBtl<P: Provider> {
     /// deregistering one also drops the cached registration.
     windows: HashMap<RemoteRegion, Vec<Reg<P>>>,
     next_get: u64,
+    /// Non-blocking RDMA writes ([`BtlModule::put_start`]) not reported yet:
+    /// `None` while in flight, the outcome once its event arrived.
+    started: HashMap<u64, Option<Result<(), BtlError>>>,
     /// Where the NIC writes an atomic's old value: one buffer for every
     /// atomic (each is waited for), so its registration stays cached.
     /// After `module` in field order: dropped after the registrations.
@@ -171,6 +174,7 @@ impl<P: Provider> OpenibBtl<P> {
             regions: HashMap::new(),
             windows: HashMap::new(),
             next_get: 1 << 40,
+            started: HashMap::new(),
             atomic_old: Box::new(0),
         }
     }
@@ -191,9 +195,32 @@ impl<P: Provider> OpenibBtl<P> {
                 true
             }
             other => {
-                self.events.push(other);
+                if let Some(ev) = self.take_started(other) {
+                    self.events.push(ev);
+                }
                 false
             }
+        }
+    }
+
+    /// Keeps the outcome of a non-blocking RDMA write
+    /// ([`BtlModule::put_start`]); any other event is handed back.
+    fn take_started(&mut self, ev: Event) -> Option<Event> {
+        match ev {
+            Event::GetDone { id, .. } if self.started.contains_key(&id) => {
+                self.started.insert(id, Some(Ok(())));
+                None
+            }
+            Event::Failed {
+                id,
+                peer,
+                op: crate::module::Op::Get,
+                error,
+            } if self.started.contains_key(&id) => {
+                self.started.insert(id, Some(Err(btl_err(error, peer))));
+                None
+            }
+            other => Some(other),
         }
     }
 }
@@ -506,6 +533,84 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
                 src.len(),
                 true,
             )
+        }
+    }
+
+    unsafe fn put_start(
+        &mut self,
+        peer: u32,
+        region: &RemoteRegion,
+        offset: u64,
+        src: *const u8,
+        len: usize,
+    ) -> Result<u64, BtlError> {
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|e| e > region.len)
+        {
+            return Err(BtlError::OutOfBounds {
+                offset,
+                len,
+                region_len: region.len,
+            });
+        }
+        let piece = self.m()?.max_rdma_len().clamp(1, RDMA_PIECE);
+        if len == 0 || len > piece {
+            // Empty, or more than one piece: the blocking path (which
+            // splits and waits for room), reported complete.
+            // SAFETY: the caller's contract covers the call.
+            let src = unsafe { std::slice::from_raw_parts(src, len) };
+            return self.put(peer, region, offset, src).map(|()| 0);
+        }
+        let rkey = u32::try_from(region.key)
+            .map_err(|_| BtlError::BadRegion("key above 32 bits".into()))?;
+        let rvh = Rvh {
+            va: region.addr + offset,
+            rkey,
+            len: len as u32,
+        };
+        let id = self.next_get;
+        self.next_get += 1;
+        let m = self.m()?;
+        // SAFETY: the caller keeps `src` valid and unchanged until
+        // `rdma_test` reported this id, which is after the write's
+        // completion (or its flush) was polled; the module only reads it.
+        unsafe { m.put(peer, src, len, rvh, id) }.map_err(|e| btl_err(e, peer))?;
+        self.started.insert(id, None);
+        Ok(id)
+    }
+
+    fn rdma_test(&mut self, token: u64) -> Result<bool, BtlError> {
+        if token == 0 {
+            return Ok(true);
+        }
+        if !matches!(self.started.get(&token), Some(Some(_))) {
+            // Outcomes a blocking operation's wait set aside, then the
+            // module's new events; fragments and every other event wait
+            // for the next `progress`, which hands them on.
+            let mut evs: Vec<Event> = std::mem::take(&mut self.pending).into();
+            let Some(m) = self.module.as_mut() else {
+                self.started.remove(&token);
+                return Err(BtlError::Finalized);
+            };
+            let polled = m.progress(&mut evs).map_err(|e| btl_err(e, u32::MAX));
+            for ev in evs {
+                if let Some(ev) = self.take_started(ev) {
+                    self.pending.push_back(ev);
+                }
+            }
+            polled?;
+        }
+        match self.started.get(&token) {
+            Some(Some(_)) => match self.started.remove(&token) {
+                Some(Some(r)) => r.map(|()| true),
+                _ => Ok(true),
+            },
+            Some(None) => Ok(false),
+            None => Err(BtlError::Protocol {
+                peer: u32::MAX,
+                reason: format!("no RDMA operation {token} was started"),
+            }),
         }
     }
 

@@ -278,6 +278,38 @@ pub trait BtlModule: Send {
         Err(BtlError::Unsupported("register_window"))
     }
 
+    /// Starts copying `len` bytes at `src` to `offset` within `peer`'s
+    /// `region` (as [`BtlModule::put`]) without waiting: a token for
+    /// [`BtlModule::rdma_test`], which reports its completion (complete at
+    /// the target, as `put`'s return). [`BtlError::WouldBlock`]: nothing
+    /// was started (the send queue is full), progress and retry. Default:
+    /// a blocking [`BtlModule::put`] and a token already complete.
+    ///
+    /// # Safety
+    /// `src..src+len` must stay valid and unchanged until `rdma_test`
+    /// reported the token complete (or failed).
+    unsafe fn put_start(
+        &mut self,
+        peer: u32,
+        region: &RemoteRegion,
+        offset: u64,
+        src: *const u8,
+        len: usize,
+    ) -> Result<u64, BtlError> {
+        // SAFETY: the caller's contract covers the call.
+        let src = unsafe { std::slice::from_raw_parts(src, len) };
+        self.put(peer, region, offset, src).map(|()| 0)
+    }
+
+    /// Whether the operation of `token` ([`BtlModule::put_start`]) is
+    /// complete: `Ok(true)` once (the token is then forgotten), `Ok(false)`
+    /// not yet (progress was made), an error when it failed (also once).
+    /// Default: every token is complete (the default `put_start` blocks).
+    fn rdma_test(&mut self, token: u64) -> Result<bool, BtlError> {
+        let _ = token;
+        Ok(true)
+    }
+
     /// One NIC atomic on the 8 bytes at `offset` (8-byte aligned) of
     /// `peer`'s `region` (registered with [`BtlModule::register_window`]),
     /// complete at the target when it returns: the value found there,

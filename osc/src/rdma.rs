@@ -22,11 +22,13 @@
 //!   epoch: the inner module's epoch state), then one blocking RDMA
 //!   operation per contiguous run of the target datatype (adjacent runs
 //!   merged), from or into the origin buffer when it is contiguous, else
-//!   through a packed copy (pack before a put, unpack after a get). Each
-//!   operation is complete at the target when the call returns (the
-//!   completion of the RC write or read was polled), so no later
-//!   synchronisation has anything of it to wait for. A target that is
-//!   this process is served by a copy.
+//!   through a packed copy (pack before a put, unpack after a get). A put
+//!   of up to [`IN_FLIGHT_MAX`] bytes to another process is copied and its
+//!   writes left in flight until the synchronisation that covers the
+//!   target ([`Rdma::complete_puts`]); every other operation is complete
+//!   at the target when the call returns (the completion of the RC write
+//!   or read was polled). A target that is this process is served by a
+//!   copy.
 //! * **Accumulates** (accumulate, get_accumulate, fetch_and_op,
 //!   compare_and_swap): checked like pt2pt's, then [`Rdma::locked_rmw`]:
 //!   the target's accumulate lock (word 0 of its state region) taken by
@@ -58,7 +60,7 @@ use tmpi_base::component::{Availability, ComponentDescriptor};
 use tmpi_base::mca::{McaError, Registry};
 use tmpi_coll::{Datatype, Op};
 use tmpi_comm::Comm;
-use tmpi_pml::{Pml, RdmaAtomic, RdmaKeys};
+use tmpi_pml::{Pml, RdmaAtomic, RdmaKeys, RdmaToken};
 
 use crate::apply;
 use crate::assert::NOCHECK;
@@ -134,6 +136,22 @@ const WIN_LOCK: u64 = 8;
 /// The window lock's exclusive bit.
 const EXCLUSIVE: u64 = 1 << 32;
 
+/// RDMA writes a window keeps in flight before a put waits for them.
+const MAX_IN_FLIGHT: usize = 64;
+
+/// Largest put whose data is copied and whose RDMA writes are left in
+/// flight; larger puts write from the origin buffer and wait.
+const IN_FLIGHT_MAX: usize = 8192;
+
+/// An RDMA write of a put, started and not yet known complete.
+struct InFlight {
+    target: i32,
+    token: RdmaToken,
+    /// The copy of the origin's data the write reads, kept until the
+    /// write completes.
+    _packed: Option<Arc<Vec<u8>>>,
+}
+
 /// The module of one window.
 pub struct Rdma {
     inner: Pt2pt,
@@ -172,6 +190,11 @@ pub struct Rdma {
     held_all: Mutex<bool>,
     /// Window locks taken by NIC atomics so far (lock_all: one per rank).
     win_locks: AtomicU64,
+    /// Puts' RDMA writes in flight, completed by the synchronisation that
+    /// covers their target (flush, unlock, fence, complete, free); the
+    /// lock is held while waiting, so a second thread's flush returns only
+    /// after the writes it covers completed.
+    in_flight: Mutex<Vec<InFlight>>,
     /// This rank's state region (the accumulate lock), written only by
     /// NIC atomics and never read here: kept alive while registered
     /// (until free or drop), freed after.
@@ -350,6 +373,7 @@ impl Rdma {
             held: Mutex::new(HashMap::new()),
             held_all: Mutex::new(false),
             win_locks: AtomicU64::new(0),
+            in_flight: Mutex::new(Vec::new()),
             _state: state,
             puts: AtomicU64::new(0),
             atomics: AtomicU64::new(0),
@@ -438,6 +462,59 @@ impl Rdma {
         c.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(len as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Starts the RDMA write of `len` bytes at `src` to byte `at` of rank
+    /// `rank`'s window (another process), to be completed by
+    /// [`Rdma::complete_puts`]; `packed` is the copy `src` points into.
+    ///
+    /// # Safety
+    /// `src..src+len` lies in `packed` (kept alive by the in-flight entry
+    /// until the write completes); `at..at+len` inside the window.
+    unsafe fn start_put(
+        &self,
+        rank: i32,
+        at: u64,
+        src: *const u8,
+        len: usize,
+        packed: Option<Arc<Vec<u8>>>,
+    ) -> Result<()> {
+        let full = lock_of(&self.in_flight).len() >= MAX_IN_FLIGHT;
+        if full {
+            self.complete_puts(None)?;
+        }
+        let world = self.worlds[rank as usize];
+        let keys = &self.keys[rank as usize];
+        // SAFETY: forwarded from this function's contract.
+        let token = unsafe { self.pml.rdma_put_start(world, keys, at, src, len) }?;
+        lock_of(&self.in_flight).push(InFlight {
+            target: rank,
+            token,
+            _packed: packed,
+        });
+        self.puts.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(len as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Waits for the puts' RDMA writes in flight to `rank` (every target:
+    /// `None`); the first failure.
+    fn complete_puts(&self, rank: Option<i32>) -> Result<()> {
+        let mut all = lock_of(&self.in_flight);
+        if all.is_empty() {
+            return Ok(());
+        }
+        let (done, keep): (Vec<InFlight>, Vec<InFlight>) = std::mem::take(&mut *all)
+            .into_iter()
+            .partition(|p| rank.is_none_or(|r| p.target == r));
+        *all = keep;
+        let tokens: Vec<RdmaToken> = done.iter().map(|p| p.token).collect();
+        // Waited for with the list locked: another thread's flush of the
+        // same target returns only after these completed.
+        let res = self.pml.rdma_wait(&tokens);
+        drop(done);
+        drop(all);
+        Ok(res?)
     }
 
     /// `(RDMA writes, RDMA reads, NIC atomics, single-element operations
@@ -690,6 +767,9 @@ fn lock_of<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Drop for Rdma {
     fn drop(&mut self) {
+        // Writes still in flight read memory the window is about to give
+        // back (an error path: MPI_Win_free completes them).
+        let _ = self.complete_puts(None);
         // A window dropped without MPI_Win_free (an error path): no peer
         // may write its memory once it is gone.
         self.deregister();
@@ -708,20 +788,35 @@ impl Module for Rdma {
         if want == 0 {
             return Ok(());
         }
-        let packed;
-        let src = if origin.layout.is_contig(origin.count) {
-            origin.ptr
-        } else {
+        // A put up to IN_FLIGHT_MAX bytes to another process is copied
+        // and its writes left in flight (completed by the synchronisation
+        // that covers the target); a larger one, or one to this process,
+        // is done before the call returns, from the user's buffer (or its
+        // packed copy). Either way the origin buffer is free on return,
+        // as the module contract says.
+        let in_flight = t.rank != self.rank && want <= IN_FLIGHT_MAX;
+        let packed = if in_flight || !origin.layout.is_contig(origin.count) {
             // SAFETY: the caller's contract.
-            packed = unsafe { pack(origin.ptr, origin.count, origin.layout) };
-            packed.as_ptr()
+            Some(Arc::new(unsafe {
+                pack(origin.ptr, origin.count, origin.layout)
+            }))
+        } else {
+            None
         };
+        let src = packed.as_ref().map_or(origin.ptr, |p| p.as_ptr());
         let mut pos = 0usize;
         for (at, n) in Self::runs(off, &t) {
             // SAFETY: `src` holds `want` readable bytes (the origin's data,
-            // or its packed copy), `pos + n <= want`; the run is inside the
-            // target's window (target_offset checked the span).
-            unsafe { self.transfer(t.rank, at, src.add(pos) as *mut u8, n, true) }?;
+            // or its packed copy, which an in-flight entry keeps), `pos + n
+            // <= want`; the run is inside the target's window
+            // (target_offset checked the span).
+            unsafe {
+                if in_flight {
+                    self.start_put(t.rank, at, src.add(pos), n, packed.clone())?;
+                } else {
+                    self.transfer(t.rank, at, src.add(pos) as *mut u8, n, true)?;
+                }
+            }
             pos += n;
         }
         Ok(())
@@ -874,7 +969,9 @@ impl Module for Rdma {
     }
 
     fn fence(&self, assert: u32) -> Result<()> {
-        self.inner.fence(assert)
+        let done = self.complete_puts(None);
+        self.inner.fence(assert)?;
+        done
     }
     fn lock(&self, kind: LockType, rank: i32, assert: u32) -> Result<()> {
         if !self.nic_acc {
@@ -895,11 +992,14 @@ impl Module for Rdma {
     }
     fn unlock(&self, rank: i32) -> Result<()> {
         if !self.nic_acc {
-            return self.inner.unlock(rank);
+            let written = self.complete_puts(Some(rank));
+            return self.inner.unlock(rank).and(written);
         }
-        // Checks the epoch and completes what the inner module carried;
-        // every RDMA operation and atomic of the epoch is complete already.
-        let done = self.inner.unlock(rank);
+        // Completes the epoch's RDMA writes; then the inner module checks
+        // the epoch and completes what it carried (atomics and the other
+        // RDMA operations were complete when their calls returned).
+        let written = self.complete_puts(Some(rank));
+        let done = self.inner.unlock(rank).and(written);
         let kind = lock_of(&self.held).remove(&rank);
         let released = kind.map_or(Ok(()), |k| self.win_unlock(k, rank));
         done?;
@@ -926,10 +1026,11 @@ impl Module for Rdma {
         Ok(())
     }
     fn unlock_all(&self) -> Result<()> {
+        let written = self.complete_puts(None);
         if !self.nic_acc {
-            return self.inner.unlock_all();
+            return self.inner.unlock_all().and(written);
         }
-        let done = self.inner.unlock_all();
+        let done = self.inner.unlock_all().and(written);
         let held = std::mem::take(&mut *lock_of(&self.held_all));
         let mut released = Ok(());
         if held {
@@ -943,9 +1044,12 @@ impl Module for Rdma {
         released
     }
     fn flush(&self, rank: Option<i32>) -> Result<()> {
-        self.inner.flush(rank)
+        let written = self.complete_puts(rank);
+        self.inner.flush(rank).and(written)
     }
     fn flush_local(&self, rank: Option<i32>) -> Result<()> {
+        // Puts' writes in flight read copies: nothing of the origin's to
+        // wait for.
         self.inner.flush_local(rank)
     }
     fn sync(&self) -> Result<()> {
@@ -961,13 +1065,16 @@ impl Module for Rdma {
         self.inner.start(group, assert)
     }
     fn complete(&self) -> Result<()> {
-        self.inner.complete()
+        let written = self.complete_puts(None);
+        self.inner.complete().and(written)
     }
     fn wait(&self, block: bool) -> Result<bool> {
         self.inner.wait(block)
     }
     fn free(&self) -> Result<()> {
+        let written = self.complete_puts(None);
         self.inner.free()?;
+        written?;
         // After the free's barrier no peer accesses this memory any more.
         self.deregister();
         let (p, g, a, i, b) = self.counters();

@@ -38,7 +38,7 @@ pub mod transport;
 pub use crate::core::{Limits, Stats};
 pub use comm::{CommRecord, CTX_FIRST_FREE, CTX_SELF, CTX_WORLD};
 pub use init::{params, register, PmlParams};
-pub use pml::{status_error, InitOptions, Pml, RdmaAtomic, RdmaKeys};
+pub use pml::{status_error, InitOptions, Pml, RdmaAtomic, RdmaKeys, RdmaToken};
 pub use request::{
     MessageId, ReqId, SendMode, Status, ANY_SOURCE, ANY_TAG, BSEND_OVERHEAD, PROC_NULL, TAG_UB,
 };

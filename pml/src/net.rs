@@ -308,6 +308,26 @@ fn envelope_of(hdr: &[u8]) -> Option<Envelope> {
 }
 
 impl BtlNet {
+    /// The module that carries `peer`'s traffic and `peer`'s region of it
+    /// in `regions`: module k of this process is connected to module k of
+    /// the peer (btl add_procs), so the peer's region of module k is the
+    /// one.
+    fn rdma_region(
+        &self,
+        peer: u32,
+        regions: &[(u32, RemoteRegion)],
+    ) -> Result<(usize, RemoteRegion), TxError> {
+        let Some(&i) = self.route.get(peer as usize) else {
+            return Err(TxError::Fatal(format!("no route to rank {peer}")));
+        };
+        match regions.iter().find(|(k, _)| *k as usize == i) {
+            Some((_, r)) => Ok((i, *r)),
+            None => Err(TxError::Fatal(format!(
+                "rank {peer} registered its window with no module of the BTL that reaches it"
+            ))),
+        }
+    }
+
     /// The module that reaches `peer`, when it offers RDMA put and get.
     fn rdma_module(&self, peer: u32) -> Option<usize> {
         let i = *self.route.get(peer as usize)?;
@@ -622,16 +642,8 @@ impl Transport for BtlNet {
         len: usize,
         write: bool,
     ) -> Result<(), TxError> {
-        let Some(&i) = self.route.get(peer as usize) else {
-            return Err(TxError::Fatal(format!("no route to rank {peer}")));
-        };
-        // Module k of this process is connected to module k of the peer
-        // (btl add_procs), so the peer's region of module k is the one.
-        let Some((_, r)) = regions.iter().find(|(k, _)| *k as usize == i) else {
-            return Err(TxError::Fatal(format!(
-                "rank {peer} registered its window with no module of the BTL that reaches it"
-            )));
-        };
+        let (i, r) = self.rdma_region(peer, regions)?;
+        let r = &r;
         let m = &mut self.modules[i];
         let res = if write {
             // SAFETY: the caller's contract: `buf..buf+len` is readable.
@@ -647,6 +659,31 @@ impl Transport for BtlNet {
             BtlError::WouldBlock => TxError::Busy,
             e => tx_err(m.name(), e),
         })
+    }
+
+    unsafe fn rdma_put_start(
+        &mut self,
+        peer: u32,
+        regions: &[(u32, RemoteRegion)],
+        offset: u64,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<(u32, u64), TxError> {
+        let (i, r) = self.rdma_region(peer, regions)?;
+        let m = &mut self.modules[i];
+        // SAFETY: forwarded from this function's contract.
+        match unsafe { m.put_start(peer, &r, offset, buf, len) } {
+            Ok(t) => Ok((i as u32, t)),
+            Err(BtlError::WouldBlock) => Err(TxError::Busy),
+            Err(e) => Err(tx_err(m.name(), e)),
+        }
+    }
+
+    fn rdma_test(&mut self, module: u32, token: u64) -> Result<bool, TxError> {
+        let Some(m) = self.modules.get_mut(module as usize) else {
+            return Err(TxError::Fatal(format!("no BTL module {module}")));
+        };
+        m.rdma_test(token).map_err(|e| tx_err(m.name(), e))
     }
 
     fn rdma_atomics(&self, peer: u32) -> bool {

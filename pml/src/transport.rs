@@ -151,6 +151,30 @@ pub trait Transport: Send {
         Err(TxError::Fatal("no RDMA transport".into()))
     }
 
+    /// Starts an RDMA write as [`Transport::rdma`] does one, without
+    /// waiting: (module index, the module's token) for
+    /// [`Transport::rdma_test`]. [`TxError::Busy`]: nothing started,
+    /// progress and retry.
+    ///
+    /// # Safety
+    /// `buf..buf+len` stays valid and unchanged until `rdma_test` reported
+    /// the token complete or failed.
+    unsafe fn rdma_put_start(
+        &mut self,
+        _peer: u32,
+        _regions: &[(u32, tmpi_btl::RemoteRegion)],
+        _offset: u64,
+        _buf: *const u8,
+        _len: usize,
+    ) -> Result<(u32, u64), TxError> {
+        Err(TxError::Fatal("no RDMA transport".into()))
+    }
+    /// Whether a started RDMA write is complete (`Ok(true)` once), making
+    /// progress on its module when not.
+    fn rdma_test(&mut self, _module: u32, _token: u64) -> Result<bool, TxError> {
+        Err(TxError::Fatal("no RDMA transport".into()))
+    }
+
     /// Whether NIC atomics reach `peer` (this process included):
     /// [`Transport::rdma_atomic`] can work. Default: no.
     fn rdma_atomics(&self, _peer: u32) -> bool {

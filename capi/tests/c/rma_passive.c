@@ -133,7 +133,12 @@ int main(int argc, char **argv) {
     OK(MPI_Rput(&pv, 1, MPI_LONG, next, 5, 1, MPI_LONG, win, &rq[0]));
     OK(MPI_Raccumulate(&av, 1, MPI_LONG, next, 6, 1, MPI_LONG, MPI_SUM, win, &rq[1]));
     OK(MPI_Waitall(2, rq, MPI_STATUSES_IGNORE));
+    /* Complete requests free their origin buffers: what the target gets
+     * is what they held at the call. */
+    pv = -7;
+    av = -7;
     OK(MPI_Win_flush(next, win));
+    av = 3;
     OK(MPI_Rget(&gv, 1, MPI_LONG, next, 5, 1, MPI_LONG, win, &rq[0]));
     OK(MPI_Wait(&rq[0], MPI_STATUS_IGNORE));
     CHECK(gv == 500 + rank);

@@ -50,7 +50,7 @@ use crate::PmlError;
 
 use hooks::ProgressHook;
 pub(crate) use inner::Inner;
-pub use rdma::{RdmaAtomic, RdmaKeys};
+pub use rdma::{RdmaAtomic, RdmaKeys, RdmaToken};
 
 /// Options for [`Pml::init`]: what the layer above gives the pml. Every
 /// other setting comes from MCA parameters.

@@ -14,6 +14,13 @@
 
 use tmpi_btl::{RemoteRegion, REMOTE_REGION_BYTES};
 
+/// An RDMA write in flight ([`Pml::rdma_put_start`], [`Pml::rdma_wait`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RdmaToken {
+    module: u32,
+    token: u64,
+}
+
 /// A NIC atomic on one 64-bit word ([`Pml::rdma_atomic`]).
 pub use tmpi_btl::AtomicOp as RdmaAtomic;
 
@@ -155,6 +162,62 @@ impl Pml {
     ) -> Result<(), PmlError> {
         // SAFETY: forwarded.
         unsafe { self.rdma(peer, keys, offset, dst, len, false) }
+    }
+
+    /// Starts an RDMA write of `len` bytes at `src` to byte `offset` of
+    /// world rank `peer`'s registration `keys` ([`Pml::rdma_put`] without
+    /// the wait): complete at the target once [`Pml::rdma_wait`] returned
+    /// for its token.
+    ///
+    /// # Safety
+    /// `src..src+len` must stay readable and unchanged until
+    /// [`Pml::rdma_wait`] of the token returned.
+    pub unsafe fn rdma_put_start(
+        &self,
+        peer: u32,
+        keys: &RdmaKeys,
+        offset: u64,
+        src: *const u8,
+        len: usize,
+    ) -> Result<RdmaToken, PmlError> {
+        loop {
+            let mut g = self.lock();
+            // SAFETY: forwarded from this function's contract.
+            match unsafe { g.net.rdma_put_start(peer, &keys.regions, offset, src, len) } {
+                Ok((module, token)) => return Ok(RdmaToken { module, token }),
+                Err(TxError::Busy) => {
+                    g.progress();
+                    drop(g);
+                    std::thread::yield_now();
+                }
+                Err(e) => return Err(pml_err(e)),
+            }
+        }
+    }
+
+    /// Waits until every write of `tokens` ([`Pml::rdma_put_start`]) is
+    /// complete at its target; the first failure, after all are done.
+    pub fn rdma_wait(&self, tokens: &[RdmaToken]) -> Result<(), PmlError> {
+        let mut left = tokens.to_vec();
+        let mut first = Ok(());
+        loop {
+            let mut g = self.lock();
+            left.retain(|t| match g.net.rdma_test(t.module, t.token) {
+                Ok(done) => !done,
+                Err(e) => {
+                    if first.is_ok() {
+                        first = Err(pml_err(e));
+                    }
+                    false
+                }
+            });
+            if left.is_empty() {
+                return first;
+            }
+            g.progress();
+            drop(g);
+            std::thread::yield_now();
+        }
     }
 
     /// Whether NIC atomics reach world rank `peer` (this process
