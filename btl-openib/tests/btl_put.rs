@@ -3,7 +3,8 @@
 //! blocking `put` of odd lengths to odd offsets into every peer's window,
 //! the data read back with `get`, bounds errors; with the port's
 //! `max_msg_sz` and the send queue small, so that one put is split into
-//! chunks and into pieces that fit the queue.
+//! chunks and into pieces that fit the queue; and bursts of non-blocking
+//! writes (`put_start`, `rdma_test`), more than the queue holds.
 
 mod common;
 
@@ -64,6 +65,43 @@ fn child_entry() {
         m.get(*p, r, (me as usize * L) as u64, &mut back)
             .expect("get");
         assert!(back == data, "read back from {p}");
+    }
+    // Non-blocking writes: a burst of small ones into the first 4 KiB of
+    // this rank's slot at every peer (more than a 16-entry send queue
+    // holds: a full queue says WouldBlock and the oldest is tested until
+    // room comes), each tested to completion, then read back.
+    let burst: Vec<u8> = (0..4096u32).map(|i| (i * 7 + me) as u8).collect();
+    for (p, r) in &regions {
+        let base = (me as usize * L) as u64;
+        let mut live: std::collections::VecDeque<u64> = Default::default();
+        for (k, chunk) in burst.chunks(64).enumerate() {
+            loop {
+                // SAFETY: `burst` outlives every write (all are tested to
+                // completion below, before it is dropped).
+                match unsafe {
+                    m.put_start(*p, r, base + (k * 64) as u64, chunk.as_ptr(), chunk.len())
+                } {
+                    Ok(t) => {
+                        live.push_back(t);
+                        break;
+                    }
+                    Err(BtlError::WouldBlock) => {
+                        let t = live.pop_front().expect("a full queue holds writes");
+                        while !m.rdma_test(t).expect("write") {}
+                    }
+                    Err(e) => panic!("put_start: {e}"),
+                }
+            }
+        }
+        for t in live {
+            while !m.rdma_test(t).expect("write") {}
+        }
+        let mut back = vec![0u8; burst.len()];
+        m.get(*p, r, base, &mut back).expect("get");
+        assert!(back == burst, "burst read back from {p}");
+        // Restore the slot for the checks below.
+        let data = pattern(me * 10 + p, L);
+        m.put(*p, r, base, &data[..burst.len()]).expect("put");
     }
     let mut sink = |_: u32, _: u8, _: &[u8]| panic!("no fragments expected");
     job.modex
