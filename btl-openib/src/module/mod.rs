@@ -266,7 +266,12 @@ struct GetOp<P: Provider> {
     failed: Option<WcStatus>,
     /// "RDMA read", "RDMA write" or "atomic" (for the error message).
     what: &'static str,
-    _reg: Reg<P>,
+    /// The registration of the local buffer, pinned until the completion;
+    /// `None` for a write from a send-buffer slot.
+    _reg: Option<Reg<P>>,
+    /// The send-buffer slot a small write reads, given back at its
+    /// completion.
+    slot: Option<u32>,
 }
 
 struct Tagged<P: Provider> {

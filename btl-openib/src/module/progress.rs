@@ -275,6 +275,9 @@ impl<P: Provider> Module<P> {
         let Some(g) = self.gets.remove(&key) else {
             return;
         };
+        if let Some(slot) = g.slot {
+            self.send_free.push(slot);
+        }
         match g.failed {
             None => out.push(Event::GetDone {
                 id: g.id,

@@ -389,6 +389,12 @@ impl<P: Provider> Module<P> {
         if self.stats.send_outstanding + chunks > self.cfg.send_queue {
             return Err(OpenibError::Busy);
         }
+        if write && chunks == 1 && len <= self.send_slab.slot_size() {
+            if let Some(slot) = self.send_free.pop() {
+                // SAFETY: forwarded from this function's contract.
+                return unsafe { self.write_from_slot(rank, slot, buf, len, rvh, id) };
+            }
+        }
         // The NIC writes the local buffer of a read and only reads that of
         // a write (which may be read-only memory).
         let access = if write {
@@ -452,7 +458,8 @@ impl<P: Provider> Module<P> {
                 // A partially posted read fails once the posted part is done.
                 failed: err.map(|_| WcStatus::LocQpOpErr),
                 what: if write { "RDMA write" } else { "RDMA read" },
-                _reg: reg,
+                _reg: Some(reg),
+                slot: None,
             },
         );
         Ok(())
@@ -534,7 +541,84 @@ impl<P: Provider> Module<P> {
                 chunks_left: 1,
                 failed: None,
                 what: "atomic",
-                _reg: reg,
+                _reg: Some(reg),
+                slot: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// A small RDMA write (one chunk) copied into send-buffer slot `slot`
+    /// first: no registration of the caller's buffer (none to pay for, none
+    /// left in the cache to go stale once a temporary buffer is freed), and
+    /// the buffer is free again when this returns. The slot goes back at
+    /// the completion ([`Event::GetDone`] or [`Event::Failed`] as for
+    /// [`Module::put`]).
+    ///
+    /// # Safety
+    /// `buf..buf+len` readable during the call; `slot` taken from
+    /// `send_free`, `len` at most a slot.
+    unsafe fn write_from_slot(
+        &mut self,
+        rank: u32,
+        slot: u32,
+        buf: *const u8,
+        len: usize,
+        rvh: Rvh,
+        id: u64,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        let data = unsafe { std::slice::from_raw_parts(buf, len) };
+        if let Err(e) = self.send_slab.fill(slot, &[data]) {
+            self.send_free.push(slot);
+            return Err(e);
+        }
+        let sge = [tmpi_verbs::Sge {
+            addr: self.send_slab.slot_addr(slot),
+            length: len as u32,
+            lkey: self.send_mr.lkey(),
+        }];
+        let key = self.next_get;
+        self.next_get = (self.next_get + 1) & LOW;
+        let posted = match self.peer(rank) {
+            // SAFETY: the SGE lies in `send_mr`, registered on this PD; the
+            // slot is owned by this write until its completion returns it
+            // to `send_free`.
+            Ok(p) => unsafe {
+                p.qp.post_send(&SendWr {
+                    wr_id: wr(K_GET, key),
+                    sg_list: &sge,
+                    opcode: SendOpcode::RdmaWrite {
+                        remote_addr: rvh.va,
+                        rkey: rvh.rkey,
+                    },
+                    flags: SendFlags::SIGNALED,
+                })
+            }
+            .map_err(|e| {
+                if e.is_full() {
+                    OpenibError::Busy
+                } else {
+                    e.into()
+                }
+            }),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = posted {
+            self.send_free.push(slot);
+            return Err(e);
+        }
+        self.stats.send_outstanding += 1;
+        self.gets.insert(
+            key,
+            GetOp {
+                id,
+                peer: rank,
+                chunks_left: 1,
+                failed: None,
+                what: "RDMA write",
+                _reg: None,
+                slot: Some(slot),
             },
         );
         Ok(())
