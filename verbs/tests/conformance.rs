@@ -247,6 +247,75 @@ mod suite {
         }
     }
 
+    /// A remote access error fails the connection at both ends, as on
+    /// hardware and rxe (`rxe_resp.c`: class C NAK, responder to error;
+    /// `rxe_comp.c`: requester to error): both QPs reach the error state, a
+    /// receive posted at the responder flushes, and a correct RDMA write
+    /// posted at the requester afterwards completes in error (the soft NIC,
+    /// like mlx5, accepts the post and flushes it: `WrFlushErr`; a provider
+    /// may also refuse the post) without touching the target. A model that
+    /// kept the QP usable would let a caller go on after such an error.
+    pub fn remote_access_error_fails_both_qps<P: Provider>(p: &P, dev: &str) {
+        let (l, _) = setup::<P>(p, dev, None);
+        let local = Buf::<P>::rw(&l.pd, 4096);
+        local.write(0, &[0xee; 4096]);
+        let target = Buf::<P>::rw(&l.pd, 4096);
+        let landing = Buf::<P>::rw(&l.pd, 64);
+        recv::<P>(&l.b, 50, landing.sge(0, 64));
+        let write = |wr_id: u64, rkey: u32| {
+            // SAFETY: `local` lives until the completions are polled.
+            unsafe {
+                l.a.post_send(&SendWr {
+                    wr_id,
+                    sg_list: &[local.sge(0, 512)],
+                    opcode: SendOpcode::RdmaWrite {
+                        remote_addr: target.addr(),
+                        rkey,
+                    },
+                    flags: SendFlags::SIGNALED,
+                })
+            }
+        };
+        write(9, target.mr.rkey() ^ 0x5a5a_0000).expect("post");
+        // The failed write and the responder's flushed receive (error
+        // completions: only wr_id and status are defined).
+        let w = wait::<P>(&l.cq, 2, &[]);
+        let status_of = |id: u64| w.iter().find(|c| c.wr_id == id).map(|c| c.status);
+        assert_eq!(status_of(9), Some(WcStatus::RemAccessErr), "{w:?}");
+        assert_eq!(status_of(50), Some(WcStatus::WrFlushErr), "{w:?}");
+        // The state change may trail the completion (rdma-core's
+        // tests/test_qp_ex.py retries its query too).
+        for (qp, side) in [(&l.a, "requester"), (&l.b, "responder")] {
+            let start = std::time::Instant::now();
+            while qp.state() != QpState::Error {
+                assert!(
+                    start.elapsed() < TIMEOUT,
+                    "{side} QP never reached the error state"
+                );
+                std::thread::yield_now();
+            }
+        }
+        match write(10, target.mr.rkey()) {
+            Err(e) => assert!(
+                !is_soft(),
+                "the soft NIC accepts a post to a QP in error: {e}"
+            ),
+            Ok(()) => {
+                let w = wait::<P>(&l.cq, 1, &[]);
+                assert_eq!(w[0].wr_id, 10, "{w:?}");
+                assert_ne!(
+                    w[0].status,
+                    WcStatus::Success,
+                    "a write on a failed QP succeeded"
+                );
+                if is_soft() {
+                    assert_eq!(w[0].status, WcStatus::WrFlushErr, "{w:?}");
+                }
+            }
+        }
+        assert!(target.read().iter().all(|b| *b == 0), "target touched");
+    }
+
     pub fn srq_basic<P: Provider>(p: &P, dev: &str) {
         let mk = |pd: &P::Pd, _cq: &P::Cq| {
             pd.create_srq_ex(
@@ -853,6 +922,7 @@ conformance!(
     rc_send_recv,
     rdma_write_and_read,
     bad_rkey_remote_access_error,
+    remote_access_error_fails_both_qps,
     srq_basic,
     tm_caps_and_srq,
     tm_eager_match_and_unexpected,
@@ -1455,8 +1525,9 @@ fn soft_pair_with_rd_atomic(rd_a: u8, rd_b: u8) -> Loop<tmpi_verbs::soft::SoftPr
 
 /// A responder without resources for atomics (`max_dest_rd_atomic` 0)
 /// answers an Invalid Request NAK (`RemInvReqErr`, as rxe's
-/// `RESPST_ERR_TOO_MANY_RDMA_ATM_REQ`); memory untouched. The other
-/// direction, with resources, works.
+/// `RESPST_ERR_TOO_MANY_RDMA_ATM_REQ`); memory untouched, both QPs in
+/// error after it. The other direction, with resources, works (on a fresh
+/// pair: the failed one stays failed).
 #[test]
 fn soft_atomic_without_responder_resources_is_rem_inv_req() {
     type P = tmpi_verbs::soft::SoftProvider;
@@ -1484,7 +1555,20 @@ fn soft_atomic_without_responder_resources_is_rem_inv_req() {
         "{w:?}"
     );
     assert_eq!(u64_at(&target.read(), 0), 0);
+    assert_eq!((l.a.state(), l.b.state()), (QpState::Error, QpState::Error));
     // b -> a: a has one.
+    let l = soft_pair_with_rd_atomic(1, 0);
+    let target = Buf::<P>::new(
+        &l.pd,
+        8,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC,
+    );
+    let result = Buf::<P>::rw(&l.pd, 16);
+    let op = SendOpcode::AtomicFetchAdd {
+        remote_addr: target.addr(),
+        rkey: target.mr.rkey(),
+        add: 1,
+    };
     post_atomic::<P>(&l.b, 2, result.sge(8, 8), op).expect("post");
     let w = wait::<P>(&l.cq, 1, &[]);
     assert_eq!((w[0].wr_id, w[0].status), (2, WcStatus::Success), "{w:?}");

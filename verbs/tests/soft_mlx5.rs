@@ -317,21 +317,22 @@ fn soft_port_reports_mtu_and_max_msg_sz() {
     assert_eq!((port.active_mtu, port.max_msg_sz), (Mtu::Mtu4096, 1 << 20));
 }
 
-/// RDMA reads and writes longer than `max_msg_sz` fail with `LocLenErr`.
+/// RDMA reads and writes longer than `max_msg_sz` fail with `LocLenErr`
+/// and move the QP to the error state (a fresh QP pair each).
 #[test]
 fn soft_rdma_longer_than_max_msg_sz_is_loc_len_err() {
     let p = provider(SoftConfig {
         max_msg_sz: 4096,
         ..SoftConfig::default()
     });
-    let t = tm_loop(&p, 256);
-    let local = Buf::<S>::rw(&t.pd, 8192);
-    let remote = Buf::<S>::rw(&t.pd, 8192);
     for (read, len, want) in [
         (true, 4097, WcStatus::LocLenErr),
         (false, 4097, WcStatus::LocLenErr),
         (true, 4096, WcStatus::Success),
     ] {
+        let t = tm_loop(&p, 256);
+        let local = Buf::<S>::rw(&t.pd, 8192);
+        let remote = Buf::<S>::rw(&t.pd, 8192);
         let opcode = if read {
             SendOpcode::RdmaRead {
                 remote_addr: remote.addr(),
@@ -355,6 +356,12 @@ fn soft_rdma_longer_than_max_msg_sz_is_loc_len_err() {
         .unwrap();
         let w = wait::<S>(&t.a_cq, 1, &[&t.cq]);
         assert_eq!(w[0].status, want, "read={read} len={len}");
+        let state = if want == WcStatus::Success {
+            QpState::Rts
+        } else {
+            QpState::Error
+        };
+        assert_eq!(t.a.state(), state, "read={read} len={len}");
     }
 }
 

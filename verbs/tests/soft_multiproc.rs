@@ -198,8 +198,10 @@ fn child_entry() {
     }
 }
 
-/// Parent: RC send/recv, and serves the child's RDMA read/write (and rejects
-/// its bad-rkey write) on its own memory.
+/// Parent: RC send/recv, and serves the child's RDMA read/write on its own
+/// memory, and rejects its bad-rkey write: both QPs go to the error state
+/// (the parent's posted receive flushes, the child's later read and send
+/// flush), as on hardware.
 #[test]
 fn multiproc_rc_send_recv_and_rdma() {
     let n = node(false);
@@ -217,14 +219,13 @@ fn multiproc_rc_send_recv_and_rdma() {
     let out = Buf::<S>::rw(&n.pd, 256);
     out.write(0, b"hello from parent");
     send::<S>(&n.qp, 2, out.sge(0, 17));
-    // Poll (serving the child's RDMA) until the child's final message lands.
+    // Poll (serving the child's RDMA) until the bad-rkey write fails this
+    // QP: the receive flushes.
     let wcs = wait::<S>(&n.cq, 2, &[]);
-    let r = wcs
-        .iter()
-        .find(|w| w.opcode == WcOpcode::Recv)
-        .expect("recv");
-    assert_eq!(r.status, WcStatus::Success);
-    assert_eq!(&inbox.read()[..r.byte_len as usize], b"done");
+    let r = wcs.iter().find(|w| w.wr_id == 1).expect("receive flushed");
+    assert_eq!(r.status, WcStatus::WrFlushErr, "{wcs:?}");
+    assert_eq!(n.qp.state(), QpState::Error);
+    assert_eq!(peer.recv(), "failed");
     let m = mem.read();
     assert_eq!(
         &m[..30000],
@@ -310,23 +311,24 @@ fn child_rc() {
     );
     let w = wait::<S>(&n.cq, 1, &[]);
     assert_eq!((w[0].wr_id, w[0].status), (22, WcStatus::RemAccessErr));
+    assert_eq!(n.qp.state(), QpState::Error);
+    // Work posted after the error is accepted and flushed.
     post(
         23,
         buf.sge(0, 100),
         SendOpcode::RdmaRead {
-            remote_addr: va + 65500,
+            remote_addr: va + 32768,
             rkey,
         },
     );
-    let w = wait::<S>(&n.cq, 1, &[]);
-    assert_eq!(
-        (w[0].wr_id, w[0].status),
-        (23, WcStatus::RemAccessErr),
-        "out of bounds"
-    );
     buf.write(0, b"done");
     send::<S>(&n.qp, 24, buf.sge(0, 4));
-    wait::<S>(&n.cq, 1, &[]);
+    let w = wait::<S>(&n.cq, 2, &[]);
+    assert_eq!(
+        w.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [(23, WcStatus::WrFlushErr), (24, WcStatus::WrFlushErr)]
+    );
+    child_send("failed");
     assert!(shm_names_of(std::process::id()).is_empty());
 }
 

@@ -49,9 +49,9 @@ use tmpi_verbs::wire::{Rvh, TagHeader, Tmh, TmhOpcode, RVH_LEN, TMH_LEN};
 use tmpi_verbs::{
     AccessFlags, AtomicCap, CompletionQueue, Context, CqInitAttr, Destination, Gid, GidType,
     LinkLayer, MemoryRegion, Mtu, OpsWr, PortAttr, PortState, ProtectionDomain, Provider, QpCap,
-    QpInitAttr, QpInitTransition, QpRtrTransition, QpRtsTransition, QueuePair, RecvWr, SendFlags,
-    SendOpcode, SendWr, SharedReceiveQueue, SrqAttr, SrqTmAttr, TmCaps, TmInfo, WcFlags, WcOpcode,
-    WcStatus, WorkCompletion,
+    QpInitAttr, QpInitTransition, QpRtrTransition, QpRtsTransition, QpState, QueuePair, RecvWr,
+    SendFlags, SendOpcode, SendWr, SharedReceiveQueue, SrqAttr, SrqTmAttr, TmCaps, TmInfo, WcFlags,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 
 use crate::addr::ModuleAddr;
@@ -76,6 +76,10 @@ const K_TM_DEL: u64 = 5;
 const K_TM_SYNC: u64 = 6;
 const K_TAGGED: u64 = 7;
 const LOW: u64 = MAX_RECV_ID;
+
+/// How often progress queries the QP state of peers with pending
+/// rendezvous sends (see `Module::check_rendezvous_peers`).
+const QP_STATE_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
 fn wr(kind: u64, low: u64) -> u64 {
     (kind << 56) | (low & LOW)
@@ -297,6 +301,9 @@ pub struct Module<P: Provider> {
     send_mr: P::Mr,
     rcache: RegCache<P>,
     rndv: HashMap<RndvKey, RndvSend<P>>,
+    /// When the QPs of peers with pending rendezvous sends were last
+    /// queried ([`QP_STATE_CHECK`]).
+    last_qp_check: std::time::Instant,
     gets: HashMap<u64, GetOp<P>>,
     tagged: HashMap<u64, Tagged<P>>,
     cq: P::Cq,
@@ -576,6 +583,7 @@ impl<P: Provider> Module<P> {
             send_mr,
             rcache: RegCache::new(cfg.rcache_max_entries, cfg.rcache_max_bytes),
             rndv: HashMap::new(),
+            last_qp_check: std::time::Instant::now(),
             gets: HashMap::new(),
             tagged: HashMap::new(),
             cq,

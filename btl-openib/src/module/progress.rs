@@ -76,7 +76,36 @@ impl<P: Provider> Module<P> {
         self.wcs = wcs;
         self.replenish()?;
         self.rcache.trim();
+        if !self.rndv.is_empty() {
+            self.check_rendezvous_peers(out);
+        }
         Ok(total)
+    }
+
+    /// A rendezvous send waits for the receiver's FIN. When the receiver's
+    /// NIC failed to read our memory (a remote access error: a bad key, a
+    /// region gone), the NAK moved our QP to the error state as well as the
+    /// receiver's, so no FIN can come, and no completion tells us (hardware
+    /// reports the responder's error as an asynchronous event only). So
+    /// every [`QP_STATE_CHECK`] the QPs of peers with rendezvous sends
+    /// pending are queried; one in the error state fails its peer, and with
+    /// it those sends.
+    fn check_rendezvous_peers(&mut self, out: &mut Vec<Event>) {
+        let now = std::time::Instant::now();
+        if now.duration_since(self.last_qp_check) < QP_STATE_CHECK {
+            return;
+        }
+        self.last_qp_check = now;
+        let mut ranks: Vec<u32> = self.rndv.keys().map(|k| k.0).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        for rank in ranks {
+            let broken = matches!(self.peers.get(rank as usize),
+                Some(Some(p)) if p.state != PeerState::Failed && p.qp.state() == QpState::Error);
+            if broken {
+                self.fail_peer(rank, WcStatus::WrFlushErr, out);
+            }
+        }
     }
 
     pub(super) fn recv_slab_slots(&self) -> u32 {

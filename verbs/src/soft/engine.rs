@@ -329,6 +329,9 @@ impl Engine {
         signaled: bool,
         inline: Option<Vec<u8>>,
     ) -> Result<(), VerbsError> {
+        if self.flushed_at_post(qpn, wr_id, WcOpcode::Send) {
+            return Ok(());
+        }
         let qp = self.qp_for_send(qpn)?;
         let (pd, cq, sig_all) = (qp.pd, qp.send_cq, qp.sq_sig_all);
         let max = qp.outbound.as_ref().map(|o| o.max_payload()).unwrap_or(0);
@@ -345,7 +348,7 @@ impl Engine {
         let data = match gathered {
             Ok(d) => d,
             Err(status) => {
-                self.push_cq(cq, WorkCompletion { status, ..wc }, None);
+                self.fail_at_post(qpn, cq, WorkCompletion { status, ..wc });
                 return Ok(());
             }
         };
@@ -354,7 +357,7 @@ impl Engine {
                 status: WcStatus::LocLenErr,
                 ..wc
             };
-            self.push_cq(cq, wc, None);
+            self.fail_at_post(qpn, cq, wc);
             return Ok(());
         }
         if data.len() > max {
@@ -377,7 +380,7 @@ impl Engine {
                 status: WcStatus::RetryExcErr,
                 ..wc
             };
-            self.push_cq(cq, wc, None);
+            self.fail_at_post(qpn, cq, wc);
             return Ok(());
         }
         let report = (signaled || sig_all).then_some(wc);
@@ -397,13 +400,16 @@ impl Engine {
         read: bool,
         signaled: bool,
     ) -> Result<(), VerbsError> {
-        let qp = self.qp_for_send(qpn)?;
-        let (pd, cq, sig_all) = (qp.pd, qp.send_cq, qp.sq_sig_all);
         let opcode = if read {
             WcOpcode::RdmaRead
         } else {
             WcOpcode::RdmaWrite
         };
+        if self.flushed_at_post(qpn, wr_id, opcode) {
+            return Ok(());
+        }
+        let qp = self.qp_for_send(qpn)?;
+        let (pd, cq, sig_all) = (qp.pd, qp.send_cq, qp.sq_sig_all);
         let need = if read {
             AccessFlags::LOCAL_WRITE
         } else {
@@ -417,7 +423,7 @@ impl Engine {
                 qp_num: qpn,
                 ..Default::default()
             };
-            self.push_cq(cq, wc, None);
+            self.fail_at_post(qpn, cq, wc);
             return Ok(());
         }
         let len = sum_len(sges);
@@ -430,7 +436,7 @@ impl Engine {
                 qp_num: qpn,
                 ..Default::default()
             };
-            self.push_cq(cq, wc, None);
+            self.fail_at_post(qpn, cq, wc);
             return Ok(());
         }
         let out = Outstanding::Rdma {
@@ -461,12 +467,15 @@ impl Engine {
         if sum_len(sges) != 8 {
             return Err(VerbsError::post("ibv_post_send", 0, libc::EINVAL));
         }
-        let qp = self.qp_for_send(qpn)?;
-        let (pd, cq, sig_all) = (qp.pd, qp.send_cq, qp.sq_sig_all);
         let opcode = match op {
             AtomicOp::FetchAdd(_) => WcOpcode::FetchAdd,
             AtomicOp::CmpSwap(..) => WcOpcode::CompSwap,
         };
+        if self.flushed_at_post(qpn, wr_id, opcode) {
+            return Ok(());
+        }
+        let qp = self.qp_for_send(qpn)?;
+        let (pd, cq, sig_all) = (qp.pd, qp.send_cq, qp.sq_sig_all);
         if let Err(status) = self.mrs.check(pd, sges, AccessFlags::LOCAL_WRITE) {
             let wc = WorkCompletion {
                 wr_id,
@@ -475,7 +484,7 @@ impl Engine {
                 qp_num: qpn,
                 ..Default::default()
             };
-            self.push_cq(cq, wc, None);
+            self.fail_at_post(qpn, cq, wc);
             return Ok(());
         }
         let Some(qp) = self.qps.get_mut(&qpn) else {
@@ -618,7 +627,11 @@ impl Engine {
     }
 
     /// Completes every queued receive and send of an errored QP with
-    /// `WrFlushErr`.
+    /// `WrFlushErr`, outstanding requests in the order they were posted;
+    /// rendezvous reads the TM-SRQ issued through it settle their tagged
+    /// buffers with the same status. Responses it still owes its peer (for
+    /// requests it executed before the error) stay queued and go out: a
+    /// responder answers what it did, the NAK that failed the QP included.
     pub(crate) fn flush_errors(&mut self, qpn: u32) {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
@@ -636,8 +649,30 @@ impl Engine {
                 },
             ));
         }
-        for (_, _, wc) in qp.pending.drain(..) {
-            if let Some(wc) = wc {
+        let mut outstanding: Vec<(u64, Outstanding)> = qp.outstanding.drain().collect();
+        outstanding.sort_unstable_by_key(|(req, _)| *req);
+        let mut rndv = Vec::new();
+        for (_, o) in outstanding {
+            match o {
+                Outstanding::Rdma { wr_id, opcode, .. }
+                | Outstanding::Atomic { wr_id, opcode, .. } => out.push((
+                    qp.send_cq,
+                    WorkCompletion {
+                        wr_id,
+                        status: WcStatus::WrFlushErr,
+                        opcode,
+                        qp_num: qpn,
+                        ..Default::default()
+                    },
+                )),
+                Outstanding::TmRndv { srq, id } => rndv.push((srq, id)),
+            }
+        }
+        let mut kept = VecDeque::new();
+        for (hdr, payload, wc) in qp.pending.drain(..) {
+            if hdr.kind == kind::RESP {
+                kept.push_back((hdr, payload, wc));
+            } else if let Some(wc) = wc {
                 out.push((
                     qp.send_cq,
                     WorkCompletion {
@@ -647,25 +682,73 @@ impl Engine {
                 ));
             }
         }
-        for (_, o) in qp.outstanding.drain() {
-            if let Outstanding::Rdma { wr_id, opcode, .. }
-            | Outstanding::Atomic { wr_id, opcode, .. } = o
-            {
-                out.push((
-                    qp.send_cq,
-                    WorkCompletion {
-                        wr_id,
-                        status: WcStatus::WrFlushErr,
-                        opcode,
-                        qp_num: qpn,
-                        ..Default::default()
-                    },
-                ));
-            }
-        }
+        qp.pending = kept;
         for (cq, wc) in out {
             self.push_cq(cq, wc, None);
         }
+        for (srq, id) in rndv {
+            if let Some(SrqEntry {
+                kind: SrqKind::Tm { model, .. },
+                ..
+            }) = self.srqs.get_mut(&srq)
+            {
+                model.rndv_finished(id, WcStatus::WrFlushErr);
+            }
+        }
+    }
+
+    /// Moves `qpn` to the error state after a work request of it completed
+    /// in error, as an RC QP does on hardware and on rxe (the requester on a
+    /// NAK or a local error: `rxe_comp.c` `COMPST_ERROR` -> `rxe_qp_error`;
+    /// the responder after answering a class C NAK, remote access or
+    /// invalid request: `rxe_resp.c` `do_class_ac_error` -> `RESPST_ERROR`).
+    /// Its queued work flushes ([`Engine::flush_errors`]), it serves no more
+    /// of its peer's requests, and work posted later completes at once with
+    /// `WrFlushErr` ([`Engine::flushed_at_post`]). `close_inbound` also
+    /// tells the peer nothing will answer it any more, so the peer's
+    /// outstanding work fails as after exhausted retries (a requester that
+    /// failed; a responder leaves that to the NAK it sent).
+    fn enter_error(&mut self, qpn: u32, close_inbound: bool) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        if qp.state == QpState::Error {
+            return;
+        }
+        qp.state = QpState::Error;
+        if close_inbound {
+            qp.inbound.mark_closed();
+        }
+        tracing::debug!(target: "verbs", qpn, "soft: a work request failed; QP to error");
+        self.flush_errors(qpn);
+    }
+
+    /// Pushes `wc` (an error found at post time) and moves the QP to error.
+    fn fail_at_post(&mut self, qpn: u32, cq: u32, wc: WorkCompletion) {
+        self.push_cq(cq, wc, None);
+        self.enter_error(qpn, true);
+    }
+
+    /// A work request posted to a QP in the error state is accepted and
+    /// completes at once with `WrFlushErr`, signaled or not (as a NIC
+    /// flushes its send queue; mlx5 and rxe accept the post). True when so.
+    fn flushed_at_post(&mut self, qpn: u32, wr_id: u64, opcode: WcOpcode) -> bool {
+        let Some(qp) = self.qps.get(&qpn) else {
+            return false;
+        };
+        if qp.state != QpState::Error {
+            return false;
+        }
+        let wc = WorkCompletion {
+            wr_id,
+            status: WcStatus::WrFlushErr,
+            opcode,
+            qp_num: qpn,
+            ..Default::default()
+        };
+        let cq = qp.send_cq;
+        self.push_cq(cq, wc, None);
+        true
     }
 
     // ---- receiving ---------------------------------------------------------------
@@ -914,6 +997,9 @@ impl Engine {
             ..Default::default()
         };
         self.send_record(qpn, resp, Vec::new(), None);
+        if status != WcStatus::Success {
+            self.enter_error(qpn, false);
+        }
     }
 
     /// Serves an atomic request as the target: responder resources, then
@@ -953,6 +1039,9 @@ impl Engine {
             ..Default::default()
         };
         self.send_record(qpn, resp, data, None);
+        if status != WcStatus::Success {
+            self.enter_error(qpn, false);
+        }
     }
 
     fn on_resp(&mut self, qpn: u32, rec: &RecHdr, payload: &[u8]) {
@@ -961,6 +1050,7 @@ impl Engine {
         };
         let (send_cq, pd) = (qp.send_cq, qp.pd);
         let status = status_from_code(rec.status);
+        let mut failed = status != WcStatus::Success;
         match qp.outstanding.remove(&rec.req_id) {
             Some(Outstanding::Rdma {
                 wr_id,
@@ -999,6 +1089,7 @@ impl Engine {
                     } else {
                         WcStatus::GeneralErr
                     };
+                    failed = status != WcStatus::Success;
                 }
                 if signaled || status != WcStatus::Success {
                     let wc = WorkCompletion {
@@ -1022,8 +1113,12 @@ impl Engine {
                 }
             }
             None => {
-                tracing::warn!(target: "verbs", req = rec.req_id, "soft: response to unknown request")
+                tracing::warn!(target: "verbs", req = rec.req_id, "soft: response to unknown request");
+                return;
             }
+        }
+        if failed {
+            self.enter_error(qpn, true);
         }
     }
 
