@@ -492,13 +492,13 @@ fn completion_error_on_the_rendezvous_read_fails_the_receive_and_ends_the_job() 
     }
 }
 
-/// A rendezvous the NIC matched and failed to read ends with an error FIN
-/// to the sender, whose send then fails by itself (the receiver lingers
-/// instead of ending the job). The FIN goes to the receive's source: the
-/// NIC's match completion (a no-packet CQE on mlx5, modelled with QP
-/// number 0 by the soft NIC) does not name the sender's QP.
+/// A rendezvous the NIC matched and failed to read fails the send too (the
+/// receiver lingers instead of ending the job). The read's NAK failed both
+/// QPs, so the receiver's error FIN is flushed, as on hardware; the sender
+/// learns it from its QP's state (btl-openib queries the QPs of peers with
+/// pending rendezvous sends). Without that query the sender waits for ever.
 #[test]
-fn failed_nic_read_fails_the_send_through_the_error_fin() {
+fn failed_nic_read_fails_the_send() {
     let inject = [("btl_openib_tmsoft_inject_error", "read:1")];
     let (code, so, se) = fault_run("1", &inject, &["1048576", "100", "linger"]);
     assert!(

@@ -511,8 +511,10 @@ fn soft_nic_rndv_beyond_max_msg_sz_fails_without_fin() {
     assert!(t.srq.tm_snapshot().unwrap().entries.is_empty());
 }
 
-/// A failed NIC read (injected): the data CQE carries the error and QP
-/// number 0; no FIN.
+/// A failed NIC read (injected: the sender refuses it as for a bad rkey):
+/// the data CQE carries the error and QP number 0; no FIN: the sender's QP
+/// went to the error state with its NAK, so the receive it posted for the
+/// FIN flushes.
 #[test]
 fn soft_nic_rndv_failed_read_has_no_qp_and_no_fin() {
     let p = provider(SoftConfig {
@@ -533,7 +535,9 @@ fn soft_nic_rndv_failed_read_has_no_qp_and_no_fin() {
         (w[1].status, w[1].qp_num, w[1].tm_info),
         (WcStatus::RemAccessErr, 0, None)
     );
-    expect_none::<S>(&t.a_cq, Duration::from_millis(20));
+    let w = wait::<S>(&t.a_cq, 1, &[&t.cq]);
+    assert_eq!((w[0].wr_id, w[0].status), (900, WcStatus::WrFlushErr));
+    assert_eq!(t.a.state(), QpState::Error);
 }
 
 /// Software rendezvous (RVH len > tagged buffer) in each of mlx5's three

@@ -30,7 +30,8 @@
 //!   sends are refused at post time with an invalid-argument error);
 //! - `btl_openib_tmsoft_inject_error` (default empty = off): fault injection
 //!   for tests, `OP:N` with `OP` one of `read` (RDMA reads, the NIC's own
-//!   rendezvous reads included: the `N`-th completes with `RemAccessErr`)
+//!   rendezvous reads included: the target refuses the `N`-th as for a bad
+//!   rkey, it completes with `RemAccessErr` and both QPs fail)
 //!   or `send` (the `N`-th send completes with `RetryExcErr`, nothing is
 //!   delivered), counted per opened device from 1. See [`Inject`].
 

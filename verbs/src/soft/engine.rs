@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use super::config::SoftConfig;
 use super::mem::{AtomicOp, MrTable};
-use super::shm::{self, kind, RecHdr, Segment, FLAG_IMM};
+use super::shm::{self, kind, RecHdr, Segment, FLAG_IMM, FLAG_REFUSE};
 use super::tm::{Arrival, TmAction, TmConfig, TmListModel, TmRef};
 use crate::api::{
     AccessFlags, QpState, Sge, SrqAttr, VerbsError, WcFlags, WcOpcode, WcStatus, WorkCompletion,
@@ -538,17 +538,10 @@ impl Engine {
         let req_id = qp.next_req;
         qp.next_req += 1;
         qp.outstanding.insert(req_id, out);
-        if read && self.inject_now(true) {
-            // The target refuses it (as for a bad rkey); no memory moves.
-            let resp = RecHdr {
-                kind: kind::RESP,
-                req_id,
-                status: status_code(WcStatus::RemAccessErr),
-                ..Default::default()
-            };
-            self.on_resp(qpn, &resp, &[]);
-            return;
-        }
+        // An injected failure travels with the request: the target refuses
+        // it as for a bad rkey (no memory moves) and both QPs fail, as with
+        // a real remote access error.
+        let refuse = read && self.inject_now(true);
         let mut payload = Vec::with_capacity(sges.len() * 16);
         for s in sges {
             payload.extend_from_slice(&s.addr.to_ne_bytes());
@@ -564,6 +557,7 @@ impl Engine {
             addr: remote_addr,
             len,
             rkey,
+            flags: if refuse { FLAG_REFUSE } else { 0 },
             ..Default::default()
         };
         self.send_record(qpn, hdr, payload, None);
@@ -987,9 +981,13 @@ impl Engine {
                 (u64::from_ne_bytes(a), u64::from_ne_bytes(l))
             })
             .collect();
-        let status = self.mrs.serve_rdma(
-            qp.pd, qp.access, rec.rkey, rec.addr, rec.len, read, peer_pid, &iov,
-        );
+        let status = if rec.flags & FLAG_REFUSE != 0 {
+            WcStatus::RemAccessErr
+        } else {
+            self.mrs.serve_rdma(
+                qp.pd, qp.access, rec.rkey, rec.addr, rec.len, read, peer_pid, &iov,
+            )
+        };
         let resp = RecHdr {
             kind: kind::RESP,
             req_id: rec.req_id,

@@ -97,6 +97,9 @@ const _: () = assert!(HDR_LEN & 7 == 0);
 
 /// `RecHdr::flags`: the SEND carries immediate data.
 pub(crate) const FLAG_IMM: u32 = 1;
+/// On an RDMA request: the target refuses it as for a bad rkey (fault
+/// injection, `btl_openib_tmsoft_inject_error read:N`).
+pub(crate) const FLAG_REFUSE: u32 = 2;
 
 fn align8(n: usize) -> usize {
     (n + 7) & !7
