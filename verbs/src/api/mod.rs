@@ -157,7 +157,9 @@ pub trait CompletionQueue: Send + Sync {
 pub trait QueuePair: Send + Sync {
     /// The QP number, to send to the peer.
     fn qp_num(&self) -> u32;
-    /// Current state.
+    /// The state the device reports (`ibv_query_qp` on libibverbs, a system
+    /// call there): it includes transitions the NIC made on its own, e.g. to
+    /// `Error` after a work request failed at either end of the connection.
     fn state(&self) -> QpState;
     /// RESET -> INIT.
     fn modify_to_init(&self, attr: &QpInitTransition) -> Result<()>;

@@ -417,7 +417,11 @@ impl api::QueuePair for IbvQp {
     }
 
     fn state(&self) -> api::QpState {
-        match self.0.state() {
+        // The device's view, not the wrapper's: a QP the NIC moved to the
+        // error state reads as such (a failed query falls back to the last
+        // state this wrapper set).
+        let s = self.0.query_state().unwrap_or_else(|_| self.0.state());
+        match s {
             QpState::Reset => api::QpState::Reset,
             QpState::Init => api::QpState::Init,
             QpState::Rtr => api::QpState::Rtr,
