@@ -98,7 +98,8 @@ run() {
 }
 ibv_devinfo -v -d "$TMPI_VERBS_TEST_DEVICE" 2>&1 | grep -E 'hca_id|transport:|fw_ver|state:|link_layer|max_qp:|tag matching|max_num_tags' || true
 run ibv_smoke ./ibv_smoke "$TMPI_VERBS_TEST_DEVICE"
-# tmpi_info: the device from real libibverbs, its port, tag matching absent
+# tmpi_info: the device from real libibverbs, its port, tag matching absent,
+# NIC atomics present (rxe reports IB_ATOMIC_HCA; osc rdma relies on them)
 info_check() {
     ./tmpi_info > info.txt 2>&1 || { cat info.txt; return 1; }
     sed -n '/^RDMA devices:/,/^$/p' info.txt
@@ -106,7 +107,8 @@ info_check() {
         grep -q '^    port 1: Active, Ethernet, active MTU ' info.txt &&
         grep -q '^  tmsoft0 (soft NIC' info.txt &&
         ! grep -q 'libibverbs not found' info.txt &&
-        ./tmpi_info --parsable | grep -qx "rdma:device:$TMPI_VERBS_TEST_DEVICE:tm:max_num_tags:0"
+        ./tmpi_info --parsable | grep -qx "rdma:device:$TMPI_VERBS_TEST_DEVICE:tm:max_num_tags:0" &&
+        ./tmpi_info --parsable | grep -Eqx "rdma:device:$TMPI_VERBS_TEST_DEVICE:atomics:cap:(hca|glob)"
 }
 run "tmpi_info lists $TMPI_VERBS_TEST_DEVICE" info_check
 run "lib ibv:: unit tests" ./lib-tests ibv::

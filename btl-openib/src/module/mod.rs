@@ -323,7 +323,12 @@ pub struct Module<P: Provider> {
     gid_index: u8,
     psn: u32,
     me: u32,
+    /// Responder resources of our QPs (`max_dest_rd_atomic`): the device's
+    /// `max_qp_rd_atom`, at most 16.
     rd_atom: u8,
+    /// Initiator depth of our QPs (`max_rd_atomic`): the device's
+    /// `max_qp_init_rd_atom`, at most 16 (a larger value fails RTR->RTS).
+    init_rd_atom: u8,
     /// The device has atomics (`atomic_cap` not `None`, responder
     /// resources for them) and QPs and windows grant `REMOTE_ATOMIC`.
     atomics: bool,
@@ -547,6 +552,7 @@ impl<P: Provider> Module<P> {
         let send_mr =
             unsafe { pd.reg_mr(send_slab.base(), send_slab.bytes(), AccessFlags::empty()) }?;
         let rd = rd_atom(dattr.max_qp_rd_atom);
+        let init_rd = rd_atom(dattr.max_qp_init_rd_atom);
         let atomics = dattr.atomic_cap != AtomicCap::None && rd > 0;
         let mut qp_access =
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
@@ -607,6 +613,7 @@ impl<P: Provider> Module<P> {
             psn,
             me,
             rd_atom: rd,
+            init_rd_atom: init_rd,
             atomics,
             max_chunk,
             // What the TM-SRQ was created with, not the device's maximum:
@@ -723,7 +730,7 @@ impl<P: Provider> Module<P> {
             timeout: self.cfg.timeout,
             retry_cnt: self.cfg.retry_count,
             rnr_retry: self.cfg.rnr_retry,
-            max_rd_atomic: self.rd_atom,
+            max_rd_atomic: self.init_rd_atom,
         })?;
         Ok(mtu)
     }

@@ -35,6 +35,7 @@
 //! rdma:libibverbs:available:yes|no[:<reason>]
 //! rdma:device:<name>:provider:<libibverbs|soft>
 //! rdma:device:<name>:fw:<version>                 (or :error:<reason>)
+//! rdma:device:<name>:atomics:<cap|max_qp_rd_atom|max_qp_init_rd_atom>:<value>   (cap: none|hca|glob)
 //! rdma:device:<name>:tm:<supported|max_num_tags|max_ops|max_sge|max_rndv_hdr_size|flags>:<value>
 //! rdma:device:<name>:port:<n>:<state>:<link layer>:mtu:<bytes>:lid:<lid>   (or :error:<reason>)
 //! mca:<fw>:<comp|base>:param:<name>:value:<value>
@@ -427,6 +428,40 @@ impl TmView {
 /// `IBV_TM_CAP_RC` (rdma-core `verbs.h`).
 const IBV_TM_CAP_RC: u32 = 1;
 
+/// NIC atomics as shown: what osc rdma needs for accumulates and window
+/// locks without the target (docs/osc.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct AtomicView {
+    /// `atomic_cap`: `none`, `hca` (atomic among this device's operations)
+    /// or `glob`.
+    cap: &'static str,
+    /// Responder resources per QP (`max_qp_rd_atom`).
+    max_qp_rd_atom: u32,
+    /// Initiator depth per QP (`max_qp_init_rd_atom`).
+    max_qp_init_rd_atom: u32,
+}
+
+impl AtomicView {
+    /// From `atomic_cap` as `enum ibv_atomic_cap` (0 none, 1 HCA, 2 GLOB).
+    fn from_code(code: u32, rd: i64, init_rd: i64) -> AtomicView {
+        AtomicView {
+            cap: match code {
+                1 => "hca",
+                2 => "glob",
+                _ => "none",
+            },
+            max_qp_rd_atom: rd.clamp(0, i64::from(u32::MAX)) as u32,
+            max_qp_init_rd_atom: init_rd.clamp(0, i64::from(u32::MAX)) as u32,
+        }
+    }
+
+    /// Whether osc rdma can use them (as btl-openib decides: a capability
+    /// and responder resources).
+    fn usable(&self) -> bool {
+        self.cap != "none" && self.max_qp_rd_atom > 0
+    }
+}
+
 /// One port as shown.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct PortView {
@@ -442,8 +477,9 @@ struct RdmaDevice {
     name: String,
     /// `libibverbs` or `soft`.
     provider: &'static str,
-    /// Firmware version and TM caps, or why the device could not be queried.
-    attr: Result<(String, TmView), String>,
+    /// Firmware version, TM caps and atomics, or why the device could not
+    /// be queried.
+    attr: Result<(String, TmView, AtomicView), String>,
     ports: Vec<(u8, Result<PortView, String>)>,
 }
 
@@ -477,6 +513,11 @@ impl RdmaReport {
                                     max_rndv_hdr_size: t.max_rndv_hdr_size,
                                     flags: t.flags,
                                 },
+                                AtomicView::from_code(
+                                    a.atomic_cap,
+                                    i64::from(a.max_qp_rd_atom),
+                                    i64::from(a.max_qp_init_rd_atom),
+                                ),
                             )
                         }),
                         ports: d
@@ -527,7 +568,7 @@ impl RdmaReport {
                 Err(e) => {
                     let _ = writeln!(out, ": cannot query: {}", one_line(e));
                 }
-                Ok((fw, t)) => {
+                Ok((fw, t, at)) => {
                     let tm = if t.supported() { "yes" } else { "no" };
                     let _ = writeln!(
                         out,
@@ -540,6 +581,20 @@ impl RdmaReport {
                         t.flags,
                         if t.flags & IBV_TM_CAP_RC != 0 { " RC" } else { "" }
                     );
+                    if at.usable() {
+                        let _ = writeln!(
+                            out,
+                            "    atomics: {} (responder resources {}, initiator depth {}): osc rdma does accumulates and window locks by NIC atomics",
+                            if at.cap == "glob" { "global" } else { "among this device's operations" },
+                            at.max_qp_rd_atom,
+                            at.max_qp_init_rd_atom
+                        );
+                    } else {
+                        let _ = writeln!(
+                            out,
+                            "    atomics: none: osc rdma does accumulates and window locks through the target's progress (pt2pt)"
+                        );
+                    }
                 }
             }
             for (n, p) in &d.ports {
@@ -575,8 +630,15 @@ impl RdmaReport {
                 Err(e) => {
                     let _ = writeln!(out, "{head}:error:{}", one_line(e));
                 }
-                Ok((fw, t)) => {
+                Ok((fw, t, at)) => {
                     let _ = writeln!(out, "{head}:fw:{}", one_line(fw));
+                    let _ = writeln!(out, "{head}:atomics:cap:{}", at.cap);
+                    let _ = writeln!(out, "{head}:atomics:max_qp_rd_atom:{}", at.max_qp_rd_atom);
+                    let _ = writeln!(
+                        out,
+                        "{head}:atomics:max_qp_init_rd_atom:{}",
+                        at.max_qp_init_rd_atom
+                    );
                     let yes = if t.supported() { "yes" } else { "no" };
                     let _ = writeln!(out, "{head}:tm:supported:{yes}");
                     for (k, v) in [
@@ -647,6 +709,15 @@ fn soft_device(reg: &Registry) -> RdmaDevice {
                     max_rndv_hdr_size: t.max_rndv_hdr_size,
                     flags: if t.rc { IBV_TM_CAP_RC } else { 0 },
                 },
+                AtomicView::from_code(
+                    match a.atomic_cap {
+                        tmpi_verbs::AtomicCap::None => 0,
+                        tmpi_verbs::AtomicCap::Hca => 1,
+                        tmpi_verbs::AtomicCap::Glob => 2,
+                    },
+                    i64::from(a.max_qp_rd_atom),
+                    i64::from(a.max_qp_init_rd_atom),
+                ),
             )
         })
         .map_err(|e| e.to_string());
@@ -808,6 +879,7 @@ mod tests {
                     max_rndv_hdr_size: 64,
                     flags: IBV_TM_CAP_RC,
                 },
+                AtomicView::from_code(1, 16, 16),
             )),
             ports: vec![
                 (
@@ -837,14 +909,28 @@ mod tests {
                     attr: Err("ibv_open_device failed: EPERM".into()),
                     ports: Vec::new(),
                 },
+                RdmaDevice {
+                    name: "siw0".into(),
+                    provider: "libibverbs",
+                    attr: Ok((
+                        "0.0.0".into(),
+                        TmView::default(),
+                        AtomicView::from_code(0, 0, 0),
+                    )),
+                    ports: Vec::new(),
+                },
             ],
         };
         let out = render(&opts(&[]), &reg, &comps, &v, &rdma);
         let (_, section) = out.split_once("\nRDMA devices:\n").expect("RDMA section");
         assert!(!section.contains("libibverbs not found"), "{out}");
-        assert!(out.contains("  mlx5_0 (libibverbs): fw 16.35.2000, tag matching: yes (max_num_tags 511, max_ops 32768, max_sge 1, max_rndv_hdr_size 64, flags 0x1 RC)\n    port 1: Active, InfiniBand, active MTU 4096, LID 7\n    port 2: cannot query: ibv_query_port failed: EIO\n"), "{out}");
+        assert!(out.contains("  mlx5_0 (libibverbs): fw 16.35.2000, tag matching: yes (max_num_tags 511, max_ops 32768, max_sge 1, max_rndv_hdr_size 64, flags 0x1 RC)\n    atomics: among this device's operations (responder resources 16, initiator depth 16): osc rdma does accumulates and window locks by NIC atomics\n    port 1: Active, InfiniBand, active MTU 4096, LID 7\n    port 2: cannot query: ibv_query_port failed: EIO\n"), "{out}");
         assert!(
             out.contains("  rxe0 (libibverbs): cannot query: ibv_open_device failed: EPERM\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("  siw0 (libibverbs): fw 0.0.0, tag matching: no (max_num_tags 0, max_ops 0, max_sge 0, max_rndv_hdr_size 0, flags 0x0)\n    atomics: none: osc rdma does accumulates and window locks through the target's progress (pt2pt)\n"),
             "{out}"
         );
         let out = render(&opts(&["--parsable"]), &reg, &comps, &v, &rdma);
@@ -853,6 +939,9 @@ mod tests {
             "rdma:libibverbs:available:yes",
             "rdma:device:mlx5_0:provider:libibverbs",
             "rdma:device:mlx5_0:fw:16.35.2000",
+            "rdma:device:mlx5_0:atomics:cap:hca",
+            "rdma:device:mlx5_0:atomics:max_qp_rd_atom:16",
+            "rdma:device:mlx5_0:atomics:max_qp_init_rd_atom:16",
             "rdma:device:mlx5_0:tm:supported:yes",
             "rdma:device:mlx5_0:tm:max_num_tags:511",
             "rdma:device:mlx5_0:tm:max_ops:32768",
@@ -861,6 +950,7 @@ mod tests {
             "rdma:device:mlx5_0:port:1:Active:InfiniBand:mtu:4096:lid:7",
             "rdma:device:mlx5_0:port:2:error:ibv_query_port failed: EIO",
             "rdma:device:rxe0:error:ibv_open_device failed: EPERM",
+            "rdma:device:siw0:atomics:cap:none",
         ] {
             assert!(lines.contains(&want), "missing {want:?} in\n{out}");
         }

@@ -214,8 +214,12 @@ pub struct DeviceAttr {
     pub max_mr: u32,
     /// Maximum PDs.
     pub max_pd: u32,
-    /// Maximum outstanding RDMA reads/atomics per QP as target.
+    /// Maximum outstanding RDMA reads/atomics per QP as target
+    /// (`max_dest_rd_atomic` at INIT->RTR may not exceed it).
     pub max_qp_rd_atom: u32,
+    /// Maximum outstanding RDMA reads/atomics per QP as initiator
+    /// (`max_rd_atomic` at RTR->RTS may not exceed it).
+    pub max_qp_init_rd_atom: u32,
     /// Atomicity of `IBV_WR_ATOMIC_*` (`atomic_cap`).
     pub atomic_cap: AtomicCap,
     /// Maximum SRQs.

@@ -136,6 +136,7 @@ impl api::Context<IbvProvider> for IbvContext {
             max_mr: nonneg(a.max_mr),
             max_pd: nonneg(a.max_pd),
             max_qp_rd_atom: nonneg(a.max_qp_rd_atom),
+            max_qp_init_rd_atom: nonneg(a.max_qp_init_rd_atom),
             atomic_cap: match a.atomic_cap {
                 IBV_ATOMIC_HCA => api::AtomicCap::Hca,
                 IBV_ATOMIC_GLOB => api::AtomicCap::Glob,

@@ -216,6 +216,7 @@ impl Context<SoftProvider> for SoftContext {
             max_mr: 1 << 20,
             max_pd: 1 << 16,
             max_qp_rd_atom: 16,
+            max_qp_init_rd_atom: 16,
             // As mlx5 (kernel `get_atomic_caps`) and rxe: atomic only among
             // this device's atomics (see `mem::MrTable::serve_atomic`).
             atomic_cap: AtomicCap::Hca,
