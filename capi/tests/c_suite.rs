@@ -348,6 +348,7 @@ fn rdma_counters(err: &str) -> RdmaCounts {
         t.atomics += nums[2];
         t.single += nums[3];
         t.locks += nums[4];
+        t.exclusive_rmws += nums[5];
         t.windows += 1;
     }
     t
@@ -366,6 +367,9 @@ struct RdmaCounts {
     /// Window locks (`MPI_Win_lock`, `lock_all`: one per rank) taken by
     /// NIC atomics.
     locks: u64,
+    /// Accumulate-class operations under an exclusive window lock,
+    /// without the accumulate lock.
+    exclusive_rmws: u64,
     /// Window frees logged (one per window and rank).
     windows: u64,
 }
@@ -425,6 +429,11 @@ fn rma_over_openib_with_osc_rdma() {
                 "rma_rdma" | "rma_passive" | "rma_atomicity" | "rma_fetch_op"
             ) {
                 assert!(c.locks > 0, "{name} ({n}): {c:?}\n{err}");
+            }
+            // Its last window accumulates under exclusive locks: no
+            // accumulate lock there.
+            if name == "rma_passive" {
+                assert!(c.exclusive_rmws > 0, "{name} ({n}): {c:?}\n{err}");
             }
             // Its second window is created with acc_single_intrinsic.
             if name == "rma_atomicity" {
@@ -543,7 +552,9 @@ fn rma_threads() {
 /// its fetch_and_ops, compare_and_swaps and get_accumulates under the
 /// targets' accumulate locks (NIC atomics; threads of one rank exclude
 /// each other there too), its flushes through the inner pt2pt module,
-/// from four threads at once.
+/// from four threads at once; its last part's accumulates under an
+/// exclusive lock skip the accumulate lock (the local mutex keeps the
+/// threads apart).
 #[test]
 fn rma_threads_over_openib_with_osc_rdma() {
     let name = "rma_threads";
@@ -563,7 +574,11 @@ fn rma_threads_over_openib_with_osc_rdma() {
         );
         let c = rdma_counters(&err);
         assert!(
-            c.windows >= u64::from(n) && c.writes > 0 && c.reads > 0 && c.atomics > 0,
+            c.windows >= u64::from(n)
+                && c.writes > 0
+                && c.reads > 0
+                && c.atomics > 0
+                && c.exclusive_rmws > 0,
             "{name} ({n}): {c:?}\n{err}"
         );
     }

@@ -190,6 +190,13 @@ pub struct Rdma {
     held_all: Mutex<bool>,
     /// Window locks taken by NIC atomics so far (lock_all: one per rank).
     win_locks: AtomicU64,
+    /// Serialises this process's read-modify-writes on targets it holds
+    /// exclusively (they skip the accumulate lock, but two threads of
+    /// this process may still race).
+    exclusive_rmw: Mutex<()>,
+    /// Read-modify-writes done under an exclusive window lock, without
+    /// the accumulate lock.
+    exclusive_rmws: AtomicU64,
     /// Puts' RDMA writes in flight, completed by the synchronisation that
     /// covers their target (flush, unlock, fence, complete, free); the
     /// lock is held while waiting, so a second thread's flush returns only
@@ -373,6 +380,8 @@ impl Rdma {
             held: Mutex::new(HashMap::new()),
             held_all: Mutex::new(false),
             win_locks: AtomicU64::new(0),
+            exclusive_rmw: Mutex::new(()),
+            exclusive_rmws: AtomicU64::new(0),
             in_flight: Mutex::new(Vec::new()),
             _state: state,
             puts: AtomicU64::new(0),
@@ -710,6 +719,13 @@ impl Rdma {
     /// a failed compare); the old bytes. Every accumulate-class operation
     /// on the window goes this way, so they are atomic with respect to
     /// each other element by element (and as a whole, per target).
+    ///
+    /// Inside an exclusive window lock this rank took by NIC atomics, no
+    /// other process may access the target's window (MPI: an exclusive
+    /// lock excludes every other lock, shared and lock_all included, and
+    /// active-target epochs may not overlap passive ones), so the
+    /// accumulate lock is skipped (two NIC round trips fewer, as Open
+    /// MPI's osc/rdma); a local mutex keeps this process's threads apart.
     fn locked_rmw(
         &self,
         off: i64,
@@ -720,7 +736,14 @@ impl Rdma {
         compare: Option<&[u8]>,
     ) -> Result<Vec<u8>> {
         let runs = Self::runs(off, t);
-        self.acc_lock(t.rank)?;
+        let exclusive = lock_of(&self.held).get(&t.rank) == Some(&LockType::Exclusive);
+        let _local = if exclusive {
+            self.exclusive_rmws.fetch_add(1, Ordering::Relaxed);
+            Some(lock_of(&self.exclusive_rmw))
+        } else {
+            self.acc_lock(t.rank)?;
+            None
+        };
         let done = (|| -> Result<Vec<u8>> {
             let mut old = vec![0u8; want];
             let mut pos = 0usize;
@@ -752,7 +775,11 @@ impl Rdma {
             }
             Ok(old)
         })();
-        let unlocked = self.acc_unlock(t.rank);
+        let unlocked = if exclusive {
+            Ok(())
+        } else {
+            self.acc_unlock(t.rank)
+        };
         let old = done?;
         unlocked?;
         Ok(old)
@@ -1079,7 +1106,8 @@ impl Module for Rdma {
         self.deregister();
         let (p, g, a, i, b) = self.counters();
         let l = self.win_locks.load(Ordering::Relaxed);
-        tracing::info!(target: "osc", "osc rdma window freed: {p} RDMA writes, {g} RDMA reads, {a} NIC atomics, {i} single-element operations by NIC atomics alone, {l} window locks by NIC atomics, {b} bytes");
+        let x = self.exclusive_rmws.load(Ordering::Relaxed);
+        tracing::info!(target: "osc", "osc rdma window freed: {p} RDMA writes, {g} RDMA reads, {a} NIC atomics, {i} single-element operations by NIC atomics alone, {l} window locks by NIC atomics, {x} accumulate-class operations under an exclusive lock without the accumulate lock, {b} bytes");
         Ok(())
     }
 }

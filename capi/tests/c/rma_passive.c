@@ -3,7 +3,7 @@
  * contention on one counter loses no update; concurrent accumulates and
  * fetch-and-ops from every rank to one target; compare-and-swap; shared
  * locks, lock_all, flush, flush_local and MPI_Win_sync; the request-based
- * operations. */
+ * operations; accumulates under exclusive locks mixed with lock_all ones. */
 #include "check.h"
 
 #define ITERS 50
@@ -172,6 +172,54 @@ int main(int argc, char **argv) {
         }
         MPI_Barrier(MPI_COMM_WORLD);
         OK(MPI_Win_free(&fw));
+    }
+
+    /* ---- 8. accumulates under an exclusive lock (osc rdma skips the
+     * accumulate lock there) mixed with accumulates under lock_all (which
+     * take it): even ranks lock rank 0 exclusively for each round, odd
+     * ranks hold lock_all; every round a fetch-and-op +1 on slot 0 and a
+     * 3-element accumulate {1,2,3} on slots 1..3. No update is lost and
+     * every fetched value is distinct. */
+    {
+        long *acc;
+        MPI_Win aw;
+        OK(MPI_Win_allocate(4 * sizeof(long), sizeof(long), MPI_INFO_NULL, MPI_COMM_WORLD, &acc,
+                            &aw));
+        for (int i = 0; i < 4; i++) acc[i] = 0;
+        MPI_Barrier(MPI_COMM_WORLD);
+        long three[3] = {1, 2, 3}, one = 1;
+        int exclusive = rank % 2 == 0;
+        if (!exclusive) OK(MPI_Win_lock_all(0, aw));
+        for (int k = 0; k < ITERS; k++) {
+            long old = -1;
+            if (exclusive) OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, aw));
+            OK(MPI_Fetch_and_op(&one, &old, MPI_LONG, 0, 0, MPI_SUM, aw));
+            OK(MPI_Accumulate(three, 3, MPI_LONG, 0, 1, 3, MPI_LONG, MPI_SUM, aw));
+            if (exclusive)
+                OK(MPI_Win_unlock(0, aw));
+            else
+                OK(MPI_Win_flush(0, aw));
+            CHECK(old >= 0 && old < (long)ITERS * size);
+            seen[k] = old;
+        }
+        if (!exclusive) OK(MPI_Win_unlock_all(aw));
+        MPI_Gather(seen, ITERS, MPI_LONG, all, ITERS, MPI_LONG, 0, MPI_COMM_WORLD);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0) {
+            OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, aw));
+            OK(MPI_Win_sync(aw));
+            long n = (long)ITERS * size;
+            CHECK(acc[0] == n && acc[1] == n && acc[2] == 2 * n && acc[3] == 3 * n);
+            OK(MPI_Win_unlock(0, aw));
+            char *hit = calloc((size_t)n, 1);
+            for (long i = 0; i < n; i++) {
+                CHECK(!hit[all[i]]);
+                hit[all[i]] = 1;
+            }
+            free(hit);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        OK(MPI_Win_free(&aw));
     }
 
     OK(MPI_Win_free(&win));

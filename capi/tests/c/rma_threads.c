@@ -15,7 +15,11 @@
  * 3. a thread that used a window (cached it) while the main thread frees
  *    it: its next call with the freed handle is MPI_ERR_WIN, not the
  *    freed window; after a new window is made, the same thread's put and
- *    fetch_and_op reach the new window. */
+ *    fetch_and_op reach the new window;
+ * 4. four threads per rank accumulate into one target under an exclusive
+ *    lock their process holds (osc rdma skips the accumulate lock there:
+ *    its threads must still not interleave their read-modify-writes): no
+ *    update lost. */
 #define _POSIX_C_SOURCE 200809L /* pthread_barrier_t */
 #include "check.h"
 
@@ -119,6 +123,22 @@ static void *late_user(void *arg) {
     return NULL;
 }
 
+#define EXCL_ITERS 100
+static MPI_Win ewin;
+
+static void *exclusive_acc(void *arg) {
+    (void)arg;
+    long one = 1, ones[3] = {1, 1, 1};
+    for (int i = 0; i < EXCL_ITERS; i++) {
+        long old = -1;
+        OK(MPI_Fetch_and_op(&one, &old, MPI_LONG, 0, 0, MPI_SUM, ewin));
+        OK(MPI_Accumulate(ones, 3, MPI_LONG, 0, 1, 3, MPI_LONG, MPI_SUM, ewin));
+        OK(MPI_Win_flush(0, ewin));
+        CHECK(old >= 0);
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     init_multiple(&argc, &argv, &rank, &size);
     MPI_Aint n = 1 + (MPI_Aint)size * SLOTS;
@@ -195,6 +215,25 @@ int main(int argc, char **argv) {
     if (rank == 0) CHECK(fresh_base[0] == size);
     OK(MPI_Win_free(&fresh));
     pthread_barrier_destroy(&step);
+
+    /* Threads accumulating under their process's exclusive lock. */
+    long *ebase;
+    OK(MPI_Win_allocate(4 * sizeof(long), sizeof(long), MPI_INFO_NULL, MPI_COMM_WORLD, &ebase,
+                        &ewin));
+    for (int j = 0; j < 4; j++) ebase[j] = 0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, ewin));
+    run_threads(THREADS, exclusive_acc);
+    OK(MPI_Win_unlock(0, ewin));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, ewin));
+        long want = (long)size * THREADS * EXCL_ITERS;
+        for (int j = 0; j < 4; j++) CHECK(ebase[j] == want);
+        OK(MPI_Win_unlock(0, ewin));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    OK(MPI_Win_free(&ewin));
     report_ok("rma_threads");
     MPI_Finalize();
     return 0;
