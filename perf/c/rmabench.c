@@ -14,6 +14,7 @@
  *              the origin, MPI_Win_post + MPI_Win_wait at the target
  *   acc-flush  lock_all; per iteration MPI_Accumulate (MPI_SUM of the size's
  *              int64 elements; sizes from 8 bytes) + MPI_Win_flush
+ *   acc-excl   as acc-flush under one exclusive MPI_Win_lock of the target
  *   put-bw     lock_all; a window of 32 MPI_Put then one flush (MB/s)
  *   fop        lock_all; MPI_Fetch_and_op (8-byte MPI_SUM) + flush
  * Latencies are microseconds per iteration at the origin. --modes runs
@@ -163,6 +164,20 @@ int main(int argc, char **argv) {
             t = MPI_Wtime() - t0;
             MPI_Win_unlock_all(win);
             report("acc-flush", n, t * 1e6 / it);
+        }
+        /* acc-excl */
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0 && n >= 8 && want("acc-excl")) {
+            int k = (int)(n / 8);
+            MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 1, 0, win);
+            for (int i = 0; i < warm + it; i++) {
+                if (i == warm) t0 = MPI_Wtime();
+                MPI_Accumulate(local, k, MPI_INT64_T, 1, 0, k, MPI_INT64_T, MPI_SUM, win);
+                MPI_Win_flush(1, win);
+            }
+            t = MPI_Wtime() - t0;
+            MPI_Win_unlock(1, win);
+            report("acc-excl", n, t * 1e6 / it);
         }
         /* put-bw */
         MPI_Barrier(MPI_COMM_WORLD);
