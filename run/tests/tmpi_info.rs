@@ -371,7 +371,7 @@ fn rdma_lists_soft_nic_with_its_caps() {
     );
     assert!(
         out.contains(&format!(
-            "{line}\n    port 1: Active, Ethernet, active MTU 1024, LID 0\n"
+            "{line}\n    atomics: among this device's operations (responder resources 16, initiator depth 16): osc rdma does accumulates and window locks by NIC atomics\n    port 1: Active, Ethernet, active MTU 1024, LID 0\n"
         )),
         "{out}"
     );
@@ -391,6 +391,8 @@ fn rdma_lists_soft_nic_with_its_caps() {
         "rdma:device:tmsoft0:tm:max_ops:32768",
         "rdma:device:tmsoft0:tm:max_rndv_hdr_size:64",
         "rdma:device:tmsoft0:tm:flags:0",
+        "rdma:device:tmsoft0:atomics:cap:hca",
+        "rdma:device:tmsoft0:atomics:max_qp_rd_atom:16",
         "rdma:device:tmsoft0:port:1:Active:Ethernet:mtu:1024:lid:0",
     ] {
         assert!(lines.contains(&want), "missing {want:?} in\n{out}");

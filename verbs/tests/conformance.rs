@@ -972,6 +972,10 @@ fn soft_cq_overrun_is_reported() {
     assert!(cq.poll(&mut out).is_err(), "and stays reported");
 }
 
+/// A message longer than the receive buffer: the receive completes with
+/// `LocLenErr`, the sender with the NAK's `RemInvReqErr` (the send
+/// completes at the acknowledgement), and both QPs are in the error state,
+/// as RC on hardware. A send from a bad lkey fails locally (`LocProtErr`).
 #[test]
 fn soft_recv_errors_loc_len_and_loc_prot() {
     type S = tmpi_verbs::soft::SoftProvider;
@@ -983,7 +987,11 @@ fn soft_recv_errors_loc_len_and_loc_prot() {
     let w = wait::<S>(&l.cq, 2, &[]);
     let r = w.iter().find(|w| w.wr_id == 1).unwrap();
     assert_eq!(r.status, WcStatus::LocLenErr);
-    // A send from a bad lkey fails locally.
+    let s = w.iter().find(|w| w.wr_id == 2).unwrap();
+    assert_eq!(s.status, WcStatus::RemInvReqErr);
+    assert_eq!((l.a.state(), l.b.state()), (QpState::Error, QpState::Error));
+    let (l, _) = setup::<S>(&soft(), "tmsoft0", None);
+    let src = Buf::<S>::rw(&l.pd, 256);
     let bad = Sge {
         lkey: 0xdead_beef,
         ..src.sge(0, 8)
@@ -1015,6 +1023,10 @@ fn soft_recv_errors_loc_len_and_loc_prot() {
     let _ = &l.ctx;
 }
 
+/// A send without a receive buffer at the peer waits (RNR): neither it nor
+/// anything else completes until a receive is posted; then the message
+/// lands and the send completes (at the receiver's acknowledgement, as
+/// RC sends do, not when the message left).
 #[test]
 fn soft_rnr_waits_for_a_buffer() {
     type S = tmpi_verbs::soft::SoftProvider;
@@ -1023,12 +1035,13 @@ fn soft_rnr_waits_for_a_buffer() {
     let dst = Buf::<S>::rw(&l.pd, 64);
     src.write(0, b"early");
     send::<S>(&l.a, 1, src.sge(0, 5));
-    let w = wait::<S>(&l.cq, 1, &[]);
-    assert_eq!(w[0].opcode, WcOpcode::Send);
     expect_none::<S>(&l.cq, Duration::from_millis(20));
     recv::<S>(&l.b, 2, dst.sge(0, 64));
-    let w = wait::<S>(&l.cq, 1, &[]);
-    assert_eq!((w[0].wr_id, w[0].byte_len), (2, 5));
+    let w = wait::<S>(&l.cq, 2, &[]);
+    let s = w.iter().find(|c| c.wr_id == 1).expect("send completion");
+    assert_eq!((s.opcode, s.status), (WcOpcode::Send, WcStatus::Success));
+    let r = w.iter().find(|c| c.wr_id == 2).expect("receive completion");
+    assert_eq!(r.byte_len, 5);
     assert_eq!(&dst.read()[..5], b"early");
 }
 
@@ -1176,8 +1189,70 @@ fn soft_gid_encodes_pid_and_instance() {
     );
 }
 
+/// Sends the receiver has not acknowledged (no receive buffer: RNR) keep
+/// their send queue entries: with `max_send_wr` 4, a fifth post is
+/// `ENOMEM` until receives are posted and the four complete. (A model
+/// that completed sends when they left would take any number.)
+#[test]
+fn soft_unacknowledged_sends_hold_the_send_queue() {
+    type S = tmpi_verbs::soft::SoftProvider;
+    let p = soft();
+    let ctx = p.open("tmsoft0").expect("open");
+    let pd = ctx.alloc_pd().expect("pd");
+    let cq = ctx
+        .create_cq_ex(&CqInitAttr {
+            cqe: 64,
+            with_tm_info: false,
+        })
+        .expect("cq");
+    let mk = || {
+        pd.create_qp(&QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 4,
+                ..QpCap::default()
+            },
+            sq_sig_all: false,
+        })
+        .expect("qp")
+    };
+    let (a, b) = (mk(), mk());
+    let (la, lb) = (local_addr::<S>(&ctx, &a), local_addr::<S>(&ctx, &b));
+    connect::<S>(&a, &la, &lb);
+    connect::<S>(&b, &lb, &la);
+    let src = Buf::<S>::rw(&pd, 64);
+    let dst = Buf::<S>::rw(&pd, 64 * 8);
+    for i in 0..4 {
+        send::<S>(&a, i, src.sge(0, 8));
+    }
+    expect_none::<S>(&cq, Duration::from_millis(20));
+    // SAFETY: refused before touching memory.
+    let e = unsafe {
+        a.post_send(&SendWr {
+            wr_id: 4,
+            sg_list: &[src.sge(0, 8)],
+            opcode: SendOpcode::Send,
+            flags: SendFlags::SIGNALED,
+        })
+    }
+    .unwrap_err();
+    assert_eq!(e.os_error(), Some(libc::ENOMEM), "{e}");
+    for i in 0..4u64 {
+        recv::<S>(&b, 100 + i, dst.sge(i as usize * 64, 64));
+    }
+    let w = wait::<S>(&cq, 8, &[]);
+    assert!(w.iter().all(|c| c.status == WcStatus::Success), "{w:?}");
+    assert_eq!(w.iter().filter(|c| c.opcode == WcOpcode::Send).count(), 4);
+    recv::<S>(&b, 104, dst.sge(0, 64));
+    send::<S>(&a, 4, src.sge(0, 8));
+    assert_eq!(wait::<S>(&cq, 2, &[]).len(), 2);
+}
+
 /// RNR stalls only the peer's request stream: while `a`'s send waits for a
-/// receive buffer on `b`, `b`'s own RDMA read from `a` still completes.
+/// receive buffer on `b` (uncompleted), `b`'s own RDMA read from `a` still
+/// completes.
 #[test]
 fn soft_rnr_does_not_block_responses() {
     type S = tmpi_verbs::soft::SoftProvider;
@@ -1187,7 +1262,6 @@ fn soft_rnr_does_not_block_responses() {
     abuf.write(0, b"waiting");
     abuf.write(1000, &pattern(3, 500));
     send::<S>(&l.a, 1, abuf.sge(0, 7));
-    wait::<S>(&l.cq, 1, &[]);
     // SAFETY: `bbuf` outlives the completion.
     unsafe {
         l.b.post_send(&SendWr {
@@ -1205,8 +1279,12 @@ fn soft_rnr_does_not_block_responses() {
     assert_eq!((w[0].wr_id, w[0].status), (2, WcStatus::Success));
     assert_eq!(&bbuf.read()[2000..2500], &pattern(3, 500)[..]);
     recv::<S>(&l.b, 3, bbuf.sge(0, 64));
-    let w = wait::<S>(&l.cq, 1, &[]);
-    assert_eq!((w[0].wr_id, w[0].byte_len), (3, 7));
+    let w = wait::<S>(&l.cq, 2, &[]);
+    let r = w.iter().find(|c| c.wr_id == 3).expect("receive completion");
+    assert_eq!(r.byte_len, 7);
+    assert!(w
+        .iter()
+        .any(|c| c.wr_id == 1 && c.status == WcStatus::Success));
     assert_eq!(&bbuf.read()[..7], b"waiting");
 }
 

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use super::config::SoftConfig;
 use super::mem::{AtomicOp, MrTable};
-use super::shm::{self, kind, RecHdr, Segment, FLAG_IMM, FLAG_REFUSE};
+use super::shm::{self, kind, RecHdr, Segment, FLAG_ACK, FLAG_IMM, FLAG_REFUSE};
 use super::tm::{Arrival, TmAction, TmConfig, TmListModel, TmRef};
 use crate::api::{
     AccessFlags, QpState, Sge, SrqAttr, VerbsError, WcFlags, WcOpcode, WcStatus, WorkCompletion,
@@ -55,6 +55,13 @@ pub(crate) struct CqState {
 
 #[derive(Debug)]
 enum Outstanding {
+    /// A SEND, complete when the receiver acknowledges it (as an RC send
+    /// completes at the ACK, not when it leaves: the send queue entry stays
+    /// taken meanwhile, through RNR waits too).
+    Send {
+        wr_id: u64,
+        signaled: bool,
+    },
     Rdma {
         wr_id: u64,
         opcode: WcOpcode,
@@ -366,13 +373,6 @@ impl Engine {
                 data.len()
             )));
         }
-        let hdr = RecHdr {
-            kind: kind::SEND,
-            len: data.len() as u64,
-            imm: imm.unwrap_or(0),
-            flags: if imm.is_some() { FLAG_IMM } else { 0 },
-            ..Default::default()
-        };
         if self.inject_now(false) {
             // As after exhausted retries: an error completion (reported
             // even when unsignaled), nothing delivered.
@@ -383,8 +383,27 @@ impl Engine {
             self.fail_at_post(qpn, cq, wc);
             return Ok(());
         }
-        let report = (signaled || sig_all).then_some(wc);
-        self.send_record(qpn, hdr, data, report);
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return Ok(());
+        };
+        let req_id = qp.next_req;
+        qp.next_req += 1;
+        qp.outstanding.insert(
+            req_id,
+            Outstanding::Send {
+                wr_id,
+                signaled: signaled || sig_all,
+            },
+        );
+        let hdr = RecHdr {
+            kind: kind::SEND,
+            req_id,
+            len: data.len() as u64,
+            imm: imm.unwrap_or(0),
+            flags: FLAG_ACK | if imm.is_some() { FLAG_IMM } else { 0 },
+            ..Default::default()
+        };
+        self.send_record(qpn, hdr, data, None);
         Ok(())
     }
 
@@ -571,7 +590,17 @@ impl Engine {
         if qp.state != QpState::Rts {
             return Err(VerbsError::post("ibv_post_send", 0, libc::EINVAL));
         }
-        if (qp.pending.len() + qp.outstanding.len()) as u32 >= qp.max_send_wr {
+        // Every work request of the send queue stays outstanding until it
+        // completes (sends until acknowledged); the TM-SRQ's own
+        // rendezvous reads through this QP do not use its queue.
+        if qp.outstanding.len() as u32 >= qp.max_send_wr
+            && qp
+                .outstanding
+                .values()
+                .filter(|o| !matches!(o, Outstanding::TmRndv { .. }))
+                .count() as u32
+                >= qp.max_send_wr
+        {
             return Err(VerbsError::post("ibv_post_send", 0, libc::ENOMEM));
         }
         Ok(qp)
@@ -648,6 +677,16 @@ impl Engine {
         let mut rndv = Vec::new();
         for (_, o) in outstanding {
             match o {
+                Outstanding::Send { wr_id, .. } => out.push((
+                    qp.send_cq,
+                    WorkCompletion {
+                        wr_id,
+                        status: WcStatus::WrFlushErr,
+                        opcode: WcOpcode::Send,
+                        qp_num: qpn,
+                        ..Default::default()
+                    },
+                )),
                 Outstanding::Rdma { wr_id, opcode, .. }
                 | Outstanding::Atomic { wr_id, opcode, .. } => out.push((
                     qp.send_cq,
@@ -811,8 +850,17 @@ impl Engine {
                 });
             }
         }
-        for (_, o) in qp.outstanding.drain() {
+        let mut outstanding: Vec<(u64, Outstanding)> = qp.outstanding.drain().collect();
+        outstanding.sort_unstable_by_key(|(req, _)| *req);
+        for (_, o) in outstanding {
             match o {
+                Outstanding::Send { wr_id, .. } => out.push(WorkCompletion {
+                    wr_id,
+                    status: WcStatus::RetryExcErr,
+                    opcode: WcOpcode::Send,
+                    qp_num: qpn,
+                    ..Default::default()
+                }),
                 Outstanding::Rdma { wr_id, opcode, .. }
                 | Outstanding::Atomic { wr_id, opcode, .. } => out.push(WorkCompletion {
                     wr_id,
@@ -919,7 +967,12 @@ impl Engine {
     }
 
     /// Delivers a SEND; gives the payload back when no receive buffer is
-    /// available (RNR).
+    /// available (RNR). A delivered SEND of a peer's work request is
+    /// acknowledged, which completes it at the sender; a receive-side
+    /// error fails both ends, as on hardware (the receive completes with
+    /// the error, the sender gets the NAK: `RemInvReqErr` for a message
+    /// longer than the buffer, `RemOpErr` otherwise; both QPs go to the
+    /// error state).
     fn on_send(&mut self, qpn: u32, rec: &RecHdr, payload: Vec<u8>) -> Result<(), Vec<u8>> {
         let qp = &self.qps[&qpn];
         let (pd, recv_cq, srq) = (qp.pd, qp.recv_cq, qp.srq);
@@ -933,6 +986,7 @@ impl Engine {
                         src_qp,
                         message: payload,
                     });
+                    self.ack_send(qpn, rec, WcStatus::Success);
                     return Ok(());
                 }
                 Some(SrqKind::Basic { q, .. }) => q.pop_front(),
@@ -963,7 +1017,30 @@ impl Engine {
             ..Default::default()
         };
         self.push_cq(recv_cq, wc, None);
+        let ack = match status {
+            WcStatus::Success => WcStatus::Success,
+            WcStatus::LocLenErr => WcStatus::RemInvReqErr,
+            _ => WcStatus::RemOpErr,
+        };
+        self.ack_send(qpn, rec, ack);
+        if status != WcStatus::Success {
+            self.enter_error(qpn, false);
+        }
         Ok(())
+    }
+
+    /// Acknowledges a delivered SEND that wants it ([`FLAG_ACK`]).
+    fn ack_send(&mut self, qpn: u32, rec: &RecHdr, status: WcStatus) {
+        if rec.flags & FLAG_ACK == 0 {
+            return;
+        }
+        let resp = RecHdr {
+            kind: kind::RESP,
+            req_id: rec.req_id,
+            status: status_code(status),
+            ..Default::default()
+        };
+        self.send_record(qpn, resp, Vec::new(), None);
     }
 
     /// Serves an RDMA request as the target: validate, then move the bytes.
@@ -1050,6 +1127,18 @@ impl Engine {
         let status = status_from_code(rec.status);
         let mut failed = status != WcStatus::Success;
         match qp.outstanding.remove(&rec.req_id) {
+            Some(Outstanding::Send { wr_id, signaled }) => {
+                if signaled || status != WcStatus::Success {
+                    let wc = WorkCompletion {
+                        wr_id,
+                        status,
+                        opcode: WcOpcode::Send,
+                        qp_num: qpn,
+                        ..Default::default()
+                    };
+                    self.push_cq(send_cq, wc, None);
+                }
+            }
             Some(Outstanding::Rdma {
                 wr_id,
                 opcode,

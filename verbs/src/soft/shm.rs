@@ -100,6 +100,11 @@ pub(crate) const FLAG_IMM: u32 = 1;
 /// On an RDMA request: the target refuses it as for a bad rkey (fault
 /// injection, `btl_openib_tmsoft_inject_error read:N`).
 pub(crate) const FLAG_REFUSE: u32 = 2;
+/// On a SEND: a work request of the peer, which completes when the
+/// receiver acknowledges it (a `RESP` with the record's `req_id`) once the
+/// message is in a receive buffer or with the TM-SRQ (the NIC's own FIN
+/// messages carry no such flag and want no acknowledgement).
+pub(crate) const FLAG_ACK: u32 = 4;
 
 fn align8(n: usize) -> usize {
     (n + 7) & !7
