@@ -1196,32 +1196,11 @@ fn soft_gid_encodes_pid_and_instance() {
 #[test]
 fn soft_unacknowledged_sends_hold_the_send_queue() {
     type S = tmpi_verbs::soft::SoftProvider;
-    let p = soft();
-    let ctx = p.open("tmsoft0").expect("open");
-    let pd = ctx.alloc_pd().expect("pd");
-    let cq = ctx
-        .create_cq_ex(&CqInitAttr {
-            cqe: 64,
-            with_tm_info: false,
-        })
-        .expect("cq");
-    let mk = || {
-        pd.create_qp(&QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 4,
-                ..QpCap::default()
-            },
-            sq_sig_all: false,
-        })
-        .expect("qp")
+    let cap = QpCap {
+        max_send_wr: 4,
+        ..QpCap::default()
     };
-    let (a, b) = (mk(), mk());
-    let (la, lb) = (local_addr::<S>(&ctx, &a), local_addr::<S>(&ctx, &b));
-    connect::<S>(&a, &la, &lb);
-    connect::<S>(&b, &lb, &la);
+    let Loop { pd, cq, a, b, .. } = soft_pair(cap, 1, 1);
     let src = Buf::<S>::rw(&pd, 64);
     let dst = Buf::<S>::rw(&pd, 64 * 8);
     for i in 0..4 {
@@ -1573,6 +1552,12 @@ fn soft_peer_qp_destroyed_is_an_error() {
 /// Two QPs of one soft device; `a`'s responder resources (its
 /// `max_dest_rd_atomic`) are `rd_a`, `b`'s are `rd_b`.
 fn soft_pair_with_rd_atomic(rd_a: u8, rd_b: u8) -> Loop<tmpi_verbs::soft::SoftProvider> {
+    soft_pair(QpCap::default(), rd_a, rd_b)
+}
+
+/// Two connected QPs of one soft device with queue sizes `cap`, responder
+/// resources `rd_a` and `rd_b`, on one CQ.
+fn soft_pair(cap: QpCap, rd_a: u8, rd_b: u8) -> Loop<tmpi_verbs::soft::SoftProvider> {
     type P = tmpi_verbs::soft::SoftProvider;
     let p = soft();
     let ctx = p.open(&device_name()).expect("open");
@@ -1588,7 +1573,7 @@ fn soft_pair_with_rd_atomic(rd_a: u8, rd_b: u8) -> Loop<tmpi_verbs::soft::SoftPr
             send_cq: &cq,
             recv_cq: &cq,
             srq: None,
-            cap: QpCap::default(),
+            cap,
             sq_sig_all: false,
         })
         .expect("create_qp")
@@ -1612,18 +1597,24 @@ fn soft_atomic_without_responder_resources_is_rem_inv_req() {
     if !is_soft() {
         return;
     }
-    let l = soft_pair_with_rd_atomic(1, 0);
-    let target = Buf::<P>::new(
-        &l.pd,
-        8,
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC,
-    );
-    let result = Buf::<P>::rw(&l.pd, 16);
-    let op = SendOpcode::AtomicFetchAdd {
-        remote_addr: target.addr(),
-        rkey: target.mr.rkey(),
-        add: 1,
+    // A pair (a: 1 responder resource, b: none), a counter and a result
+    // buffer on it, a fetch-add of 1 on the counter.
+    let fresh = || {
+        let l = soft_pair_with_rd_atomic(1, 0);
+        let target = Buf::<P>::new(
+            &l.pd,
+            8,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC,
+        );
+        let result = Buf::<P>::rw(&l.pd, 16);
+        let op = SendOpcode::AtomicFetchAdd {
+            remote_addr: target.addr(),
+            rkey: target.mr.rkey(),
+            add: 1,
+        };
+        (l, target, result, op)
     };
+    let (l, target, result, op) = fresh();
     // a -> b: b has no responder resources.
     post_atomic::<P>(&l.a, 1, result.sge(0, 8), op).expect("post");
     let w = wait::<P>(&l.cq, 1, &[]);
@@ -1635,18 +1626,7 @@ fn soft_atomic_without_responder_resources_is_rem_inv_req() {
     assert_eq!(u64_at(&target.read(), 0), 0);
     assert_eq!((l.a.state(), l.b.state()), (QpState::Error, QpState::Error));
     // b -> a: a has one.
-    let l = soft_pair_with_rd_atomic(1, 0);
-    let target = Buf::<P>::new(
-        &l.pd,
-        8,
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC,
-    );
-    let result = Buf::<P>::rw(&l.pd, 16);
-    let op = SendOpcode::AtomicFetchAdd {
-        remote_addr: target.addr(),
-        rkey: target.mr.rkey(),
-        add: 1,
-    };
+    let (l, target, result, op) = fresh();
     post_atomic::<P>(&l.b, 2, result.sge(8, 8), op).expect("post");
     let w = wait::<P>(&l.cq, 1, &[]);
     assert_eq!((w[0].wr_id, w[0].status), (2, WcStatus::Success), "{w:?}");

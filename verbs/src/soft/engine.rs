@@ -383,18 +383,13 @@ impl Engine {
             self.fail_at_post(qpn, cq, wc);
             return Ok(());
         }
-        let Some(qp) = self.qps.get_mut(&qpn) else {
+        let out = Outstanding::Send {
+            wr_id,
+            signaled: signaled || sig_all,
+        };
+        let Some(req_id) = self.track(qpn, out) else {
             return Ok(());
         };
-        let req_id = qp.next_req;
-        qp.next_req += 1;
-        qp.outstanding.insert(
-            req_id,
-            Outstanding::Send {
-                wr_id,
-                signaled: signaled || sig_all,
-            },
-        );
         let hdr = RecHdr {
             kind: kind::SEND,
             req_id,
@@ -506,20 +501,15 @@ impl Engine {
             self.fail_at_post(qpn, cq, wc);
             return Ok(());
         }
-        let Some(qp) = self.qps.get_mut(&qpn) else {
+        let out = Outstanding::Atomic {
+            wr_id,
+            opcode,
+            signaled: signaled || sig_all,
+            dst: sges.to_vec(),
+        };
+        let Some(req_id) = self.track(qpn, out) else {
             return Ok(());
         };
-        let req_id = qp.next_req;
-        qp.next_req += 1;
-        qp.outstanding.insert(
-            req_id,
-            Outstanding::Atomic {
-                wr_id,
-                opcode,
-                signaled: signaled || sig_all,
-                dst: sges.to_vec(),
-            },
-        );
         let (code, a, b) = match op {
             AtomicOp::FetchAdd(add) => (1u64, add, 0),
             AtomicOp::CmpSwap(compare, swap) => (2u64, compare, swap),
@@ -551,12 +541,9 @@ impl Engine {
         read: bool,
         out: Outstanding,
     ) {
-        let Some(qp) = self.qps.get_mut(&qpn) else {
+        let Some(req_id) = self.track(qpn, out) else {
             return;
         };
-        let req_id = qp.next_req;
-        qp.next_req += 1;
-        qp.outstanding.insert(req_id, out);
         // An injected failure travels with the request: the target refuses
         // it as for a bad rkey (no memory moves) and both QPs fail, as with
         // a real remote access error.
@@ -580,6 +567,16 @@ impl Engine {
             ..Default::default()
         };
         self.send_record(qpn, hdr, payload, None);
+    }
+
+    /// Records `out` as outstanding on `qpn` under a fresh request id, which
+    /// its response will carry (`None`: no such QP).
+    fn track(&mut self, qpn: u32, out: Outstanding) -> Option<u64> {
+        let qp = self.qps.get_mut(&qpn)?;
+        let req_id = qp.next_req;
+        qp.next_req += 1;
+        qp.outstanding.insert(req_id, out);
+        Some(req_id)
     }
 
     fn qp_for_send(&self, qpn: u32) -> Result<&QpEntry, VerbsError> {
@@ -1024,6 +1021,7 @@ impl Engine {
         };
         self.ack_send(qpn, rec, ack);
         if status != WcStatus::Success {
+            // Also when the sender wanted no acknowledgement (a NIC FIN).
             self.enter_error(qpn, false);
         }
         Ok(())
@@ -1034,13 +1032,24 @@ impl Engine {
         if rec.flags & FLAG_ACK == 0 {
             return;
         }
+        self.respond(qpn, rec.req_id, status, Vec::new());
+    }
+
+    /// Answers request `req_id` of the peer with `status` (and `data`: an
+    /// atomic's old value); a failed one (a NAK) moves this QP, the
+    /// responder, to the error state after the answer is queued, as rxe's
+    /// class C errors do.
+    fn respond(&mut self, qpn: u32, req_id: u64, status: WcStatus, data: Vec<u8>) {
         let resp = RecHdr {
             kind: kind::RESP,
-            req_id: rec.req_id,
+            req_id,
             status: status_code(status),
             ..Default::default()
         };
-        self.send_record(qpn, resp, Vec::new(), None);
+        self.send_record(qpn, resp, data, None);
+        if status != WcStatus::Success {
+            self.enter_error(qpn, false);
+        }
     }
 
     /// Serves an RDMA request as the target: validate, then move the bytes.
@@ -1065,16 +1074,7 @@ impl Engine {
                 qp.pd, qp.access, rec.rkey, rec.addr, rec.len, read, peer_pid, &iov,
             )
         };
-        let resp = RecHdr {
-            kind: kind::RESP,
-            req_id: rec.req_id,
-            status: status_code(status),
-            ..Default::default()
-        };
-        self.send_record(qpn, resp, Vec::new(), None);
-        if status != WcStatus::Success {
-            self.enter_error(qpn, false);
-        }
+        self.respond(qpn, rec.req_id, status, Vec::new());
     }
 
     /// Serves an atomic request as the target: responder resources, then
@@ -1107,16 +1107,7 @@ impl Engine {
             Ok(old) => (WcStatus::Success, old.to_ne_bytes().to_vec()),
             Err(s) => (s, Vec::new()),
         };
-        let resp = RecHdr {
-            kind: kind::RESP,
-            req_id: rec.req_id,
-            status: status_code(status),
-            ..Default::default()
-        };
-        self.send_record(qpn, resp, data, None);
-        if status != WcStatus::Success {
-            self.enter_error(qpn, false);
-        }
+        self.respond(qpn, rec.req_id, status, data);
     }
 
     fn on_resp(&mut self, qpn: u32, rec: &RecHdr, payload: &[u8]) {
