@@ -112,9 +112,11 @@ info_check() {
 }
 run "tmpi_info lists $TMPI_VERBS_TEST_DEVICE" info_check
 run "lib ibv:: unit tests" ./lib-tests ibv::
+# Tests named soft_* exercise the soft NIC only (they also return early
+# off it): skipped here, so one that forgets its guard cannot fail on rxe.
 for t in tests/*; do
     [ -x "$t" ] || continue
-    run "$(basename "$t")" "./$t"
+    run "$(basename "$t")" "./$t" --skip soft_
 done
 echo "rxe summary:${failed:+ failed:$failed}"
 echo "rxe: $pass passed, $fail failed"
