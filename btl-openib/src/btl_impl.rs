@@ -57,6 +57,15 @@ pub const GET_TIMEOUT: Duration = Duration::from_secs(60);
 /// after the connection broke (or was aborted) before it returns an error.
 pub const ABORT_GRACE: Duration = Duration::from_secs(2);
 
+/// The address and 32-bit rkey of `len` bytes at `offset` of `region`
+/// (`OutOfBounds` outside it, `BadRegion` for a key verbs cannot carry).
+fn target_of(region: &RemoteRegion, offset: u64, len: usize) -> Result<(u64, u32), BtlError> {
+    let va = region.check_access(offset, len)?;
+    let rkey =
+        u32::try_from(region.key).map_err(|_| BtlError::BadRegion("key above 32 bits".into()))?;
+    Ok((va, rkey))
+}
+
 pub(crate) fn btl_err(e: OpenibError, peer: u32) -> BtlError {
     match e {
         OpenibError::Busy => BtlError::WouldBlock,
@@ -245,25 +254,14 @@ impl<P: Provider + 'static> OpenibBtl<P> {
         len: usize,
         write: bool,
     ) -> Result<(), BtlError> {
-        if offset
-            .checked_add(len as u64)
-            .is_none_or(|e| e > region.len)
-        {
-            return Err(BtlError::OutOfBounds {
-                offset,
-                len,
-                region_len: region.len,
-            });
-        }
-        let rkey = u32::try_from(region.key)
-            .map_err(|_| BtlError::BadRegion("key above 32 bits".into()))?;
+        let (va, rkey) = target_of(region, offset, len)?;
         let piece = self.m()?.max_rdma_len().clamp(1, RDMA_PIECE);
         let mut done = 0usize;
         let start = Instant::now();
         while done < len {
             let n = (len - done).min(piece);
             let rvh = Rvh {
-                va: region.addr + offset + done as u64,
+                va: va + done as u64,
                 rkey,
                 len: n as u32,
             };
@@ -544,16 +542,7 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
         src: *const u8,
         len: usize,
     ) -> Result<u64, BtlError> {
-        if offset
-            .checked_add(len as u64)
-            .is_none_or(|e| e > region.len)
-        {
-            return Err(BtlError::OutOfBounds {
-                offset,
-                len,
-                region_len: region.len,
-            });
-        }
+        let (va, rkey) = target_of(region, offset, len)?;
         let piece = self.m()?.max_rdma_len().clamp(1, RDMA_PIECE);
         if len == 0 || len > piece {
             // Empty, or more than one piece: the blocking path (which
@@ -562,10 +551,8 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
             let src = unsafe { std::slice::from_raw_parts(src, len) };
             return self.put(peer, region, offset, src).map(|()| 0);
         }
-        let rkey = u32::try_from(region.key)
-            .map_err(|_| BtlError::BadRegion("key above 32 bits".into()))?;
         let rvh = Rvh {
-            va: region.addr + offset,
+            va,
             rkey,
             len: len as u32,
         };
@@ -621,15 +608,7 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
         offset: u64,
         op: AtomicOp,
     ) -> Result<u64, BtlError> {
-        if offset.checked_add(8).is_none_or(|e| e > region.len) {
-            return Err(BtlError::OutOfBounds {
-                offset,
-                len: 8,
-                region_len: region.len,
-            });
-        }
-        let rkey = u32::try_from(region.key)
-            .map_err(|_| BtlError::BadRegion("key above 32 bits".into()))?;
+        let (va, rkey) = target_of(region, offset, 8)?;
         let id = self.next_get;
         self.next_get += 1;
         let dst = (&mut *self.atomic_old as *mut u64).cast::<u8>();
@@ -638,8 +617,7 @@ impl<P: Provider + 'static> BtlModule for OpenibBtl<P> {
         // only after `wait_rdma` returned, which is after the atomic's
         // completion (or its flush after an abort) was polled; no other
         // atomic is posted meanwhile (`&mut self`).
-        unsafe { m.atomic(peer, dst, region.addr + offset, rkey, op, id) }
-            .map_err(|e| btl_err(e, peer))?;
+        unsafe { m.atomic(peer, dst, va, rkey, op, id) }.map_err(|e| btl_err(e, peer))?;
         self.wait_rdma(peer, id, 8, "atomic")?;
         Ok(*self.atomic_old)
     }

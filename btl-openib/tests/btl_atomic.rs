@@ -11,8 +11,7 @@ mod common;
 
 use common::*;
 use tmpi_base::modex::Modex;
-use tmpi_btl::{AtomicOp, BtlComponent, BtlError, BtlFlags, BtlModule, RemoteRegion};
-use tmpi_btl_openib::OpenibComponent;
+use tmpi_btl::{AtomicOp, BtlError, BtlFlags, BtlModule};
 
 /// Increments per rank per target, per counter.
 const K: u64 = 200;
@@ -24,12 +23,7 @@ fn child_entry() {
     };
     assert_eq!(role, "atomic");
     let mut job = child_job();
-    let comp = OpenibComponent;
-    comp.register_params(&job.reg).unwrap();
-    let mut mods = comp
-        .init(&job.reg, &job.info, &mut job.modex)
-        .expect("init");
-    job.modex.fence().unwrap();
+    let mut mods = init_btl(&mut job);
     let m: &mut Box<dyn BtlModule> = &mut mods[0];
     assert!(
         m.flags().contains(BtlFlags::ATOMIC),
@@ -48,15 +42,7 @@ fn child_entry() {
     // after the last peer's access: the barrier before it).
     let region =
         unsafe { m.register_window(window.as_mut_ptr().cast(), window.len() * 8) }.unwrap();
-    job.modex.put("win", &region.to_bytes()).unwrap();
-    job.modex.fence().unwrap();
-    let regions: Vec<(u32, RemoteRegion)> = others
-        .iter()
-        .map(|&p| {
-            let b = job.modex.get(p, "win").unwrap();
-            (p, RemoteRegion::from_bytes(&b).unwrap())
-        })
-        .collect();
+    let regions = exchange_regions(&mut job, &region, &others);
     let mut seen: Vec<Vec<u64>> = vec![Vec::new(); regions.len()];
     for _ in 0..K {
         for (i, (p, r)) in regions.iter().enumerate() {

@@ -9,8 +9,7 @@ use std::time::Instant;
 
 use common::*;
 use tmpi_base::modex::Modex;
-use tmpi_btl::{BtlComponent, BtlError, BtlModule, RemoteRegion};
-use tmpi_btl_openib::OpenibComponent;
+use tmpi_btl::{BtlError, BtlModule, RemoteRegion};
 
 const N: u32 = 100;
 
@@ -21,13 +20,8 @@ fn child_entry() {
     };
     assert_eq!(role, "iface");
     let mut job = child_job();
-    let comp = OpenibComponent;
-    comp.register_params(&job.reg).unwrap();
-    let mut mods = comp
-        .init(&job.reg, &job.info, &mut job.modex)
-        .expect("init");
+    let mut mods = init_btl(&mut job);
     assert_eq!(mods.len(), 1);
-    job.modex.fence().unwrap();
     let m: &mut Box<dyn BtlModule> = &mut mods[0];
     let all: Vec<u32> = (0..job.size).collect();
     let reached = m.add_procs(&all, &mut job.modex).unwrap();

@@ -10,8 +10,7 @@ mod common;
 
 use common::*;
 use tmpi_base::modex::Modex;
-use tmpi_btl::{BtlComponent, BtlError, BtlFlags, BtlModule, RemoteRegion};
-use tmpi_btl_openib::OpenibComponent;
+use tmpi_btl::{BtlError, BtlFlags, BtlModule};
 
 /// Bytes each origin writes into each target's window (odd: the slots
 /// start at odd offsets).
@@ -24,12 +23,7 @@ fn child_entry() {
     };
     assert_eq!(role, "put");
     let mut job = child_job();
-    let comp = OpenibComponent;
-    comp.register_params(&job.reg).unwrap();
-    let mut mods = comp
-        .init(&job.reg, &job.info, &mut job.modex)
-        .expect("init");
-    job.modex.fence().unwrap();
+    let mut mods = init_btl(&mut job);
     let m: &mut Box<dyn BtlModule> = &mut mods[0];
     assert!(m.flags().contains(BtlFlags::PUT | BtlFlags::GET));
     let all: Vec<u32> = (0..job.size).collect();
@@ -43,15 +37,7 @@ fn child_entry() {
     // SAFETY: `window` outlives the registration (deregistered below,
     // after the last peer's access: the barrier before it).
     let region = unsafe { m.register_window(window.as_mut_ptr(), window.len()) }.unwrap();
-    job.modex.put("win", &region.to_bytes()).unwrap();
-    job.modex.fence().unwrap();
-    let regions: Vec<(u32, RemoteRegion)> = others
-        .iter()
-        .map(|&p| {
-            let b = job.modex.get(p, "win").unwrap();
-            (p, RemoteRegion::from_bytes(&b).unwrap())
-        })
-        .collect();
+    let regions = exchange_regions(&mut job, &region, &others);
     for (p, r) in &regions {
         let data = pattern(me * 10 + p, L);
         m.put(*p, r, (me as usize * L) as u64, &data).expect("put");

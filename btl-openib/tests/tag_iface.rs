@@ -29,8 +29,7 @@ use std::time::Instant;
 
 use common::*;
 use tmpi_base::modex::Modex;
-use tmpi_btl::{BtlComponent, BtlError, BtlModule, TagData, TagEvent, TagMsg};
-use tmpi_btl_openib::OpenibComponent;
+use tmpi_btl::{BtlError, BtlModule, TagData, TagEvent, TagMsg};
 use tmpi_pml::tag::{pack, Envelope};
 
 const SENTINEL: u8 = 0xA5;
@@ -103,12 +102,7 @@ fn child_entry() {
         return;
     };
     let mut job = child_job();
-    let comp = OpenibComponent;
-    comp.register_params(&job.reg).unwrap();
-    let mut mods = comp
-        .init(&job.reg, &job.info, &mut job.modex)
-        .expect("init");
-    job.modex.fence().unwrap();
+    let mut mods = init_btl(&mut job);
     let m: &mut Box<dyn BtlModule> = &mut mods[0];
     m.add_procs(&[0, 1], &mut job.modex).unwrap();
     job.modex.fence().unwrap();

@@ -558,12 +558,20 @@ impl Rdma {
         .then_some(off as u64)
     }
 
-    /// One NIC atomic on word `at` of rank `r`'s window; the value found.
-    fn word_atomic(&self, r: i32, at: u64, op: RdmaAtomic) -> Result<u64> {
-        let (w, k) = (self.worlds[r as usize], &self.keys[r as usize]);
-        let found = self.pml.rdma_atomic(w, k, at, op)?;
+    /// One NIC atomic on byte `at` of rank `r`'s registration among
+    /// `keys` (its window's, [`Rdma::keys`], or its state region's,
+    /// [`Rdma::state_keys`]); the value found.
+    fn nic_atomic(&self, keys: &[RdmaKeys], r: i32, at: u64, op: RdmaAtomic) -> Result<u64> {
+        let found = self
+            .pml
+            .rdma_atomic(self.worlds[r as usize], &keys[r as usize], at, op)?;
         self.atomics.fetch_add(1, Ordering::Relaxed);
         Ok(found)
+    }
+
+    /// One NIC atomic on word `at` of rank `r`'s window; the value found.
+    fn word_atomic(&self, r: i32, at: u64, op: RdmaAtomic) -> Result<u64> {
+        self.nic_atomic(&self.keys, r, at, op)
     }
 
     /// A single-element accumulate-class operation (`op` with the 8 bytes
@@ -614,7 +622,7 @@ impl Rdma {
 
     fn deregister(&self) {
         for m in [&self.mine, &self.state_mine] {
-            let k = m.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let k = lock_of(m).take();
             if let Some(k) = k {
                 self.pml.rdma_deregister(&k);
             }
@@ -624,10 +632,7 @@ impl Rdma {
     /// One NIC atomic on word `at` of rank `r`'s state region; the value
     /// found.
     fn state_atomic(&self, r: i32, at: u64, op: RdmaAtomic) -> Result<u64> {
-        let (w, k) = (self.worlds[r as usize], &self.state_keys[r as usize]);
-        let found = self.pml.rdma_atomic(w, k, at, op)?;
-        self.atomics.fetch_add(1, Ordering::Relaxed);
-        Ok(found)
+        self.nic_atomic(&self.state_keys, r, at, op)
     }
 
     /// Takes rank `r`'s accumulate lock: a NIC compare-swap of 0 to this

@@ -121,12 +121,14 @@ fn btl_err(e: BtlError) -> PmlError {
     PmlError::Transport(e.to_string())
 }
 
-/// A BTL error as a transport error: btl-openib's and btl-tcp's completion
-/// errors and broken connections are [`TxError::Broken`] (the request
-/// fails), the rest [`TxError::Fatal`] (the pml may fall back, e.g. from get
-/// to fragments).
+/// A BTL error as a transport error: a full queue is [`TxError::Busy`]
+/// (retry after progress), btl-openib's and btl-tcp's completion errors
+/// and broken connections are [`TxError::Broken`] (the request fails), the
+/// rest [`TxError::Fatal`] (the pml may fall back, e.g. from get to
+/// fragments).
 fn tx_err(btl: &str, e: BtlError) -> TxError {
     match e {
+        BtlError::WouldBlock => TxError::Busy,
         BtlError::Io { .. } | BtlError::Protocol { .. } if btl == "openib" || btl == "tcp" => {
             TxError::Broken(e.to_string())
         }
@@ -505,12 +507,8 @@ impl Transport for BtlNet {
         if self.sendi[i] && m.try_sendi(peer, BTL_TAG_PML, hdr, data) {
             return Ok(());
         }
-        let r = m.send(peer, BTL_TAG_PML, hdr, data);
-        match r {
-            Ok(()) => Ok(()),
-            Err(BtlError::WouldBlock) => Err(TxError::Busy),
-            Err(e) => Err(tx_err(m.name(), e)),
-        }
+        m.send(peer, BTL_TAG_PML, hdr, data)
+            .map_err(|e| tx_err(m.name(), e))
     }
 
     fn get(&mut self, peer: u32, region: &[u8], dst: RawBufMut) -> Result<(), TxError> {
@@ -655,10 +653,7 @@ impl Transport for BtlNet {
             let dst = unsafe { std::slice::from_raw_parts_mut(buf, len) };
             m.get(peer, r, offset, dst)
         };
-        res.map_err(|e| match e {
-            BtlError::WouldBlock => TxError::Busy,
-            e => tx_err(m.name(), e),
-        })
+        res.map_err(|e| tx_err(m.name(), e))
     }
 
     unsafe fn rdma_put_start(
@@ -672,11 +667,10 @@ impl Transport for BtlNet {
         let (i, r) = self.rdma_region(peer, regions)?;
         let m = &mut self.modules[i];
         // SAFETY: forwarded from this function's contract.
-        match unsafe { m.put_start(peer, &r, offset, buf, len) } {
-            Ok(t) => Ok((i as u32, t)),
-            Err(BtlError::WouldBlock) => Err(TxError::Busy),
-            Err(e) => Err(tx_err(m.name(), e)),
-        }
+        let token = unsafe { m.put_start(peer, &r, offset, buf, len) };
+        token
+            .map(|t| (i as u32, t))
+            .map_err(|e| tx_err(m.name(), e))
     }
 
     fn rdma_test(&mut self, module: u32, token: u64) -> Result<bool, TxError> {
@@ -716,10 +710,8 @@ impl Transport for BtlNet {
             )));
         };
         let m = &mut self.modules[*k as usize];
-        m.atomic(peer, r, offset, op).map_err(|e| match e {
-            BtlError::WouldBlock => TxError::Busy,
-            e => tx_err(m.name(), e),
-        })
+        m.atomic(peer, r, offset, op)
+            .map_err(|e| tx_err(m.name(), e))
     }
 
     fn peer_btl(&self, peer: u32) -> Option<&str> {
@@ -846,11 +838,8 @@ impl BtlNet {
         // Header and payload go to the module apart: it copies each once
         // into its send buffer, and a receive that takes the message in its
         // own buffer gets the payload in place (`TagData::Placed`).
-        match t.send_tagged(peer, tag, hdr, data) {
-            Ok(()) => Ok(()),
-            Err(BtlError::WouldBlock) => Err(TxError::Busy),
-            Err(e) => Err(tx_err(self.modules[module].name(), e)),
-        }
+        t.send_tagged(peer, tag, hdr, data)
+            .map_err(|e| tx_err(self.modules[module].name(), e))
     }
 
     /// A RNDV with a registered region to a tagged peer goes out as a NIC

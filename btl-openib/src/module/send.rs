@@ -51,11 +51,7 @@ impl<P: Provider> Module<P> {
             }
             Err(e) => {
                 self.send_free.push(slot);
-                if e.is_full() {
-                    Err(OpenibError::Busy)
-                } else {
-                    Err(e.into())
-                }
+                Err(post_error(e))
             }
         }
     }
@@ -439,14 +435,7 @@ impl<P: Provider> Module<P> {
             off += n;
         }
         if posted == 0 {
-            let e = err.map_or(OpenibError::Busy, |e| {
-                if e.is_full() {
-                    OpenibError::Busy
-                } else {
-                    e.into()
-                }
-            });
-            return Err(e);
+            return Err(err.map_or(OpenibError::Busy, post_error));
         }
         self.stats.send_outstanding += posted;
         self.gets.insert(
@@ -497,8 +486,6 @@ impl<P: Provider> Module<P> {
             self.rcache
                 .register(&self.pd, dst, 8, AccessFlags::LOCAL_WRITE)
         }?;
-        let key = self.next_get;
-        self.next_get = (self.next_get + 1) & LOW;
         let opcode = match op {
             tmpi_btl::AtomicOp::FetchAdd(add) => SendOpcode::AtomicFetchAdd {
                 remote_addr: va,
@@ -513,39 +500,19 @@ impl<P: Provider> Module<P> {
             },
         };
         let sge = [reg.sge(0, 8)?];
-        let qp = &self.atomic_peer(rank)?.qp;
+        let op = GetOp {
+            id,
+            peer: rank,
+            chunks_left: 1,
+            failed: None,
+            what: "atomic",
+            _reg: Some(reg),
+            slot: None,
+        };
         // SAFETY: the SGE lies in a region registered on this PD with
         // LOCAL_WRITE, kept pinned by `GetOp::_reg` until the completion;
         // the caller keeps the memory valid.
-        let r = unsafe {
-            qp.post_send(&SendWr {
-                wr_id: wr(K_GET, key),
-                sg_list: &sge,
-                opcode,
-                flags: SendFlags::SIGNALED,
-            })
-        };
-        if let Err(e) = r {
-            return Err(if e.is_full() {
-                OpenibError::Busy
-            } else {
-                e.into()
-            });
-        }
-        self.stats.send_outstanding += 1;
-        self.gets.insert(
-            key,
-            GetOp {
-                id,
-                peer: rank,
-                chunks_left: 1,
-                failed: None,
-                what: "atomic",
-                _reg: Some(reg),
-                slot: None,
-            },
-        );
-        Ok(())
+        unsafe { self.post_tracked(rank, true, &sge, opcode, op) }
     }
 
     /// A small RDMA write (one chunk) copied into send-buffer slot `slot`
@@ -578,49 +545,64 @@ impl<P: Provider> Module<P> {
             length: len as u32,
             lkey: self.send_mr.lkey(),
         }];
-        let key = self.next_get;
-        self.next_get = (self.next_get + 1) & LOW;
-        let posted = match self.peer(rank) {
-            // SAFETY: the SGE lies in `send_mr`, registered on this PD; the
-            // slot is owned by this write until its completion returns it
-            // to `send_free`.
-            Ok(p) => unsafe {
-                p.qp.post_send(&SendWr {
-                    wr_id: wr(K_GET, key),
-                    sg_list: &sge,
-                    opcode: SendOpcode::RdmaWrite {
-                        remote_addr: rvh.va,
-                        rkey: rvh.rkey,
-                    },
-                    flags: SendFlags::SIGNALED,
-                })
-            }
-            .map_err(|e| {
-                if e.is_full() {
-                    OpenibError::Busy
-                } else {
-                    e.into()
-                }
-            }),
-            Err(e) => Err(e),
+        let opcode = SendOpcode::RdmaWrite {
+            remote_addr: rvh.va,
+            rkey: rvh.rkey,
         };
-        if let Err(e) = posted {
+        let op = GetOp {
+            id,
+            peer: rank,
+            chunks_left: 1,
+            failed: None,
+            what: "RDMA write",
+            _reg: None,
+            slot: Some(slot),
+        };
+        // SAFETY: the SGE lies in `send_mr`, registered on this PD; the
+        // slot is owned by this write until its completion returns it to
+        // `send_free`.
+        let posted = unsafe { self.post_tracked(rank, false, &sge, opcode, op) };
+        if posted.is_err() {
             self.send_free.push(slot);
-            return Err(e);
         }
+        posted
+    }
+
+    /// Posts one signalled RDMA or atomic work request to `rank`
+    /// (`loopback`: this rank too, through the loopback pair) and tracks
+    /// it as `op` until its completion (`Event::GetDone` or `Failed`).
+    ///
+    /// # Safety
+    /// `sge` lies in a region registered on this PD (with `LOCAL_WRITE`
+    /// where the NIC writes it), kept valid until the completion (`op`'s
+    /// registration or slot keeps it).
+    unsafe fn post_tracked(
+        &mut self,
+        rank: u32,
+        loopback: bool,
+        sge: &[tmpi_verbs::Sge],
+        opcode: SendOpcode,
+        op: GetOp<P>,
+    ) -> Result<()> {
+        let key = self.next_get;
+        let peer = if loopback {
+            self.atomic_peer(rank)?
+        } else {
+            self.peer(rank)?
+        };
+        // SAFETY: the caller's contract.
+        unsafe {
+            peer.qp.post_send(&SendWr {
+                wr_id: wr(K_GET, key),
+                sg_list: sge,
+                opcode,
+                flags: SendFlags::SIGNALED,
+            })
+        }
+        .map_err(post_error)?;
+        self.next_get = (key + 1) & LOW;
         self.stats.send_outstanding += 1;
-        self.gets.insert(
-            key,
-            GetOp {
-                id,
-                peer: rank,
-                chunks_left: 1,
-                failed: None,
-                what: "RDMA write",
-                _reg: None,
-                slot: Some(slot),
-            },
-        );
+        self.gets.insert(key, op);
         Ok(())
     }
 
@@ -643,5 +625,15 @@ impl<P: Provider> Module<P> {
     /// freeing memory that may have been registered).
     pub fn invalidate(&mut self, buf: *const u8, len: usize) {
         self.rcache.invalidate(buf, len);
+    }
+}
+
+/// A failed post as the module's error: a full send queue is
+/// [`OpenibError::Busy`] (retry after progress).
+fn post_error(e: tmpi_verbs::VerbsError) -> OpenibError {
+    if e.is_full() {
+        OpenibError::Busy
+    } else {
+        e.into()
     }
 }

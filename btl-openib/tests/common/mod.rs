@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 
 use tmpi_base::identity::ProcessInfo;
 use tmpi_base::mca::{Registry, Sources};
+use tmpi_base::modex::Modex;
+use tmpi_btl::{BtlComponent, BtlModule, RemoteRegion};
 pub use tmpi_btl_openib::dirmodex::DirModex;
-use tmpi_btl_openib::{Event, Module};
+use tmpi_btl_openib::{Event, Module, OpenibComponent};
 use tmpi_verbs::Provider;
 
 pub const ROLE_ENV: &str = "TMPI_OPENIB_TEST_ROLE";
@@ -146,5 +148,36 @@ pub fn wait_until<P: Provider>(
 pub fn pattern(seed: u32, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(40_503)) as u8)
+        .collect()
+}
+
+/// This child's btl-openib modules through the generic BTL interface:
+/// parameters registered, `init`, then the modex fence that publishes
+/// their addresses.
+pub fn init_btl(job: &mut Job) -> Vec<Box<dyn BtlModule>> {
+    let comp = OpenibComponent;
+    comp.register_params(&job.reg).unwrap();
+    let mods = comp
+        .init(&job.reg, &job.info, &mut job.modex)
+        .expect("init");
+    job.modex.fence().unwrap();
+    mods
+}
+
+/// Publishes this rank's `region` and returns each of `peers`' (after a
+/// modex fence).
+pub fn exchange_regions(
+    job: &mut Job,
+    region: &RemoteRegion,
+    peers: &[u32],
+) -> Vec<(u32, RemoteRegion)> {
+    job.modex.put("win", &region.to_bytes()).unwrap();
+    job.modex.fence().unwrap();
+    peers
+        .iter()
+        .map(|&p| {
+            let b = job.modex.get(p, "win").unwrap();
+            (p, RemoteRegion::from_bytes(&b).unwrap())
+        })
         .collect()
 }
